@@ -1,0 +1,62 @@
+"""One model's KV cache over one growing token sequence, with rollback.
+
+Both engines and the model draft talk to a transformers model only through this class, so
+that decoder-only and encoder-decoder models share one loop: for seq2seq the encoder runs
+once per example (`start`) and the cache covers the decoder tokens. Rollback crops the
+cache (`DynamicCache.crop(-n)`), so a prefix is never re-encoded after a rejection.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache, EncoderDecoderCache
+
+
+class CachedModel:
+    """Wraps `model(...)` with a per-example KV cache; `length` counts the tokens it covers."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+        self.is_seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
+        self.device = next(model.parameters()).device
+        self._cache = None
+        self._encoder_outputs = None
+        self.length = 0
+
+    def start(self, encoder_ids: list[int] | None = None) -> None:
+        """Forget the last example; for seq2seq, run the encoder once over `encoder_ids`."""
+        self.length = 0
+        if self.is_seq2seq:
+            self._cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+            ids = torch.tensor([encoder_ids], device=self.device)
+            self._encoder_outputs = self.model.get_encoder()(input_ids=ids)
+        else:
+            self._cache = DynamicCache()
+
+    @torch.inference_mode()
+    def forward(self, new_ids: torch.Tensor, all_logits: bool = False) -> torch.Tensor:
+        """Feed new_ids [k] (appended after the cached tokens) → logits [k, V] or, by default, [V] of the last one."""
+        ids = new_ids.view(1, -1)
+        if self.is_seq2seq:
+            out = self.model(
+                encoder_outputs=self._encoder_outputs,
+                decoder_input_ids=ids,
+                past_key_values=self._cache,
+                use_cache=True,
+            )
+            logits = out.logits[0]
+        else:
+            # logits_to_keep=1 skips the vocabulary projection for every position but the last:
+            # on a 49k vocabulary that projection is a large share of a prefill.
+            out = self.model(input_ids=ids, past_key_values=self._cache, use_cache=True,
+                             logits_to_keep=0 if all_logits else 1)
+            logits = out.logits[0]
+        self.length += ids.shape[1]
+        return logits if all_logits else logits[-1]
+
+    def truncate(self, length: int) -> None:
+        """Keep only the first `length` cached tokens."""
+        remove = self.length - length
+        if remove > 0:
+            self._cache.crop(-remove)
+            self.length = length

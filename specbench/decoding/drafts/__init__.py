@@ -1,0 +1,1 @@
+"""Draft kinds: one module each. `make_proposer` (specbench.models) picks one from a --draft spec."""

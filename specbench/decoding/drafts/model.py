@@ -1,0 +1,67 @@
+"""A neural draft model: a smaller transformers model sharing the target's vocabulary.
+
+It keeps its own KV cache across steps. Before each proposal it crops the cache to the part
+that still agrees with the sequence (the target may have rejected its last guesses), feeds
+what is new (1–2 tokens), then drafts autoregressively, sampling from exactly the processed
+law q it reports. Drafted ids stay on the device until the proposal is complete.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specbench.config import SamplingConfig
+from specbench.decoding.base import Proposal
+from specbench.decoding.cached_model import CachedModel
+from specbench.sampling import processed_probs, sample
+
+
+def common_prefix_length(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class ModelDraft:
+    """Proposer backed by a (small) language model with a KV cache."""
+
+    is_model = True
+
+    def __init__(self, model: torch.nn.Module, name: str, decoder_start_id: int | None = None):
+        self.lm = CachedModel(model)
+        self.name = name
+        self.decoder_start_id = decoder_start_id
+        self._cached: list[int] = []  # tokens whose keys/values are in the cache
+
+    def begin(self, prompt_ids: list[int]) -> None:
+        if self.lm.is_seq2seq:
+            self.lm.start(prompt_ids)
+            self._cached = []
+        else:
+            self.lm.start()
+            self.lm.forward(torch.tensor(prompt_ids, device=self.lm.device))
+            self._cached = list(prompt_ids)
+
+    def propose(
+        self, tokens: list[int], gamma: int, sampling: SamplingConfig, generator: torch.Generator | None
+    ) -> Proposal:
+        keep = min(common_prefix_length(self._cached, tokens), len(tokens) - 1)
+        self.lm.truncate(keep)
+        feed = torch.tensor(tokens[keep:], device=self.lm.device)
+        drafted, laws = [], []
+        for _ in range(gamma):
+            logits = self.lm.forward(feed)  # [V] at the newest position
+            if sampling.greedy:
+                tok = logits.argmax(-1)
+            else:
+                q = processed_probs(logits, sampling)
+                tok = sample(q, generator)
+                laws.append(q)
+            drafted.append(tok)
+            feed = tok.view(1)
+        ids = torch.stack(drafted)  # [γ]
+        # the last drafted token was never fed: the cache covers tokens + drafted[:-1]
+        self._cached = tokens + ids[:-1].tolist()
+        return Proposal(tokens=ids, q_probs=torch.stack(laws) if laws else None, forward_calls=gamma)

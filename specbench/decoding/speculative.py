@@ -1,0 +1,87 @@
+"""Speculative decoding (Leviathan, Kalman & Matias 2023, Algorithm 1) with KV-cache rollback.
+
+Invariant of the step loop: the target's cache covers every token but the newest (`cur`).
+A step drafts x_1..x_γ' from `cur`, runs the target once over [cur, x_1..x_γ'] to get
+p_1..p_γ'+1, verifies, then crops the target cache to [.., cur, x_1..x_n] and makes the
+correction/bonus token the new `cur`. γ' = min(γ, room − 1), so a step can never emit more
+than max_new_tokens; tokens after an EOS are dropped exactly as the baseline stops there.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specbench.config import SamplingConfig
+from specbench.decoding.autoregressive import clip_at_stop, prompt_split
+from specbench.decoding.base import DecodeResult, Proposer
+from specbench.decoding.cached_model import CachedModel
+from specbench.decoding.verify import verify_greedy, verify_sampling
+from specbench.sampling import next_token, processed_probs
+from specbench.timing import Clock
+
+
+def decode_speculative(
+    target: CachedModel,
+    proposer: Proposer,
+    prompt_ids: list[int],
+    *,
+    gamma: int,
+    max_new_tokens: int,
+    sampling: SamplingConfig,
+    generator: torch.Generator | None,
+    eos_ids: frozenset[int],
+    decoder_start_id: int | None = None,
+) -> DecodeResult:
+    clock = Clock(target.device)
+    t0 = clock.now()
+    encoder_ids, tokens = prompt_split(target, prompt_ids, decoder_start_id)
+    target.start(encoder_ids)
+    proposer.begin(prompt_ids)
+    logits = target.forward(torch.tensor(tokens, device=target.device))
+    first = int(next_token(logits, sampling, generator))
+    tokens.append(first)
+    out = [first]
+    t1 = clock.now()
+    res = DecodeResult(token_ids=out, stop_reason="length", prefill_s=t1 - t0, decode_s=0.0)
+    stopped = first in eos_ids
+    while not stopped and len(out) < max_new_tokens:
+        room = max_new_tokens - len(out)
+        g = min(gamma, room - 1)
+        ta = clock.now()
+        if g == 0:  # one token left: a plain target step, no draft
+            logits = target.forward(torch.tensor(tokens[-1:], device=target.device))
+            new = [int(next_token(logits, sampling, generator))]
+            res.target_calls += 1
+            res.verify_s += clock.now() - ta
+        else:
+            proposal = proposer.propose(tokens, g, sampling, generator)
+            g = proposal.tokens.shape[0]
+            tb = clock.now()
+            cached = target.length
+            step_ids = torch.cat([torch.tensor(tokens[-1:], device=target.device), proposal.tokens])
+            logits = target.forward(step_ids, all_logits=True)  # [g+1, V]
+            drafted = proposal.tokens.tolist()
+            if sampling.greedy:
+                verdict = verify_greedy(drafted, logits)
+            else:
+                verdict = verify_sampling(proposal.tokens, proposal.q_probs, processed_probs(logits, sampling), generator)
+            n = verdict.n_accepted
+            target.truncate(cached + 1 + n)
+            new = drafted[:n] + [verdict.next_token]
+            res.target_calls += 1
+            res.draft_calls += proposal.forward_calls
+            res.drafted += g
+            res.accepted += n
+            res.trials += min(n + 1, g)
+            if g:  # an empty proposal (no n-gram match) is a plain step, not a verified draft
+                res.accept_lengths.append(n)
+            res.expected_accept.extend(verdict.expected_accept)
+            tc = clock.now()
+            res.draft_s += tb - ta
+            res.verify_s += tc - tb
+        new, stopped = clip_at_stop(new, eos_ids, room)
+        out.extend(new)
+        tokens.extend(new)
+    res.decode_s = clock.now() - t1
+    res.stop_reason = "eos" if stopped else "length"
+    return res

@@ -1,0 +1,10 @@
+"""The one error type users see.
+
+Every bad input (a missing model, γ < 1, an unwritable folder, ...) is raised as a
+`SpecbenchError` whose message names the problem and the fix; the CLI maps it to one line
+on stderr and exit code 1, never a traceback.
+"""
+
+
+class SpecbenchError(Exception):
+    """A user-facing error: one line that names the problem and how to fix it."""

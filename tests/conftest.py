@@ -1,0 +1,47 @@
+"""Tiny randomly initialised models built from configs: exactness fixtures that need no download."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, T5Config, T5ForConditionalGeneration
+
+VOCAB = 512
+
+
+def tiny_llama(seed: int, vocab: int = VOCAB, layers: int = 2) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                      bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
+    return LlamaForCausalLM(cfg).eval()
+
+
+def tiny_gpt2(seed: int, vocab: int = VOCAB) -> GPT2LMHeadModel:
+    torch.manual_seed(seed)
+    cfg = GPT2Config(vocab_size=vocab, n_embd=32, n_layer=2, n_head=2, n_positions=512, bos_token_id=1, eos_token_id=2)
+    return GPT2LMHeadModel(cfg).eval()
+
+
+def tiny_t5(seed: int, vocab: int = VOCAB) -> T5ForConditionalGeneration:
+    torch.manual_seed(seed)
+    cfg = T5Config(vocab_size=vocab, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4,
+                   decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
+    return T5ForConditionalGeneration(cfg).eval()
+
+
+def sharpen(model: torch.nn.Module, factor: float = 20.0) -> torch.nn.Module:
+    """Scale the output layer so a random model's next-token laws are peaked like a trained one's."""
+    with torch.no_grad():
+        model.get_output_embeddings().weight.mul_(factor)
+    return model
+
+
+@pytest.fixture(scope="session")
+def llama_pair():
+    return tiny_llama(0), tiny_llama(1)
+
+
+@pytest.fixture(scope="session")
+def t5_pair():
+    return tiny_t5(0), tiny_t5(1)
