@@ -1,0 +1,234 @@
+"""The `specbench` command line: thin Typer commands over the runner, sweep, report and verify.
+
+No logic lives here: each command validates its options into a config, calls one library
+function, and renders the result. Every `SpecbenchError` becomes one line on stderr and
+exit code 1.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from specbench.config import RunConfig, SamplingConfig
+from specbench.errors import SpecbenchError
+from specbench.models import DEFAULT_DRAFT, DEFAULT_TARGET
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  help="Benchmark and verify speculative decoding (Leviathan et al., ICML 2023).")
+list_app = typer.Typer(no_args_is_help=True, help="List models, drafts and tasks.")
+data_app = typer.Typer(no_args_is_help=True, help="Offline data for the built-in tasks.")
+app.add_typer(list_app, name="list")
+app.add_typer(data_app, name="data")
+
+console = Console(stderr=True)
+out = Console()
+
+DEFAULT_TASK = "ding-de-en"
+
+# Shared option aliases: one definition per option, reused by run, sweep and verify.
+Target = Annotated[str, typer.Option("--target", help="Target model: preset, hub id, local dir or .gguf file.")]
+Draft = Annotated[str, typer.Option("--draft", help="Draft: model spec as for --target, or prompt-lookup.")]
+Gamma = Annotated[int, typer.Option("--gamma", help="Draft tokens proposed per target pass (γ >= 1).")]
+Temperature = Annotated[float, typer.Option("--temperature", help="0 = greedy; > 0 samples.")]
+TopK = Annotated[int, typer.Option("--top-k", help="Keep the k most likely tokens (0 = off).")]
+TopP = Annotated[float, typer.Option("--top-p", help="Nucleus mass in (0, 1] (1 = off).")]
+Task = Annotated[str, typer.Option("--task", help="Task name (see `specbench list tasks`) or a JSONL file of {\"prompt\": ...}.")]
+Limit = Annotated[int, typer.Option("--limit", help="Number of examples.")]
+Seed = Annotated[int, typer.Option("--seed", help="Seed for example choice and sampling.")]
+MaxNew = Annotated[Optional[int], typer.Option("--max-new-tokens", help="Tokens to generate (default: the task's).")]
+Device = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or mps.")]
+Dtype = Annotated[str, typer.Option("--dtype", help="float32, bfloat16 or float16.")]
+ResultsDir = Annotated[Path, typer.Option("--results-dir", help="Where run folders are written.")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print the summary as JSON (for machines).")]
+TrustRemote = Annotated[bool, typer.Option("--trust-remote-code", help="Allow model repos to run their own code.")]
+
+
+def handles_errors(fn):
+    """Map SpecbenchError to one line on stderr and exit 1; Ctrl-C to a resume hint and exit 130."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except SpecbenchError as exc:
+            console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(1)
+        except KeyboardInterrupt:
+            console.print("interrupted: everything measured so far is saved; rerun the same command to resume")
+            raise typer.Exit(130)
+
+    return wrapper
+
+
+def progress_bar() -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+                    TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False)
+
+
+def fmt(value, digits: int = 3) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def summary_table(summary: dict) -> Table:
+    table = Table(title=f"{summary['run_id']}  ({summary['n_examples']} examples)", show_header=True)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_column("meaning")
+    rows = [
+        ("alpha", "α empirical: accepted / acceptance trials"),
+        ("alpha_expected", "α expected: mean Σ min(p, q) over verified positions"),
+        ("tokens_per_target_call", "decode tokens per target pass"),
+        ("c", "draft cost per token / target cost per token"),
+        ("verify_cost", "target pass over γ+1 tokens / one-token pass"),
+        ("speedup", "walltime: baseline s / speculative s"),
+        ("predicted_speedup", "paper's Thm 3.8 from measured α, c"),
+        ("predicted_speedup_extended", "with the measured verify cost"),
+        ("baseline_tokens_per_s", "baseline throughput"),
+        ("speculative_tokens_per_s", "speculative throughput"),
+        ("greedy_identity", "share of examples token-identical to the baseline (T = 0)"),
+    ]
+    for key, meaning in rows:
+        table.add_row(key, fmt(summary.get(key)), meaning)
+    q = summary.get("quality")
+    if q:
+        for key, value in q["baseline"].items():
+            if isinstance(value, float):
+                table.add_row(f"{key} (base / spec)", f"{value:.2f} / {q['speculative'][key]:.2f}", q["metric"])
+    return table
+
+
+@app.command()
+@handles_errors
+def run(
+    target: Target = DEFAULT_TARGET,
+    draft: Draft = DEFAULT_DRAFT,
+    gamma: Gamma = 3,
+    temperature: Temperature = 0.0,
+    top_k: TopK = 0,
+    top_p: TopP = 1.0,
+    task: Task = DEFAULT_TASK,
+    limit: Limit = 8,
+    seed: Seed = 0,
+    max_new_tokens: MaxNew = None,
+    device: Device = "auto",
+    dtype: Dtype = "float32",
+    engine: Annotated[str, typer.Option("--engine", help="specbench (ours) or hf-assisted (HF assisted generation).")] = "specbench",
+    results_dir: ResultsDir = Path("results"),
+    run_id: Annotated[Optional[str], typer.Option("--run-id", help="Run folder name (default: derived from the config; a rerun resumes it).")] = None,
+    as_json: AsJson = False,
+    trust_remote_code: TrustRemote = False,
+):
+    """Run one configuration on a task: baseline and speculative decoding side by side.
+
+    Example: specbench run --task aclsum --draft prompt-lookup --gamma 3 --limit 8
+    """
+    from specbench.runner import execute_run
+
+    config = RunConfig(target=target, draft=draft, task=task, gamma=gamma,
+                       sampling=SamplingConfig(temperature, top_k, top_p), limit=limit, seed=seed,
+                       max_new_tokens=max_new_tokens, device=device, dtype=dtype, engine=engine,
+                       trust_remote_code=trust_remote_code).validate()
+    quiet_transformers()
+    with progress_bar() as bar:
+        job = bar.add_task("examples", total=None, info="loading models")
+
+        def on_start(total: int, done: int) -> None:
+            bar.update(job, total=total, completed=done, info=f"resumed {done}" if done else "")
+
+        def on_example(record: dict) -> None:
+            s = record["speculative"]
+            bar.update(job, advance=1, info=f"accepted {s['accepted']}/{s['drafted']}")
+
+        outcome = execute_run(config, results_dir, run_id=run_id, on_start=on_start, on_example=on_example)
+    if as_json:
+        out.print_json(json.dumps(outcome.summary))
+    else:
+        out.print(summary_table(outcome.summary))
+        out.print(f"results: {outcome.files.root}")
+
+
+@list_app.command("models")
+@handles_errors
+def list_models():
+    """Model presets: what exists, whether installed, size and licence."""
+    from specbench.models import model_rows
+
+    rows_table(model_rows(), "models")
+
+
+@list_app.command("drafts")
+@handles_errors
+def list_drafts():
+    """Draft kinds usable with --draft."""
+    from specbench.models import draft_rows
+
+    rows_table(draft_rows(), "drafts")
+
+
+@list_app.command("tasks")
+@handles_errors
+def list_tasks_cmd():
+    """Tasks: source, size, offline availability, metric."""
+    from specbench.tasks import list_tasks
+
+    rows_table(list_tasks(), "tasks")
+
+
+def rows_table(rows: list[dict], title: str) -> None:
+    table = Table(title=title)
+    for col in (rows[0].keys() if rows else []):
+        table.add_column(str(col))
+    for row in rows:
+        table.add_row(*(fmt(v) for v in row.values()))
+    out.print(table)
+
+
+@data_app.command("fetch")
+@handles_errors
+def data_fetch():
+    """Fetch the offline task data (Debian trans-de-en, PyPI aclsum) into the cache."""
+    from specbench.data import fetch_offline_data
+
+    for line in fetch_offline_data(out.print):
+        out.print(line)
+
+
+@app.command()
+@handles_errors
+def setup(target: Target = DEFAULT_TARGET):
+    """Prepare a model preset (convert its GGUF to a safetensors cache) and the offline data."""
+    from specbench.data import fetch_offline_data
+    from specbench.models import resolve_source
+
+    quiet_transformers()
+    out.print(f"model {target}: {resolve_source(target)}")
+    for line in fetch_offline_data(out.print):
+        out.print(line)
+
+
+def quiet_transformers() -> None:
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""Every ratio specbench reports, derived from raw counts in one documented place.
+
+Records store counts and seconds only (specbench.results); this module turns a list of
+example records into the summary. A ratio whose denominator is zero is NaN (written as
+null in JSON), never 0 or an exception.
+
+Definitions (sums run over all examples of a run):
+  alpha                 Σ accepted / Σ trials — MLE of the per-token acceptance probability;
+                        a step with n accepted of γ' drafted is min(n+1, γ') Bernoulli trials
+  alpha_expected        mean of Σ_x min(p(x), q(x)) over verified positions (the paper's β, averaged)
+  acceptance_rate       Σ accepted / Σ drafted (what vLLM calls draft acceptance rate)
+  tokens_per_target_call  decode tokens / target calls (the first token comes from prefill)
+  c                     draft seconds per drafted token / baseline seconds per decoded token
+  verify_cost           seconds per target verification pass / baseline seconds per decoded token
+                        (how much a pass over γ+1 tokens costs relative to one token)
+  speedup               Σ baseline seconds / Σ speculative seconds (prefill + decode): walltime
+  decode_speedup        the same over decode time only
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import mean
+
+NAN = float("nan")
+
+
+def ratio(num: float, den: float) -> float:
+    return num / den if den else NAN
+
+
+def _total(records: list[dict], engine: str, key: str) -> float:
+    return sum(r[engine][key] for r in records)
+
+
+def engine_totals(records: list[dict], engine: str) -> dict:
+    """Summed raw counts of one engine over the records."""
+    keys = ("n_tokens", "prefill_s", "decode_s", "target_calls", "draft_calls", "drafted", "accepted",
+            "trials", "draft_s", "verify_s")
+    return {k: _total(records, engine, k) for k in keys}
+
+
+def summarize(records: list[dict], gamma: int, greedy: bool) -> dict:
+    """Records of one run → the summary's metrics (see the module docstring)."""
+    if not records:
+        return {"n_examples": 0}
+    base = engine_totals(records, "baseline")
+    spec = engine_totals(records, "speculative")
+    n = len(records)
+    base_time = base["prefill_s"] + base["decode_s"]
+    spec_time = spec["prefill_s"] + spec["decode_s"]
+    base_decode_tokens = base["n_tokens"] - n  # the first token of each example comes from prefill
+    spec_decode_tokens = spec["n_tokens"] - n
+    t_token = ratio(base["decode_s"], base_decode_tokens)  # baseline seconds per decoded token
+    expected = [x for r in records for x in r["speculative"]["expected_accept"]]
+    lengths = [x for r in records for x in r["speculative"]["accept_lengths"]]
+    steps_with_draft = len(lengths)
+    out = {
+        "n_examples": n,
+        "alpha": ratio(spec["accepted"], spec["trials"]),
+        "alpha_expected": mean(expected) if expected else NAN,
+        "acceptance_rate": ratio(spec["accepted"], spec["drafted"]),
+        "mean_accepted_length": mean(lengths) if lengths else NAN,
+        "tokens_per_target_call": ratio(spec_decode_tokens, spec["target_calls"]),
+        "c": ratio(ratio(spec["draft_s"], spec["drafted"]), t_token),
+        "verify_cost": ratio(ratio(spec["verify_s"], spec["target_calls"]), t_token),
+        "draft_calls_per_step": ratio(spec["draft_calls"], steps_with_draft),
+        "speedup": ratio(base_time, spec_time),
+        "decode_speedup": ratio(base["decode_s"], spec["decode_s"]),
+        "baseline_tokens_per_s": ratio(base["n_tokens"], base_time),
+        "speculative_tokens_per_s": ratio(spec["n_tokens"], spec_time),
+        "baseline_ttft_s": ratio(base["prefill_s"], n),
+        "speculative_ttft_s": ratio(spec["prefill_s"], n),
+        "baseline_s": base_time,
+        "speculative_s": spec_time,
+        "draft_s": spec["draft_s"],
+        "verify_s": spec["verify_s"],
+        "overhead_s": spec["decode_s"] - spec["draft_s"] - spec["verify_s"],
+        "baseline_tokens": base["n_tokens"],
+        "speculative_tokens": spec["n_tokens"],
+        "drafted": spec["drafted"],
+        "accepted": spec["accepted"],
+        "target_calls": spec["target_calls"],
+        "accepted_length_histogram": [lengths.count(k) for k in range(gamma + 1)],
+        "identical_rate": mean(1.0 if r["identical"] else 0.0 for r in records),
+        "greedy_identity": (mean(1.0 if r["identical"] else 0.0 for r in records) if greedy else None),
+        "first_divergences": [r["first_divergence"] for r in records if r["first_divergence"] is not None],
+    }
+    out.update(predictions(out["alpha"], gamma, out["c"], out["verify_cost"]))
+    return out
+
+
+def predictions(alpha: float, gamma: int, c: float, verify_cost: float) -> dict:
+    """The paper's predicted speedup from measured α and c, and our extended model with the measured verify cost."""
+    from specbench import theory
+
+    if any(math.isnan(x) for x in (alpha, c, verify_cost)):
+        return {"predicted_tokens_per_call": NAN, "predicted_speedup": NAN, "predicted_speedup_extended": NAN}
+    return {
+        "predicted_tokens_per_call": theory.expected_tokens_per_step(alpha, gamma),
+        "predicted_speedup": theory.walltime_factor(alpha, gamma, c),
+        "predicted_speedup_extended": theory.walltime_factor_extended(alpha, gamma, c, verify_cost),
+    }
+
+
+def first_divergence(a: list[int], b: list[int]) -> int | None:
+    """Index of the first position where two token lists differ (a length difference counts), None if equal."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def json_safe(obj):
+    """NaN/inf → None recursively, so summary.json is strict JSON."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [json_safe(v) for v in obj]
+    return obj
