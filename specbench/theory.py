@@ -1,0 +1,155 @@
+"""The paper's speed formulas, and a cost model for hardware where verification is not free.
+
+Leviathan, Kalman & Matias (ICML 2023) predict speculative decoding's gain from three numbers:
+α, the expected acceptance rate E[Σ_x min(p(x), q(x))]; γ, the drafts per step; and c, the
+cost of one draft step over one target step. Reports compare measured speedups with these
+predictions, so the formulas live here once, as pure functions. α-taking functions accept a
+float or a numpy array (elementwise); the rest are scalar.
+
+The paper assumes a target pass over γ+1 tokens costs the same as over one. On our CPUs it
+does not (4 tokens cost 1.55× one), so the `*_extended` functions take that measured cost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import NamedTuple, TypeVar
+
+import numpy as np
+
+from specbench.errors import SpecbenchError
+
+A = TypeVar("A", float, np.ndarray)  # a float in gives a float out, an array an array
+VerifyCost = float | Callable[[int], float] | Mapping[int, float]
+
+
+class Optimum(NamedTuple):
+    """The best draft length on a grid and the walltime factor it achieves."""
+
+    gamma: int  # γ ≥ 1 with the largest factor (smallest γ on ties)
+    factor: float  # walltime improvement at that γ; < 1 means "do not speculate"
+
+
+def _check_alpha(alpha: A) -> np.ndarray:
+    a = np.asarray(alpha, dtype=float)
+    if not np.all((a >= 0.0) & (a <= 1.0)):
+        raise SpecbenchError(f"acceptance rate α must be in [0, 1] (got {alpha})")
+    return a
+
+
+def _check_gamma(gamma: int, low: int = 0) -> None:
+    if int(gamma) != gamma or gamma < low:
+        raise SpecbenchError(f"γ must be an integer >= {low} (got {gamma})")
+
+
+def _out(x: np.ndarray, like: A) -> A:
+    return x if isinstance(like, np.ndarray) else float(x)  # type: ignore[return-value]
+
+
+def expected_tokens_per_step(alpha: A, gamma: int) -> A:
+    """Eq. (1): E[tokens emitted per step] = (1 − α^(γ+1)) / (1 − α) = Σ_{i=0..γ} α^i.
+
+    Exact at α = 1 (γ + 1 tokens) and accurate near it: 1 − α^(γ+1) is computed as
+    −expm1((γ+1)·ln α), which keeps its relative precision, and 1 − α is exact for α ≥ 0.5
+    (Sterbenz), so the ratio avoids the cancellation of the naive form.
+    """
+    a = _check_alpha(alpha)
+    _check_gamma(gamma)
+    with np.errstate(divide="ignore", invalid="ignore"):  # ln 0 = −inf is fine: expm1(−inf) = −1
+        ratio = -np.expm1((gamma + 1) * np.log(a)) / (1.0 - a)
+    return _out(np.where(a == 1.0, gamma + 1.0, ratio), alpha)
+
+
+def walltime_factor(alpha: A, gamma: int, c: float) -> A:
+    """Theorem 3.8: expected walltime speedup (1 − α^(γ+1)) / ((1 − α)(γc + 1)).
+
+    A step costs γ draft passes (γc target-pass units) plus one target pass, and yields
+    E[tokens] where plain decoding yields one token per target pass.
+    """
+    return walltime_factor_extended(alpha, gamma, c, 1.0)
+
+
+def optimal_gamma(alpha: float, c: float, max_gamma: int = 64) -> Optimum:
+    """The integer γ in [1, max_gamma] maximising Theorem 3.8's walltime factor."""
+    return optimal_gamma_extended(alpha, c, 1.0, max_gamma)
+
+
+def arithmetic_ops_factor(alpha: A, gamma: int, c_hat: float) -> A:
+    """Theorem 3.11: expected factor of increase in arithmetic operations,
+    (1 − α)(γĉ + γ + 1) / (1 − α^(γ+1)), with ĉ = draft/target operations per token.
+
+    Each step spends γĉ + γ + 1 target-token units of work (γ drafts, γ+1 verified positions)
+    for E[tokens] emitted; the factor is ≥ 1 because E[tokens] ≤ γ + 1.
+    """
+    if c_hat < 0:
+        raise SpecbenchError(f"ĉ must be >= 0 (got {c_hat})")
+    work = gamma * c_hat + gamma + 1.0
+    return _out(work / np.asarray(expected_tokens_per_step(alpha, gamma)), alpha)
+
+
+def linear_verify_cost(extra_per_token: float) -> Callable[[int], float]:
+    """A verify cost 1 + extra_per_token·γ: e.g. 4 tokens at 1.55× one gives 0.55/3 per token."""
+    return lambda gamma: 1.0 + extra_per_token * gamma
+
+
+def verify_cost_at(verify_cost: VerifyCost, gamma: int) -> float:
+    """The cost of one target pass over γ+1 tokens, in single-token target passes."""
+    if isinstance(verify_cost, Mapping):
+        if gamma not in verify_cost:
+            raise SpecbenchError(f"no measured verify cost for γ = {gamma}; measure it or pass a function")
+        cost = float(verify_cost[gamma])
+    else:
+        cost = float(verify_cost(gamma) if callable(verify_cost) else verify_cost)
+    if not cost > 0.0:
+        raise SpecbenchError(f"verify cost must be > 0 (got {cost} at γ = {gamma})")
+    return cost
+
+
+def walltime_factor_extended(alpha: A, gamma: int, c: float, verify_cost: VerifyCost) -> A:
+    """Walltime speedup when the verifying pass over γ+1 tokens costs `verify_cost` ≥ 1:
+    E[tokens per step] / (γc + verify_cost). verify_cost = 1 is Theorem 3.8.
+
+    verify_cost is a number, a function γ → cost, or a mapping of measured costs per γ.
+    """
+    if c < 0:
+        raise SpecbenchError(f"draft cost ratio c must be >= 0 (got {c})")
+    step_cost = gamma * c + verify_cost_at(verify_cost, gamma)
+    return _out(np.asarray(expected_tokens_per_step(alpha, gamma)) / step_cost, alpha)
+
+
+def optimal_gamma_extended(alpha: float, c: float, verify_cost: VerifyCost, max_gamma: int = 64) -> Optimum:
+    """The integer γ maximising the extended walltime factor, searched over 1..max_gamma
+    (only the measured γ when verify_cost is a mapping)."""
+    _check_gamma(max_gamma, low=1)
+    grid = range(1, max_gamma + 1)
+    if isinstance(verify_cost, Mapping):
+        grid = [g for g in grid if g in verify_cost]  # type: ignore[assignment]
+        if not grid:
+            raise SpecbenchError(f"verify costs cover no γ in [1, {max_gamma}]")
+    factors = [walltime_factor_extended(float(alpha), g, c, verify_cost) for g in grid]
+    best = int(np.argmax(factors))  # first maximum: the smallest γ on ties
+    return Optimum(gamma=list(grid)[best], factor=factors[best])
+
+
+def accepted_length_law(alpha: float, gamma: int) -> list[float]:
+    """P(n drafts accepted), n = 0..γ, when each draft is accepted independently with prob. α:
+    (1 − α)·α^n for n < γ (n accepts, then a rejection) and α^γ for n = γ (all accepted).
+    Its mean is Σ_{n=1..γ} α^n = expected_tokens_per_step − 1."""
+    a = float(_check_alpha(alpha))
+    _check_gamma(gamma)
+    return [(1.0 - a) * a**n for n in range(gamma)] + [a**gamma]
+
+
+def alpha_from_tokens_per_step(mean_tokens: float, gamma: int, tol: float = 1e-12) -> float:
+    """Invert Eq. (1) by bisection: the α whose expected tokens per step equal mean_tokens.
+
+    Eq. (1) is strictly increasing in α on [0, 1], from 1 to γ + 1, so the root is unique.
+    """
+    _check_gamma(gamma, low=1)
+    if not 1.0 <= mean_tokens <= gamma + 1.0:
+        raise SpecbenchError(f"mean tokens per step must be in [1, γ+1] = [1, {gamma + 1}] (got {mean_tokens})")
+    lo, hi = 0.0, 1.0
+    while hi - lo > tol:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if expected_tokens_per_step(mid, gamma) < mean_tokens else (lo, mid)
+    return 0.5 * (lo + hi)
