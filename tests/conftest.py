@@ -19,7 +19,8 @@ def tiny_llama(seed: int, vocab: int = VOCAB, layers: int = 2) -> LlamaForCausal
 
 def tiny_gpt2(seed: int, vocab: int = VOCAB) -> GPT2LMHeadModel:
     torch.manual_seed(seed)
-    cfg = GPT2Config(vocab_size=vocab, n_embd=32, n_layer=2, n_head=2, n_positions=512, bos_token_id=1, eos_token_id=2)
+    cfg = GPT2Config(vocab_size=vocab, n_embd=32, n_layer=2, n_head=2, n_positions=512, bos_token_id=1, eos_token_id=2,
+                     tie_word_embeddings=False)  # tied embeddings make a random GPT-2 repeat one token
     return GPT2LMHeadModel(cfg).eval()
 
 
@@ -27,7 +28,11 @@ def tiny_t5(seed: int, vocab: int = VOCAB) -> T5ForConditionalGeneration:
     torch.manual_seed(seed)
     cfg = T5Config(vocab_size=vocab, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4,
                    decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
-    return T5ForConditionalGeneration(cfg).eval()
+    model = T5ForConditionalGeneration(cfg).eval()
+    with torch.no_grad():  # T5's default init collapses a random model onto one repeated token
+        for param in model.parameters():
+            param.normal_(0.0, 1.0)
+    return model
 
 
 def sharpen(model: torch.nn.Module, factor: float = 20.0) -> torch.nn.Module:

