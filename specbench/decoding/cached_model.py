@@ -8,6 +8,8 @@ cache (`DynamicCache.crop(-n)`), so a prefix is never re-encoded after a rejecti
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from transformers import DynamicCache, EncoderDecoderCache
 
@@ -22,6 +24,10 @@ class CachedModel:
         self._cache = None
         self._encoder_outputs = None
         self.length = 0
+        params = inspect.signature(model.forward).parameters
+        # transformers 5 renamed past_key_values to cache; accept either generation of the API
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._can_trim_logits = "logits_to_keep" in params
 
     def start(self, encoder_ids: list[int] | None = None) -> None:
         """Forget the last example; for seq2seq, run the encoder once over `encoder_ids`."""
@@ -38,19 +44,16 @@ class CachedModel:
         """Feed new_ids [k] (appended after the cached tokens) → logits [k, V] or, by default, [V] of the last one."""
         ids = new_ids.view(1, -1)
         if self.is_seq2seq:
-            out = self.model(
-                encoder_outputs=self._encoder_outputs,
-                decoder_input_ids=ids,
-                past_key_values=self._cache,
-                use_cache=True,
-            )
-            logits = out.logits[0]
+            out = self.model(encoder_outputs=self._encoder_outputs, decoder_input_ids=ids,
+                             use_cache=True, **{self._cache_kw: self._cache})
         else:
-            # logits_to_keep=1 skips the vocabulary projection for every position but the last:
-            # on a 49k vocabulary that projection is a large share of a prefill.
-            out = self.model(input_ids=ids, past_key_values=self._cache, use_cache=True,
-                             logits_to_keep=0 if all_logits else 1)
-            logits = out.logits[0]
+            extra = {}
+            if self._can_trim_logits and not all_logits:
+                # skip the vocabulary projection for every position but the last:
+                # on a 49k vocabulary that projection is a large share of a prefill
+                extra["logits_to_keep"] = 1
+            out = self.model(input_ids=ids, use_cache=True, **{self._cache_kw: self._cache}, **extra)
+        logits = out.logits[0]
         self.length += ids.shape[1]
         return logits if all_logits else logits[-1]
 
