@@ -1,0 +1,305 @@
+"""Tasks are data: a YAML file in tasks/ (or a JSONL of prompts) validated into a `TaskSpec`.
+
+A task says where rows come from (`data.py` loads them), which row fields fill which
+template variables, whether to wrap the prompt in the model's chat template, the reference
+field and the quality metric. This module validates that once, picks a seeded,
+deterministic sample of `Example`s and hashes them, so two runs can prove they measured the
+same prompts. The runner gets finished prompt strings and never sees task files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import string
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from specbench import data
+from specbench.errors import SpecbenchError
+
+TASKS_DIR = Path(__file__).parent.parent / "tasks"
+METRICS = ("bleu", "rouge")
+TASK_KEYS = ("name", "description", "source", "fields", "template", "chat_template", "reference", "metric",
+             "max_new_tokens", "max_examples")
+REQUIRED_KEYS = ("source", "template")
+JSONL_MAX_NEW_TOKENS = 64
+
+
+@dataclass(frozen=True)
+class Example:
+    """One prompt to decode, as the runner receives it."""
+
+    id: str  # stable id within the source: the row's 'id' field, else its index
+    prompt: str  # the rendered prompt text (template applied, chat template NOT yet applied)
+    reference: str | None  # the reference output, when the task has one
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A validated task; build it with `load_task`."""
+
+    name: str
+    description: str
+    source: dict  # validated by data.validate_source: {'type': hub|jsonl|offline, ...}
+    fields: dict[str, str]  # template variable → data field (dotted path for nested rows: 'translation.de')
+    template: str  # str.format template whose {variables} are exactly the keys of `fields`
+    chat_template: bool  # wrap the prompt with the tokenizer's chat template when it has one
+    reference: str | None  # data field holding the reference output (dotted path allowed)
+    metric: str | None  # 'bleu', 'rouge', or None for speed-only tasks
+    max_new_tokens: int  # default generation budget for this task
+    max_examples: int | None = None  # cap on examples drawn from this task, whatever --limit asks
+    path: str | None = None  # the file the task was read from
+    variables: tuple[str, ...] = field(default=(), repr=False)  # template variables, in order
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d.pop("variables")
+        return d
+
+
+# --------------------------------------------------------------------------- loading specs
+
+
+def load_task(name_or_path: str) -> TaskSpec:
+    """A task by name (tasks/<name>.yaml), a path to a .yaml task, or a path to a .jsonl of prompts."""
+    path = Path(name_or_path).expanduser()
+    if path.suffix == ".jsonl":
+        return _jsonl_task(path)
+    if path.suffix in (".yaml", ".yml"):
+        if not path.is_file():
+            raise SpecbenchError(f"task file {path} does not exist; check the path")
+        return _yaml_task(path)
+    named = TASKS_DIR / f"{name_or_path}.yaml"
+    if "/" not in name_or_path and named.is_file():
+        return _yaml_task(named)
+    known = ", ".join(_task_names()) or "none"
+    raise SpecbenchError(f"unknown task {name_or_path!r}; use one of {known}, a .yaml task file or a .jsonl of prompts")
+
+
+def _task_names() -> list[str]:
+    return sorted(p.stem for p in TASKS_DIR.glob("*.yaml"))
+
+
+def _yaml_task(path: Path) -> TaskSpec:
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise SpecbenchError(f"{path}: not valid YAML ({str(e).splitlines()[0]}); fix the syntax") from None
+    spec = parse_task(raw, where=str(path), default_name=path.stem, base_dir=path.parent)
+    return dataclasses.replace(spec, path=str(path))
+
+
+def parse_task(raw: object, where: str, default_name: str, base_dir: Path | None = None) -> TaskSpec:
+    """Validate a task mapping (as read from YAML) into a TaskSpec; relative paths resolve against base_dir."""
+    if not isinstance(raw, dict):
+        raise SpecbenchError(f"{where}: a task file must be a mapping of keys ({', '.join(TASK_KEYS)})")
+    unknown = sorted(set(raw) - set(TASK_KEYS))
+    if unknown:
+        raise SpecbenchError(f"{where}: unknown key(s) {', '.join(map(str, unknown))}; allowed keys: {', '.join(TASK_KEYS)}")
+    missing = [k for k in REQUIRED_KEYS if k not in raw]
+    if missing:
+        raise SpecbenchError(f"{where}: missing required key(s) {', '.join(missing)}")
+
+    name = raw.get("name", default_name)
+    _check_str(name, "name", where, allow_empty=False)
+    description = raw.get("description", "")
+    _check_str(description, "description", where)
+    source = data.validate_source(raw["source"], where, base_dir)
+
+    template = raw["template"]
+    _check_str(template, "template", where, allow_empty=False)
+    variables = template_variables(template, where)
+    fields = raw.get("fields") or {}
+    if not isinstance(fields, dict) or not all(isinstance(k, str) and isinstance(v, str) and v for k, v in fields.items()):
+        raise SpecbenchError(f"{where}: 'fields' must map template variables to data field names (strings)")
+    for var in variables:
+        if var not in fields:
+            raise SpecbenchError(f"{where}: template variable {{{var}}} is not in fields ({', '.join(fields) or 'none'}); "
+                                 f"add '{var}: <data field>' under fields")
+    for var in fields:
+        if var not in variables:
+            raise SpecbenchError(f"{where}: fields maps {var!r} but the template never uses {{{var}}}; remove it or use it")
+
+    chat_template = raw.get("chat_template", True)
+    if not isinstance(chat_template, bool):
+        raise SpecbenchError(f"{where}: 'chat_template' must be true or false (got {chat_template!r})")
+    reference = raw.get("reference")
+    if reference is not None:
+        _check_str(reference, "reference", where, allow_empty=False)
+
+    metric = raw.get("metric")
+    metric = None if metric in (None, "none") else metric
+    if metric is not None and metric not in METRICS:
+        raise SpecbenchError(f"{where}: unknown metric {metric!r}; use one of {', '.join(METRICS)} or none")
+    if metric is not None and reference is None:
+        raise SpecbenchError(f"{where}: metric {metric} needs a 'reference' data field; add one or set metric: none")
+
+    max_new_tokens = raw.get("max_new_tokens", JSONL_MAX_NEW_TOKENS)
+    _check_positive_int(max_new_tokens, "max_new_tokens", where)
+    max_examples = raw.get("max_examples")
+    if max_examples is not None:
+        _check_positive_int(max_examples, "max_examples", where)
+
+    return TaskSpec(name=name, description=description, source=source, fields=dict(fields), template=template,
+                    chat_template=chat_template, reference=reference, metric=metric, max_new_tokens=max_new_tokens,
+                    max_examples=max_examples, path=None, variables=variables)
+
+
+def _check_str(value: object, key: str, where: str, allow_empty: bool = True) -> None:
+    if not isinstance(value, str) or (not allow_empty and not value.strip()):
+        raise SpecbenchError(f"{where}: '{key}' must be a {'non-empty ' if not allow_empty else ''}string (got {value!r})")
+
+
+def _check_positive_int(value: object, key: str, where: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SpecbenchError(f"{where}: '{key}' must be an integer >= 1 (got {value!r})")
+
+
+def template_variables(template: str, where: str = "template") -> tuple[str, ...]:
+    """Named {variables} of a str.format template; positional, dotted or indexed ones are refused."""
+    names: list[str] = []
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as e:
+        raise SpecbenchError(f"{where}: template is not a valid format string ({e}); write literal braces as {{{{ }}}}") from None
+    for _, var, _, _ in parsed:
+        if var is None:
+            continue
+        if not var.isidentifier():
+            raise SpecbenchError(f"{where}: template placeholder {{{var}}} must be a plain name; "
+                                 f"map nested data under fields (e.g. src: translation.de) and write {{src}}")
+        if var not in names:
+            names.append(var)
+    return tuple(names)
+
+
+def _jsonl_task(path: Path) -> TaskSpec:
+    """A task from a JSONL of {"prompt": ..., optional "reference": ...}: no template, no metric."""
+    rows = data.read_jsonl(path)
+    if not rows:
+        raise SpecbenchError(f"{path}: no prompts; write one {{\"prompt\": ...}} object per line")
+    for n, row in enumerate(rows, start=1):
+        if "prompt" not in row:
+            raise SpecbenchError(f"{path}: line {n} has no 'prompt' key (keys: {', '.join(row) or 'none'})")
+    with_ref = [("reference" in row) for row in rows]
+    if any(with_ref) and not all(with_ref):
+        raise SpecbenchError(f"{path}: line {with_ref.index(False) + 1} has no 'reference' while others do; "
+                             f"give every line a reference or none")
+    return TaskSpec(name=path.stem, description=f"prompts from {path}",
+                    source={"type": "jsonl", "path": str(path.resolve())}, fields={"prompt": "prompt"},
+                    template="{prompt}", chat_template=True, reference="reference" if all(with_ref) else None,
+                    metric=None, max_new_tokens=JSONL_MAX_NEW_TOKENS, path=str(path), variables=("prompt",))
+
+
+# --------------------------------------------------------------------------- examples
+
+
+def select_examples(spec: TaskSpec, limit: int, seed: int) -> list[Example]:
+    """A seeded sample of min(limit, max_examples, size) examples, identical on every machine.
+
+    Rows are ordered by sha256(seed, row index), so the choice does not depend on Python's
+    RNG and a smaller limit gives a prefix of a larger one's sample.
+    """
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise SpecbenchError(f"limit must be an integer >= 1 (got {limit!r})")
+    rows = data.load_rows(spec.source)
+    n = len(rows)
+    if n == 0:
+        raise SpecbenchError(f"task {spec.name}: its source has no rows; check the source")
+    check_fields(spec, rows[0])
+    k = min(limit, n, spec.max_examples or n)
+    order = sorted(range(n), key=lambda i: hashlib.sha256(f"{seed}:{i}".encode()).digest())
+    return [make_example(spec, rows[i], i) for i in order[:k]]
+
+
+def check_fields(spec: TaskSpec, row: dict) -> None:
+    """Fail early when a mapped field (or the reference) is absent from the data."""
+    for data_field in [*spec.fields.values(), *([spec.reference] if spec.reference else [])]:
+        get_field(row, data_field, spec.name)
+
+
+def make_example(spec: TaskSpec, row: dict, index: int) -> Example:
+    """Render one row: fill the template from the mapped fields and read the reference."""
+    ex_id = str(row["id"]) if isinstance(row.get("id"), (str, int)) and not isinstance(row.get("id"), bool) else str(index)
+    values = {}
+    for var, data_field in spec.fields.items():
+        value = _as_text(get_field(row, data_field, spec.name), data_field, spec.name, ex_id)
+        if not value.strip():
+            raise SpecbenchError(f"task {spec.name}: field '{data_field}' of example {ex_id} is empty; "
+                                 f"remove that row from the source")
+        values[var] = value
+    prompt = spec.template.format(**values)
+    if not prompt.strip():
+        raise SpecbenchError(f"task {spec.name}: example {ex_id} renders an empty prompt; fix the template or the data")
+    reference = None
+    if spec.reference:
+        reference = _as_text(get_field(row, spec.reference, spec.name), spec.reference, spec.name, ex_id)
+        if spec.metric and not reference.strip():
+            raise SpecbenchError(f"task {spec.name}: reference of example {ex_id} is empty; "
+                                 f"remove that row or set metric: none")
+    return Example(id=ex_id, prompt=prompt, reference=reference)
+
+
+def get_field(row: dict, path: str, task: str = "task") -> object:
+    """row[path], where 'a.b' reaches into nested mappings; an exact key 'a.b' wins over nesting."""
+    if path in row:
+        return row[path]
+    node: object = row
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise SpecbenchError(f"task {task}: data field '{path}' is missing; available fields: "
+                                 f"{', '.join(flat_fields(row))}; fix 'fields'/'reference' in the task")
+        node = node[part]
+    return node
+
+
+def flat_fields(row: dict, prefix: str = "") -> list[str]:
+    """Every field path of a row, nested mappings spelled with dots: ['id', 'translation.de', ...]."""
+    out = []
+    for key, value in row.items():
+        path = f"{prefix}{key}"
+        out.extend(flat_fields(value, path + ".") if isinstance(value, dict) else [path])
+    return out
+
+
+def _as_text(value: object, data_field: str, task: str, ex_id: str) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise SpecbenchError(f"task {task}: field '{data_field}' of example {ex_id} is a {type(value).__name__}, "
+                         f"not text; map a text field (use a dotted path for nested data)")
+
+
+def examples_hash(examples: list[Example]) -> str:
+    """sha256 of the chosen examples' ids, prompts and references, in order."""
+    payload = json.dumps([[e.id, e.prompt, e.reference] for e in examples], ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+def render_for_model(spec: TaskSpec, prompt: str, tokenizer) -> str:
+    """The text the model sees: the prompt as a user turn of the chat template, when both ask for it."""
+    if spec.chat_template and getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
+                                             add_generation_prompt=True, tokenize=False)
+    return prompt
+
+
+# --------------------------------------------------------------------------- listing
+
+
+def list_tasks() -> list[dict]:
+    """One row per shipped task: name, source, size (None if unknown), offline availability, metric."""
+    rows = []
+    for name in _task_names():
+        spec = load_task(name)
+        available, size = data.source_status(spec.source)
+        if size is not None and spec.max_examples:
+            size = min(size, spec.max_examples)
+        rows.append({"name": spec.name, "source": data.describe_source(spec.source), "size": size,
+                     "available": available, "metric": spec.metric, "description": spec.description})
+    return rows
