@@ -25,7 +25,7 @@ test: $(VENV)/.specbench-packages
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
-	$(BIN)/python bench/baseline_vs_hf.py
+	$(BIN)/python bench/bench.py
 
 clean:
 	rm -rf $(VENV) reports

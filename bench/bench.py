@@ -1,0 +1,142 @@
+"""`make bench`: our engines against Hugging Face's, side by side in one run on the same prompts.
+
+Timing is measured here, never asserted in tests. Every comparison is a ratio of two engines
+timed in the same process, interleaved prompt by prompt (so drift in machine load hits both),
+after a warm-up of each. Figures and their goals:
+  (a) our baseline tokens/s ÷ HF generate() greedy tokens/s        goal ≥ 1.0
+  (b) our speculative tokens/s ÷ HF's same-draft tokens/s          goal ≥ 1.2
+      (prompt lookup: HF `prompt_lookup_num_tokens=γ`, `max_matching_ngram_size=3`;
+       a model draft: HF `assistant_model=` with constant `num_assistant_tokens=γ`)
+  (c) measured speedup ÷ predicted speedup (extended model, measured α, c, verify cost)  goal ≥ 0.9
+  (d) share of speculative decode time outside the draft and target passes            goal ≤ 5%
+Usage: python bench/bench.py [--target smollm2-135m] [--draft prompt-lookup] [--gamma 3]
+       [--task ding-de-en] [--limit 6] [--max-new-tokens 64] [--repeats 2] [--out results/bench]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from specbench.config import RunConfig, SamplingConfig  # noqa: E402
+from specbench.decoding.hf_assisted import generation_config  # noqa: E402
+from specbench.metrics import json_safe, summarize  # noqa: E402
+from specbench.results import atomic_write_json, environment_info  # noqa: E402
+from specbench.runner import Engines, Session, engine_record, prepare_examples  # noqa: E402
+from specbench.tasks import load_task, select_examples  # noqa: E402
+from specbench.timing import Clock  # noqa: E402
+
+
+def hf_generate(session: Session, prompt_ids: list[int], max_new: int, gamma: int, draft: str | None):
+    """HF generate(): plain (draft None), prompt lookup, or assisted by the draft model; → (tokens, seconds)."""
+    t = session.target
+    config = generation_config(SamplingConfig(), max_new, t.eos_ids, t.tokenizer.pad_token_id)
+    extra = {}
+    if draft == "prompt-lookup":
+        config.prompt_lookup_num_tokens = gamma
+        config.max_matching_ngram_size = 3
+    elif draft is not None:
+        config.num_assistant_tokens = gamma
+        config.num_assistant_tokens_schedule = "constant"
+        config.assistant_confidence_threshold = 0.0
+        extra["assistant_model"] = session.proposer(draft).lm.model
+    ids = torch.tensor([prompt_ids], device=t.device)
+    clock = Clock(t.device)
+    with torch.inference_mode():
+        t0 = clock.now()
+        out = t.model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config, **extra)
+        seconds = clock.now() - t0
+    return out[0, ids.shape[1]:].tolist(), seconds
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target", default="smollm2-135m")
+    ap.add_argument("--draft", default="prompt-lookup")
+    ap.add_argument("--gamma", type=int, default=3)
+    ap.add_argument("--task", default="ding-de-en")
+    ap.add_argument("--limit", type=int, default=6)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--out", default="results/bench")
+    args = ap.parse_args()
+
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    config = RunConfig(target=args.target, draft=args.draft, task=args.task, gamma=args.gamma, limit=args.limit,
+                       device=args.device, dtype=args.dtype).validate()
+    session = Session(args.target, args.device, args.dtype)
+    spec = load_task(args.task)
+    prepared = prepare_examples(spec, select_examples(spec, args.limit, 0), session.target, args.max_new_tokens)
+    engines = Engines(session, config)
+    max_new = args.max_new_tokens
+    tok = session.target.tokenizer
+
+    # warm-up of every engine on the first prompt
+    first = prepared[0].prompt_ids
+    engines.warm_up(first)
+    hf_generate(session, first, 8, args.gamma, None)
+    hf_generate(session, first, 8, args.gamma, args.draft)
+
+    totals = {"ours_base": [0, 0.0], "hf_base": [0, 0.0], "ours_spec": [0, 0.0], "hf_spec": [0, 0.0]}
+    records, mismatches = [], 0
+    for rep in range(args.repeats):
+        for item in prepared:
+            base = engines.baseline(item.prompt_ids, 0, max_new)
+            hf_tokens, hf_s = hf_generate(session, item.prompt_ids, max_new, args.gamma, None)
+            spec_res = engines.speculative(item.prompt_ids, 0, max_new)
+            hf_spec_tokens, hf_spec_s = hf_generate(session, item.prompt_ids, max_new, args.gamma, args.draft)
+            n = len(base.token_ids)
+            mismatches += (hf_tokens[:n] != base.token_ids) + (spec_res.token_ids != base.token_ids)
+            for key, (count, secs) in {"ours_base": (n, base.prefill_s + base.decode_s), "hf_base": (len(hf_tokens), hf_s),
+                                       "ours_spec": (len(spec_res.token_ids), spec_res.prefill_s + spec_res.decode_s),
+                                       "hf_spec": (len(hf_spec_tokens), hf_spec_s)}.items():
+                totals[key][0] += count
+                totals[key][1] += secs
+            if rep == 0:
+                b, s = engine_record(base, tok), engine_record(spec_res, tok)
+                records.append({"baseline": b.__dict__, "speculative": s.__dict__, "identical": b.token_ids == s.token_ids,
+                                "first_divergence": None, "reference": None, "example_id": item.example.id})
+        print(f"repeat {rep + 1}/{args.repeats} done", file=sys.stderr)
+
+    tps = {k: c / s for k, (c, s) in totals.items()}
+    summary = summarize(records, args.gamma, greedy=True)
+    figures = [
+        ("(a) our baseline ÷ HF generate() tokens/s", tps["ours_base"] / tps["hf_base"], ">= 1.0"),
+        (f"(b) our speculative ÷ HF {args.draft} tokens/s", tps["ours_spec"] / tps["hf_spec"], ">= 1.2"),
+        ("(c) measured ÷ predicted speedup (extended model)", summary["speedup"] / summary["predicted_speedup_extended"], ">= 0.9"),
+        ("(d) decode time outside draft and target passes", summary["overhead_s"] / (summary["speculative_s"] - sum(r["speculative"]["prefill_s"] for r in records)), "<= 0.05"),
+    ]
+    print(f"\n{args.target} + {args.draft}, γ={args.gamma}, task {args.task}, {len(prepared)} prompts × {args.repeats} repeats, "
+          f"max_new_tokens {max_new}, greedy, {session.target.device}, torch threads {torch.get_num_threads()}")
+    print(f"tokens/s: ours baseline {tps['ours_base']:.1f} | HF generate {tps['hf_base']:.1f} | "
+          f"ours speculative {tps['ours_spec']:.1f} | HF {args.draft} {tps['hf_spec']:.1f}")
+    print(f"α {summary['alpha']:.3f}, c {summary['c']:.4f}, verify cost {summary['verify_cost']:.3f}, "
+          f"speedup {summary['speedup']:.3f}, predicted (extended) {summary['predicted_speedup_extended']:.3f}")
+    print(f"token mismatches against our baseline (should be 0): {mismatches}")
+    print(f"{'figure':58s} {'value':>8s}  goal     met")
+    for name, value, goal in figures:
+        op, bound = goal.split()
+        met = value >= float(bound) if op == ">=" else value <= float(bound)
+        print(f"{name:58s} {value:8.3f}  {goal:8s} {'yes' if met else 'NO'}")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"bench-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    atomic_write_json(path, json_safe({"args": vars(args), "tokens_per_s": tps, "mismatches": mismatches,
+                                       "figures": [{"name": n, "value": v, "goal": g} for n, v, g in figures],
+                                       "summary": summary, **environment_info()}))
+    print(f"written {path}")
+
+
+if __name__ == "__main__":
+    main()
