@@ -160,6 +160,65 @@ def run(
         out.print(f"results: {outcome.files.root}")
 
 
+@app.command()
+@handles_errors
+def sweep(
+    target: Target = DEFAULT_TARGET,
+    draft: Annotated[str, typer.Option("--draft", help="Drafts, comma-separated (e.g. prompt-lookup,<model>).")] = DEFAULT_DRAFT,
+    gamma: Annotated[str, typer.Option("--gamma", help="γ values: a list 1,2,3,5,7 or a range 1-8 (or both).")] = "1,2,3,5,7",
+    temperature: Annotated[str, typer.Option("--temperature", help="Temperatures, comma-separated (0 = greedy).")] = "0",
+    top_k: TopK = 0,
+    top_p: TopP = 1.0,
+    task: Annotated[str, typer.Option("--task", help="Tasks, comma-separated (names or JSONL files).")] = DEFAULT_TASK,
+    limit: Limit = 8,
+    seed: Seed = 0,
+    max_new_tokens: MaxNew = None,
+    device: Device = "auto",
+    dtype: Dtype = "float32",
+    results_dir: ResultsDir = Path("results"),
+    sweep_id: Annotated[Optional[str], typer.Option("--sweep-id", help="Sweep folder name (default: derived from the grid; a rerun resumes it).")] = None,
+    as_json: AsJson = False,
+    trust_remote_code: TrustRemote = False,
+):
+    """Run a grid (γ × draft × temperature × task) into results/<sweep-id>/, resumably, one baseline per task and T.
+
+    Example: specbench sweep --gamma 1-8 --draft prompt-lookup --temperature 0,1 --limit 8
+    """
+    from specbench.sweep import SweepGrid, run_sweep
+
+    grid = SweepGrid.from_specs(target=target, draft=draft, gamma=gamma, temperature=temperature, task=task,
+                                top_k=top_k, top_p=top_p, limit=limit, seed=seed, max_new_tokens=max_new_tokens,
+                                device=device, dtype=dtype, trust_remote_code=trust_remote_code)
+    quiet_transformers()
+    with progress_bar() as bar:
+        job = bar.add_task("cells × examples", total=None, info="reading tasks")
+
+        def on_plan(total: int, n_cells: int) -> None:
+            bar.update(job, total=total, info=f"{n_cells} cells; loading models")
+
+        def on_cell(cell_id: str, total: int, done: int) -> None:
+            bar.update(job, advance=done, info=cell_id + (f" (resumed {done}/{total})" if done else ""))
+
+        def on_example(cell_id: str, record: dict) -> None:
+            s = record["speculative"]
+            bar.update(job, advance=1, info=f"{cell_id}: accepted {s['accepted']}/{s['drafted']}")
+
+        outcome = run_sweep(grid, results_dir, sweep_id=sweep_id, on_plan=on_plan, on_cell=on_cell, on_example=on_example)
+    if as_json:
+        out.print_json(json.dumps([{"cell_id": c.cell_id, "run_dir": str(outcome.root / c.cell_id), "summary": c.summary}
+                                   for c in outcome.cells]))
+        return
+    table = Table(title=f"{outcome.root.name}  ({len(outcome.cells)} cells, {outcome.new_examples} examples measured now)")
+    for col in ("cell", "n", "α", "speedup", "predicted (Thm 3.8)", "predicted (measured verify cost)"):
+        table.add_column(col, justify="left" if col == "cell" else "right")
+    for c in outcome.cells:
+        s = c.summary
+        table.add_row(c.cell_id, fmt(s.get("n_examples")), fmt(s.get("alpha")), fmt(s.get("speedup")),
+                      fmt(s.get("predicted_speedup")), fmt(s.get("predicted_speedup_extended")))
+    out.print(table)
+    out.print(f"results: {outcome.root}   (report: specbench report {outcome.root})")
+
+
 @list_app.command("models")
 @handles_errors
 def list_models():

@@ -1,0 +1,339 @@
+"""Run a grid of configurations (γ × draft × temperature × task) into one resumable sweep folder.
+
+A sweep is many `execute_run` calls that share what may be shared and nothing else:
+  - one `Session` (models load once, lazily: a finished sweep reruns without loading any);
+  - one baseline per (task, temperature, top-k, top-p): the target alone does not depend on
+    the draft or γ, so it is measured in the first cell that needs it and reused by the rest.
+    The store is an append-only JSONL under `baselines/`, so a rerun reuses it too;
+  - no decode state: execute_run builds fresh caches and a generator per example.
+
+Layout of `results/<sweep-id>/`:
+  sweep.json                    the grid, its cells and task hashes (atomically written)
+  baselines/<task>-t<T>-k<k>-p<p>.jsonl   {"example_id", "baseline": EngineRecord} per line
+  <cell-id>/                    an ordinary run folder (manifest.json, examples.jsonl, summary.json)
+
+The sweep id is a hash of the grid, so rerunning the same command finds the same folder and
+skips finished cells and examples (a killed sweep loses nothing already measured).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+from specbench.config import RunConfig, SamplingConfig
+from specbench.errors import SpecbenchError
+from specbench.results import (SCHEMA_VERSION, atomic_write_json, prepare_run_dir, read_records, repair_jsonl)
+
+SWEEP_FILE = "sweep.json"
+BASELINE_DIR = "baselines"
+MAX_CELLS = 10_000  # a typo like --gamma 1-100000 should fail fast, not plan a year of decoding
+
+
+# --------------------------------------------------------------------------- grid specs
+
+
+def _items(spec: str, option: str) -> list[str]:
+    items = [s.strip() for s in str(spec).split(",")]
+    if not spec or not str(spec).strip() or any(not s for s in items):
+        raise SpecbenchError(f"{option}: empty value in {spec!r}; write a comma-separated list like 1,2,3")
+    return items
+
+
+def parse_int_list(spec: str, option: str = "--gamma", low: int = 1) -> list[int]:
+    """'1,2,3,5,7', '1-8' or '1-3,5' → sorted unique integers, each >= low."""
+    values: set[int] = set()
+    for item in _items(spec, option):
+        m = re.fullmatch(r"(\d+)\s*-\s*(\d+)", item)
+        if m:
+            a, b = int(m.group(1)), int(m.group(2))
+            if a > b:
+                raise SpecbenchError(f"{option}: range {item!r} is empty; write low-high with low <= high (e.g. 1-8)")
+            values.update(range(a, b + 1))
+        elif re.fullmatch(r"[+-]?\d+", item):
+            values.add(int(item))
+        else:
+            raise SpecbenchError(f"{option}: {item!r} is not an integer or a range like 1-8")
+    bad = sorted(v for v in values if v < low)
+    if bad:
+        raise SpecbenchError(f"{option}: values must be >= {low} (got {bad[0]})")
+    return sorted(values)
+
+
+def parse_float_list(spec: str, option: str = "--temperature", low: float = 0.0) -> list[float]:
+    """'0,0.7,1' → sorted unique floats, each >= low (no ranges: 0-1 has no natural step)."""
+    values: set[float] = set()
+    for item in _items(spec, option):
+        try:
+            value = float(item)
+        except ValueError:
+            raise SpecbenchError(f"{option}: {item!r} is not a number; write a list like 0,0.7,1 (no ranges)") from None
+        if not value >= low or value != value or value == float("inf"):
+            raise SpecbenchError(f"{option}: values must be finite and >= {low:g} (got {item})")
+        values.add(value + 0.0)  # -0.0 → 0.0
+    return sorted(values)
+
+
+def parse_str_list(spec: str, option: str) -> list[str]:
+    """'a,b' → sorted unique names (sorted so the sweep id does not depend on the order typed)."""
+    return sorted(set(_items(spec, option)))
+
+
+# --------------------------------------------------------------------------- the grid
+
+
+@dataclass(frozen=True)
+class SweepGrid:
+    """One `specbench sweep`: the axes swept and the settings every cell shares."""
+
+    target: str  # as RunConfig.target
+    drafts: tuple[str, ...]  # draft specs, sorted
+    gammas: tuple[int, ...]  # γ values, sorted
+    temperatures: tuple[float, ...]  # sorted
+    tasks: tuple[str, ...]  # task names or files, sorted
+    top_k: int = 0
+    top_p: float = 1.0
+    limit: int = 8  # examples per cell
+    seed: int = 0
+    max_new_tokens: int | None = None
+    device: str = "auto"
+    dtype: str = "float32"
+    engine: str = "specbench"
+    trust_remote_code: bool = False
+
+    @staticmethod
+    def from_specs(*, target: str, draft: str, gamma: str, temperature: str, task: str, **shared) -> "SweepGrid":
+        """Parse the CLI's comma/range strings; every error is a one-line SpecbenchError."""
+        grid = SweepGrid(target=target, drafts=tuple(parse_str_list(draft, "--draft")),
+                         gammas=tuple(parse_int_list(gamma, "--gamma")),
+                         temperatures=tuple(parse_float_list(temperature, "--temperature")),
+                         tasks=tuple(parse_str_list(task, "--task")), **shared)
+        return grid.validate()
+
+    def validate(self) -> "SweepGrid":
+        if not (self.drafts and self.gammas and self.temperatures and self.tasks):
+            raise SpecbenchError("a sweep needs at least one draft, γ, temperature and task")
+        n = len(self.drafts) * len(self.gammas) * len(self.temperatures) * len(self.tasks)
+        if n > MAX_CELLS:
+            raise SpecbenchError(f"the grid has {n} cells (more than {MAX_CELLS}); narrow --gamma/--draft/--temperature/--task")
+        for cfg in self.configs():
+            cfg.validate()
+        return self
+
+    def to_dict(self) -> dict:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+    def base_config(self) -> RunConfig:
+        return RunConfig(target=self.target, draft=self.drafts[0], task=self.tasks[0], gamma=self.gammas[0],
+                         sampling=SamplingConfig(self.temperatures[0], self.top_k, self.top_p), limit=self.limit,
+                         seed=self.seed, max_new_tokens=self.max_new_tokens, device=self.device, dtype=self.dtype,
+                         engine=self.engine, trust_remote_code=self.trust_remote_code)
+
+    def configs(self) -> list[RunConfig]:
+        """Every cell, ordered task → temperature → draft → γ, so cells sharing a baseline run together."""
+        base = self.base_config()
+        return [replace(base, task=task, draft=draft, gamma=gamma,
+                        sampling=SamplingConfig(t, self.top_k, self.top_p))
+                for task in self.tasks for t in self.temperatures for draft in self.drafts for gamma in self.gammas]
+
+
+def _digest(obj, n: int = 8) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:n]
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "x"
+
+
+def short_names(values: tuple[str, ...]) -> dict[str, str]:
+    """Readable, unique folder-name parts: a path's stem or a hub id's last part, plus a hash on a clash."""
+    stems = {v: _slug(Path(v).stem if Path(v).suffix in (".jsonl", ".yaml", ".yml", ".gguf") else Path(v).name)
+             for v in values}
+    clashes = {s for s in stems.values() if list(stems.values()).count(s) > 1}
+    return {v: f"{s}-{_digest(v, 6)}" if s in clashes else s for v, s in stems.items()}
+
+
+def sweep_id_for(grid: SweepGrid) -> str:
+    """Deterministic from the grid (the axes are sorted), so a rerun of the same command resumes the same folder."""
+    tasks = "+".join(short_names(grid.tasks).values())[:40]
+    return _slug(f"sweep-{tasks}-{len(grid.configs())}cells-{_digest(grid.to_dict())}")
+
+
+def cell_ids(grid: SweepGrid) -> list[tuple[str, RunConfig]]:
+    """(cell id, config) per cell: task-draft-gγ-tT; top-k/top-p/seed are shared by the sweep, not in the id."""
+    tasks, drafts = short_names(grid.tasks), short_names(grid.drafts)
+    return [(_slug(f"{tasks[c.task]}-{drafts[c.draft]}-g{c.gamma}-t{c.sampling.temperature:g}"), c) for c in grid.configs()]
+
+
+def baseline_key(config: RunConfig) -> tuple:
+    """What the baseline depends on within one sweep (target, seed, limit, budget, device are fixed by the grid)."""
+    s = config.sampling
+    return (config.task, s.temperature, s.top_k, s.top_p)
+
+
+def baseline_file(root: Path, grid: SweepGrid, config: RunConfig) -> Path:
+    s = config.sampling
+    name = f"{short_names(grid.tasks)[config.task]}-t{s.temperature:g}-k{s.top_k}-p{s.top_p:g}.jsonl"
+    return root / BASELINE_DIR / _slug(name)
+
+
+# --------------------------------------------------------------------------- the persistent baseline store
+
+
+class BaselineStore(dict):
+    """example id → baseline EngineRecord dict, mirrored to an append-only JSONL.
+
+    execute_run reads it with .get() and fills it with store[id] = record; every fill is
+    appended and fsync'ed at once, so a killed sweep keeps each baseline it measured.
+    """
+
+    def __init__(self, path: Path):
+        super().__init__()
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        repair_jsonl(path)  # a kill mid-write leaves a partial last line; appends must start clean
+        for row in read_records(path):
+            if isinstance(row, dict) and "example_id" in row and isinstance(row.get("baseline"), dict):
+                super().setdefault(str(row["example_id"]), row["baseline"])  # first wins: cells already used it
+
+    def __setitem__(self, example_id: str, record: dict) -> None:
+        if example_id in self:
+            return  # never replace a baseline that earlier cells were compared against
+        with self.path.open("a") as fh:
+            fh.write(json.dumps({"example_id": example_id, "baseline": record}) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        super().__setitem__(example_id, record)
+
+
+# --------------------------------------------------------------------------- running
+
+
+@dataclass
+class CellOutcome:
+    cell_id: str
+    config: RunConfig
+    summary: dict
+    new_examples: int  # measured by this call (0 for a cell finished earlier)
+
+
+@dataclass
+class SweepOutcome:
+    root: Path
+    cells: list[CellOutcome] = field(default_factory=list)
+
+    @property
+    def new_examples(self) -> int:
+        return sum(c.new_examples for c in self.cells)
+
+
+def _task_info(grid: SweepGrid) -> dict:
+    """n examples and their hash per task, computed before any model loads (bad tasks fail fast)."""
+    from specbench.tasks import examples_hash, load_task, select_examples
+
+    info = {}
+    for task in grid.tasks:
+        examples = select_examples(load_task(task), grid.limit, grid.seed)
+        info[task] = {"n_examples": len(examples), "examples_hash": examples_hash(examples)}
+    return info
+
+
+def _cell_done(run_dir: Path, config: RunConfig, n_examples: int) -> dict | None:
+    """The summary of a finished cell (same config, all examples), else None."""
+    try:
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    if manifest.get("config") != config.to_dict() or not summary.get("complete"):
+        return None
+    return summary if summary.get("n_examples") == n_examples else None
+
+
+def write_sweep_file(root: Path, sweep_id: str, grid: SweepGrid, cells: list[tuple[str, RunConfig]], tasks: dict,
+                     complete: list[str] | None = None) -> dict:
+    """Create sweep.json, or check that an existing one describes the same grid and examples."""
+    path = root / SWEEP_FILE
+    doc = {
+        "schema_version": SCHEMA_VERSION,
+        "sweep_id": sweep_id,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "grid": grid.to_dict(),
+        "tasks": tasks,
+        "cells": [{"cell_id": cid, "config": cfg.to_dict()} for cid, cfg in cells],
+        "baselines": sorted({str(baseline_file(root, grid, cfg).relative_to(root)) for _, cfg in cells}),
+        "complete_cells": sorted(complete or []),
+    }
+    if path.exists():
+        try:
+            old = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            old = None  # a torn file cannot happen with atomic writes, but a hand edit can: rewrite it
+        if old is not None:
+            if old.get("grid") != doc["grid"]:
+                raise SpecbenchError(f"{root} holds a sweep of a different grid; use another --sweep-id or delete it")
+            if old.get("tasks") != tasks:
+                raise SpecbenchError(f"{root} holds a sweep on different examples (the task data changed); "
+                                     f"use another --sweep-id or delete it")
+            doc["created"] = old.get("created", doc["created"])
+            if complete is None:
+                doc["complete_cells"] = old.get("complete_cells", [])
+    atomic_write_json(path, doc)
+    return doc
+
+
+def run_sweep(
+    grid: SweepGrid,
+    results_dir: Path,
+    *,
+    sweep_id: str | None = None,
+    session=None,
+    on_plan: Callable[[int, int], None] = lambda total, n_cells: None,
+    on_cell: Callable[[str, int, int], None] = lambda cell_id, total, done: None,
+    on_example: Callable[[str, dict], None] = lambda cell_id, record: None,
+) -> SweepOutcome:
+    """Run every cell of the grid not finished yet; resume per example; share models and baselines.
+
+    on_plan(total examples over all cells, cells) fires once before any model loads; on_cell
+    (cell id, its examples, those already done) before each cell; on_example(cell id, record)
+    after each example is on disk (an exception there stops the sweep with nothing lost).
+    """
+    from specbench.runner import Session, execute_run
+
+    grid.validate()
+    tasks = _task_info(grid)
+    cells = cell_ids(grid)
+    sweep_id = sweep_id or sweep_id_for(grid)
+    if _slug(sweep_id) != sweep_id:
+        raise SpecbenchError(f"--sweep-id {sweep_id!r} must be a folder name of letters, digits, '.', '_' or '-'")
+    root = prepare_run_dir(Path(results_dir) / sweep_id)
+    write_sweep_file(root, sweep_id, grid, cells, tasks)
+    on_plan(sum(tasks[cfg.task]["n_examples"] for _, cfg in cells), len(cells))
+
+    stores: dict[tuple, BaselineStore] = {}
+    outcome = SweepOutcome(root)
+    for cell_id, config in cells:
+        n = tasks[config.task]["n_examples"]
+        finished = _cell_done(root / cell_id, config, n)
+        if finished is not None:
+            on_cell(cell_id, n, n)
+            outcome.cells.append(CellOutcome(cell_id, config, finished, 0))
+            continue
+        if session is None:  # loaded at the first cell with work left, once for the whole sweep
+            session = Session(grid.target, grid.device, grid.dtype, grid.trust_remote_code)
+        key = baseline_key(config)
+        if key not in stores:
+            stores[key] = BaselineStore(baseline_file(root, grid, config))
+        run = execute_run(config, root, run_id=cell_id, session=session, baseline_store=stores[key],
+                          on_start=lambda total, done, cid=cell_id: on_cell(cid, total, done),
+                          on_example=lambda record, cid=cell_id: on_example(cid, record))
+        outcome.cells.append(CellOutcome(cell_id, config, run.summary, run.new_examples))
+    write_sweep_file(root, sweep_id, grid, cells, tasks,
+                     complete=[c.cell_id for c in outcome.cells if c.summary.get("complete")])
+    return outcome

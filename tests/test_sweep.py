@@ -1,0 +1,255 @@
+"""Sweeps: grid parsing, cell and sweep ids, shared baselines, and resuming a killed sweep (tiny random models)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import specbench.runner as runner
+from conftest import tiny_llama
+from specbench.cli import app
+from specbench.decoding.drafts.model import ModelDraft
+from specbench.errors import SpecbenchError
+from specbench.models import make_proposer, wrap_model
+from specbench.results import read_records
+from specbench.sweep import (BaselineStore, SweepGrid, cell_ids, parse_float_list, parse_int_list, parse_str_list,
+                             run_sweep, sweep_id_for)
+
+MAX_NEW = 5  # differs from runner.WARMUP_TOKENS (8), so warm-up calls are told apart from measured ones
+PROMPTS = ["The quick brown fox jumps over the lazy dog.", "Speculative decoding drafts and verifies.",
+           "One two three four five six seven.", "A fourth prompt that no cell should see."]
+
+
+class StubTokenizer:
+    """Enough of a tokenizer for the runner: characters → ids in the tiny vocabulary, ids → text."""
+
+    chat_template = None
+    eos_token_id = 2
+
+    def __call__(self, text, add_special_tokens=True):
+        return {"input_ids": [3 + ord(ch) % 500 for ch in text]}
+
+    def decode(self, ids, skip_special_tokens=True):
+        return " ".join(f"t{i}" for i in ids)
+
+
+class FakeSession:
+    """A runner.Session over tiny random Llamas: a target, a model draft and prompt lookup."""
+
+    instances = 0
+
+    def __init__(self, *args, **kwargs):
+        FakeSession.instances += 1
+        self.target = wrap_model("tiny-target", tiny_llama(0), StubTokenizer())
+        self.drafts = {"tiny-draft": ModelDraft(tiny_llama(1), "tiny-draft"),
+                       "prompt-lookup": make_proposer("prompt-lookup", self.target)}
+
+    def proposer(self, spec):
+        return self.drafts[spec]
+
+
+@pytest.fixture
+def task_file(tmp_path) -> str:
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("".join(json.dumps({"id": f"ex{i}", "prompt": p}) + "\n" for i, p in enumerate(PROMPTS)))
+    return str(path)
+
+
+@pytest.fixture
+def baseline_calls(monkeypatch) -> list:
+    """Count measured baseline decodes (warm-up ones excluded)."""
+    calls = []
+    real = runner.decode_autoregressive
+
+    def counting(*args, **kwargs):
+        if kwargs["max_new_tokens"] == MAX_NEW:
+            calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "decode_autoregressive", counting)
+    return calls
+
+
+def make_grid(task: str, **over) -> SweepGrid:
+    kw = dict(target="tiny-target", draft="tiny-draft,prompt-lookup", gamma="1,3", temperature="0", task=task,
+              limit=3, seed=0, max_new_tokens=MAX_NEW, device="cpu")
+    kw.update(over)
+    return SweepGrid.from_specs(**kw)
+
+
+def cell_records(root: Path, cell_id: str) -> list[dict]:
+    return read_records(root / cell_id / "examples.jsonl")
+
+
+# --------------------------------------------------------------------------- grid specs
+
+
+def test_int_lists_and_ranges():
+    assert parse_int_list("1,2,3,5,7") == [1, 2, 3, 5, 7]
+    assert parse_int_list("1-8") == list(range(1, 9))
+    assert parse_int_list(" 5, 1-3 ,3") == [1, 2, 3, 5]
+    assert parse_float_list("1,0,0.5") == [0.0, 0.5, 1.0]
+    assert parse_str_list("b,a,b", "--draft") == ["a", "b"]
+
+
+@pytest.mark.parametrize("spec, needle", [("0", ">= 1"), ("3-1", "empty"), ("x", "not an integer"), ("", "empty"),
+                                          ("1,,2", "empty"), ("-1", ">= 1"), ("1.5", "not an integer"),
+                                          ("1-x", "not an integer")])
+def test_bad_gamma_specs_are_one_line_errors(spec, needle):
+    with pytest.raises(SpecbenchError, match=needle) as err:
+        parse_int_list(spec, "--gamma")
+    assert "\n" not in str(err.value) and "--gamma" in str(err.value)
+
+
+@pytest.mark.parametrize("spec", ["x", "-1", "nan", "0-1", "inf"])
+def test_bad_temperature_specs(spec):
+    with pytest.raises(SpecbenchError, match="--temperature"):
+        parse_float_list(spec)
+
+
+def test_grid_validates_every_cell(task_file):
+    with pytest.raises(SpecbenchError, match="--top-p"):
+        make_grid(task_file, top_p=0.0)
+    with pytest.raises(SpecbenchError, match="--limit"):
+        make_grid(task_file, limit=0)
+    with pytest.raises(SpecbenchError, match="cells"):
+        make_grid(task_file, gamma="1-20000")
+
+
+def test_sweep_id_is_deterministic_and_order_free(task_file):
+    a = make_grid(task_file, draft="tiny-draft,prompt-lookup", gamma="3,1", temperature="1,0")
+    b = make_grid(task_file, draft="prompt-lookup,tiny-draft", gamma="1,3", temperature="0,1")
+    assert sweep_id_for(a) == sweep_id_for(b)
+    assert sweep_id_for(a) != sweep_id_for(make_grid(task_file, gamma="1,2"))
+    assert sweep_id_for(a) != sweep_id_for(make_grid(task_file, gamma="1,3", temperature="0,1", seed=1))
+
+
+def test_cell_ids_readable_unique_and_grouped(task_file):
+    grid = make_grid(task_file, temperature="0,1")
+    cells = cell_ids(grid)
+    ids = [cid for cid, _ in cells]
+    assert len(ids) == 8 == len(set(ids))
+    assert "prompts-tiny-draft-g3-t1" in ids and "prompts-prompt-lookup-g1-t0" in ids
+    temps = [cfg.sampling.temperature for _, cfg in cells]
+    assert temps == sorted(temps)  # cells sharing a baseline run back to back
+    clash = cell_ids(make_grid(task_file, draft="org1/draft,org2/draft", gamma="2"))
+    assert len({cid for cid, _ in clash}) == 2
+
+
+# --------------------------------------------------------------------------- running
+
+
+def test_sweep_shares_one_baseline_per_task_and_temperature(tmp_path, task_file, baseline_calls):
+    grid = make_grid(task_file)
+    out = run_sweep(grid, tmp_path, session=FakeSession())
+    root = out.root
+    assert root == tmp_path / sweep_id_for(grid)
+    assert len(out.cells) == 4 and out.new_examples == 12
+    assert len(baseline_calls) == 3  # 3 examples, once each, not once per cell
+    doc = json.loads((root / "sweep.json").read_text())
+    assert doc["grid"] == grid.to_dict() and len(doc["cells"]) == 4 and len(doc["complete_cells"]) == 4
+    store = read_records(root / doc["baselines"][0])
+    assert len(store) == 3
+    by_id = {r["example_id"]: r["baseline"] for r in store}
+    for cid, _ in cell_ids(grid):
+        recs = cell_records(root, cid)
+        assert sorted(r["example_id"] for r in recs) == sorted(by_id)
+        for r in recs:
+            assert r["baseline"] == by_id[r["example_id"]]  # the same measurement, timings included
+    for r in cell_records(root, "prompts-tiny-draft-g3-t0"):
+        assert r["identical"]  # greedy: speculative output equals the shared baseline
+
+
+@pytest.mark.parametrize("kill_after", [2, 5])
+def test_killed_sweep_resumes_without_loss_or_duplicates(tmp_path, task_file, baseline_calls, kill_after):
+    grid = make_grid(task_file)
+    seen = []
+
+    def die(cell_id, record):
+        seen.append((cell_id, record["example_id"]))
+        if len(seen) == kill_after:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(grid, tmp_path, session=FakeSession(), on_example=die)
+    root = tmp_path / sweep_id_for(grid)
+    killed_cell = seen[-1][0]
+    with (root / killed_cell / "examples.jsonl").open("a") as fh:
+        fh.write('{"schema_version": 1, "example_id": "ex')  # a kill in the middle of a write
+    assert len(baseline_calls) == min(kill_after, 3)
+    baseline_calls.clear()
+
+    out = run_sweep(grid, tmp_path, session=FakeSession())
+    assert out.new_examples == 12 - kill_after
+    assert len(baseline_calls) == 3 - min(kill_after, 3)  # baselines persisted before the kill are reused
+    for cid, _ in cell_ids(grid):
+        ids = [r["example_id"] for r in cell_records(root, cid)]
+        assert len(ids) == 3 == len(set(ids))
+        summary = json.loads((root / cid / "summary.json").read_text())
+        assert summary["complete"] and summary["n_examples"] == 3
+
+
+def test_finished_sweep_reruns_without_loading_models(tmp_path, task_file, monkeypatch):
+    grid = make_grid(task_file, draft="prompt-lookup")
+    run_sweep(grid, tmp_path, session=FakeSession())
+
+    def no_models(*args, **kwargs):
+        raise AssertionError("a finished sweep must not load models")
+
+    monkeypatch.setattr(runner, "Session", no_models)
+    plan, cells = [], []
+    out = run_sweep(grid, tmp_path, on_plan=lambda total, n: plan.append((total, n)),
+                    on_cell=lambda cid, total, done: cells.append((total, done)))
+    assert out.new_examples == 0 and plan == [(6, 2)] and cells == [(3, 3), (3, 3)]
+
+
+def test_same_sweep_id_with_another_grid_is_refused(tmp_path, task_file):
+    run_sweep(make_grid(task_file, draft="prompt-lookup", gamma="1"), tmp_path, sweep_id="mine", session=FakeSession())
+    with pytest.raises(SpecbenchError, match="different grid"):
+        run_sweep(make_grid(task_file, draft="prompt-lookup", gamma="2"), tmp_path, sweep_id="mine",
+                  session=FakeSession())
+    with pytest.raises(SpecbenchError, match="folder name"):
+        run_sweep(make_grid(task_file, draft="prompt-lookup", gamma="2"), tmp_path, sweep_id="../x")
+
+
+def test_baseline_store_persists_first_write_wins(tmp_path):
+    path = tmp_path / "baselines" / "t.jsonl"
+    store = BaselineStore(path)
+    store["a"] = {"n_tokens": 1}
+    store["a"] = {"n_tokens": 99}  # ignored: cells already compared against the first
+    store["b"] = {"n_tokens": 2}
+    with path.open("a") as fh:
+        fh.write('{"example_id": "c", "base')  # torn last line
+    again = BaselineStore(path)
+    assert dict(again) == {"a": {"n_tokens": 1}, "b": {"n_tokens": 2}}
+    again["c"] = {"n_tokens": 3}
+    assert len(read_records(path)) == 3
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+@pytest.mark.parametrize("gamma", ["0", "3-1", "x"])
+def test_cli_bad_grid_is_one_line(gamma, tmp_path):
+    result = CliRunner().invoke(app, ["sweep", "--gamma", gamma, "--results-dir", str(tmp_path)])
+    assert result.exit_code == 1
+    text = result.output.strip()
+    assert text.startswith("error:") and "--gamma" in text and "Traceback" not in text
+
+
+def test_cli_sweep_runs_and_resumes(tmp_path, task_file, monkeypatch):
+    monkeypatch.setattr(runner, "Session", FakeSession)
+    args = ["sweep", "--target", "tiny-target", "--draft", "prompt-lookup,tiny-draft", "--gamma", "1-2",
+            "--temperature", "0", "--task", task_file, "--limit", "2", "--max-new-tokens", str(MAX_NEW),
+            "--device", "cpu", "--results-dir", str(tmp_path), "--json"]
+    FakeSession.instances = 0
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0, first.output
+    assert FakeSession.instances == 1  # one session for all four cells
+    cells = json.loads(first.stdout)
+    assert len(cells) == 4 and all(c["summary"]["complete"] for c in cells)
+    second = CliRunner().invoke(app, args)
+    assert second.exit_code == 0 and FakeSession.instances == 1  # nothing left to do: no models loaded
