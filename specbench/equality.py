@@ -66,11 +66,19 @@ class CheckResult:
     detail: dict = field(default_factory=dict)  # JSON-serialisable specifics (df, bins, bounds, divergences)
 
     def to_dict(self) -> dict:
-        """JSON-ready: a non-finite statistic (a draw outside the support gives G = ∞) becomes None."""
-        d = asdict(self)
-        if not math.isfinite(d["statistic"]):
-            d["statistic"] = None
-        return d
+        """Strict-JSON-ready: non-finite floats (G = ∞ after a draw outside the support) become None."""
+        return json_safe(asdict(self))
+
+
+def json_safe(obj):
+    """Non-finite floats → None, tuples → lists, recursively (strict JSON has no NaN/Infinity)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
 
 
 # ---------------------------------------------------------------------------------------------
@@ -125,11 +133,17 @@ def honest_draft(lm: TabulatedLM, cfg: SamplingConfig) -> DraftFn:
 # Exact laws
 
 
+def f64(law: torch.Tensor) -> torch.Tensor:
+    """A float32 law in float64, renormalised: exact laws are compared at 1e-6, float32 sums are off by ~1e-7."""
+    law = law.double()
+    return law / law.sum(-1, keepdim=True)
+
+
 def acceptance_measure(count: CountFn, token: int, p_row: torch.Tensor, q_row: torch.Tensor) -> tuple[float, float, float]:
     """(P(accept), a u in the accept region, a u in the reject region) of a one-token draft under `count`.
 
     `count` is evaluated as the runner calls it; u ↦ accepted is a step function of u ∈ [0, 1).
-    A grid finds its switch, bisection pins it to 2^-50. A rule with several switches (no
+    A 17-point grid finds its switch, bisection pins it to 2^-50. A rule with several switches (no
     sane rule has them) is measured on the grid only, which is approximate and never exact.
     """
     tok, q, p = torch.tensor([token]), q_row[None], p_row[None]
@@ -137,7 +151,7 @@ def acceptance_measure(count: CountFn, token: int, p_row: torch.Tensor, q_row: t
     def accepted(u: float) -> bool:
         return count(tok, q, p, torch.tensor([u], dtype=torch.float64)) > 0
 
-    grid = [i / 32 for i in range(32)] + [1.0 - 2.0**-40]
+    grid = [i / 16 for i in range(16)] + [1.0 - 2.0**-40]
     vals = [accepted(u) for u in grid]
     switches = [i for i in range(len(grid) - 1) if vals[i] != vals[i + 1]]
     if not switches:
@@ -146,7 +160,7 @@ def acceptance_measure(count: CountFn, token: int, p_row: torch.Tensor, q_row: t
         frac = sum(vals) / len(vals)
         return frac, grid[vals.index(True)], grid[vals.index(False)]
     lo, hi = grid[switches[0]], grid[switches[0] + 1]
-    for _ in range(50):
+    for _ in range(46):  # interval 1/16 → 2^-50
         mid = (lo + hi) / 2
         if accepted(mid) == vals[0]:
             lo = mid
@@ -184,7 +198,7 @@ def target_sequence_law(target: LawFn, length: int, prefix: Prefix = ()) -> dict
     for _ in range(length):
         nxt = {}
         for seq, w in law.items():
-            p = target(prefix + seq).double()
+            p = f64(target(prefix + seq))
             for x in p.nonzero().flatten().tolist():
                 nxt[seq + (x,)] = w * float(p[x])
         law = nxt
@@ -206,7 +220,7 @@ def sequence_law(target: LawFn, draft: DraftFn, *, gamma: int, length: int, pref
 
     def measure(pre: Prefix, x: int):
         if (pre, x) not in measures:
-            p, q = target(pre).double(), draft(pre)[1].double()
+            p, q = f64(target(pre)), f64(draft(pre)[1])
             measures[pre, x] = acceptance_measure(count, x, p, q)
         return measures[pre, x]
 
@@ -217,14 +231,14 @@ def sequence_law(target: LawFn, draft: DraftFn, *, gamma: int, length: int, pref
         for _ in range(gamma):
             nxt = {}
             for xs, w in drafts.items():
-                drawn = draft(pre + xs)[0].double()
+                drawn = f64(draft(pre + xs)[0])
                 for x in drawn.nonzero().flatten().tolist():
                     nxt[xs + (x,)] = w * float(drawn[x])
             drafts = nxt
         for xs, w in drafts.items():
             ctx = [pre + xs[:i] for i in range(gamma + 1)]
-            p = torch.stack([target(c).double() for c in ctx])  # [γ+1, V]
-            q = torch.stack([draft(c)[1].double() for c in ctx[:gamma]])  # [γ, V]
+            p = torch.stack([f64(target(c)) for c in ctx])  # [γ+1, V]
+            q = torch.stack([f64(draft(c)[1]) for c in ctx[:gamma]])  # [γ, V]
             regions = [[]]
             for i in range(gamma):
                 a, u_acc, u_rej = measure(ctx[i], xs[i])
@@ -279,7 +293,6 @@ def exact_check(name: str, law: Mapping[Hashable, float], reference: Mapping[Has
 
 
 def _vector_law(v: torch.Tensor) -> dict[Prefix, float]:
-    v = v.double()
     return {(x,): float(v[x]) for x in v.nonzero().flatten().tolist()}
 
 
@@ -291,8 +304,8 @@ def one_position_check(name: str, p: torch.Tensor, q: torch.Tensor, *, count: Co
     Also checks that the implemented acceptance rate equals `expected_acceptance` (Σ min(p, q)),
     the figure the runner records as β.
     """
-    p64, q64 = p.double(), q.double()
-    drawn64 = None if drawn is None else drawn.double()
+    p64, q64 = f64(p), f64(q)
+    drawn64 = None if drawn is None else f64(drawn)
     implemented = emitted_law(p64, q64, drawn64, count=count, residual_fn=residual_fn)
     closed = closed_form_law(p64, q64, residual_fn)
     src = q64 if drawn64 is None else drawn64
@@ -591,8 +604,9 @@ def step_checks(sampling: SamplingConfig, *, setup: StepSetup = StepSetup(), gam
     """Exact and statistical evidence for one sampling configuration, on tabulated laws.
 
     Exact: one-position law on `setup.vocab` tokens and the two-token joint law on
-    `exact_vocab` tokens (enumeration grows as V^γ). Statistical: n runs of the step through
-    `verify_sampling` (or the control's variant), first two tokens, per position and joint.
+    `exact_vocab` tokens (enumeration grows as V^γ). Statistical (skipped when n = 0): n runs of
+    the step through `verify_sampling` (or the control's variant), first two tokens, per
+    position and joint.
     """
     label = f"step/{_sampling_label(sampling)}" + (f"/control={control.name}" if control else "")
     make_draft = control.draft if control else honest_draft
@@ -613,6 +627,8 @@ def step_checks(sampling: SamplingConfig, *, setup: StepSetup = StepSetup(), gam
                            detail={"vocab": exact_vocab, "gamma": gamma}))
     stat_detail = {"vocab": setup.vocab, "gamma": gamma}
 
+    if n <= 0:
+        return out
     counts = sample_sequences(p_fn, d_fn, gamma=gamma, length=2, n=n, verify=verify,
                               generator=torch.Generator().manual_seed(seed))
     for r in sample_checks(label, counts, target_sequence_law(p_fn, 2), level=level, alt_tv=alt_tv):
