@@ -29,7 +29,7 @@ from pathlib import Path
 
 from specbench.errors import SpecbenchError
 
-FETCH_COMMAND = "python -m specbench.data"  # prepares every offline source; the CLI may wrap it
+FETCH_COMMAND = "specbench data fetch"  # the CLI command that calls fetch_offline_data (or: python -m specbench.data)
 OFFLINE_TASKS = "ding-de-en, aclsum"  # tasks that need no hub, suggested when the hub is unreachable
 
 SOURCE_TYPES = ("hub", "jsonl", "offline")
@@ -113,7 +113,7 @@ def describe_source(source: dict) -> str:
         return f"hub {source['path']} ({extra})"
     if kind == "jsonl":
         return f"jsonl {source['path']}"
-    return f"offline {source['name']} ({source['split']}): {OFFLINE_SOURCES[source['name']].description}"
+    return f"offline {source['name']} ({source['split']}), {OFFLINE_SOURCES[source['name']].origin}"
 
 
 def source_status(source: dict) -> tuple[bool, int | None]:
@@ -249,7 +249,8 @@ def ding_path() -> Path:
 
 
 def _sentence_like(text: str) -> bool:
-    return len(text.split()) >= 5 and text.endswith((".", "?", "!"))
+    # ≤ 30 words keeps a reference within the task's 48 new tokens
+    return 5 <= len(text.split()) <= 30 and text.endswith((".", "?", "!"))
 
 
 def parse_ding(lines: Iterable[str]) -> list[dict]:
@@ -258,7 +259,7 @@ def parse_ding(lines: Iterable[str]) -> list[dict]:
     A line holds parallel sub-entries separated by ' | ' (the same count on both sides: the
     headword, its plural, then example sentences); inside one, '; ' separates synonyms, of
     which we keep the first on each side. A pair is kept when both sides are sentence-like
-    (≥ 5 words, ending in . ? !), carry no '/' alternatives ('comes/arrives') and no
+    (5 to 30 words, ending in . ? !), carry no '/' alternatives ('comes/arrives') and no
     dictionary placeholders (sth., jdn., …), since those make poor BLEU references.
     The id 'L<line>.<sub-entry>' is stable for a given package version; the first
     occurrence of a German sentence wins.
@@ -381,7 +382,8 @@ class OfflineSource:
     """A data source that needs no hub: how to load it, whether it is ready, how to get it."""
 
     name: str
-    description: str  # one line for `specbench list`
+    description: str  # what the data is, one line
+    origin: str  # where it comes from, a few words for `specbench list tasks`
     splits: tuple[str, ...]  # the first is the default
     load: Callable[[str], list[dict]]  # split → rows; raises SpecbenchError when unavailable
     available: Callable[[], bool]
@@ -404,10 +406,12 @@ def _fetch_aclsum_message(force: bool) -> str:
 
 OFFLINE_SOURCES: dict[str, OfflineSource] = {
     "ding-de-en": OfflineSource(
-        name="ding-de-en", description="Ding dictionary example sentences DE→EN, Debian trans-de-en",
+        name="ding-de-en", description="Ding dictionary example sentences, German→English",
+        origin="Debian trans-de-en",
         splits=("all",), load=load_ding, available=lambda: ding_path().is_file(), fetch=_fetch_ding_message),
     "aclsum": OfflineSource(
-        name="aclsum", description="ACL abstracts with human summaries, PyPI aclsum",
+        name="aclsum", description="ACL paper abstracts with human aspect summaries",
+        origin="PyPI aclsum",
         splits=ACLSUM_SPLITS, load=load_aclsum, available=lambda: aclsum_dir() is not None,
         fetch=_fetch_aclsum_message),
 }

@@ -301,5 +301,5 @@ def list_tasks() -> list[dict]:
         if size is not None and spec.max_examples:
             size = min(size, spec.max_examples)
         rows.append({"name": spec.name, "source": data.describe_source(spec.source), "size": size,
-                     "available": available, "metric": spec.metric, "description": spec.description})
+                     "available": available, "metric": spec.metric})
     return rows

@@ -41,6 +41,8 @@ def test_rouge_hand_checked():
     # LCS: the cat on the mat = 5 → 83.33
     out = score("rouge", ["the cat sat on the mat"], ["the cat is on the mat"])
     assert out == pytest.approx({"rouge1": 500 / 6, "rouge2": 60.0, "rougeL": 500 / 6})
+    # asymmetric: P = 2/2, R = 2/6 → F1 = 2·1·(1/3)/(4/3) = 50 (precision alone would be 100)
+    assert score("rouge", ["the cat"], ["the cat sat on the mat"])["rouge1"] == pytest.approx(50.0)
 
 
 def test_rouge_uses_the_stemmer_and_averages_examples():

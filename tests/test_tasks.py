@@ -352,7 +352,7 @@ EXPECTED_DING = [
 
 def test_parse_ding_keeps_clean_sentence_pairs():
     lines = (FIXTURES / "ding_sample.txt").read_text(encoding="utf-8").splitlines(keepends=True)
-    # dropped: headwords, '/' alternatives, sth./etw. placeholders, < 5 words, a repeated German
+    # dropped: headwords, "/" alternatives, sth./etw. placeholders, < 5 or > 30 words, a repeated German
     # sentence, and a line whose ' | ' sub-entries do not pair up
     assert data.parse_ding(lines) == EXPECTED_DING
 
@@ -360,7 +360,7 @@ def test_parse_ding_keeps_clean_sentence_pairs():
 def test_ding_cache_build_and_task(tmp_path):
     assert data.cache_dir() == tmp_path / "specbench-cache"
     spec = load_task("ding-de-en")
-    with pytest.raises(SpecbenchError, match=r"ding-de-en is not fetched yet .*run `python -m specbench.data`"):
+    with pytest.raises(SpecbenchError, match=r"ding-de-en is not fetched yet .*run `specbench data fetch`"):
         select_examples(spec, 2, 0)
     n = data.build_ding_jsonl(FIXTURES / "ding_sample.txt", data.ding_path())
     assert n == 6 and sorted(p.name for p in data.data_dir().iterdir()) == ["ding-de-en.jsonl"]  # no temp file left
