@@ -135,15 +135,17 @@ def run(
 
     Example: specbench run --task aclsum --draft prompt-lookup --gamma 3 --limit 8
     """
-    from specbench.runner import execute_run
+    from specbench.runner import measure, prepare_run
 
     config = RunConfig(target=target, draft=draft, task=task, gamma=gamma,
                        sampling=SamplingConfig(temperature, top_k, top_p), limit=limit, seed=seed,
                        max_new_tokens=max_new_tokens, device=device, dtype=dtype, engine=engine,
                        trust_remote_code=trust_remote_code).validate()
     quiet_transformers()
+    with console.status("loading task and models"):
+        plan = prepare_run(config, results_dir, run_id=run_id)
     with progress_bar() as bar:
-        job = bar.add_task("examples", total=None, info="loading models")
+        job = bar.add_task("examples", total=None, info="warming up")
 
         def on_start(total: int, done: int) -> None:
             bar.update(job, total=total, completed=done, info=f"resumed {done}" if done else "")
@@ -152,7 +154,7 @@ def run(
             s = record["speculative"]
             bar.update(job, advance=1, info=f"accepted {s['accepted']}/{s['drafted']}")
 
-        outcome = execute_run(config, results_dir, run_id=run_id, on_start=on_start, on_example=on_example)
+        outcome = measure(plan, on_start=on_start, on_example=on_example)
     if as_json:
         out.print_json(json.dumps(outcome.summary))
     else:
@@ -217,6 +219,33 @@ def sweep(
                       fmt(s.get("predicted_speedup")), fmt(s.get("predicted_speedup_extended")))
     out.print(table)
     out.print(f"results: {outcome.root}   (report: specbench report {outcome.root})")
+
+
+@app.command()
+@handles_errors
+def report(
+    results: Annotated[list[Path], typer.Argument(help="Run folders, sweep folders or a results/ folder.")],
+    out_dir: Annotated[Optional[Path], typer.Option("--out", help="Report folder (default: reports/<name>/).")] = None,
+    as_json: AsJson = False,
+):
+    """Write report.md and a self-contained report.html (tables, figures, paper comparison) from results.
+
+    Example: specbench report results/sweep-ding-de-en-10cells-1a2b3c4d --out reports/today
+    """
+    from rich.markup import escape
+
+    from specbench.report import write_report
+
+    outcome = write_report(results, out_dir)
+    for s in outcome.skipped:
+        console.print(f"[yellow]warning:[/yellow] skipped {escape(s.path)}: {escape(s.reason)}", highlight=False,
+                      soft_wrap=True)
+    if as_json:
+        out.print_json(json.dumps({"out": str(outcome.out), "runs": outcome.n_runs, "files": [str(f) for f in outcome.files],
+                                   "skipped": [{"path": s.path, "reason": s.reason} for s in outcome.skipped],
+                                   "notes": outcome.notes}))
+    else:
+        out.print(f"report of {outcome.n_runs} run(s), {len(outcome.skipped)} skipped: {outcome.out / 'report.html'}")
 
 
 @list_app.command("models")

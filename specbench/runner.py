@@ -146,27 +146,28 @@ class Engines:
 
 
 @dataclass
+class RunPlan:
+    """Everything a run needs, validated and loaded, before any timing starts."""
+
+    config: RunConfig
+    spec: TaskSpec
+    files: RunFiles
+    manifest: dict
+    session: Session
+    prepared: list[Prepared]
+    max_new_tokens: int
+
+
+@dataclass
 class RunOutcome:
     files: RunFiles
     summary: dict
     new_examples: int  # examples measured by this call (the rest were resumed from disk)
 
 
-def execute_run(
-    config: RunConfig,
-    results_dir: Path,
-    *,
-    run_id: str | None = None,
-    session: Session | None = None,
-    on_start: Callable[[int, int], None] = lambda total, done: None,
-    on_example: Callable[[dict], None] = lambda record: None,
-    baseline_store: dict | None = None,
-) -> RunOutcome:
-    """Measure every not-yet-recorded example of the run; resume from examples.jsonl if present.
-
-    `baseline_store` (example id → baseline EngineRecord dict) lets a sweep measure each
-    baseline once per task and temperature and share it across cells.
-    """
+def prepare_run(config: RunConfig, results_dir: Path, *, run_id: str | None = None,
+                session: Session | None = None) -> RunPlan:
+    """Validate the config, load task and models, check the run folder: every bad input fails here, fast."""
     config.validate()
     spec = load_task(config.task)
     max_new = config.max_new_tokens or spec.max_new_tokens
@@ -192,31 +193,62 @@ def execute_run(
     manifest["created"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     if not files.manifest.exists():
         atomic_write_json(files.manifest, manifest)
+    return RunPlan(config, spec, files, manifest, session, prepared, max_new)
+
+
+def measure(
+    plan: RunPlan,
+    *,
+    on_start: Callable[[int, int], None] = lambda total, done: None,
+    on_example: Callable[[dict], None] = lambda record: None,
+    baseline_store: dict | None = None,
+) -> RunOutcome:
+    """Measure every not-yet-recorded example of the plan; resume from examples.jsonl if present.
+
+    `baseline_store` (example id → baseline EngineRecord dict) lets a sweep measure each
+    baseline once per task and temperature and share it across cells.
+    """
+    config, files, target = plan.config, plan.files, plan.session.target
     repair_jsonl(files.examples)
     records = read_records(files.examples)
     done = {r["example_id"] for r in records}
-    todo = [p for p in prepared if p.example.id not in done]
-    on_start(len(prepared), len(prepared) - len(todo))
-    engines = Engines(session, config)
+    todo = [p for p in plan.prepared if p.example.id not in done]
+    on_start(len(plan.prepared), len(plan.prepared) - len(todo))
+    engines = Engines(plan.session, config)
     if todo:
         engines.warm_up(todo[0].prompt_ids)
     for item in todo:
         seed = example_seed(config.seed, item.example.id)
         base = None if baseline_store is None else baseline_store.get(item.example.id)
         if base is None:
-            base = asdict(engine_record(engines.baseline(item.prompt_ids, seed, max_new), target.tokenizer))
+            base = asdict(engine_record(engines.baseline(item.prompt_ids, seed, plan.max_new_tokens), target.tokenizer))
             if baseline_store is not None:
                 baseline_store[item.example.id] = base
-        spec_rec = engine_record(engines.speculative(item.prompt_ids, seed, max_new), target.tokenizer)
+        spec_rec = engine_record(engines.speculative(item.prompt_ids, seed, plan.max_new_tokens), target.tokenizer)
         divergence = first_divergence(base["token_ids"], spec_rec.token_ids)
         record = ExampleRecord(SCHEMA_VERSION, item.example.id, len(item.prompt_ids), item.example.reference,
                                EngineRecord(**base), spec_rec, divergence is None, divergence)
         append_record(files.examples, record)
         records.append(asdict(record))
-        write_summary(files, config, spec, records, manifest)
+        write_summary(files, config, plan.spec, records, plan.manifest)
         on_example(records[-1])
-    summary = write_summary(files, config, spec, records, manifest)
+    summary = write_summary(files, config, plan.spec, records, plan.manifest)
     return RunOutcome(files, summary, len(todo))
+
+
+def execute_run(
+    config: RunConfig,
+    results_dir: Path,
+    *,
+    run_id: str | None = None,
+    session: Session | None = None,
+    on_start: Callable[[int, int], None] = lambda total, done: None,
+    on_example: Callable[[dict], None] = lambda record: None,
+    baseline_store: dict | None = None,
+) -> RunOutcome:
+    """prepare_run then measure: one call for a whole run."""
+    plan = prepare_run(config, results_dir, run_id=run_id, session=session)
+    return measure(plan, on_start=on_start, on_example=on_example, baseline_store=baseline_store)
 
 
 def check_resumable(files: RunFiles, manifest: dict) -> None:

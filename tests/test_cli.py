@@ -1,0 +1,163 @@
+"""The CLI end to end through CliRunner on tiny saved models: a real run, resume, and every bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from typer.testing import CliRunner
+
+from specbench.cli import app
+
+CORPUS = ["the cat sat on the mat and the dog sat on the log",
+          "speculative decoding drafts tokens and the target verifies them",
+          "a small draft model proposes and a large target model checks"] * 5
+
+
+def save_tiny(path, seed: int, vocab: int | None = None, max_positions: int = 256):
+    tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator(CORPUS, trainers.WordLevelTrainer(special_tokens=["<unk>", "<s>", "</s>"]))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab or len(fast), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_positions,
+                      bos_token_id=1, eos_token_id=2)
+    LlamaForCausalLM(cfg).save_pretrained(path)
+    fast.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def models_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    return {"target": save_tiny(root / "target", 0), "draft": save_tiny(root / "draft", 1),
+            "wide": save_tiny(root / "wide", 2, vocab=100), "short": save_tiny(root / "short", 0, max_positions=16)}
+
+
+@pytest.fixture()
+def task_file(tmp_path):
+    path = tmp_path / "task.jsonl"
+    path.write_text("\n".join(json.dumps({"prompt": p, "reference": p}) for p in CORPUS[:3]) + "\n")
+    return str(path)
+
+
+def invoke(*args):
+    return CliRunner().invoke(app, list(args), catch_exceptions=False)
+
+
+def run_args(models_dir, task_file, tmp_path, *extra):
+    return ("run", "--target", models_dir["target"], "--draft", models_dir["draft"], "--task", task_file,
+            "--limit", "3", "--max-new-tokens", "12", "--device", "cpu", "--results-dir", str(tmp_path / "res"), *extra)
+
+
+def test_run_writes_manifest_examples_summary_and_resumes(models_dir, task_file, tmp_path):
+    result = invoke(*run_args(models_dir, task_file, tmp_path, "--json", "--gamma", "3"))
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["n_examples"] == 3 and summary["complete"]
+    assert summary["greedy_identity"] == 1.0
+    for key in ("alpha", "alpha_expected", "tokens_per_target_call", "c", "speedup", "predicted_speedup"):
+        assert key in summary
+    run_dir = next((tmp_path / "res").iterdir())
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["config"]["gamma"] == 3 and manifest["versions"]["torch"]
+    lines = (run_dir / "examples.jsonl").read_text().splitlines()
+    assert len(lines) == 3
+    # a rerun of the same command resumes: nothing new is measured, nothing duplicated
+    again = invoke(*run_args(models_dir, task_file, tmp_path, "--json", "--gamma", "3"))
+    assert again.exit_code == 0
+    assert len((run_dir / "examples.jsonl").read_text().splitlines()) == 3
+
+
+def test_resume_after_a_truncated_line(models_dir, task_file, tmp_path):
+    invoke(*run_args(models_dir, task_file, tmp_path, "--json"))
+    run_dir = next((tmp_path / "res").iterdir())
+    path = run_dir / "examples.jsonl"
+    lines = path.read_text().splitlines()
+    path.write_text(lines[0] + "\n" + lines[1][: len(lines[1]) // 2])  # killed mid-write of the second record
+    result = invoke(*run_args(models_dir, task_file, tmp_path, "--json"))
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    assert sorted(r["example_id"] for r in rows) == sorted({r["example_id"] for r in rows}) and len(rows) == 3
+
+
+def test_sampling_run_with_prompt_lookup(models_dir, task_file, tmp_path):
+    result = invoke("run", "--target", models_dir["target"], "--draft", "prompt-lookup", "--task", task_file,
+                    "--limit", "2", "--max-new-tokens", "8", "--temperature", "0.7", "--top-k", "20", "--top-p", "0.9",
+                    "--device", "cpu", "--results-dir", str(tmp_path / "r2"), "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["greedy_identity"] is None
+
+
+BAD = [
+    (["--gamma", "0"], "--gamma must be >= 1"),
+    (["--temperature", "-0.5"], "--temperature must be >= 0"),
+    (["--top-p", "0"], "--top-p must be in (0, 1]"),
+    (["--top-p", "1.5"], "--top-p must be in (0, 1]"),
+    (["--top-k", "-1"], "--top-k must be >= 0"),
+    (["--limit", "0"], "--limit must be >= 1"),
+    (["--device", "tpu"], "--device must be one of"),
+]
+
+
+@pytest.mark.parametrize("extra,message", BAD)
+def test_bad_options_are_one_line_errors(models_dir, task_file, tmp_path, extra, message):
+    result = CliRunner().invoke(app, list(run_args(models_dir, task_file, tmp_path, *extra)))
+    assert result.exit_code == 1
+    assert message in result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def bad_run(*args):
+    result = CliRunner().invoke(app, ["run", "--device", "cpu", *args])
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    return " ".join(result.output.split())
+
+
+def test_unknown_model_and_files(models_dir, task_file, tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # fail fast instead of retrying the network
+    assert "model not found" in bad_run("--target", str(tmp_path / "nope" / "model.bin"), "--task", task_file)
+    assert "GGUF file not found" in bad_run("--target", str(tmp_path / "x.gguf"), "--task", task_file)
+    assert "cannot load model" in bad_run("--target", "nobody/no-such-model", "--task", task_file,
+                                          "--results-dir", str(tmp_path / "r"))
+    assert "does not exist" in bad_run("--target", models_dir["target"], "--task", str(tmp_path / "missing.jsonl"))
+
+
+def test_vocabulary_mismatch_names_both_sizes(models_dir, task_file, tmp_path):
+    msg = bad_run("--target", models_dir["target"], "--draft", models_dir["wide"], "--task", task_file,
+                  "--results-dir", str(tmp_path / "r"))
+    assert "vocabularies differ" in msg and "100" in msg
+
+
+def test_empty_prompt(models_dir, tmp_path):
+    task = tmp_path / "empty.jsonl"
+    task.write_text(json.dumps({"prompt": "the cat"}) + "\n" + json.dumps({"prompt": "  "}) + "\n")
+    assert "is empty" in bad_run("--target", models_dir["target"], "--task", str(task), "--limit", "2",
+                                     "--results-dir", str(tmp_path / "r"))
+
+
+def test_prompt_longer_than_context(models_dir, task_file, tmp_path):
+    msg = bad_run("--target", models_dir["short"], "--draft", "prompt-lookup", "--task", task_file,
+                  "--results-dir", str(tmp_path / "r"), "--max-new-tokens", "8")
+    assert "exceeds the context of 16" in msg
+
+
+def test_unwritable_results_dir(models_dir, task_file, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    msg = bad_run("--target", models_dir["target"], "--task", task_file, "--results-dir", str(blocker / "sub"))
+    assert "cannot write results" in msg
+
+
+def test_list_commands():
+    for what in ("models", "drafts", "tasks"):
+        result = invoke("list", what)
+        assert result.exit_code == 0, result.output
+    assert "smollm2-135m" in invoke("list", "models").output
