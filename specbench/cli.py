@@ -290,8 +290,7 @@ def data_fetch():
     """Fetch the offline task data (Debian trans-de-en, PyPI aclsum) into the cache."""
     from specbench.data import fetch_offline_data
 
-    for line in fetch_offline_data(out.print):
-        out.print(line)
+    fetch_offline_data(out.print)
 
 
 @app.command()
@@ -303,8 +302,7 @@ def setup(target: Target = DEFAULT_TARGET):
 
     quiet_transformers()
     out.print(f"model {target}: {resolve_source(target)}")
-    for line in fetch_offline_data(out.print):
-        out.print(line)
+    fetch_offline_data(out.print)
 
 
 def quiet_transformers() -> None:
