@@ -397,9 +397,9 @@ def _cell_str(cell) -> str:
     return ",".join(map(str, cell)) if isinstance(cell, tuple) else str(cell)
 
 
-def _pool(expected: Mapping[Hashable, float], min_expected: float) -> dict[Hashable, int]:
-    """Cell → bin: cells with expected count < min_expected share one bin, grown from the smallest
-    remaining cells until it reaches min_expected itself (or holds everything)."""
+def _pool(expected: Mapping[Hashable, float], min_expected: float) -> tuple[dict[Hashable, int], int]:
+    """(cell → bin, number of pooled cells): cells with expected count < min_expected share bin 0,
+    grown from the smallest remaining cells until it reaches min_expected itself (or holds everything)."""
     order = sorted(expected, key=lambda c: (expected[c], _cell_str(c)))
     rare = [c for c in order if expected[c] < min_expected]
     rest = order[len(rare):]
@@ -408,7 +408,7 @@ def _pool(expected: Mapping[Hashable, float], min_expected: float) -> dict[Hasha
     bins = {c: 0 for c in rare}
     for i, c in enumerate(rest):
         bins[c] = i + 1 if rare else i
-    return bins
+    return bins, len(rare)
 
 
 def gof_check(name: str, counts: Mapping[Hashable, int], law: Mapping[Hashable, float], *, level: float = LEVEL,
@@ -417,7 +417,7 @@ def gof_check(name: str, counts: Mapping[Hashable, int], law: Mapping[Hashable, 
     n = int(sum(counts.values()))
     support = {c: w for c, w in law.items() if w > 0}
     impossible = {c: k for c, k in counts.items() if c not in support and k > 0}
-    bins = _pool({c: n * w for c, w in support.items()}, min_expected)
+    bins, pooled = _pool({c: n * w for c, w in support.items()}, min_expected)
     nb = max(bins.values(), default=-1) + 1
     obs, exp = [0.0] * nb, [0.0] * nb
     for c, b in bins.items():
@@ -427,7 +427,7 @@ def gof_check(name: str, counts: Mapping[Hashable, int], law: Mapping[Hashable, 
     df = nb - 1
     p_value = 0.0 if impossible else (float(stats.chi2.sf(g, df)) if df >= 1 else 1.0)
     worst = sorted(((abs(counts.get(c, 0) / n - w), c) for c, w in support.items()), reverse=True)[:5] if n else []
-    detail = {"df": df, "cells": len(support), "bins": nb, "pooled_cells": sum(1 for b in bins.values() if b == 0) if nb > 1 else 0,
+    detail = {"df": df, "cells": len(support), "bins": nb, "pooled_cells": pooled,
               "impossible": {_cell_str(c): k for c, k in impossible.items()},
               "tv_detectable_at_80pct_power": detectable_tv(df, n, level),
               "largest_deviations": [{"cell": _cell_str(c), "observed": counts.get(c, 0) / n, "expected": law[c]}
@@ -449,7 +449,7 @@ def tv_check(name: str, counts: Mapping[Hashable, int], law: Mapping[Hashable, f
     """
     n = int(sum(counts.values()))
     support = {c: w for c, w in law.items() if w > 0}
-    bins = _pool({c: n * w for c, w in support.items()}, min_expected)
+    bins, _ = _pool({c: n * w for c, w in support.items()}, min_expected)
     nb = max(bins.values(), default=-1) + 1
     obs, exp = [0.0] * nb, [0.0] * nb
     for c, b in bins.items():
@@ -472,7 +472,7 @@ def homogeneity_check(name: str, counts_a: Mapping[Hashable, int], counts_b: Map
     total = na + nb_
     pooled = Counter(counts_a) + Counter(counts_b)
     # a cell's smaller expected count (under H0) decides pooling
-    bins = _pool({c: min(na, nb_) * k / total for c, k in pooled.items()}, min_expected)
+    bins, n_pooled = _pool({c: min(na, nb_) * k / total for c, k in pooled.items()}, min_expected)
     nbins = max(bins.values(), default=-1) + 1
     oa, ob = [0.0] * nbins, [0.0] * nbins
     for c, b in bins.items():
@@ -491,7 +491,7 @@ def homogeneity_check(name: str, counts_a: Mapping[Hashable, int], counts_b: Map
                        power=gof_power(df, n_eff, alt_tv, level),
                        alternative=f"two laws at total variation >= {alt_tv:g} on the tested bins",
                        passed=bool(p_value > level),
-                       detail={"df": df, "cells": len(pooled), "bins": nbins, "n_a": na, "n_b": nb_,
+                       detail={"df": df, "cells": len(pooled), "bins": nbins, "pooled_cells": n_pooled, "n_a": na, "n_b": nb_,
                                "empirical_tv": tv, "tv_detectable_at_80pct_power": detectable_tv(df, n_eff, level)})
 
 

@@ -48,6 +48,15 @@ CONFIGS = [
 ]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny tensors: one thread is faster, and does not fight other test processes for the cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def law_pairs(cfg: SamplingConfig, vocab: int = 50, seed: int = 0):
     """(p, q) pairs of processed laws: a close draft, a far draft, and the edge cases."""
     g = torch.Generator().manual_seed(seed)
@@ -132,7 +141,7 @@ def test_step_battery_passes_with_stated_n_level_and_power(battery):
 
 
 def test_step_battery_without_truncation():
-    res = step_checks(SamplingConfig(temperature=1.2), n=20_000, seed=1)
+    res = step_checks(SamplingConfig(temperature=1.2), n=10_000, seed=1)
     assert all(r.passed for r in res), [r for r in res if not r.passed]
 
 

@@ -1,0 +1,292 @@
+"""`specbench verify`: evidence on real models that speculative decoding emits the target's law.
+
+specbench.equality proves the step on small tabulated laws; this module checks the whole
+runner (drafting, KV-cache rollback, the step loop, EOS and length clipping) on a real
+target and draft:
+
+(a) sequence level: K short continuations of one prompt from the baseline and from
+    `decode_speculative` at several γ; a chi-square homogeneity test of each γ against the
+    baseline and, when top-k/top-p make the support enumerable, a G-test of every engine
+    against the target's exact sequence law, computed by batched forwards without a KV cache;
+(b) greedy identity over prompts: token for token against the baseline and HF
+    `generate(do_sample=False)`; each divergence is reported with its position and the
+    target's logit margin (top1 − top2) there. A divergence at a margin above the numerical
+    tolerance of the dtype is a bug; below it, a near-tie resolved differently by different
+    kernel shapes (expected in bf16/fp16, reported as a mismatch rate, never hidden);
+(c) `run_checks` runs all of it plus the model-free battery; `write_checks` stores the
+    results as checks.json (atomic) and checks.jsonl.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+
+from specbench.config import SamplingConfig
+from specbench.decoding.autoregressive import clip_at_stop, decode_autoregressive, prompt_split
+from specbench.decoding.base import Proposer
+from specbench.decoding.cached_model import CachedModel
+from specbench.decoding.speculative import decode_speculative
+from specbench.equality import LEVEL, CheckResult, gof_check, homogeneity_check, json_safe, step_checks
+from specbench.results import atomic_write_text
+from specbench.sampling import processed_probs
+
+Engine = Callable[[list[int], torch.Generator | None], list[int]]  # (prompt ids, generator) → generated ids
+ProposerFactory = Callable[[], Proposer]  # a fresh proposer; called once per engine so no state crosses cells
+
+CHECKS_SCHEMA_VERSION = 1
+
+
+def engines(target_model: torch.nn.Module, proposer_factory: ProposerFactory, gammas: Sequence[int], *,
+            max_new_tokens: int, sampling: SamplingConfig, eos_ids: frozenset[int],
+            decoder_start_id: int | None = None) -> dict[str, Engine]:
+    """{"baseline": ..., "γ=2": ...}: the runner's engines as prompt → tokens functions."""
+    target = CachedModel(target_model)
+    common = dict(max_new_tokens=max_new_tokens, sampling=sampling, eos_ids=eos_ids, decoder_start_id=decoder_start_id)
+    out: dict[str, Engine] = {
+        "baseline": lambda prompt, gen: decode_autoregressive(target, prompt, generator=gen, **common).token_ids}
+    for gamma in gammas:
+        proposer = proposer_factory()
+        out[f"γ={gamma}"] = (lambda prompt, gen, pr=proposer, g=gamma:
+                             decode_speculative(target, pr, prompt, gamma=g, generator=gen, **common).token_ids)
+    return out
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def sample_continuations(engine: Engine, prompt_ids: list[int], k: int, generator: torch.Generator) -> Counter:
+    """Counts of k continuations (token tuples; shorter when they end at EOS)."""
+    return Counter(tuple(engine(list(prompt_ids), generator)) for _ in range(k))
+
+
+@torch.inference_mode()
+def last_logits(model: torch.nn.Module, prompt_ids: list[int], continuations: list[list[int]],
+                decoder_start_id: int | None = None) -> torch.Tensor:
+    """[B, V] logits after prompt + each continuation (all of one length), one full forward, no cache."""
+    dev = model_device(model)
+    if getattr(model.config, "is_encoder_decoder", False):
+        enc = torch.tensor([prompt_ids] * len(continuations), device=dev)
+        dec = torch.tensor([[decoder_start_id] + c for c in continuations], device=dev)
+        return model(input_ids=enc, decoder_input_ids=dec).logits[:, -1]
+    ids = torch.tensor([list(prompt_ids) + c for c in continuations], device=dev)
+    return model(input_ids=ids).logits[:, -1]
+
+
+def model_sequence_law(model: torch.nn.Module, prompt_ids: list[int], length: int, sampling: SamplingConfig, *,
+                       eos_ids: frozenset[int], decoder_start_id: int | None = None, max_cells: int = 4096,
+                       batch: int = 64) -> dict[tuple[int, ...], float] | None:
+    """Exact law of the first `length` generated tokens (stopping at EOS) under the processed target law;
+    None when more than max_cells sequences have positive probability (top-k/top-p keep it small)."""
+    done: dict[tuple[int, ...], float] = {}
+    live = {(): 1.0}
+    for _ in range(length):
+        seqs = list(live)
+        nxt: dict[tuple[int, ...], float] = {}
+        for i in range(0, len(seqs), batch):
+            chunk = seqs[i:i + batch]
+            probs = processed_probs(last_logits(model, prompt_ids, [list(s) for s in chunk], decoder_start_id), sampling)
+            probs = probs.double().cpu()
+            for s, row in zip(chunk, probs):
+                for x in row.nonzero().flatten().tolist():
+                    w = live[s] * float(row[x])
+                    (done if x in eos_ids else nxt)[s + (x,)] = w
+            if len(done) + len(nxt) > max_cells:
+                return None
+        live = nxt
+    done.update(live)
+    return done
+
+
+def sequence_checks(target_model: torch.nn.Module, proposer_factory: ProposerFactory, prompt_ids: list[int],
+                    sampling: SamplingConfig, *, gammas: Sequence[int] = (1, 2, 4), n_samples: int = 2000,
+                    length: int = 4, eos_ids: frozenset[int] = frozenset(), decoder_start_id: int | None = None,
+                    level: float = LEVEL, alt_tv: float = 0.05, seed: int = 0,
+                    max_cells: int = 4096) -> list[CheckResult]:
+    """(a) K = n_samples continuations of `length` tokens per engine; homogeneity of each γ against the
+    baseline and, when enumerable, a G-test of every engine against the exact target law.
+
+    The first token comes from the prefill in both engines; the first step drafts
+    min(γ, length − 2) tokens, so `length` ≥ γ + 2 exercises the full γ.
+    """
+    if sampling.greedy:
+        raise ValueError("sequence_checks needs a sampling configuration (temperature > 0); use greedy_checks at T = 0")
+    runs = engines(target_model, proposer_factory, gammas, max_new_tokens=length, sampling=sampling,
+                   eos_ids=eos_ids, decoder_start_id=decoder_start_id)
+    dev = model_device(target_model)
+    counts = {name: sample_continuations(run, prompt_ids, n_samples, torch.Generator(device=dev).manual_seed(seed + i))
+              for i, (name, run) in enumerate(runs.items())}
+    law = model_sequence_law(target_model, prompt_ids, length, sampling, eos_ids=eos_ids,
+                             decoder_start_id=decoder_start_id, max_cells=max_cells)
+    info = {"length": length, "sampling": _sampling_dict(sampling), "prompt_tokens": len(prompt_ids),
+            "exact_law": "enumerated" if law is not None else f"skipped: more than {max_cells} sequences"}
+    out = []
+    for name, c in counts.items():
+        if name != "baseline":
+            r = homogeneity_check(f"sequence/{name}/vs-baseline", counts["baseline"], c, level=level, alt_tv=alt_tv)
+            r.detail.update(info)
+            out.append(r)
+        if law is not None:
+            r = gof_check(f"sequence/{name}/exact", c, law, level=level, alt_tv=alt_tv)
+            r.detail.update(info)
+            out.append(r)
+    return out
+
+
+@torch.inference_mode()
+def hf_greedy(model: torch.nn.Module, prompt_ids: list[int], max_new_tokens: int, eos_ids: frozenset[int]) -> list[int]:
+    """HF `generate(do_sample=False)` continuation, clipped at the first EOS as our engines do."""
+    from transformers import GenerationConfig
+
+    dev = model_device(model)
+    ids = torch.tensor([list(prompt_ids)], device=dev)
+    eos = sorted(eos_ids) or None
+    cfg = GenerationConfig(do_sample=False, num_beams=1, max_new_tokens=max_new_tokens, min_new_tokens=0,
+                           eos_token_id=eos, pad_token_id=eos[0] if eos else 0)
+    out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=cfg)
+    seq2seq = getattr(model.config, "is_encoder_decoder", False)
+    new = out[0, 1:] if seq2seq else out[0, ids.shape[1]:]
+    return clip_at_stop(new.tolist(), eos_ids, max_new_tokens)[0]
+
+
+def first_divergence(a: list[int], b: list[int]) -> int | None:
+    """Index of the first position where the sequences differ (a length difference counts); None if equal."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+@torch.inference_mode()
+def margin_at(model: torch.nn.Module, prompt_ids: list[int], prefix: list[int],
+              decoder_start_id: int | None = None) -> dict:
+    """The target's top1 − top2 logit margin after prompt + prefix, and the numerical noise there.
+
+    noise: the largest logit difference between three kernel shapes of the same computation
+    (one full pass without cache; prefill then one token at a time, as the baseline; prefill
+    then the prefix as one chunk, as a verify pass). tolerance = max(2·eps·|top1|, 4·noise):
+    a divergence at a larger margin is not a rounding effect.
+    """
+    full = last_logits(model, prompt_ids, [prefix], decoder_start_id)[0].float()
+    variants = [full]
+    if prefix:
+        cm = CachedModel(model)
+        encoder_ids, tokens = prompt_split(cm, prompt_ids, decoder_start_id)
+        dev = cm.device
+        cm.start(encoder_ids)
+        cm.forward(torch.tensor(tokens, device=dev))
+        for t in prefix:
+            step = cm.forward(torch.tensor([t], device=dev))
+        variants.append(step.float())
+        cm.start(encoder_ids)
+        cm.forward(torch.tensor(tokens, device=dev))
+        variants.append(cm.forward(torch.tensor(prefix, device=dev), all_logits=True)[-1].float())
+    noise = max(float((a - b).abs().max()) for a in variants for b in variants)
+    top = full.topk(2).values
+    eps = torch.finfo(next(model.parameters()).dtype).eps
+    return {"margin": float(top[0] - top[1]), "noise": noise,
+            "tolerance": max(2 * eps * float(top[0].abs()), 4 * noise)}
+
+
+def greedy_checks(target_model: torch.nn.Module, proposer_factory: ProposerFactory, prompts: Sequence[list[int]], *,
+                  gammas: Sequence[int] = (1, 2, 4), max_new_tokens: int = 16, eos_ids: frozenset[int] = frozenset(),
+                  decoder_start_id: int | None = None, hf_generate: bool = True, margin_tol: float | None = None,
+                  extra_engines: dict[str, Engine] | None = None) -> list[CheckResult]:
+    """(b) Greedy token identity of every engine against the baseline, one check per engine.
+
+    Passes when every divergence happens at a near-tie: the target's top1 − top2 logit margin
+    there (in the model's dtype) is ≤ margin_tol, by default the tolerance `margin_at` derives
+    from the measured rounding noise at that position. In float32 on CPU expect no divergence.
+    `extra_engines` lets tests feed a deliberately broken engine through the same check.
+    """
+    greedy = SamplingConfig(temperature=0.0)
+    runs = engines(target_model, proposer_factory, gammas, max_new_tokens=max_new_tokens, sampling=greedy,
+                   eos_ids=eos_ids, decoder_start_id=decoder_start_id)
+    base = runs.pop("baseline")
+    if hf_generate:
+        runs = {"hf-generate": lambda prompt, gen: hf_greedy(target_model, prompt, max_new_tokens, eos_ids), **runs}
+    runs.update(extra_engines or {})
+    reference = [base(list(p), None) for p in prompts]
+    dtype = next(target_model.parameters()).dtype
+    out = []
+    for name, run in runs.items():
+        divergences, matched, total = [], 0, 0
+        for i, (prompt, ref) in enumerate(zip(prompts, reference)):
+            got = run(list(prompt), None)
+            pos = first_divergence(ref, got)
+            total += len(ref)
+            matched += len(ref) if pos is None else pos
+            if pos is None:
+                continue
+            m = margin_at(target_model, list(prompt), ref[:pos], decoder_start_id)
+            if margin_tol is not None:
+                m["tolerance"] = margin_tol
+            divergences.append({"prompt": i, "position": pos, "baseline_token": ref[pos] if pos < len(ref) else None,
+                                "engine_token": got[pos] if pos < len(got) else None, **m})
+        suspicious = [d for d in divergences if d["margin"] > d["tolerance"]]
+        out.append(CheckResult(
+            name=f"greedy/{name}/identity", kind="identity", statistic=len(divergences) / max(1, len(prompts)),
+            p_value=None, n=len(prompts), threshold=(margin_tol if margin_tol is not None else math.nan),
+            power=None, alternative="any divergence at a logit margin above the dtype's tolerance",
+            passed=not suspicious,
+            detail={"dtype": str(dtype).removeprefix("torch."), "mismatch_rate": len(divergences) / max(1, len(prompts)),
+                    "token_agreement": matched / max(1, total), "max_new_tokens": max_new_tokens,
+                    "divergences": divergences, "suspicious": len(suspicious)}))
+    return out
+
+
+def run_checks(target_model: torch.nn.Module, proposer_factory: ProposerFactory,
+               prompts_token_ids: Sequence[Sequence[int]], sampling: SamplingConfig, *,
+               gammas: Sequence[int] = (1, 2, 4), n_samples: int = 2000, sample_length: int | None = None,
+               greedy_tokens: int = 16, eos_ids: frozenset[int] = frozenset(), decoder_start_id: int | None = None,
+               level: float = LEVEL, alt_tv: float = 0.05, seed: int = 0, step_samples: int = 100_000,
+               hf_generate: bool = True, max_cells: int = 4096,
+               progress: Callable[[str], None] | None = None) -> list[CheckResult]:
+    """Everything `specbench verify` runs, in order of cost.
+
+    1. the model-free step battery (specbench.equality) under `sampling` (T = 1 when greedy),
+       exact laws plus `step_samples` draws through verify_sampling (0 skips the draws);
+    2. sequence level on the first prompt (skipped at T = 0): n_samples continuations of
+       sample_length tokens (default max(gammas) + 2, capped at 6) per engine;
+    3. greedy identity over all prompts, greedy_tokens each.
+    """
+    say = progress or (lambda _msg: None)
+    prompts = [list(p) for p in prompts_token_ids]
+    step_cfg = sampling if not sampling.greedy else SamplingConfig(temperature=1.0)
+    say(f"step battery ({step_samples} draws)")
+    checks = step_checks(step_cfg, n=step_samples, seed=seed, level=level)
+    if not sampling.greedy:
+        length = sample_length or min(max(gammas) + 2, 6)
+        say(f"sequence level ({n_samples} continuations × {len(gammas) + 1} engines)")
+        checks += sequence_checks(target_model, proposer_factory, prompts[0], sampling, gammas=gammas,
+                                  n_samples=n_samples, length=length, eos_ids=eos_ids,
+                                  decoder_start_id=decoder_start_id, level=level, alt_tv=alt_tv, seed=seed,
+                                  max_cells=max_cells)
+    say(f"greedy identity ({len(prompts)} prompts)")
+    checks += greedy_checks(target_model, proposer_factory, prompts, gammas=gammas, max_new_tokens=greedy_tokens,
+                            eos_ids=eos_ids, decoder_start_id=decoder_start_id, hf_generate=hf_generate)
+    return checks
+
+
+def write_checks(checks: Sequence[CheckResult], out_dir: str | Path, *, extra: dict | None = None) -> tuple[Path, Path]:
+    """checks.json ({schema_version, passed, counts, checks}) and checks.jsonl (one check a line), both atomic."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = [c.to_dict() for c in checks]
+    summary = {"schema_version": CHECKS_SCHEMA_VERSION, "passed": all(c.passed for c in checks),
+               "n_checks": len(rows), "n_failed": sum(not c.passed for c in checks),
+               "failed": [c.name for c in checks if not c.passed], **json_safe(extra or {}), "checks": rows}
+    json_path, jsonl_path = out / "checks.json", out / "checks.jsonl"
+    atomic_write_text(jsonl_path, "".join(json.dumps(r, allow_nan=False) + "\n" for r in rows))
+    atomic_write_text(json_path, json.dumps(summary, indent=2, allow_nan=False) + "\n")
+    return json_path, jsonl_path
+
+
+def _sampling_dict(s: SamplingConfig) -> dict:
+    return {"temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p}

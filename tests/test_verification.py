@@ -1,0 +1,228 @@
+"""`specbench verify` on tiny random models: sequence-level laws, greedy identity, checks.json.
+
+Figures: K = 300 continuations of 4 tokens per engine (baseline, γ = 1, γ = 3; top-k 2 so the
+16 sequences are enumerable), level α = 1e-3. At that K the one-sample G-test detects a
+deviation of total variation ≈ 0.17 with 80% power and the two-sample test ≈ 0.24: enough for
+the gross bugs below (a greedy draft moves the law by TV ≈ 0.3), not for subtle ones — those
+are the job of tests/test_equality.py (N = 100,000 on tabulated laws).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+
+from conftest import sharpen, tiny_llama
+from specbench.config import SamplingConfig
+from specbench.decoding.base import Proposal
+from specbench.decoding.cached_model import CachedModel
+from specbench.decoding.drafts.model import ModelDraft
+from specbench.sampling import processed_probs
+from specbench.verification import (
+    first_divergence,
+    greedy_checks,
+    hf_greedy,
+    margin_at,
+    model_sequence_law,
+    run_checks,
+    sequence_checks,
+    write_checks,
+)
+
+EOS = frozenset({2})
+SAMPLING = SamplingConfig(temperature=1.0, top_k=2)
+PROMPTS = [[5, 17, 33, 4], [9, 9, 120, 7, 301], [44, 3], [250, 251, 252], [6, 60, 11, 400, 8, 13]]
+K = 300
+
+
+def perturbed(model: torch.nn.Module, scale: float, seed: int) -> torch.nn.Module:
+    """A draft close to its target: the same network with noise on the output layer."""
+    draft = copy.deepcopy(model)
+    with torch.no_grad():
+        torch.manual_seed(seed)
+        w = draft.get_output_embeddings().weight
+        w.add_(scale * w.std() * torch.randn_like(w))
+    return draft
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models: one thread is faster, and does not fight other test processes for the cores."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target = sharpen(tiny_llama(0, layers=1), 5.0)
+    return target, perturbed(target, 0.5, seed=5)
+
+
+@pytest.fixture(scope="module")
+def checks(pair):
+    target, draft = pair
+    return run_checks(target, lambda: ModelDraft(draft, "draft"), PROMPTS, SAMPLING, gammas=(1, 3), n_samples=K,
+                      sample_length=4, greedy_tokens=10, eos_ids=EOS, step_samples=2_000, seed=0)
+
+
+def by_name(checks):
+    return {c.name: c for c in checks}
+
+
+def test_run_checks_covers_every_kind(checks):
+    names = set(by_name(checks))
+    assert {"sequence/baseline/exact", "sequence/γ=1/exact", "sequence/γ=3/exact",
+            "sequence/γ=1/vs-baseline", "sequence/γ=3/vs-baseline",
+            "greedy/hf-generate/identity", "greedy/γ=1/identity", "greedy/γ=3/identity"} <= names
+    assert any(n.startswith("step/") and n.endswith("exact/joint2") for n in names)
+    assert {c.kind for c in checks} == {"exact", "gof", "tv", "homogeneity", "identity"}
+
+
+def test_sequence_level_law_is_targets_with_stated_power(checks):
+    seq = [c for c in checks if c.name.startswith("sequence/")]
+    assert all(c.passed for c in seq), [c for c in seq if not c.passed]
+    for c in seq:
+        assert c.threshold == 1e-3 and c.power is not None and c.detail["exact_law"] == "enumerated"
+    one = by_name(checks)["sequence/γ=3/exact"]
+    assert one.n == K and one.detail["df"] >= 8
+    assert one.detail["tv_detectable_at_80pct_power"] < 0.2
+    two = by_name(checks)["sequence/γ=3/vs-baseline"]
+    assert two.n == 2 * K and two.detail["tv_detectable_at_80pct_power"] < 0.3
+
+
+def test_greedy_identity_in_float32(checks):
+    greedy = [c for c in checks if c.kind == "identity"]
+    assert len(greedy) == 3
+    for c in greedy:
+        assert c.passed and c.statistic == 0.0 and c.detail["divergences"] == [], c
+        assert c.detail["token_agreement"] == 1.0 and c.n == len(PROMPTS)
+
+
+def test_model_law_sums_to_one_and_respects_top_k(pair):
+    law = model_sequence_law(pair[0], PROMPTS[0], 3, SAMPLING, eos_ids=EOS)
+    assert sum(law.values()) == pytest.approx(1.0, abs=1e-6)
+    assert len(law) <= 2**3
+    assert model_sequence_law(pair[0], PROMPTS[0], 3, SamplingConfig(temperature=1.0), eos_ids=EOS,
+                              max_cells=1000) is None
+
+
+class GreedyDraftControl:
+    """Negative control: drafts the argmax of its law but reports the processed law as q."""
+
+    is_model = True
+    name = "greedy-draft-control"
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+
+    def begin(self, prompt_ids):
+        self.prompt = list(prompt_ids)
+
+    @torch.inference_mode()
+    def propose(self, tokens, gamma, sampling, generator):
+        ids, laws = list(tokens), []
+        for _ in range(gamma):
+            q = processed_probs(self.model(input_ids=torch.tensor([ids])).logits[0, -1], sampling)
+            laws.append(q)
+            ids.append(int(q.argmax()))
+        return Proposal(tokens=torch.tensor(ids[len(tokens):]), q_probs=torch.stack(laws), forward_calls=gamma)
+
+
+def test_greedy_draft_control_fails_sequence_level(pair):
+    target, draft = pair
+    res = by_name(sequence_checks(target, lambda: GreedyDraftControl(draft), PROMPTS[0], SAMPLING, gammas=(3,),
+                                  n_samples=K, length=4, eos_ids=EOS, seed=1))
+    assert res["sequence/baseline/exact"].passed  # the baseline still samples the target
+    assert not res["sequence/γ=3/exact"].passed, res["sequence/γ=3/exact"]
+    assert not res["sequence/γ=3/vs-baseline"].passed, res["sequence/γ=3/vs-baseline"]
+
+
+def tie_break_high(model: torch.nn.Module, max_new_tokens: int):
+    """A greedy engine that breaks exact logit ties towards the higher id: a kernel resolving a tie differently."""
+    cm = CachedModel(model)
+
+    def run(prompt, _gen):
+        cm.start()
+        logits, out = cm.forward(torch.tensor(prompt)), []
+        while len(out) < max_new_tokens:
+            tok = int((logits == logits.max()).nonzero().max())
+            out.append(tok)
+            if tok in EOS:
+                break
+            logits = cm.forward(torch.tensor([tok]))
+        return out
+    return run
+
+
+def corrupt_at(model: torch.nn.Module, max_new_tokens: int, position: int):
+    """A broken engine: the baseline's output with one token replaced by the target's least likely one."""
+    from specbench.decoding.autoregressive import decode_autoregressive
+
+    cm = CachedModel(model)
+
+    def run(prompt, _gen):
+        out = decode_autoregressive(cm, prompt, max_new_tokens=max_new_tokens, sampling=SamplingConfig(),
+                                    generator=None, eos_ids=frozenset()).token_ids
+        logits = model(input_ids=torch.tensor([prompt + out[:position]])).logits[0, -1]
+        return out[:position] + [int(logits.argmin())] + out[position + 1:]
+    return run
+
+
+def test_bf16_greedy_reports_mismatch_rate_and_margins():
+    target = tiny_llama(0, layers=1).to(torch.bfloat16)  # unsharpened: bf16 ties are common
+    draft = perturbed(target, 0.5, seed=6)
+    prompts = [[i, 3 * i + 1, 7] for i in range(3, 15)]
+    res = by_name(greedy_checks(target, lambda: ModelDraft(draft, "draft"), prompts, gammas=(2,), max_new_tokens=10,
+                                eos_ids=frozenset(), extra_engines={"tie-high": tie_break_high(target, 10),
+                                                                     "corrupt": corrupt_at(target, 10, 3)}))
+    for c in res.values():
+        assert c.detail["dtype"] == "bfloat16" and 0.0 <= c.detail["mismatch_rate"] <= 1.0
+        for d in c.detail["divergences"]:
+            assert {"prompt", "position", "margin", "noise", "tolerance"} <= set(d)
+    ties = res["greedy/tie-high/identity"]
+    assert ties.detail["divergences"], "expected exact bf16 ties among 120 positions"
+    assert ties.passed and all(d["margin"] <= d["tolerance"] for d in ties.detail["divergences"]), ties
+    bad = res["greedy/corrupt/identity"]
+    assert not bad.passed and bad.statistic == 1.0
+    assert {d["position"] for d in bad.detail["divergences"]} == {3}
+    assert res["greedy/γ=2/identity"].passed, res["greedy/γ=2/identity"]
+
+
+def test_margin_noise_is_small_in_float32(pair):
+    m = margin_at(pair[0], PROMPTS[0], [7, 8, 9])
+    assert m["margin"] > 0 and m["noise"] < 1e-4 and m["tolerance"] < 1e-3
+
+
+def test_first_divergence():
+    assert first_divergence([1, 2, 3], [1, 2, 3]) is None
+    assert first_divergence([1, 2, 3], [1, 5, 3]) == 1
+    assert first_divergence([1, 2], [1, 2, 3]) == 2
+
+
+def test_write_checks_is_atomic_and_strict_json(checks, tmp_path):
+    json_path, jsonl_path = write_checks(checks, tmp_path / "verify")
+    summary = json.loads(json_path.read_text())
+    assert summary["schema_version"] == 1 and summary["n_checks"] == len(checks)
+    assert summary["passed"] == all(c.passed for c in checks) and summary["n_failed"] == len(summary["failed"])
+    lines = jsonl_path.read_text().splitlines()
+    assert [json.loads(x)["name"] for x in lines] == [c.name for c in checks]
+    assert sorted(p.name for p in (tmp_path / "verify").iterdir()) == ["checks.json", "checks.jsonl"]
+    json.loads(json_path.read_text(), parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
+
+
+def test_seq2seq_greedy_identity_and_law(t5_pair):
+    # sharpened copies: an unsharpened random T5 repeats one token, which would make identity trivial
+    target, draft = (sharpen(copy.deepcopy(m), 20.0) for m in t5_pair)
+    prompts = [[5, 17, 33, 4], [9, 120, 7]]
+    res = greedy_checks(target, lambda: ModelDraft(draft, "draft", decoder_start_id=0), prompts, gammas=(2,),
+                        max_new_tokens=6, eos_ids=frozenset({1}), decoder_start_id=0)
+    assert [c.name for c in res] == ["greedy/hf-generate/identity", "greedy/γ=2/identity"]
+    assert all(c.passed and c.statistic == 0.0 for c in res), res
+    assert len(set(hf_greedy(target, prompts[0], 6, frozenset({1})))) > 2  # varied, not one repeated token
+    law = model_sequence_law(target, prompts[0], 2, SAMPLING, eos_ids=frozenset({1}), decoder_start_id=0)
+    assert sum(law.values()) == pytest.approx(1.0, abs=1e-6) and len(law) <= 4
