@@ -161,3 +161,11 @@ def test_list_commands():
         result = invoke("list", what)
         assert result.exit_code == 0, result.output
     assert "smollm2-135m" in invoke("list", "models").output
+
+
+def test_hf_assisted_engine_records_the_same_schema(models_dir, task_file, tmp_path):
+    result = invoke(*run_args(models_dir, task_file, tmp_path, "--engine", "hf-assisted", "--json"))
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["engine"] == "hf-assisted" and summary["greedy_identity"] == 1.0
+    assert summary["alpha"] is None  # transformers does not report acceptance counts
