@@ -1,0 +1,331 @@
+"""Exactness of the model-free (unigram, bigram) and hybrid drafts.
+
+Three kinds of evidence:
+1. The laws: add-k unigram, unigram-backed bigram, and the q each proposal reports is the
+   processed law the token was drawn from (compared with an independent recomputation).
+2. Greedy identity: speculative output equals the baseline's for γ = 1..8.
+3. The sampling law of one speculative step (γ = 2) on a vocabulary of 24, T = 0.9, top-k 16,
+   top-p 0.95: N = 10,000 steps (3,000 where a model forward runs in every step), the first
+   emitted token e1 and the pair (e1, e2) (e2 = the step's second token, or a fresh target
+   draw when it emitted only one, which is what the next step emits if the step is exact)
+   tested against the target's processed law by a G-test at level 1e-3
+   (specbench.equality.gof_check, cells expected < 5 times pooled). Asserted power of the e1
+   test ≥ 0.99 against any law at total variation ≥ 0.05 (N = 10,000) or ≥ 0.1 (N = 3,000).
+   The negative control (bigram sampling, uniform q reported; N = 3,000) must fail at p < 1e-6.
+All draws use fixed seeds, so the outcome is deterministic.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from conftest import VOCAB, tiny_llama, tiny_t5
+from specbench.config import SamplingConfig
+from specbench.decoding.autoregressive import decode_autoregressive
+from specbench.decoding.base import Proposal
+from specbench.decoding.cached_model import CachedModel
+from specbench.decoding.drafts.hybrid import HybridDraft, split_hybrid_spec
+from specbench.decoding.drafts.model import ModelDraft
+from specbench.decoding.drafts.ngram import FrequencyDraft, make_frequency_draft
+from specbench.decoding.drafts.prompt_lookup import PromptLookupDraft
+from specbench.decoding.speculative import decode_speculative
+from specbench.decoding.verify import verify_sampling
+from specbench.equality import gof_check
+from specbench.errors import SpecbenchError
+from specbench.models import make_proposer, wrap_model
+from specbench.sampling import processed_probs, sample
+
+GREEDY = SamplingConfig()
+SAMPLING = SamplingConfig(temperature=0.9, top_k=16, top_p=0.95)  # every filter on, as the target gets them
+CPU = torch.device("cpu")
+PROMPT = [5, 17, 99, 3, 250, 31, 7, 64, 12, 400]
+CORPUS = [[5, 17, 99, 3, 17, 99, 8], [250, 31, 7, 64, 12, 400, 5, 17], [3, 3, 3, 9]]
+LEVEL = 1e-3
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models on 2 shared cores: one intra-op thread is ~20x faster than two under load (measured)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. The laws
+
+
+def test_unigram_is_add_k_with_full_support():
+    draft = FrequencyDraft(1, 10, CPU, k=0.5).fit([[1, 2, 2, 3], [3, 3]])
+    law = draft.log_law(None).exp()
+    counts = torch.tensor([0, 1, 2, 3, 0, 0, 0, 0, 0, 0], dtype=torch.float32)
+    assert torch.allclose(law, (counts + 0.5) / (6 + 0.5 * 10))
+    assert float(law.sum()) == pytest.approx(1.0, abs=1e-6) and bool((law > 0).all())
+
+
+def test_bigram_backs_off_to_the_unigram():
+    draft = FrequencyDraft(2, 10, CPU, k=0.5, backoff=2.0).fit([[1, 2, 2, 3], [3, 3]])
+    u = draft.log_law(None).exp()
+    assert torch.equal(draft.log_law(7), draft.log_law(None))  # 7 never seen as a context
+    row = draft.log_law(2).exp()  # context 2 is followed by 2 once and by 3 once
+    expected = 2.0 * u
+    expected[2] += 1
+    expected[3] += 1
+    assert torch.allclose(row, expected / (2 + 2.0))
+    assert float(row.sum()) == pytest.approx(1.0, abs=1e-6) and bool((row > 0).all())
+
+
+def test_sparse_law_with_k_zero_still_proposes_only_seen_tokens():
+    draft = FrequencyDraft(1, 10, CPU, k=0.0).fit([[4, 4, 6]])
+    prop = draft.propose([4], 50, SAMPLING, torch.Generator().manual_seed(0))
+    assert set(prop.tokens.tolist()) <= {4, 6}
+    assert float(prop.q_probs[:, [4, 6]].sum(-1).min()) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("order", [1, 2])
+def test_reported_q_is_the_processed_law_drawn_from(order):
+    draft = FrequencyDraft(order, VOCAB, CPU).fit(CORPUS)
+    tokens = PROMPT + [17]
+    prop = draft.propose(tokens, 6, SAMPLING, torch.Generator().manual_seed(1))
+    context = tokens[-1]
+    for i, tok in enumerate(prop.tokens.tolist()):
+        expected = processed_probs(draft.log_law(context), SAMPLING)  # log q as logits, target's processing
+        assert torch.equal(prop.q_probs[i], expected)
+        assert float(prop.q_probs[i, tok]) > 0
+        context = tok if order == 2 else context
+    # sampling, not argmax: over many proposals more than one token shows up at position 1
+    gen = torch.Generator().manual_seed(2)
+    firsts = {int(draft.propose(tokens, 1, SAMPLING, gen).tokens[0]) for _ in range(50)}
+    assert len(firsts) > 3
+
+
+def test_greedy_proposes_the_argmax_and_no_q():
+    draft = FrequencyDraft(2, VOCAB, CPU).fit(CORPUS)
+    prop = draft.propose([5, 17], 3, GREEDY, None)
+    assert prop.q_probs is None
+    # 17→99 twice; 99→3 once and →8 once, a tie the unigram back-off breaks (3 is more frequent); 3→3 twice
+    assert prop.tokens.tolist() == [99, 3, 3]
+
+
+def test_fits_on_the_prompt_without_a_corpus_and_forgets_it_next_example():
+    draft = FrequencyDraft(1, VOCAB, CPU)
+    draft.begin([7, 7, 7, 8])
+    assert int(draft.propose([1], 1, GREEDY, None).tokens[0]) == 7
+    draft.begin([9, 9, 8])  # a new example: refitted, nothing carried over
+    assert int(draft.propose([1], 1, GREEDY, None).tokens[0]) == 9
+    fitted = FrequencyDraft(1, VOCAB, CPU).fit([[4, 4]])
+    fitted.begin([9, 9, 9])  # a task corpus was given: the prompt does not replace it
+    assert int(fitted.propose([1], 1, GREEDY, None).tokens[0]) == 4
+
+
+def test_bad_inputs_raise_one_line_errors():
+    with pytest.raises(SpecbenchError, match="outside the target's vocabulary"):
+        FrequencyDraft(1, 10, CPU).fit([[3, 12]])
+    with pytest.raises(SpecbenchError, match="bigram takes k=<number>, backoff=<number>"):
+        make_frequency_draft("bigram:lambda=2", 10, CPU)
+    with pytest.raises(SpecbenchError, match="not a number"):
+        make_frequency_draft("unigram:k=lots", 10, CPU)
+    with pytest.raises(SpecbenchError, match="before fit"):
+        FrequencyDraft(1, 10, CPU).propose([1], 2, GREEDY, None)
+    draft = make_frequency_draft("bigram:k=0.01,backoff=3", 10, CPU, corpus=[[1, 2]])
+    assert (draft.order, draft.k, draft.backoff, draft.name) == (2, 0.01, 3.0, "bigram:k=0.01,backoff=3")
+
+
+def test_make_proposer_dispatches_specs():
+    target = wrap_model("tiny", tiny_llama(0), None)
+    assert isinstance(make_proposer("unigram", target), FrequencyDraft)
+    bigram = make_proposer("bigram:k=0.1", target, corpus=CORPUS)
+    assert bigram.order == 2 and bigram._from_corpus
+    assert isinstance(make_proposer("prompt-lookup", target), PromptLookupDraft)
+    assert split_hybrid_spec("lookup+org/model") == "org/model" == split_hybrid_spec("hybrid:org/model")
+    assert split_hybrid_spec("unigram") is None
+    with pytest.raises(SpecbenchError, match="after lookup\\+ comes a draft model"):
+        make_proposer("lookup+bigram", target)
+
+
+def test_hybrid_reports_one_hot_for_lookup_and_the_model_law_for_the_rest():
+    target, model = tiny_llama(0), tiny_llama(1)
+    hybrid = HybridDraft(PromptLookupDraft(VOCAB, CPU), ModelDraft(model, "m"), "lookup+m")
+    tokens = [4, 6, 8, 10, 12, 13, 13]  # suffix [13] matched at index 5, continuation runs out after 1 token
+    hybrid.begin(tokens[:-1])
+    prop = hybrid.propose(tokens, 3, SAMPLING, torch.Generator().manual_seed(0))
+    ids = prop.tokens.tolist()
+    assert ids[0] == 13 and prop.forward_calls == 2
+    assert torch.equal(prop.q_probs[0], torch.nn.functional.one_hot(torch.tensor(13), VOCAB).float())
+    fresh = CachedModel(model)
+    for i in (1, 2):  # the model's rows: its processed law after the lookup token and its own drafts
+        fresh.start()
+        law = processed_probs(fresh.forward(torch.tensor(tokens + ids[:i])), SAMPLING)
+        assert torch.allclose(prop.q_probs[i], law, atol=1e-5)
+    full = hybrid.propose([4, 6, 8, 10, 12, 4, 6], 2, SAMPLING, None)  # [4, 6] matched: lookup supplies both
+    assert full.tokens.tolist() == [8, 10] and full.forward_calls == 0
+    assert (hybrid.lookup_tokens, hybrid.model_tokens) == (3, 2)
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. Greedy identity
+
+
+def run_baseline(model, max_new=40):
+    return decode_autoregressive(CachedModel(model), PROMPT, max_new_tokens=max_new, sampling=GREEDY,
+                                 generator=None, **eos_kwargs(model)).token_ids
+
+
+def run_speculative(model, proposer, gamma, max_new=40):
+    return decode_speculative(CachedModel(model), proposer, PROMPT, gamma=gamma, max_new_tokens=max_new,
+                              sampling=GREEDY, generator=None, **eos_kwargs(model))
+
+
+def eos_kwargs(model):
+    if model.config.is_encoder_decoder:
+        return {"eos_ids": frozenset([1]), "decoder_start_id": 0}
+    return {"eos_ids": frozenset([2])}
+
+
+@pytest.mark.parametrize("make_target,make_draft", [(lambda: tiny_llama(0), lambda: tiny_llama(1)),
+                                                    (lambda: tiny_t5(2), lambda: tiny_t5(5))], ids=["llama", "t5"])
+def test_greedy_identity_for_every_draft_kind(make_target, make_draft):
+    target, model = make_target(), make_draft()
+    seq2seq = target.config.is_encoder_decoder
+    ref = run_baseline(target)
+    assert len(set(ref)) > 3
+    used = Counter()
+    for gamma in range(1, 9) if not seq2seq else (1, 3, 8):  # T5: the seq2seq paths, fewer γ (slower model)
+        hybrid = HybridDraft(PromptLookupDraft(VOCAB, CPU, search_source=seq2seq), ModelDraft(model, "m"), "lookup+m")
+        proposers = [FrequencyDraft(1, VOCAB, CPU),  # fitted on the prompt in begin()
+                     FrequencyDraft(2, VOCAB, CPU).fit(CORPUS + [ref[:10]]), hybrid]
+        for proposer in proposers:
+            result = run_speculative(target, proposer, gamma)
+            assert result.token_ids == ref, (proposer.name, gamma)
+            assert result.drafted > 0
+        used.update(lookup=hybrid.lookup_tokens, model=hybrid.model_tokens)
+    assert used["lookup"] > 0 and used["model"] > 0  # both branches of the hybrid were exercised
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. The sampling law of one step
+
+V = 24
+STEP_PROMPT = [4, 6, 8, 10, 12, 13]
+
+
+def small_llama(seed: int, sharpen: float = 1.0) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=V, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                      num_key_value_heads=1, max_position_embeddings=64, bos_token_id=1, eos_token_id=2,
+                      tie_word_embeddings=False)
+    model = LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(sharpen)
+    return model
+
+
+class TargetLaws:
+    """The target's processed law after `tokens` + up to two more tokens, from one batched forward."""
+
+    def __init__(self, model, tokens: list[int], sampling: SamplingConfig):
+        grid = torch.cartesian_prod(torch.arange(V), torch.arange(V))  # [V², 2] every (a, b)
+        ids = torch.cat([torch.tensor(tokens).expand(V * V, -1), grid], dim=1)  # [V², L+2]
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits  # [V², L+2, V]
+        probs = processed_probs(logits[:, -3:], sampling)  # [V², 3, V] after tokens, +a, +a+b
+        self.root = probs[0, 0]  # [V]
+        self.after_a = probs[::V, 1]  # [V, V]: row a
+        self.after_ab = probs[:, 2].reshape(V, V, V)  # [V, V, V]: [a, b]
+
+    def rows(self, drafted: list[int]) -> torch.Tensor:
+        """p_1..p_{γ'+1} for a proposal of γ' ≤ 2 tokens → [γ'+1, V]."""
+        rows = [self.root]
+        if len(drafted) >= 1:
+            rows.append(self.after_a[drafted[0]])
+        if len(drafted) == 2:
+            rows.append(self.after_ab[drafted[0], drafted[1]])
+        return torch.stack(rows)
+
+    def pair_law(self) -> dict[tuple[int, int], float]:
+        joint = self.root[:, None] * self.after_a  # [V, V] p(a)·p(b | a)
+        return {(a, b): float(joint[a, b]) for a in range(V) for b in range(V) if joint[a, b] > 0}
+
+
+def one_step_draws(proposer, laws: TargetLaws, tokens: list[int], n: int, seed: int, gamma: int = 2) -> Counter:
+    """N independent speculative steps from `tokens` through the real propose + verify_sampling → Counter of (e1, e2)."""
+    gen = torch.Generator().manual_seed(seed)
+    proposer.begin(tokens[:-1])
+    counts = Counter()
+    for _ in range(n):
+        prop = proposer.propose(tokens, gamma, SAMPLING, gen)
+        drafted = prop.tokens.tolist()
+        verdict = verify_sampling(prop.tokens, prop.q_probs, laws.rows(drafted), gen)
+        emitted = drafted[:verdict.n_accepted] + [verdict.next_token]
+        e1 = emitted[0]
+        e2 = emitted[1] if len(emitted) > 1 else int(sample(laws.after_a[e1], gen))  # the next step, exactly
+        counts[(e1, e2)] += 1
+    return counts
+
+
+def law_checks(label: str, counts: Counter, laws: TargetLaws, alt_tv: float):
+    first = Counter()
+    for (a, _), k in counts.items():
+        first[a] += k
+    p1 = {a: float(laws.root[a]) for a in range(V) if laws.root[a] > 0}
+    return (gof_check(f"{label}/e1", first, p1, level=LEVEL, alt_tv=alt_tv),
+            gof_check(f"{label}/e1e2", counts, laws.pair_law(), level=LEVEL, alt_tv=alt_tv))
+
+
+@pytest.fixture(scope="module")
+def step_setup():
+    torch.manual_seed(0)
+    target = small_llama(0, sharpen=4.0)
+    laws = TargetLaws(target, STEP_PROMPT, SAMPLING)
+    corpus = [torch.randint(0, V, (40,), generator=torch.Generator().manual_seed(s)).tolist() for s in range(3)]
+    return target, laws, corpus
+
+
+class MisreportedQ:
+    """Negative control: samples from the bigram law but reports a uniform q."""
+
+    is_model = False
+    name = "bigram-uniform-q"
+
+    def __init__(self, inner: FrequencyDraft):
+        self.inner = inner
+
+    def begin(self, prompt_ids):
+        self.inner.begin(prompt_ids)
+
+    def propose(self, tokens, gamma, sampling, generator):
+        prop = self.inner.propose(tokens, gamma, sampling, generator)
+        return Proposal(prop.tokens, torch.full_like(prop.q_probs, 1.0 / V), 0)
+
+
+@pytest.mark.parametrize("kind", ["unigram", "bigram", "hybrid-lookup", "hybrid-model", "misreported-q"])
+def test_one_step_emits_the_target_law(step_setup, kind):
+    target, laws, corpus = step_setup
+    tokens, n = STEP_PROMPT, 10_000
+    if kind == "unigram":
+        proposer = FrequencyDraft(1, V, CPU, k=0.5).fit(corpus)
+    elif kind in ("bigram", "misreported-q"):
+        proposer = FrequencyDraft(2, V, CPU, k=0.5).fit(corpus)
+        if kind == "misreported-q":
+            proposer, n = MisreportedQ(proposer), 3_000
+    else:
+        proposer = HybridDraft(PromptLookupDraft(V, CPU), ModelDraft(small_llama(1, sharpen=4.0), "m"), kind)
+        if kind == "hybrid-lookup":
+            tokens = STEP_PROMPT[:-1] + [4, 6]  # lookup supplies both tokens: one-hot q at both positions
+        else:
+            tokens = STEP_PROMPT + [13]  # lookup supplies 1 token, the model the second (one forward a step)
+            n = 3_000
+        laws = TargetLaws(target, tokens, SAMPLING)
+    alt_tv = 0.05 if n >= 10_000 else 0.1
+    first, pair = law_checks(kind, one_step_draws(proposer, laws, tokens, n, seed=11), laws, alt_tv)
+    if kind == "misreported-q":
+        assert not first.passed and first.p_value < 1e-6, first  # the check has teeth
+        return
+    assert first.passed, first
+    assert pair.passed, pair
+    assert first.power >= 0.99, first  # against any law at total variation >= alt_tv
