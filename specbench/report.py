@@ -1,0 +1,744 @@
+"""Turn run and sweep folders into a report: tables, figures, the paper comparison and what was skipped.
+
+`specbench report RESULTS...` loads every summary under the given folders into pandas
+(results.load_runs / load_examples), checks each one, and writes `report.md` plus one
+self-contained `report.html` (figures inlined as base64 PNG; PNG and SVG files beside them).
+
+Three rules shape this module:
+  - Nothing is dropped silently. A missing summary.json, a summary lacking fields, a torn
+    JSONL line, an unreadable checks.json or sweep.json, a sweep cell never run: each becomes
+    a line of the "Skipped" section (and a CLI warning), and the rest of the report still builds.
+  - Every string that came from a model, a task or the user (outputs, references, draft and
+    task names, run ids, check names) is escaped: html.escape in HTML, and in Markdown too,
+    because Markdown passes raw HTML through. Matplotlib's mathtext is off, so a `$` in a
+    draft name is a dollar sign, not a parse error.
+  - Theory sits beside measurement, never instead of it: each measured speedup is drawn with
+    Theorem 3.8's prediction from the measured α and c, and with our extended model that also
+    uses the measured cost of a verification pass.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+import numbers
+import re
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from specbench.errors import SpecbenchError
+
+# Identity fields a usable summary must hold (non-null), and metric fields it must have (null = not measurable).
+REQUIRED = ("run_id", "target", "draft", "task", "gamma", "temperature", "top_k", "top_p", "n_examples")
+METRICS = ("alpha", "alpha_expected", "c", "verify_cost", "tokens_per_target_call", "speedup", "predicted_speedup",
+           "predicted_speedup_extended", "baseline_s", "speculative_s", "draft_s", "verify_s", "overhead_s",
+           "baseline_tokens", "speculative_tokens", "accepted_length_histogram")
+CHECK_FIELDS = ("name", "statistic", "p_value", "n", "threshold", "power", "passed")
+SAMPLE_CHARS = 240  # characters of each output shown in the samples table
+SAMPLE_RUNS = 24  # runs whose first example is shown
+
+# Leviathan, Kalman & Matias, "Fast Inference from Transformers via Speculative Decoding", ICML 2023
+# (arXiv:2211.17192), Table 2: T5-XXL (11B) target, batch 1, one TPU-v4; speed = walltime improvement
+# over the T5X baseline. The paper's PDF could not be opened from this machine; every value below was
+# confirmed against two independent third-party study notes in a public code index that transcribe the
+# full table identically (EnDe and CNNDM, T5-small/base/large, T = 0 and 1), and a third partial
+# transcription that matches the CNNDM T = 1 rows. Rows: (task, draft, T, γ, α, speedup).
+PAPER_TABLE2 = (
+    ("EnDe", "T5-small", 0, 7, 0.75, 3.4), ("EnDe", "T5-base", 0, 7, 0.80, 2.8), ("EnDe", "T5-large", 0, 7, 0.82, 1.7),
+    ("EnDe", "T5-small", 1, 7, 0.62, 2.6), ("EnDe", "T5-base", 1, 5, 0.68, 2.4), ("EnDe", "T5-large", 1, 3, 0.71, 1.4),
+    ("CNNDM", "T5-small", 0, 5, 0.65, 3.1), ("CNNDM", "T5-base", 0, 5, 0.73, 3.0), ("CNNDM", "T5-large", 0, 3, 0.74, 2.2),
+    ("CNNDM", "T5-small", 1, 5, 0.53, 2.3), ("CNNDM", "T5-base", 1, 3, 0.55, 2.2), ("CNNDM", "T5-large", 1, 3, 0.56, 1.7),
+)
+PAPER_SOURCE = "Leviathan et al. 2023, Table 2 (T5-XXL target, TPU-v4)"
+
+
+# --------------------------------------------------------------------------- loading
+
+
+@dataclass
+class Skipped:
+    """Something under the given folders that the report could not use, and why."""
+
+    path: str
+    reason: str
+
+
+@dataclass
+class ReportData:
+    runs: object  # pandas DataFrame, one row per usable run (flattened summary + run_dir)
+    examples: dict[str, object] = field(default_factory=dict)  # run_dir → DataFrame of its examples.jsonl
+    manifests: dict[str, dict] = field(default_factory=dict)  # run_dir → manifest.json
+    checks: list[tuple[str, list[dict]]] = field(default_factory=list)  # (checks.json path, its checks)
+    sweeps: list[dict] = field(default_factory=list)  # sweep.json documents
+    skipped: list[Skipped] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # used, but worth knowing (partial runs, stale summaries)
+
+
+def _isnull(value) -> bool:
+    if value is None:
+        return True
+    try:
+        return isinstance(value, float) and math.isnan(value)
+    except TypeError:
+        return False
+
+
+def _captured(fn, *args):
+    """Call fn and return (result, [warning messages]) — results.py reports torn lines as warnings."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = fn(*args)
+    return result, [str(w.message) for w in caught]
+
+
+def _read_json(path: Path, skipped: list[Skipped]):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        skipped.append(Skipped(str(path), f"unreadable JSON ({type(exc).__name__}: {str(exc)[:120]})"))
+        return None
+
+
+def _check_summary(row: dict) -> str | None:
+    """Why a flattened summary row cannot be used, or None."""
+    if "n_examples" in row and not _isnull(row["n_examples"]) and row["n_examples"] == 0:
+        return "no examples measured yet (summary has n_examples = 0)"
+    missing = [k for k in REQUIRED if k not in row or _isnull(row[k])] + [k for k in METRICS if k not in row]
+    if missing:
+        return f"summary.json lacks field(s) {', '.join(missing)}"
+    try:
+        gamma, temp, n = int(row["gamma"]), float(row["temperature"]), int(row["n_examples"])
+    except (TypeError, ValueError):
+        return "summary.json has a non-numeric gamma, temperature or n_examples"
+    if gamma < 1 or gamma != row["gamma"] or n < 1 or not temp >= 0:
+        return f"summary.json has impossible values (gamma={row['gamma']!r}, temperature={row['temperature']!r}, n={n})"
+    return None
+
+
+def collect(paths: list[Path]) -> ReportData:
+    """Every run, sweep and checks.json under `paths`, checked; whatever is unusable goes to `skipped`."""
+    import pandas as pd
+
+    from specbench.results import load_examples, load_runs
+
+    paths = [Path(p) for p in paths]
+    for p in paths:
+        if not p.exists():
+            raise SpecbenchError(f"{p} does not exist; pass run folders, sweep folders or a results/ folder")
+    files = lambda name: sorted({f.resolve() for p in paths for f in ([p] if p.name == name else p.rglob(name))
+                                 if f.is_file()})
+    data = ReportData(runs=pd.DataFrame())
+    summaries = files("summary.json")
+    with_summary = {s.parent for s in summaries}
+    for marker in ("manifest.json", "examples.jsonl"):
+        for f in files(marker):
+            if f.parent not in with_summary and not any(s.path == str(f.parent) for s in data.skipped):
+                data.skipped.append(Skipped(str(f.parent), "run folder without summary.json (killed before its "
+                                                           "first example finished?); rerun its command to resume"))
+    rows = []
+    for s in summaries:
+        doc = _read_json(s, data.skipped)
+        if doc is None:
+            continue
+        if not isinstance(doc, dict):  # load_runs assumes an object
+            data.skipped.append(Skipped(str(s), "summary.json is not a JSON object"))
+            continue
+        df, msgs = _captured(load_runs, [s])
+        if msgs or df.empty:
+            data.skipped.append(Skipped(str(s), msgs[0] if msgs else "empty summary"))
+            continue
+        row = df.iloc[0].to_dict()
+        why = _check_summary(row)
+        if why:
+            data.skipped.append(Skipped(str(s), why))
+            continue
+        run_dir = str(s.parent)
+        examples, msgs = _captured(load_examples, s.parent)
+        for m in msgs:  # "<file>:<line>: skipped a malformed line ..."
+            where, _, reason = m.rpartition(": ")
+            data.skipped.append(Skipped(where or str(s.parent / "examples.jsonl"), reason or m))
+        data.examples[run_dir] = examples
+        manifest = s.parent / "manifest.json"
+        data.manifests[run_dir] = (_read_json(manifest, data.skipped) or {}) if manifest.exists() else {}
+        expected = data.manifests[run_dir].get("task", {}).get("n_examples")
+        if len(examples) > row["n_examples"]:
+            data.notes.append(f"{row['run_id']}: summary.json covers {row['n_examples']} examples but examples.jsonl "
+                              f"holds {len(examples)} (killed between the two writes); rerun the same command to refresh it")
+        if not row.get("complete", True):
+            data.notes.append(f"{row['run_id']}: partial run, {row['n_examples']} of {expected or '?'} examples measured")
+        rows.append(row)
+    if rows:
+        runs = pd.DataFrame(rows)
+        runs["gamma"] = runs["gamma"].astype(int)
+        runs["temperature"] = runs["temperature"].astype(float)
+        keys = series_keys(runs)
+        runs["series"] = [series_label(r, keys) for _, r in runs.iterrows()]
+        data.runs = runs.sort_values(["task", "draft", "temperature", "gamma", "run_id"]).reset_index(drop=True)
+    for path in files("sweep.json"):
+        doc = _read_json(path, data.skipped)
+        if not isinstance(doc, dict) or not isinstance(doc.get("cells"), list):
+            if doc is not None:
+                data.skipped.append(Skipped(str(path), "sweep.json has no list of cells"))
+            continue
+        data.sweeps.append(doc)
+        for cell in doc["cells"]:
+            cell_dir = path.parent / str(cell.get("cell_id", "?"))
+            if cell_dir.resolve() not in with_summary and not any(s.path == str(cell_dir.resolve()) for s in data.skipped):
+                data.skipped.append(Skipped(str(cell_dir), f"cell of sweep {doc.get('sweep_id', '?')} has no results yet "
+                                                           f"(rerun the sweep command to finish it)"))
+    for path in files("checks.json"):
+        doc = _read_json(path, data.skipped)
+        if doc is None:
+            continue
+        if not isinstance(doc, list):
+            data.skipped.append(Skipped(str(path), "checks.json is not a list of checks"))
+            continue
+        good = [c for c in doc if isinstance(c, dict) and "name" in c and "passed" in c]
+        if len(good) < len(doc):
+            data.skipped.append(Skipped(str(path), f"{len(doc) - len(good)} of {len(doc)} entries are not checks "
+                                                   f"(a dict with at least name and passed)"))
+        if good:
+            data.checks.append((str(path), good))
+    return data
+
+
+# --------------------------------------------------------------------------- analysis
+
+
+def _num(value) -> float:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return float("nan")
+    return x
+
+
+def series_keys(runs) -> list[str]:
+    """Columns that tell lines apart: draft and temperature, plus target/top-k/top-p when they vary."""
+    return ["draft", "temperature"] + [k for k in ("target", "top_k", "top_p") if runs[k].nunique() > 1]
+
+
+def series_label(row, keys: list[str]) -> str:
+    parts = [str(row["draft"]), f"T={float(row['temperature']):g}"]
+    parts += [f"{k}={row[k]}" for k in keys if k not in ("draft", "temperature")]
+    return ", ".join(parts)
+
+
+def best_gamma_rows(runs) -> list[dict]:
+    """Per task and series: the best measured γ, and the γ Theorem 3.8 / the extended model would pick."""
+    from specbench import theory
+
+    out = []
+    for (task, series), group in runs.groupby(["task", "series"], sort=True):
+        group = group.sort_values("gamma")
+        speed = group["speedup"].map(_num)
+        row = {"task": task, "series": series, "gammas": sorted(set(int(g) for g in group["gamma"]))}
+        best = speed.idxmax() if speed.notna().any() else None
+        row["measured_gamma"] = int(group.loc[best, "gamma"]) if best is not None else None
+        row["measured_speedup"] = float(speed[best]) if best is not None else float("nan")
+        alpha = group["alpha"].map(_num).mean()  # α should not depend on γ: pool the cells (mean over γ)
+        c = group["c"].map(_num).mean()
+        row["alpha"], row["c"] = alpha, c
+        row["thm_gamma"] = row["thm_factor"] = row["ext_gamma"] = row["ext_factor"] = None
+        if 0.0 <= alpha <= 1.0 and c >= 0.0:
+            opt = theory.optimal_gamma(alpha, c)
+            row["thm_gamma"], row["thm_factor"] = opt.gamma, opt.factor
+            costs = {int(g): _num(v) for g, v in zip(group["gamma"], group["verify_cost"]) if _num(v) > 0}
+            if costs:
+                ext = theory.optimal_gamma_extended(alpha, c, costs)
+                row["ext_gamma"], row["ext_factor"] = ext.gamma, ext.factor
+        out.append(row)
+    return out
+
+
+# --------------------------------------------------------------------------- figures
+
+
+@dataclass
+class RenderedFigure:
+    name: str  # file stem under figures/
+    title: str
+    caption: str
+    png: bytes = b""
+
+
+def _rc():
+    import matplotlib
+
+    return matplotlib.rc_context({"text.parse_math": False, "svg.hashsalt": "specbench", "font.size": 9,
+                                  "axes.titlesize": 10, "axes.grid": True, "grid.alpha": 0.3})
+
+
+def _new_figure(width: float, height: float):
+    from matplotlib.figure import Figure as MplFigure
+
+    return MplFigure(figsize=(width, height), layout="constrained")
+
+
+def _panels(fig, n: int, ncols: int):
+    nrows = math.ceil(n / ncols)
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    flat = [ax for row in axes for ax in row]
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return flat[:n]
+
+
+def _colors(labels: list[str]) -> dict[str, tuple]:
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10"] if len(labels) <= 10 else colormaps["tab20"]
+    return {label: cmap(i % cmap.N) for i, label in enumerate(labels)}
+
+
+def fig_speedup(runs) -> object:
+    """Measured speedup vs γ per task: one line per series, Theorem 3.8 and the extended model dashed."""
+    from matplotlib.lines import Line2D
+
+    tasks = sorted(runs["task"].unique())
+    colors = _colors(sorted(runs["series"].unique()))
+    rows = math.ceil(len(tasks) / 3)
+    fig = _new_figure(min(5.6 * len(tasks), 16.8) if len(tasks) > 1 else 7.0,
+                      4.2 * rows + 0.25 * math.ceil((len(colors) + 3) / 4) + 0.3)
+    for ax, task in zip(_panels(fig, len(tasks), min(len(tasks), 3)), tasks):
+        sub = runs[runs["task"] == task]
+        for label, g in sub.groupby("series", sort=True):
+            g = g.groupby("gamma")[["speedup", "predicted_speedup", "predicted_speedup_extended"]].agg(
+                lambda s: s.map(_num).mean()).reset_index()  # duplicate runs of one cell: their mean
+            color = colors[label]
+            ax.plot(g["gamma"], g["speedup"], "o-", color=color, label=label, lw=1.8)
+            ax.plot(g["gamma"], g["predicted_speedup"], "--", color=color, lw=1.2)
+            ax.plot(g["gamma"], g["predicted_speedup_extended"], "-.", color=color, lw=1.2, marker="x", ms=4)
+        ax.axhline(1.0, color="0.4", lw=0.8)
+        ax.set_title(f"Speedup vs γ: {task}")
+        ax.set_xlabel("draft length γ (tokens drafted per target pass)")
+        ax.set_ylabel("walltime speedup (× target alone)")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    handles = [Line2D([], [], color=colors[label], ls="-", marker="o", label=label) for label in colors]
+    handles += [Line2D([], [], color="0.2", ls="-", marker="o", label="measured"),
+                Line2D([], [], color="0.2", ls="--", label="Theorem 3.8 from measured α, c"),
+                Line2D([], [], color="0.2", ls="-.", marker="x", label="extended: + measured verify cost")]
+    fig.legend(handles=handles, loc="outside lower center", ncol=min(4, len(handles)), fontsize=7)
+    return fig
+
+
+def fig_alpha(runs) -> object:
+    """α per draft, task and temperature: mean over γ cells, whiskers from the smallest to the largest cell."""
+    import numpy as np
+
+    groups = sorted({(t, float(temp)) for t, temp in zip(runs["task"], runs["temperature"])})
+    drafts = sorted(runs["draft"].unique())
+    colors = _colors(drafts)
+    width = 0.8 / len(drafts)
+    fig = _new_figure(max(6.5, 1.2 * len(groups) * max(1, len(drafts) / 2) + 2), 4.4)
+    ax = fig.subplots()
+    for i, draft in enumerate(drafts):
+        means, lo, hi, expected = [], [], [], []
+        for task, temp in groups:
+            sel = runs[(runs["task"] == task) & (runs["temperature"] == temp) & (runs["draft"] == draft)]
+            a = sel["alpha"].map(_num).dropna()
+            means.append(a.mean() if len(a) else np.nan)
+            lo.append(a.mean() - a.min() if len(a) else 0.0)
+            hi.append(a.max() - a.mean() if len(a) else 0.0)
+            e = sel["alpha_expected"].map(_num).dropna()
+            expected.append(e.mean() if len(e) else np.nan)
+        x = np.arange(len(groups)) + (i - (len(drafts) - 1) / 2) * width
+        ax.bar(x, means, width * 0.9, yerr=[lo, hi], capsize=3, color=colors[draft], label=draft)
+        ax.plot(x, expected, "D", color="black", ms=4, label="E[Σ min(p, q)] (α expected)" if i == 0 else None)
+    ax.set_xticks(np.arange(len(groups)), [f"{t}\nT={temp:g}" for t, temp in groups])
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("acceptance rate α (accepted / acceptance trials)")
+    ax.set_xlabel("task and temperature")
+    ax.set_title("Acceptance rate α per draft\n(bars: mean over the γ cells; whiskers: their min and max)")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return fig
+
+
+def _histogram(value, gamma: int) -> list[float] | None:
+    if not isinstance(value, (list, tuple)) or len(value) != gamma + 1:
+        return None
+    counts = [_num(v) for v in value]
+    return counts if all(x >= 0 for x in counts) else None
+
+
+def fig_histograms(runs, task: str) -> object:
+    """Accepted drafts per step, measured (bars) against the capped geometric law for the measured α (dots)."""
+    from specbench import theory
+
+    sub = runs[runs["task"] == task]
+    series, gammas = sorted(sub["series"].unique()), sorted(sub["gamma"].unique())
+    fig = _new_figure(2.3 * len(gammas) + 0.6, 2.0 * len(series) + 0.8)
+    axes = fig.subplots(len(series), len(gammas), squeeze=False)
+    for r, label in enumerate(series):
+        for col, gamma in enumerate(gammas):
+            ax = axes[r][col]
+            cell = sub[(sub["series"] == label) & (sub["gamma"] == gamma)]
+            ax.set_title(f"{label}, γ={gamma}", fontsize=7)
+            if r == len(series) - 1:
+                ax.set_xlabel("drafts accepted per step")
+            if col == 0:
+                ax.set_ylabel("share of steps")
+            if cell.empty:
+                ax.set_visible(False)
+                continue
+            row = cell.iloc[0]
+            counts = _histogram(row["accepted_length_histogram"], int(gamma))
+            if not counts or sum(counts) == 0:
+                ax.text(0.5, 0.5, "no verification steps", ha="center", va="center", transform=ax.transAxes)
+                continue
+            n = range(int(gamma) + 1)
+            ax.bar(n, [x / sum(counts) for x in counts], color="tab:blue", alpha=0.7, label=f"measured ({int(sum(counts))} steps)")
+            alpha = _num(row["alpha"])
+            if 0.0 <= alpha <= 1.0:
+                ax.plot(n, theory.accepted_length_law(alpha, int(gamma)), "o", color="tab:red", ms=4,
+                        label=f"law, α={alpha:.2f}")
+            ax.set_ylim(0, 1.0)
+            ax.set_xticks(list(n))
+            ax.legend(fontsize=6)
+    fig.suptitle(f"Accepted-length histograms: {task} (law: (1−α)αⁿ for n < γ, α^γ for n = γ)", fontsize=10)
+    return fig
+
+
+def fig_time_split(runs) -> object:
+    """Speculative milliseconds per generated token split into prefill, draft, verify and overhead; baseline beside."""
+    import numpy as np
+
+    tasks = sorted(runs["task"].unique())
+    fig = _new_figure(max(6.0, 0.45 * len(runs) + 2.5), 3.8 * len(tasks))
+    for ax, task in zip(_panels(fig, len(tasks), 1), tasks):
+        sub = runs[runs["task"] == task]
+        tokens = sub["speculative_tokens"].map(_num).replace(0, np.nan)
+        ms = lambda col: (sub[col].map(_num) / tokens * 1e3).fillna(0.0).to_numpy()
+        draft, verify, overhead = ms("draft_s"), ms("verify_s"), ms("overhead_s")
+        prefill = np.clip(ms("speculative_s") - draft - verify - overhead, 0.0, None)
+        base = (sub["baseline_s"].map(_num) / sub["baseline_tokens"].map(_num).replace(0, np.nan) * 1e3).to_numpy()
+        x = np.arange(len(sub))
+        bottom = np.zeros(len(sub))
+        for part, color, label in ((prefill, "0.7", "prefill (time to first token)"), (draft, "tab:orange", "draft"),
+                                   (verify, "tab:blue", "verify (target passes)"), (overhead, "tab:green", "overhead")):
+            ax.bar(x, part, 0.7, bottom=bottom, color=color, label=label)
+            bottom += part
+        ax.plot(x, base, "_", color="black", ms=18, mew=2, label="baseline (target alone)")
+        ax.set_xticks(x, [f"{d}\nT={float(t):g} γ={g}" for d, t, g in zip(sub["draft"], sub["temperature"], sub["gamma"])],
+                      fontsize=7, rotation=45 if len(sub) > 8 else 0, ha="right" if len(sub) > 8 else "center")
+        ax.set_ylabel("milliseconds per generated token")
+        ax.set_title(f"Where the time goes: {task}")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return fig
+
+
+def quality_rows(runs) -> list[dict]:
+    """One row per run and score: baseline vs speculative, with bootstrap CIs where the runner computed them."""
+    rows = []
+    if "quality.metric" not in runs:
+        return rows
+    for _, r in runs.iterrows():
+        if _isnull(r.get("quality.metric")):
+            continue
+        for col in sorted(c for c in runs.columns if c.startswith("quality.baseline.")):
+            key = col.removeprefix("quality.baseline.")
+            if key.endswith("_ci95") or key == "signature":
+                continue
+            base, spec = _num(r.get(col)), _num(r.get(f"quality.speculative.{key}"))
+            if math.isnan(base) and math.isnan(spec):
+                continue
+            rows.append({"run_id": r["run_id"], "metric": key, "baseline": base, "speculative": spec,
+                         "baseline_ci": r.get(f"quality.baseline.{key}_ci95"),
+                         "speculative_ci": r.get(f"quality.speculative.{key}_ci95")})
+    return rows
+
+
+def fig_quality(rows: list[dict]) -> object:
+    import numpy as np
+
+    metrics = sorted({r["metric"] for r in rows})
+    fig = _new_figure(max(5.0, 0.6 * len(rows) / max(1, len(metrics)) + 3), 3.6 * len(metrics))
+    for ax, metric in zip(_panels(fig, len(metrics), 1), metrics):
+        sub = [r for r in rows if r["metric"] == metric]
+        x = np.arange(len(sub))
+        for offset, engine, color in ((-0.2, "baseline", "0.5"), (0.2, "speculative", "tab:blue")):
+            vals = np.array([r[engine] for r in sub])
+            ci = [r[f"{engine}_ci"] for r in sub]
+            err = np.array([[v - c[0], c[1] - v] if isinstance(c, (list, tuple)) and len(c) == 2 else [0, 0]
+                            for v, c in zip(vals, ci)]).T
+            ax.bar(x + offset, vals, 0.38, yerr=np.clip(err, 0, None), capsize=3, color=color, label=engine)
+        ax.set_xticks(x, [r["run_id"] for r in sub], fontsize=7, rotation=30, ha="right")
+        ax.set_ylabel(f"{metric} (×100)")
+        ax.set_title(f"{metric}: baseline vs speculative (95% bootstrap CI where sampled)")
+        ax.legend(fontsize=7)
+    return fig
+
+
+def render_figure(fig, name: str, title: str, caption: str, folder: Path) -> RenderedFigure:
+    """Save PNG and SVG files; keep the PNG bytes to inline into the HTML."""
+    folder.mkdir(parents=True, exist_ok=True)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    (folder / f"{name}.png").write_bytes(buf.getvalue())
+    fig.savefig(folder / f"{name}.svg", format="svg", metadata={"Date": None})
+    return RenderedFigure(name, title, caption, buf.getvalue())
+
+
+# --------------------------------------------------------------------------- document blocks
+
+
+@dataclass
+class Table:
+    columns: list[str]
+    rows: list[list]  # cells: str, numbers, None
+
+
+def fmt(value, digits: int = 3) -> str:
+    if _isnull(value):
+        return "—"
+    if isinstance(value, (bool, np.bool_)):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(fmt(v, digits) for v in value) + "]"
+    return str(value)
+
+
+def _clip(text, n: int = SAMPLE_CHARS) -> str:
+    text = "" if _isnull(text) else str(text)
+    return text if len(text) <= n else text[:n] + "…"
+
+
+def build_blocks(data: ReportData, figures: list[RenderedFigure], title: str) -> list[tuple]:
+    """The report as a list of (kind, payload) blocks, rendered identically to Markdown and HTML."""
+    runs = data.runs
+    blocks: list[tuple] = [("h1", title),
+                           ("p", f"Generated {time.strftime('%Y-%m-%d %H:%M')} by specbench report from "
+                                 f"{len(runs)} run(s); {len(data.skipped)} item(s) skipped (listed at the end).")]
+    env = _environment(data)
+    if env:
+        blocks += [("h2", "Setup"), ("list", env)]
+    blocks += [("h2", "Runs"),
+               ("p", "α = accepted / acceptance trials; c = draft cost per token over target cost per token; "
+                     "verify = cost of one target pass over γ+1 tokens in single-token passes; speedup = baseline "
+                     "walltime / speculative walltime (prefill included). Predictions use each run's measured α, c "
+                     "(Theorem 3.8) and also its measured verify cost (extended)."),
+               ("table", Table(["run", "task", "draft", "T", "γ", "n", "α", "α exp.", "c", "verify", "tok/call",
+                                "speedup", "Thm 3.8", "extended", "identical share", "complete"],
+                               [[r["run_id"], r["task"], r["draft"], f"{r['temperature']:g}", r["gamma"], r["n_examples"],
+                                 _num(r["alpha"]), _num(r["alpha_expected"]), _num(r["c"]), _num(r["verify_cost"]),
+                                 _num(r["tokens_per_target_call"]), _num(r["speedup"]), _num(r["predicted_speedup"]),
+                                 _num(r["predicted_speedup_extended"]), _num(r.get("identical_rate")), r.get("complete")]
+                                for _, r in runs.iterrows()]))]
+    best = best_gamma_rows(runs)
+    blocks += [("h2", "Recommended γ"),
+               ("p", "Measured: the γ with the largest measured speedup among those run. Theorem 3.8: the γ in 1..64 "
+                     "maximising (1−α^(γ+1))/((1−α)(γc+1)) with α and c pooled over the γ cells (mean). Extended: the "
+                     "same with each γ's measured verify cost, so only measured γ values are candidates."),
+               ("table", Table(["task", "draft, T", "γ run", "best γ measured", "its speedup", "pooled α", "pooled c",
+                                "γ* Thm 3.8", "predicted", "γ* extended", "predicted (ext.)"],
+                               [[b["task"], b["series"], ",".join(map(str, b["gammas"])), b["measured_gamma"],
+                                 b["measured_speedup"], b["alpha"], b["c"], b["thm_gamma"], b["thm_factor"],
+                                 b["ext_gamma"], b["ext_factor"]] for b in best]))]
+    blocks += [("h2", "Compared with the paper (Table 2 shape)"),
+               ("p", f"Paper rows: {PAPER_SOURCE}; each is the paper's best γ for that draft. Our rows: the best "
+                     "measured γ per task, draft and temperature. The paper's target is an 11B T5 on a TPU; ours is "
+                     "whatever these runs used (see Setup), so compare trends (α by draft and temperature, the "
+                     "α–cost trade-off), not absolute speedups."),
+               ("table", paper_table(runs, best))]
+    for fig in figures:
+        blocks += [("h2", fig.title), ("figure", fig)]
+    qrows = quality_rows(runs)
+    if qrows:
+        blocks += [("h2", "Quality: baseline vs speculative"),
+                   ("p", "At T = 0 the scores must be equal (identical outputs); at T > 0 the intervals should overlap "
+                         "(same output distribution)."),
+                   ("table", Table(["run", "score", "baseline", "95% CI", "speculative", "95% CI", "spec − base"],
+                                   [[q["run_id"], q["metric"], q["baseline"], fmt(q["baseline_ci"], 2), q["speculative"],
+                                     fmt(q["speculative_ci"], 2), q["speculative"] - q["baseline"]] for q in qrows]))]
+    for path, checks in data.checks:
+        passed = sum(1 for c in checks if c.get("passed") is True)
+        blocks += [("h2", f"Verification checks ({passed}/{len(checks)} passed)"), ("p", f"From {path}."),
+                   ("table", Table(list(CHECK_FIELDS), [[c.get(k) for k in CHECK_FIELDS] for c in checks]))]
+    samples = []
+    for _, r in runs.head(SAMPLE_RUNS).iterrows():
+        ex = data.examples.get(r["run_dir"])
+        if ex is None or ex.empty:
+            continue
+        first = ex.iloc[0]
+        samples.append([r["run_id"], first.get("example_id"), _clip(first.get("reference")),
+                        _clip(first.get("baseline.text")), _clip(first.get("speculative.text")), first.get("identical")])
+    if samples:
+        more = f" (first {SAMPLE_RUNS} of {len(runs)} runs)" if len(runs) > SAMPLE_RUNS else ""
+        blocks += [("h2", f"Sample outputs: first example of each run{more}"),
+                   ("table", Table(["run", "example", "reference", "baseline output", "speculative output", "identical"],
+                                   samples))]
+    if data.notes:
+        blocks += [("h2", "Notes"), ("list", data.notes)]
+    blocks += [("h2", f"Skipped ({len(data.skipped)})"),
+               ("list", [f"{s.path}: {s.reason}" for s in data.skipped] or ["nothing: every result found was usable"])]
+    return blocks
+
+
+def paper_table(runs, best: list[dict]) -> Table:
+    rows = [[PAPER_SOURCE, task, draft, f"{t:g}", gamma, alpha, f"{speed:.1f}×"]
+            for task, draft, t, gamma, alpha, speed in PAPER_TABLE2]
+    for b in best:
+        if b["measured_gamma"] is None:
+            continue
+        cell = runs[(runs["task"] == b["task"]) & (runs["series"] == b["series"]) & (runs["gamma"] == b["measured_gamma"])]
+        r = cell.iloc[0]
+        rows.append([f"specbench ({r['target']})", b["task"], r["draft"], f"{r['temperature']:g}", b["measured_gamma"],
+                     _num(r["alpha"]), f"{b['measured_speedup']:.2f}×"])
+    return Table(["source", "task", "draft", "T", "γ", "α", "speedup"], rows)
+
+
+def _environment(data: ReportData) -> list[str]:
+    """Distinct hardware, versions and models across the runs' manifests."""
+    seen: dict[str, set] = {}
+    for m in data.manifests.values():
+        models = m.get("models", {}).get("target", {})
+        for key, value in (("target", f"{models.get('spec')} ({models.get('params')} params, {models.get('dtype')}, "
+                                      f"{models.get('device')})" if models else None),
+                           ("hardware", json.dumps(m.get("hardware"), sort_keys=True) if m.get("hardware") else None),
+                           ("versions", json.dumps(m.get("versions"), sort_keys=True) if m.get("versions") else None),
+                           ("git commit", m.get("git_commit"))):
+            if value:
+                seen.setdefault(key, set()).add(str(value))
+    lines = [f"{k}: {'; '.join(sorted(v))}" for k, v in seen.items()]
+    for doc in data.sweeps:
+        grid = doc.get("grid", {})
+        lines.append(f"sweep {doc.get('sweep_id')}: {len(doc.get('cells', []))} cells, "
+                     f"{len(doc.get('complete_cells', []))} complete; drafts {grid.get('drafts')}, γ {grid.get('gammas')}, "
+                     f"T {grid.get('temperatures')}, tasks {grid.get('tasks')}; one baseline per task and temperature, "
+                     f"shared by its cells")
+    return lines
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def md_escape(value) -> str:
+    """Markdown renders raw HTML, so escape it like HTML; pipes and newlines would break table rows."""
+    return html.escape(fmt(value), quote=False).replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+
+
+def to_markdown(blocks: list[tuple]) -> str:
+    out = []
+    for kind, payload in blocks:
+        if kind == "h1":
+            out.append(f"# {md_escape(payload)}\n")
+        elif kind == "h2":
+            out.append(f"## {md_escape(payload)}\n")
+        elif kind == "p":
+            out.append(f"{md_escape(payload)}\n")
+        elif kind == "list":
+            out.append("\n".join(f"- {md_escape(item)}" for item in payload) + "\n")
+        elif kind == "table":
+            out.append("| " + " | ".join(md_escape(c) for c in payload.columns) + " |")
+            out.append("|" + "---|" * len(payload.columns))
+            out += ["| " + " | ".join(md_escape(v) for v in row) + " |" for row in payload.rows]
+            out.append("")
+        elif kind == "figure":
+            out.append(f"![{md_escape(payload.title)}](figures/{payload.name}.png)\n")
+            out.append(f"*{md_escape(payload.caption)}* (also [SVG](figures/{payload.name}.svg))\n")
+    return "\n".join(out)
+
+
+CSS = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:1em 0;font-size:13px}th,td{border:1px solid #ccc;padding:3px 6px;vertical-align:top}
+th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}img{max-width:100%}
+figcaption{font-size:13px;color:#555}h2{border-bottom:1px solid #ddd;padding-bottom:3px}"""
+
+
+def to_html(blocks: list[tuple]) -> str:
+    e = lambda v: html.escape(fmt(v))
+    title = next((p for k, p in blocks if k == "h1"), "specbench report")
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', f"<title>{e(title)}</title>",
+           f"<style>{CSS}</style></head><body>"]
+    for kind, payload in blocks:
+        if kind in ("h1", "h2", "p"):
+            out.append(f"<{kind}>{e(payload)}</{kind}>")
+        elif kind == "list":
+            out.append("<ul>" + "".join(f"<li>{e(item)}</li>" for item in payload) + "</ul>")
+        elif kind == "table":
+            head = "".join(f"<th>{e(c)}</th>" for c in payload.columns)
+            body = "".join("<tr>" + "".join(
+                f'<td class="num">{e(v)}</td>' if isinstance(v, numbers.Number) and not isinstance(v, bool)
+                else f"<td>{e(v)}</td>" for v in row) + "</tr>" for row in payload.rows)
+            out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+        elif kind == "figure":
+            data = base64.b64encode(payload.png).decode("ascii")
+            out.append(f'<figure><img alt="{html.escape(payload.title)}" src="data:image/png;base64,{data}">'
+                       f"<figcaption>{e(payload.caption)}</figcaption></figure>")
+    out.append("</body></html>")
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+@dataclass
+class ReportOutcome:
+    out: Path
+    files: list[Path]
+    n_runs: int
+    skipped: list[Skipped]
+    notes: list[str]
+
+
+def default_name(paths: list[Path]) -> str:
+    names = [Path(p).resolve().name or "results" for p in paths]
+    name = names[0] if len(names) == 1 else f"{names[0]}+{len(names) - 1}-more"
+    return re.sub(r"[^A-Za-z0-9._+-]+", "_", name)
+
+
+def make_figures(runs, folder: Path) -> list[RenderedFigure]:
+    specs = [("speedup_vs_gamma", "Speedup vs γ", fig_speedup,
+              "Solid: measured walltime speedup. Dashed: Theorem 3.8 from the measured α and c. Dash-dot: the "
+              "extended model, which also charges the measured cost of verifying γ+1 tokens. Grey line: no speedup."),
+             ("alpha", "Acceptance rate α", fig_alpha,
+              "α per draft, task and temperature; black diamonds: the expected acceptance E[Σ min(p, q)] at the "
+              "verified positions, which α estimates.")]
+    figures = []
+    with _rc():
+        for name, title, fn, caption in specs:
+            figures.append(render_figure(fn(runs), name, title, caption, folder))
+        for i, task in enumerate(sorted(runs["task"].unique())):
+            figures.append(render_figure(
+                fig_histograms(runs, task), f"accepted_lengths_{i}", f"Accepted lengths: {task}",
+                "Bars: share of verification steps that accepted n drafts. Dots: the law theory predicts if each "
+                "draft were accepted independently with the measured α. A model-free draft that sometimes "
+                "proposes fewer than γ tokens piles up mass at small n.", folder))
+        figures.append(render_figure(fig_time_split(runs), "time_per_token", "Time per token", (
+            "Speculative decoding's milliseconds per generated token, split into prefill, drafting, target "
+            "verification passes and the rest (sampling, bookkeeping); the black tick is the baseline's."), folder))
+        qrows = quality_rows(runs)
+        if qrows:
+            figures.append(render_figure(fig_quality(qrows), "quality", "Output quality", (
+                "BLEU/ROUGE of the baseline and speculative outputs against the task references."), folder))
+    return figures
+
+
+def write_report(paths: list[Path], out: Path | None = None, reports_dir: Path = Path("reports")) -> ReportOutcome:
+    """Load, check, analyse and render; the report folder holds report.md, report.html and figures/."""
+    data = collect(paths)
+    if data.runs.empty:
+        listed = "; ".join(f"{s.path}: {s.reason}" for s in data.skipped[:3]) or "no summary.json found"
+        raise SpecbenchError(f"no usable runs under {', '.join(map(str, paths))} ({len(data.skipped)} skipped: {listed})")
+    out = Path(out) if out else Path(reports_dir) / default_name(paths)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpecbenchError(f"cannot write the report to {out}: {exc.strerror}; pass a writable --out") from exc
+    figures = make_figures(data.runs, out / "figures")
+    blocks = build_blocks(data, figures, f"specbench report: {default_name(paths)}")
+    from specbench.results import atomic_write_text
+
+    atomic_write_text(out / "report.md", to_markdown(blocks))
+    atomic_write_text(out / "report.html", to_html(blocks))
+    files = [out / "report.md", out / "report.html"] + sorted((out / "figures").iterdir())
+    return ReportOutcome(out, files, len(data.runs), data.skipped, data.notes)

@@ -1,0 +1,283 @@
+"""Reports from fake run folders shaped like runner output: tables, figures, escaping, and what is skipped."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from specbench import theory
+from specbench.cli import app
+from specbench.errors import SpecbenchError
+from specbench.metrics import json_safe, summarize
+from specbench.report import PAPER_TABLE2, best_gamma_rows, collect, fig_histograms, fig_speedup, fig_time_split, write_report
+
+N_EXAMPLES = 3
+
+
+def engine(n_tokens: int, decode_s: float, gamma: int = 0, accept_lengths: tuple = (), text: str = "out",
+           draft_share: float = 0.0) -> dict:
+    """An EngineRecord dict; a speculative one derives drafted/accepted/trials from its accepted lengths."""
+    accepted = sum(accept_lengths)
+    trials = sum(min(a + 1, gamma) for a in accept_lengths)
+    calls = len(accept_lengths) if gamma else n_tokens - 1
+    return {"text": text, "token_ids": list(range(n_tokens)), "n_tokens": n_tokens, "stop_reason": "length",
+            "prefill_s": 0.01, "decode_s": decode_s, "target_calls": calls, "draft_calls": gamma * len(accept_lengths),
+            "drafted": gamma * len(accept_lengths), "accepted": accepted, "trials": trials,
+            "accept_lengths": list(accept_lengths), "expected_accept": [0.6] * trials,
+            "draft_s": decode_s * draft_share, "verify_s": decode_s * (0.9 - draft_share) if gamma else 0.0}
+
+
+def make_run(root: Path, run_id: str, *, draft="small", task="ende", gamma=2, temperature=0.0, speedup=1.5,
+             text="hello", reference="hallo", quality=None, target="tiny") -> Path:
+    """A run folder as execute_run writes it: manifest.json, examples.jsonl, summary.json (via metrics.summarize)."""
+    run = root / run_id
+    run.mkdir(parents=True)
+    lengths = tuple(min(gamma, k % (gamma + 2)) for k in range(8))
+    records = []
+    for i in range(N_EXAMPLES):
+        base = engine(20, 1.0, text=text)
+        spec = engine(20, 1.01 / speedup - 0.01, gamma, lengths, text=text, draft_share=0.3)
+        records.append({"schema_version": 1, "example_id": f"ex{i}", "prompt_tokens": 7, "reference": reference,
+                        "baseline": base, "speculative": spec, "identical": True, "first_divergence": None})
+    config = {"target": target, "draft": draft, "task": task, "gamma": gamma,
+              "sampling": {"temperature": temperature, "top_k": 0, "top_p": 1.0}, "limit": N_EXAMPLES, "seed": 0}
+    (run / "manifest.json").write_text(json.dumps({
+        "schema_version": 1, "run_id": run_id, "config": config, "task": {"name": task, "n_examples": N_EXAMPLES},
+        "models": {"target": {"spec": target, "params": 1000, "dtype": "torch.float32", "device": "cpu"}},
+        "hardware": {"cpu_count": 2}, "versions": {"torch": "x"}, "git_commit": "abc"}))
+    (run / "examples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    summary = {"schema_version": 1, "run_id": run_id, "target": target, "draft": draft, "engine": "specbench",
+               "task": task, "gamma": gamma, "temperature": temperature, "top_k": 0, "top_p": 1.0, "seed": 0,
+               "max_new_tokens": 20, "complete": True, **summarize(records, gamma, temperature == 0.0),
+               "quality": quality}
+    (run / "summary.json").write_text(json.dumps(json_safe(summary)))
+    return run
+
+
+SPEEDUPS = {("small", 0.0): {1: 1.2, 2: 1.5, 4: 1.3}, ("small", 1.0): {1: 1.1, 2: 1.2, 4: 1.25},
+            ("big", 0.0): {1: 0.9, 2: 0.8, 4: 0.7}, ("big", 1.0): {1: 0.8, 2: 0.7, 4: 0.6}}
+
+
+def fake_sweep(base: Path) -> Path:
+    root = base / "results" / "sweep-fake"
+    for (draft, temp), by_gamma in SPEEDUPS.items():
+        for gamma, speedup in by_gamma.items():
+            make_run(root, f"ende-{draft}-g{gamma}-t{temp:g}", draft=draft, gamma=gamma, temperature=temp, speedup=speedup)
+    return root
+
+
+@pytest.fixture
+def sweep_dir(tmp_path) -> Path:
+    """A fresh fake sweep, for tests that damage it."""
+    return fake_sweep(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def shared_report(tmp_path_factory):
+    """One report of an intact fake sweep, shared by the read-only tests (figures take seconds to draw)."""
+    base = tmp_path_factory.mktemp("shared")
+    root = fake_sweep(base)
+    return root, write_report([root], base / "rep")
+
+
+def read(out: Path) -> tuple[str, str]:
+    return (out / "report.md").read_text(), (out / "report.html").read_text()
+
+
+# --------------------------------------------------------------------------- content
+
+
+def test_report_writes_md_html_and_figures(shared_report):
+    _, outcome = shared_report
+    assert outcome.n_runs == 12 and outcome.skipped == []
+    md, page = read(outcome.out)
+    for stem in ("speedup_vs_gamma", "alpha", "accepted_lengths_0", "time_per_token"):
+        for ext in ("png", "svg"):
+            assert (outcome.out / "figures" / f"{stem}.{ext}").stat().st_size > 1000
+        assert f"figures/{stem}.png" in md
+    assert page.count("data:image/png;base64,") == 4  # self-contained: figures inline, nothing fetched
+    assert "src=\"figures" not in page and "<link" not in page and "<script" not in page.lower()
+    assert "ende-small-g2-t0" in md and "Skipped (0)" in md
+    assert "Quality" not in md  # no quality in these summaries
+
+
+def test_default_report_folder_is_named_after_the_input(tmp_path, monkeypatch):
+    make_run(tmp_path / "results" / "my-run", "r1")
+    monkeypatch.chdir(tmp_path)
+    outcome = write_report([Path("results/my-run")])
+    assert outcome.out == Path("reports") / "my-run" and (tmp_path / "reports/my-run/report.html").exists()
+
+
+def test_recommended_gamma_measured_and_predicted(shared_report):
+    data = collect([shared_report[0]])
+    rows = {(r["series"]): r for r in best_gamma_rows(data.runs)}
+    small0 = rows["small, T=0"]
+    assert small0["measured_gamma"] == 2 and small0["measured_speedup"] == pytest.approx(1.5)
+    runs = data.runs[data.runs["series"] == "small, T=0"]
+    alpha, c = runs["alpha"].mean(), runs["c"].mean()
+    assert small0["alpha"] == pytest.approx(alpha)
+    assert small0["thm_gamma"] == theory.optimal_gamma(alpha, c).gamma
+    costs = dict(zip(runs["gamma"], runs["verify_cost"]))
+    assert small0["ext_gamma"] == theory.optimal_gamma_extended(alpha, c, costs).gamma
+    assert small0["ext_gamma"] in (1, 2, 4)  # the extended model only picks among measured γ
+    assert rows["small, T=1"]["measured_gamma"] == 4 and rows["big, T=0"]["measured_gamma"] == 1
+
+
+def test_paper_table_rows_beside_ours(shared_report):
+    md, _ = read(shared_report[1].out)
+    section = md.split("## Compared with the paper")[1].split("\n## ")[0]
+    assert "| source | task | draft | T | γ | α | speedup |" in section
+    for task, draft, t, gamma, alpha, speed in PAPER_TABLE2:
+        assert f"| {task} | {draft} | {t} | {gamma} | {alpha:.3f} | {speed:.1f}× |" in section
+    assert "| ende | small | 0 | 2 |" in section and "1.50×" in section  # our best γ for small at T = 0
+
+
+def test_speedup_figure_draws_measured_and_both_predictions(shared_report):
+    runs = collect([shared_report[0]]).runs
+    fig = fig_speedup(runs)
+    ax = fig.axes[0]
+    sub = runs[runs["series"] == "small, T=0"].sort_values("gamma")
+    lines = [ln for ln in ax.get_lines() if list(ln.get_xdata()) == [1, 2, 4]]
+    by_style = {}
+    for ln in lines:
+        by_style.setdefault(ln.get_linestyle(), []).append(list(ln.get_ydata()))
+    assert list(sub["speedup"]) in by_style["-"]
+    assert list(sub["predicted_speedup"]) in by_style["--"]
+    assert list(sub["predicted_speedup_extended"]) in by_style["-."]
+    assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title() and fig.legends
+
+
+def test_histogram_overlays_the_law_for_measured_alpha(shared_report):
+    runs = collect([shared_report[0]]).runs
+    fig = fig_histograms(runs, "ende")
+    ax = next(a for a in fig.axes if a.get_title() == "small, T=0, γ=4")
+    row = runs[(runs["series"] == "small, T=0") & (runs["gamma"] == 4)].iloc[0]
+    law = [ln for ln in ax.get_lines() if ln.get_marker() == "o"][0]
+    assert list(law.get_ydata()) == pytest.approx(theory.accepted_length_law(row["alpha"], 4))
+    counts = row["accepted_length_histogram"]
+    assert [p.get_height() for p in ax.patches] == pytest.approx([c / sum(counts) for c in counts])
+
+
+def test_time_split_bars_add_up_to_speculative_time_per_token(shared_report):
+    runs = collect([shared_report[0]]).runs
+    ax = fig_time_split(runs).axes[0]
+    n = len(runs)
+    heights = [p.get_height() for p in ax.patches]
+    assert len(heights) == 4 * n  # prefill, draft, verify, overhead per run
+    totals = [sum(heights[i::n]) for i in range(n)]
+    expected = runs["speculative_s"] / runs["speculative_tokens"] * 1e3
+    assert totals == pytest.approx(list(expected))
+
+
+def test_quality_and_checks_sections(tmp_path):
+    root = tmp_path / "runs"
+    q = {"metric": "bleu", "baseline": {"bleu": 30.0, "signature": "x", "bleu_ci95": [28.0, 32.0]},
+         "speculative": {"bleu": 29.5, "signature": "x", "bleu_ci95": [27.0, 31.0]}}
+    make_run(root, "r1", quality=q)
+    checks = [{"name": "step/T=1/gof", "kind": "gof", "statistic": 3.2, "p_value": 0.52, "n": 20000, "threshold": 0.001,
+               "power": 0.99, "alternative": "TV>=0.01", "passed": True},
+              {"name": "negative-control", "statistic": 80.0, "p_value": 1e-9, "n": 20000, "threshold": 0.001,
+               "power": 0.99, "passed": False}]
+    (root / "checks.json").write_text(json.dumps(checks))
+    out = write_report([root], tmp_path / "rep")
+    md, _ = read(out.out)
+    assert "Verification checks (1/2 passed)" in md and "| negative-control | 80.000 | 0.000 | 20000 |" in md
+    assert "Quality: baseline vs speculative" in md and "| r1 | bleu | 30.000 | [28.00, 32.00] | 29.500 |" in md
+    assert (out.out / "figures" / "quality.png").exists()
+
+
+def test_every_user_and_model_string_is_escaped(tmp_path):
+    evil = "<script>alert('x')</script>"
+    root = tmp_path / "runs"
+    make_run(root, "r1", draft=f"d{evil}", task=f"t{evil}", text=f"output {evil} & more", reference=f"ref {evil}")
+    make_run(root, "r2", draft="cost$\\frac{$", gamma=3)  # mathtext would fail on this; it must be literal text
+    (root / "checks.json").write_text(json.dumps([{"name": evil, "statistic": 1.0, "p_value": 0.5, "n": 1,
+                                                    "threshold": 0.1, "power": None, "passed": True}]))
+    md, page = read(write_report([root], tmp_path / "rep").out)
+    assert "<script" not in page.lower() and "<script" not in md.lower()
+    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
+    assert "output &lt;script&gt;" in md and "&amp; more" in page
+
+
+# --------------------------------------------------------------------------- malformed input
+
+
+def test_malformed_and_partial_results_are_listed_not_fatal(sweep_dir, tmp_path):
+    bad = tmp_path / "results" / "broken"
+    no_summary = make_run(bad, "no-summary")
+    (no_summary / "summary.json").unlink()
+    missing = make_run(bad, "missing-fields")
+    s = json.loads((missing / "summary.json").read_text())
+    del s["alpha"], s["speedup"]
+    (missing / "summary.json").write_text(json.dumps(s))
+    torn_summary = make_run(bad, "torn-summary")
+    (torn_summary / "summary.json").write_text('{"run_id": "torn-summary", "alp')
+    empty = make_run(bad, "empty")
+    (empty / "summary.json").write_text(json.dumps({"schema_version": 1, "run_id": "empty", "n_examples": 0}))
+    not_object = make_run(bad, "list-summary")
+    (not_object / "summary.json").write_text("[1, 2]")
+    torn_line = sweep_dir / "ende-small-g2-t0" / "examples.jsonl"
+    with torn_line.open("a") as fh:
+        fh.write('{"schema_version": 1, "example_id": "ex9", "bas\n')
+    (bad / "checks.json").write_text("not json")
+    (sweep_dir / "sweep.json").write_text(json.dumps({"sweep_id": "sweep-fake", "cells": [
+        {"cell_id": "ende-small-g2-t0"}, {"cell_id": "ende-small-g8-t0"}]}))
+
+    outcome = write_report([tmp_path / "results"], tmp_path / "rep")
+    assert outcome.n_runs == 12  # the good runs, the one with a torn line included
+    reasons = {Path(s.path).name.split(":")[0]: s.reason for s in outcome.skipped}
+    assert "without summary.json" in reasons["no-summary"]
+    skipped_text = "\n".join(f"{s.path}: {s.reason}" for s in outcome.skipped)
+    for needle in ("missing-fields/summary.json: summary.json lacks field(s) alpha, speedup",
+                   "torn-summary/summary.json: unreadable JSON", "empty/summary.json: no examples measured",
+                   "list-summary/summary.json: summary.json is not a JSON object",
+                   "ende-small-g2-t0/examples.jsonl:4: skipped a malformed line", "checks.json: unreadable JSON",
+                   "ende-small-g8-t0: cell of sweep sweep-fake has no results yet"):
+        assert needle in skipped_text, needle
+    assert len(outcome.skipped) == 8, skipped_text  # the seven above and the run without summary.json
+    md, page = read(outcome.out)
+    assert "## Skipped (8)" in md and "lacks field(s) alpha, speedup" in md and "no-summary" in page
+
+
+def test_partial_and_stale_runs_are_used_with_a_note(tmp_path):
+    root = tmp_path / "runs"
+    run = make_run(root, "partial")
+    s = json.loads((run / "summary.json").read_text())
+    s["complete"], s["n_examples"] = False, 2
+    (run / "summary.json").write_text(json.dumps(s))
+    outcome = write_report([root], tmp_path / "rep")
+    assert outcome.n_runs == 1
+    assert any("partial run, 2 of 3" in n for n in outcome.notes)
+    assert any("summary.json covers 2 examples but examples.jsonl holds 3" in n for n in outcome.notes)
+
+
+def test_nothing_usable_is_a_one_line_error(tmp_path):
+    root = tmp_path / "runs"
+    run = make_run(root, "only")
+    (run / "summary.json").write_text("{")
+    with pytest.raises(SpecbenchError, match="no usable runs .*1 skipped"):
+        write_report([root], tmp_path / "rep")
+    with pytest.raises(SpecbenchError, match="does not exist"):
+        write_report([tmp_path / "nope"], tmp_path / "rep")
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_cli_report_warns_about_skipped_items(sweep_dir, tmp_path):
+    (sweep_dir / "ende-small-g1-t0" / "summary.json").unlink()
+    result = CliRunner().invoke(app, ["report", str(sweep_dir), "--out", str(tmp_path / "rep"), "--json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert payload["runs"] == 11 and len(payload["skipped"]) == 1
+    assert "warning: skipped" in result.output and "ende-small-g1-t0" in result.output
+    assert (tmp_path / "rep" / "report.html").exists()
+
+
+def test_cli_report_error_is_one_line(tmp_path):
+    result = CliRunner().invoke(app, ["report", str(tmp_path / "missing")])
+    assert result.exit_code == 1
+    assert result.output.strip().startswith("error:") and "Traceback" not in result.output
