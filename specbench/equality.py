@@ -25,7 +25,9 @@ negative parts of d, each carrying mass δ), so power ≥ P(χ²_df(4·n_eff·δ
 
 from __future__ import annotations
 
+import functools
 import math
+import zlib
 from collections import Counter
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -40,7 +42,7 @@ from specbench.sampling import processed_probs, sample
 
 Prefix = tuple[int, ...]
 LawFn = Callable[[Prefix], torch.Tensor]  # prefix → [V] processed target law p(· | prefix)
-DraftFn = Callable[[Prefix], tuple[torch.Tensor, torch.Tensor]]  # prefix → (law drawn from [V], law reported as q [V])
+DraftFn = Callable[[Prefix], tuple[torch.Tensor, torch.Tensor]]  # prefix → ([V] law drawn from, [V] law reported as q)
 CountFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], int]  # accepted_count's signature
 ResidualFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # residual's signature
 VerifyFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Generator | None], Verdict]  # verify_sampling's
@@ -59,7 +61,7 @@ class CheckResult:
     statistic: float  # max abs error (exact), G (gof), TV (tv), X² (homogeneity), mismatch rate (identity)
     p_value: float | None  # None where no probability statement is made (exact, identity)
     n: int  # samples (draws, or prompts for identity); 0 for exact computations
-    threshold: float  # level α of the test, or the tolerance of an exact comparison
+    threshold: float  # level α of the test, the tolerance of an exact comparison; NaN (null) where measured per case
     power: float | None  # power against `alternative`; None where not applicable
     alternative: str  # the alternative `power` refers to
     passed: bool
@@ -99,7 +101,8 @@ class TabulatedLM:
     def logits(self, prefix: Prefix) -> torch.Tensor:
         """[V] float32 logits after `prefix`."""
         if prefix not in self._memo:
-            g = torch.Generator().manual_seed(hash((self.seed, prefix)) % 2**62)
+            # crc32, not hash(): the same laws on every Python version and machine
+            g = torch.Generator().manual_seed(zlib.crc32(repr((self.seed, prefix)).encode()))
             z = torch.randn(self.vocab, generator=g)
             self._memo[prefix] = self.base.logits(prefix) + self.noise * z if self.base else self.scale * z
         return self._memo[prefix]
@@ -139,7 +142,8 @@ def f64(law: torch.Tensor) -> torch.Tensor:
     return law / law.sum(-1, keepdim=True)
 
 
-def acceptance_measure(count: CountFn, token: int, p_row: torch.Tensor, q_row: torch.Tensor) -> tuple[float, float, float]:
+def acceptance_measure(count: CountFn, token: int, p_row: torch.Tensor,
+                       q_row: torch.Tensor) -> tuple[float, float, float]:
     """(P(accept), a u in the accept region, a u in the reject region) of a one-token draft under `count`.
 
     `count` is evaluated as the runner calls it; u ↦ accepted is a step function of u ∈ [0, 1).
@@ -388,9 +392,20 @@ def gof_power(df: int, n_eff: float, tv: float, level: float) -> float:
 
 def detectable_tv(df: int, n_eff: float, level: float, power: float = 0.8) -> float | None:
     """Smallest total variation detected with at least `power` by gof_power's bound; None if none ≤ 1."""
-    if gof_power(df, n_eff, 1.0, level) < power:
+    if df < 1 or n_eff <= 0:
         return None
-    return float(optimize.brentq(lambda tv: gof_power(df, n_eff, tv, level) - power, 1e-9, 1.0, xtol=1e-6))
+    tv = math.sqrt(_noncentrality_for_power(df, level, power) / (4.0 * n_eff))
+    return tv if tv <= 1.0 else None
+
+
+@functools.lru_cache(maxsize=1024)
+def _noncentrality_for_power(df: int, level: float, power: float) -> float:
+    """λ at which a level-α chi-square test with df degrees of freedom has the given power."""
+    crit = stats.chi2.isf(level, df)
+    hi = 1.0
+    while stats.ncx2.sf(crit, df, hi) < power:
+        hi *= 2
+    return float(optimize.brentq(lambda lam: stats.ncx2.sf(crit, df, lam) - power, 0.0, hi, xtol=1e-9, rtol=1e-10))
 
 
 def _cell_str(cell) -> str:
@@ -461,7 +476,8 @@ def tv_check(name: str, counts: Mapping[Hashable, int], law: Mapping[Hashable, f
     bound = math.sqrt((k * math.log(2) + math.log(1 / level)) / (2 * n)) if n else math.inf
     p_value = math.exp(min(0.0, k * math.log(2) - 2 * n * tv * tv))
     return CheckResult(name=name, kind="tv", statistic=tv, p_value=p_value, n=n, threshold=level, power=1.0 - level,
-                       alternative=f"any law at total variation >= {2 * bound:.4g} (twice the bound) on the tested bins",
+                       alternative=f"any law at total variation >= {2 * bound:.4g} (twice the bound) "
+                                   "on the tested bins",
                        passed=bool(tv <= bound), detail={"bound": bound, "bins": k})
 
 
@@ -479,7 +495,7 @@ def homogeneity_check(name: str, counts_a: Mapping[Hashable, int], counts_b: Map
         oa[b] += counts_a.get(c, 0)
         ob[b] += counts_b.get(c, 0)
     x2 = 0.0
-    for a, b in zip(oa, ob):
+    for a, b in zip(oa, ob) if na and nb_ else ():
         t = a + b
         ea, eb = na * t / total, nb_ * t / total
         x2 += (a - ea) ** 2 / ea + (b - eb) ** 2 / eb
@@ -491,7 +507,8 @@ def homogeneity_check(name: str, counts_a: Mapping[Hashable, int], counts_b: Map
                        power=gof_power(df, n_eff, alt_tv, level),
                        alternative=f"two laws at total variation >= {alt_tv:g} on the tested bins",
                        passed=bool(p_value > level),
-                       detail={"df": df, "cells": len(pooled), "bins": nbins, "pooled_cells": n_pooled, "n_a": na, "n_b": nb_,
+                       detail={"df": df, "cells": len(pooled), "bins": nbins, "pooled_cells": n_pooled,
+                               "n_a": na, "n_b": nb_,
                                "empirical_tv": tv, "tv_detectable_at_80pct_power": detectable_tv(df, n_eff, level)})
 
 

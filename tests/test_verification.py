@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections import Counter
 
 import pytest
 import torch
@@ -20,11 +21,13 @@ from specbench.config import SamplingConfig
 from specbench.decoding.base import Proposal
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.drafts.model import ModelDraft
+from specbench.errors import SpecbenchError
 from specbench.sampling import processed_probs
 from specbench.verification import (
     first_divergence,
     greedy_checks,
     hf_greedy,
+    homogeneity_on_prefixes,
     margin_at,
     model_sequence_law,
     run_checks,
@@ -196,6 +199,23 @@ def test_bf16_greedy_reports_mismatch_rate_and_margins():
 def test_margin_noise_is_small_in_float32(pair):
     m = margin_at(pair[0], PROMPTS[0], [7, 8, 9])
     assert m["margin"] > 0 and m["noise"] < 1e-4 and m["tolerance"] < 1e-3
+
+
+def test_homogeneity_falls_back_to_shorter_prefixes_when_continuations_are_all_distinct():
+    import random
+
+    rng = random.Random(0)
+    a = Counter((rng.randrange(2), rng.randrange(2), rng.randrange(10**6), rng.randrange(10**6)) for _ in range(400))
+    b = Counter((rng.randrange(2), rng.randrange(2), rng.randrange(10**6), rng.randrange(10**6)) for _ in range(400))
+    r = homogeneity_on_prefixes("h", a, b, 4, level=1e-3, alt_tv=0.05)
+    assert r.detail["tokens_compared"] == 2 and r.detail["df"] == 3 and r.passed
+    skewed = Counter({k: v for k, v in b.items() if k[1] == 0})  # second token never 1
+    assert not homogeneity_on_prefixes("h", a, skewed, 4, level=1e-3, alt_tv=0.05).passed
+
+
+def test_run_checks_rejects_missing_prompts(pair):
+    with pytest.raises(SpecbenchError, match="prompt"):
+        run_checks(pair[0], lambda: ModelDraft(pair[1], "d"), [], SAMPLING, step_samples=0)
 
 
 def test_first_divergence():
