@@ -17,8 +17,10 @@ from transformers import DynamicCache, EncoderDecoderCache
 class CachedModel:
     """Wraps `model(...)` with a per-example KV cache; `length` counts the tokens it covers."""
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, timer=None):
         self.model = model
+        self.timer = timer  # a specbench.timing.Clock to profile forwards (bench only: it syncs the device)
+        self.forward_times: list[float] = []  # seconds of each forward while `timer` is set (the first is the prefill)
         self.is_seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
         self.device = next(model.parameters()).device
         self._cache = None
@@ -42,6 +44,7 @@ class CachedModel:
     @torch.inference_mode()
     def forward(self, new_ids: torch.Tensor, all_logits: bool = False) -> torch.Tensor:
         """Feed new_ids [k] (appended after the cached tokens) → logits [k, V] or, by default, [V] of the last one."""
+        t0 = self.timer.now() if self.timer else 0.0
         ids = new_ids.view(1, -1)
         if self.is_seq2seq:
             out = self.model(encoder_outputs=self._encoder_outputs, decoder_input_ids=ids,
@@ -55,6 +58,8 @@ class CachedModel:
             out = self.model(input_ids=ids, use_cache=True, **{self._cache_kw: self._cache}, **extra)
         logits = out.logits[0]
         self.length += ids.shape[1]
+        if self.timer:
+            self.forward_times.append(self.timer.now() - t0)
         return logits if all_logits else logits[-1]
 
     def truncate(self, length: int) -> None:
