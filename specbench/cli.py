@@ -248,6 +248,76 @@ def report(
         out.print(f"report of {outcome.n_runs} run(s), {len(outcome.skipped)} skipped: {outcome.out / 'report.html'}")
 
 
+@app.command()
+@handles_errors
+def verify(
+    target: Target = DEFAULT_TARGET,
+    draft: Draft = DEFAULT_DRAFT,
+    temperature: Temperature = 1.0,
+    top_k: TopK = 3,
+    top_p: TopP = 1.0,
+    gammas: Annotated[str, typer.Option("--gamma", help="γ values for the sequence and identity checks, comma-separated.")] = "1,3",
+    task: Task = DEFAULT_TASK,
+    limit: Annotated[int, typer.Option("--limit", help="Prompts for the greedy-identity check.")] = 4,
+    n_samples: Annotated[int, typer.Option("--n-samples", help="Continuations per engine for the sequence-level tests.")] = 300,
+    length: Annotated[int, typer.Option("--length", help="Tokens per sampled continuation.")] = 3,
+    step_samples: Annotated[int, typer.Option("--step-samples", help="Draws for the statistical test of the step.")] = 100_000,
+    seed: Seed = 0,
+    device: Device = "auto",
+    dtype: Dtype = "float32",
+    results_dir: ResultsDir = Path("results"),
+    as_json: AsJson = False,
+    trust_remote_code: TrustRemote = False,
+):
+    """Check that speculative decoding emits the target's distribution: exact laws, statistical tests, greedy identity.
+
+    Example: specbench verify --temperature 0.7 --top-k 3   (small top-k makes the exact sequence law enumerable)
+    """
+    from specbench.runner import Session, prepare_examples
+    from specbench.sweep import parse_int_list
+    from specbench.tasks import load_task, select_examples
+    from specbench.verification import run_checks, write_checks
+
+    sampling = SamplingConfig(temperature, top_k, top_p).validate()
+    gamma_values = parse_int_list(gammas, "--gamma")
+    RunConfig(target=target, draft=draft, task=task, sampling=sampling, limit=limit, device=device, dtype=dtype,
+              gamma=min(gamma_values)).validate()
+    if n_samples < 1 or length < 1 or step_samples < 0:
+        raise SpecbenchError("--n-samples and --length must be >= 1 and --step-samples >= 0")
+    quiet_transformers()
+    with console.status("loading task and models"):
+        session = Session(target, device, dtype, trust_remote_code)
+        spec = load_task(task)
+        prepared = prepare_examples(spec, select_examples(spec, limit, seed), session.target, 16)
+        session.proposer(draft)
+    t = session.target
+    with console.status("checking") as status:
+        checks = run_checks(t.model, lambda: session.proposer(draft), [p.prompt_ids for p in prepared], sampling,
+                            gammas=gamma_values, n_samples=n_samples, sample_length=length, eos_ids=t.eos_ids,
+                            decoder_start_id=t.decoder_start_id, seed=seed, step_samples=step_samples,
+                            progress=lambda msg: status.update(f"checking: {msg}"))
+    name = f"verify-{Path(target).name}-{Path(draft).name}-t{temperature:g}-k{top_k}-p{top_p:g}"
+    out_path = Path(results_dir) / name
+    from specbench.results import prepare_run_dir
+
+    json_path, _ = write_checks(checks, prepare_run_dir(out_path), extra={
+        "target": target, "draft": draft, "temperature": temperature, "top_k": top_k, "top_p": top_p,
+        "gammas": gamma_values, "task": spec.name, "seed": seed})
+    if as_json:
+        out.print_json(json_path.read_text())
+    else:
+        table = Table(title=f"verify: {target} + {draft}, T={temperature:g}, top-k {top_k}, top-p {top_p:g}")
+        for col in ("check", "statistic", "p-value", "N", "level", "power", "result"):
+            table.add_column(col, justify="left" if col == "check" else "right")
+        for c in checks:
+            table.add_row(c.name, fmt(c.statistic, 4), fmt(c.p_value, 4), fmt(c.n), fmt(c.threshold, 4), fmt(c.power, 3),
+                          "[green]pass[/green]" if c.passed else "[red]FAIL[/red]")
+        out.print(table)
+        out.print(f"checks: {json_path}")
+    if not all(c.passed for c in checks):
+        raise typer.Exit(1)
+
+
 @list_app.command("models")
 @handles_errors
 def list_models():

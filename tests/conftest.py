@@ -8,6 +8,9 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 
 VOCAB = 512
 
+# Tiny models run fastest on one thread, and parallel pytest processes then do not fight over cores.
+torch.set_num_threads(1)
+
 
 def tiny_llama(seed: int, vocab: int = VOCAB, layers: int = 2) -> LlamaForCausalLM:
     torch.manual_seed(seed)

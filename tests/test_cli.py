@@ -169,3 +169,21 @@ def test_hf_assisted_engine_records_the_same_schema(models_dir, task_file, tmp_p
     summary = json.loads(result.stdout)
     assert summary["engine"] == "hf-assisted" and summary["greedy_identity"] == 1.0
     assert summary["alpha"] is None  # transformers does not report acceptance counts
+
+
+def test_verify_writes_checks_and_passes_on_an_exact_pair(models_dir, task_file, tmp_path):
+    result = invoke("verify", "--target", models_dir["target"], "--draft", models_dir["draft"], "--task", task_file,
+                    "--limit", "2", "--temperature", "1.0", "--top-k", "2", "--n-samples", "150", "--length", "2",
+                    "--step-samples", "5000", "--device", "cpu", "--results-dir", str(tmp_path / "v"), "--json")
+    assert result.exit_code == 0, result.output
+    checks = json.loads(result.stdout)
+    assert checks["passed"] and checks["n_checks"] >= 5
+    names = " ".join(c["name"] for c in checks["checks"])
+    assert "greedy" in names
+    assert all({"statistic", "p_value", "n", "threshold", "power"} <= set(c) for c in checks["checks"])
+
+
+def test_verify_bad_gamma_is_a_one_line_error(models_dir, task_file, tmp_path):
+    result = CliRunner().invoke(app, ["verify", "--target", models_dir["target"], "--task", task_file, "--gamma", "0",
+                                      "--results-dir", str(tmp_path)])
+    assert result.exit_code == 1 and "Traceback" not in result.output
