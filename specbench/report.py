@@ -40,7 +40,7 @@ REQUIRED = ("run_id", "target", "draft", "task", "gamma", "temperature", "top_k"
 METRICS = ("alpha", "alpha_expected", "c", "verify_cost", "tokens_per_target_call", "speedup", "predicted_speedup",
            "predicted_speedup_extended", "baseline_s", "speculative_s", "draft_s", "verify_s", "overhead_s",
            "baseline_tokens", "speculative_tokens", "accepted_length_histogram")
-CHECK_FIELDS = ("name", "statistic", "p_value", "n", "threshold", "power", "passed")
+CHECK_FIELDS = ("name", "statistic", "p_value", "n", "threshold", "power", "passed")  # a checks.json row (verification.py)
 SAMPLE_CHARS = 240  # characters of each output shown in the samples table
 SAMPLE_RUNS = 24  # runs whose first example is shown
 
@@ -197,8 +197,10 @@ def collect(paths: list[Path]) -> ReportData:
         doc = _read_json(path, data.skipped)
         if doc is None:
             continue
+        if isinstance(doc, dict) and isinstance(doc.get("checks"), list):
+            doc = doc["checks"]  # verification.write_checks: {schema_version, passed, ..., checks: [...]}
         if not isinstance(doc, list):
-            data.skipped.append(Skipped(str(path), "checks.json is not a list of checks"))
+            data.skipped.append(Skipped(str(path), "checks.json is neither a list of checks nor an object with one"))
             continue
         good = [c for c in doc if isinstance(c, dict) and "name" in c and "passed" in c]
         if len(good) < len(doc):
@@ -320,7 +322,7 @@ def fig_speedup(runs) -> object:
         ax.set_title(f"Speedup vs γ: {task}")
         ax.set_xlabel("draft length γ (tokens drafted per target pass)")
         ax.set_ylabel("walltime speedup (× target alone)")
-        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.set_xticks(sorted(int(g) for g in sub["gamma"].unique()))
     handles = [Line2D([], [], color=colors[label], ls="-", marker="o", label=label) for label in colors]
     handles += [Line2D([], [], color="0.2", ls="-", marker="o", label="measured"),
                 Line2D([], [], color="0.2", ls="--", label="Theorem 3.8 from measured α, c"),
@@ -459,7 +461,7 @@ def fig_quality(rows: list[dict]) -> object:
     import numpy as np
 
     metrics = sorted({r["metric"] for r in rows})
-    fig = _new_figure(max(5.0, 0.6 * len(rows) / max(1, len(metrics)) + 3), 3.6 * len(metrics))
+    fig = _new_figure(max(6.5, 0.6 * len(rows) / max(1, len(metrics)) + 3), 3.2 * len(metrics))
     for ax, metric in zip(_panels(fig, len(metrics), 1), metrics):
         sub = [r for r in rows if r["metric"] == metric]
         x = np.arange(len(sub))
@@ -471,7 +473,7 @@ def fig_quality(rows: list[dict]) -> object:
             ax.bar(x + offset, vals, 0.38, yerr=np.clip(err, 0, None), capsize=3, color=color, label=engine)
         ax.set_xticks(x, [r["run_id"] for r in sub], fontsize=7, rotation=30, ha="right")
         ax.set_ylabel(f"{metric} (×100)")
-        ax.set_title(f"{metric}: baseline vs speculative (95% bootstrap CI where sampled)")
+        ax.set_title(f"{metric}: baseline vs speculative")
         ax.legend(fontsize=7)
     return fig
 
@@ -501,7 +503,7 @@ def fmt(value, digits: int = 3) -> str:
     if isinstance(value, (bool, np.bool_)):
         return "yes" if value else "no"
     if isinstance(value, float):
-        return f"{value:.{digits}f}"
+        return f"{value:.2e}" if 0 < abs(value) < 10 ** -digits else f"{value:.{digits}f}"  # p-values stay visible
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(fmt(v, digits) for v in value) + "]"
     return str(value)
@@ -719,7 +721,8 @@ def make_figures(runs, folder: Path) -> list[RenderedFigure]:
         qrows = quality_rows(runs)
         if qrows:
             figures.append(render_figure(fig_quality(qrows), "quality", "Output quality", (
-                "BLEU/ROUGE of the baseline and speculative outputs against the task references."), folder))
+                "BLEU/ROUGE (×100) of the baseline and speculative outputs against the task references; whiskers: "
+                "95% bootstrap intervals, where the runner computed them (sampling runs)."), folder))
     return figures
 
 

@@ -182,9 +182,12 @@ def test_quality_and_checks_sections(tmp_path):
               {"name": "negative-control", "statistic": 80.0, "p_value": 1e-9, "n": 20000, "threshold": 0.001,
                "power": 0.99, "passed": False}]
     (root / "checks.json").write_text(json.dumps(checks))
+    (root / "verify").mkdir()  # the shape verification.write_checks writes: an object holding the list
+    (root / "verify" / "checks.json").write_text(json.dumps({"schema_version": 1, "passed": True, "checks": checks[:1]}))
     out = write_report([root], tmp_path / "rep")
     md, _ = read(out.out)
-    assert "Verification checks (1/2 passed)" in md and "| negative-control | 80.000 | 0.000 | 20000 |" in md
+    assert "Verification checks (1/2 passed)" in md and "| negative-control | 80.000 | 1.00e-09 | 20000 | 0.001 | 0.990 | no |" in md
+    assert "Verification checks (1/1 passed)" in md and out.skipped == []
     assert "Quality: baseline vs speculative" in md and "| r1 | bleu | 30.000 | [28.00, 32.00] | 29.500 |" in md
     assert (out.out / "figures" / "quality.png").exists()
 

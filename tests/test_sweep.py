@@ -192,6 +192,19 @@ def test_killed_sweep_resumes_without_loss_or_duplicates(tmp_path, task_file, ba
         assert summary["complete"] and summary["n_examples"] == 3
 
 
+def test_no_state_carries_over_between_cells(tmp_path, task_file):
+    """A cell's sampled outputs are the same whether other cells ran before it in the same session or not."""
+    shared = run_sweep(make_grid(task_file, draft="tiny-draft", gamma="1,3", temperature="1"), tmp_path / "a",
+                       session=FakeSession())
+    alone = run_sweep(make_grid(task_file, draft="tiny-draft", gamma="3", temperature="1"), tmp_path / "b",
+                      session=FakeSession())
+    cell = "prompts-tiny-draft-g3-t1"
+    after_other = {r["example_id"]: r["speculative"]["token_ids"] for r in cell_records(shared.root, cell)}
+    fresh = {r["example_id"]: r["speculative"]["token_ids"] for r in cell_records(alone.root, cell)}
+    assert after_other == fresh and len(fresh) == 3
+    assert any(not r["identical"] for r in cell_records(alone.root, cell))  # T = 1 really sampled
+
+
 def test_finished_sweep_reruns_without_loading_models(tmp_path, task_file, monkeypatch):
     grid = make_grid(task_file, draft="prompt-lookup")
     run_sweep(grid, tmp_path, session=FakeSession())
