@@ -61,7 +61,7 @@ def hf_generate(session: Session, prompt_ids: list[int], max_new: int, gamma: in
 def loop_overhead(session: Session, draft: str, gamma: int, prepared, max_new: int) -> float:
     """Share of speculative decode time spent outside model forwards (target and draft), profiled."""
     t = session.target
-    proposer = session.proposer(draft)
+    proposer = session.proposer(draft, corpus=[p.prompt_ids for p in prepared])
     clock = Clock(t.device)
     inside, total = 0.0, 0.0
     for item in prepared:
@@ -102,7 +102,7 @@ def main() -> None:
     session = Session(args.target, args.device, args.dtype)
     spec = load_task(args.task)
     prepared = prepare_examples(spec, select_examples(spec, args.limit, 0), session.target, args.max_new_tokens)
-    engines = Engines(session, config)
+    engines = Engines(session, config, session.proposer(args.draft, corpus=[p.prompt_ids for p in prepared]))
     max_new = args.max_new_tokens
     tok = session.target.tokenizer
 

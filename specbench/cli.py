@@ -289,10 +289,11 @@ def verify(
         session = Session(target, device, dtype, trust_remote_code)
         spec = load_task(task)
         prepared = prepare_examples(spec, select_examples(spec, limit, seed), session.target, 16)
-        session.proposer(draft)
+        corpus = [p.prompt_ids for p in prepared]
+        session.proposer(draft, corpus)
     t = session.target
     with console.status("checking") as status:
-        checks = run_checks(t.model, lambda: session.proposer(draft), [p.prompt_ids for p in prepared], sampling,
+        checks = run_checks(t.model, lambda: session.proposer(draft, corpus), [p.prompt_ids for p in prepared], sampling,
                             gammas=gamma_values, n_samples=n_samples, sample_length=length, eos_ids=t.eos_ids,
                             decoder_start_id=t.decoder_start_id, seed=seed, step_samples=step_samples,
                             progress=lambda msg: status.update(f"checking: {msg}"))
@@ -347,8 +348,8 @@ def list_tasks_cmd():
 
 def rows_table(rows: list[dict], title: str) -> None:
     table = Table(title=title)
-    for col in (rows[0].keys() if rows else []):
-        table.add_column(str(col))
+    for i, col in enumerate(rows[0].keys() if rows else []):
+        table.add_column(str(col), no_wrap=i == 0, overflow="fold")
     for row in rows:
         table.add_row(*(fmt(v) for v in row.values()))
     out.print(table)

@@ -47,13 +47,16 @@ class Session:
     def __init__(self, target_spec: str, device: str, dtype: str, trust_remote_code: bool = False):
         self.device, self.dtype, self.trust_remote_code = device, dtype, trust_remote_code
         self.target: LoadedModel = load_model(target_spec, device, dtype, trust_remote_code)
-        self._proposers: dict[str, object] = {}
+        self._proposers: dict[tuple, object] = {}
 
-    def proposer(self, draft_spec: str):
-        if draft_spec not in self._proposers:
-            self._proposers[draft_spec] = make_proposer(draft_spec, self.target, self.device, self.dtype,
-                                                        self.trust_remote_code)
-        return self._proposers[draft_spec]
+    def proposer(self, draft_spec: str, corpus: list[list[int]] | None = None):
+        """The draft for `draft_spec`, built once; frequency drafts are fitted on `corpus` (once per corpus)."""
+        fits = draft_spec.partition(":")[0] in ("unigram", "bigram")
+        key = (draft_spec, hashlib.sha256(repr(corpus).encode()).hexdigest() if fits and corpus else None)
+        if key not in self._proposers:
+            self._proposers[key] = make_proposer(draft_spec, self.target, self.device, self.dtype,
+                                                 self.trust_remote_code, corpus=corpus if fits else None)
+        return self._proposers[key]
 
 
 def example_seed(seed: int, example_id: str) -> int:
@@ -117,6 +120,7 @@ class Engines:
 
     session: Session
     config: RunConfig
+    proposer: object  # the Proposer of config.draft
 
     def baseline(self, prompt_ids: list[int], seed: int, max_new_tokens: int) -> DecodeResult:
         t = self.session.target
@@ -126,7 +130,7 @@ class Engines:
 
     def speculative(self, prompt_ids: list[int], seed: int, max_new_tokens: int) -> DecodeResult:
         t, cfg = self.session.target, self.config
-        proposer = self.session.proposer(cfg.draft)
+        proposer = self.proposer
         if cfg.engine == "hf-assisted":
             from specbench.decoding.hf_assisted import decode_hf
 
@@ -156,6 +160,7 @@ class RunPlan:
     session: Session
     prepared: list[Prepared]
     max_new_tokens: int
+    proposer: object  # the draft, fitted on the task's prompts where it fits anything
 
 
 @dataclass
@@ -185,7 +190,8 @@ def prepare_run(config: RunConfig, results_dir: Path, *, run_id: str | None = No
     session = session or Session(config.target, config.device, config.dtype, config.trust_remote_code)
     target = session.target
     prepared = prepare_examples(spec, examples, target, max_new)
-    session.proposer(config.draft)  # load (and check) the draft before any timing
+    # load (and check) the draft before any timing; frequency drafts fit on the run's prompts
+    proposer = session.proposer(config.draft, corpus=[p.prompt_ids for p in prepared])
     manifest["models"] = {"target": {"spec": config.target, "params": target.n_params, "dtype": str(target.dtype),
                                      "vocab_size": target.vocab_size, "device": str(target.device)},
                           "draft": {"spec": config.draft}}
@@ -193,7 +199,7 @@ def prepare_run(config: RunConfig, results_dir: Path, *, run_id: str | None = No
     manifest["created"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     if not files.manifest.exists():
         atomic_write_json(files.manifest, manifest)
-    return RunPlan(config, spec, files, manifest, session, prepared, max_new)
+    return RunPlan(config, spec, files, manifest, session, prepared, max_new, proposer)
 
 
 def measure(
@@ -214,7 +220,7 @@ def measure(
     done = {r["example_id"] for r in records}
     todo = [p for p in plan.prepared if p.example.id not in done]
     on_start(len(plan.prepared), len(plan.prepared) - len(todo))
-    engines = Engines(plan.session, config)
+    engines = Engines(plan.session, config, plan.proposer)
     if todo:
         engines.warm_up(todo[0].prompt_ids)
     for item in todo:
