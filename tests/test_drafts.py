@@ -5,12 +5,12 @@ Three kinds of evidence:
    processed law the token was drawn from (compared with an independent recomputation).
 2. Greedy identity: speculative output equals the baseline's for γ = 1..8.
 3. The sampling law of one speculative step (γ = 2) on a vocabulary of 24, T = 0.9, top-k 16,
-   top-p 0.95: N = 10,000 steps (3,000 where a model forward runs in every step), the first
+   top-p 0.95: N = 20,000 steps (3,000 where a model forward runs in every step), the first
    emitted token e1 and the pair (e1, e2) (e2 = the step's second token, or a fresh target
    draw when it emitted only one, which is what the next step emits if the step is exact)
    tested against the target's processed law by a G-test at level 1e-3
    (specbench.equality.gof_check, cells expected < 5 times pooled). Asserted power of the e1
-   test ≥ 0.99 against any law at total variation ≥ 0.05 (N = 10,000) or ≥ 0.1 (N = 3,000).
+   test ≥ 0.99 against any law at total variation ≥ 0.05 (N = 20,000) or ≥ 0.1 (N = 3,000).
    The negative control (bigram sampling, uniform q reported; N = 3,000) must fail at p < 1e-6.
 All draws use fixed seeds, so the outcome is deterministic.
 """
@@ -306,7 +306,7 @@ class MisreportedQ:
 @pytest.mark.parametrize("kind", ["unigram", "bigram", "hybrid-lookup", "hybrid-model", "misreported-q"])
 def test_one_step_emits_the_target_law(step_setup, kind):
     target, laws, corpus = step_setup
-    tokens, n = STEP_PROMPT, 10_000
+    tokens, n = STEP_PROMPT, 20_000
     if kind == "unigram":
         proposer = FrequencyDraft(1, V, CPU, k=0.5).fit(corpus)
     elif kind in ("bigram", "misreported-q"):
@@ -321,7 +321,7 @@ def test_one_step_emits_the_target_law(step_setup, kind):
             tokens = STEP_PROMPT + [13]  # lookup supplies 1 token, the model the second (one forward a step)
             n = 3_000
         laws = TargetLaws(target, tokens, SAMPLING)
-    alt_tv = 0.05 if n >= 10_000 else 0.1
+    alt_tv = 0.05 if n >= 20_000 else 0.1
     first, pair = law_checks(kind, one_step_draws(proposer, laws, tokens, n, seed=11), laws, alt_tv)
     if kind == "misreported-q":
         assert not first.passed and first.p_value < 1e-6, first  # the check has teeth
