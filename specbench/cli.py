@@ -211,8 +211,9 @@ def sweep(
                                    for c in outcome.cells]))
         return
     table = Table(title=f"{outcome.root.name}  ({len(outcome.cells)} cells, {outcome.new_examples} examples measured now)")
-    for col in ("cell", "n", "α", "speedup", "predicted (Thm 3.8)", "predicted (measured verify cost)"):
-        table.add_column(col, justify="left" if col == "cell" else "right")
+    table.add_column("cell", overflow="fold")
+    for col in ("n", "α", "speedup", "Thm 3.8", "extended"):  # predictions from measured α, c (+ verify cost)
+        table.add_column(col, justify="right", no_wrap=True)
     for c in outcome.cells:
         s = c.summary
         table.add_row(c.cell_id, fmt(s.get("n_examples")), fmt(s.get("alpha")), fmt(s.get("speedup")),

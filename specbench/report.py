@@ -122,6 +122,22 @@ def _check_summary(row: dict) -> str | None:
     return None
 
 
+def timing_note(row: dict) -> str | None:
+    """Flag a verify cost no honest measurement gives: the baseline and speculative timings disagree.
+
+    One target pass over γ+1 tokens costs at least about one single-token step and at most
+    about γ+1 of them. Outside [0.5, γ+1] the baseline was most likely timed under another
+    load than the speculative run (a sweep measures each baseline once, in the first cell of
+    its task and temperature), so that run's speedup is not trustworthy.
+    """
+    cost, gamma = _num(row.get("verify_cost")), int(row["gamma"])
+    if math.isnan(cost) or 0.5 <= cost <= gamma + 1:
+        return None
+    return (f"{row['run_id']}: verify cost {cost:.2f} single-token passes for γ+1 = {gamma + 1} tokens is implausible; "
+            f"the baseline and speculative timings were probably taken under different machine load, so its speedup "
+            f"is unreliable (rerun on a quiet machine)")
+
+
 def collect(paths: list[Path]) -> ReportData:
     """Every run, sweep and checks.json under `paths`, checked; whatever is unusable goes to `skipped`."""
     import pandas as pd
@@ -173,6 +189,9 @@ def collect(paths: list[Path]) -> ReportData:
                               f"holds {len(examples)} (killed between the two writes); rerun the same command to refresh it")
         if not row.get("complete", True):
             data.notes.append(f"{row['run_id']}: partial run, {row['n_examples']} of {expected or '?'} examples measured")
+        note = timing_note(row)
+        if note:
+            data.notes.append(note)
         rows.append(row)
     if rows:
         runs = pd.DataFrame(rows)
@@ -180,6 +199,7 @@ def collect(paths: list[Path]) -> ReportData:
         runs["temperature"] = runs["temperature"].astype(float)
         keys = series_keys(runs)
         runs["series"] = [series_label(r, keys) for _, r in runs.iterrows()]
+        runs["timing_suspect"] = [timing_note(r) is not None for _, r in runs.iterrows()]
         data.runs = runs.sort_values(["task", "draft", "temperature", "gamma", "run_id"]).reset_index(drop=True)
     for path in files("sweep.json"):
         doc = _read_json(path, data.skipped)
@@ -240,8 +260,12 @@ def best_gamma_rows(runs) -> list[dict]:
     out = []
     for (task, series), group in runs.groupby(["task", "series"], sort=True):
         group = group.sort_values("gamma")
-        speed = group["speedup"].map(_num)
         row = {"task": task, "series": series, "gammas": sorted(set(int(g) for g in group["gamma"]))}
+        suspect = (group["timing_suspect"] if "timing_suspect" in group else group["gamma"] < 0).astype(bool)
+        row["suspect_gammas"] = sorted(int(g) for g in group.loc[suspect, "gamma"])
+        if suspect.any() and not suspect.all():
+            group = group[~suspect]  # recommend from trustworthy timings when there are any
+        speed = group["speedup"].map(_num)
         best = speed.idxmax() if speed.notna().any() else None
         row["measured_gamma"] = int(group.loc[best, "gamma"]) if best is not None else None
         row["measured_speedup"] = float(speed[best]) if best is not None else float("nan")
@@ -539,12 +563,14 @@ def build_blocks(data: ReportData, figures: list[RenderedFigure], title: str) ->
     blocks += [("h2", "Recommended γ"),
                ("p", "Measured: the γ with the largest measured speedup among those run. Theorem 3.8: the γ in 1..64 "
                      "maximising (1−α^(γ+1))/((1−α)(γc+1)) with α and c pooled over the γ cells (mean). Extended: the "
-                     "same with each γ's measured verify cost, so only measured γ values are candidates."),
+                     "same with each γ's measured verify cost, so only measured γ values are candidates. Cells whose "
+                     "timings look inconsistent (see Notes) are left out when others remain."),
                ("table", Table(["task", "draft, T", "γ run", "best γ measured", "its speedup", "pooled α", "pooled c",
-                                "γ* Thm 3.8", "predicted", "γ* extended", "predicted (ext.)"],
+                                "γ* Thm 3.8", "predicted", "γ* extended", "predicted (ext.)", "suspect timings at γ"],
                                [[b["task"], b["series"], ",".join(map(str, b["gammas"])), b["measured_gamma"],
                                  b["measured_speedup"], b["alpha"], b["c"], b["thm_gamma"], b["thm_factor"],
-                                 b["ext_gamma"], b["ext_factor"]] for b in best]))]
+                                 b["ext_gamma"], b["ext_factor"], ",".join(map(str, b["suspect_gammas"])) or "none"]
+                                for b in best]))]
     blocks += [("h2", "Compared with the paper (Table 2 shape)"),
                ("p", f"Paper rows: {PAPER_SOURCE}; each is the paper's best γ for that draft. Our rows: the best "
                      "measured γ per task, draft and temperature. The paper's target is an 11B T5 on a TPU; ours is "

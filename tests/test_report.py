@@ -257,6 +257,32 @@ def test_partial_and_stale_runs_are_used_with_a_note(tmp_path):
     assert any("summary.json covers 2 examples but examples.jsonl holds 3" in n for n in outcome.notes)
 
 
+def test_implausible_verify_cost_is_flagged(tmp_path):
+    root = tmp_path / "runs"
+    make_run(root, "fine", gamma=2)
+    for run_id, cost in (("too-cheap", 0.2), ("too-dear", 3.5)):  # γ = 2: plausible range [0.5, 3]
+        run = make_run(root, run_id, gamma=2)
+        s = json.loads((run / "summary.json").read_text())
+        s["verify_cost"] = cost
+        (run / "summary.json").write_text(json.dumps(s))
+    data = collect([root])
+    assert [n.split(":")[0] for n in data.notes] == ["too-cheap", "too-dear"]
+    assert "implausible" in data.notes[0]
+    assert list(data.runs.sort_values("run_id")["timing_suspect"]) == [False, True, True]
+
+
+def test_recommendation_skips_suspect_timings(tmp_path):
+    root = tmp_path / "runs"
+    make_run(root, "g1", gamma=1, speedup=1.2)
+    make_run(root, "g2", gamma=2, speedup=1.4)
+    run = make_run(root, "g4", gamma=4, speedup=9.0)  # a fluke: its verify cost says the baseline was slowed down
+    s = json.loads((run / "summary.json").read_text())
+    s["verify_cost"] = 0.1
+    (run / "summary.json").write_text(json.dumps(s))
+    (row,) = best_gamma_rows(collect([root]).runs)
+    assert row["measured_gamma"] == 2 and row["suspect_gammas"] == [4]
+
+
 def test_nothing_usable_is_a_one_line_error(tmp_path):
     root = tmp_path / "runs"
     run = make_run(root, "only")
