@@ -47,7 +47,7 @@ class FakeSession:
         self.drafts = {"tiny-draft": ModelDraft(tiny_llama(1), "tiny-draft"),
                        "prompt-lookup": make_proposer("prompt-lookup", self.target)}
 
-    def proposer(self, spec):
+    def proposer(self, spec, corpus=None):
         return self.drafts[spec]
 
 
