@@ -148,6 +148,21 @@ def test_make_proposer_dispatches_specs():
         make_proposer("lookup+bigram", target)
 
 
+def test_make_proposer_builds_a_hybrid_from_a_saved_model(tmp_path):
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {f"w{i}": i for i in range(VOCAB)}
+    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="w0")), unk_token="w0")
+    tiny_llama(1).save_pretrained(tmp_path / "draft")
+    tok.save_pretrained(tmp_path / "draft")
+    target = wrap_model("tiny", tiny_llama(0), None)
+    for spec in (f"lookup+{tmp_path / 'draft'}", f"hybrid:{tmp_path / 'draft'}"):
+        hybrid = make_proposer(spec, target, device="cpu")
+        assert isinstance(hybrid, HybridDraft) and hybrid.name == spec and hybrid.is_model
+        assert run_speculative(tiny_llama(0), hybrid, 4).token_ids == run_baseline(tiny_llama(0))
+
+
 def test_hybrid_reports_one_hot_for_lookup_and_the_model_law_for_the_rest():
     target, model = tiny_llama(0), tiny_llama(1)
     hybrid = HybridDraft(PromptLookupDraft(VOCAB, CPU), ModelDraft(model, "m"), "lookup+m")
