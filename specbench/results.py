@@ -40,6 +40,7 @@ class EngineRecord:
     accepted: int  # of those, accepted
     trials: int  # acceptance trials: Σ over steps of min(accepted + 1, γ')
     accept_lengths: list[int]  # accepted count of every verification step
+    draft_lengths: list[int]  # drafted count γ' of every verification step (same order as accept_lengths)
     expected_accept: list[float]  # Σ_x min(p(x), q(x)) at every verified position (up to each step's first rejection)
     draft_s: float  # decode time spent proposing
     verify_s: float  # decode time spent in target passes and verification
@@ -167,6 +168,9 @@ def load_runs(paths: list[Path]):
             data = json.loads(summary.read_text())
         except (OSError, json.JSONDecodeError) as exc:
             warnings.warn(f"skipped {summary}: {exc}", stacklevel=2)
+            continue
+        if not isinstance(data, dict):
+            warnings.warn(f"skipped {summary}: not a JSON object", stacklevel=2)
             continue
         data["run_dir"] = str(summary.parent)
         rows.append(data)

@@ -108,6 +108,7 @@ def engine_record(result: DecodeResult, tokenizer) -> EngineRecord:
         accepted=result.accepted,
         trials=result.trials,
         accept_lengths=result.accept_lengths,
+        draft_lengths=result.draft_lengths,
         expected_accept=result.expected_accept,
         draft_s=result.draft_s,
         verify_s=result.verify_s,

@@ -26,7 +26,8 @@ def engine(n_tokens: int, decode_s: float, gamma: int = 0, accept_lengths: tuple
     return {"text": text, "token_ids": list(range(n_tokens)), "n_tokens": n_tokens, "stop_reason": "length",
             "prefill_s": 0.01, "decode_s": decode_s, "target_calls": calls, "draft_calls": gamma * len(accept_lengths),
             "drafted": gamma * len(accept_lengths), "accepted": accepted, "trials": trials,
-            "accept_lengths": list(accept_lengths), "expected_accept": [0.6] * trials,
+            "accept_lengths": list(accept_lengths), "draft_lengths": [gamma] * len(accept_lengths),
+            "expected_accept": [0.6] * trials,
             "draft_s": decode_s * draft_share, "verify_s": decode_s * (0.9 - draft_share) if gamma else 0.0}
 
 

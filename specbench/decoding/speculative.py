@@ -75,6 +75,7 @@ def decode_speculative(
             res.trials += min(n + 1, g)
             if g:  # an empty proposal (no n-gram match) is a plain step, not a verified draft
                 res.accept_lengths.append(n)
+                res.draft_lengths.append(g)
             res.expected_accept.extend(verdict.expected_accept)
             tc = clock.now()
             res.draft_s += tb - ta
