@@ -545,7 +545,7 @@ def build_teacher_data(cfg: DistillConfig, target, progress: Progress) -> dict:
         tensors, counts = teacher.run_job(job, prefixes[job.task], p.reference_docs)
         name = f"shard-{job.index:05d}.safetensors"
         tmp = _atomic_bytes_path(folder / name)
-        save_file(tensors, str(tmp), metadata={"plan_sha256": plan_hash, "job": str(job.index)})
+        save_file(tensors, str(tmp))  # no metadata: its key order varies, and the same data must hash the same
         os.replace(tmp, folder / name)
         index["shards"][str(job.index)] = {"file": name, "sha256": file_sha256(folder / name),
                                            "docs": int(tensors["doc_len"].numel()),
