@@ -378,6 +378,58 @@ def setup(target: Target = DEFAULT_TARGET):
     fetch_offline_data(out.print)
 
 
+@app.command()
+@handles_errors
+def distill(
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder of the draft: model, tokenizer, manifest.json (work/ holds teacher data and the checkpoint).")],
+    target: Target = DEFAULT_TARGET,
+    preset: Annotated[str, typer.Option("--preset", help="small (tests, about a minute) or full (the shipped draft, hours on a 2-core CPU).")] = "full",
+    steps: Annotated[Optional[int], typer.Option("--steps", help="Training steps (default: the preset's).")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed for the draft's initialisation and the data order.")] = 0,
+    task: Annotated[str, typer.Option("--task", help="Tasks whose text the target scores, comma-separated (names or JSONL files).")] = "ding-de-en,aclsum",
+    resume: Annotated[bool, typer.Option("--resume", help="Require a checkpoint in --out (one is always resumed when present).")] = False,
+    max_session_steps: Annotated[Optional[int], typer.Option("--max-session-steps", help="Stop after this many steps (checkpointed); rerun to continue.")] = None,
+    device: Device = "auto",
+    threads: Annotated[int, typer.Option("--threads", help="torch CPU threads (0 = torch's default).")] = 0,
+    as_json: AsJson = False,
+):
+    """Train a small draft for --target by distillation from the target's top-k distributions; resumable.
+
+    Example: specbench distill --target smollm2-135m --out drafts/smollm2-135m-distilled --preset full
+    """
+    import torch
+
+    from specbench.distill import DistillConfig, distill as run_distill, get_preset
+
+    if threads < 0:
+        raise SpecbenchError(f"--threads must be >= 0 (got {threads})")
+    if threads:
+        torch.set_num_threads(threads)
+    config = DistillConfig(target=target, out=out_dir, preset=get_preset(preset),
+                           tasks=tuple(t.strip() for t in task.split(",") if t.strip()), steps=steps, seed=seed,
+                           device=device, resume=resume, max_session_steps=max_session_steps).validate()
+    quiet_transformers()
+    with progress_bar() as bar:
+        jobs: dict[str, int] = {}
+        names = {"teacher": "teacher data (shards)", "train": "training (steps)", "export": "export + checks"}
+
+        def on_event(event) -> None:
+            if event.phase not in jobs:
+                jobs[event.phase] = bar.add_task(names.get(event.phase, event.phase), total=event.total, info="")
+            bar.update(jobs[event.phase], completed=event.done, total=event.total, info=event.info)
+
+        outcome = run_distill(config, progress=on_event)
+    if as_json:
+        out.print_json(json.dumps(outcome.manifest, default=str))
+    elif outcome.finished:
+        checks = outcome.manifest["checks"]
+        out.print(f"draft: {out_dir}  (c = {checks['cost']['c']:.3f}, held-out α≈{checks['heldout_after_export']['agreement_reply']:.3f}, "
+                  f"α(γ={checks['speculative']['gamma']}) = {checks['speculative']['alpha']:.3f}; manifest.json)")
+    else:
+        out.print(f"stopped at step {outcome.manifest['steps']['done']} of {outcome.manifest['steps']['total']} "
+                  f"(checkpointed); rerun the same command to continue")
+
+
 def quiet_transformers() -> None:
     import transformers
 
