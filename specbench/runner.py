@@ -178,7 +178,9 @@ def prepare_run(config: RunConfig, results_dir: Path, *, run_id: str | None = No
     spec = load_task(config.task)
     max_new = config.max_new_tokens or spec.max_new_tokens
     examples = select_examples(spec, config.limit, config.seed)
-    files = RunFiles(prepare_run_dir(Path(results_dir) / (run_id or run_id_for(config))))
+    # check that results can be written now, but create the run folder only once everything has loaded,
+    # so a run that fails on bad input leaves nothing behind
+    files = RunFiles(prepare_run_dir(Path(results_dir)) / (run_id or run_id_for(config)))
     manifest = {
         "schema_version": SCHEMA_VERSION,
         "run_id": files.root.name,
@@ -199,6 +201,7 @@ def prepare_run(config: RunConfig, results_dir: Path, *, run_id: str | None = No
     manifest.update(environment_info())
     manifest["created"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     if not files.manifest.exists():
+        prepare_run_dir(files.root)
         atomic_write_json(files.manifest, manifest)
     return RunPlan(config, spec, files, manifest, session, prepared, max_new, proposer)
 

@@ -187,3 +187,9 @@ def test_verify_bad_gamma_is_a_one_line_error(models_dir, task_file, tmp_path):
     result = CliRunner().invoke(app, ["verify", "--target", models_dir["target"], "--task", task_file, "--gamma", "0",
                                       "--results-dir", str(tmp_path)])
     assert result.exit_code == 1 and "Traceback" not in result.output
+
+
+def test_a_failed_run_leaves_no_folder(models_dir, task_file, tmp_path):
+    bad_run("--target", models_dir["target"], "--draft", models_dir["wide"], "--task", task_file,
+            "--results-dir", str(tmp_path / "r"))
+    assert not any((tmp_path / "r").iterdir())
