@@ -37,7 +37,7 @@ DEFAULT_TASK = "ding-de-en"
 
 # Shared option aliases: one definition per option, reused by run, sweep and verify.
 Target = Annotated[str, typer.Option("--target", help="Target model: preset, hub id, local dir or .gguf file.")]
-Draft = Annotated[str, typer.Option("--draft", help="Draft: model spec as for --target, or prompt-lookup.")]
+Draft = Annotated[str, typer.Option("--draft", help="Draft: a model spec as for --target, prompt-lookup, unigram, bigram, or lookup+<model spec>.")]
 Gamma = Annotated[int, typer.Option("--gamma", help="Draft tokens proposed per target pass (γ >= 1).")]
 Temperature = Annotated[float, typer.Option("--temperature", help="0 = greedy; > 0 samples.")]
 TopK = Annotated[int, typer.Option("--top-k", help="Keep the k most likely tokens (0 = off).")]

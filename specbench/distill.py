@@ -55,7 +55,8 @@ from specbench.errors import SpecbenchError
 
 SCHEMA_VERSION = 1
 DEFAULT_TASKS = ("ding-de-en", "aclsum")
-KIND_PREFIX, KIND_ON_POLICY, KIND_REFERENCE = 0, 1, 2  # what a teacher document is
+KIND_PREFIX, KIND_ON_POLICY, KIND_REFERENCE, KIND_SAMPLED = 0, 1, 2, 3  # what a teacher document is:
+# the shared prompt prefix; prompt + greedy continuation; prompt + human reference; prompt + T = 1 sample
 WORK = "work"  # DIR/work holds the teacher data and the checkpoint; never shipped
 
 
@@ -74,6 +75,7 @@ class DistillPreset:
     max_train_rows: int | None  # training rows per task (None: all), taken in a fixed hashed order
     max_new_tokens: int | None  # cap on the task's max_new_tokens for on-policy continuations
     reference_docs: bool  # also score the human reference reply after each prompt
+    sampled_docs: bool  # also continue each prompt with a T = 1 sample from the target
     top_k: int  # soft-label width: teacher log-probs kept per position
     job_tokens: int  # prompt+reference tokens per teacher batch (memory and padding)
     gen_batch: int  # most rows per teacher batch
@@ -104,16 +106,16 @@ PRESETS: dict[str, DistillPreset] = {
     # Tests and smoke runs: a few rows, a tiny draft, ~1 minute even on the real target.
     "small": DistillPreset(
         name="small", heldout_rows=3, exclude_seeds=1, exclude_limit=3, max_train_rows=12, max_new_tokens=8,
-        reference_docs=True, top_k=8, job_tokens=512, gen_batch=8,
+        reference_docs=True, sampled_docs=True, top_k=8, job_tokens=512, gen_batch=8,
         layers=2, hidden=32, intermediate=64, heads=4, kv_heads=2, svd_init=True,
         steps=24, batch_tokens=256, max_len=512, lr=3e-3, warmup=4, weight_decay=0.01, eval_every=8,
         checkpoint_every=8, save_dtype="float32", c_reps=2, check_prompts=2, check_gamma=3),
-    # The shipped draft: all rows of the offline tasks (~1M teacher positions for SmolLM2), a 4-layer
-    # width-128 draft (c ~= 0.035 on one CPU thread, 14 MB in fp16).
+    # The shipped draft: all rows of the offline tasks (~1.1M teacher positions for SmolLM2), a 3-layer
+    # width-128 draft: c = 0.043 against SmolLM2 on one CPU thread (4 layers: 0.050; 2: 0.035), 14 MB in fp16.
     "full": DistillPreset(
         name="full", heldout_rows=48, exclude_seeds=4, exclude_limit=128, max_train_rows=None, max_new_tokens=None,
-        reference_docs=True, top_k=32, job_tokens=3072, gen_batch=64,
-        layers=4, hidden=128, intermediate=512, heads=4, kv_heads=2, svd_init=True,
+        reference_docs=True, sampled_docs=True, top_k=32, job_tokens=3072, gen_batch=64,
+        layers=3, hidden=128, intermediate=512, heads=4, kv_heads=2, svd_init=True,
         steps=4000, batch_tokens=4096, max_len=512, lr=2e-3, warmup=100, weight_decay=0.01, eval_every=100,
         checkpoint_every=50, save_dtype="float16", c_reps=5, check_prompts=8, check_gamma=3),
 }
@@ -353,21 +355,30 @@ class Teacher:
         out = self.base(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **{self._cache_kw: cache})
         return out.last_hidden_state
 
-    def labels(self, hidden: torch.Tensor, chunk: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
-        """hidden [M, H] → (top-k ids [M, k] int32, top-k log-probs [M, k] fp16), via the output layer in chunks."""
-        ids, logps = [], []
+    def labels(self, hidden: torch.Tensor, chunk: int = 1024, generator: torch.Generator | None = None,
+               sample: torch.Tensor | None = None):
+        """hidden [M, H] → (top-k ids [M, k] int32, top-k log-probs [M, k] fp16, next [M]) via the output layer
+        in chunks; next is the argmax, except rows flagged in `sample` [M] bool, drawn from the full law."""
+        ids, logps, nxt = [], [], []
         for c in range(0, hidden.shape[0], chunk):
             logits = self.head(hidden[c:c + chunk]).float()  # [m, V]
             vals, idx = logits.topk(self.top_k, dim=-1)
             logps.append((vals - logits.logsumexp(-1, keepdim=True)).half())
             ids.append(idx.int())
+            pick = idx[:, 0].clone()
+            rows = sample[c:c + chunk].to(pick.device) if sample is not None else None
+            if rows is not None and rows.any():  # multinomial on a CPU generator: the same draws on every machine
+                probs = logits[rows].softmax(-1).cpu()
+                pick[rows] = torch.multinomial(probs, 1, generator=generator)[:, 0].to(pick.device)
+            nxt.append(pick)
         if not ids:
-            return torch.zeros(0, self.top_k, dtype=torch.int32), torch.zeros(0, self.top_k, dtype=torch.float16)
-        return torch.cat(ids).cpu(), torch.cat(logps).cpu()
+            empty = torch.zeros(0, self.top_k)
+            return empty.int(), empty.half(), torch.zeros(0, dtype=torch.long)
+        return torch.cat(ids).cpu(), torch.cat(logps).cpu(), torch.cat(nxt).long()
 
     @torch.inference_mode()
-    def run_job(self, job: Job, prefix_len: int, with_reference: bool) -> tuple[dict[str, torch.Tensor], dict]:
-        """Score one job → shard tensors (see `Docs`) and counts {score_tokens, gen_tokens}."""
+    def run_job(self, job: Job, prefix_len: int, with_reference: bool, sampled: bool) -> tuple[dict[str, torch.Tensor], dict]:
+        """Score one job → shard tensors (see `Docs`) and counts {score_tokens, gen_tokens, score_seconds, gen_seconds}."""
         from transformers import DynamicCache
 
         dev, rows, P = self.device, job.rows, prefix_len
@@ -380,7 +391,7 @@ class Teacher:
         if P:
             h = self._hidden(prefix[None], None, None, cache)[0]  # [P, H]
             if job.prefix_doc:
-                idx, lp = self.labels(h)
+                idx, lp, _ = self.labels(h)
                 docs.add(rows[0].prompt[:P], KIND_PREFIX, 0, P, P, idx, lp)
                 score_tokens += P
             cache.batch_repeat_interleave(B)
@@ -397,7 +408,8 @@ class Teacher:
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
         h = self._hidden(ids, mask, pos[:, P:], cache)  # [B, S, H]
         valid = torch.cat([torch.arange(S - len(s), S) + i * S for i, s in enumerate(suffixes)])
-        p_idx, p_lp = self.labels(h.reshape(B * S, -1)[valid.to(dev)])
+        p_idx, p_lp, _ = self.labels(h.reshape(B * S, -1)[valid.to(dev)])
+        h_last = h[:, -1]  # [B, H] each row's last prompt position (left padding)
         score_tokens += len(valid)
         bounds = [0]
         for s in suffixes:
@@ -416,7 +428,7 @@ class Teacher:
             hr = self._hidden(rids.to(dev), torch.cat([mask, rmask.to(dev)], 1), rpos, rcache)  # [B, R, H]
             keep = [(i, len(r.reply) - 1) for i, r in enumerate(rows) if len(r.reply) > 1]
             sel = torch.cat([torch.arange(n) + i * R for i, n in keep]).to(dev)
-            r_idx, r_lp = self.labels(hr.reshape(B * R, -1)[sel])
+            r_idx, r_lp, _ = self.labels(hr.reshape(B * R, -1)[sel])
             score_tokens += len(sel)
             off = 0
             for i, n in keep:
@@ -426,43 +438,69 @@ class Teacher:
                 off += n
             del rcache
 
-        # greedy continuations; finished rows leave the batch
+        # continuations: greedy (row 2i) and, when asked, a T = 1 draw from the target's own law (row 2i+1),
+        # in one batch: a CPU forward over 2b rows costs far less than two over b
         t1 = time.perf_counter()
-        gen_idx: list[list[torch.Tensor]] = [[] for _ in rows]
-        gen_lp: list[list[torch.Tensor]] = [[] for _ in rows]
-        tokens: list[list[int]] = [[] for _ in rows]
-        first = torch.tensor([bounds[i + 1] - 1 for i in range(B)])
-        nxt = p_idx[first, 0].long().to(dev)
-        active = torch.arange(B)
-        gen_tokens = 0
-        while True:
-            done = []
-            for j, a in enumerate(active.tolist()):
-                tokens[a].append(int(nxt[j]))
-                done.append(int(nxt[j]) in self.eos.tolist() or len(tokens[a]) >= rows[a].max_new)
-            keep_local = torch.tensor([j for j, d in enumerate(done) if not d], dtype=torch.long)
-            if len(keep_local) == 0:
-                break
-            if len(keep_local) < len(active):
-                cache.batch_select_indices(keep_local.to(dev))
-                mask, last, nxt, active = mask[keep_local.to(dev)], last[keep_local.to(dev)], nxt[keep_local.to(dev)], active[keep_local]
-            mask = torch.cat([mask, torch.ones(len(active), 1, dtype=mask.dtype, device=dev)], 1)
-            last = last + 1
-            h = self._hidden(nxt[:, None], mask, last, cache)[:, 0]  # [b, H]
-            idx, lp = self.labels(h)
-            gen_tokens += len(active)
-            for j, a in enumerate(active.tolist()):
-                gen_idx[a].append(idx[j:j + 1])
-                gen_lp[a].append(lp[j:j + 1])
-            nxt = idx[:, 0].long().to(dev)
+        first = p_idx[torch.tensor(bounds[1:]) - 1, 0].long().to(dev)  # [B] greedy first tokens
+        sample = torch.zeros(B, dtype=torch.bool)
+        g = torch.Generator().manual_seed(1_000_003 + job.index)  # the draws depend on the job only
+        if sampled:
+            _, _, drawn = self.labels(h_last, generator=g, sample=torch.ones(B, dtype=torch.bool))
+            first = torch.stack([first, drawn.to(dev)], 1).view(-1)
+            sample = torch.tensor([False, True]).repeat(B)
+            cache.batch_repeat_interleave(2)
+            mask, last = mask.repeat_interleave(2, 0), last.repeat_interleave(2, 0)
+        reps = 2 if sampled else 1
+        tokens, gidx, glp, gen_tokens = self._continue(cache, mask, last, first, [r for r in rows for _ in range(reps)],
+                                                       g, sample)
         for i, r in enumerate(rows):
-            L, n = len(r.prompt), len(tokens[i])
-            idx = torch.cat([p_idx[bounds[i]:bounds[i + 1]], *gen_idx[i]])
-            lp = torch.cat([p_lp[bounds[i]:bounds[i + 1]], *gen_lp[i]])
-            docs.add(r.prompt + tokens[i], KIND_ON_POLICY, P, L + n - 1, L - 1, idx, lp)
+            L = len(r.prompt)
+            k = i * reps
+            n_i = len(tokens[k])
+            idx = torch.cat([p_idx[bounds[i]:bounds[i + 1]], *gidx[k]])
+            lp = torch.cat([p_lp[bounds[i]:bounds[i + 1]], *glp[k]])
+            docs.add(r.prompt + tokens[k], KIND_ON_POLICY, P, L + n_i - 1, L - 1, idx, lp)
+            if sampled and len(tokens[k + 1]) > 1:
+                n_s = len(tokens[k + 1])
+                docs.add(r.prompt + tokens[k + 1], KIND_SAMPLED, L, L + n_s - 1, L - 1, torch.cat(gidx[k + 1]),
+                         torch.cat(glp[k + 1]))
         counts = {"score_tokens": score_tokens, "gen_tokens": gen_tokens, "score_seconds": t1 - t0,
                   "gen_seconds": time.perf_counter() - t1}
         return docs.tensors(job, self.top_k), counts
+
+    def _continue(self, cache, mask, last, nxt, rows: list[Row], generator: torch.Generator, sample: torch.Tensor):
+        """Continue every row from its first new token `nxt` [B] until EOS or its max_new, greedily or (rows
+        flagged in `sample`) by drawing; finished rows leave the batch (their cache rows are dropped).
+        → (tokens per row, top-k ids and log-probs per step and row, forwards run)."""
+        dev = self.device
+        tokens: list[list[int]] = [[] for _ in rows]
+        gidx: list[list[torch.Tensor]] = [[] for _ in rows]
+        glp: list[list[torch.Tensor]] = [[] for _ in rows]
+        active = torch.arange(len(rows))
+        eos = set(self.eos.tolist())
+        n = 0
+        while True:
+            keep = []
+            for j, (a, t) in enumerate(zip(active.tolist(), nxt.tolist())):
+                tokens[a].append(t)
+                if t not in eos and len(tokens[a]) < rows[a].max_new:
+                    keep.append(j)
+            if not keep:
+                return tokens, gidx, glp, n
+            if len(keep) < len(active):
+                sel = torch.tensor(keep, dtype=torch.long)
+                cache.batch_select_indices(sel.to(dev))
+                mask, last, nxt, active = mask[sel.to(dev)], last[sel.to(dev)], nxt[sel.to(dev)], active[sel]
+                sample = sample[sel]
+            mask = torch.cat([mask, torch.ones(len(active), 1, dtype=mask.dtype, device=dev)], 1)
+            last = last + 1
+            h = self._hidden(nxt[:, None], mask, last, cache)[:, 0]  # [b, H]
+            idx, lp, nxt = self.labels(h, generator=generator, sample=sample)
+            n += len(active)
+            for j, a in enumerate(active.tolist()):
+                gidx[a].append(idx[j:j + 1])
+                glp[a].append(lp[j:j + 1])
+            nxt = nxt.to(dev)
 
 
 class Docs:
@@ -522,7 +560,7 @@ def build_teacher_data(cfg: DistillConfig, target, progress: Progress) -> dict:
     plan = {
         "target": cfg.target, "target_fingerprint": target_fingerprint(target.model), "vocab_size": target.vocab_size,
         "tasks": [s.name for s in specs], "prefix_tokens": prefixes, "top_k": p.top_k,
-        "reference_docs": p.reference_docs, "job_tokens": p.job_tokens, "gen_batch": p.gen_batch,
+        "reference_docs": p.reference_docs, "sampled_docs": p.sampled_docs, "job_tokens": p.job_tokens, "gen_batch": p.gen_batch,
         "jobs": [[j.task, j.heldout, j.prefix_doc, [r.row_id for r in j.rows]] for j in jobs],
         "rows": {s.name: {"train": len(tr), "heldout": len(he), "max_new_tokens": (tr or he)[0].max_new}
                  for s, (tr, he) in zip(specs, rows_by_task)},
@@ -542,7 +580,7 @@ def build_teacher_data(cfg: DistillConfig, target, progress: Progress) -> dict:
     progress(Event("teacher", done, len(jobs), f"{done} of {len(jobs)} shards on disk"))
     for job in todo:
         t0 = time.perf_counter()
-        tensors, counts = teacher.run_job(job, prefixes[job.task], p.reference_docs)
+        tensors, counts = teacher.run_job(job, prefixes[job.task], p.reference_docs, p.sampled_docs)
         name = f"shard-{job.index:05d}.safetensors"
         tmp = _atomic_bytes_path(folder / name)
         save_file(tensors, str(tmp))  # no metadata: its key order varies, and the same data must hash the same
@@ -724,7 +762,7 @@ def draft_config(preset: DistillPreset, target):
 
 def new_draft(preset: DistillPreset, target, seed: int) -> torch.nn.Module:
     """A fresh draft; with svd_init its tied embedding is the target's output embedding E on its top
-    `hidden` principal directions (E V_h), so the draft's head starts as a rank-h slice of the target's."""
+    `hidden` principal directions (E V_h, rescaled), so the draft's head starts as a rank-h slice of the target's."""
     from transformers import LlamaForCausalLM
 
     torch.manual_seed(seed)
@@ -733,6 +771,9 @@ def new_draft(preset: DistillPreset, target, seed: int) -> torch.nn.Module:
     if preset.svd_init and E.shape[1] >= preset.hidden:
         _, vecs = torch.linalg.eigh(E.T @ E)  # ascending eigenvalues of the H × H Gram matrix
         proj = E @ vecs[:, -preset.hidden:].flip(-1)  # [V, h]
+        # keep the geometry (which tokens are alike), not the scale: at the usual init scale the first
+        # logits are near zero (KL ~ log V − H(p)) instead of spread over tens of nats
+        proj = proj * (model.config.initializer_range / proj.std())
         with torch.no_grad():
             model.get_input_embeddings().weight.copy_(proj)
     model.tie_weights()
