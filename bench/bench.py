@@ -80,7 +80,7 @@ def loop_overhead(session: Session, draft: str, gamma: int, prepared, max_new: i
     return 1.0 - inside / total
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default="smollm2-135m")
     ap.add_argument("--draft", default="prompt-lookup")
@@ -92,7 +92,7 @@ def main() -> None:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--out", default="results/bench")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
     import transformers
 
@@ -160,6 +160,7 @@ def main() -> None:
                                        "figures": [{"name": n, "value": v, "goal": g} for n, v, g in figures],
                                        "summary": summary, **environment_info()}))
     print(f"written {path}")
+    return {"tokens_per_s": tps, "figures": figures, "summary": summary, "path": str(path)}
 
 
 if __name__ == "__main__":
