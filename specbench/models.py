@@ -394,7 +394,8 @@ def make_proposer(spec: str, target: LoadedModel, device: str = "auto", dtype: s
     Specs: `prompt-lookup`; `unigram[:k=..]` and `bigram[:k=..,backoff=..]` (frequency laws,
     fitted on `corpus` (token-id sequences of the task's prompts) when given, else on each
     example's prompt in begin()); `lookup+<model spec>` (alias `hybrid:<model spec>`): prompt
-    lookup, the model where lookup falls short; any other spec is a draft model (preset, hub
+    lookup, the model where lookup falls short; `distilled` (also after lookup+) is the draft
+    `specbench distill` built for this target in drafts/<target>-distilled; any other spec is a draft model (preset, hub
     id, local dir, .gguf). `corpus` is ignored by drafts that fit nothing.
     """
     from specbench.decoding.drafts.hybrid import HybridDraft, split_hybrid_spec
@@ -406,6 +407,10 @@ def make_proposer(spec: str, target: LoadedModel, device: str = "auto", dtype: s
         return PromptLookupDraft(target.vocab_size, target.device, search_source=target.is_seq2seq)
 
     def model(model_spec: str) -> ModelDraft:
+        if model_spec == "distilled":  # the draft `specbench distill` ships for this target under drafts/
+            from specbench.distill import shipped_draft_dir
+
+            model_spec = str(shipped_draft_dir(target.name))
         if model_spec.partition(":")[0] in MODEL_FREE_DRAFTS or not model_spec:
             raise SpecbenchError(f"--draft {spec!r}: after lookup+ comes a draft model (preset, hub id, dir or .gguf), "
                                  f"not {model_spec!r}; e.g. lookup+qwen2.5-coder-0.5b")
@@ -468,4 +473,7 @@ def draft_rows() -> list[dict]:
         if isinstance(p, SplitPreset) and p.role == "draft":
             rows.append({"name": p.name, "kind": "model (preset)", "cost": "one draft forward per token",
                          "description": f"{p.description}; opt-in: {p.install}"})
+    from specbench.distill import shipped_draft_rows
+
+    rows.extend(shipped_draft_rows())  # `--draft distilled`: drafts/<target>-distilled, built by `specbench distill`
     return rows

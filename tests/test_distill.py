@@ -273,3 +273,22 @@ def test_svd_init_starts_the_draft_head_in_the_targets_principal_subspace(target
     best = (U[:, :16] * S[:16]) @ (U[:, :16] * S[:16]).T
     torch.testing.assert_close(D @ D.T / (D ** 2).sum(), best / best.trace(), atol=1e-4, rtol=1e-3)
     assert float(D.std()) == pytest.approx(draft.config.initializer_range, rel=1e-3)  # the usual init scale
+
+
+def test_draft_alias_distilled_finds_the_shipped_draft_and_lists_it(trained, target, tmp_path, monkeypatch):
+    import shutil
+
+    import specbench.distill as distill_module
+    from specbench.decoding.drafts.hybrid import HybridDraft
+    from specbench.models import draft_rows, make_proposer
+
+    t = load_model(target, device="cpu")
+    monkeypatch.setattr(distill_module, "DRAFTS_DIR", tmp_path / "drafts")
+    with pytest.raises(SpecbenchError, match="specbench distill --target"):
+        make_proposer("distilled", t, device="cpu")
+    out, _ = trained
+    shutil.copytree(out, tmp_path / "drafts" / "t-distilled", ignore=shutil.ignore_patterns("work"))
+    assert isinstance(make_proposer("distilled", t, device="cpu"), ModelDraft)
+    assert isinstance(make_proposer("lookup+distilled", t, device="cpu"), HybridDraft)
+    rows = [r for r in draft_rows() if r["kind"] == "model (distilled)"]
+    assert len(rows) == 1 and "c = " in rows[0]["description"] and "specbench distill" in rows[0]["description"]
