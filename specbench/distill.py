@@ -5,20 +5,23 @@ be trained. Three stages, each resumable:
 
 1. **Teacher data.** The target reads the offline tasks' text the way the runner feeds it:
    the chat-templated prompt, then (a) its own greedy continuation ("on-policy": exactly the
-   tokens speculative decoding drafts at T = 0) and (b) the human reference reply. Every
-   position keeps the target's top-k log-probabilities (fp16) and ids (int32) as a soft
-   label. Prompts of a task share a long chat-template prefix: it is run once and its KV
-   cache is repeated over the batch, so per-row work starts at the example's own text.
-   Scoring is batched forward passes; continuations are batched greedy steps that drop
-   finished rows. Jobs are written as safetensors shards (atomic, sha256 in an index), so a
-   killed build resumes at the next shard.
+   tokens speculative decoding drafts at T = 0), (b) a T = 1 sample from its own law (what
+   sampled runs draft on) and (c) the human reference reply. Every position keeps the
+   target's top-k log-probabilities (fp16) and ids (int32) as a soft label. Prompts of a
+   task share a long chat-template prefix: it is run once and its KV cache is repeated over
+   the batch, so per-row work starts at the example's own text. Prompts and references are
+   scored in batched forward passes; continuations are batched steps (greedy and sampled
+   rows together) that drop finished rows. Jobs are written as safetensors shards (atomic,
+   sha256 in an index), so a killed build resumes at the next shard.
 2. **Training.** A LlamaForCausalLM with tied embeddings of width 128: the output layer is
    the cost that matters on a CPU (a 49k × d product per drafted token), and tying it to a
    128-wide embedding makes it a rank-128 factorised head that still returns logits over the
    full vocabulary, loads with `AutoModelForCausalLM` and works in HF assisted generation.
    The embedding starts from the target's output embedding projected on its top principal
-   directions. Loss: KL(p̃ ‖ q) with p̃ the top-k teacher law renormalised; the vocabulary
-   product runs in chunks with a manual backward so memory does not grow with the batch.
+   directions, and the final norm's gain (the head's logit scale) where logits have unit
+   spread, which Adam would otherwise take thousands of steps to reach. Loss: KL(p̃ ‖ q)
+   with p̃ the top-k teacher law renormalised; the vocabulary product runs in chunks with a
+   manual backward so memory does not grow with the batch.
    Held-out top-1 agreement on on-policy positions of prompts never trained on is the
    greedy-α proxy (at T = 0 a drafted token is accepted iff it is the target's argmax).
    Checkpoints (model, optimizer, RNG, step) are atomic; the batch at step s is a pure
@@ -46,7 +49,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -778,6 +781,9 @@ def new_draft(preset: DistillPreset, target, seed: int) -> torch.nn.Module:
         proj = proj * (model.config.initializer_range / proj.std())
         with torch.no_grad():
             model.get_input_embeddings().weight.copy_(proj)
+            # the final norm's gain is the head's logit scale; Adam moves it ~lr per step, so a gain of 1
+            # takes thousands of steps to reach a peaked law. Start where logits have unit spread instead.
+            model.base_model.norm.weight.fill_(1.0 / (preset.hidden ** 0.5 * float(proj.std())))
     model.tie_weights()
     return model
 
@@ -1019,6 +1025,7 @@ def distill(cfg: DistillConfig, progress: Progress = lambda e: None,
     progress(Event("train", step, total, info() or "starting"))
     session = 0
     stopped_early = False
+    consistent = True  # model, optimizer and `step` agree (False inside a step): only then is a checkpoint exact
     try:
         while step < total:
             if cfg.max_session_steps is not None and session >= cfg.max_session_steps:
@@ -1028,11 +1035,13 @@ def distill(cfg: DistillConfig, progress: Progress = lambda e: None,
             for g in opt.param_groups:
                 g["lr"] = lr_at(step, p, total)
             epoch, docs = schedule.docs_at(step)
+            consistent = False
             loss, agree = train_step(model, opt, data, make_batch(data, docs, p.max_len, pad_id), device)
             step += 1
+            curve.append([step, loss, agree, epoch])
+            consistent = True
             session += 1
             seconds += time.perf_counter() - t0
-            curve.append([step, loss, agree, epoch])
             if step % p.eval_every == 0 or step == total:
                 ev = evaluate(model, data, heldout_docs, p, pad_id, device)
                 heldout_curve.append([step, ev["agreement_reply"], ev["agreement_all"], ev["kl"]])
@@ -1042,8 +1051,9 @@ def distill(cfg: DistillConfig, progress: Progress = lambda e: None,
             progress(Event("train", step, total, info()))
             if on_step is not None:
                 on_step(step)
-    except KeyboardInterrupt:
-        save_checkpoint(ckpt_path, model, opt, step, state())
+    except KeyboardInterrupt:  # Ctrl-C: keep what is done (mid-step, the last periodic checkpoint stands)
+        if consistent:
+            save_checkpoint(ckpt_path, model, opt, step, state())
         raise
     if stopped_early:
         save_checkpoint(ckpt_path, model, opt, step, state())
@@ -1076,6 +1086,7 @@ def export_draft(model: torch.nn.Module, target, out: Path, dtype: str) -> None:
     export.save_pretrained(tmp, safe_serialization=True)
     target.tokenizer.save_pretrained(tmp)
     for f in tmp.iterdir():
+        f.chmod(0o644)  # safetensors writes 0600; these files are meant to be shipped and read by anyone
         os.replace(f, out / f.name)
     tmp.rmdir()
 
