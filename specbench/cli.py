@@ -76,7 +76,7 @@ def progress_bar() -> Progress:
 
 
 def fmt(value, digits: int = 3) -> str:
-    if value is None:
+    if value is None or (isinstance(value, float) and value != value):  # None or NaN
         return "—"
     if isinstance(value, float):
         return f"{value:.{digits}f}"
@@ -94,7 +94,7 @@ def summary_table(summary: dict) -> Table:
         ("tokens_per_target_call", "decode tokens per target pass"),
         ("c", "draft cost per token / target cost per token"),
         ("verify_cost", "target pass over γ+1 tokens / one-token pass"),
-        ("speedup", "walltime: baseline s / speculative s"),
+        ("speedup", "walltime, per token: speculative tok/s ÷ baseline tok/s"),
         ("predicted_speedup", "paper's Thm 3.8 from measured α, c"),
         ("predicted_speedup_extended", "with the measured verify cost"),
         ("baseline_tokens_per_s", "baseline throughput"),
@@ -310,7 +310,7 @@ def verify(
     else:
         table = Table(title=f"verify: {target} + {draft}, T={temperature:g}, top-k {top_k}, top-p {top_p:g}")
         for col in ("check", "statistic", "p-value", "N", "level", "power", "result"):
-            table.add_column(col, justify="left" if col == "check" else "right")
+            table.add_column(col, justify="left" if col == "check" else "right", no_wrap=col == "check")
         for c in checks:
             table.add_row(c.name, fmt(c.statistic, 4), fmt(c.p_value, 4), fmt(c.n), fmt(c.threshold, 4), fmt(c.power, 3),
                           "[green]pass[/green]" if c.passed else "[red]FAIL[/red]")

@@ -13,8 +13,12 @@ Definitions (sums run over all examples of a run):
   c                     draft seconds per drafted token / baseline seconds per decoded token
   verify_cost           seconds per target verification pass / baseline seconds per decoded token
                         (how much a pass over γ+1 tokens costs relative to one token)
-  speedup               Σ baseline seconds / Σ speculative seconds (prefill + decode): walltime
-  decode_speedup        the same over decode time only
+  speedup               walltime speedup per generated token: (Σ spec tokens / Σ spec seconds) ÷
+                        (Σ baseline tokens / Σ baseline seconds), prefill + decode. At T = 0 both
+                        engines emit the same tokens and this is Σ baseline s / Σ speculative s; at
+                        T > 0 they emit different samples (of different lengths), so time per token
+                        is the fair comparison
+  decode_speedup        the same over decode time and decode tokens only
   accepted_length_histogram  steps with 0..γ accepted, over steps that drafted all γ tokens
                         (shorter proposals — lookup misses, the end of the budget — are not the theory's law)
 """
@@ -69,8 +73,8 @@ def summarize(records: list[dict], gamma: int, greedy: bool) -> dict:
         "c": ratio(ratio(spec["draft_s"], spec["drafted"]), t_token),
         "verify_cost": ratio(ratio(spec["verify_s"], spec["target_calls"]), t_token),
         "draft_calls_per_step": ratio(spec["draft_calls"], steps_with_draft),
-        "speedup": ratio(base_time, spec_time),
-        "decode_speedup": ratio(base["decode_s"], spec["decode_s"]),
+        "speedup": ratio(ratio(spec["n_tokens"], spec_time), ratio(base["n_tokens"], base_time)),
+        "decode_speedup": ratio(ratio(spec_decode_tokens, spec["decode_s"]), ratio(base_decode_tokens, base["decode_s"])),
         "baseline_tokens_per_s": ratio(base["n_tokens"], base_time),
         "speculative_tokens_per_s": ratio(spec["n_tokens"], spec_time),
         "baseline_ttft_s": ratio(base["prefill_s"], n),

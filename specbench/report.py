@@ -549,8 +549,9 @@ def build_blocks(data: ReportData, figures: list[RenderedFigure], title: str) ->
         blocks += [("h2", "Setup"), ("list", env)]
     blocks += [("h2", "Runs"),
                ("p", "α = accepted / acceptance trials; c = draft cost per token over target cost per token; "
-                     "verify = cost of one target pass over γ+1 tokens in single-token passes; speedup = baseline "
-                     "walltime / speculative walltime (prefill included). Predictions use each run's measured α, c "
+                     "verify = cost of one target pass over γ+1 tokens in single-token passes; speedup = speculative "
+                     "tokens/s over baseline tokens/s, prefill included (at T = 0, baseline walltime over speculative "
+                     "walltime). Predictions use each run's measured α, c "
                      "(Theorem 3.8) and also its measured verify cost (extended)."),
                ("table", Table(["run", "task", "draft", "T", "γ", "n", "α", "α exp.", "c", "verify", "tok/call",
                                 "speedup", "Thm 3.8", "extended", "identical share", "complete"],
