@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--task", default="ding-de-en")
     ap.add_argument("--limit", type=int, default=6)
     ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=4)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--out", default="results/bench")
@@ -115,11 +115,19 @@ def main(argv: list[str] | None = None) -> dict:
     totals = {"ours_base": [0, 0.0], "hf_base": [0, 0.0], "ours_spec": [0, 0.0], "hf_spec": [0, 0.0]}
     records, mismatches = [], 0
     for rep in range(args.repeats):
-        for item in prepared:
-            base = engines.baseline(item.prompt_ids, 0, max_new)
-            hf_tokens, hf_s = hf_generate(session, item.prompt_ids, max_new, args.gamma, None)
-            spec_res = engines.speculative(item.prompt_ids, 0, max_new)
-            hf_spec_tokens, hf_spec_s = hf_generate(session, item.prompt_ids, max_new, args.gamma, args.draft)
+        for i, item in enumerate(prepared):
+            # the four engines run back to back, in an order reversed every other prompt (ABBA), so
+            # neither side systematically runs on a warmer cache or a quieter machine
+            jobs = {
+                "base": lambda: engines.baseline(item.prompt_ids, 0, max_new),
+                "hf": lambda: hf_generate(session, item.prompt_ids, max_new, args.gamma, None),
+                "spec": lambda: engines.speculative(item.prompt_ids, 0, max_new),
+                "hf_spec": lambda: hf_generate(session, item.prompt_ids, max_new, args.gamma, args.draft),
+            }
+            names = list(jobs) if (rep + i) % 2 == 0 else list(reversed(jobs))
+            done = {name: jobs[name]() for name in names}
+            base, (hf_tokens, hf_s), spec_res = done["base"], done["hf"], done["spec"]
+            hf_spec_tokens, hf_spec_s = done["hf_spec"]
             n = len(base.token_ids)
             mismatches += (hf_tokens[:n] != base.token_ids) + (spec_res.token_ids != base.token_ids)
             for key, (count, secs) in {"ours_base": (n, base.prefill_s + base.decode_s), "hf_base": (len(hf_tokens), hf_s),
