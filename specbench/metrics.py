@@ -96,20 +96,39 @@ def summarize(records: list[dict], gamma: int, greedy: bool) -> dict:
         "greedy_identity": (mean(1.0 if r["identical"] else 0.0 for r in records) if greedy else None),
         "first_divergences": [r["first_divergence"] for r in records if r["first_divergence"] is not None],
     }
-    out.update(predictions(out["alpha"], gamma, out["c"], out["verify_cost"]))
+    draft_lengths = [g for r in records for g in r["speculative"].get("draft_lengths", [])]
+    out.update(predictions(out["alpha"], gamma, out["c"], out["verify_cost"], draft_lengths, spec["target_calls"]))
     return out
 
 
-def predictions(alpha: float, gamma: int, c: float, verify_cost: float) -> dict:
-    """The paper's predicted speedup from measured α and c, and our extended model with the measured verify cost."""
+def predictions(alpha: float, gamma: int, c: float, verify_cost: float,
+                draft_lengths: list[int] | None = None, target_calls: int = 0) -> dict:
+    """Predicted speedups from measured quantities.
+
+    predicted_speedup: the paper's Theorem 3.8 from α and c (every step drafts γ, a target pass
+    costs one token's). predicted_speedup_extended: our cost model, E[tokens per target pass] /
+    (c · drafted per pass + verify_cost), with the measured verify cost and — when the steps'
+    proposal lengths are known — E[tokens per pass] averaged over the proposals actually made
+    (a step that drafted γ' yields (1 − α^(γ'+1))/(1 − α) in expectation; a pass with no draft
+    yields 1). Model drafts always propose γ, so for them this is Theorem 3.8 with the verify
+    cost; model-free drafts (prompt lookup) often propose fewer or none, which the paper's
+    formula does not see.
+    """
     from specbench import theory
 
     if any(math.isnan(x) for x in (alpha, c, verify_cost)):
         return {"predicted_tokens_per_call": NAN, "predicted_speedup": NAN, "predicted_speedup_extended": NAN}
+    if draft_lengths is not None and target_calls:
+        undrafted = target_calls - len(draft_lengths)  # passes with no proposal: exactly one token each
+        tokens = (sum(theory.expected_tokens_per_step(alpha, g) for g in draft_lengths) + undrafted) / target_calls
+        extended = tokens / (c * sum(draft_lengths) / target_calls + verify_cost)
+    else:
+        tokens = theory.expected_tokens_per_step(alpha, gamma)
+        extended = theory.walltime_factor_extended(alpha, gamma, c, verify_cost)
     return {
-        "predicted_tokens_per_call": theory.expected_tokens_per_step(alpha, gamma),
+        "predicted_tokens_per_call": tokens,
         "predicted_speedup": theory.walltime_factor(alpha, gamma, c),
-        "predicted_speedup_extended": theory.walltime_factor_extended(alpha, gamma, c, verify_cost),
+        "predicted_speedup_extended": extended,
     }
 
 
