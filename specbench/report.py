@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from specbench.errors import SpecbenchError
+from specbench.metrics import json_safe, summarize
 
 # Identity fields a usable summary must hold (non-null), and metric fields it must have (null = not measurable).
 REQUIRED = ("run_id", "target", "draft", "task", "gamma", "temperature", "top_k", "top_p", "n_examples")
@@ -142,7 +143,7 @@ def collect(paths: list[Path]) -> ReportData:
     """Every run, sweep and checks.json under `paths`, checked; whatever is unusable goes to `skipped`."""
     import pandas as pd
 
-    from specbench.results import load_examples, load_runs
+    from specbench.results import load_examples, load_runs, read_records
 
     paths = [Path(p) for p in paths]
     for p in paths:
@@ -189,6 +190,11 @@ def collect(paths: list[Path]) -> ReportData:
                               f"holds {len(examples)} (killed between the two writes); rerun the same command to refresh it")
         if not row.get("complete", True):
             data.notes.append(f"{row['run_id']}: partial run, {row['n_examples']} of {expected or '?'} examples measured")
+        # derive the metrics anew from the raw counts, so the report follows the current definitions
+        # (specbench.metrics) even for summaries written by an older version or one example behind
+        records, _ = _captured(read_records, s.parent / "examples.jsonl")
+        if records:
+            row.update(json_safe(summarize(records, int(row["gamma"]), float(row["temperature"]) == 0.0)))
         note = timing_note(row)
         if note:
             data.notes.append(note)
