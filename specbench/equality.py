@@ -39,6 +39,7 @@ from specbench.config import SamplingConfig
 from specbench.decoding.base import Verdict
 from specbench.decoding.verify import accepted_count, expected_acceptance, residual, verify_sampling
 from specbench.sampling import processed_probs, sample
+from specbench.metrics import json_safe  # noqa: F401  (re-exported: verification imports it from here)
 
 Prefix = tuple[int, ...]
 LawFn = Callable[[Prefix], torch.Tensor]  # prefix → [V] processed target law p(· | prefix)
@@ -70,17 +71,6 @@ class CheckResult:
     def to_dict(self) -> dict:
         """Strict-JSON-ready: non-finite floats (G = ∞ after a draw outside the support) become None."""
         return json_safe(asdict(self))
-
-
-def json_safe(obj):
-    """Non-finite floats → None, tuples → lists, recursively (strict JSON has no NaN/Infinity)."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [json_safe(v) for v in obj]
-    return obj
 
 
 # ---------------------------------------------------------------------------------------------

@@ -141,11 +141,11 @@ def first_divergence(a: list[int], b: list[int]) -> int | None:
 
 
 def json_safe(obj):
-    """NaN/inf → None recursively, so summary.json is strict JSON."""
+    """Non-finite floats → None, tuples → lists, recursively (strict JSON has no NaN/Infinity)."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, dict):
         return {k: json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, list):
+    if isinstance(obj, (list, tuple)):
         return [json_safe(v) for v in obj]
     return obj
