@@ -16,7 +16,6 @@ Usage: python bench/bench.py [--target smollm2-135m] [--draft prompt-lookup] [--
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -27,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from specbench.config import RunConfig, SamplingConfig  # noqa: E402
 from specbench.decoding.cached_model import CachedModel  # noqa: E402
-from specbench.decoding.hf_assisted import generation_config  # noqa: E402
+from specbench.decoding.hf_assisted import decode_hf  # noqa: E402
 from specbench.decoding.speculative import decode_speculative  # noqa: E402
 from specbench.metrics import json_safe, summarize  # noqa: E402
 from specbench.results import atomic_write_json, environment_info  # noqa: E402
@@ -37,25 +36,12 @@ from specbench.timing import Clock  # noqa: E402
 
 
 def hf_generate(session: Session, prompt_ids: list[int], max_new: int, gamma: int, draft: str | None):
-    """HF generate(): plain (draft None), prompt lookup, or assisted by the draft model; → (tokens, seconds)."""
+    """HF generate() greedy: plain (draft None), prompt lookup, or assisted by the draft model; → (tokens, seconds)."""
     t = session.target
-    config = generation_config(SamplingConfig(), max_new, t.eos_ids, t.tokenizer.pad_token_id)
-    extra = {}
-    if draft == "prompt-lookup":
-        config.prompt_lookup_num_tokens = gamma
-        config.max_matching_ngram_size = 3
-    elif draft is not None:
-        config.num_assistant_tokens = gamma
-        config.num_assistant_tokens_schedule = "constant"
-        config.assistant_confidence_threshold = 0.0
-        extra["assistant_model"] = session.proposer(draft).lm.model
-    ids = torch.tensor([prompt_ids], device=t.device)
-    clock = Clock(t.device)
-    with torch.inference_mode():
-        t0 = clock.now()
-        out = t.model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config, **extra)
-        seconds = clock.now() - t0
-    return out[0, ids.shape[1]:].tolist(), seconds
+    assistant = session.proposer(draft).lm.model if draft not in (None, "prompt-lookup") else None
+    res = decode_hf(t.model, prompt_ids, max_new_tokens=max_new, sampling=SamplingConfig(), seed=0, eos_ids=t.eos_ids,
+                    assistant=assistant, prompt_lookup=draft == "prompt-lookup", gamma=gamma)
+    return res.token_ids, res.decode_s
 
 
 def loop_overhead(session: Session, draft: str, gamma: int, prepared, max_new: int) -> float:

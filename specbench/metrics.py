@@ -92,8 +92,8 @@ def summarize(records: list[dict], gamma: int, greedy: bool) -> dict:
         "full_gamma_steps": len(full),
         "target_calls": spec["target_calls"],
         "accepted_length_histogram": [full.count(k) for k in range(gamma + 1)],
-        "identical_rate": mean(1.0 if r["identical"] else 0.0 for r in records),
-        "greedy_identity": (mean(1.0 if r["identical"] else 0.0 for r in records) if greedy else None),
+        "identical_rate": (identical := mean(1.0 if r["identical"] else 0.0 for r in records)),
+        "greedy_identity": identical if greedy else None,
         "first_divergences": [r["first_divergence"] for r in records if r["first_divergence"] is not None],
     }
     draft_lengths = [g for r in records for g in r["speculative"].get("draft_lengths", [])]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -95,24 +95,9 @@ def run_id_for(config: RunConfig) -> str:
 
 
 def engine_record(result: DecodeResult, tokenizer) -> EngineRecord:
-    return EngineRecord(
-        text=tokenizer.decode(result.token_ids, skip_special_tokens=True),
-        token_ids=result.token_ids,
-        n_tokens=len(result.token_ids),
-        stop_reason=result.stop_reason,
-        prefill_s=result.prefill_s,
-        decode_s=result.decode_s,
-        target_calls=result.target_calls,
-        draft_calls=result.draft_calls,
-        drafted=result.drafted,
-        accepted=result.accepted,
-        trials=result.trials,
-        accept_lengths=result.accept_lengths,
-        draft_lengths=result.draft_lengths,
-        expected_accept=result.expected_accept,
-        draft_s=result.draft_s,
-        verify_s=result.verify_s,
-    )
+    """A DecodeResult plus what the record adds: decoded text and token count."""
+    return EngineRecord(text=tokenizer.decode(result.token_ids, skip_special_tokens=True),
+                        n_tokens=len(result.token_ids), **asdict(result))
 
 
 @dataclass

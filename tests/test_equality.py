@@ -50,15 +50,6 @@ CONFIGS = [
 ]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny tensors: one thread is faster, and does not fight other test processes for the cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def law_pairs(cfg: SamplingConfig, vocab: int = 50, seed: int = 0):
     """(p, q) pairs of processed laws: a close draft, a far draft, and the edge cases."""
     g = torch.Generator().manual_seed(seed)

@@ -51,15 +51,6 @@ def perturbed(model: torch.nn.Module, scale: float, seed: int) -> torch.nn.Modul
     return draft
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models: one thread is faster, and does not fight other test processes for the cores."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def pair():
     target = sharpen(tiny_llama(0, layers=1), 5.0)

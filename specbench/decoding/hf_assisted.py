@@ -36,9 +36,11 @@ def decode_hf(
     seed: int,
     eos_ids: frozenset[int],
     assistant: torch.nn.Module | None = None,
+    prompt_lookup: bool = False,
     gamma: int = 4,
 ) -> DecodeResult:
-    """`target.generate()` (plain, or assisted when `assistant` is given) → DecodeResult with tokens and times."""
+    """`target.generate()`: plain, assisted by `assistant`, or HF prompt lookup (n-grams up to 3, as ours)
+    → DecodeResult with tokens and times."""
     device = next(target.parameters()).device
     clock = Clock(device)
     config = generation_config(sampling, max_new_tokens, eos_ids, getattr(target.config, "pad_token_id", None))
@@ -48,6 +50,9 @@ def decode_hf(
         config.num_assistant_tokens_schedule = "constant"
         config.assistant_confidence_threshold = 0.0  # keep γ constant: no early stop of drafting
         extra["assistant_model"] = assistant
+    elif prompt_lookup:
+        config.prompt_lookup_num_tokens = gamma
+        config.max_matching_ngram_size = 3
     ids = torch.tensor([prompt_ids], device=device)
     torch.manual_seed(seed)
     t0 = clock.now()
