@@ -9,8 +9,11 @@ after a warm-up of each. Figures and their goals:
        a model draft: HF `assistant_model=` with constant `num_assistant_tokens=γ`)
   (c) measured speedup ÷ predicted speedup (extended model, measured α, c, verify cost)  goal ≥ 0.9
   (d) share of speculative decode time outside the draft and target passes            goal ≤ 5%
+Our engines run under --backend (eager, static or compiled: decoding/backend.py), baseline and
+speculative alike; HF runs its default (dynamic cache, eager), as users call it.
 Usage: python bench/bench.py [--target smollm2-135m] [--draft prompt-lookup] [--gamma 3]
-       [--task ding-de-en] [--limit 6] [--max-new-tokens 64] [--repeats 2] [--out results/bench]
+       [--task ding-de-en] [--limit 6] [--max-new-tokens 64] [--repeats 4] [--backend eager]
+       [--out results/bench]
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ def loop_overhead(session: Session, draft: str, gamma: int, prepared, max_new: i
     clock = Clock(t.device)
     inside, total = 0.0, 0.0
     for item in prepared:
-        target = CachedModel(t.model, timer=clock)
+        target = CachedModel(t.model, timer=clock, backend=session.target_backend)
         lm = getattr(proposer, "lm", None)
         if lm is not None:
             lm.timer, lm.forward_times = clock, []
@@ -77,6 +80,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--repeats", type=int, default=4)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--backend", default="eager", help="eager, static or compiled (ours only)")
     ap.add_argument("--out", default="results/bench")
     args = ap.parse_args(argv)
 
@@ -84,8 +88,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     transformers.utils.logging.set_verbosity_error()
     config = RunConfig(target=args.target, draft=args.draft, task=args.task, gamma=args.gamma, limit=args.limit,
-                       device=args.device, dtype=args.dtype).validate()
-    session = Session(args.target, args.device, args.dtype)
+                       device=args.device, dtype=args.dtype, backend=args.backend).validate()
+    session = Session(args.target, args.device, args.dtype, backend=args.backend)
     spec = load_task(args.task)
     prepared = prepare_examples(spec, select_examples(spec, args.limit, 0), session.target, args.max_new_tokens)
     engines = Engines(session, config, session.proposer(args.draft, corpus=[p.prompt_ids for p in prepared]))
@@ -94,7 +98,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     # warm-up of every engine on the first prompt
     first = prepared[0].prompt_ids
-    engines.warm_up(first)
+    engines.warm_up(first, max(len(p.prompt_ids) for p in prepared) + max_new)
     hf_generate(session, first, 8, args.gamma, None)
     hf_generate(session, first, 8, args.gamma, args.draft)
 
@@ -136,7 +140,8 @@ def main(argv: list[str] | None = None) -> dict:
         ("(d) decode time outside model forwards (profiled pass)", loop_overhead(session, args.draft, args.gamma, prepared, max_new), "<= 0.05"),
     ]
     print(f"\n{args.target} + {args.draft}, γ={args.gamma}, task {args.task}, {len(prepared)} prompts × {args.repeats} repeats, "
-          f"max_new_tokens {max_new}, greedy, {session.target.device}, torch threads {torch.get_num_threads()}")
+          f"max_new_tokens {max_new}, greedy, {session.target.device}, backend {args.backend}, "
+          f"torch threads {torch.get_num_threads()}")
     print(f"tokens/s: ours baseline {tps['ours_base']:.1f} | HF generate {tps['hf_base']:.1f} | "
           f"ours speculative {tps['ours_spec']:.1f} | HF {args.draft} {tps['hf_spec']:.1f}")
     print(f"α {summary['alpha']:.3f}, c {summary['c']:.4f}, verify cost {summary['verify_cost']:.3f}, "

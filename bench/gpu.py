@@ -2,14 +2,17 @@
 
     python bench/gpu.py [--target qwen2.5-coder-1.5b --draft qwen2.5-coder-0.5b] [--task ding-de-en]
 
-On CUDA it runs, in bf16 with CUDA-synchronized timing: (1) `bench.py` (our baseline against
-HF generate(), our speculative decoding against HF assisted generation with the same draft
-and γ, measured/predicted speedup, loop overhead) and (2) greedy identity of speculative
-decoding against the baseline and HF generate() in bf16, with the mismatch rate and the
-logit margin at every divergence (verifying γ+1 tokens in one pass can flip a near-tie).
-Without a GPU it runs the same code on the CPU in float32 with a small workload and says
-which GPU parts it skipped, so the script cannot rot untested (tests/test_bench.py runs it).
-Not done yet: a static KV cache with torch.compile / CUDA graphs (see the closing notes of issue 7).
+On CUDA it runs, in bf16 with CUDA-synchronized timing: (1) `bench.py` under each of our
+backends, eager (dynamic KV cache) and compiled (static KV cache + torch.compile with CUDA
+graphs, decoding/backend.py): our baseline against HF generate(), our speculative decoding
+against HF assisted generation with the same draft and γ, measured/predicted speedup, loop
+overhead, and the compiled/eager tokens/s ratio of each of our engines; (2) greedy identity of
+speculative decoding against the baseline and HF generate() in bf16, with the mismatch rate
+and the logit margin at every divergence (verifying γ+1 tokens in one pass can flip a near-tie).
+Without a GPU it runs the same code on the CPU in float32 with a small workload, under the
+eager and static backends (compilation on a CPU takes minutes; tests/test_backend.py covers it
+on a tiny model), and says which GPU parts it skipped, so the script cannot rot untested
+(tests/test_bench.py runs it).
 """
 
 from __future__ import annotations
@@ -52,10 +55,19 @@ def main(argv: list[str] | None = None) -> dict:
         device, dtype, limit, max_new, repeats = "cpu", "float32", args.limit or 2, args.max_new_tokens or 16, 1
         print("no CUDA GPU: running the CPU path in float32 on a small workload; "
               "skipped: bf16, CUDA timing, GPU-sized workload")
-    results = {"device": device, "dtype": dtype, "target": target, "draft": draft}
-    results["bench"] = bench.main(["--target", target, "--draft", draft, "--gamma", str(args.gamma), "--task", args.task,
-                                   "--limit", str(limit), "--max-new-tokens", str(max_new), "--repeats", str(repeats),
-                                   "--device", device, "--dtype", dtype, "--out", args.out])
+        print("skipped: the compiled backend (CUDA graphs); the static backend stands in for it")
+    results = {"device": device, "dtype": dtype, "target": target, "draft": draft, "bench": {}}
+    backends = ("eager", "compiled") if cuda else ("eager", "static")
+    for backend in backends:
+        print(f"\n=== backend {backend} ===")
+        results["bench"][backend] = bench.main([
+            "--target", target, "--draft", draft, "--gamma", str(args.gamma), "--task", args.task, "--limit", str(limit),
+            "--max-new-tokens", str(max_new), "--repeats", str(repeats), "--device", device, "--dtype", dtype,
+            "--backend", backend, "--out", args.out])
+    fast, eager = (results["bench"][b]["tokens_per_s"] for b in (backends[1], "eager"))
+    results["backend_ratio"] = {engine: fast[engine] / eager[engine] for engine in ("ours_base", "ours_spec")}
+    print(f"\n{backends[1]} ÷ eager tokens/s: baseline {results['backend_ratio']['ours_base']:.3f}, "
+          f"speculative {results['backend_ratio']['ours_spec']:.3f}")
 
     session = Session(target, device, dtype)
     spec = load_task(args.task)

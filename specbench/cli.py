@@ -47,6 +47,8 @@ Seed = Annotated[int, typer.Option("--seed", help="Seed for example choice and s
 MaxNew = Annotated[Optional[int], typer.Option("--max-new-tokens", help="Tokens to generate (default: the task's).")]
 Device = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or mps.")]
 Dtype = Annotated[str, typer.Option("--dtype", help="float32, bfloat16 or float16.")]
+Backend = Annotated[str, typer.Option("--backend", help="How every model's forward runs: eager (dynamic KV cache), "
+                                      "static (preallocated KV cache) or compiled (static + torch.compile; CUDA graphs on a GPU).")]
 ResultsDir = Annotated[Path, typer.Option("--results-dir", help="Where run folders are written.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print the summary as JSON (for machines).")]
 TrustRemote = Annotated[bool, typer.Option("--trust-remote-code", help="Allow model repos to run their own code.")]
@@ -125,6 +127,7 @@ def run(
     max_new_tokens: MaxNew = None,
     device: Device = "auto",
     dtype: Dtype = "float32",
+    backend: Backend = "eager",
     engine: Annotated[str, typer.Option("--engine", help="specbench (ours) or hf-assisted (HF assisted generation).")] = "specbench",
     results_dir: ResultsDir = Path("results"),
     run_id: Annotated[Optional[str], typer.Option("--run-id", help="Run folder name (default: derived from the config; a rerun resumes it).")] = None,
@@ -139,7 +142,7 @@ def run(
 
     config = RunConfig(target=target, draft=draft, task=task, gamma=gamma,
                        sampling=SamplingConfig(temperature, top_k, top_p), limit=limit, seed=seed,
-                       max_new_tokens=max_new_tokens, device=device, dtype=dtype, engine=engine,
+                       max_new_tokens=max_new_tokens, device=device, dtype=dtype, engine=engine, backend=backend,
                        trust_remote_code=trust_remote_code).validate()
     quiet_transformers()
     with console.status("loading task and models"):
@@ -177,6 +180,7 @@ def sweep(
     max_new_tokens: MaxNew = None,
     device: Device = "auto",
     dtype: Dtype = "float32",
+    backend: Backend = "eager",
     results_dir: ResultsDir = Path("results"),
     sweep_id: Annotated[Optional[str], typer.Option("--sweep-id", help="Sweep folder name (default: derived from the grid; a rerun resumes it).")] = None,
     as_json: AsJson = False,
@@ -190,7 +194,7 @@ def sweep(
 
     grid = SweepGrid.from_specs(target=target, draft=draft, gamma=gamma, temperature=temperature, task=task,
                                 top_k=top_k, top_p=top_p, limit=limit, seed=seed, max_new_tokens=max_new_tokens,
-                                device=device, dtype=dtype, trust_remote_code=trust_remote_code)
+                                device=device, dtype=dtype, trust_remote_code=trust_remote_code, backend=backend)
     quiet_transformers()
     with progress_bar() as bar:
         job = bar.add_task("cells × examples", total=None, info="reading tasks")

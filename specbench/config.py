@@ -14,6 +14,7 @@ from specbench.errors import SpecbenchError
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("float32", "bfloat16", "float16")
 ENGINES = ("specbench", "hf-assisted")
+BACKENDS = ("eager", "static", "compiled")  # see decoding/backend.py
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class RunConfig:
     dtype: str = "float32"
     engine: str = "specbench"  # our loop, or HF assisted generation for comparison
     trust_remote_code: bool = False
+    backend: str = "eager"  # how every model's forward runs: eager, static (KV cache) or compiled (decoding/backend.py)
 
     def validate(self) -> "RunConfig":
         self.sampling.validate()
@@ -69,6 +71,8 @@ class RunConfig:
             raise SpecbenchError(f"--dtype must be one of {', '.join(DTYPES)} (got {self.dtype!r})")
         if self.engine not in ENGINES:
             raise SpecbenchError(f"--engine must be one of {', '.join(ENGINES)} (got {self.engine!r})")
+        if self.backend not in BACKENDS:
+            raise SpecbenchError(f"--backend must be one of {', '.join(BACKENDS)} (got {self.backend!r})")
         return self
 
     def to_dict(self) -> dict:

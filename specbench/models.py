@@ -388,7 +388,7 @@ def check_compatible(target: LoadedModel, draft: LoadedModel) -> None:
 
 
 def make_proposer(spec: str, target: LoadedModel, device: str = "auto", dtype: str = "float32",
-                  trust_remote_code: bool = False, corpus: list[list[int]] | None = None):
+                  trust_remote_code: bool = False, corpus: list[list[int]] | None = None, backend: str = "eager"):
     """A --draft spec → a Proposer for this target.
 
     Specs: `prompt-lookup`; `unigram[:k=..]` and `bigram[:k=..,backoff=..]` (frequency laws,
@@ -396,7 +396,8 @@ def make_proposer(spec: str, target: LoadedModel, device: str = "auto", dtype: s
     example's prompt in begin()); `lookup+<model spec>` (alias `hybrid:<model spec>`): prompt
     lookup, the model where lookup falls short; `distilled` (also after lookup+) is the draft
     `specbench distill` built for this target in drafts/<target>-distilled; any other spec is a draft model (preset, hub
-    id, local dir, .gguf). `corpus` is ignored by drafts that fit nothing.
+    id, local dir, .gguf). `corpus` is ignored by drafts that fit nothing. `backend` (backend.py) is how a
+    model draft runs its forwards.
     """
     from specbench.decoding.drafts.hybrid import HybridDraft, split_hybrid_spec
     from specbench.decoding.drafts.model import ModelDraft
@@ -416,7 +417,7 @@ def make_proposer(spec: str, target: LoadedModel, device: str = "auto", dtype: s
                                  f"not {model_spec!r}; e.g. lookup+qwen2.5-coder-0.5b")
         draft = load_model(model_spec, device, dtype, trust_remote_code)
         check_compatible(target, draft)
-        return ModelDraft(draft.model, model_spec, decoder_start_id=draft.decoder_start_id)
+        return ModelDraft(draft.model, model_spec, decoder_start_id=draft.decoder_start_id, backend=backend)
 
     if spec == "prompt-lookup":
         return lookup()

@@ -21,6 +21,7 @@ import torch
 from specbench.config import RunConfig, SamplingConfig
 from specbench.decoding.autoregressive import decode_autoregressive
 from specbench.decoding.base import DecodeResult
+from specbench.decoding.backend import ForwardBackend
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.speculative import decode_speculative
 from specbench.errors import SpecbenchError
@@ -44,9 +45,12 @@ class Prepared:
 class Session:
     """Models loaded once and reused across runs (and sweep cells)."""
 
-    def __init__(self, target_spec: str, device: str, dtype: str, trust_remote_code: bool = False):
-        self.device, self.dtype, self.trust_remote_code = device, dtype, trust_remote_code
+    def __init__(self, target_spec: str, device: str, dtype: str, trust_remote_code: bool = False,
+                 backend: str = "eager"):
+        self.device, self.dtype, self.trust_remote_code, self.backend = device, dtype, trust_remote_code, backend
         self.target: LoadedModel = load_model(target_spec, device, dtype, trust_remote_code)
+        # one backend for the target, shared by the baseline and the speculative engine (same forward for both)
+        self.target_backend = ForwardBackend(self.target.model, backend)
         self._proposers: dict[tuple, object] = {}
 
     def proposer(self, draft_spec: str, corpus: list[list[int]] | None = None):
@@ -55,7 +59,8 @@ class Session:
         key = (draft_spec, hashlib.sha256(repr(corpus).encode()).hexdigest() if fits and corpus else None)
         if key not in self._proposers:
             self._proposers[key] = make_proposer(draft_spec, self.target, self.device, self.dtype,
-                                                 self.trust_remote_code, corpus=corpus if fits else None)
+                                                 self.trust_remote_code, corpus=corpus if fits else None,
+                                                 backend=self.backend)
         return self._proposers[key]
 
 
@@ -111,7 +116,8 @@ class Engines:
     def baseline(self, prompt_ids: list[int], seed: int, max_new_tokens: int) -> DecodeResult:
         t = self.session.target
         return decode_autoregressive(
-            CachedModel(t.model), prompt_ids, max_new_tokens=max_new_tokens, sampling=self.config.sampling,
+            CachedModel(t.model, backend=self.session.target_backend), prompt_ids, max_new_tokens=max_new_tokens,
+            sampling=self.config.sampling,
             generator=make_generator(t.device, seed), eos_ids=t.eos_ids, decoder_start_id=t.decoder_start_id)
 
     def speculative(self, prompt_ids: list[int], seed: int, max_new_tokens: int) -> DecodeResult:
@@ -125,12 +131,25 @@ class Engines:
             return decode_hf(t.model, prompt_ids, max_new_tokens=max_new_tokens, sampling=cfg.sampling, seed=seed,
                              eos_ids=t.eos_ids, assistant=proposer.lm.model, gamma=cfg.gamma)
         return decode_speculative(
-            CachedModel(t.model), proposer, prompt_ids, gamma=cfg.gamma, max_new_tokens=max_new_tokens,
+            CachedModel(t.model, backend=self.session.target_backend), proposer, prompt_ids, gamma=cfg.gamma, max_new_tokens=max_new_tokens,
             sampling=cfg.sampling, generator=make_generator(t.device, seed), eos_ids=t.eos_ids,
             decoder_start_id=t.decoder_start_id)
 
-    def warm_up(self, prompt_ids: list[int]) -> None:
-        """Run both engines once, unrecorded: first calls pay for allocations and kernel selection."""
+    def model_caches(self) -> list[CachedModel]:
+        """The target's and (if any) the draft model's cache wrappers, each with its backend."""
+        p = self.proposer
+        draft = getattr(p, "lm", None) or getattr(getattr(p, "model", None), "lm", None)  # model draft, or hybrid's
+        return [CachedModel(self.session.target.model, backend=self.session.target_backend)] + ([draft] if draft else [])
+
+    def warm_up(self, prompt_ids: list[int], capacity: int = 0) -> None:
+        """Run both engines once, unrecorded: first calls pay for allocations and kernel selection.
+
+        `capacity` (longest prompt + max_new_tokens of the run) sizes static caches once; under
+        the compiled backend every step shape is compiled here, before any timing.
+        """
+        for lm in self.model_caches():
+            lm.backend.reserve(capacity)
+            lm.prime(self.config.gamma + 1)
         self.baseline(prompt_ids, 0, WARMUP_TOKENS)
         self.speculative(prompt_ids, 0, WARMUP_TOKENS)
 
@@ -175,7 +194,10 @@ def prepare_run(config: RunConfig, results_dir: Path, *, run_id: str | None = No
                  "examples_hash": examples_hash(examples), "example_ids": [e.id for e in examples]},
     }
     check_resumable(files, manifest)
-    session = session or Session(config.target, config.device, config.dtype, config.trust_remote_code)
+    session = session or Session(config.target, config.device, config.dtype, config.trust_remote_code, config.backend)
+    if session.backend != config.backend:
+        raise SpecbenchError(f"this session runs --backend {session.backend}, the run asks for {config.backend}; "
+                             f"load a session per backend")
     target = session.target
     prepared = prepare_examples(spec, examples, target, max_new)
     # load (and check) the draft before any timing; frequency drafts fit on the run's prompts
@@ -211,7 +233,7 @@ def measure(
     on_start(len(plan.prepared), len(plan.prepared) - len(todo))
     engines = Engines(plan.session, config, plan.proposer)
     if todo:
-        engines.warm_up(todo[0].prompt_ids)
+        engines.warm_up(todo[0].prompt_ids, max(len(p.prompt_ids) for p in plan.prepared) + plan.max_new_tokens)
     for item in todo:
         seed = example_seed(config.seed, item.example.id)
         base = None if baseline_store is None else baseline_store.get(item.example.id)

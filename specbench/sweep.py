@@ -106,6 +106,7 @@ class SweepGrid:
     dtype: str = "float32"
     engine: str = "specbench"
     trust_remote_code: bool = False
+    backend: str = "eager"
 
     @staticmethod
     def from_specs(*, target: str, draft: str, gamma: str, temperature: str, task: str, **shared) -> "SweepGrid":
@@ -133,7 +134,7 @@ class SweepGrid:
         return RunConfig(target=self.target, draft=self.drafts[0], task=self.tasks[0], gamma=self.gammas[0],
                          sampling=SamplingConfig(self.temperatures[0], self.top_k, self.top_p), limit=self.limit,
                          seed=self.seed, max_new_tokens=self.max_new_tokens, device=self.device, dtype=self.dtype,
-                         engine=self.engine, trust_remote_code=self.trust_remote_code)
+                         engine=self.engine, trust_remote_code=self.trust_remote_code, backend=self.backend)
 
     def configs(self) -> list[RunConfig]:
         """Every cell, ordered task → temperature → draft → γ, so cells sharing a baseline run together."""
@@ -326,7 +327,7 @@ def run_sweep(
             outcome.cells.append(CellOutcome(cell_id, config, finished, 0))
             continue
         if session is None:  # loaded at the first cell with work left, once for the whole sweep
-            session = Session(grid.target, grid.device, grid.dtype, grid.trust_remote_code)
+            session = Session(grid.target, grid.device, grid.dtype, grid.trust_remote_code, grid.backend)
         key = baseline_key(config)
         if key not in stores:
             stores[key] = BaselineStore(baseline_file(root, grid, config))

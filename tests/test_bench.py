@@ -21,7 +21,10 @@ def test_gpu_script_runs_on_cpu_and_says_what_it_skipped(tmp_path, capsys):
                         "--max-new-tokens", "6", "--out", str(tmp_path / "out")])
     printed = capsys.readouterr().out
     assert "no CUDA GPU" in printed and "skipped" in printed
-    names = [f[0] for f in results["bench"]["figures"]]
-    assert len(names) == 4 and names[0].startswith("(a)")
+    assert set(results["bench"]) == {"eager", "static"}
+    for run in results["bench"].values():
+        names = [f[0] for f in run["figures"]]
+        assert len(names) == 4 and names[0].startswith("(a)")
+    assert set(results["backend_ratio"]) == {"ours_base", "ours_spec"}
     assert results["greedy_checks"] and all(c["passed"] for c in results["greedy_checks"])
     assert (tmp_path / "out" / "gpu-check.json").exists()

@@ -171,6 +171,18 @@ def test_hf_assisted_engine_records_the_same_schema(models_dir, task_file, tmp_p
     assert summary["alpha"] is None  # transformers does not report acceptance counts
 
 
+@pytest.mark.parametrize("backend", ["static", "compiled"])
+def test_run_under_static_and_compiled_backends(models_dir, task_file, tmp_path, backend):
+    """Baseline and speculative engines (target and model draft) under one backend, end to end: exact."""
+    # γ = 1 under compiled: every step shape is compiled during warm-up (2 shapes × 2 outputs × 2 models)
+    result = invoke(*run_args(models_dir, task_file, tmp_path, "--json", "--backend", backend, "--gamma", "1"))
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["greedy_identity"] == 1.0 and summary["complete"]
+    run_dir = next((tmp_path / "res").iterdir())
+    assert json.loads((run_dir / "manifest.json").read_text())["config"]["backend"] == backend
+
+
 def test_verify_writes_checks_and_passes_on_an_exact_pair(models_dir, task_file, tmp_path):
     result = invoke("verify", "--target", models_dir["target"], "--draft", models_dir["draft"], "--task", task_file,
                     "--limit", "2", "--temperature", "1.0", "--top-k", "2", "--n-samples", "150", "--length", "2",

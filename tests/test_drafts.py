@@ -158,7 +158,7 @@ def test_hybrid_reports_one_hot_for_lookup_and_the_model_law_for_the_rest():
     model = tiny_llama(1)
     hybrid = HybridDraft(PromptLookupDraft(VOCAB, CPU), ModelDraft(model, "m"), "lookup+m")
     tokens = [4, 6, 8, 10, 12, 13, 13]  # suffix [13] matched at index 5, continuation runs out after 1 token
-    hybrid.begin(tokens[:-1])
+    hybrid.begin(tokens[:-1], 16)
     prop = hybrid.propose(tokens, 3, SAMPLING, torch.Generator().manual_seed(0))
     ids = prop.tokens.tolist()
     assert ids[0] == 13 and prop.forward_calls == 2
@@ -261,7 +261,7 @@ class TargetLaws:
 def one_step_draws(proposer, laws: TargetLaws, tokens: list[int], n: int, seed: int, gamma: int = 2) -> Counter:
     """N independent speculative steps from `tokens` through the real propose + verify_sampling → Counter of (e1, e2)."""
     gen = torch.Generator().manual_seed(seed)
-    proposer.begin(tokens[:-1])
+    proposer.begin(tokens[:-1], 16)
     counts = Counter()
     for _ in range(n):
         prop = proposer.propose(tokens, gamma, SAMPLING, gen)
@@ -301,8 +301,8 @@ class MisreportedQ:
     def __init__(self, inner: FrequencyDraft):
         self.inner = inner
 
-    def begin(self, prompt_ids):
-        self.inner.begin(prompt_ids)
+    def begin(self, prompt_ids, max_new_tokens=0):
+        self.inner.begin(prompt_ids, max_new_tokens)
 
     def propose(self, tokens, gamma, sampling, generator):
         prop = self.inner.propose(tokens, gamma, sampling, generator)

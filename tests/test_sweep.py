@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 import specbench.runner as runner
 from conftest import tiny_llama
 from specbench.cli import app
+from specbench.decoding.backend import ForwardBackend
 from specbench.decoding.drafts.model import ModelDraft
 from specbench.errors import SpecbenchError
 from specbench.models import make_proposer, wrap_model
@@ -44,6 +45,7 @@ class FakeSession:
     def __init__(self, *args, **kwargs):
         FakeSession.instances += 1
         self.target = wrap_model("tiny-target", tiny_llama(0), StubTokenizer())
+        self.backend, self.target_backend = "eager", ForwardBackend(self.target.model)
         self.drafts = {"tiny-draft": ModelDraft(tiny_llama(1), "tiny-draft"),
                        "prompt-lookup": make_proposer("prompt-lookup", self.target)}
 

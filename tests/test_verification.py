@@ -114,7 +114,7 @@ class GreedyDraftControl:
     def __init__(self, model: torch.nn.Module):
         self.model = model
 
-    def begin(self, prompt_ids):
+    def begin(self, prompt_ids, max_new_tokens=0):
         self.prompt = list(prompt_ids)
 
     @torch.inference_mode()

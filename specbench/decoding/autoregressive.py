@@ -44,7 +44,7 @@ def decode_autoregressive(
     clock = Clock(target.device)
     t0 = clock.now()
     encoder_ids, tokens = prompt_split(target, prompt_ids, decoder_start_id)
-    target.start(encoder_ids)
+    target.start(encoder_ids, capacity=len(tokens) + max_new_tokens)
     logits = target.forward(torch.tensor(tokens, device=target.device))
     tok = next_token(logits, sampling, generator)
     out = [int(tok)]

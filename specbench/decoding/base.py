@@ -40,8 +40,11 @@ class Proposer(Protocol):
     name: str
     is_model: bool  # True when proposing runs a neural network (its cost enters c)
 
-    def begin(self, prompt_ids: list[int]) -> None:
-        """Reset all per-example state and absorb the prompt (prefill, index building)."""
+    def begin(self, prompt_ids: list[int], max_new_tokens: int) -> None:
+        """Reset all per-example state and absorb the prompt (prefill, index building).
+
+        `max_new_tokens` bounds how far this example will go (a model draft sizes a static cache by it).
+        """
 
     def propose(
         self, tokens: list[int], gamma: int, sampling: SamplingConfig, generator: torch.Generator | None

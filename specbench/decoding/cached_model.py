@@ -3,7 +3,8 @@
 Both engines and the model draft talk to a transformers model only through this class, so
 that decoder-only and encoder-decoder models share one loop: for seq2seq the encoder runs
 once per example (`start`) and the cache covers the decoder tokens. Rollback crops the
-cache (`DynamicCache.crop(-n)`), so a prefix is never re-encoded after a rejection.
+cache (`crop(-n)`), so a prefix is never re-encoded after a rejection. Which cache and
+whether steps are compiled is the `ForwardBackend`'s business (backend.py).
 """
 
 from __future__ import annotations
@@ -13,12 +14,15 @@ import inspect
 import torch
 from transformers import DynamicCache, EncoderDecoderCache
 
+from specbench.decoding.backend import ForwardBackend
+
 
 class CachedModel:
     """Wraps `model(...)` with a per-example KV cache; `length` counts the tokens it covers."""
 
-    def __init__(self, model: torch.nn.Module, timer=None):
+    def __init__(self, model: torch.nn.Module, timer=None, backend: ForwardBackend | None = None):
         self.model = model
+        self.backend = backend or ForwardBackend(model)
         self.timer = timer  # a specbench.timing.Clock to profile forwards (bench only: it syncs the device)
         self.forward_times: list[float] = []  # seconds of each forward while `timer` is set (the first is the prefill)
         self.is_seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
@@ -31,15 +35,18 @@ class CachedModel:
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._can_trim_logits = "logits_to_keep" in params
 
-    def start(self, encoder_ids: list[int] | None = None) -> None:
-        """Forget the last example; for seq2seq, run the encoder once over `encoder_ids`."""
+    def start(self, encoder_ids: list[int] | None = None, capacity: int = 0) -> None:
+        """Forget the last example; for seq2seq, run the encoder once over `encoder_ids`.
+
+        `capacity`: the most tokens this example will cache (sizes a static cache).
+        """
         self.length = 0
         if self.is_seq2seq:
             self._cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
             ids = torch.tensor([encoder_ids], device=self.device)
             self._encoder_outputs = self.model.get_encoder()(input_ids=ids)
         else:
-            self._cache = DynamicCache()
+            self._cache = self.backend.new_cache(capacity)
 
     @torch.inference_mode()
     def forward(self, new_ids: torch.Tensor, all_logits: bool = False) -> torch.Tensor:
@@ -47,7 +54,7 @@ class CachedModel:
         t0 = self.timer.now() if self.timer else 0.0
         ids = new_ids.view(1, -1)
         if self.is_seq2seq:
-            out = self.model(encoder_outputs=self._encoder_outputs, decoder_input_ids=ids,
+            out = self.backend(ids.shape[1], encoder_outputs=self._encoder_outputs, decoder_input_ids=ids,
                              use_cache=True, **{self._cache_kw: self._cache})
         else:
             extra = {}
@@ -55,12 +62,28 @@ class CachedModel:
                 # skip the vocabulary projection for every position but the last:
                 # on a 49k vocabulary that projection is a large share of a prefill
                 extra["logits_to_keep"] = 1
-            out = self.model(input_ids=ids, use_cache=True, **{self._cache_kw: self._cache}, **extra)
+            self.backend.check_room(self.length, ids.shape[1])
+            out = self.backend(ids.shape[1], input_ids=ids, use_cache=True, **{self._cache_kw: self._cache}, **extra)
         logits = out.logits[0]
+        if self.backend.reuses_outputs:
+            logits = logits.clone()  # a CUDA graph's output buffer is overwritten by its next replay
         self.length += ids.shape[1]
         if self.timer:
             self.forward_times.append(self.timer.now() - t0)
         return logits if all_logits else logits[-1]
+
+    def prime(self, max_tokens: int) -> None:
+        """Compiled backend: compile every step shape now (1..max_tokens new tokens, last or all logits),
+        so that no compilation lands inside a timed decode; longer forwards then run eagerly.
+        A no-op for the other backends."""
+        if self.backend.kind != "compiled" or self.is_seq2seq:
+            return
+        self.start()
+        for k in range(1, max_tokens + 1):
+            for all_logits in (False, True):
+                self.forward(torch.zeros(k, dtype=torch.long, device=self.device), all_logits)
+                self.truncate(0)
+        self.backend.compile_up_to = max_tokens
 
     def truncate(self, length: int) -> None:
         """Keep only the first `length` cached tokens."""

@@ -46,9 +46,9 @@ class HybridDraft:
         self.lookup_tokens = 0  # tokens proposed by lookup since begin() (diagnostics, reset per example)
         self.model_tokens = 0  # tokens proposed by the model since begin()
 
-    def begin(self, prompt_ids: list[int]) -> None:
-        self.lookup.begin(prompt_ids)
-        self.model.begin(prompt_ids)
+    def begin(self, prompt_ids: list[int], max_new_tokens: int) -> None:
+        self.lookup.begin(prompt_ids, max_new_tokens)
+        self.model.begin(prompt_ids, max_new_tokens)
         self.lookup_tokens = self.model_tokens = 0
 
     def propose(

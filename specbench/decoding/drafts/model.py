@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from specbench.config import SamplingConfig
+from specbench.decoding.backend import ForwardBackend
 from specbench.decoding.base import Proposal
 from specbench.decoding.cached_model import CachedModel
 from specbench.sampling import processed_probs, sample
@@ -29,18 +30,18 @@ class ModelDraft:
 
     is_model = True
 
-    def __init__(self, model: torch.nn.Module, name: str, decoder_start_id: int | None = None):
-        self.lm = CachedModel(model)
+    def __init__(self, model: torch.nn.Module, name: str, decoder_start_id: int | None = None, backend: str = "eager"):
+        self.lm = CachedModel(model, backend=ForwardBackend(model, backend))
         self.name = name
         self.decoder_start_id = decoder_start_id
         self._cached: list[int] = []  # tokens whose keys/values are in the cache
 
-    def begin(self, prompt_ids: list[int]) -> None:
+    def begin(self, prompt_ids: list[int], max_new_tokens: int) -> None:
         if self.lm.is_seq2seq:
             self.lm.start(prompt_ids)
             self._cached = []
         else:
-            self.lm.start()
+            self.lm.start(capacity=len(prompt_ids) + max_new_tokens)
             self.lm.forward(torch.tensor(prompt_ids, device=self.lm.device))
             self._cached = list(prompt_ids)
 

@@ -131,7 +131,7 @@ class FrequencyDraft:
 
     # ---- the Proposer protocol -----------------------------------------------------------
 
-    def begin(self, prompt_ids: list[int]) -> None:
+    def begin(self, prompt_ids: list[int], max_new_tokens: int = 0) -> None:
         if not self._from_corpus:  # no task corpus was given: fit on this example's prompt alone
             self._fit([list(prompt_ids)])
 

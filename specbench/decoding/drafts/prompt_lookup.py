@@ -49,7 +49,7 @@ class PromptLookupDraft:
         self.min_ngram = min_ngram
         self._source: list[int] = []
 
-    def begin(self, prompt_ids: list[int]) -> None:
+    def begin(self, prompt_ids: list[int], max_new_tokens: int = 0) -> None:
         self._source = list(prompt_ids) if self.search_source else []
 
     def propose(

@@ -1,0 +1,91 @@
+"""How a model's forward pass runs: which KV cache, and whether decode steps are compiled.
+
+The same choice applies to the baseline, the target inside speculative decoding and a model
+draft, so a speedup never comes from one side getting a faster forward than the other.
+
+- `eager`: a growing `DynamicCache` and the eager forward (transformers' default).
+- `static`: a preallocated `StaticCache`, reused across examples. Rollback after a rejection
+  only moves the cache's length back; stale keys beyond it are overwritten by the next write
+  and masked meanwhile by causality (a key position above every query position).
+- `compiled`: the static cache plus `torch.compile` of every forward of at most
+  `COMPILED_MAX_TOKENS` new tokens (decode and verify steps, a handful of fixed shapes); the
+  prefill, whose length changes with every prompt, stays eager. On CUDA the compiled graphs
+  are captured as CUDA graphs (`mode="reduce-overhead"`), which removes the per-kernel launch
+  cost that dominates small-batch decoding on a GPU.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache, StaticCache
+
+from specbench.config import BACKENDS
+from specbench.errors import SpecbenchError
+
+COMPILED_MAX_TOKENS = 16  # longer forwards (prefills) run eagerly, unless prime() set a tighter bound
+CAPACITY_STEP = 256  # static caches are sized in these steps, so most examples reuse one (and its graphs)
+RECOMPILE_LIMIT = 64  # one graph per step shape (1..γ+1 tokens, last-only or all logits)
+
+
+def static_capacity(needed: int) -> int:
+    """Tokens a static cache holding `needed` tokens is allocated for."""
+    return -(-needed // CAPACITY_STEP) * CAPACITY_STEP
+
+
+class ForwardBackend:
+    """Runs one model's forwards under one backend; owns the static cache and the compiled graph."""
+
+    def __init__(self, model: torch.nn.Module, kind: str = "eager"):
+        if kind not in BACKENDS:
+            raise SpecbenchError(f"--backend must be one of {', '.join(BACKENDS)} (got {kind!r})")
+        if kind != "eager" and getattr(model.config, "is_encoder_decoder", False):
+            raise SpecbenchError(f"--backend {kind} supports decoder-only models; use --backend eager for "
+                                 f"encoder-decoder models")
+        self.model, self.kind = model, kind
+        self.device = next(model.parameters()).device
+        self._static: StaticCache | None = None
+        self._capacity = 0
+        self._compiled = None
+        self.compile_up_to = COMPILED_MAX_TOKENS
+        if kind == "compiled":
+            dynamo = torch._dynamo.config
+            for knob in ("recompile_limit", "cache_size_limit"):  # the name changed across torch versions
+                if hasattr(dynamo, knob):
+                    setattr(dynamo, knob, max(getattr(dynamo, knob), RECOMPILE_LIMIT))
+            mode = "reduce-overhead" if self.device.type == "cuda" else None
+            self._compiled = torch.compile(model.forward, dynamic=False, mode=mode)
+        self.reuses_outputs = self._compiled is not None and self.device.type == "cuda"
+
+    def reserve(self, needed: int) -> bool:
+        """Size the static cache for at least `needed` tokens; → True when a new one was allocated.
+
+        A run reserves for its longest example before warming up, so every example shares one
+        cache and one set of compiled graphs (a new cache shape would recompile them).
+        """
+        if self.kind == "eager" or (self._static is not None and self._capacity >= needed):
+            return False
+        self._capacity = static_capacity(needed)
+        self._static = StaticCache(config=self.model.config, max_cache_len=self._capacity)
+        return True
+
+    def new_cache(self, needed: int):
+        """An empty decoder cache able to hold `needed` tokens."""
+        if self.kind == "eager":
+            return DynamicCache()
+        if not self.reserve(needed):
+            with torch.inference_mode():  # its tensors were made by forwards in inference mode
+                self._static.reset()
+        return self._static
+
+    def check_room(self, cached: int, new: int) -> None:
+        """Fail clearly (not with an index error deep in a kernel) when a write would overflow a static cache."""
+        if self._static is not None and self.kind != "eager" and cached + new > self._capacity:
+            raise SpecbenchError(f"static cache of {self._capacity} tokens overflowed ({cached} + {new}); "
+                                 f"this is a bug in the caller's capacity; use --backend eager meanwhile")
+
+    def __call__(self, n_new: int, **kwargs):
+        if self._compiled is not None and n_new <= self.compile_up_to:
+            if self.device.type == "cuda":
+                torch.compiler.cudagraph_mark_step_begin()  # the previous step's outputs are consumed
+            return self._compiled(**kwargs)
+        return self.model(**kwargs)

@@ -1,0 +1,96 @@
+"""Static KV cache and compiled forwards give the same tokens as the eager dynamic cache."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from conftest import VOCAB, tiny_llama, tiny_t5
+from specbench.cli import app
+from specbench.config import SamplingConfig
+from specbench.decoding.autoregressive import decode_autoregressive
+from specbench.decoding.backend import CAPACITY_STEP, ForwardBackend, static_capacity
+from specbench.decoding.cached_model import CachedModel
+from specbench.decoding.drafts.model import ModelDraft
+from specbench.decoding.drafts.prompt_lookup import PromptLookupDraft
+from specbench.decoding.speculative import decode_speculative
+from specbench.errors import SpecbenchError
+
+GREEDY = SamplingConfig()
+EOS = frozenset([2])
+PROMPTS = ([5, 17, 99, 3, 250, 31, 7, 64, 12, 400], [9, 8, 7, 6, 5, 4, 3, 9, 8, 7, 6, 5, 4, 3, 11] * 3)
+MAX_NEW = 40
+
+
+def baseline(model, prompt, backend=None, max_new=MAX_NEW):
+    return decode_autoregressive(CachedModel(model, backend=backend), prompt, max_new_tokens=max_new, sampling=GREEDY,
+                                 generator=None, eos_ids=EOS).token_ids
+
+
+def speculative(model, proposer, prompt, gamma, backend=None, max_new=MAX_NEW):
+    return decode_speculative(CachedModel(model, backend=backend), proposer, prompt, gamma=gamma, max_new_tokens=max_new,
+                              sampling=GREEDY, generator=None, eos_ids=EOS).token_ids
+
+
+@pytest.fixture(scope="module")
+def models():
+    return tiny_llama(0), tiny_llama(1)
+
+
+def test_static_capacity_rounds_up_to_whole_steps():
+    assert static_capacity(1) == CAPACITY_STEP
+    assert static_capacity(CAPACITY_STEP) == CAPACITY_STEP
+    assert static_capacity(CAPACITY_STEP + 1) == 2 * CAPACITY_STEP
+
+
+@pytest.mark.parametrize("gamma", [1, 2, 3, 5, 8])
+def test_static_cache_greedy_identity_with_rollbacks(models, gamma):
+    target, draft = models
+    backend = ForwardBackend(target, "static")  # one backend reused across examples, as a run does
+    for prompt in PROMPTS:
+        ref = baseline(target, prompt)
+        assert baseline(target, prompt, backend) == ref
+        for proposer in (ModelDraft(draft, "unrelated", backend="static"),
+                         PromptLookupDraft(VOCAB, torch.device("cpu"))):
+            assert speculative(target, proposer, prompt, gamma, backend) == ref, proposer
+
+
+def test_static_cache_is_reused_and_grows_only_when_needed(models):
+    target, _ = models
+    backend = ForwardBackend(target, "static")
+    first = backend.new_cache(10)
+    assert backend.new_cache(CAPACITY_STEP) is first  # reset and reused: compiled graphs keep their addresses
+    assert backend.new_cache(CAPACITY_STEP + 1) is not first
+
+
+def test_static_cache_overflow_is_a_clear_error(models):
+    target, _ = models
+    model = CachedModel(target, backend=ForwardBackend(target, "static"))
+    model.start(capacity=4)
+    model.forward(torch.arange(CAPACITY_STEP))
+    with pytest.raises(SpecbenchError, match="overflowed"):
+        model.forward(torch.tensor([1]))
+
+
+def test_static_backend_refuses_encoder_decoder():
+    with pytest.raises(SpecbenchError, match="decoder-only"):
+        ForwardBackend(tiny_t5(2), "static")
+
+
+def test_compiled_backend_greedy_identity(models):
+    """torch.compile of the step shapes (inductor on CPU here; CUDA graphs on a GPU) changes no token."""
+    target, draft = models
+    prompt = PROMPTS[1]
+    ref = baseline(target, prompt, max_new=12)
+    torch._dynamo.reset()
+    backend = ForwardBackend(target, "compiled")
+    assert baseline(target, prompt, backend, max_new=12) == ref
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1  # the steps really ran compiled
+    assert speculative(target, PromptLookupDraft(VOCAB, torch.device("cpu")), prompt, 2, backend, max_new=12) == ref
+
+
+def test_cli_rejects_an_unknown_backend():
+    res = CliRunner().invoke(app, ["run", "--backend", "turbo"])
+    assert res.exit_code == 1
+    assert "--backend must be one of eager, static, compiled" in res.output
