@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from specbench.config import RunConfig, SamplingConfig  # noqa: E402
 from specbench.decoding.cached_model import CachedModel  # noqa: E402
+from specbench.decoding.drafts.hybrid import split_hybrid_spec  # noqa: E402
 from specbench.decoding.hf_assisted import decode_hf  # noqa: E402
 from specbench.decoding.speculative import decode_speculative  # noqa: E402
 from specbench.metrics import json_safe, summarize  # noqa: E402
@@ -83,6 +84,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--backend", default="eager", help="eager, static or compiled (ours only)")
     ap.add_argument("--out", default="results/bench")
     args = ap.parse_args(argv)
+    if split_hybrid_spec(args.draft) is not None:
+        raise SystemExit(f"HF has no counterpart of the hybrid draft {args.draft!r}; bench prompt-lookup or a model draft")
 
     import transformers
 
