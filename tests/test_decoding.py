@@ -156,3 +156,31 @@ def test_prompt_lookup_accepts_on_repetitive_text():
     result = speculative(target, PromptLookupDraft(VOCAB, torch.device("cpu")), 4, max_new=80)
     assert result.token_ids == ref.token_ids
     assert result.draft_calls == 0
+
+
+def test_hf_assisted_drafts_exactly_gamma_tokens_per_step():
+    """HF reads the draft length from the assistant's generation_config; decode_hf must pin it to γ there.
+
+    Without the pin HF's default schedule starts at another length and adapts it, so the target would see
+    verify passes of other widths than γ + 1 (this test fails on that)."""
+    from specbench.decoding.hf_assisted import decode_hf
+
+    target, draft = tiny_llama(0), tiny_llama(1)
+    before = draft.generation_config.to_dict()
+    widths, forward = [], target.forward
+
+    def recording(*args, **kwargs):
+        ids = kwargs.get("input_ids") if kwargs.get("input_ids") is not None else args[0]
+        widths.append(ids.shape[-1])
+        return forward(*args, **kwargs)
+
+    target.forward = recording
+    gamma = 3
+    res = decode_hf(target, PROMPT, max_new_tokens=30, sampling=GREEDY, seed=0, eos_ids=frozenset(), assistant=draft,
+                    gamma=gamma)
+    steps = widths[1:]  # after the prefill
+    assert steps and max(steps) <= gamma + 1
+    # a step is shorter only where the draft emits its own EOS or the length limit is near
+    assert sum(w == gamma + 1 for w in steps) >= 0.8 * len(steps)
+    assert draft.generation_config.to_dict() == before  # restored
+    assert len(res.token_ids) == 30

@@ -8,6 +8,9 @@ acceptance counts, so those fields stay 0 and the metrics derived from them are 
 
 from __future__ import annotations
 
+import contextlib
+import copy
+
 import torch
 from transformers import GenerationConfig
 
@@ -24,6 +27,30 @@ def generation_config(sampling: SamplingConfig, max_new_tokens: int, eos_ids: fr
         return GenerationConfig(do_sample=False, **kwargs)
     return GenerationConfig(do_sample=True, temperature=sampling.temperature, top_k=sampling.top_k or None,
                             top_p=sampling.top_p, **kwargs)
+
+
+@contextlib.contextmanager
+def constant_assistant_tokens(assistant: torch.nn.Module | None, gamma: int):
+    """Make HF draft exactly γ tokens per step while inside.
+
+    HF's assisted generation reads `num_assistant_tokens`, its schedule and the confidence
+    threshold from the *assistant's* generation_config (defaults: a heuristic schedule that
+    grows and shrinks the draft length, and an early stop below 0.4 confidence), not from the
+    config passed to generate(); so they are set there, on a copy, and restored after.
+    """
+    if assistant is None:
+        yield
+        return
+    saved = assistant.generation_config
+    fixed = copy.deepcopy(saved)
+    fixed.num_assistant_tokens = gamma
+    fixed.num_assistant_tokens_schedule = "constant"
+    fixed.assistant_confidence_threshold = 0.0
+    assistant.generation_config = fixed
+    try:
+        yield
+    finally:
+        assistant.generation_config = saved
 
 
 @torch.inference_mode()
@@ -46,18 +73,16 @@ def decode_hf(
     config = generation_config(sampling, max_new_tokens, eos_ids, getattr(target.config, "pad_token_id", None))
     extra = {}
     if assistant is not None:
-        config.num_assistant_tokens = gamma
-        config.num_assistant_tokens_schedule = "constant"
-        config.assistant_confidence_threshold = 0.0  # keep γ constant: no early stop of drafting
         extra["assistant_model"] = assistant
     elif prompt_lookup:
         config.prompt_lookup_num_tokens = gamma
         config.max_matching_ngram_size = 3
     ids = torch.tensor([prompt_ids], device=device)
     torch.manual_seed(seed)
-    t0 = clock.now()
-    out = target.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config, **extra)
-    t1 = clock.now()
+    with constant_assistant_tokens(assistant, gamma):
+        t0 = clock.now()
+        out = target.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config, **extra)
+        t1 = clock.now()
     start = 1 if target.config.is_encoder_decoder else ids.shape[1]
     tokens = out[0, start:].tolist()
     stop = next((i for i, t in enumerate(tokens) if t in eos_ids), None)
