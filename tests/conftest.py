@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, T5Config, T5ForConditionalGeneration
@@ -36,6 +38,11 @@ def tiny_t5(seed: int, vocab: int = VOCAB) -> T5ForConditionalGeneration:
         for param in model.parameters():
             param.normal_(0.0, 1.0)
     return model
+
+
+# torch.compile on a CPU (inductor) builds C++ kernels: without a compiler those tests cannot run here
+needs_cxx = pytest.mark.skipif(not (shutil.which("g++") or shutil.which("c++")),
+                               reason="torch.compile on CPU needs a C++ compiler (g++)")
 
 
 def sharpen(model: torch.nn.Module, factor: float = 20.0) -> torch.nn.Module:

@@ -6,7 +6,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from conftest import VOCAB, tiny_llama, tiny_t5
+from conftest import VOCAB, needs_cxx, tiny_llama, tiny_t5
 from specbench.cli import app
 from specbench.config import SamplingConfig
 from specbench.decoding.autoregressive import decode_autoregressive
@@ -78,6 +78,7 @@ def test_static_backend_refuses_encoder_decoder():
         ForwardBackend(tiny_t5(2), "static")
 
 
+@needs_cxx
 def test_compiled_backend_greedy_identity(models):
     """torch.compile of the step shapes (inductor on CPU here; CUDA graphs on a GPU) changes no token."""
     target, draft = models

@@ -10,6 +10,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from typer.testing import CliRunner
 
+from conftest import needs_cxx
 from specbench.cli import app
 
 CORPUS = ["the cat sat on the mat and the dog sat on the log",
@@ -171,7 +172,7 @@ def test_hf_assisted_engine_records_the_same_schema(models_dir, task_file, tmp_p
     assert summary["alpha"] is None  # transformers does not report acceptance counts
 
 
-@pytest.mark.parametrize("backend", ["static", "compiled"])
+@pytest.mark.parametrize("backend", ["static", pytest.param("compiled", marks=needs_cxx)])
 def test_run_under_static_and_compiled_backends(models_dir, task_file, tmp_path, backend):
     """Baseline and speculative engines (target and model draft) under one backend, end to end: exact."""
     # γ = 1 under compiled: every step shape is compiled during warm-up (2 shapes × 2 outputs × 2 models)
