@@ -17,6 +17,11 @@ ENGINES = ("specbench", "hf-assisted")
 BACKENDS = ("eager", "static", "compiled")  # see decoding/backend.py
 
 
+def check_backend(name: str) -> None:
+    if name not in BACKENDS:
+        raise SpecbenchError(f"--backend must be one of {', '.join(BACKENDS)} (got {name!r})")
+
+
 @dataclass(frozen=True)
 class SamplingConfig:
     """How logits become a distribution; applied identically to target and draft."""
@@ -71,8 +76,7 @@ class RunConfig:
             raise SpecbenchError(f"--dtype must be one of {', '.join(DTYPES)} (got {self.dtype!r})")
         if self.engine not in ENGINES:
             raise SpecbenchError(f"--engine must be one of {', '.join(ENGINES)} (got {self.engine!r})")
-        if self.backend not in BACKENDS:
-            raise SpecbenchError(f"--backend must be one of {', '.join(BACKENDS)} (got {self.backend!r})")
+        check_backend(self.backend)
         return self
 
     def to_dict(self) -> dict:

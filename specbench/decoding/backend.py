@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache, StaticCache
 
-from specbench.config import BACKENDS
+from specbench.config import check_backend
 from specbench.errors import SpecbenchError
 
 COMPILED_MAX_TOKENS = 16  # longer forwards (prefills) run eagerly, unless prime() set a tighter bound
@@ -36,8 +36,7 @@ class ForwardBackend:
     """Runs one model's forwards under one backend; owns the static cache and the compiled graph."""
 
     def __init__(self, model: torch.nn.Module, kind: str = "eager"):
-        if kind not in BACKENDS:
-            raise SpecbenchError(f"--backend must be one of {', '.join(BACKENDS)} (got {kind!r})")
+        check_backend(kind)
         if kind != "eager" and getattr(model.config, "is_encoder_decoder", False):
             raise SpecbenchError(f"--backend {kind} supports decoder-only models; use --backend eager for "
                                  f"encoder-decoder models")
@@ -79,7 +78,7 @@ class ForwardBackend:
 
     def check_room(self, cached: int, new: int) -> None:
         """Fail clearly (not with an index error deep in a kernel) when a write would overflow a static cache."""
-        if self._static is not None and self.kind != "eager" and cached + new > self._capacity:
+        if self._static is not None and cached + new > self._capacity:
             raise SpecbenchError(f"static cache of {self._capacity} tokens overflowed ({cached} + {new}); "
                                  f"this is a bug in the caller's capacity; use --backend eager meanwhile")
 

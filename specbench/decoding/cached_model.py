@@ -75,8 +75,8 @@ class CachedModel:
     def prime(self, max_tokens: int) -> None:
         """Compiled backend: compile every step shape now (1..max_tokens new tokens, last or all logits),
         so that no compilation lands inside a timed decode; longer forwards then run eagerly.
-        A no-op for the other backends."""
-        if self.backend.kind != "compiled" or self.is_seq2seq:
+        A no-op for the other backends (which are the only ones an encoder-decoder model gets)."""
+        if self.backend.kind != "compiled":
             return
         self.start()
         for k in range(1, max_tokens + 1):
