@@ -7,7 +7,10 @@ after a warm-up of each. Figures and their goals:
   (b) our speculative tokens/s ÷ HF's same-draft tokens/s          goal ≥ 1.2
       (prompt lookup: HF `prompt_lookup_num_tokens=γ`, `max_matching_ngram_size=3`;
        a model draft: HF `assistant_model=` with constant `num_assistant_tokens=γ`)
-  (c) measured speedup ÷ predicted speedup (extended model, measured α, c, verify cost)  goal ≥ 0.9
+  (c) measured decode speedup ÷ the cost model's prediction from the measured α, c, verify cost and
+      proposal law for outputs of the measured lengths (metrics.predicted_decode_speedup)  goal ≥ 0.9
+      (prefill is outside both sides: the theory prices decode steps; the end-to-end speedup over
+      the endless-stream formula is printed beside it)
   (d) share of speculative decode time outside the draft and target passes            goal ≤ 5%
 Our engines run under --backend (eager, static or compiled: decoding/backend.py), baseline and
 speculative alike; HF runs its default (dynamic cache, eager), as users call it.
@@ -139,7 +142,7 @@ def main(argv: list[str] | None = None) -> dict:
     figures = [
         ("(a) our baseline ÷ HF generate() tokens/s", tps["ours_base"] / tps["hf_base"], ">= 1.0"),
         (f"(b) our speculative ÷ HF {args.draft} tokens/s", tps["ours_spec"] / tps["hf_spec"], ">= 1.2"),
-        ("(c) measured ÷ predicted speedup (extended model)", summary["speedup"] / summary["predicted_speedup_extended"], ">= 0.9"),
+        ("(c) measured ÷ predicted decode speedup (cost model)", summary["decode_speedup"] / summary["predicted_decode_speedup"], ">= 0.9"),
         ("(d) decode time outside model forwards (profiled pass)", loop_overhead(session, args.draft, args.gamma, prepared, max_new), "<= 0.05"),
     ]
     print(f"\n{args.target} + {args.draft}, γ={args.gamma}, task {args.task}, {len(prepared)} prompts × {args.repeats} repeats, "
@@ -148,7 +151,10 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"tokens/s: ours baseline {tps['ours_base']:.1f} | HF generate {tps['hf_base']:.1f} | "
           f"ours speculative {tps['ours_spec']:.1f} | HF {args.draft} {tps['hf_spec']:.1f}")
     print(f"α {summary['alpha']:.3f}, c {summary['c']:.4f}, verify cost {summary['verify_cost']:.3f}, "
-          f"speedup {summary['speedup']:.3f}, predicted (extended) {summary['predicted_speedup_extended']:.3f}")
+          f"speedup {summary['speedup']:.3f} (decode only {summary['decode_speedup']:.3f}), predicted: decode, these "
+          f"output lengths {summary['predicted_decode_speedup']:.3f}; endless stream (extended) "
+          f"{summary['predicted_speedup_extended']:.3f}, so end to end ÷ stream = "
+          f"{summary['speedup'] / summary['predicted_speedup_extended']:.3f}")
     print(f"token mismatches against our baseline (should be 0): {mismatches}")
     print(f"{'figure':58s} {'value':>8s}  goal     met")
     for name, value, goal in figures:

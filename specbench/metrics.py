@@ -19,6 +19,9 @@ Definitions (sums run over all examples of a run):
                         T > 0 they emit different samples (of different lengths), so time per token
                         is the fair comparison
   decode_speedup        the same over decode time and decode tokens only
+  predicted_decode_speedup  what the cost model predicts for decode_speedup from the measured α, c,
+                        verify cost and proposal law, for outputs of the lengths measured (EOS and
+                        budget endings priced in: theory.expected_decode_cost)
   accepted_length_histogram  steps with 0..γ accepted, over steps that drafted all γ tokens
                         (shorter proposals — lookup misses, the end of the budget — are not the theory's law)
 """
@@ -98,7 +101,47 @@ def summarize(records: list[dict], gamma: int, greedy: bool) -> dict:
     }
     draft_lengths = [g for r in records for g in r["speculative"].get("draft_lengths", [])]
     out.update(predictions(out["alpha"], gamma, out["c"], out["verify_cost"], draft_lengths, spec["target_calls"]))
+    out["predicted_decode_speedup"] = predicted_decode_speedup(records, out["alpha"], gamma, out["c"], out["verify_cost"])
     return out
+
+
+def proposal_law(records: list[dict], gamma: int) -> dict[int, float]:
+    """Share of passes by the number of tokens the proposer offered, where the budget did not bind
+    (a model draft: always γ; prompt lookup: often fewer, 0 = no match). Records written before
+    `proposal_lengths` existed fall back to every pass (undrafted passes count as 0)."""
+    lengths = [g for r in records for g in r["speculative"].get("proposal_lengths", [])]
+    if not lengths:
+        lengths = [g for r in records for g in r["speculative"].get("draft_lengths", [])]
+        lengths += [0] * max(0, sum(r["speculative"]["target_calls"] for r in records) - len(lengths))
+    if not lengths:
+        return {gamma: 1.0}
+    return {g: lengths.count(g) / len(lengths) for g in sorted(set(lengths))}
+
+
+def predicted_decode_speedup(records: list[dict], alpha: float, gamma: int, c: float, verify_cost: float) -> float:
+    """Decode-phase speedup the cost model predicts for these very outputs: Σ decode tokens ÷
+    Σ E[decode cost] (theory.expected_decode_cost), with the measured α, c, verify cost and proposal law.
+
+    Unlike the stream formula it knows each output's length and how it ended: a step that emits
+    an EOS wastes the drafts accepted beyond it, and the budget shortens the last drafts. It is
+    compared with `decode_speedup` (prefill, the same work for both engines plus the draft's own
+    prefill, is outside both).
+    """
+    from specbench import theory
+
+    if any(math.isnan(x) for x in (alpha, c, verify_cost)):
+        return NAN
+    law = proposal_law(records, gamma)
+    tokens = cost = 0.0
+    for r in records:
+        spec = r["speculative"]
+        length = spec["n_tokens"] - 1  # the first token comes from prefill
+        if length <= 0:
+            continue
+        room = length if spec["stop_reason"] == "length" else None
+        tokens += length
+        cost += theory.expected_decode_cost(length, alpha, c, verify_cost, law, room)[1]
+    return ratio(tokens, cost)
 
 
 def predictions(alpha: float, gamma: int, c: float, verify_cost: float,

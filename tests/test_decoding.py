@@ -102,6 +102,19 @@ def test_max_new_tokens_exact_for_every_gamma():
             assert result.token_ids == baseline(target, max_new=max_new).token_ids
 
 
+def test_proposal_lengths_record_what_the_proposer_offered_where_the_budget_did_not_bind():
+    target = tiny_llama(0)
+    model_draft = speculative(target, ModelDraft(tiny_llama(1), "unrelated"), 3, max_new=20)
+    # a model draft always offers γ; the passes the budget shortened (room ≤ γ) are left out
+    assert model_draft.proposal_lengths and set(model_draft.proposal_lengths) == {3}
+    assert len(model_draft.proposal_lengths) < model_draft.target_calls
+    assert min(model_draft.draft_lengths) < 3  # the budget did shorten the last drafts
+    lookup = speculative(target, PromptLookupDraft(VOCAB, torch.device("cpu")), 4, max_new=80)
+    # prompt lookup offers fewer or none where no n-gram matches: the law theory must be fed
+    assert 0 in lookup.proposal_lengths and 4 in lookup.proposal_lengths
+    assert len(lookup.proposal_lengths) <= lookup.target_calls
+
+
 def test_stops_at_eos_like_the_baseline():
     target = tiny_llama(0)
     free = baseline(target).token_ids

@@ -17,6 +17,7 @@ from specbench.theory import (
     accepted_length_law,
     alpha_from_tokens_per_step,
     arithmetic_ops_factor,
+    expected_decode_cost,
     expected_tokens_per_step,
     linear_verify_cost,
     optimal_gamma,
@@ -176,7 +177,61 @@ def test_alpha_inversion_round_trips():
     lambda: alpha_from_tokens_per_step(5.5, 4),
     lambda: alpha_from_tokens_per_step(0.9, 4),
     lambda: alpha_from_tokens_per_step(1.0, 0),
+    lambda: expected_decode_cost(-1, 0.5, 0.1, 1.0, {3: 1.0}),
+    lambda: expected_decode_cost(10, 0.5, 0.1, 1.0, {3: 0.5}),
+    lambda: expected_decode_cost(10, 0.5, 0.1, 1.0, {3: 1.0}, room=9),
+    lambda: expected_decode_cost(10, 1.5, 0.1, 1.0, {3: 1.0}),
 ])
 def test_bad_inputs_raise_one_error_type(call):
     with pytest.raises(SpecbenchError):
         call()
+
+
+def test_decode_cost_by_hand():
+    # α = 1: every pass emits γ+1 tokens, so 10 tokens at γ = 3 take ceil(10/4) = 3 passes (2 overshoot at an EOS)
+    assert expected_decode_cost(10, 1.0, 0.1, 1.2, {3: 1.0}) == pytest.approx((3.0, 3 * (3 * 0.1 + 1.2)))
+    # α = 0: one token per pass whatever the draft costs
+    assert expected_decode_cost(7, 0.0, 0.1, 1.2, {3: 1.0}) == pytest.approx((7.0, 7 * 1.5))
+    assert expected_decode_cost(0, 0.5, 0.1, 1.2, {3: 1.0}) == (0.0, 0.0)
+    # a budget of 5 at α = 1, γ = 3: one pass drafts 3 (emits 4), the last has room 1 and drafts none
+    assert expected_decode_cost(5, 1.0, 0.1, 1.2, {3: 1.0}, room=5) == pytest.approx((2.0, (0.3 + 1.2) + 1.2))
+    # one token, α = 1/2, γ = 1: a single pass whatever happens
+    assert expected_decode_cost(1, 0.5, 0.1, 1.0, {1: 1.0}) == pytest.approx((1.0, 1.1))
+    # two tokens, α = 1/2, γ = 1: the first pass emits 2 with prob. 1/2, else a second pass follows
+    assert expected_decode_cost(2, 0.5, 0.1, 1.0, {1: 1.0}) == pytest.approx((1.5, 1.5 * 1.1))
+
+
+def test_decode_cost_tends_to_the_stream_formula():
+    for alpha, gamma, c, v in [(0.6, 2, 0.09, 1.1), (0.8, 5, 0.02, 1.4), (0.3, 1, 0.0, 1.0)]:
+        passes, cost = expected_decode_cost(4000, alpha, c, v, {gamma: 1.0})
+        assert 4000 / passes == pytest.approx(expected_tokens_per_step(alpha, gamma), rel=2e-3)
+        assert 4000 / cost == pytest.approx(walltime_factor_extended(alpha, gamma, c, v), rel=2e-3)
+        # short outputs lose the drafts accepted past the end: a strictly lower factor
+        short = expected_decode_cost(12, alpha, c, v, {gamma: 1.0})
+        assert 12 / short[1] < walltime_factor_extended(alpha, gamma, c, v)
+
+
+def test_decode_cost_matches_a_simulation_of_the_runner():
+    """Monte Carlo of the runner's loop (i.i.d. acceptance, a proposer offering 0 or γ tokens, a budget)
+    against the recursion: 20,000 outputs, the mean number of passes within 4 standard errors."""
+    rng = np.random.default_rng(7)
+    alpha, gamma, law = 0.65, 4, {0: 0.3, 4: 0.7}
+    for length, room in [(9, None), (13, 13)]:
+        counts = []
+        for _ in range(20_000):
+            emitted = passes = 0
+            while emitted < length:
+                offered = gamma if rng.random() < law[4] else 0
+                g = offered if room is None else max(0, min(offered, room - emitted - 1))
+                n = 0
+                while n < g and rng.random() < alpha:
+                    n += 1
+                emitted += n + 1
+                passes += 1
+            counts.append(passes)
+        counts = np.array(counts, dtype=float)
+        expected, _ = expected_decode_cost(length, alpha, 0.1, 1.0, law, room)
+        assert abs(counts.mean() - expected) < 4 * counts.std() / np.sqrt(len(counts))
+        # negative control: the stream formula's pass count misses the simulation by far more
+        stream = length / (law[4] * expected_tokens_per_step(alpha, gamma) + law[0])
+        assert abs(counts.mean() - stream) > 10 * counts.std() / np.sqrt(len(counts))

@@ -11,7 +11,10 @@ draft, so a speedup never comes from one side getting a faster forward than the 
   `COMPILED_MAX_TOKENS` new tokens (decode and verify steps, a handful of fixed shapes); the
   prefill, whose length changes with every prompt, stays eager. On CUDA the compiled graphs
   are captured as CUDA graphs (`mode="reduce-overhead"`), which removes the per-kernel launch
-  cost that dominates small-batch decoding on a GPU.
+  cost that dominates small-batch decoding on a GPU. On a CPU inductor compiles with weight
+  freezing (weights become constants it prepacks for oneDNN), which is where the CPU gain is;
+  each compiled shape then holds its own prepacked copy of the weights, and compiling takes
+  minutes on a few cores, so it pays for long runs, not for a quick look.
 """
 
 from __future__ import annotations
@@ -51,8 +54,13 @@ class ForwardBackend:
             for knob in ("recompile_limit", "cache_size_limit"):  # the name changed across torch versions
                 if hasattr(dynamo, knob):
                     setattr(dynamo, knob, max(getattr(dynamo, knob), RECOMPILE_LIMIT))
-            mode = "reduce-overhead" if self.device.type == "cuda" else None
-            self._compiled = torch.compile(model.forward, dynamic=False, mode=mode)
+            if self.device.type == "cuda":
+                self._compiled = torch.compile(model.forward, dynamic=False, mode="reduce-overhead")
+            else:
+                # freezing folds the weights into the graph as constants, so inductor can hand them to
+                # oneDNN prepacked: on a 2-core AVX-512 CPU a 1-token SmolLM2-135M step fell from
+                # 42.7 ms (eager) to 31.6 ms; without it the compiled step was no faster than eager
+                self._compiled = torch.compile(model.forward, dynamic=False, options={"freezing": True})
         self.reuses_outputs = self._compiled is not None and self.device.type == "cuda"
 
     def reserve(self, needed: int) -> bool:

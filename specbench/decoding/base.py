@@ -67,6 +67,7 @@ class DecodeResult:
     trials: int = 0  # Bernoulli acceptance trials: Σ over steps of min(n_accepted + 1, γ')
     accept_lengths: list[int] = field(default_factory=list)  # n_accepted of every verification step
     draft_lengths: list[int] = field(default_factory=list)  # γ' drafted at every verification step (< γ near the budget's end or for short lookups)
+    proposal_lengths: list[int] = field(default_factory=list)  # what the proposer offered at every pass the budget did not shorten (0 = nothing)
     expected_accept: list[float] = field(default_factory=list)  # Σ min(p, q) of every verified position
     draft_s: float = 0.0  # decode time spent proposing
     verify_s: float = 0.0  # decode time spent in target passes and verification

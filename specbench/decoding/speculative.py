@@ -55,6 +55,8 @@ def decode_speculative(
             res.verify_s += clock.now() - ta
         else:
             proposal = proposer.propose(tokens, g, sampling, generator)
+            if g == gamma:  # the budget did not bind: this is the proposer's own length (the law theory needs)
+                res.proposal_lengths.append(proposal.tokens.shape[0])
             g = proposal.tokens.shape[0]
             tb = clock.now()
             cached = target.length

@@ -1,0 +1,32 @@
+"""The finite-output prediction of the decode speedup, from records as the runner writes them."""
+
+from __future__ import annotations
+
+import pytest
+
+from specbench.metrics import predicted_decode_speedup, proposal_law
+
+
+def record(n_tokens: int, stop: str, proposals: list[int] | None, target_calls: int, draft_lengths: list[int]):
+    spec = {"n_tokens": n_tokens, "stop_reason": stop, "target_calls": target_calls, "draft_lengths": draft_lengths}
+    if proposals is not None:
+        spec["proposal_lengths"] = proposals
+    return {"speculative": spec}
+
+
+def test_prediction_by_hand():
+    # α = 1, γ = 3: 9 decode tokens ending at an EOS take 3 passes (4 + 4 + 1 kept of 4)
+    recs = [record(10, "eos", [3, 3, 3], 3, [3, 3, 3])]
+    c, v = 0.1, 1.2
+    assert predicted_decode_speedup(recs, 1.0, 3, c, v) == pytest.approx(9 / (3 * (3 * c + v)))
+    # the same length at the budget: 4 + 4 then one pass of room 1 (no draft)
+    recs = [record(10, "length", [3, 3], 3, [3, 3])]
+    assert predicted_decode_speedup(recs, 1.0, 3, c, v) == pytest.approx(9 / (2 * (3 * c + v) + v))
+    assert predicted_decode_speedup(recs, float("nan"), 3, c, v) != predicted_decode_speedup(recs, float("nan"), 3, c, v)
+
+
+def test_proposal_law_from_records_and_the_fallback_for_older_ones():
+    assert proposal_law([record(9, "eos", [4, 0, 4, 2], 4, [4, 4, 2])], 4) == {0: 0.25, 2: 0.25, 4: 0.5}
+    # written before proposal_lengths existed: every pass counts, undrafted ones as 0
+    assert proposal_law([record(9, "eos", None, 4, [4, 4, 2])], 4) == {0: 0.25, 2: 0.25, 4: 0.5}
+    assert proposal_law([], 3) == {3: 1.0}
