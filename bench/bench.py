@@ -14,7 +14,7 @@ after a warm-up of each. Figures and their goals:
   (d) share of speculative decode time outside the draft and target passes            goal ≤ 5%
 Our engines run under --backend (eager, static or compiled: decoding/backend.py), baseline and
 speculative alike; HF runs its default (dynamic cache, eager), as users call it.
-Usage: python bench/bench.py [--target smollm2-135m] [--draft prompt-lookup] [--gamma 3]
+Usage: python bench/bench.py [--target smollm2-135m] [--draft distilled] [--gamma 2]
        [--task ding-de-en] [--limit 6] [--max-new-tokens 64] [--repeats 4] [--backend eager]
        [--out results/bench]
 """
@@ -76,8 +76,8 @@ def loop_overhead(session: Session, draft: str, gamma: int, prepared, max_new: i
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default="smollm2-135m")
-    ap.add_argument("--draft", default="prompt-lookup")
-    ap.add_argument("--gamma", type=int, default=3)
+    ap.add_argument("--draft", default="distilled")
+    ap.add_argument("--gamma", type=int, default=2)
     ap.add_argument("--task", default="ding-de-en")
     ap.add_argument("--limit", type=int, default=6)
     ap.add_argument("--max-new-tokens", type=int, default=64)
@@ -102,9 +102,11 @@ def main(argv: list[str] | None = None) -> dict:
     max_new = args.max_new_tokens
     tok = session.target.tokenizer
 
-    # warm-up of every engine on the first prompt
+    # warm-up of every engine on the first prompt (under --backend compiled: every step shape compiles here)
     first = prepared[0].prompt_ids
+    t_warm = time.perf_counter()
     engines.warm_up(first, max(len(p.prompt_ids) for p in prepared) + max_new)
+    warm_up_s = time.perf_counter() - t_warm
     hf_generate(session, first, 8, args.gamma, None)
     hf_generate(session, first, 8, args.gamma, args.draft)
 
@@ -147,7 +149,7 @@ def main(argv: list[str] | None = None) -> dict:
     ]
     print(f"\n{args.target} + {args.draft}, γ={args.gamma}, task {args.task}, {len(prepared)} prompts × {args.repeats} repeats, "
           f"max_new_tokens {max_new}, greedy, {session.target.device}, backend {args.backend}, "
-          f"torch threads {torch.get_num_threads()}")
+          f"torch threads {torch.get_num_threads()}; our warm-up {warm_up_s:.0f} s (untimed)")
     print(f"tokens/s: ours baseline {tps['ours_base']:.1f} | HF generate {tps['hf_base']:.1f} | "
           f"ours speculative {tps['ours_spec']:.1f} | HF {args.draft} {tps['hf_spec']:.1f}")
     print(f"α {summary['alpha']:.3f}, c {summary['c']:.4f}, verify cost {summary['verify_cost']:.3f}, "
@@ -164,7 +166,7 @@ def main(argv: list[str] | None = None) -> dict:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"bench-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    atomic_write_json(path, json_safe({"args": vars(args), "tokens_per_s": tps, "mismatches": mismatches,
+    atomic_write_json(path, json_safe({"args": vars(args), "tokens_per_s": tps, "mismatches": mismatches, "warm_up_s": warm_up_s,
                                        "figures": [{"name": n, "value": v, "goal": g} for n, v, g in figures],
                                        "summary": summary, **environment_info()}))
     print(f"written {path}")

@@ -147,9 +147,9 @@ class Engines:
         `capacity` (longest prompt + max_new_tokens of the run) sizes static caches once; under
         the compiled backend every step shape is compiled here, before any timing.
         """
-        for lm in self.model_caches():
+        for i, lm in enumerate(self.model_caches()):  # the target first, then a model draft
             lm.backend.reserve(capacity)
-            lm.prime(self.config.gamma + 1)
+            lm.prime(self.config.gamma + 1, all_logits=i == 0)
         self.baseline(prompt_ids, 0, WARMUP_TOKENS)
         self.speculative(prompt_ids, 0, WARMUP_TOKENS)
 

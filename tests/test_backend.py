@@ -91,6 +91,27 @@ def test_compiled_backend_greedy_identity(models):
     assert speculative(target, PromptLookupDraft(VOCAB, torch.device("cpu")), prompt, 2, backend, max_new=12) == ref
 
 
+@needs_cxx
+def test_primed_shapes_leave_no_compilation_inside_a_decode(models):
+    """After prime() (the target: all logits, a model draft: the last only, 1..γ+1 tokens), a
+    speculative decode and a baseline run without compiling anything new: no timed step pays
+    for a compilation."""
+    target, draft_model = models
+    prompt, gamma = PROMPTS[0], 2
+    ref = baseline(target, prompt, max_new=12)
+    torch._dynamo.reset()
+    backend = ForwardBackend(target, "compiled")
+    draft = ModelDraft(draft_model, "d", backend="compiled")
+    for lm, all_logits in ((CachedModel(target, backend=backend), True), (draft.lm, False)):
+        lm.backend.reserve(len(prompt) + 12)  # as Engines.warm_up does: one cache size, so one set of graphs
+        lm.prime(gamma + 1, all_logits=all_logits)
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    assert graphs == 2 * (gamma + 1)  # one graph per shape: 1-token steps share theirs
+    assert speculative(target, draft, prompt, gamma, backend, max_new=12) == ref
+    assert baseline(target, prompt, backend, max_new=12) == ref
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
+
+
 def test_cli_rejects_an_unknown_backend():
     res = CliRunner().invoke(app, ["run", "--backend", "turbo"])
     assert res.exit_code == 1

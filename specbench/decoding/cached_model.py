@@ -58,9 +58,10 @@ class CachedModel:
                              use_cache=True, **{self._cache_kw: self._cache})
         else:
             extra = {}
-            if self._can_trim_logits and not all_logits:
-                # skip the vocabulary projection for every position but the last:
-                # on a 49k vocabulary that projection is a large share of a prefill
+            if self._can_trim_logits and not all_logits and ids.shape[1] > 1:
+                # skip the vocabulary projection for every position but the last: on a 49k
+                # vocabulary that projection is a large share of a prefill. (A 1-token forward
+                # omits it, so that last-only and all-logits single steps share one compiled graph.)
                 extra["logits_to_keep"] = 1
             self.backend.check_room(self.length, ids.shape[1])
             out = self.backend(ids.shape[1], input_ids=ids, use_cache=True, **{self._cache_kw: self._cache}, **extra)
@@ -72,17 +73,24 @@ class CachedModel:
             self.forward_times.append(self.timer.now() - t0)
         return logits if all_logits else logits[-1]
 
-    def prime(self, max_tokens: int) -> None:
-        """Compiled backend: compile every step shape now (1..max_tokens new tokens, last or all logits),
-        so that no compilation lands inside a timed decode; longer forwards then run eagerly.
+    def prime(self, max_tokens: int, all_logits: bool) -> None:
+        """Compiled backend: compile the step shapes of 1..max_tokens new tokens now, so that no
+        compilation lands inside a timed decode; longer forwards then run eagerly. A target needs
+        all logits (verification; its 1-token steps share that graph), a draft the last one only
+        (it feeds 1..γ+1 new tokens and drafts from the newest), so each compiles γ+1 graphs.
         A no-op for the other backends (which are the only ones an encoder-decoder model gets)."""
         if self.backend.kind != "compiled":
             return
-        self.start()
+        self.start(capacity=max_tokens)  # the cache reserved for the run, if any (reserve() first)
+        with torch.inference_mode():
+            # a fresh StaticCache allocates its tensors at its first write; make that write eagerly,
+            # or the first graph would be compiled for the uninitialised cache and never run again
+            self.model(input_ids=torch.zeros(1, 1, dtype=torch.long, device=self.device), use_cache=True,
+                       **{self._cache_kw: self._cache})
+            self._cache.reset()
         for k in range(1, max_tokens + 1):
-            for all_logits in (False, True):
-                self.forward(torch.zeros(k, dtype=torch.long, device=self.device), all_logits)
-                self.truncate(0)
+            self.forward(torch.zeros(k, dtype=torch.long, device=self.device), all_logits)
+            self.truncate(0)
         self.backend.compile_up_to = max_tokens
 
     def truncate(self, length: int) -> None:
