@@ -558,13 +558,18 @@ def build_blocks(data: ReportData, figures: list[RenderedFigure], title: str) ->
                      "verify = cost of one target pass over γ+1 tokens in single-token passes; speedup = speculative "
                      "tokens/s over baseline tokens/s, prefill included (at T = 0, baseline walltime over speculative "
                      "walltime). Predictions use each run's measured α, c "
-                     "(Theorem 3.8) and also its measured verify cost (extended)."),
+                     "(Theorem 3.8) and also its measured verify cost (extended). Decode: the speedup of the decode "
+                     "phase alone, beside the cost model's prediction for outputs of the lengths measured "
+                     "(predicted_decode_speedup: drafts accepted past an EOS are lost, the budget shortens the last "
+                     "drafts) — the like-for-like check of theory against measurement."),
                ("table", Table(["run", "task", "draft", "T", "γ", "n", "α", "α exp.", "c", "verify", "tok/call",
-                                "speedup", "Thm 3.8", "extended", "identical share", "complete"],
+                                "speedup", "Thm 3.8", "extended", "decode", "predicted decode", "identical share",
+                                "complete"],
                                [[r["run_id"], r["task"], r["draft"], f"{r['temperature']:g}", r["gamma"], r["n_examples"],
                                  _num(r["alpha"]), _num(r["alpha_expected"]), _num(r["c"]), _num(r["verify_cost"]),
                                  _num(r["tokens_per_target_call"]), _num(r["speedup"]), _num(r["predicted_speedup"]),
-                                 _num(r["predicted_speedup_extended"]), _num(r.get("identical_rate")), r.get("complete")]
+                                 _num(r["predicted_speedup_extended"]), _num(r.get("decode_speedup")),
+                                 _num(r.get("predicted_decode_speedup")), _num(r.get("identical_rate")), r.get("complete")]
                                 for _, r in runs.iterrows()]))]
     best = best_gamma_rows(runs)
     blocks += [("h2", "Recommended γ"),
