@@ -5,6 +5,7 @@ A run directory `results/<run-id>/` holds:
   examples.jsonl  one `ExampleRecord` per line, appended as each example finishes (a kill loses
                   nothing already measured; a rerun skips the ids already there)
   summary.json    derived metrics (specbench.metrics), rewritten atomically after every example
+  .lock           held (flock) by the process measuring into the directory, so a second one fails fast
 The schema is versioned; each field carries its meaning as a comment here and in the README.
 """
 
@@ -16,6 +17,7 @@ import platform
 import subprocess
 import sys
 import warnings
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -89,6 +91,39 @@ def append_record(path: Path, record: ExampleRecord) -> None:
         fh.write(json.dumps(asdict(record)) + "\n")
         fh.flush()
         os.fsync(fh.fileno())
+
+
+@contextmanager
+def run_lock(root: Path):
+    """Hold an exclusive lock on a run directory while measuring into it.
+
+    Two processes appending to one examples.jsonl (the same command started twice, or two
+    sweeps over one grid) would measure examples twice and interleave their lines; the second
+    one fails fast instead. flock locks die with their process, so a killed run leaves no stale
+    lock behind. (On a system without fcntl the lock is skipped.)
+    """
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        yield
+        return
+    path = root / ".lock"
+    with path.open("a+") as fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            raise SpecbenchError(f"{root} is being measured by {holder}; wait for it to finish, or give this run "
+                                 f"another --run-id (a sweep: another --sweep-id)") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"specbench process {os.getpid()} on {platform.node()}")
+        fh.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
 def read_records(path: Path) -> list[dict]:

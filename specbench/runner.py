@@ -28,7 +28,8 @@ from specbench.errors import SpecbenchError
 from specbench.metrics import first_divergence, json_safe, summarize
 from specbench.models import LoadedModel, load_model, make_proposer
 from specbench.results import (SCHEMA_VERSION, EngineRecord, ExampleRecord, RunFiles, append_record,
-                               atomic_write_json, environment_info, prepare_run_dir, read_records, repair_jsonl)
+                               atomic_write_json, environment_info, prepare_run_dir, read_records, repair_jsonl,
+                               run_lock)
 from specbench.tasks import Example, TaskSpec, examples_hash, load_task, render_for_model, select_examples
 
 WARMUP_TOKENS = 8
@@ -225,6 +226,11 @@ def measure(
     `baseline_store` (example id → baseline EngineRecord dict) lets a sweep measure each
     baseline once per task and temperature and share it across cells.
     """
+    with run_lock(plan.files.root):
+        return _measure_locked(plan, on_start, on_example, baseline_store)
+
+
+def _measure_locked(plan: RunPlan, on_start, on_example, baseline_store: dict | None) -> RunOutcome:
     config, files, target = plan.config, plan.files, plan.session.target
     repair_jsonl(files.examples)
     records = read_records(files.examples)

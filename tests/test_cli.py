@@ -86,6 +86,27 @@ def test_resume_after_a_truncated_line(models_dir, task_file, tmp_path):
     assert sorted(r["example_id"] for r in rows) == sorted({r["example_id"] for r in rows}) and len(rows) == 3
 
 
+def test_a_run_folder_in_use_refuses_a_second_process(models_dir, task_file, tmp_path):
+    """The same command started twice must not append to one examples.jsonl twice: the second one
+    stops with one line naming the folder and the ways out, and the first one's records are intact."""
+    from specbench.results import run_lock
+
+    first = invoke(*run_args(models_dir, task_file, tmp_path, "--run-id", "busy"))
+    assert first.exit_code == 0, first.output
+    run_dir = tmp_path / "res" / "busy"
+    before = (run_dir / "examples.jsonl").read_text()
+    with run_lock(run_dir):  # another process measuring into it (flock conflicts across open files)
+        res = CliRunner().invoke(app, list(run_args(models_dir, task_file, tmp_path, "--run-id", "busy")))
+    assert res.exit_code == 1
+    assert "is being measured by specbench process" in res.output and "--run-id" in res.output
+    assert "Traceback" not in res.output
+    assert (run_dir / "examples.jsonl").read_text() == before
+    # once released, the same command runs again (and resumes: nothing is measured twice)
+    again = invoke(*run_args(models_dir, task_file, tmp_path, "--run-id", "busy", "--json"))
+    assert again.exit_code == 0 and json.loads(again.stdout)["n_examples"] == 3
+    assert (run_dir / "examples.jsonl").read_text() == before
+
+
 def test_sampling_run_with_prompt_lookup(models_dir, task_file, tmp_path):
     result = invoke("run", "--target", models_dir["target"], "--draft", "prompt-lookup", "--task", task_file,
                     "--limit", "2", "--max-new-tokens", "8", "--temperature", "0.7", "--top-k", "20", "--top-p", "0.9",
