@@ -32,6 +32,7 @@ import math
 from statistics import mean
 
 NAN = float("nan")
+BASELINE_DRIFT_TOLERANCE = 0.10  # a sweep's re-timed shared baseline more than 10 % off the stored one flags the run
 
 
 def ratio(num: float, den: float) -> float:

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from specbench.errors import SpecbenchError
-from specbench.metrics import json_safe, summarize
+from specbench.metrics import BASELINE_DRIFT_TOLERANCE, json_safe, summarize
 
 # Identity fields a usable summary must hold (non-null), and metric fields it must have (null = not measurable).
 REQUIRED = ("run_id", "target", "draft", "task", "gamma", "temperature", "top_k", "top_p", "n_examples")
@@ -130,13 +130,20 @@ def timing_note(row: dict) -> str | None:
     about γ+1 of them. Outside [0.5, γ+1] the baseline was most likely timed under another
     load than the speculative run (a sweep measures each baseline once, in the first cell of
     its task and temperature), so that run's speedup is not trustworthy.
+    Sweeps also re-time one shared baseline before each cell (runner.probe_shared_baseline):
+    a `baseline_drift` (fresh ÷ stored seconds) beyond ±BASELINE_DRIFT_TOLERANCE flags the run as well.
     """
     cost, gamma = _num(row.get("verify_cost")), int(row["gamma"])
-    if math.isnan(cost) or 0.5 <= cost <= gamma + 1:
-        return None
-    return (f"{row['run_id']}: verify cost {cost:.2f} single-token passes for γ+1 = {gamma + 1} tokens is implausible; "
-            f"the baseline and speculative timings were probably taken under different machine load, so its speedup "
-            f"is unreliable (rerun on a quiet machine)")
+    if not math.isnan(cost) and not 0.5 <= cost <= gamma + 1:
+        return (f"{row['run_id']}: verify cost {cost:.2f} single-token passes for γ+1 = {gamma + 1} tokens is "
+                f"implausible; the baseline and speculative timings were probably taken under different machine "
+                f"load, so its speedup is unreliable (rerun on a quiet machine)")
+    drift = _num(row.get("baseline_drift"))
+    if not math.isnan(drift) and abs(drift - 1.0) > BASELINE_DRIFT_TOLERANCE:
+        return (f"{row['run_id']}: its shared baseline, re-timed before the run, took {drift:.2f}× the stored time; "
+                f"the machine's speed changed between the baseline and this run, so its speedup is off by about "
+                f"that factor (rerun the sweep on a quiet machine)")
+    return None
 
 
 def collect(paths: list[Path]) -> ReportData:

@@ -85,12 +85,16 @@ def prepare_run_dir(path: Path) -> Path:
     return path
 
 
-def append_record(path: Path, record: ExampleRecord) -> None:
-    """Append one JSON line and flush it to disk."""
+def append_jsonl(path: Path, row: dict) -> None:
+    """Append one JSON line and flush it to disk (a kill leaves at most a partial last line)."""
     with path.open("a") as fh:
-        fh.write(json.dumps(asdict(record)) + "\n")
+        fh.write(json.dumps(row) + "\n")
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def append_record(path: Path, record: ExampleRecord) -> None:
+    append_jsonl(path, asdict(record))
 
 
 @contextmanager

@@ -10,6 +10,7 @@ seeded from (seed, example id)).
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import time
 from dataclasses import asdict, dataclass
@@ -27,7 +28,7 @@ from specbench.decoding.speculative import decode_speculative
 from specbench.errors import SpecbenchError
 from specbench.metrics import first_divergence, json_safe, summarize
 from specbench.models import LoadedModel, load_model, make_proposer
-from specbench.results import (SCHEMA_VERSION, EngineRecord, ExampleRecord, RunFiles, append_record,
+from specbench.results import (SCHEMA_VERSION, EngineRecord, ExampleRecord, RunFiles, append_jsonl, append_record,
                                atomic_write_json, environment_info, prepare_run_dir, read_records, repair_jsonl,
                                run_lock)
 from specbench.tasks import Example, TaskSpec, examples_hash, load_task, render_for_model, select_examples
@@ -240,6 +241,8 @@ def _measure_locked(plan: RunPlan, on_start, on_example, baseline_store: dict | 
     engines = Engines(plan.session, config, plan.proposer)
     if todo:
         engines.warm_up(todo[0].prompt_ids, max(len(p.prompt_ids) for p in plan.prepared) + plan.max_new_tokens)
+        if baseline_store is not None:
+            probe_shared_baseline(engines, todo[0], config.seed, plan.max_new_tokens, baseline_store, files)
     for item in todo:
         seed = example_seed(config.seed, item.example.id)
         base = None if baseline_store is None else baseline_store.get(item.example.id)
@@ -257,6 +260,34 @@ def _measure_locked(plan: RunPlan, on_start, on_example, baseline_store: dict | 
         on_example(records[-1])
     summary = write_summary(files, config, plan.spec, records, plan.manifest)
     return RunOutcome(files, summary, len(todo))
+
+
+def probe_shared_baseline(engines: Engines, item: Prepared, seed: int, max_new_tokens: int, store: dict,
+                          files: RunFiles) -> None:
+    """Re-time one shared baseline before a sweep cell measures against the stored ones.
+
+    A sweep times each baseline once and compares every later cell with it; if the machine has
+    slowed down or sped up since, those speedups are off by the same factor. So each cell first
+    decodes one stored example again (untimed by the run, same seed) and appends fresh ÷ stored
+    seconds to baseline_probes.jsonl; the summary reports the worst ratio as `baseline_drift`
+    and the report flags runs beyond ±metrics.BASELINE_DRIFT_TOLERANCE.
+    """
+    stored = store.get(item.example.id)
+    if stored is None:  # nothing stored yet: this cell times the baselines itself
+        return
+    fresh = engines.baseline(item.prompt_ids, example_seed(seed, item.example.id), max_new_tokens)
+    stored_s = stored["prefill_s"] + stored["decode_s"]
+    fresh_s = fresh.prefill_s + fresh.decode_s
+    row = {"example_id": item.example.id, "stored_s": stored_s, "fresh_s": fresh_s,
+           "ratio": fresh_s / stored_s if stored_s > 0 else None,
+           "same_tokens": fresh.token_ids == stored["token_ids"]}
+    append_jsonl(files.root / "baseline_probes.jsonl", row)
+
+
+def baseline_drift(files: RunFiles) -> float | None:
+    """The probe ratio (fresh ÷ stored baseline seconds) farthest from 1 in log terms; None without probes."""
+    ratios = [r["ratio"] for r in read_records(files.root / "baseline_probes.jsonl") if r.get("ratio")]
+    return max(ratios, key=lambda x: abs(math.log(x))) if ratios else None
 
 
 def execute_run(
@@ -304,6 +335,7 @@ def write_summary(files: RunFiles, config: RunConfig, spec: TaskSpec, records: l
         "max_new_tokens": manifest["max_new_tokens"],
         "complete": len(records) == manifest["task"]["n_examples"],
         **summarize(records, config.gamma, config.sampling.greedy),
+        "baseline_drift": baseline_drift(files),
     }
     summary["quality"] = quality(spec, records, config.sampling)
     summary = json_safe(summary)

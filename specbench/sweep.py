@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -29,7 +28,8 @@ from typing import Callable
 
 from specbench.config import RunConfig, SamplingConfig
 from specbench.errors import SpecbenchError
-from specbench.results import (SCHEMA_VERSION, atomic_write_json, prepare_run_dir, read_records, repair_jsonl)
+from specbench.results import (SCHEMA_VERSION, append_jsonl, atomic_write_json, prepare_run_dir, read_records,
+                               repair_jsonl)
 
 SWEEP_FILE = "sweep.json"
 BASELINE_DIR = "baselines"
@@ -206,10 +206,7 @@ class BaselineStore(dict):
     def __setitem__(self, example_id: str, record: dict) -> None:
         if example_id in self:
             return  # never replace a baseline that earlier cells were compared against
-        with self.path.open("a") as fh:
-            fh.write(json.dumps({"example_id": example_id, "baseline": record}) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+        append_jsonl(self.path, {"example_id": example_id, "baseline": record})
         super().__setitem__(example_id, record)
 
 

@@ -62,16 +62,24 @@ def task_file(tmp_path) -> str:
 
 @pytest.fixture
 def baseline_calls(monkeypatch) -> list:
-    """Count measured baseline decodes (warm-up ones excluded)."""
-    calls = []
-    real = runner.decode_autoregressive
+    """Count measured baseline decodes (warm-up ones and the per-cell drift probe excluded)."""
+    calls, probing = [], []
+    real, real_probe = runner.decode_autoregressive, runner.probe_shared_baseline
 
     def counting(*args, **kwargs):
-        if kwargs["max_new_tokens"] == MAX_NEW:
+        if kwargs["max_new_tokens"] == MAX_NEW and not probing:
             calls.append(1)
         return real(*args, **kwargs)
 
+    def probe(*args, **kwargs):
+        probing.append(1)
+        try:
+            return real_probe(*args, **kwargs)
+        finally:
+            probing.pop()
+
     monkeypatch.setattr(runner, "decode_autoregressive", counting)
+    monkeypatch.setattr(runner, "probe_shared_baseline", probe)
     return calls
 
 
@@ -163,6 +171,30 @@ def test_sweep_shares_one_baseline_per_task_and_temperature(tmp_path, task_file,
             assert r["baseline"] == by_id[r["example_id"]]  # the same measurement, timings included
     for r in cell_records(root, "prompts-tiny-draft-g3-t0"):
         assert r["identical"]  # greedy: speculative output equals the shared baseline
+
+
+def test_each_later_cell_re_times_one_shared_baseline(tmp_path, task_file):
+    """The drift probe: every cell after the one that timed the baselines decodes one stored example
+    again and records fresh ÷ stored seconds; the summary carries the worst ratio."""
+    out = run_sweep(make_grid(task_file), tmp_path, session=FakeSession())
+    first, *later = [c.cell_id for c in out.cells]
+    assert not (out.root / first / "baseline_probes.jsonl").exists()
+    assert json.loads((out.root / first / "summary.json").read_text())["baseline_drift"] is None
+    for cid in later:
+        probes = read_records(out.root / cid / "baseline_probes.jsonl")
+        assert len(probes) == 1 and probes[0]["same_tokens"] and probes[0]["ratio"] > 0
+        summary = json.loads((out.root / cid / "summary.json").read_text())
+        assert summary["baseline_drift"] == pytest.approx(probes[0]["ratio"])
+
+
+def test_baseline_drift_beyond_tolerance_is_flagged():
+    from specbench.report import timing_note
+
+    row = {"run_id": "r", "gamma": 3, "verify_cost": 1.3}
+    assert timing_note({**row, "baseline_drift": 1.05}) is None
+    assert timing_note({**row, "baseline_drift": None}) is None
+    for drift in (1.25, 0.8):
+        assert f"{drift:.2f}× the stored time" in timing_note({**row, "baseline_drift": drift})
 
 
 @pytest.mark.parametrize("kill_after", [2, 5])
