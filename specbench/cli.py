@@ -49,6 +49,9 @@ Device = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or mps.")
 Dtype = Annotated[str, typer.Option("--dtype", help="float32, bfloat16 or float16.")]
 Backend = Annotated[str, typer.Option("--backend", help="How every model's forward runs: eager (dynamic KV cache), "
                                       "static (preallocated KV cache) or compiled (static + torch.compile; CUDA graphs on a GPU).")]
+DraftConfidence = Annotated[float, typer.Option(
+    "--draft-confidence", help="A model draft stops a proposal early once its probability of the token it just "
+    "drafted is below this (γ stays the most; 0 = always γ). Exact either way; as HF's assistant_confidence_threshold.")]
 ResultsDir = Annotated[Path, typer.Option("--results-dir", help="Where run folders are written.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print the summary as JSON (for machines).")]
 TrustRemote = Annotated[bool, typer.Option("--trust-remote-code", help="Allow model repos to run their own code.")]
@@ -130,6 +133,7 @@ def run(
     device: Device = "auto",
     dtype: Dtype = "float32",
     backend: Backend = "eager",
+    draft_confidence: DraftConfidence = 0.0,
     engine: Annotated[str, typer.Option("--engine", help="specbench (ours) or hf-assisted (HF assisted generation).")] = "specbench",
     results_dir: ResultsDir = Path("results"),
     run_id: Annotated[Optional[str], typer.Option("--run-id", help="Run folder name (default: derived from the config; a rerun resumes it).")] = None,
@@ -145,7 +149,7 @@ def run(
     config = RunConfig(target=target, draft=draft, task=task, gamma=gamma,
                        sampling=SamplingConfig(temperature, top_k, top_p), limit=limit, seed=seed,
                        max_new_tokens=max_new_tokens, device=device, dtype=dtype, engine=engine, backend=backend,
-                       trust_remote_code=trust_remote_code).validate()
+                       draft_confidence=draft_confidence, trust_remote_code=trust_remote_code).validate()
     quiet_transformers()
     with console.status("loading task and models"):
         plan = prepare_run(config, results_dir, run_id=run_id)
@@ -183,6 +187,7 @@ def sweep(
     device: Device = "auto",
     dtype: Dtype = "float32",
     backend: Backend = "eager",
+    draft_confidence: DraftConfidence = 0.0,
     results_dir: ResultsDir = Path("results"),
     sweep_id: Annotated[Optional[str], typer.Option("--sweep-id", help="Sweep folder name (default: derived from the grid; a rerun resumes it).")] = None,
     as_json: AsJson = False,
@@ -196,7 +201,8 @@ def sweep(
 
     grid = SweepGrid.from_specs(target=target, draft=draft, gamma=gamma, temperature=temperature, task=task,
                                 top_k=top_k, top_p=top_p, limit=limit, seed=seed, max_new_tokens=max_new_tokens,
-                                device=device, dtype=dtype, trust_remote_code=trust_remote_code, backend=backend)
+                                device=device, dtype=dtype, trust_remote_code=trust_remote_code, backend=backend,
+                                draft_confidence=draft_confidence)
     quiet_transformers()
     with progress_bar() as bar:
         job = bar.add_task("cells × examples", total=None, info="reading tasks")

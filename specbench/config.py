@@ -17,6 +17,13 @@ ENGINES = ("specbench", "hf-assisted")
 BACKENDS = ("eager", "static", "compiled")  # see decoding/backend.py
 
 
+LATER_DEFAULTS = {"draft_confidence": 0.0}  # fields added after results existed → their defaults
+
+
+def omit_later_defaults(fields: dict) -> dict:
+    return {k: v for k, v in fields.items() if not (k in LATER_DEFAULTS and v == LATER_DEFAULTS[k])}
+
+
 def check_backend(name: str) -> None:
     if name not in BACKENDS:
         raise SpecbenchError(f"--backend must be one of {', '.join(BACKENDS)} (got {name!r})")
@@ -61,6 +68,7 @@ class RunConfig:
     engine: str = "specbench"  # our loop, or HF assisted generation for comparison
     trust_remote_code: bool = False
     backend: str = "eager"  # how every model's forward runs: eager, static (KV cache) or compiled (decoding/backend.py)
+    draft_confidence: float = 0.0  # > 0: a model draft stops a proposal early below this confidence (γ is the most)
 
     def validate(self) -> "RunConfig":
         self.sampling.validate()
@@ -77,10 +85,16 @@ class RunConfig:
         if self.engine not in ENGINES:
             raise SpecbenchError(f"--engine must be one of {', '.join(ENGINES)} (got {self.engine!r})")
         check_backend(self.backend)
+        if not 0.0 <= self.draft_confidence < 1.0:
+            raise SpecbenchError(f"--draft-confidence must be in [0, 1) (got {self.draft_confidence}); "
+                                 f"0 turns early stopping off")
         return self
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The fields as a dict, leaving out those added later while they keep their defaults: run
+        ids hash this and resumption compares it, so configurations that existed before such a
+        field keep their ids and folders (from_dict restores the default)."""
+        return omit_later_defaults(dataclasses.asdict(self))
 
     @staticmethod
     def from_dict(d: dict) -> "RunConfig":

@@ -131,11 +131,12 @@ class Engines:
             if not hasattr(proposer, "lm"):
                 raise SpecbenchError("--engine hf-assisted needs a model draft (HF's assistant_model); pick a model for --draft")
             return decode_hf(t.model, prompt_ids, max_new_tokens=max_new_tokens, sampling=cfg.sampling, seed=seed,
-                             eos_ids=t.eos_ids, assistant=proposer.lm.model, gamma=cfg.gamma)
+                             eos_ids=t.eos_ids, assistant=proposer.lm.model, gamma=cfg.gamma,
+                             min_confidence=cfg.draft_confidence)
         return decode_speculative(
             CachedModel(t.model, backend=self.session.target_backend), proposer, prompt_ids, gamma=cfg.gamma, max_new_tokens=max_new_tokens,
             sampling=cfg.sampling, generator=make_generator(t.device, seed), eos_ids=t.eos_ids,
-            decoder_start_id=t.decoder_start_id)
+            decoder_start_id=t.decoder_start_id, min_confidence=cfg.draft_confidence)
 
     def model_caches(self) -> list[CachedModel]:
         """The target's and (if any) the draft model's cache wrappers, each with its backend."""

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from specbench.config import RunConfig, SamplingConfig
+from specbench.config import RunConfig, SamplingConfig, omit_later_defaults
 from specbench.errors import SpecbenchError
 from specbench.results import (SCHEMA_VERSION, append_jsonl, atomic_write_json, prepare_run_dir, read_records,
                                repair_jsonl)
@@ -107,6 +107,7 @@ class SweepGrid:
     engine: str = "specbench"
     trust_remote_code: bool = False
     backend: str = "eager"
+    draft_confidence: float = 0.0  # shared by every cell: a model draft's early-stop confidence (0 = off)
 
     @staticmethod
     def from_specs(*, target: str, draft: str, gamma: str, temperature: str, task: str, **shared) -> "SweepGrid":
@@ -128,13 +129,14 @@ class SweepGrid:
         return self
 
     def to_dict(self) -> dict:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        return omit_later_defaults({k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()})
 
     def base_config(self) -> RunConfig:
         return RunConfig(target=self.target, draft=self.drafts[0], task=self.tasks[0], gamma=self.gammas[0],
                          sampling=SamplingConfig(self.temperatures[0], self.top_k, self.top_p), limit=self.limit,
                          seed=self.seed, max_new_tokens=self.max_new_tokens, device=self.device, dtype=self.dtype,
-                         engine=self.engine, trust_remote_code=self.trust_remote_code, backend=self.backend)
+                         engine=self.engine, trust_remote_code=self.trust_remote_code, backend=self.backend,
+                         draft_confidence=self.draft_confidence)
 
     def configs(self) -> list[RunConfig]:
         """Every cell, ordered task → temperature → draft → γ, so cells sharing a baseline run together."""

@@ -117,6 +117,8 @@ def test_sampling_run_with_prompt_lookup(models_dir, task_file, tmp_path):
 
 BAD = [
     (["--gamma", "0"], "--gamma must be >= 1"),
+    (["--draft-confidence", "1"], "--draft-confidence must be in [0, 1)"),
+    (["--draft-confidence", "-0.1"], "--draft-confidence must be in [0, 1)"),
     (["--temperature", "-0.5"], "--temperature must be >= 0"),
     (["--top-p", "0"], "--top-p must be in (0, 1]"),
     (["--top-p", "1.5"], "--top-p must be in (0, 1]"),
@@ -227,3 +229,17 @@ def test_a_failed_run_leaves_no_folder(models_dir, task_file, tmp_path):
     bad_run("--target", models_dir["target"], "--draft", models_dir["wide"], "--task", task_file,
             "--results-dir", str(tmp_path / "r"))
     assert not any((tmp_path / "r").iterdir())
+
+
+def test_fields_added_later_leave_existing_run_ids_alone():
+    """draft_confidence came after results existed: at its default it is not part of the config's
+    identity, so the run ids (and resumption) of every earlier configuration are unchanged."""
+    from specbench.config import RunConfig
+    from specbench.runner import run_id_for
+
+    plain = RunConfig(target="t", draft="d", task="x")
+    assert "draft_confidence" not in plain.to_dict()
+    assert RunConfig.from_dict(plain.to_dict()) == plain
+    stopping = RunConfig(target="t", draft="d", task="x", draft_confidence=0.4)
+    assert stopping.to_dict()["draft_confidence"] == 0.4 and RunConfig.from_dict(stopping.to_dict()) == stopping
+    assert run_id_for(plain) != run_id_for(stopping)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import VOCAB, tiny_gpt2, tiny_llama, tiny_t5
+from conftest import VOCAB, sharpen, tiny_gpt2, tiny_llama, tiny_t5
 from specbench.config import SamplingConfig
 from specbench.decoding.autoregressive import clip_at_stop, decode_autoregressive
 from specbench.decoding.cached_model import CachedModel
@@ -113,6 +113,18 @@ def test_proposal_lengths_record_what_the_proposer_offered_where_the_budget_did_
     # prompt lookup offers fewer or none where no n-gram matches: the law theory must be fed
     assert 0 in lookup.proposal_lengths and 4 in lookup.proposal_lengths
     assert len(lookup.proposal_lengths) <= lookup.target_calls
+
+
+@pytest.mark.parametrize("min_confidence", [0.05, 0.5, 0.99])
+def test_early_stopping_drafts_keep_greedy_identity(min_confidence):
+    target = tiny_llama(0)
+    ref = baseline(target).token_ids
+    for draft in (ModelDraft(sharpen(tiny_llama(1), 3.0), "d"), ModelDraft(target, "same")):
+        result = speculative(target, draft, 5, min_confidence=min_confidence)
+        assert result.token_ids == ref
+        assert result.draft_calls == result.drafted  # a stopped proposal spends only the forwards it made
+    stopped = speculative(target, ModelDraft(sharpen(tiny_llama(1), 3.0), "d"), 5, min_confidence=0.99)
+    assert min(stopped.proposal_lengths) < 5  # at 0.99 the early stop really happens
 
 
 def test_stops_at_eos_like_the_baseline():

@@ -11,6 +11,8 @@ Three kinds of evidence:
    tested against the target's processed law by a G-test at level 1e-3
    (specbench.equality.gof_check, cells expected < 5 times pooled). Asserted power of the e1
    test ≥ 0.99 against any law at total variation ≥ 0.05 (N = 20,000) or ≥ 0.1 (N = 3,000).
+   The same holds for a model draft that stops early below a confidence of 0.3 (N = 3,000; both
+   proposal lengths occur > 10 % of the time each).
    The negative control (bigram sampling, uniform q reported; N = 3,000) must fail at p < 1e-6.
 All draws use fixed seeds, so the outcome is deterministic.
 """
@@ -258,13 +260,16 @@ class TargetLaws:
         return {(a, b): float(joint[a, b]) for a in range(V) for b in range(V) if joint[a, b] > 0}
 
 
-def one_step_draws(proposer, laws: TargetLaws, tokens: list[int], n: int, seed: int, gamma: int = 2) -> Counter:
+def one_step_draws(proposer, laws: TargetLaws, tokens: list[int], n: int, seed: int, gamma: int = 2,
+                   min_confidence: float = 0.0, lengths: Counter | None = None) -> Counter:
     """N independent speculative steps from `tokens` through the real propose + verify_sampling → Counter of (e1, e2)."""
     gen = torch.Generator().manual_seed(seed)
     proposer.begin(tokens[:-1], 16)
     counts = Counter()
     for _ in range(n):
-        prop = proposer.propose(tokens, gamma, SAMPLING, gen)
+        prop = proposer.propose(tokens, gamma, SAMPLING, gen, min_confidence)
+        if lengths is not None:
+            lengths[prop.tokens.shape[0]] += 1
         drafted = prop.tokens.tolist()
         verdict = verify_sampling(prop.tokens, prop.q_probs, laws.rows(drafted), gen)
         emitted = drafted[:verdict.n_accepted] + [verdict.next_token]
@@ -304,16 +309,22 @@ class MisreportedQ:
     def begin(self, prompt_ids, max_new_tokens=0):
         self.inner.begin(prompt_ids, max_new_tokens)
 
-    def propose(self, tokens, gamma, sampling, generator):
+    def propose(self, tokens, gamma, sampling, generator, min_confidence=0.0):
         prop = self.inner.propose(tokens, gamma, sampling, generator)
         return Proposal(prop.tokens, torch.full_like(prop.q_probs, 1.0 / V), 0)
 
 
-@pytest.mark.parametrize("kind", ["unigram", "bigram", "hybrid-lookup", "hybrid-model", "misreported-q"])
+@pytest.mark.parametrize("kind", ["unigram", "bigram", "hybrid-lookup", "hybrid-model", "model-early-stop",
+                                  "misreported-q"])
 def test_one_step_emits_the_target_law(step_setup, kind):
     target, laws, corpus = step_setup
-    tokens, n = STEP_PROMPT, 20_000
-    if kind == "unigram":
+    tokens, n, min_confidence, lengths = STEP_PROMPT, 20_000, 0.0, Counter()
+    if kind == "model-early-stop":
+        # a model draft that stops after its first token whenever it gave that token < 0.3 (it draws
+        # its top token, q ≈ 0.56, about half the time): the proposal length depends on the draft's
+        # own draw, which must not bias what is emitted
+        proposer, n, min_confidence = ModelDraft(small_llama(1, sharpen=16.0), "m"), 3_000, 0.3
+    elif kind == "unigram":
         proposer = FrequencyDraft(1, V, CPU, k=0.5).fit(corpus)
     elif kind in ("bigram", "misreported-q"):
         proposer = FrequencyDraft(2, V, CPU, k=0.5).fit(corpus)
@@ -328,7 +339,10 @@ def test_one_step_emits_the_target_law(step_setup, kind):
             n = 3_000
         laws = TargetLaws(target, tokens, SAMPLING)
     alt_tv = 0.05 if n >= 20_000 else 0.1
-    first, pair = law_checks(kind, one_step_draws(proposer, laws, tokens, n, seed=11), laws, alt_tv)
+    draws = one_step_draws(proposer, laws, tokens, n, seed=11, min_confidence=min_confidence, lengths=lengths)
+    first, pair = law_checks(kind, draws, laws, alt_tv)
+    if kind == "model-early-stop":
+        assert min(lengths[1], lengths[2]) > n // 10, lengths  # both the early stop and the full γ happen often
     if kind == "misreported-q":
         assert not first.passed and first.p_value < 1e-6, first  # the check has teeth
         return

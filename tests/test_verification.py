@@ -118,7 +118,7 @@ class GreedyDraftControl:
         self.prompt = list(prompt_ids)
 
     @torch.inference_mode()
-    def propose(self, tokens, gamma, sampling, generator):
+    def propose(self, tokens, gamma, sampling, generator, min_confidence=0.0):
         ids, laws = list(tokens), []
         for _ in range(gamma):
             q = processed_probs(self.model(input_ids=torch.tensor([ids])).logits[0, -1], sampling)

@@ -47,9 +47,16 @@ class Proposer(Protocol):
         """
 
     def propose(
-        self, tokens: list[int], gamma: int, sampling: SamplingConfig, generator: torch.Generator | None
+        self, tokens: list[int], gamma: int, sampling: SamplingConfig, generator: torch.Generator | None,
+        min_confidence: float = 0.0,
     ) -> Proposal:
-        """Draft up to `gamma` tokens continuing `tokens` (the decoder sequence so far, last = newest)."""
+        """Draft up to `gamma` tokens continuing `tokens` (the decoder sequence so far, last = newest).
+
+        `min_confidence` > 0: a draft that knows its own law stops early once the probability it
+        gave its newest token falls below it (that token is still proposed), as HF's
+        `assistant_confidence_threshold`. The stop depends on the draft's own draws only, so the
+        verified output keeps the target's law. Model-free drafts ignore it.
+        """
 
 
 @dataclass

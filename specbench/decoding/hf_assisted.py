@@ -30,13 +30,14 @@ def generation_config(sampling: SamplingConfig, max_new_tokens: int, eos_ids: fr
 
 
 @contextlib.contextmanager
-def constant_assistant_tokens(assistant: torch.nn.Module | None, gamma: int):
-    """Make HF draft exactly γ tokens per step while inside.
+def constant_assistant_tokens(assistant: torch.nn.Module | None, gamma: int, min_confidence: float = 0.0):
+    """Make HF draft exactly γ tokens per step while inside (fewer only below `min_confidence`, 0 = never).
 
     HF's assisted generation reads `num_assistant_tokens`, its schedule and the confidence
     threshold from the *assistant's* generation_config (defaults: a heuristic schedule that
     grows and shrinks the draft length, and an early stop below 0.4 confidence), not from the
-    config passed to generate(); so they are set there, on a copy, and restored after.
+    config passed to generate(); so they are set there, on a copy, and restored after. (With
+    scikit-learn installed HF also re-tunes a non-zero threshold as it goes; specbench's stays put.)
     """
     if assistant is None:
         yield
@@ -45,7 +46,7 @@ def constant_assistant_tokens(assistant: torch.nn.Module | None, gamma: int):
     fixed = copy.deepcopy(saved)
     fixed.num_assistant_tokens = gamma
     fixed.num_assistant_tokens_schedule = "constant"
-    fixed.assistant_confidence_threshold = 0.0
+    fixed.assistant_confidence_threshold = min_confidence
     assistant.generation_config = fixed
     try:
         yield
@@ -65,6 +66,7 @@ def decode_hf(
     assistant: torch.nn.Module | None = None,
     prompt_lookup: bool = False,
     gamma: int = 4,
+    min_confidence: float = 0.0,
 ) -> DecodeResult:
     """`target.generate()`: plain, assisted by `assistant`, or HF prompt lookup (n-grams up to 3, as ours)
     → DecodeResult with tokens and times."""
@@ -79,7 +81,7 @@ def decode_hf(
         config.max_matching_ngram_size = 3
     ids = torch.tensor([prompt_ids], device=device)
     torch.manual_seed(seed)
-    with constant_assistant_tokens(assistant, gamma):
+    with constant_assistant_tokens(assistant, gamma, min_confidence):
         t0 = clock.now()
         out = target.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config, **extra)
         t1 = clock.now()

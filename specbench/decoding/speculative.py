@@ -31,6 +31,7 @@ def decode_speculative(
     generator: torch.Generator | None,
     eos_ids: frozenset[int],
     decoder_start_id: int | None = None,
+    min_confidence: float = 0.0,
 ) -> DecodeResult:
     clock = Clock(target.device)
     t0 = clock.now()
@@ -54,7 +55,7 @@ def decode_speculative(
             res.target_calls += 1
             res.verify_s += clock.now() - ta
         else:
-            proposal = proposer.propose(tokens, g, sampling, generator)
+            proposal = proposer.propose(tokens, g, sampling, generator, min_confidence)
             if g == gamma:  # the budget did not bind: this is the proposer's own length (the law theory needs)
                 res.proposal_lengths.append(proposal.tokens.shape[0])
             g = proposal.tokens.shape[0]

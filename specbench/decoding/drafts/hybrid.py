@@ -52,14 +52,15 @@ class HybridDraft:
         self.lookup_tokens = self.model_tokens = 0
 
     def propose(
-        self, tokens: list[int], gamma: int, sampling: SamplingConfig, generator: torch.Generator | None
+        self, tokens: list[int], gamma: int, sampling: SamplingConfig, generator: torch.Generator | None,
+        min_confidence: float = 0.0,
     ) -> Proposal:
         found = self.lookup.propose(tokens, gamma, sampling, generator)  # deterministic; q one-hot
         n_found = found.tokens.shape[0]
         self.lookup_tokens += n_found
         if n_found == gamma:
             return found
-        rest = self.model.propose(tokens + found.tokens.tolist(), gamma - n_found, sampling, generator)
+        rest = self.model.propose(tokens + found.tokens.tolist(), gamma - n_found, sampling, generator, min_confidence)
         self.model_tokens += gamma - n_found
         if n_found == 0:
             return rest

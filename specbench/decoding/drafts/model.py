@@ -46,13 +46,14 @@ class ModelDraft:
             self._cached = list(prompt_ids)
 
     def propose(
-        self, tokens: list[int], gamma: int, sampling: SamplingConfig, generator: torch.Generator | None
+        self, tokens: list[int], gamma: int, sampling: SamplingConfig, generator: torch.Generator | None,
+        min_confidence: float = 0.0,
     ) -> Proposal:
         keep = min(common_prefix_length(self._cached, tokens), len(tokens) - 1)
         self.lm.truncate(keep)
         feed = torch.tensor(tokens[keep:], device=self.lm.device)
         drafted, laws = [], []
-        for _ in range(gamma):
+        for i in range(gamma):
             logits = self.lm.forward(feed)  # [V] at the newest position
             if sampling.greedy:
                 tok = logits.argmax(-1)
@@ -62,7 +63,12 @@ class ModelDraft:
                 laws.append(q)
             drafted.append(tok)
             feed = tok.view(1)
-        ids = torch.stack(drafted)  # [γ]
+            if min_confidence > 0.0 and i + 1 < gamma:
+                # the draft's probability of what it just drafted (one host sync per token, only when on)
+                p = torch.softmax(logits.float(), -1)[tok] if sampling.greedy else q[tok]
+                if float(p) < min_confidence:
+                    break
+        ids = torch.stack(drafted)  # [γ']
         # the last drafted token was never fed: the cache covers tokens + drafted[:-1]
         self._cached = tokens + ids[:-1].tolist()
-        return Proposal(tokens=ids, q_probs=torch.stack(laws) if laws else None, forward_calls=gamma)
+        return Proposal(tokens=ids, q_probs=torch.stack(laws) if laws else None, forward_calls=len(drafted))

@@ -136,7 +136,8 @@ class FrequencyDraft:
             self._fit([list(prompt_ids)])
 
     def propose(
-        self, tokens: list[int], gamma: int, sampling: SamplingConfig, generator: torch.Generator | None
+        self, tokens: list[int], gamma: int, sampling: SamplingConfig, generator: torch.Generator | None,
+        min_confidence: float = 0.0,
     ) -> Proposal:
         if self._log_unigram is None:
             raise SpecbenchError(f"{self.name} draft used before fit() or begin(); call begin(prompt_ids) first")

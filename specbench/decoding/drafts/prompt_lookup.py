@@ -53,7 +53,8 @@ class PromptLookupDraft:
         self._source = list(prompt_ids) if self.search_source else []
 
     def propose(
-        self, tokens: list[int], gamma: int, sampling: SamplingConfig, generator: torch.Generator | None
+        self, tokens: list[int], gamma: int, sampling: SamplingConfig, generator: torch.Generator | None,
+        min_confidence: float = 0.0,
     ) -> Proposal:
         context = self._source + tokens if self._source else tokens
         follow = lookup_continuation(context, gamma, self.max_ngram, self.min_ngram)
