@@ -8,9 +8,11 @@ after a warm-up of each. Figures and their goals:
       (prompt lookup: HF `prompt_lookup_num_tokens=γ`, `max_matching_ngram_size=3`;
        a model draft: HF `assistant_model=` with constant `num_assistant_tokens=γ`)
   (c) measured decode speedup ÷ the cost model's prediction from the measured α, c, verify cost and
-      proposal law for outputs of the measured lengths (metrics.predicted_decode_speedup)  goal ≥ 0.9
-      (prefill is outside both sides: the theory prices decode steps; the end-to-end speedup over
-      the endless-stream formula is printed beside it)
+      proposal law for outputs of the measured lengths (metrics.predicted_decode)  goal ≥ 0.9.
+      c and the verify cost come from the same run, so this tests what is left: the loop's own
+      time (d) and the model's pass count (printed beside the measured one). Prefill is outside
+      both sides; the end-to-end speedup over the endless-stream formula is printed under it,
+      without a goal (its gap is prefill and the drafts lost past each EOS).
   (d) share of speculative decode time outside the draft and target passes            goal ≤ 5%
 Our engines run under --backend (eager, static or compiled: decoding/backend.py), baseline and
 speculative alike; HF runs its default (dynamic cache, eager), as users call it.
@@ -151,6 +153,7 @@ def main(argv: list[str] | None = None) -> dict:
         ("(a) our baseline ÷ HF generate() tokens/s", tps["ours_base"] / tps["hf_base"], ">= 1.0"),
         (f"(b) our speculative ÷ HF {args.draft} tokens/s", tps["ours_spec"] / tps["hf_spec"], ">= 1.2"),
         ("(c) measured ÷ predicted decode speedup (cost model)", summary["decode_speedup"] / summary["predicted_decode_speedup"], ">= 0.9"),
+        ("    the same, end to end ÷ endless-stream formula (no goal)", summary["speedup"] / summary["predicted_speedup_extended"], "-"),
         ("(d) decode time outside model forwards (profiled pass)", loop_overhead(session, args.draft, args.gamma, prepared, max_new, args.draft_confidence), "<= 0.05"),
     ]
     stop = f" (early stop below {args.draft_confidence:g})" if args.draft_confidence else ""
@@ -162,11 +165,14 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"α {summary['alpha']:.3f}, c {summary['c']:.4f}, verify cost {summary['verify_cost']:.3f}, "
           f"speedup {summary['speedup']:.3f} (decode only {summary['decode_speedup']:.3f}), predicted: decode, these "
           f"output lengths {summary['predicted_decode_speedup']:.3f}; endless stream (extended) "
-          f"{summary['predicted_speedup_extended']:.3f}, so end to end ÷ stream = "
-          f"{summary['speedup'] / summary['predicted_speedup_extended']:.3f}")
+          f"{summary['predicted_speedup_extended']:.3f}; target passes measured {summary['target_calls']}, predicted "
+          f"{summary['predicted_target_calls']:.1f}")
     print(f"token mismatches against our baseline (should be 0): {mismatches}")
     print(f"{'figure':58s} {'value':>8s}  goal     met")
     for name, value, goal in figures:
+        if goal == "-":
+            print(f"{name:58s} {value:8.3f}")
+            continue
         op, bound = goal.split()
         met = value >= float(bound) if op == ">=" else value <= float(bound)
         print(f"{name:58s} {value:8.3f}  {goal:8s} {'yes' if met else 'NO'}")

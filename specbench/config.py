@@ -15,6 +15,7 @@ DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("float32", "bfloat16", "float16")
 ENGINES = ("specbench", "hf-assisted")
 BACKENDS = ("eager", "static", "compiled")  # see decoding/backend.py
+MODEL_FREE_DRAFTS = ("prompt-lookup", "unigram", "bigram")  # --draft names (before any ":options") that run no model
 
 
 LATER_DEFAULTS = {"draft_confidence": 0.0}  # fields added after results existed → their defaults
@@ -88,6 +89,9 @@ class RunConfig:
         if not 0.0 <= self.draft_confidence < 1.0:
             raise SpecbenchError(f"--draft-confidence must be in [0, 1) (got {self.draft_confidence}); "
                                  f"0 turns early stopping off")
+        if self.draft_confidence and self.draft.partition(":")[0] in MODEL_FREE_DRAFTS:
+            raise SpecbenchError(f"--draft-confidence needs a model draft; {self.draft!r} has no confidence to check "
+                                 f"(drop the option, or use a model or lookup+<model>)")
         return self
 
     def to_dict(self) -> dict:

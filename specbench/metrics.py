@@ -21,7 +21,8 @@ Definitions (sums run over all examples of a run):
   decode_speedup        the same over decode time and decode tokens only
   predicted_decode_speedup  what the cost model predicts for decode_speedup from the measured α, c,
                         verify cost and proposal law, for outputs of the lengths measured (EOS and
-                        budget endings priced in: theory.expected_decode_cost)
+                        budget endings priced in: theory.decode_cost_table)
+  predicted_target_calls  the same model's expected number of target passes, beside target_calls
   accepted_length_histogram  steps with 0..γ accepted, over steps that drafted all γ tokens
                         (shorter proposals — lookup misses, the end of the budget — are not the theory's law)
 """
@@ -102,7 +103,7 @@ def summarize(records: list[dict], gamma: int, greedy: bool) -> dict:
     }
     draft_lengths = [g for r in records for g in r["speculative"].get("draft_lengths", [])]
     out.update(predictions(out["alpha"], gamma, out["c"], out["verify_cost"], draft_lengths, spec["target_calls"]))
-    out["predicted_decode_speedup"] = predicted_decode_speedup(records, out["alpha"], gamma, out["c"], out["verify_cost"])
+    out.update(predicted_decode(records, out["alpha"], gamma, out["c"], out["verify_cost"]))
     return out
 
 
@@ -119,30 +120,37 @@ def proposal_law(records: list[dict], gamma: int) -> dict[int, float]:
     return {g: lengths.count(g) / len(lengths) for g in sorted(set(lengths))}
 
 
-def predicted_decode_speedup(records: list[dict], alpha: float, gamma: int, c: float, verify_cost: float) -> float:
-    """Decode-phase speedup the cost model predicts for these very outputs: Σ decode tokens ÷
-    Σ E[decode cost] (theory.expected_decode_cost), with the measured α, c, verify cost and proposal law.
+def predicted_decode(records: list[dict], alpha: float, gamma: int, c: float, verify_cost: float) -> dict:
+    """The decode phase the cost model predicts for these very outputs, from the measured α, c,
+    verify cost and proposal law (theory.decode_cost_table): `predicted_target_calls` (Σ E[passes],
+    to set beside the measured `target_calls`) and `predicted_decode_speedup` (Σ decode tokens ÷
+    Σ E[decode cost], to set beside `decode_speedup`).
 
     Unlike the stream formula it knows each output's length and how it ended: a step that emits
-    an EOS wastes the drafts accepted beyond it, and the budget shortens the last drafts. It is
-    compared with `decode_speedup` (prefill, the same work for both engines plus the draft's own
-    prefill, is outside both).
+    an EOS wastes the drafts accepted beyond it, and the budget shortens the last drafts. An
+    output that ended at an EOS is priced as if the budget were far (a small error when the EOS
+    came within γ tokens of it). Prefill, the same work for both engines plus the draft's own
+    prefill, is outside both sides.
     """
     from specbench import theory
 
+    nan = {"predicted_target_calls": NAN, "predicted_decode_speedup": NAN}
     if any(math.isnan(x) for x in (alpha, c, verify_cost)):
-        return NAN
+        return nan
     law = proposal_law(records, gamma)
-    tokens = cost = 0.0
+    lengths = {"eos": [], "length": []}
     for r in records:
         spec = r["speculative"]
-        length = spec["n_tokens"] - 1  # the first token comes from prefill
-        if length <= 0:
-            continue
-        room = length if spec["stop_reason"] == "length" else None
-        tokens += length
-        cost += theory.expected_decode_cost(length, alpha, c, verify_cost, law, room)[1]
-    return ratio(tokens, cost)
+        if spec["n_tokens"] > 1:  # the first token comes from prefill
+            lengths["length" if spec["stop_reason"] == "length" else "eos"].append(spec["n_tokens"] - 1)
+    passes = cost = 0.0
+    for ending, slack in (("eos", None), ("length", 0)):
+        if lengths[ending]:
+            p, k = theory.decode_cost_table(max(lengths[ending]), alpha, c, verify_cost, law, slack)
+            passes += sum(p[n] for n in lengths[ending])
+            cost += sum(k[n] for n in lengths[ending])
+    tokens = sum(lengths["eos"]) + sum(lengths["length"])
+    return {"predicted_target_calls": passes, "predicted_decode_speedup": ratio(tokens, cost)} if tokens else nan
 
 
 def predictions(alpha: float, gamma: int, c: float, verify_cost: float,

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import torch
 
+from specbench.config import MODEL_FREE_DRAFTS
 from specbench.errors import SpecbenchError
 
 DEFAULT_TARGET = "smollm2-135m"
 DEFAULT_DRAFT = "prompt-lookup"
-MODEL_FREE_DRAFTS = ("prompt-lookup", "unigram", "bigram")  # names before any ":options"
 
 
 @dataclass(frozen=True)

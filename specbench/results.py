@@ -43,10 +43,11 @@ class EngineRecord:
     trials: int  # acceptance trials: Σ over steps of min(accepted + 1, γ')
     accept_lengths: list[int]  # accepted count of every verification step
     draft_lengths: list[int]  # drafted count γ' of every verification step (same order as accept_lengths)
-    proposal_lengths: list[int]  # tokens the proposer offered at each pass the budget did not shorten (0 = none)
     expected_accept: list[float]  # Σ_x min(p(x), q(x)) at every verified position (up to each step's first rejection)
     draft_s: float  # decode time spent proposing
     verify_s: float  # decode time spent in target passes and verification
+    # added after results existed (older records, e.g. a sweep's stored baselines, lack it):
+    proposal_lengths: list[int] = field(default_factory=list)  # tokens offered at each pass the budget did not shorten (0 = none)
 
 
 @dataclass

@@ -140,41 +140,54 @@ def accepted_length_law(alpha: float, gamma: int) -> list[float]:
     return [(1.0 - a) * a**n for n in range(gamma)] + [a**gamma]
 
 
-def expected_decode_cost(length: int, alpha: float, c: float, verify_cost: float,
-                         proposal_law: Mapping[int, float], room: int | None = None) -> tuple[float, float]:
-    """E[target passes] and E[decode cost, in single-token target passes] to emit `length` tokens.
+def decode_cost_table(max_length: int, alpha: float, c: float, verify_cost: float,
+                      proposal_law: Mapping[int, float], slack: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """E[target passes] and E[decode cost, in single-token target passes] to emit r more tokens,
+    for every r = 0..max_length (arrays indexed by r).
 
     Theorem 3.8 describes an endless stream; a real output ends. When it ends at an EOS, the
     step that emits it may have accepted tokens beyond it, which are thrown away; when it ends at
     the budget, the last steps draft fewer tokens (γ' = min(g, room − 1), as the runner does). This
-    renewal recursion over tokens emitted so far prices both, with the stream model's own
+    renewal recursion over the tokens still to emit prices both, with the stream model's own
     assumptions (each draft accepted independently with probability α):
-        cost[e] = Σ_g π(g) · (g'c + verify_cost + Σ_n P_g'(n) · cost[min(e + n + 1, length)]),
-    cost[length] = 0, where π is the law of proposal lengths the proposer offers (γ with
-    probability 1 for a model draft; measured for model-free drafts, 0 = no proposal) and
-    P_g' the accepted-length law. `room`: tokens the budget allowed when decoding began (None =
-    unbounded, for outputs that ended at an EOS). For long outputs, length / cost tends to
-    E[tokens] / (E[g]·c + verify_cost), the extended walltime factor.
+        cost[r] = Σ_g π(g) · (g'c + verify_cost + Σ_n P_g'(n) · cost[max(r − n − 1, 0)]),
+    cost[0] = 0, where π is the law of proposal lengths the proposer offers (γ with probability 1
+    for a model draft; measured for model-free drafts, 0 = no proposal), P_g' the accepted-length
+    law and g' = min(g, r + slack − 1): `slack` is how many tokens the budget allows beyond the
+    output's end (0 for an output cut by the budget; None = unbounded, for one that ended at an
+    EOS far from it). For long outputs r / cost[r] tends to E[tokens] / (E[g]·c + verify_cost),
+    the extended walltime factor. One table serves every output length of a run.
     """
     _check_alpha(alpha)
-    if length < 0 or int(length) != length:
-        raise SpecbenchError(f"output length must be an integer >= 0 (got {length})")
-    if room is not None and room < length:
-        raise SpecbenchError(f"budget room {room} is below the output length {length}")
+    if max_length < 0 or int(max_length) != max_length:
+        raise SpecbenchError(f"output length must be an integer >= 0 (got {max_length})")
+    if slack is not None and slack < 0:
+        raise SpecbenchError(f"budget slack must be >= 0 (got {slack})")
     law = {int(g): float(p) for g, p in proposal_law.items() if p > 0}
     if not law or min(law) < 0 or abs(sum(law.values()) - 1.0) > 1e-9:
         raise SpecbenchError(f"proposal law must be probabilities over lengths >= 0 summing to 1 (got {proposal_law})")
-    passes = np.zeros(length + 1)
-    cost = np.zeros(length + 1)
-    for e in range(length - 1, -1, -1):
-        left = None if room is None else room - e  # tokens the budget still allows
+    passes = np.zeros(max_length + 1)
+    cost = np.zeros(max_length + 1)
+    accepted = {g: accepted_length_law(alpha, g) for g in range(max(law) + 1)}
+    for r in range(1, max_length + 1):
         for g, p in law.items():
-            g_eff = g if left is None else max(0, min(g, left - 1))
-            accepted = accepted_length_law(alpha, g_eff)
-            ahead = [min(e + n + 1, length) for n in range(g_eff + 1)]
-            passes[e] += p * (1.0 + sum(q * passes[k] for q, k in zip(accepted, ahead)))
-            cost[e] += p * (g_eff * c + verify_cost + sum(q * cost[k] for q, k in zip(accepted, ahead)))
-    return float(passes[0]), float(cost[0])
+            g_eff = g if slack is None else max(0, min(g, r + slack - 1))
+            ahead = [max(r - n - 1, 0) for n in range(g_eff + 1)]
+            law_n = accepted[g_eff]
+            passes[r] += p * (1.0 + sum(q * passes[k] for q, k in zip(law_n, ahead)))
+            cost[r] += p * (g_eff * c + verify_cost + sum(q * cost[k] for q, k in zip(law_n, ahead)))
+    return passes, cost
+
+
+def expected_decode_cost(length: int, alpha: float, c: float, verify_cost: float,
+                         proposal_law: Mapping[int, float], room: int | None = None) -> tuple[float, float]:
+    """E[target passes] and E[decode cost] to emit `length` tokens (decode_cost_table) when the
+    budget allowed `room` tokens as decoding began (None = unbounded)."""
+    if room is not None and room < length:
+        raise SpecbenchError(f"budget room {room} is below the output length {length}")
+    passes, cost = decode_cost_table(length, alpha, c, verify_cost, proposal_law,
+                                     None if room is None else room - length)
+    return float(passes[length]), float(cost[length])
 
 
 def alpha_from_tokens_per_step(mean_tokens: float, gamma: int, tol: float = 1e-12) -> float:

@@ -119,6 +119,7 @@ BAD = [
     (["--gamma", "0"], "--gamma must be >= 1"),
     (["--draft-confidence", "1"], "--draft-confidence must be in [0, 1)"),
     (["--draft-confidence", "-0.1"], "--draft-confidence must be in [0, 1)"),
+    (["--draft", "prompt-lookup", "--draft-confidence", "0.4"], "--draft-confidence needs a model draft"),
     (["--temperature", "-0.5"], "--temperature must be >= 0"),
     (["--top-p", "0"], "--top-p must be in (0, 1]"),
     (["--top-p", "1.5"], "--top-p must be in (0, 1]"),

@@ -115,6 +115,30 @@ def test_proposal_lengths_record_what_the_proposer_offered_where_the_budget_did_
     assert len(lookup.proposal_lengths) <= lookup.target_calls
 
 
+def test_the_cost_models_pass_count_matches_the_runner_where_acceptance_is_certain():
+    """With the target as its own draft every draft is accepted (α = 1), so the recursion's pass
+    count is exact and must equal the runner's target_calls: budget endings (short last drafts,
+    a draft-free last pass) and EOS endings (drafts accepted past the EOS thrown away) alike."""
+    from specbench.theory import expected_decode_cost
+
+    target = tiny_llama(0)
+    free = baseline(target).token_ids
+    for gamma in (1, 2, 3, 5, 8):
+        for max_new in (2, 7, 12, MAX_NEW):
+            res = speculative(target, ModelDraft(target, "same"), gamma, max_new=max_new)
+            length = len(res.token_ids) - 1
+            assert res.stop_reason == "length" and res.accepted == res.drafted
+            assert res.target_calls == expected_decode_cost(length, 1.0, 0.0, 1.0, {gamma: 1.0}, room=length)[0]
+            # with c = 1 and a free verification the cost counts drafted tokens: the shortened last drafts
+            assert res.drafted == expected_decode_cost(length, 1.0, 1.0, 0.0, {gamma: 1.0}, room=length)[1]
+        eos = free[9]
+        res = speculative(target, ModelDraft(target, "same"), gamma, eos_ids=frozenset([eos]))
+        assert res.stop_reason == "eos"
+        length = len(res.token_ids) - 1
+        assert res.target_calls == expected_decode_cost(length, 1.0, 0.0, 1.0, {gamma: 1.0}, room=MAX_NEW - 1)[0]
+        assert res.drafted == expected_decode_cost(length, 1.0, 1.0, 0.0, {gamma: 1.0}, room=MAX_NEW - 1)[1]
+
+
 @pytest.mark.parametrize("min_confidence", [0.05, 0.5, 0.99])
 def test_early_stopping_drafts_keep_greedy_identity(min_confidence):
     target = tiny_llama(0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specbench.metrics import predicted_decode_speedup, proposal_law
+from specbench.metrics import predicted_decode, proposal_law
 
 
 def record(n_tokens: int, stop: str, proposals: list[int] | None, target_calls: int, draft_lengths: list[int]):
@@ -18,11 +18,19 @@ def test_prediction_by_hand():
     # α = 1, γ = 3: 9 decode tokens ending at an EOS take 3 passes (4 + 4 + 1 kept of 4)
     recs = [record(10, "eos", [3, 3, 3], 3, [3, 3, 3])]
     c, v = 0.1, 1.2
-    assert predicted_decode_speedup(recs, 1.0, 3, c, v) == pytest.approx(9 / (3 * (3 * c + v)))
+    assert predicted_decode(recs, 1.0, 3, c, v) == pytest.approx(
+        {"predicted_target_calls": 3.0, "predicted_decode_speedup": 9 / (3 * (3 * c + v))})
     # the same length at the budget: 4 + 4 then one pass of room 1 (no draft)
     recs = [record(10, "length", [3, 3], 3, [3, 3])]
-    assert predicted_decode_speedup(recs, 1.0, 3, c, v) == pytest.approx(9 / (2 * (3 * c + v) + v))
-    assert predicted_decode_speedup(recs, float("nan"), 3, c, v) != predicted_decode_speedup(recs, float("nan"), 3, c, v)
+    assert predicted_decode(recs, 1.0, 3, c, v) == pytest.approx(
+        {"predicted_target_calls": 3.0, "predicted_decode_speedup": 9 / (2 * (3 * c + v) + v)})
+    # both kinds in one run: one table per ending, summed
+    both = [record(10, "eos", [3, 3, 3], 3, [3, 3, 3]), record(10, "length", [3, 3], 3, [3, 3]),
+            record(1, "eos", [], 0, [])]  # a 1-token output has no decode phase
+    assert predicted_decode(both, 1.0, 3, c, v)["predicted_target_calls"] == pytest.approx(6.0)
+    assert predicted_decode(both, 1.0, 3, c, v)["predicted_decode_speedup"] == pytest.approx(
+        18 / (3 * (3 * c + v) + 2 * (3 * c + v) + v))
+    assert all(x != x for x in predicted_decode(recs, float("nan"), 3, c, v).values())  # NaN in, NaN out
 
 
 def test_proposal_law_from_records_and_the_fallback_for_older_ones():

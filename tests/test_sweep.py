@@ -187,6 +187,21 @@ def test_each_later_cell_re_times_one_shared_baseline(tmp_path, task_file):
         assert summary["baseline_drift"] == pytest.approx(probes[0]["ratio"])
 
 
+def test_a_sweep_resumes_on_baselines_stored_before_proposal_lengths_existed(tmp_path, task_file):
+    grid = make_grid(task_file)
+    out = run_sweep(grid, tmp_path, session=FakeSession())
+    store = out.root / json.loads((out.root / "sweep.json").read_text())["baselines"][0]
+    rows = read_records(store)
+    for row in rows:  # as an older specbench wrote them
+        del row["baseline"]["proposal_lengths"]
+    store.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    last = out.cells[-1].cell_id
+    for name in ("examples.jsonl", "summary.json"):
+        (out.root / last / name).unlink()
+    again = run_sweep(grid, tmp_path, session=FakeSession())
+    assert again.new_examples == 3 and again.cells[-1].summary["complete"]
+
+
 def test_baseline_drift_beyond_tolerance_is_flagged():
     from specbench.report import timing_note
 

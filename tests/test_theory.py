@@ -211,9 +211,11 @@ def test_decode_cost_tends_to_the_stream_formula():
         assert 12 / short[1] < walltime_factor_extended(alpha, gamma, c, v)
 
 
-def test_decode_cost_matches_a_simulation_of_the_runner():
-    """Monte Carlo of the runner's loop (i.i.d. acceptance, a proposer offering 0 or γ tokens, a budget)
-    against the recursion: 20,000 outputs, the mean number of passes within 4 standard errors."""
+def test_decode_cost_solves_the_process_it_models():
+    """Monte Carlo of the process the recursion models (i.i.d. acceptance, a proposer offering 0 or γ
+    tokens, a budget) against its solution: 20,000 outputs, the mean pass count within 4 standard
+    errors. (That the runner is this process where α = 1 is checked against decode_speculative in
+    test_decoding.py.)"""
     rng = np.random.default_rng(7)
     alpha, gamma, law = 0.65, 4, {0: 0.3, 4: 0.7}
     for length, room in [(9, None), (13, 13)]:

@@ -61,9 +61,9 @@ class HybridDraft:
         if n_found == gamma:
             return found
         rest = self.model.propose(tokens + found.tokens.tolist(), gamma - n_found, sampling, generator, min_confidence)
-        self.model_tokens += gamma - n_found
+        self.model_tokens += rest.tokens.shape[0]  # fewer than asked when the model stopped early
         if n_found == 0:
             return rest
-        ids = torch.cat([found.tokens, rest.tokens])  # [γ]
-        q = None if sampling.greedy else torch.cat([found.q_probs, rest.q_probs])  # [γ, V]
+        ids = torch.cat([found.tokens, rest.tokens])  # [γ'], γ' ≤ γ
+        q = None if sampling.greedy else torch.cat([found.q_probs, rest.q_probs])  # [γ', V]
         return Proposal(tokens=ids, q_probs=q, forward_calls=rest.forward_calls)
