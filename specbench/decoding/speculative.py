@@ -63,10 +63,12 @@ def decode_speculative(
             cached = target.length
             step_ids = torch.cat([torch.tensor(tokens[-1:], device=target.device), proposal.tokens])
             logits = target.forward(step_ids, all_logits=True)  # [g+1, V]
-            drafted = proposal.tokens.tolist()
-            if sampling.greedy:
-                verdict = verify_greedy(drafted, logits)
+            if sampling.greedy:  # one host sync a step: drafted ids and the target's choices together
+                ids = torch.cat([proposal.tokens, logits.argmax(-1)]).tolist()
+                drafted = ids[:g]
+                verdict = verify_greedy(drafted, ids[g:])
             else:
+                drafted = proposal.tokens.tolist()
                 verdict = verify_sampling(proposal.tokens, proposal.q_probs, processed_probs(logits, sampling), generator)
             n = verdict.n_accepted
             target.truncate(cached + 1 + n)

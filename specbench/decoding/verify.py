@@ -15,9 +15,8 @@ from specbench.decoding.base import Verdict
 from specbench.sampling import sample
 
 
-def verify_greedy(draft_tokens: list[int], target_logits: torch.Tensor) -> Verdict:
-    """draft_tokens: γ' ids; target_logits: [γ'+1, V] → Verdict (one host sync)."""
-    target_best = target_logits.argmax(-1).tolist()  # [γ'+1]
+def verify_greedy(draft_tokens: list[int], target_best: list[int]) -> Verdict:
+    """draft_tokens: γ' ids; target_best: the target's γ'+1 argmax ids at the same positions → Verdict."""
     n = 0
     while n < len(draft_tokens) and draft_tokens[n] == target_best[n]:
         n += 1
