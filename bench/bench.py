@@ -37,6 +37,7 @@ from specbench.decoding.cached_model import CachedModel  # noqa: E402
 from specbench.decoding.drafts.hybrid import split_hybrid_spec  # noqa: E402
 from specbench.decoding.hf_assisted import decode_hf  # noqa: E402
 from specbench.decoding.speculative import decode_speculative  # noqa: E402
+from specbench.errors import SpecbenchError  # noqa: E402
 from specbench.metrics import json_safe, summarize  # noqa: E402
 from specbench.results import atomic_write_json, environment_info  # noqa: E402
 from specbench.runner import Engines, Session, engine_record, prepare_examples  # noqa: E402
@@ -187,4 +188,7 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except SpecbenchError as exc:  # bad flags: one line and exit 1, as the CLI does
+        raise SystemExit(f"error: {exc}") from None

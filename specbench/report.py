@@ -568,7 +568,8 @@ def build_blocks(data: ReportData, figures: list[RenderedFigure], title: str) ->
                      "(Theorem 3.8) and also its measured verify cost (extended). Decode: the speedup of the decode "
                      "phase alone, beside the cost model's prediction for outputs of the lengths measured "
                      "(predicted_decode_speedup: drafts accepted past an EOS are lost, the budget shortens the last "
-                     "drafts) — the like-for-like check of theory against measurement."),
+                     "drafts). c and the verify cost come from the same run, so this pair checks the loop's own time "
+                     "and the predicted number of target passes, not the cost measurements themselves."),
                ("table", Table(["run", "task", "draft", "T", "γ", "n", "α", "α exp.", "c", "verify", "tok/call",
                                 "speedup", "Thm 3.8", "extended", "decode", "predicted decode", "identical share",
                                 "complete"],
