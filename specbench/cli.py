@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from specbench.config import RunConfig, SamplingConfig
+from specbench.config import RunConfig, SamplingConfig, parse_gamma
 from specbench.errors import SpecbenchError
 from specbench.models import DEFAULT_DRAFT, DEFAULT_TARGET
 
@@ -36,8 +36,14 @@ DEFAULT_TASK = "ding-de-en"
 
 # Shared option aliases: one definition per option, reused by run, sweep and verify.
 Target = Annotated[str, typer.Option("--target", help="Target model: preset, hub id, local dir or .gguf file.")]
-Draft = Annotated[str, typer.Option("--draft", help="Draft: a model spec as for --target, prompt-lookup, unigram, bigram, or lookup+<model spec>.")]
-Gamma = Annotated[int, typer.Option("--gamma", help="Draft tokens proposed per target pass (γ >= 1).")]
+Draft = Annotated[str, typer.Option("--draft", help="Draft: a model spec as for --target, prompt-lookup, unigram, bigram, "
+                                    "lookup+<model spec>, or auto (the fastest available for the target, measured here).")]
+Gamma = Annotated[str, typer.Option("--gamma", help="Draft tokens per target pass: an integer >= 1; auto (the best γ "
+                                    "predicted from this machine's calibrated pass costs and a pilot's α); adaptive (each "
+                                    "step's γ from the example's running α and the same costs); heuristic (HF's +2/−1 schedule).")]
+GammaMax = Annotated[int, typer.Option("--gamma-max", help="Largest γ that auto, adaptive and heuristic consider.")]
+Repeats = Annotated[int, typer.Option("--repeats", help="Timed decodes per engine and example, interleaved A B B A; "
+                                      "times are their medians (2 cancels drift between the engines).")]
 Temperature = Annotated[float, typer.Option("--temperature", help="0 = greedy; > 0 samples.")]
 TopK = Annotated[int, typer.Option("--top-k", help="Keep the k most likely tokens (0 = off).")]
 TopP = Annotated[float, typer.Option("--top-p", help="Nucleus mass in (0, 1] (1 = off).")]
@@ -46,7 +52,8 @@ Limit = Annotated[int, typer.Option("--limit", help="Number of examples.")]
 Seed = Annotated[int, typer.Option("--seed", help="Seed for example choice and sampling.")]
 MaxNew = Annotated[Optional[int], typer.Option("--max-new-tokens", help="Tokens to generate (default: the task's).")]
 Device = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or mps.")]
-Dtype = Annotated[str, typer.Option("--dtype", help="float32, bfloat16 or float16.")]
+Dtype = Annotated[str, typer.Option("--dtype", help="float32, bfloat16, float16, or auto (float32 vs bfloat16 "
+                                    "where the hardware has native bf16, chosen by calibrated speed; printed, never silent).")]
 Backend = Annotated[str, typer.Option("--backend", help="How every model's forward runs: eager (dynamic KV cache), "
                                       "static (preallocated KV cache) or compiled (static + torch.compile; CUDA graphs on a GPU).")]
 DraftConfidence = Annotated[float, typer.Option(
@@ -84,11 +91,15 @@ def fmt(value, digits: int = 3) -> str:
         return "—"
     if isinstance(value, float):
         return f"{value:.{digits}f}"
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, (float, type(None))) for v in value):
+        return f"{fmt(value[0], digits)} – {fmt(value[1], digits)}"  # an interval
     return str(value)
 
 
 def summary_table(summary: dict) -> Table:
-    table = Table(title=f"{summary['run_id']}  ({summary['n_examples']} examples)", show_header=True)
+    title = (f"{summary['run_id']}  ({summary['n_examples']} examples; {summary.get('draft')}, "
+             f"γ {summary.get('gamma')}, {summary.get('dtype')})")
+    table = Table(title=title, show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_column("meaning")
@@ -99,6 +110,8 @@ def summary_table(summary: dict) -> Table:
         ("c", "draft cost per token / target cost per token"),
         ("verify_cost", "target pass over γ+1 tokens / one-token pass"),
         ("speedup", "walltime, per token: speculative tok/s ÷ baseline tok/s"),
+        ("speedup_ci95", "95% bootstrap interval of the speedup over examples"),
+        ("speedup_median_example", "median of the examples' own speedups"),
         ("predicted_speedup", "paper's Thm 3.8 from measured α, c"),
         ("predicted_speedup_extended", "with the measured verify cost (endless output)"),
         ("decode_speedup", "speedup of the decode phase (prefill excluded)"),
@@ -122,7 +135,9 @@ def summary_table(summary: dict) -> Table:
 def run(
     target: Target = DEFAULT_TARGET,
     draft: Draft = DEFAULT_DRAFT,
-    gamma: Gamma = 3,
+    gamma: Gamma = "3",
+    gamma_max: GammaMax = 8,
+    repeats: Repeats = 1,
     temperature: Temperature = 0.0,
     top_k: TopK = 0,
     top_p: TopP = 1.0,
@@ -143,16 +158,19 @@ def run(
     """Run one configuration on a task: baseline and speculative decoding side by side.
 
     Example: specbench run --task aclsum --draft prompt-lookup --gamma 3 --limit 8
+    Example: specbench run --draft auto --dtype auto --gamma auto --repeats 2   (choices measured on this machine)
     """
     from specbench.runner import measure, prepare_run
 
-    config = RunConfig(target=target, draft=draft, task=task, gamma=gamma,
+    config = RunConfig(target=target, draft=draft, task=task, gamma=parse_gamma(gamma),
                        sampling=SamplingConfig(temperature, top_k, top_p), limit=limit, seed=seed,
                        max_new_tokens=max_new_tokens, device=device, dtype=dtype, engine=engine, backend=backend,
-                       draft_confidence=draft_confidence, trust_remote_code=trust_remote_code).validate()
+                       draft_confidence=draft_confidence, trust_remote_code=trust_remote_code, gamma_max=gamma_max,
+                       repeats=repeats).validate()
     quiet_transformers()
-    with console.status("loading task and models"):
-        plan = prepare_run(config, results_dir, run_id=run_id)
+    with console.status("loading task and models") as status:
+        plan = prepare_run(config, results_dir, run_id=run_id, on_status=status.update)
+    print_context(plan)
     with progress_bar() as bar:
         job = bar.add_task("examples", total=None, info="warming up")
 
@@ -169,6 +187,24 @@ def run(
     else:
         out.print(summary_table(outcome.summary))
         out.print(f"results: {outcome.files.root}")
+    warn_if_noisy(outcome.summary)
+
+
+def print_context(plan) -> None:
+    """Before timing: the hardware measured and every auto choice with its reason (stderr, one line each)."""
+    from specbench.measure.hardware import describe
+
+    console.print(f"hardware: {escape(describe(plan.manifest.get('hardware')))}", highlight=False, soft_wrap=True)
+    for reason in (plan.choice.reasons if plan.choice else []):
+        console.print(f"auto: {escape(reason)}", highlight=False, soft_wrap=True)
+
+
+def warn_if_noisy(summary: dict, label: str = "") -> None:
+    """One warning line per run whose noise checks fired (the summary's suspect_timing)."""
+    if summary.get("suspect_timing"):
+        notes = "; ".join(summary.get("timing_notes") or [])
+        console.print(f"[yellow]warning:[/yellow] {escape(label)}timings look disturbed ({escape(notes)}); the speedup "
+                      f"is not trustworthy: rerun on an idle machine", highlight=False, soft_wrap=True)
 
 
 @app.command()

@@ -7,22 +7,37 @@ each check here raises a one-line `SpecbenchError` that names the bad value and 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 from specbench.errors import SpecbenchError
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("float32", "bfloat16", "float16")
+AUTO = "auto"  # --draft auto, --dtype auto, --gamma auto: chosen on this machine by calibration + pilot (measure/choose.py)
+GAMMA_POLICIES = ("auto", "adaptive", "heuristic")  # --gamma besides an integer (decoding/gamma_policy.py)
+MAX_GAMMA = 128  # a γ beyond this is a typo; every per-step structure is sized by γ
 ENGINES = ("specbench", "hf-assisted")
 BACKENDS = ("eager", "static", "compiled")  # see decoding/backend.py
 MODEL_FREE_DRAFTS = ("prompt-lookup", "unigram", "bigram")  # --draft names (before any ":options") that run no model
 
 
-LATER_DEFAULTS = {"draft_confidence": 0.0}  # fields added after results existed → their defaults
+LATER_DEFAULTS = {"draft_confidence": 0.0, "gamma_max": 8, "repeats": 1}  # fields added after results existed → their defaults
 
 
 def omit_later_defaults(fields: dict) -> dict:
     return {k: v for k, v in fields.items() if not (k in LATER_DEFAULTS and v == LATER_DEFAULTS[k])}
+
+
+def parse_gamma(text: str | int) -> int | str:
+    """--gamma: an integer 1..MAX_GAMMA, or auto / adaptive / heuristic."""
+    value = str(text).strip().lower()
+    if value in GAMMA_POLICIES:
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise SpecbenchError(f"--gamma must be an integer or one of {', '.join(GAMMA_POLICIES)} (got {text!r})") from None
 
 
 def check_backend(name: str) -> None:
@@ -43,7 +58,7 @@ class SamplingConfig:
         return self.temperature == 0.0
 
     def validate(self) -> "SamplingConfig":
-        if not self.temperature >= 0.0:
+        if not (self.temperature >= 0.0 and math.isfinite(self.temperature)):
             raise SpecbenchError(f"--temperature must be >= 0 (got {self.temperature}); use 0 for greedy")
         if self.top_k < 0:
             raise SpecbenchError(f"--top-k must be >= 0 (got {self.top_k}); use 0 to disable it")
@@ -59,7 +74,7 @@ class RunConfig:
     target: str  # preset name, hub id, local directory or .gguf file
     draft: str  # model spec as for target, or a model-free draft name (e.g. prompt-lookup)
     task: str  # task name from tasks/ or a JSONL file of {"prompt": ...}
-    gamma: int = 4  # draft tokens proposed per target pass
+    gamma: int | str = 4  # draft tokens proposed per target pass, or auto / adaptive / heuristic (GAMMA_POLICIES)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     limit: int = 8  # number of examples
     seed: int = 0
@@ -70,19 +85,36 @@ class RunConfig:
     trust_remote_code: bool = False
     backend: str = "eager"  # how every model's forward runs: eager, static (KV cache) or compiled (decoding/backend.py)
     draft_confidence: float = 0.0  # > 0: a model draft stops a proposal early below this confidence (γ is the most)
+    gamma_max: int = 8  # the largest γ that auto / adaptive / heuristic consider (calibrated up to γ+1 tokens)
+    repeats: int = 1  # timed decodes per engine and example, interleaved A B B A …; times are their median
+
+    @property
+    def draft_gamma(self) -> int:
+        """The most tokens a step may draft: γ itself, or gamma_max under a policy (before auto is resolved)."""
+        return self.gamma if isinstance(self.gamma, int) else self.gamma_max
 
     def validate(self) -> "RunConfig":
         self.sampling.validate()
-        if self.gamma < 1:
-            raise SpecbenchError(f"--gamma must be >= 1 (got {self.gamma}); the draft proposes gamma tokens per step")
+        if isinstance(self.gamma, bool) or not (isinstance(self.gamma, int) or self.gamma in GAMMA_POLICIES):
+            raise SpecbenchError(f"--gamma must be an integer or one of {', '.join(GAMMA_POLICIES)} (got {self.gamma!r})")
+        if isinstance(self.gamma, int) and not 1 <= self.gamma <= MAX_GAMMA:
+            raise SpecbenchError(f"--gamma must be between 1 and {MAX_GAMMA} (got {self.gamma}); the draft proposes "
+                                 f"gamma tokens per step")
+        if not 1 <= self.gamma_max <= 32:
+            raise SpecbenchError(f"--gamma-max must be between 1 and 32 (got {self.gamma_max})")
+        if not 1 <= self.repeats <= 20:
+            raise SpecbenchError(f"--repeats must be between 1 and 20 (got {self.repeats})")
+        if self.engine == "hf-assisted" and self.gamma in ("adaptive", "heuristic"):
+            raise SpecbenchError(f"--gamma {self.gamma} drives our decode loop; --engine hf-assisted runs HF's own "
+                                 f"(pass an integer or auto for --gamma, or drop --engine)")
         if self.limit < 1:
             raise SpecbenchError(f"--limit must be >= 1 (got {self.limit})")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
             raise SpecbenchError(f"--max-new-tokens must be >= 1 (got {self.max_new_tokens})")
         if self.device not in DEVICES:
             raise SpecbenchError(f"--device must be one of {', '.join(DEVICES)} (got {self.device!r})")
-        if self.dtype not in DTYPES:
-            raise SpecbenchError(f"--dtype must be one of {', '.join(DTYPES)} (got {self.dtype!r})")
+        if self.dtype not in DTYPES + (AUTO,):
+            raise SpecbenchError(f"--dtype must be one of {', '.join(DTYPES + (AUTO,))} (got {self.dtype!r})")
         if self.engine not in ENGINES:
             raise SpecbenchError(f"--engine must be one of {', '.join(ENGINES)} (got {self.engine!r})")
         check_backend(self.backend)

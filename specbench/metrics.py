@@ -18,7 +18,13 @@ Definitions (sums run over all examples of a run):
                         engines emit the same tokens and this is Σ baseline s / Σ speculative s; at
                         T > 0 they emit different samples (of different lengths), so time per token
                         is the fair comparison
+  speedup_ci95          95 % percentile-bootstrap interval of `speedup` over examples (2,000 resamples of
+                        the run's examples, fixed seed): how much the ratio depends on which examples ran
+  speedup_median_example  median over examples of each example's own speedup (beside the ratio of sums)
   decode_speedup        the same over decode time and decode tokens only
+  suspect_timing        True when the run's noise checks (measure/noise.py: probe drift, spread of the
+                        baseline's per-token time, disagreeing repeats, a sweep's baseline drift) found the
+                        machine busy; `timing_notes` says why
   predicted_decode_speedup  what the cost model predicts for decode_speedup from the measured α, c,
                         verify cost and proposal law, for outputs of the lengths measured (EOS and
                         budget endings priced in: theory.decode_cost_table)
@@ -51,10 +57,69 @@ def engine_totals(records: list[dict], engine: str) -> dict:
     return {k: _total(records, engine, k) for k in keys}
 
 
-def summarize(records: list[dict], gamma: int, greedy: bool) -> dict:
+BOOTSTRAP_RESAMPLES = 2000
+
+
+def per_example_speedups(records: list[dict], decode_only: bool = False):
+    """(speculative tokens, seconds, baseline tokens, seconds) per example as numpy arrays."""
+    import numpy as np
+
+    def arrays(engine):
+        tok = np.array([r[engine]["n_tokens"] - (1 if decode_only else 0) for r in records], dtype=float)
+        sec = np.array([r[engine]["decode_s"] + (0.0 if decode_only else r[engine]["prefill_s"]) for r in records],
+                       dtype=float)
+        return tok, sec
+
+    return (*arrays("speculative"), *arrays("baseline"))
+
+
+def bootstrap_speedup_ci(records: list[dict], decode_only: bool = False, level: float = 0.95,
+                         resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> list[float]:
+    """Percentile-bootstrap interval of the ratio-of-sums speedup, resampling examples with replacement."""
+    import numpy as np
+
+    if len(records) < 2:
+        return [NAN, NAN]
+    st, ss, bt, bs = per_example_speedups(records, decode_only)
+    idx = np.random.default_rng(seed).integers(0, len(records), size=(resamples, len(records)))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        boot = (st[idx].sum(1) / ss[idx].sum(1)) / (bt[idx].sum(1) / bs[idx].sum(1))
+    boot = boot[np.isfinite(boot)]
+    if not boot.size:
+        return [NAN, NAN]
+    tail = (1.0 - level) / 2 * 100
+    return [float(np.percentile(boot, tail)), float(np.percentile(boot, 100 - tail))]
+
+
+def median_example_speedup(records: list[dict]) -> float:
+    import numpy as np
+
+    st, ss, bt, bs = per_example_speedups(records)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        each = (st / ss) / (bt / bs)
+    each = each[np.isfinite(each)]
+    return float(np.median(each)) if each.size else NAN
+
+
+def timing_noise(records: list[dict], probes: list[float] | None = None, drift: float | None = None) -> dict:
+    """suspect_timing and timing_notes from the noise checks (measure/noise.py) and a sweep's baseline drift."""
+    from specbench.measure.noise import noise_verdict
+
+    token_ms = [1e3 * r["baseline"]["decode_s"] / (r["baseline"]["n_tokens"] - 1)
+                for r in records if r["baseline"]["n_tokens"] > 1]
+    repeats = [max(x) / min(x) for r in records for e in ("baseline", "speculative")
+               if len(x := r[e].get("repeat_s") or []) > 1 and min(x) > 0]
+    notes = noise_verdict(probes or [], token_ms, repeats)
+    if drift is not None and abs(drift - 1.0) > BASELINE_DRIFT_TOLERANCE:
+        notes.append(f"the shared baseline, re-timed before this cell, took {drift:.2f}× its stored time")
+    return {"suspect_timing": bool(notes), "timing_notes": notes}
+
+
+def summarize(records: list[dict], gamma: int, greedy: bool, probes: list[float] | None = None,
+              drift: float | None = None) -> dict:
     """Records of one run → the summary's metrics (see the module docstring)."""
     if not records:
-        return {"n_examples": 0}
+        return {"n_examples": 0, "suspect_timing": False, "timing_notes": []}
     base = engine_totals(records, "baseline")
     spec = engine_totals(records, "speculative")
     n = len(records)
@@ -79,6 +144,9 @@ def summarize(records: list[dict], gamma: int, greedy: bool) -> dict:
         "verify_cost": ratio(ratio(spec["verify_s"], spec["target_calls"]), t_token),
         "draft_calls_per_step": ratio(spec["draft_calls"], steps_with_draft),
         "speedup": ratio(ratio(spec["n_tokens"], spec_time), ratio(base["n_tokens"], base_time)),
+        "speedup_ci95": bootstrap_speedup_ci(records),
+        "speedup_median_example": median_example_speedup(records),
+        "decode_speedup_ci95": bootstrap_speedup_ci(records, decode_only=True),
         "decode_speedup": ratio(ratio(spec_decode_tokens, spec["decode_s"]), ratio(base_decode_tokens, base["decode_s"])),
         "baseline_tokens_per_s": ratio(base["n_tokens"], base_time),
         "speculative_tokens_per_s": ratio(spec["n_tokens"], spec_time),
@@ -104,6 +172,7 @@ def summarize(records: list[dict], gamma: int, greedy: bool) -> dict:
     draft_lengths = [g for r in records for g in r["speculative"].get("draft_lengths", [])]
     out.update(predictions(out["alpha"], gamma, out["c"], out["verify_cost"], draft_lengths, spec["target_calls"]))
     out.update(predicted_decode(records, out["alpha"], gamma, out["c"], out["verify_cost"]))
+    out.update(timing_noise(records, probes, drift))
     return out
 
 

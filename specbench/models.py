@@ -113,6 +113,23 @@ PRESETS = {
 }
 
 
+# drafts made for a target preset (same tokenizer): what `--draft auto` considers beside prompt lookup
+# and the distilled draft, when installed
+PAIRED_DRAFTS = {"qwen2.5-coder-1.5b": ("qwen2.5-coder-0.5b",)}
+
+
+def preset_installed(name: str) -> bool:
+    """Whether a preset's weights are on this machine (no download, no install)."""
+    p = PRESETS.get(name)
+    if isinstance(p, SplitPreset):
+        parts, missing = find_parts(p)
+        return not missing or is_verified(split_gguf_path(p), p.sha256)
+    if isinstance(p, Preset):
+        folder = _package_dir(p.package)
+        return bool(folder and (folder / p.gguf).exists())
+    return False
+
+
 @dataclass
 class LoadedModel:
     """A model ready for decoding, with what the engines need to know about it."""

@@ -48,6 +48,7 @@ class EngineRecord:
     verify_s: float  # decode time spent in target passes and verification
     # added after results existed (older records, e.g. a sweep's stored baselines, lack it):
     proposal_lengths: list[int] = field(default_factory=list)  # tokens offered at each pass the budget did not shorten (0 = none)
+    repeat_s: list[float] = field(default_factory=list)  # prefill + decode seconds of each timed repeat (--repeats); the times above are their medians
 
 
 @dataclass
@@ -172,10 +173,9 @@ def environment_info() -> dict:
 
     import specbench
 
-    hw = {"platform": platform.platform(), "machine": platform.machine(), "processor": platform.processor(),
-          "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads()}
-    if torch.cuda.is_available():
-        hw["gpu"] = torch.cuda.get_device_name(0)
+    from specbench.measure.hardware import hardware_identity
+
+    hw = hardware_identity()
     return {
         "versions": {"python": sys.version.split()[0], "torch": torch.__version__,
                      "transformers": transformers.__version__, "specbench": specbench.__version__},

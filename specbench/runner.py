@@ -19,19 +19,25 @@ from typing import Callable
 
 import torch
 
-from specbench.config import RunConfig, SamplingConfig
+from specbench.config import AUTO, RunConfig, SamplingConfig
 from specbench.decoding.autoregressive import decode_autoregressive
 from specbench.decoding.base import DecodeResult
 from specbench.decoding.backend import ForwardBackend
 from specbench.decoding.cached_model import CachedModel
+from specbench.decoding.gamma_policy import AdaptiveGamma, FixedGamma, GammaPolicy, HeuristicGamma
 from specbench.decoding.speculative import decode_speculative
 from specbench.errors import SpecbenchError
+from specbench.measure import calibration as cal
+from specbench.measure.choose import AutoChoice, PilotResult, choose, needs_choice, pilot_from_results, resolved_config
+from specbench.measure.noise import probe_ms
 from specbench.metrics import first_divergence, json_safe, summarize
 from specbench.models import LoadedModel, load_model, make_proposer
 from specbench.results import (SCHEMA_VERSION, EngineRecord, ExampleRecord, RunFiles, append_jsonl, append_record,
                                atomic_write_json, environment_info, prepare_run_dir, read_records, repair_jsonl,
                                run_lock)
 from specbench.tasks import Example, TaskSpec, examples_hash, load_task, render_for_model, select_examples
+
+PILOT_EXAMPLES = 2  # untimed examples per draft for the auto choices' α estimate
 
 WARMUP_TOKENS = 8
 
@@ -54,6 +60,29 @@ class Session:
         # one backend for the target, shared by the baseline and the speculative engine (same forward for both)
         self.target_backend = ForwardBackend(self.target.model, backend)
         self._proposers: dict[tuple, object] = {}
+        self.calibrations: dict[tuple, cal.Calibration] = {}  # (k_max, context key) → the target's curve
+        self.draft_ms: dict[tuple, float | None] = {}  # (draft spec, context key) → ms per draft-model token
+        self.pilots: dict[tuple, PilotResult] = {}  # (draft, pilot ids, sampling, budget, γ) → pilot
+
+    def target_lm(self) -> CachedModel:
+        return CachedModel(self.target.model, backend=self.target_backend)
+
+    def calibrate(self, prompts: list[list[int]], k_max: int, max_new_tokens: int) -> cal.Calibration:
+        """The target's pass-cost curve for these prompts, measured once per session."""
+        key = (k_max, max_new_tokens, hashlib.sha256(repr(prompts).encode()).hexdigest())
+        if key not in self.calibrations:
+            self.calibrations[key] = cal.calibrate(self.target_lm(), prompts, k_max=k_max, max_new_tokens=max_new_tokens,
+                                                   max_positions=self.target.max_positions, dtype=self.dtype)
+        return self.calibrations[key]
+
+    def draft_token_ms(self, draft_spec: str, prompts: list[list[int]], max_new_tokens: int) -> float | None:
+        """ms per token of the draft's model (None for model-free drafts), measured once per session."""
+        key = (draft_spec, max_new_tokens, hashlib.sha256(repr(prompts).encode()).hexdigest())
+        if key not in self.draft_ms:
+            lm = getattr(self.proposer(draft_spec, prompts), "draft_lm", None)
+            self.draft_ms[key] = None if lm is None else cal.draft_token_ms(
+                lm, prompts, max_new_tokens=max_new_tokens, max_positions=self.target.max_positions)
+        return self.draft_ms[key]
 
     def proposer(self, draft_spec: str, corpus: list[list[int]] | None = None):
         """The draft for `draft_spec`, built once; frequency drafts are fitted on `corpus` (once per corpus)."""
@@ -101,10 +130,10 @@ def run_id_for(config: RunConfig) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", f"{stem}-{digest}")
 
 
-def engine_record(result: DecodeResult, tokenizer) -> EngineRecord:
-    """A DecodeResult plus what the record adds: decoded text and token count."""
+def engine_record(result: DecodeResult, tokenizer, repeat_s: list[float] | None = None) -> EngineRecord:
+    """A DecodeResult plus what the record adds: decoded text, token count, each repeat's seconds."""
     return EngineRecord(text=tokenizer.decode(result.token_ids, skip_special_tokens=True),
-                        n_tokens=len(result.token_ids), **asdict(result))
+                        n_tokens=len(result.token_ids), repeat_s=list(repeat_s or []), **asdict(result))
 
 
 @dataclass
@@ -112,8 +141,21 @@ class Engines:
     """The two decoders of a run, bound to models and settings; both take (prompt ids, seed, max_new_tokens)."""
 
     session: Session
-    config: RunConfig
+    config: RunConfig  # resolved: no auto values left (γ may still be the adaptive or heuristic policy)
     proposer: object  # the Proposer of config.draft
+    choice: AutoChoice | None = None  # the calibration + pilot behind auto values and the adaptive policy
+
+    def gamma_policy(self) -> GammaPolicy:
+        """A fresh policy per decode: nothing learnt on one example steers the next."""
+        g, top = self.config.gamma, self.config.gamma_max
+        if isinstance(g, int):
+            return FixedGamma(g)
+        if g == "heuristic":
+            return HeuristicGamma(top, start=top)  # HF starts high (20, here capped) and lowers on a rejection
+        if g == "adaptive" and self.choice is not None:
+            c = self.choice
+            return AdaptiveGamma(top, c.calibrations[c.dtype].pass_cost(), c.c(), c.pilots[c.draft].alpha)
+        raise SpecbenchError(f"--gamma {g!r} was not resolved before decoding (a bug: please report it)")
 
     def baseline(self, prompt_ids: list[int], seed: int, max_new_tokens: int) -> DecodeResult:
         t = self.session.target
@@ -134,14 +176,14 @@ class Engines:
                              eos_ids=t.eos_ids, assistant=proposer.lm.model, gamma=cfg.gamma,
                              min_confidence=cfg.draft_confidence)
         return decode_speculative(
-            CachedModel(t.model, backend=self.session.target_backend), proposer, prompt_ids, gamma=cfg.gamma, max_new_tokens=max_new_tokens,
+            CachedModel(t.model, backend=self.session.target_backend), proposer, prompt_ids, gamma=self.gamma_policy(),
+            max_new_tokens=max_new_tokens,
             sampling=cfg.sampling, generator=make_generator(t.device, seed), eos_ids=t.eos_ids,
             decoder_start_id=t.decoder_start_id, min_confidence=cfg.draft_confidence)
 
     def model_caches(self) -> list[CachedModel]:
         """The target's and (if any) the draft model's cache wrappers, each with its backend."""
-        p = self.proposer
-        draft = getattr(p, "lm", None) or getattr(getattr(p, "model", None), "lm", None)  # model draft, or hybrid's
+        draft = getattr(self.proposer, "draft_lm", None)  # a model draft's (or a hybrid's model's) CachedModel
         return [CachedModel(self.session.target.model, backend=self.session.target_backend)] + ([draft] if draft else [])
 
     def warm_up(self, prompt_ids: list[int], capacity: int = 0) -> None:
@@ -152,7 +194,7 @@ class Engines:
         """
         for i, lm in enumerate(self.model_caches()):  # the target first, then a model draft
             lm.backend.reserve(capacity)
-            lm.prime(self.config.gamma + 1, all_logits=i == 0)
+            lm.prime(self.config.draft_gamma + 1, all_logits=i == 0)
         self.baseline(prompt_ids, 0, WARMUP_TOKENS)
         self.speculative(prompt_ids, 0, WARMUP_TOKENS)
 
@@ -161,7 +203,7 @@ class Engines:
 class RunPlan:
     """Everything a run needs, validated and loaded, before any timing starts."""
 
-    config: RunConfig
+    config: RunConfig  # resolved (auto values replaced by the choices); the manifest keeps the requested one
     spec: TaskSpec
     files: RunFiles
     manifest: dict
@@ -169,6 +211,7 @@ class RunPlan:
     prepared: list[Prepared]
     max_new_tokens: int
     proposer: object  # the draft, fitted on the task's prompts where it fits anything
+    choice: AutoChoice | None = None  # calibration, pilot and reasons behind auto values / the adaptive policy
 
 
 @dataclass
@@ -178,9 +221,131 @@ class RunOutcome:
     new_examples: int  # examples measured by this call (the rest were resumed from disk)
 
 
+def pilot_examples(spec: TaskSpec, config: RunConfig, examples: list[Example]) -> list[Example]:
+    """The examples the auto choices pilot on: the next ones after the run's in the task's seeded
+    order, so no timed example steers the choice; the run's first ones when the task has no more."""
+    more = select_examples(spec, config.limit + PILOT_EXAMPLES, config.seed)[len(examples):]
+    return more or examples[:PILOT_EXAMPLES]
+
+
+def calibration_k_max(config: RunConfig) -> int:
+    """Pass sizes to calibrate: up to gamma_max + 1 (the curve the report plots and auto/adaptive need);
+    under the compiled backend with a fixed γ only the γ + 1 shapes that are compiled anyway."""
+    if config.backend == "compiled" and isinstance(config.gamma, int):
+        return config.gamma + 1
+    return max(config.draft_gamma, config.gamma_max) + 1
+
+
+def prime_for_calibration(session: Session, proposer, capacity: int, k_max: int) -> None:
+    """Non-eager backends: size the static caches for the whole run and compile the pass shapes
+    before calibrating, so the curve is the one the run will see (a no-op for eager)."""
+    if session.backend == "eager":
+        return
+    target = session.target_lm()
+    target.backend.reserve(capacity)
+    target.prime(k_max, all_logits=True)
+    draft = getattr(proposer, "draft_lm", None)
+    if draft is not None:
+        draft.backend.reserve(capacity)
+        draft.prime(k_max, all_logits=False)
+
+
+def run_pilot(session: Session, config: RunConfig, draft: str, pilot: list[Prepared], corpus: list[list[int]],
+              max_new_tokens: int) -> PilotResult:
+    """Decode the pilot examples with `draft` at γ = gamma_max (untimed by the run) → α and the lookup law."""
+    key = (draft, tuple(p.example.id for p in pilot), config.sampling, max_new_tokens, config.gamma_max,
+           config.draft_confidence)
+    if key in session.pilots:
+        return session.pilots[key]
+    from specbench.config import MODEL_FREE_DRAFTS
+
+    proposer = session.proposer(draft, corpus)
+    t = session.target
+    results, lookups = [], [] if hasattr(proposer, "lookup_lengths") else None
+    for item in pilot:
+        res = decode_speculative(session.target_lm(), proposer, item.prompt_ids, gamma=config.gamma_max,
+                                 max_new_tokens=max_new_tokens, sampling=config.sampling,
+                                 generator=make_generator(t.device, example_seed(config.seed, item.example.id)),
+                                 eos_ids=t.eos_ids, decoder_start_id=t.decoder_start_id,
+                                 min_confidence=config.draft_confidence)
+        results.append(res)
+        if lookups is not None:
+            lookups.extend(proposer.lookup_lengths)
+    lookup_only = draft.partition(":")[0] in MODEL_FREE_DRAFTS
+    session.pilots[key] = pilot_from_results(draft, results, lookups, lookup_only, [p.example.id for p in pilot])
+    return session.pilots[key]
+
+
+def available_drafts(target_spec: str) -> list[str]:
+    """The drafts `--draft auto` compares for a target: prompt lookup always; the distilled draft and
+    lookup+distilled where drafts/ ships one; a paired preset draft (and lookup+it) where installed."""
+    from specbench.distill import shipped_draft_dir
+    from specbench.models import PAIRED_DRAFTS, preset_installed
+
+    drafts = ["prompt-lookup"]
+    try:
+        shipped_draft_dir(target_spec)
+        drafts += ["distilled", "lookup+distilled"]
+    except SpecbenchError:
+        pass
+    for name in PAIRED_DRAFTS.get(Path(target_spec).name, ()):
+        if preset_installed(name):
+            drafts += [name, f"lookup+{name}"]
+    return drafts
+
+
+def choose_on_this_machine(config: RunConfig, spec: TaskSpec, examples: list[Example], pilot: list[Example],
+                           max_new: int, session: Session | None, on_status: Callable[[str], None]) -> tuple[AutoChoice, Session]:
+    """Load the target in each candidate dtype, calibrate, pilot each candidate draft, choose (measure/choose.py)."""
+    from specbench.measure.hardware import bf16_support
+    from specbench.models import resolve_device
+
+    bf16_note = None
+    if config.dtype == AUTO:
+        ok, bf16_note = bf16_support(resolve_device(config.device).type)
+        dtypes = ["float32", "bfloat16"] if ok else ["float32"]
+    else:
+        dtypes = [config.dtype]
+    sessions: dict[str, Session] = {}
+
+    def session_for(dtype: str) -> Session:
+        if dtype not in sessions:
+            on_status(f"loading the target in {dtype}")
+            sessions[dtype] = (session if session is not None and session.dtype == dtype else
+                               Session(config.target, config.device, dtype, config.trust_remote_code, config.backend))
+        return sessions[dtype]
+
+    first = session_for(dtypes[-1])
+    prepared = prepare_examples(spec, examples, first.target, max_new)
+    corpus = [p.prompt_ids for p in prepared]
+    pilot_prepared = prepare_examples(spec, pilot, first.target, max_new)
+    drafts = available_drafts(config.target) if config.draft == AUTO else [config.draft]
+    k_max = calibration_k_max(config)
+    capacity = max(len(p.prompt_ids) for p in prepared + pilot_prepared) + max_new + k_max
+
+    def calibrate_dtype(dtype: str, drafts: list[str]):
+        s = session_for(dtype)
+        for d in drafts:
+            prime_for_calibration(s, s.proposer(d, corpus), capacity, k_max)
+        on_status(f"calibrating {dtype}: target passes over 1..{k_max} tokens, draft tokens")
+        curve = s.calibrate(corpus, k_max, max_new)
+        return curve, {d: ms for d in drafts if (ms := s.draft_token_ms(d, corpus, max_new)) is not None}
+
+    def pilot_draft(draft: str) -> PilotResult:
+        on_status(f"pilot: {draft} on {len(pilot_prepared)} untimed examples")
+        return run_pilot(first, config, draft, pilot_prepared, corpus, max_new)
+
+    choice = choose(config, dtypes=dtypes, drafts=drafts, calibrate_dtype=calibrate_dtype, pilot=pilot_draft,
+                    bf16_note=bf16_note if config.dtype == AUTO else None)
+    return choice, sessions[choice.dtype]
+
+
 def prepare_run(config: RunConfig, results_dir: Path, *, run_id: str | None = None,
-                session: Session | None = None) -> RunPlan:
-    """Validate the config, load task and models, check the run folder: every bad input fails here, fast."""
+                session: Session | None = None, on_status: Callable[[str], None] = lambda msg: None) -> RunPlan:
+    """Validate the config, load task and models, calibrate, resolve auto choices, check the run folder:
+    every bad input fails here, fast, and nothing here is timed into the result."""
+    import json
+
     config.validate()
     spec = load_task(config.task)
     max_new = config.max_new_tokens or spec.max_new_tokens
@@ -197,23 +362,57 @@ def prepare_run(config: RunConfig, results_dir: Path, *, run_id: str | None = No
                  "examples_hash": examples_hash(examples), "example_ids": [e.id for e in examples]},
     }
     check_resumable(files, manifest)
-    session = session or Session(config.target, config.device, config.dtype, config.trust_remote_code, config.backend)
+    old = json.loads(files.manifest.read_text()) if files.manifest.exists() else {}
+    choice = None
+    if needs_choice(config):
+        if old.get("auto"):  # a resumed run keeps the choices its first examples were measured with
+            choice = AutoChoice.from_dict(old["auto"])
+            if session is None or session.dtype != choice.dtype:
+                session = Session(config.target, config.device, choice.dtype, config.trust_remote_code, config.backend)
+        else:
+            choice, session = choose_on_this_machine(config, spec, examples, pilot_examples(spec, config, examples),
+                                                     max_new, session, on_status)
+        run_config = resolved_config(config, choice)
+    else:
+        run_config = config
+        if session is None:
+            on_status("loading task and models")
+            session = Session(config.target, config.device, config.dtype, config.trust_remote_code, config.backend)
     if session.backend != config.backend:
         raise SpecbenchError(f"this session runs --backend {session.backend}, the run asks for {config.backend}; "
                              f"load a session per backend")
+    if session.dtype != run_config.dtype:
+        raise SpecbenchError(f"this session holds the target in {session.dtype}, the run asks for {run_config.dtype}; "
+                             f"load a session per dtype")
     target = session.target
     prepared = prepare_examples(spec, examples, target, max_new)
+    corpus = [p.prompt_ids for p in prepared]
     # load (and check) the draft before any timing; frequency drafts fit on the run's prompts
-    proposer = session.proposer(config.draft, corpus=[p.prompt_ids for p in prepared])
+    proposer = session.proposer(run_config.draft, corpus=corpus)
+    if old.get("calibration"):
+        calibration = old["calibration"]
+    else:
+        k_max = calibration_k_max(run_config)
+        prime_for_calibration(session, proposer, max(len(p.prompt_ids) for p in prepared) + max_new + k_max, k_max)
+        on_status(f"calibrating: target passes over 1..{k_max} tokens")
+        curve = session.calibrate(corpus, k_max, max_new)
+        curve.draft = run_config.draft
+        curve.draft_ms = session.draft_token_ms(run_config.draft, corpus, max_new)
+        calibration = curve.to_dict()
     manifest["models"] = {"target": {"spec": config.target, "params": target.n_params, "dtype": str(target.dtype),
                                      "vocab_size": target.vocab_size, "device": str(target.device)},
-                          "draft": {"spec": config.draft}}
+                          "draft": {"spec": run_config.draft}}
+    manifest["calibration"] = calibration
+    if choice is not None:
+        manifest["auto"] = choice.to_dict()
     manifest.update(environment_info())
     manifest["created"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     if not files.manifest.exists():
         prepare_run_dir(files.root)
         atomic_write_json(files.manifest, manifest)
-    return RunPlan(config, spec, files, manifest, session, prepared, max_new, proposer)
+    else:
+        manifest = {**manifest, **{k: old[k] for k in ("created", "hardware", "versions", "git_commit") if k in old}}
+    return RunPlan(run_config, spec, files, manifest, session, prepared, max_new, proposer, choice)
 
 
 def measure(
@@ -232,6 +431,30 @@ def measure(
         return _measure_locked(plan, on_start, on_example, baseline_store)
 
 
+def engine_order(repeats: int, index: int) -> list[str]:
+    """A B B A … per example, starting with the other engine on every other example, so neither
+    engine always runs first (caches, clocks and thermal state favour no side)."""
+    pair = ["baseline", "speculative"] if index % 2 == 0 else ["speculative", "baseline"]
+    return [e for r in range(repeats) for e in (pair if r % 2 == 0 else pair[::-1])]
+
+
+def merge_repeats(results: list[DecodeResult]) -> tuple[DecodeResult, list[float]]:
+    """Repeats of one engine on one example → one result with the median of each time, and the
+    total seconds of every repeat. Counts come from the first repeat (same seed, same tokens)."""
+    import statistics
+    from dataclasses import replace
+
+    first = results[0]
+    med = {k: statistics.median(getattr(r, k) for r in results) for k in ("prefill_s", "decode_s", "draft_s", "verify_s")}
+    return replace(first, **med), [r.prefill_s + r.decode_s for r in results]
+
+
+def probe_target(session: Session, prompt_ids: list[int]) -> float:
+    """The noise probe: median ms of a few one-token target passes after a short fixed context."""
+    step = cal._pass_step(session.target_lm(), prompt_ids[:32], 1, True, 1)
+    return probe_ms(lambda: step(1))
+
+
 def _measure_locked(plan: RunPlan, on_start, on_example, baseline_store: dict | None) -> RunOutcome:
     config, files, target = plan.config, plan.files, plan.session.target
     repair_jsonl(files.examples)
@@ -239,23 +462,34 @@ def _measure_locked(plan: RunPlan, on_start, on_example, baseline_store: dict | 
     done = {r["example_id"] for r in records}
     todo = [p for p in plan.prepared if p.example.id not in done]
     on_start(len(plan.prepared), len(plan.prepared) - len(todo))
-    engines = Engines(plan.session, config, plan.proposer)
+    engines = Engines(plan.session, config, plan.proposer, plan.choice)
+    probe_file = files.root / "noise_probes.jsonl"
     if todo:
         engines.warm_up(todo[0].prompt_ids, max(len(p.prompt_ids) for p in plan.prepared) + plan.max_new_tokens)
         if baseline_store is not None:
             probe_shared_baseline(engines, todo[0], config.seed, plan.max_new_tokens, baseline_store, files)
+        append_jsonl(probe_file, {"after": None, "ms": probe_target(plan.session, plan.prepared[0].prompt_ids)})
     for item in todo:
         seed = example_seed(config.seed, item.example.id)
         base = None if baseline_store is None else baseline_store.get(item.example.id)
+        runs: dict[str, list[DecodeResult]] = {"baseline": [], "speculative": []}
+        for engine in engine_order(config.repeats, plan.prepared.index(item)):
+            if engine == "baseline" and base is not None:
+                continue  # a sweep's shared baseline, measured once for every cell
+            decode = engines.baseline if engine == "baseline" else engines.speculative
+            runs[engine].append(decode(item.prompt_ids, seed, plan.max_new_tokens))
         if base is None:
-            base = asdict(engine_record(engines.baseline(item.prompt_ids, seed, plan.max_new_tokens), target.tokenizer))
+            merged, repeat_s = merge_repeats(runs["baseline"])
+            base = asdict(engine_record(merged, target.tokenizer, repeat_s))
             if baseline_store is not None:
                 baseline_store[item.example.id] = base
-        spec_rec = engine_record(engines.speculative(item.prompt_ids, seed, plan.max_new_tokens), target.tokenizer)
+        merged, repeat_s = merge_repeats(runs["speculative"])
+        spec_rec = engine_record(merged, target.tokenizer, repeat_s)
         divergence = first_divergence(base["token_ids"], spec_rec.token_ids)
         record = ExampleRecord(SCHEMA_VERSION, item.example.id, len(item.prompt_ids), item.example.reference,
                                EngineRecord(**base), spec_rec, divergence is None, divergence)
         append_record(files.examples, record)
+        append_jsonl(probe_file, {"after": item.example.id, "ms": probe_target(plan.session, item.prompt_ids)})
         records.append(asdict(record))
         write_summary(files, config, plan.spec, records, plan.manifest)
         on_example(records[-1])
@@ -322,7 +556,27 @@ def check_resumable(files: RunFiles, manifest: dict) -> None:
         raise SpecbenchError(f"{files.root} holds a run on different examples; use another --run-id or delete it")
 
 
+def read_probes(root: Path) -> list[float]:
+    """The noise probes of a run folder (ms, in time order)."""
+    return [float(r["ms"]) for r in read_records(root / "noise_probes.jsonl") if isinstance(r, dict) and r.get("ms")]
+
+
+def auto_summary(manifest: dict) -> dict | None:
+    """What the summary says about auto choices: reasons, pilot α, and each γ's prediction for the choice."""
+    auto = manifest.get("auto")
+    if not auto:
+        return None
+    chosen = [c for c in auto["candidates"] if c["draft"] == auto["draft"] and c["dtype"] == auto["dtype"]]
+    best = min(chosen, key=lambda c: c["ms_per_token"]) if chosen else None
+    return {"requested": auto["requested"], "reasons": auto["reasons"],
+            "pilot_alpha": {d: p["alpha"] for d, p in auto["pilots"].items()},
+            "predicted_speedup": best["speedup"] if best else None,
+            "predicted_speedup_by_gamma": {str(c["gamma"]): c["speedup"] for c in sorted(chosen, key=lambda c: c["gamma"])}}
+
+
 def write_summary(files: RunFiles, config: RunConfig, spec: TaskSpec, records: list[dict], manifest: dict) -> dict:
+    from specbench.measure.hardware import describe
+
     summary = {
         "schema_version": SCHEMA_VERSION,
         "run_id": files.root.name,
@@ -331,14 +585,18 @@ def write_summary(files: RunFiles, config: RunConfig, spec: TaskSpec, records: l
         "engine": config.engine,
         "task": spec.name,
         "gamma": config.gamma,
+        "dtype": config.dtype,
         "temperature": config.sampling.temperature,
         "top_k": config.sampling.top_k,
         "top_p": config.sampling.top_p,
         "seed": config.seed,
+        "repeats": config.repeats,
         "max_new_tokens": manifest["max_new_tokens"],
         "complete": len(records) == manifest["task"]["n_examples"],
-        **summarize(records, config.gamma, config.sampling.greedy),
+        **summarize(records, config.draft_gamma, config.sampling.greedy, read_probes(files.root), baseline_drift(files)),
         "baseline_drift": baseline_drift(files),
+        "auto": auto_summary(manifest),
+        "hardware": describe(manifest.get("hardware")),
     }
     summary["quality"] = quality(spec, records, config.sampling)
     summary = json_safe(summary)

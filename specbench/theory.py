@@ -203,3 +203,52 @@ def alpha_from_tokens_per_step(mean_tokens: float, gamma: int, tol: float = 1e-1
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if expected_tokens_per_step(mid, gamma) < mean_tokens else (lo, mid)
     return 0.5 * (lo + hi)
+
+
+def pass_cost_curve_speedup(alpha: float, gamma: int, c: float, pass_cost: Mapping[int, float],
+                            lookup_law: Mapping[int, float] | None = None, model_fills: bool = True) -> float:
+    """Predicted walltime speedup of one configuration from a *measured* pass-cost curve.
+
+    pass_cost maps k → t(k)/t(1), the cost of one target pass over k new tokens in single-token
+    passes (k = 1..γ+1 must be present); the curve is used point by point, never fitted, since on
+    some CPUs it is not monotone (fp32 SmolLM2 on an AMD EPYC: 3 tokens cost 2.1×, 4 cost 1.4×).
+    A step offers g tokens, of which m are drafted by a model (each costing c target passes):
+      model draft   (lookup_law None):                 g = γ, m = γ
+      prompt lookup (lookup_law, model_fills False):   g = min(L, γ), m = 0, L ~ lookup_law (0 = no match)
+      hybrid        (lookup_law, model_fills True):    g = γ, m = γ − min(L, γ)
+    and emits Σ_{i=0..g} α^i tokens in expectation (each drafted token accepted independently
+    with probability α). Speedup = E[tokens per step] / E[cost per step], where plain decoding
+    costs one single-token pass per token.
+    """
+    _check_gamma(gamma, low=1)
+    if c < 0:
+        raise SpecbenchError(f"draft cost ratio c must be >= 0 (got {c})")
+    law = {0: 1.0} if lookup_law is None else {int(k): float(v) for k, v in lookup_law.items() if v > 0}
+    if not law or abs(sum(law.values()) - 1.0) > 1e-9:
+        raise SpecbenchError(f"lookup law must be probabilities summing to 1 (got {lookup_law})")
+    tokens = cost = 0.0
+    for length, p in law.items():
+        found = min(length, gamma)
+        if lookup_law is None:
+            offered, by_model = gamma, gamma
+        elif model_fills:
+            offered, by_model = gamma, gamma - found
+        else:
+            offered, by_model = found, 0
+        if offered + 1 not in pass_cost:
+            raise SpecbenchError(f"no measured cost for a pass over {offered + 1} tokens; calibrate up to γ = {gamma}")
+        tokens += p * expected_tokens_per_step(float(alpha), offered)
+        cost += p * (by_model * c + float(pass_cost[offered + 1]) / float(pass_cost[1]))
+    return tokens / cost
+
+
+def best_gamma_from_curve(alpha: float, c: float, pass_cost: Mapping[int, float], max_gamma: int,
+                          lookup_law: Mapping[int, float] | None = None, model_fills: bool = True) -> Optimum:
+    """The γ in 1..max_gamma (where the curve covers γ+1) with the largest pass_cost_curve_speedup."""
+    needs = (lambda g: [g + 1]) if lookup_law is None else (lambda g: range(1, g + 2))  # lookup offers 0..γ
+    grid = [g for g in range(1, max_gamma + 1) if all(k in pass_cost for k in needs(g))]
+    if not grid:
+        raise SpecbenchError(f"the pass-cost curve covers no γ in [1, {max_gamma}]")
+    factors = [pass_cost_curve_speedup(alpha, g, c, pass_cost, lookup_law, model_fills) for g in grid]
+    best = int(np.argmax(factors))
+    return Optimum(gamma=grid[best], factor=factors[best])

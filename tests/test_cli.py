@@ -116,7 +116,14 @@ def test_sampling_run_with_prompt_lookup(models_dir, task_file, tmp_path):
 
 
 BAD = [
-    (["--gamma", "0"], "--gamma must be >= 1"),
+    (["--gamma", "0"], "--gamma must be between 1 and 128"),
+    (["--gamma", "1000000000"], "--gamma must be between 1 and 128"),
+    (["--gamma", "abc"], "--gamma must be an integer or one of auto, adaptive, heuristic"),
+    (["--gamma", "adaptive", "--engine", "hf-assisted"], "--engine hf-assisted runs HF's own"),
+    (["--repeats", "0"], "--repeats must be between 1 and 20"),
+    (["--gamma-max", "0"], "--gamma-max must be between 1 and 32"),
+    (["--dtype", "float8"], "--dtype must be one of float32, bfloat16, float16, auto"),
+    (["--temperature", "inf"], "--temperature must be >= 0"),
     (["--draft-confidence", "1"], "--draft-confidence must be in [0, 1)"),
     (["--draft-confidence", "-0.1"], "--draft-confidence must be in [0, 1)"),
     (["--draft", "prompt-lookup", "--draft-confidence", "0.4"], "--draft-confidence needs a model draft"),

@@ -37,7 +37,7 @@ class StubTokenizer:
         return " ".join(f"t{i}" for i in ids)
 
 
-class FakeSession:
+class FakeSession(runner.Session):
     """A runner.Session over tiny random Llamas: a target, a model draft and prompt lookup."""
 
     instances = 0
@@ -46,6 +46,7 @@ class FakeSession:
         FakeSession.instances += 1
         self.target = wrap_model("tiny-target", tiny_llama(0), StubTokenizer())
         self.backend, self.target_backend = "eager", ForwardBackend(self.target.model)
+        self.dtype, self.calibrations, self.draft_ms, self.pilots = "float32", {}, {}, {}
         self.drafts = {"tiny-draft": ModelDraft(tiny_llama(1), "tiny-draft"),
                        "prompt-lookup": make_proposer("prompt-lookup", self.target)}
 

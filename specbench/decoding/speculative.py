@@ -3,7 +3,8 @@
 Invariant of the step loop: the target's cache covers every token but the newest (`cur`).
 A step drafts x_1..x_γ' from `cur`, runs the target once over [cur, x_1..x_γ'] to get
 p_1..p_γ'+1, verifies, then crops the target cache to [.., cur, x_1..x_n] and makes the
-correction/bonus token the new `cur`. γ' = min(γ, room − 1), so a step can never emit more
+correction/bonus token the new `cur`. γ comes from a policy (gamma_policy.py: fixed, adaptive or
+HF's heuristic) that sees only past steps; γ' = min(γ, room − 1), so a step can never emit more
 than max_new_tokens; tokens after an EOS are dropped exactly as the baseline stops there.
 """
 
@@ -15,6 +16,7 @@ from specbench.config import SamplingConfig
 from specbench.decoding.autoregressive import clip_at_stop, prompt_split
 from specbench.decoding.base import DecodeResult, Proposer
 from specbench.decoding.cached_model import CachedModel
+from specbench.decoding.gamma_policy import FixedGamma, GammaPolicy
 from specbench.decoding.verify import verify_greedy, verify_sampling
 from specbench.sampling import next_token, processed_probs
 from specbench.timing import Clock
@@ -25,7 +27,7 @@ def decode_speculative(
     proposer: Proposer,
     prompt_ids: list[int],
     *,
-    gamma: int,
+    gamma: int | GammaPolicy,
     max_new_tokens: int,
     sampling: SamplingConfig,
     generator: torch.Generator | None,
@@ -33,6 +35,7 @@ def decode_speculative(
     decoder_start_id: int | None = None,
     min_confidence: float = 0.0,
 ) -> DecodeResult:
+    policy = FixedGamma(gamma) if isinstance(gamma, int) else gamma
     clock = Clock(target.device)
     t0 = clock.now()
     encoder_ids, tokens = prompt_split(target, prompt_ids, decoder_start_id)
@@ -47,7 +50,8 @@ def decode_speculative(
     stopped = first in eos_ids
     while not stopped and len(out) < max_new_tokens:
         room = max_new_tokens - len(out)
-        g = min(gamma, room - 1)
+        wanted = policy.next_gamma()
+        g = min(wanted, room - 1)
         ta = clock.now()
         if g == 0:  # one token left: a plain target step, no draft
             logits = target.forward(torch.tensor(tokens[-1:], device=target.device))
@@ -56,7 +60,7 @@ def decode_speculative(
             res.verify_s += clock.now() - ta
         else:
             proposal = proposer.propose(tokens, g, sampling, generator, min_confidence)
-            if g == gamma:  # the budget did not bind: this is the proposer's own length (the law theory needs)
+            if g == wanted:  # the budget did not bind: this is the proposer's own length (the law theory needs)
                 res.proposal_lengths.append(proposal.tokens.shape[0])
             g = proposal.tokens.shape[0]
             tb = clock.now()
@@ -82,6 +86,7 @@ def decode_speculative(
                 res.accept_lengths.append(n)
                 res.draft_lengths.append(g)
             res.expected_accept.extend(verdict.expected_accept)
+            policy.update(g, n)
             tc = clock.now()
             res.draft_s += tb - ta
             res.verify_s += tc - tb

@@ -45,11 +45,18 @@ class HybridDraft:
         self.name = name
         self.lookup_tokens = 0  # tokens proposed by lookup since begin() (diagnostics, reset per example)
         self.model_tokens = 0  # tokens proposed by the model since begin()
+        self.lookup_lengths: list[int] = []  # tokens lookup found at each proposal since begin() (the pilot's law)
+
+    @property
+    def draft_lm(self):
+        """The draft model's CachedModel (calibration times its one-token pass)."""
+        return self.model.lm
 
     def begin(self, prompt_ids: list[int], max_new_tokens: int) -> None:
         self.lookup.begin(prompt_ids, max_new_tokens)
         self.model.begin(prompt_ids, max_new_tokens)
         self.lookup_tokens = self.model_tokens = 0
+        self.lookup_lengths = []
 
     def propose(
         self, tokens: list[int], gamma: int, sampling: SamplingConfig, generator: torch.Generator | None,
@@ -58,6 +65,7 @@ class HybridDraft:
         found = self.lookup.propose(tokens, gamma, sampling, generator)  # deterministic; q one-hot
         n_found = found.tokens.shape[0]
         self.lookup_tokens += n_found
+        self.lookup_lengths.append(n_found)
         if n_found == gamma:
             return found
         rest = self.model.propose(tokens + found.tokens.tolist(), gamma - n_found, sampling, generator, min_confidence)

@@ -36,6 +36,11 @@ class ModelDraft:
         self.decoder_start_id = decoder_start_id
         self._cached: list[int] = []  # tokens whose keys/values are in the cache
 
+    @property
+    def draft_lm(self) -> CachedModel:
+        """The model's CachedModel (calibration times its one-token pass)."""
+        return self.lm
+
     def begin(self, prompt_ids: list[int], max_new_tokens: int) -> None:
         if self.lm.is_seq2seq:
             self.lm.start(prompt_ids)

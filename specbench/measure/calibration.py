@@ -1,0 +1,159 @@
+"""Calibration: what one target pass over k new tokens costs on *this* machine, and one draft token.
+
+Speculative decoding trades γ cheap draft passes plus one target pass over γ+1 tokens for up
+to γ+1 tokens. Whether that pays depends on the pass-cost curve t(k), which depends on the
+CPU or GPU, the dtype and the kernels: on a 2-core AMD EPYC in float32, SmolLM2-135M costs
+43 ms for one new token, 90 ms for three and 59 ms for four, while in bfloat16 the curve is
+nearly flat (22–26 ms up to eight). A γ tuned on another machine can land on the worst point,
+so specbench measures the curve before it times anything and keeps the whole curve (no fit).
+
+The measurement: prefill a context of the task's typical length (median prompt + half the
+output budget), then time passes over k = 1..k_max new tokens, each rolled back after it,
+in a rotated order per repeat so that drift spreads evenly over k; the median per k is t(k).
+The draft's per-token cost is timed the same way with one-token passes.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import torch
+
+from specbench.decoding.cached_model import CachedModel
+from specbench.timing import Clock
+
+DEFAULT_REPEATS = 7  # medians over 7 passes per k: ~3 % spread on an idle 2-core CPU
+
+
+@dataclass
+class Calibration:
+    """A measured pass-cost curve for one (target, dtype, device) and, optionally, one draft."""
+
+    dtype: str  # torch dtype of the target, e.g. "bfloat16"
+    device: str  # where it ran, e.g. "cpu"
+    context_tokens: int  # tokens in the cache before each timed pass
+    target_ms: dict[int, float]  # k new tokens → median ms of one target pass (k = 1..k_max)
+    target_spread: dict[int, float]  # k → (max − min) / median over the repeats: how noisy the point was
+    repeats: int  # timed passes per k
+    draft: str | None = None  # the run's draft spec
+    draft_ms: float | None = None  # median ms of one token of its draft model (None: model-free)
+    seconds: float = 0.0  # wall time the calibration took
+    extra: dict = field(default_factory=dict)  # free-form notes (e.g. which backend)
+
+    def pass_cost(self) -> dict[int, float]:
+        """k → t(k)/t(1): a target pass over k tokens in single-token passes (the curve the report plots)."""
+        t1 = self.target_ms[1]
+        return {k: v / t1 for k, v in sorted(self.target_ms.items())}
+
+    @property
+    def c(self) -> float:
+        """Draft cost per token over the target's single-token pass (0 for model-free drafts)."""
+        return (self.draft_ms or 0.0) / self.target_ms[1]
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["target_ms"] = {str(k): v for k, v in self.target_ms.items()}
+        d["target_spread"] = {str(k): v for k, v in self.target_spread.items()}
+        d["pass_cost"] = {str(k): v for k, v in self.pass_cost().items()}
+        return d
+
+    @staticmethod
+    def from_dict(d: dict) -> "Calibration":
+        d = {k: v for k, v in d.items() if k != "pass_cost"}
+        d["target_ms"] = {int(k): float(v) for k, v in d["target_ms"].items()}
+        d["target_spread"] = {int(k): float(v) for k, v in d.get("target_spread", {}).items()}
+        return Calibration(**d)
+
+
+def time_passes(step: Callable[[int], None], ks: list[int], repeats: int,
+                clock: Callable[[], float] = time.perf_counter) -> dict[int, list[float]]:
+    """Time `step(k)` (one pass over k new tokens, restoring its state) `repeats` times per k, in ms.
+
+    Each repeat visits every k once, starting one place further along the list, so a slow
+    drift of the machine is shared evenly by all k instead of landing on the last ones.
+    """
+    times: dict[int, list[float]] = {k: [] for k in ks}
+    for r in range(repeats):
+        for k in ks[r % len(ks):] + ks[: r % len(ks)]:
+            t0 = clock()
+            step(k)
+            times[k].append((clock() - t0) * 1e3)
+    return times
+
+
+def median_and_spread(samples: dict[int, list[float]]) -> tuple[dict[int, float], dict[int, float]]:
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    spread = {k: (max(v) - min(v)) / med[k] if med[k] > 0 else float("nan") for k, v in samples.items()}
+    return med, spread
+
+
+def context_ids(prompts: list[list[int]], length: int) -> list[int]:
+    """`length` token ids of real text: the median-length prompt, repeated as needed (timing ignores content)."""
+    if not prompts:
+        raise ValueError("calibration needs at least one prompt")
+    base = sorted(prompts, key=len)[len(prompts) // 2]
+    reps = -(-length // len(base))
+    return (base * reps)[:length]
+
+
+def typical_context(prompt_lengths: list[int], max_new_tokens: int, max_positions: int | None, k_max: int) -> int:
+    """Median prompt length plus half the output budget (the middle of decoding), within the model's context."""
+    n = int(statistics.median(prompt_lengths)) + max_new_tokens // 2
+    if max_positions:
+        n = min(n, max_positions - k_max - 1)
+    return max(1, n)
+
+
+def _pass_step(lm: CachedModel, context: list[int], k_max: int, all_logits: bool,
+               decoder_context: int) -> Callable[[int], None]:
+    """A step(k) that runs one pass of k new tokens after `context` on `lm` and rolls it back
+    (an encoder-decoder model encodes `context` and decodes after `decoder_context` tokens of it)."""
+    if lm.is_seq2seq:
+        lm.start(context)
+        context = context[:decoder_context]
+    else:
+        lm.backend.reserve(len(context) + k_max + 1)
+        lm.start(capacity=len(context) + k_max + 1)
+    lm.forward(torch.tensor(context, device=lm.device))
+    base = lm.length
+    new = torch.tensor(context[-k_max:] if len(context) >= k_max else (context * k_max)[:k_max], device=lm.device)
+
+    def step(k: int) -> None:
+        logits = lm.forward(new[:k], all_logits=all_logits)
+        logits.argmax(-1).tolist()  # the host sync a decode step pays
+        lm.truncate(base)
+
+    return step
+
+
+def calibrate(target_lm: CachedModel, prompts: list[list[int]], *, k_max: int, max_new_tokens: int,
+              max_positions: int | None, dtype: str, repeats: int = DEFAULT_REPEATS) -> Calibration:
+    """Measure t(k), k = 1..k_max, on the target after a context of the task's typical length.
+
+    One unrecorded round first pays for allocations and kernel selection. The cache is left in
+    an arbitrary state: every decode starts its own (CachedModel.start).
+    """
+    t_start = time.perf_counter()
+    n_ctx = typical_context([len(p) for p in prompts], max_new_tokens, max_positions, k_max)
+    ctx = context_ids(prompts, n_ctx)
+    clock = Clock(target_lm.device).now
+    ks = list(range(1, k_max + 1))
+    step = _pass_step(target_lm, ctx, k_max, True, max(1, max_new_tokens // 2))
+    time_passes(step, ks, 1, clock)  # warm-up
+    med, spread = median_and_spread(time_passes(step, ks, repeats, clock))
+    return Calibration(dtype=dtype, device=str(target_lm.device), context_tokens=n_ctx, target_ms=med,
+                       target_spread=spread, repeats=repeats, seconds=time.perf_counter() - t_start,
+                       extra={"backend": target_lm.backend.kind})
+
+
+def draft_token_ms(draft_lm: CachedModel, prompts: list[list[int]], *, max_new_tokens: int,
+                   max_positions: int | None, repeats: int = 2 * DEFAULT_REPEATS) -> float:
+    """Median ms of one draft token (a one-token pass of the draft model after a typical context)."""
+    n_ctx = typical_context([len(p) for p in prompts], max_new_tokens, max_positions, 1)
+    step = _pass_step(draft_lm, context_ids(prompts, n_ctx), 1, False, max(1, max_new_tokens // 2))
+    clock = Clock(draft_lm.device).now
+    time_passes(step, [1], 2, clock)  # warm-up
+    return statistics.median(time_passes(step, [1], repeats, clock)[1])

@@ -1,0 +1,194 @@
+"""`--gamma auto`, `--draft auto`, `--dtype auto`: choices made on the user's machine, with reasons.
+
+The best configuration is a property of the hardware, not of the method: on an Intel CPU with
+AMX, float32 SmolLM2 verified three tokens cheaply and γ = 2 won; on an AMD EPYC the same
+pass is its worst point and bfloat16 is twice as fast. So nothing here is tuned in advance.
+For each candidate dtype the target's pass-cost curve t(k) and each model draft's per-token
+cost are calibrated (measure/calibration.py); a short pilot on examples *outside* the timed
+ones (the next ones in the task's seeded order) estimates α and, for prompt lookup, how many
+tokens lookup finds per step; the cost model (theory.pass_cost_curve_speedup) then predicts
+the time per token of every (draft, dtype, γ), and the fastest wins. The baseline runs in the
+chosen dtype too: a speedup is always against the best plain decoding of that run.
+
+Every choice is printed as one line with its reason and recorded in the manifest and the
+summary (`auto`), with every candidate's prediction and the pilot's α. A dtype change alters
+the target's own numerics, so it is never silent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Callable
+
+from specbench import theory
+from specbench.config import AUTO, RunConfig
+from specbench.errors import SpecbenchError
+from specbench.measure.calibration import Calibration
+
+PILOT_EXAMPLES = 2  # untimed examples per draft for the α estimate (beyond the run's own when the task has them)
+
+
+@dataclass
+class PilotResult:
+    """What a draft did on the pilot examples (decoded at γ = gamma_max)."""
+
+    draft: str
+    alpha: float  # Σ accepted / Σ trials
+    steps: int  # verified steps
+    lookup_law: dict[int, float] | None  # tokens lookup found per step → share (prompt lookup and hybrids)
+    model_fills: bool  # whether a draft model drafts what lookup does not (model and hybrid drafts)
+    examples: list[str]  # pilot example ids
+
+
+@dataclass
+class Candidate:
+    """One (draft, dtype, γ) and its predicted cost."""
+
+    draft: str
+    dtype: str
+    gamma: int
+    speedup: float  # predicted, against plain decoding in the same dtype
+    ms_per_token: float  # predicted absolute time per token: t(1) / speedup
+
+
+@dataclass
+class AutoChoice:
+    """The resolved configuration and the evidence behind it (stored in the manifest as `auto`)."""
+
+    requested: dict  # what the user asked: {"gamma": "auto", "draft": "auto", "dtype": "auto"} (only auto-valued keys)
+    dtype: str
+    draft: str
+    gamma: int | str  # an integer, or the policy adaptive / heuristic
+    policy_gamma: int  # the γ the cost model predicts best for the chosen draft and dtype
+    reasons: list[str]  # one printed line per choice
+    calibrations: dict[str, Calibration]  # dtype → the target's curve (+ draft cost of the chosen draft)
+    draft_ms: dict[str, dict[str, float]]  # dtype → draft → ms per draft token (model drafts only)
+    pilots: dict[str, PilotResult]
+    candidates: list[Candidate] = field(default_factory=list)
+
+    def c(self, dtype: str | None = None, draft: str | None = None) -> float:
+        dtype, draft = dtype or self.dtype, draft or self.draft
+        ms = self.draft_ms.get(dtype, {}).get(draft)
+        return (ms or 0.0) / self.calibrations[dtype].target_ms[1]
+
+    def to_dict(self) -> dict:
+        return {"requested": self.requested, "dtype": self.dtype, "draft": self.draft, "gamma": self.gamma,
+                "policy_gamma": self.policy_gamma, "reasons": self.reasons,
+                "calibrations": {k: v.to_dict() for k, v in self.calibrations.items()},
+                "draft_ms": self.draft_ms,
+                "pilots": {k: dataclasses.asdict(v) | {"lookup_law": {str(a): b for a, b in (v.lookup_law or {}).items()}
+                                                        if v.lookup_law is not None else None}
+                           for k, v in self.pilots.items()},
+                "candidates": [dataclasses.asdict(c) for c in self.candidates]}
+
+    @staticmethod
+    def from_dict(d: dict) -> "AutoChoice":
+        pilots = {k: PilotResult(**(v | {"lookup_law": None if v["lookup_law"] is None else
+                                         {int(a): b for a, b in v["lookup_law"].items()}}))
+                  for k, v in d["pilots"].items()}
+        return AutoChoice(requested=d["requested"], dtype=d["dtype"], draft=d["draft"], gamma=d["gamma"],
+                          policy_gamma=d["policy_gamma"], reasons=d["reasons"],
+                          calibrations={k: Calibration.from_dict(v) for k, v in d["calibrations"].items()},
+                          draft_ms=d["draft_ms"], pilots=pilots, candidates=[Candidate(**c) for c in d["candidates"]])
+
+
+def needs_choice(config: RunConfig) -> bool:
+    """Whether anything must be calibrated before this run (auto values or the adaptive policy)."""
+    return AUTO in (config.draft, config.dtype) or config.gamma in ("auto", "adaptive")
+
+
+def pilot_from_results(draft: str, results: list, hybrid_lookups: list[int] | None, lookup_only: bool,
+                       example_ids: list[str]) -> PilotResult:
+    """α and the lookup law from pilot DecodeResults (pure: the counting the summary also does)."""
+    accepted = sum(r.accepted for r in results)
+    trials = sum(r.trials for r in results)
+    steps = sum(len(r.accept_lengths) for r in results)
+    law = None
+    if lookup_only:
+        lengths = [g for r in results for g in r.proposal_lengths]
+        law = {g: lengths.count(g) / len(lengths) for g in sorted(set(lengths))} if lengths else {0: 1.0}
+    elif hybrid_lookups is not None:
+        law = ({g: hybrid_lookups.count(g) / len(hybrid_lookups) for g in sorted(set(hybrid_lookups))}
+               if hybrid_lookups else {0: 1.0})
+    alpha = accepted / trials if trials else 0.0
+    return PilotResult(draft=draft, alpha=alpha, steps=steps, lookup_law=law, model_fills=not lookup_only,
+                       examples=example_ids)
+
+
+def rank_candidates(calibrations: dict[str, Calibration], draft_ms: dict[str, dict[str, float]],
+                    pilots: dict[str, PilotResult], gammas: list[int]) -> list[Candidate]:
+    """Every (draft, dtype, γ) with its predicted speedup and ms per token, fastest first (pure)."""
+    rows = []
+    for dtype, cal in calibrations.items():
+        cost = cal.pass_cost()
+        for draft, pilot in pilots.items():
+            c = (draft_ms.get(dtype, {}).get(draft) or 0.0) / cal.target_ms[1]
+            for g in gammas:
+                needs = [g + 1] if pilot.lookup_law is None else range(1, g + 2)
+                if not all(k in cost for k in needs):
+                    continue
+                s = theory.pass_cost_curve_speedup(pilot.alpha, g, c, cost, pilot.lookup_law, pilot.model_fills)
+                rows.append(Candidate(draft, dtype, g, s, cal.target_ms[1] / s))
+    if not rows:
+        raise SpecbenchError("no candidate configuration could be predicted; raise --gamma-max or fix the calibration")
+    return sorted(rows, key=lambda r: (r.ms_per_token, r.gamma))
+
+
+def _fmt_curve(cal: Calibration, upto: int) -> str:
+    cost = cal.pass_cost()
+    return " ".join(f"{cost[k]:.2f}" for k in range(1, upto + 1) if k in cost)
+
+
+def explain(config: RunConfig, best: Candidate, ranked: list[Candidate], calibrations: dict[str, Calibration],
+            pilots: dict[str, PilotResult], bf16_note: str | None) -> list[str]:
+    """One line per choice that was asked for (pure)."""
+    lines = []
+    if config.dtype == AUTO:
+        others = {}
+        for r in ranked:
+            others.setdefault(r.dtype, r)
+        parts = [f"{d}: {r.ms_per_token:.1f} ms/token predicted ({r.draft} γ {r.gamma}), plain decoding "
+                 f"{calibrations[d].target_ms[1]:.1f} ms/token" for d, r in others.items()]
+        lines.append(f"dtype {best.dtype}: " + "; ".join(parts) + (f"; {bf16_note}" if bf16_note else ""))
+    if config.draft == AUTO:
+        per_draft = {}
+        for r in ranked:
+            if r.dtype == best.dtype:
+                per_draft.setdefault(r.draft, r)
+        parts = [f"{d} {r.speedup:.2f}× at γ {r.gamma} (pilot α {pilots[d].alpha:.2f})" for d, r in per_draft.items()]
+        lines.append(f"draft {best.draft}: predicted " + ", ".join(parts))
+    if config.gamma in ("auto", "adaptive"):
+        same = sorted((r for r in ranked if r.dtype == best.dtype and r.draft == best.draft), key=lambda r: r.gamma)
+        preds = " ".join(f"{r.speedup:.2f}" for r in same)
+        cal = calibrations[best.dtype]
+        head = (f"γ {best.gamma}" if config.gamma == "auto" else
+                f"γ adaptive (starts near {best.gamma}, follows each example's running α)")
+        lines.append(f"{head}: predicted speedup for γ {same[0].gamma}..{same[-1].gamma}: {preds}; measured "
+                     f"t(k)/t(1) for k = 1..{max(cal.target_ms)}: {_fmt_curve(cal, max(cal.target_ms))} "
+                     f"({best.dtype}, {cal.context_tokens}-token context)")
+    return lines
+
+
+def choose(config: RunConfig, *, dtypes: list[str], drafts: list[str],
+           calibrate_dtype: Callable[[str, list[str]], tuple[Calibration, dict[str, float]]],
+           pilot: Callable[[str], PilotResult], bf16_note: str | None = None) -> AutoChoice:
+    """Calibrate each dtype, pilot each draft, rank, choose. `calibrate_dtype(dtype, drafts)` returns
+    the target's curve and ms per draft token of each model draft; `pilot(draft)` runs the pilot."""
+    calibrations, draft_ms = {}, {}
+    for dtype in dtypes:
+        calibrations[dtype], draft_ms[dtype] = calibrate_dtype(dtype, drafts)
+    pilots = {d: pilot(d) for d in drafts}
+    gammas = [config.gamma] if isinstance(config.gamma, int) else list(range(1, config.gamma_max + 1))
+    ranked = rank_candidates(calibrations, draft_ms, pilots, gammas)
+    best = ranked[0]
+    requested = {k: getattr(config, k) for k in ("gamma", "draft", "dtype") if getattr(config, k) in (AUTO, "adaptive")}
+    gamma = best.gamma if config.gamma == "auto" else config.gamma
+    return AutoChoice(requested=requested, dtype=best.dtype, draft=best.draft, gamma=gamma, policy_gamma=best.gamma,
+                      reasons=explain(config, best, ranked, calibrations, pilots, bf16_note),
+                      calibrations=calibrations, draft_ms=draft_ms, pilots=pilots, candidates=ranked)
+
+
+def resolved_config(config: RunConfig, choice: AutoChoice) -> RunConfig:
+    """The config the engines run: auto values replaced by the choice (the run id keeps the requested ones)."""
+    return dataclasses.replace(config, dtype=choice.dtype, draft=choice.draft, gamma=choice.gamma)

@@ -1,0 +1,148 @@
+"""Hardware identity: which machine produced a figure.
+
+A speedup depends on the CPU's vector units (AVX-512, avx512_bf16, AMX) or the GPU, so every
+manifest records them, and the report states them as a sentence. Two result folders from
+different machines must never be mistaken for one another.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+# the ISA flags that change fp32/bf16 matmul cost on x86 (and the Arm ones that do the same)
+ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "amx_tile", "amx_bf16", "amx_int8",
+             "asimd", "sve", "bf16")
+
+
+def _cpuinfo() -> dict[str, str]:
+    """First processor's fields of /proc/cpuinfo ({} where there is none)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return {}
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            if fields:
+                break
+            continue
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+def cpu_model() -> str:
+    info = _cpuinfo()
+    name = info.get("model name") or info.get("Model") or info.get("Hardware")
+    if not name and platform.system() == "Darwin":
+        try:
+            name = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True,
+                                  timeout=5).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            name = None
+    return name or platform.processor() or platform.machine() or "unknown CPU"
+
+
+def cpu_flags() -> list[str]:
+    """The ISA_FLAGS this CPU reports, in ISA_FLAGS order."""
+    info = _cpuinfo()
+    present = set((info.get("flags") or info.get("Features") or "").split())
+    return [f for f in ISA_FLAGS if f in present]
+
+
+def memory_gib() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 2**20, 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def gpu_driver() -> str | None:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10)
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def gpus() -> list[dict]:
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    rows = []
+    for i in range(torch.cuda.device_count()):
+        p = torch.cuda.get_device_properties(i)
+        rows.append({"name": p.name, "memory_gib": round(p.total_memory / 2**30, 1),
+                     "capability": f"{p.major}.{p.minor}"})
+    return rows
+
+
+def hardware_identity() -> dict:
+    """What the manifest records about the machine (every field JSON-safe)."""
+    import torch
+
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        usable = os.cpu_count()
+    gpu_list = gpus()
+    return {
+        "cpu_model": cpu_model(),
+        "isa_flags": cpu_flags(),
+        "cpu_count": os.cpu_count(),
+        "usable_cpus": usable,
+        "torch_threads": torch.get_num_threads(),
+        "memory_gib": memory_gib(),
+        "gpus": gpu_list,
+        "cuda": torch.version.cuda if gpu_list else None,
+        "gpu_driver": gpu_driver() if gpu_list else None,
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+    }
+
+
+def bf16_support(device_type: str, hw: dict | None = None) -> tuple[bool, str]:
+    """Whether bfloat16 runs natively on this device, and why (a phrase for the choice's reason line)."""
+    if device_type == "cuda":
+        import torch
+
+        ok = torch.cuda.is_bf16_supported()
+        return ok, "the GPU supports bf16" if ok else "this GPU has no bf16 support"
+    if device_type == "mps":
+        return False, "bf16 on MPS is not considered (float16 is its fast type)"
+    flags = set((hw or {}).get("isa_flags") or cpu_flags())
+    native = [f for f in ("amx_bf16", "avx512_bf16", "bf16") if f in flags]
+    if native:
+        return True, f"the CPU has {', '.join(native)}"
+    return False, "the CPU has no avx512_bf16 or AMX (bf16 would be emulated, slower than float32)"
+
+
+def describe(hw: dict | None) -> str:
+    """One sentence for the report and the run output, e.g.
+    'AMD EPYC, 2 CPUs (avx2, avx512f, avx512_bf16; no AMX), 23.4 GiB, torch on 2 threads, no GPU'."""
+    if not hw:
+        return "unknown hardware (no record in the manifest)"
+    if "cpu_model" not in hw:  # manifests from before the identity was recorded
+        return f"{hw.get('processor') or hw.get('machine') or 'unknown CPU'}, {hw.get('cpu_count')} CPUs (no ISA record)"
+    flags = [f for f in hw.get("isa_flags", []) if f != "amx_tile"]
+    amx = any(f.startswith("amx") for f in flags)
+    isa = ", ".join(flags) + ("" if amx or hw.get("machine") not in ("x86_64", "AMD64") else "; no AMX")
+    parts = [f"{hw['cpu_model']}, {hw.get('usable_cpus') or hw.get('cpu_count')} CPUs ({isa or 'no ISA flags read'})"]
+    if hw.get("memory_gib"):
+        parts.append(f"{hw['memory_gib']} GiB")
+    parts.append(f"torch on {hw.get('torch_threads')} threads")
+    if hw.get("gpus"):
+        g = hw["gpus"]
+        names = ", ".join(sorted({x["name"] for x in g}))
+        parts.append(f"{len(g)}× {names} (CUDA {hw.get('cuda')}, driver {hw.get('gpu_driver') or 'unknown'})")
+    else:
+        parts.append("no GPU")
+    return ", ".join(parts)
