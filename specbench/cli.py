@@ -212,7 +212,10 @@ def warn_if_noisy(summary: dict, label: str = "") -> None:
 def sweep(
     target: Target = DEFAULT_TARGET,
     draft: Annotated[str, typer.Option("--draft", help="Drafts, comma-separated (e.g. prompt-lookup,<model>).")] = DEFAULT_DRAFT,
-    gamma: Annotated[str, typer.Option("--gamma", help="γ values: a list 1,2,3,5,7 or a range 1-8 (or both).")] = "1,2,3,5,7",
+    gamma: Annotated[str, typer.Option("--gamma", help="γ values: a list 1,2,3,5,7 or a range 1-8 (or both), and the "
+                                       "policies auto, adaptive, heuristic (e.g. 1-8,adaptive,heuristic).")] = "1,2,3,5,7",
+    gamma_max: GammaMax = 8,
+    repeats: Repeats = 1,
     temperature: Annotated[str, typer.Option("--temperature", help="Temperatures, comma-separated (0 = greedy).")] = "0",
     top_k: TopK = 0,
     top_p: TopP = 1.0,
@@ -223,7 +226,8 @@ def sweep(
     device: Device = "auto",
     dtype: Dtype = "float32",
     backend: Backend = "eager",
-    draft_confidence: DraftConfidence = 0.0,
+    draft_confidence: Annotated[str, typer.Option("--draft-confidence", help="Early-stop confidences of model drafts, "
+                                                  "comma-separated (an axis; 0 = off; model-free drafts run at 0 only).")] = "0",
     results_dir: ResultsDir = Path("results"),
     sweep_id: Annotated[Optional[str], typer.Option("--sweep-id", help="Sweep folder name (default: derived from the grid; a rerun resumes it).")] = None,
     as_json: AsJson = False,
@@ -233,12 +237,13 @@ def sweep(
 
     Example: specbench sweep --gamma 1-8 --draft prompt-lookup --temperature 0,1 --limit 8
     """
-    from specbench.sweep import SweepGrid, run_sweep
+    from specbench.sweep import SweepGrid, parse_float_list, run_sweep
 
     grid = SweepGrid.from_specs(target=target, draft=draft, gamma=gamma, temperature=temperature, task=task,
                                 top_k=top_k, top_p=top_p, limit=limit, seed=seed, max_new_tokens=max_new_tokens,
                                 device=device, dtype=dtype, trust_remote_code=trust_remote_code, backend=backend,
-                                draft_confidence=draft_confidence)
+                                draft_confidence=tuple(parse_float_list(draft_confidence, "--draft-confidence")),
+                                gamma_max=gamma_max, repeats=repeats)
     quiet_transformers()
     with progress_bar() as bar:
         job = bar.add_task("cells × examples", total=None, info="reading tasks")
@@ -260,14 +265,17 @@ def sweep(
         return
     table = Table(title=f"{outcome.root.name}  ({len(outcome.cells)} cells, {outcome.new_examples} examples measured now)")
     table.add_column("cell", overflow="fold")
-    for col in ("n", "α", "speedup", "Thm 3.8", "extended"):  # predictions from measured α, c (+ verify cost)
+    for col in ("n", "α", "speedup", "95% CI", "Thm 3.8", "extended", "timing"):  # predictions from measured α, c (+ verify cost)
         table.add_column(col, justify="right", no_wrap=True)
     for c in outcome.cells:
         s = c.summary
         table.add_row(c.cell_id, fmt(s.get("n_examples")), fmt(s.get("alpha")), fmt(s.get("speedup")),
-                      fmt(s.get("predicted_speedup")), fmt(s.get("predicted_speedup_extended")))
+                      fmt(s.get("speedup_ci95"), 2), fmt(s.get("predicted_speedup")),
+                      fmt(s.get("predicted_speedup_extended")), "suspect" if s.get("suspect_timing") else "ok")
     out.print(table)
     out.print(f"results: {outcome.root}   (report: specbench report {outcome.root})")
+    for c in outcome.cells:
+        warn_if_noisy(c.summary, f"{c.cell_id}: ")
 
 
 @app.command()

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from specbench.config import RunConfig, SamplingConfig, omit_later_defaults
+from specbench.config import GAMMA_POLICIES, MODEL_FREE_DRAFTS, RunConfig, SamplingConfig, omit_later_defaults
 from specbench.errors import SpecbenchError
 from specbench.results import (SCHEMA_VERSION, append_jsonl, atomic_write_json, prepare_run_dir, read_records,
                                repair_jsonl)
@@ -66,6 +66,14 @@ def parse_int_list(spec: str, option: str = "--gamma", low: int = 1) -> list[int
     return sorted(values)
 
 
+def parse_gamma_list(spec: str) -> list[int | str]:
+    """'1-8,adaptive,heuristic' → the integers (sorted) then the policies (auto, adaptive, heuristic) named."""
+    items = _items(spec, "--gamma")
+    policies = [p for p in GAMMA_POLICIES if p in {i.lower() for i in items}]
+    numbers = [i for i in items if i.lower() not in GAMMA_POLICIES]
+    return (parse_int_list(",".join(numbers), "--gamma") if numbers else []) + policies
+
+
 def parse_float_list(spec: str, option: str = "--temperature", low: float = 0.0) -> list[float]:
     """'0,0.7,1' → sorted unique floats, each >= low (no ranges: 0-1 has no natural step)."""
     values: set[float] = set()
@@ -94,7 +102,7 @@ class SweepGrid:
 
     target: str  # as RunConfig.target
     drafts: tuple[str, ...]  # draft specs, sorted
-    gammas: tuple[int, ...]  # γ values, sorted
+    gammas: tuple[int | str, ...]  # γ values, sorted, then policies (auto, adaptive, heuristic)
     temperatures: tuple[float, ...]  # sorted
     tasks: tuple[str, ...]  # task names or files, sorted
     top_k: int = 0
@@ -107,13 +115,15 @@ class SweepGrid:
     engine: str = "specbench"
     trust_remote_code: bool = False
     backend: str = "eager"
-    draft_confidence: float = 0.0  # shared by every cell: a model draft's early-stop confidence (0 = off)
+    draft_confidence: float | tuple[float, ...] = 0.0  # a model draft's early-stop confidence (0 = off); a tuple is an axis
+    gamma_max: int = 8  # the largest γ of the auto / adaptive / heuristic cells
+    repeats: int = 1  # timed decodes per engine and example (as RunConfig.repeats)
 
     @staticmethod
     def from_specs(*, target: str, draft: str, gamma: str, temperature: str, task: str, **shared) -> "SweepGrid":
         """Parse the CLI's comma/range strings; every error is a one-line SpecbenchError."""
         grid = SweepGrid(target=target, drafts=tuple(parse_str_list(draft, "--draft")),
-                         gammas=tuple(parse_int_list(gamma, "--gamma")),
+                         gammas=tuple(parse_gamma_list(gamma)),
                          temperatures=tuple(parse_float_list(temperature, "--temperature")),
                          tasks=tuple(parse_str_list(task, "--task")), **shared)
         return grid.validate()
@@ -121,29 +131,41 @@ class SweepGrid:
     def validate(self) -> "SweepGrid":
         if not (self.drafts and self.gammas and self.temperatures and self.tasks):
             raise SpecbenchError("a sweep needs at least one draft, γ, temperature and task")
-        n = len(self.drafts) * len(self.gammas) * len(self.temperatures) * len(self.tasks)
+        if "auto" in (self.dtype, *self.drafts):
+            raise SpecbenchError("--dtype auto and --draft auto choose one configuration for `specbench run`; a sweep "
+                                 "compares configurations: list the dtypes (one sweep each) and drafts to compare")
+        n = len(self.drafts) * len(self.gammas) * len(self.temperatures) * len(self.tasks) * len(self.confidences)
         if n > MAX_CELLS:
             raise SpecbenchError(f"the grid has {n} cells (more than {MAX_CELLS}); narrow --gamma/--draft/--temperature/--task")
         for cfg in self.configs():
             cfg.validate()
         return self
 
+    @property
+    def confidences(self) -> tuple[float, ...]:
+        return self.draft_confidence if isinstance(self.draft_confidence, tuple) else (self.draft_confidence,)
+
     def to_dict(self) -> dict:
-        return omit_later_defaults({k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()})
+        d = asdict(self)
+        if isinstance(self.draft_confidence, tuple) and len(self.draft_confidence) == 1:
+            d["draft_confidence"] = self.draft_confidence[0]  # one value: the id it always had
+        return omit_later_defaults({k: list(v) if isinstance(v, tuple) else v for k, v in d.items()})
 
     def base_config(self) -> RunConfig:
         return RunConfig(target=self.target, draft=self.drafts[0], task=self.tasks[0], gamma=self.gammas[0],
                          sampling=SamplingConfig(self.temperatures[0], self.top_k, self.top_p), limit=self.limit,
                          seed=self.seed, max_new_tokens=self.max_new_tokens, device=self.device, dtype=self.dtype,
                          engine=self.engine, trust_remote_code=self.trust_remote_code, backend=self.backend,
-                         draft_confidence=self.draft_confidence)
+                         draft_confidence=self.confidences[0], gamma_max=self.gamma_max, repeats=self.repeats)
 
     def configs(self) -> list[RunConfig]:
         """Every cell, ordered task → temperature → draft → γ, so cells sharing a baseline run together."""
         base = self.base_config()
-        return [replace(base, task=task, draft=draft, gamma=gamma,
+        return [replace(base, task=task, draft=draft, gamma=gamma, draft_confidence=conf,
                         sampling=SamplingConfig(t, self.top_k, self.top_p))
-                for task in self.tasks for t in self.temperatures for draft in self.drafts for gamma in self.gammas]
+                for task in self.tasks for t in self.temperatures for draft in self.drafts for gamma in self.gammas
+                for conf in self.confidences
+                if not (conf and draft.partition(":")[0] in MODEL_FREE_DRAFTS)]  # no confidence to check there
 
 
 def _digest(obj, n: int = 8) -> str:
@@ -171,7 +193,8 @@ def sweep_id_for(grid: SweepGrid) -> str:
 def cell_ids(grid: SweepGrid) -> list[tuple[str, RunConfig]]:
     """(cell id, config) per cell: task-draft-gγ-tT; top-k/top-p/seed are shared by the sweep, not in the id."""
     tasks, drafts = short_names(grid.tasks), short_names(grid.drafts)
-    return [(_slug(f"{tasks[c.task]}-{drafts[c.draft]}-g{c.gamma}-t{c.sampling.temperature:g}"), c) for c in grid.configs()]
+    return [(_slug(f"{tasks[c.task]}-{drafts[c.draft]}-g{c.gamma}-t{c.sampling.temperature:g}"
+                   + (f"-conf{c.draft_confidence:g}" if c.draft_confidence else "")), c) for c in grid.configs()]
 
 
 def baseline_key(config: RunConfig) -> tuple:

@@ -251,3 +251,46 @@ def test_fields_added_later_leave_existing_run_ids_alone():
     stopping = RunConfig(target="t", draft="d", task="x", draft_confidence=0.4)
     assert stopping.to_dict()["draft_confidence"] == 0.4 and RunConfig.from_dict(stopping.to_dict()) == stopping
     assert run_id_for(plain) != run_id_for(stopping)
+
+
+def test_auto_choices_are_recorded_printed_and_kept_on_resume(models_dir, task_file, tmp_path, monkeypatch):
+    """--gamma auto --dtype auto --repeats 2: calibration + pilot before timing, reasons printed, the choice
+    recorded (manifest.auto, summary.auto), and a rerun resumes with the same choice instead of re-choosing."""
+    import specbench.runner as runner
+
+    args = run_args(models_dir, task_file, tmp_path, "--gamma", "auto", "--dtype", "auto", "--gamma-max", "4",
+                    "--repeats", "2", "--json")
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == 0, result.output
+    assert "auto: γ " in result.stderr and "hardware: " in result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["auto"]["requested"] == {"gamma": "auto", "dtype": "auto"}
+    assert isinstance(summary["gamma"], int) and 1 <= summary["gamma"] <= 4
+    assert summary["dtype"] in ("float32", "bfloat16") and len(summary["speedup_ci95"]) == 2
+    run_dir = next((tmp_path / "res").iterdir())
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert set(manifest["calibration"]["target_ms"]) == {"1", "2", "3", "4", "5"}
+    assert manifest["auto"]["pilots"][manifest["auto"]["draft"]]["examples"]  # the pilot ran on named examples
+    assert "cpu_model" in manifest["hardware"] and "isa_flags" in manifest["hardware"]
+    records = [json.loads(x) for x in (run_dir / "examples.jsonl").read_text().splitlines()]
+    assert all(len(r["speculative"]["repeat_s"]) == 2 and len(r["baseline"]["repeat_s"]) == 2 for r in records)
+    assert len((run_dir / "noise_probes.jsonl").read_text().splitlines()) == 4  # before the first + after each example
+    # resume: the stored choice is reused, no new calibration or pilot runs
+    monkeypatch.setattr(runner, "choose_on_this_machine", lambda *a, **k: pytest.fail("re-chose on resume"))
+    again = CliRunner().invoke(app, list(args))
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.stdout)["gamma"] == summary["gamma"]
+
+
+def test_policies_and_confidence_axis_in_one_sweep(models_dir, task_file, tmp_path):
+    result = invoke("sweep", "--target", models_dir["target"], "--draft", models_dir["draft"] + ",prompt-lookup",
+                    "--task", task_file, "--gamma", "2,adaptive,heuristic", "--gamma-max", "4",
+                    "--draft-confidence", "0,0.4", "--limit", "2", "--max-new-tokens", "10", "--device", "cpu",
+                    "--results-dir", str(tmp_path / "res"), "--json")
+    assert result.exit_code == 0, result.output
+    cells = json.loads(result.stdout)
+    # model draft: 3 γ settings × 2 confidences; prompt lookup: 3 γ settings at confidence 0 only
+    assert len(cells) == 9
+    gammas = sorted(str(c["summary"]["gamma"]) for c in cells)
+    assert gammas.count("adaptive") == 3 and gammas.count("heuristic") == 3
+    assert all(c["summary"]["greedy_identity"] == 1.0 for c in cells)  # every policy is exact at T = 0
