@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.specbench-setup
 
-.PHONY: setup run test bench clean
+.PHONY: setup run test bench bench-auto bench-noise clean
 
 $(STAMP): pyproject.toml scripts/setup.sh
 	scripts/setup.sh
@@ -11,10 +11,10 @@ $(STAMP): pyproject.toml scripts/setup.sh
 
 setup: $(STAMP)
 
-# The embedded default: SmolLM2-135M-Instruct with the fastest draft measured on it (prompt lookup,
-# the shipped distilled draft where lookup has no match) at its best γ, greedy, on one offline
-# translation and one offline summarization task.
-DEFAULT_JOB := --draft lookup+distilled --gamma 2 --limit 8
+# The embedded default: SmolLM2-135M-Instruct, greedy, on one offline translation and one offline
+# summarization task. Draft, dtype and γ are chosen on *this* machine (calibrated pass costs + an
+# untimed pilot; the reasons are printed): the best configuration depends on the hardware.
+DEFAULT_JOB := --draft auto --dtype auto --gamma auto --limit 12 --repeats 2
 run: $(STAMP)
 	$(BIN)/specbench run --task ding-de-en $(DEFAULT_JOB)
 	$(BIN)/specbench run --task aclsum $(DEFAULT_JOB)
@@ -32,6 +32,14 @@ test: $(VENV)/.specbench-packages
 bench: $(STAMP)
 	$(BIN)/python bench/bench.py --backend eager
 	$(BIN)/python bench/bench.py --backend compiled
+
+# The default job against the best cell of a sweep over γ × drafts × dtypes, back to back (long: ~40 min on 2 cores).
+bench-auto: $(STAMP)
+	$(BIN)/python bench/auto_vs_sweep.py --job "$(DEFAULT_JOB)"
+
+# A CPU hog started half-way through a run must be flagged (suspect_timing), an idle run must not.
+bench-noise: $(STAMP)
+	$(BIN)/python bench/noise.py
 
 clean:
 	rm -rf $(VENV) reports

@@ -33,8 +33,10 @@ from pathlib import Path
 
 import numpy as np
 
+from specbench.config import GAMMA_POLICIES
 from specbench.errors import SpecbenchError
-from specbench.metrics import BASELINE_DRIFT_TOLERANCE, json_safe, summarize
+from specbench.measure.hardware import describe
+from specbench.metrics import json_safe, summarize, timing_noise
 
 # Identity fields a usable summary must hold (non-null), and metric fields it must have (null = not measurable).
 REQUIRED = ("run_id", "target", "draft", "task", "gamma", "temperature", "top_k", "top_p", "n_examples")
@@ -80,6 +82,7 @@ class ReportData:
     sweeps: list[dict] = field(default_factory=list)  # sweep.json documents
     skipped: list[Skipped] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # used, but worth knowing (partial runs, stale summaries)
+    curves: list[dict] = field(default_factory=list)  # distinct pass-cost calibrations (calibration_curves)
 
 
 def _isnull(value) -> bool:
@@ -114,13 +117,57 @@ def _check_summary(row: dict) -> str | None:
     missing = [k for k in REQUIRED if k not in row or _isnull(row[k])] + [k for k in METRICS if k not in row]
     if missing:
         return f"summary.json lacks field(s) {', '.join(missing)}"
+    policy = isinstance(row["gamma"], str) and row["gamma"] in GAMMA_POLICIES  # adaptive / heuristic: γ varies per step
     try:
-        gamma, temp, n = int(row["gamma"]), float(row["temperature"]), int(row["n_examples"])
+        gamma = 1 if policy else int(row["gamma"])
+        temp, n = float(row["temperature"]), int(row["n_examples"])
     except (TypeError, ValueError):
         return "summary.json has a non-numeric gamma, temperature or n_examples"
-    if gamma < 1 or gamma != row["gamma"] or n < 1 or not temp >= 0:
+    if gamma < 1 or (not policy and gamma != row["gamma"]) or n < 1 or not temp >= 0:
         return f"summary.json has impossible values (gamma={row['gamma']!r}, temperature={row['temperature']!r}, n={n})"
     return None
+
+
+def resolve_gamma(gamma, manifest: dict) -> tuple[int, str | None]:
+    """A summary's γ → (the most drafts a step may make, the policy name or None).
+
+    An integer γ is itself. A policy (adaptive, heuristic) drafts up to the run's gamma_max
+    (config.draft_gamma; 8 where the manifest does not say), which also sizes its histogram.
+    `auto` resolves to an integer before a run starts; should a summary still say auto, the
+    manifest's recorded choice is used.
+    """
+    if not isinstance(gamma, str):
+        return int(gamma), None
+    auto = manifest.get("auto") if isinstance(manifest.get("auto"), dict) else {}
+    if gamma == "auto" and isinstance(auto.get("gamma"), int) and not isinstance(auto.get("gamma"), bool):
+        return int(auto["gamma"]), None
+    config = manifest.get("config") if isinstance(manifest.get("config"), dict) else {}
+    top = config.get("gamma_max", 8)
+    top = top if isinstance(top, int) and not isinstance(top, bool) and top >= 1 else 8
+    policy = auto.get("gamma") if gamma == "auto" and isinstance(auto.get("gamma"), str) else gamma
+    return top, str(policy)
+
+
+def _verify_cost_note(row: dict) -> str | None:
+    """The report's own check: a verify cost outside [0.5, γ+1] single-token passes (None when plausible)."""
+    cost, gamma = _num(row.get("verify_cost")), int(row["gamma"])
+    if not math.isnan(cost) and not 0.5 <= cost <= gamma + 1:
+        return (f"verify cost {cost:.2f} single-token passes for γ+1 = {gamma + 1} tokens is "
+                f"implausible; the baseline and speculative timings were probably taken under different machine "
+                f"load, so its speedup is unreliable (rerun on a quiet machine)")
+    return None
+
+
+def _drift_flagged(row: dict) -> float | None:
+    """The run's baseline drift when metrics.timing_noise (the one drift rule) flags it, else None."""
+    drift = _num(row.get("baseline_drift"))
+    if math.isnan(drift) or not timing_noise([], None, drift)["suspect_timing"]:
+        return None
+    return drift
+
+
+DRIFT_CONSEQUENCE = ("the machine's speed changed between the baseline and this run, so its speedup is off by about "
+                     "that factor (rerun the sweep on a quiet machine)")
 
 
 def timing_note(row: dict) -> str | None:
@@ -131,26 +178,47 @@ def timing_note(row: dict) -> str | None:
     load than the speculative run (a sweep measures each baseline once, in the first cell of
     its task and temperature), so that run's speedup is not trustworthy.
     Sweeps also re-time one shared baseline before each cell (runner.probe_shared_baseline):
-    a `baseline_drift` (fresh ÷ stored seconds) beyond ±BASELINE_DRIFT_TOLERANCE flags the run as well.
+    a `baseline_drift` (fresh ÷ stored seconds) that metrics.timing_noise flags is reported too
+    (the tolerance lives there, so run, sweep and report agree).
     """
-    cost, gamma = _num(row.get("verify_cost")), int(row["gamma"])
-    if not math.isnan(cost) and not 0.5 <= cost <= gamma + 1:
-        return (f"{row['run_id']}: verify cost {cost:.2f} single-token passes for γ+1 = {gamma + 1} tokens is "
-                f"implausible; the baseline and speculative timings were probably taken under different machine "
-                f"load, so its speedup is unreliable (rerun on a quiet machine)")
-    drift = _num(row.get("baseline_drift"))
-    if not math.isnan(drift) and abs(drift - 1.0) > BASELINE_DRIFT_TOLERANCE:
-        return (f"{row['run_id']}: its shared baseline, re-timed before the run, took {drift:.2f}× the stored time; "
-                f"the machine's speed changed between the baseline and this run, so its speedup is off by about "
-                f"that factor (rerun the sweep on a quiet machine)")
+    note = _verify_cost_note(row)
+    if note:
+        return f"{row['run_id']}: {note}"
+    drift = _drift_flagged(row)
+    if drift is not None:
+        return f"{row['run_id']}: its shared baseline, re-timed before the run, took {drift:.2f}× the stored time; " \
+               f"{DRIFT_CONSEQUENCE}"
     return None
+
+
+def _truthy(value) -> bool:
+    return not _isnull(value) and bool(value)
+
+
+def timing_warnings(row: dict) -> list[str]:
+    """Why a run's timings are suspect, one reason a line: the summary's timing_notes (metrics.timing_noise:
+    noise probes, per-example spread, repeats, baseline drift) and the report's verify-cost check."""
+    notes = row.get("timing_notes")
+    from_metrics = isinstance(notes, (list, tuple))
+    out = [str(n) for n in notes] if from_metrics else []
+    drift = _drift_flagged(row)
+    if drift is not None:  # metrics already wrote "the shared baseline ... took X×"; say what it means
+        out.append(DRIFT_CONSEQUENCE if from_metrics else
+                   f"its shared baseline, re-timed before the run, took {drift:.2f}× the stored time; {DRIFT_CONSEQUENCE}")
+    note = _verify_cost_note(row)
+    if note:
+        out.append(note)
+    if not out and _truthy(row.get("suspect_timing")):
+        out.append("the summary flags its timings as suspect (no reason recorded)")
+    return out
 
 
 def collect(paths: list[Path]) -> ReportData:
     """Every run, sweep and checks.json under `paths`, checked; whatever is unusable goes to `skipped`."""
     import pandas as pd
 
-    from specbench.results import load_examples, load_runs, read_records
+    from specbench.results import RunFiles, load_examples, load_runs, read_records
+    from specbench.runner import baseline_drift, read_probes
 
     paths = [Path(p) for p in paths]
     for p in paths:
@@ -199,21 +267,43 @@ def collect(paths: list[Path]) -> ReportData:
             data.notes.append(f"{row['run_id']}: partial run, {row['n_examples']} of {expected or '?'} examples measured")
         # derive the metrics anew from the raw counts, so the report follows the current definitions
         # (specbench.metrics) even for summaries written by an older version or one example behind
+        # with the run's noise probes and its shared baseline's drift, as the runner and the sweep computed them
+        gamma, policy = resolve_gamma(row["gamma"], data.manifests[run_dir])
+        row["gamma"], row["gamma_policy"] = gamma, policy
+        row["gamma_label"] = f"{policy} (≤{gamma})" if policy else str(gamma)
+        probes, msgs = _captured(read_probes, s.parent)
+        for m in msgs:
+            where, _, reason = m.rpartition(": ")
+            data.skipped.append(Skipped(where or str(s.parent / "noise_probes.jsonl"), reason or m))
+        try:
+            drift, msgs = _captured(baseline_drift, RunFiles(s.parent))
+            for m in msgs:
+                where, _, reason = m.rpartition(": ")
+                data.skipped.append(Skipped(where or str(s.parent / "baseline_probes.jsonl"), reason or m))
+        except (TypeError, ValueError, KeyError, AttributeError):
+            data.notes.append(f"{row['run_id']}: baseline_probes.jsonl has unusable ratios; its drift is not checked")
+            drift = None
+        if drift is None and not math.isnan(_num(row.get("baseline_drift"))):
+            drift = _num(row["baseline_drift"])  # the summary's, where the probe file is gone
+        row["baseline_drift"] = drift
         records, _ = _captured(read_records, s.parent / "examples.jsonl")
         if records:
-            row.update(json_safe(summarize(records, int(row["gamma"]), float(row["temperature"]) == 0.0)))
+            row.update(json_safe(summarize(records, gamma, float(row["temperature"]) == 0.0, probes=probes, drift=drift)))
         note = timing_note(row)
         if note:
             data.notes.append(note)
+        row["timing_suspect"] = _truthy(row.get("suspect_timing")) or note is not None
+        row["timing_warnings"] = timing_warnings(row) if row["timing_suspect"] else []
         rows.append(row)
     if rows:
         runs = pd.DataFrame(rows)
         runs["gamma"] = runs["gamma"].astype(int)
         runs["temperature"] = runs["temperature"].astype(float)
+        runs["timing_suspect"] = runs["timing_suspect"].astype(bool)
         keys = series_keys(runs)
         runs["series"] = [series_label(r, keys) for _, r in runs.iterrows()]
-        runs["timing_suspect"] = [timing_note(r) is not None for _, r in runs.iterrows()]
         data.runs = runs.sort_values(["task", "draft", "temperature", "gamma", "run_id"]).reset_index(drop=True)
+    data.curves = calibration_curves(data)
     for path in files("sweep.json"):
         doc = _read_json(path, data.skipped)
         if not isinstance(doc, dict) or not isinstance(doc.get("cells"), list):
@@ -266,12 +356,44 @@ def series_label(row, keys: list[str]) -> str:
     return ", ".join(parts)
 
 
+def fixed_gamma(runs):
+    """The runs with an integer γ (a policy run's γ varies per step: it has no place on a γ axis)."""
+    if "gamma_policy" not in runs:
+        return runs
+    return runs[runs["gamma_policy"].isna()]
+
+
+def policy_runs(runs):
+    """The runs whose γ is a policy (adaptive, heuristic): shown beside the fixed-γ ones, never mixed in."""
+    if "gamma_policy" not in runs:
+        return runs.iloc[0:0]
+    return runs[runs["gamma_policy"].notna()]
+
+
+def with_ci(value, ci, digits: int = 2, unit: str = "") -> str:
+    """'1.23 [1.06, 1.41]': a value and its 95 % interval ('—' for what was not measurable)."""
+    x = _num(value)
+    if math.isnan(x):
+        return "—"
+    text = f"{x:.{digits}f}{unit}"
+    if isinstance(ci, (list, tuple, np.ndarray)) and len(ci) == 2:
+        lo, hi = _num(ci[0]), _num(ci[1])
+        if not (math.isnan(lo) or math.isnan(hi)):
+            text += f" [{lo:.{digits}f}, {hi:.{digits}f}]"
+    return text
+
+
 def best_gamma_rows(runs) -> list[dict]:
-    """Per task and series: the best measured γ, and the γ Theorem 3.8 / the extended model would pick."""
+    """Per task and series: the best measured γ, and the γ Theorem 3.8 / the extended model would pick.
+
+    Only integer-γ runs take part (policy runs: policy_runs). Theorem 3.8 searches γ in 1..64; where its
+    optimum lies outside the γ that were run, `thm_in_range` is False and `thm_gamma_in_range` /
+    `thm_factor_in_range` give the best γ within the measured range, which is what the report recommends.
+    """
     from specbench import theory
 
     out = []
-    for (task, series), group in runs.groupby(["task", "series"], sort=True):
+    for (task, series), group in fixed_gamma(runs).groupby(["task", "series"], sort=True):
         group = group.sort_values("gamma")
         row = {"task": task, "series": series, "gammas": sorted(set(int(g) for g in group["gamma"]))}
         suspect = (group["timing_suspect"] if "timing_suspect" in group else group["gamma"] < 0).astype(bool)
@@ -286,15 +408,80 @@ def best_gamma_rows(runs) -> list[dict]:
         c = group["c"].map(_num).mean()
         row["alpha"], row["c"] = alpha, c
         row["thm_gamma"] = row["thm_factor"] = row["ext_gamma"] = row["ext_factor"] = None
+        row["thm_in_range"], row["thm_gamma_in_range"], row["thm_factor_in_range"] = True, None, None
+        lo, hi = row["gammas"][0], row["gammas"][-1]
         if 0.0 <= alpha <= 1.0 and c >= 0.0:
             opt = theory.optimal_gamma(alpha, c)
             row["thm_gamma"], row["thm_factor"] = opt.gamma, opt.factor
+            inside = theory.optimal_gamma_extended(alpha, c, {g: 1.0 for g in range(lo, hi + 1)}, max_gamma=hi)
+            row["thm_in_range"] = lo <= opt.gamma <= hi
+            row["thm_gamma_in_range"], row["thm_factor_in_range"] = inside.gamma, inside.factor
             costs = {int(g): _num(v) for g, v in zip(group["gamma"], group["verify_cost"]) if _num(v) > 0}
             if costs:
                 ext = theory.optimal_gamma_extended(alpha, c, costs)
                 row["ext_gamma"], row["ext_factor"] = ext.gamma, ext.factor
         out.append(row)
     return out
+
+
+def hardware_short(hw, device: str | None = None) -> str:
+    """The CPU or GPU model a calibration ran on (the GPU's when the device is CUDA)."""
+    if not isinstance(hw, dict) or not hw:
+        return describe(None)
+    gpus = [g.get("name") for g in hw.get("gpus") or [] if isinstance(g, dict) and g.get("name")]
+    if gpus and str(device or "").startswith("cuda"):
+        return ", ".join(sorted(set(gpus)))
+    return str(hw.get("cpu_model") or describe(hw).split(",")[0])
+
+
+def _curve(cal: dict) -> dict[int, float] | None:
+    """k → t(k)/t(1) of a Calibration.to_dict(): its pass_cost, or derived from target_ms; None if unusable."""
+    cost = cal.get("pass_cost")
+    try:
+        if not isinstance(cost, dict) or not cost:
+            ms = {int(k): float(v) for k, v in (cal.get("target_ms") or {}).items()}
+            cost = {k: v / ms[1] for k, v in ms.items()} if ms.get(1, 0) > 0 else {}
+        curve = {int(k): float(v) for k, v in cost.items()}
+    except (TypeError, ValueError, AttributeError):
+        return None
+    curve = {k: v for k, v in sorted(curve.items()) if k >= 1 and math.isfinite(v) and v > 0}
+    return curve or None
+
+
+def calibration_curves(data: ReportData) -> list[dict]:
+    """Each distinct pass-cost calibration across the runs' manifests (the run's own, and each dtype an
+    `auto` choice calibrated): {label, dtype, context_tokens, hardware, device, curve {k: t(k)/t(1)}, runs}."""
+    found: dict[tuple, dict] = {}
+    for run_dir, m in sorted(data.manifests.items()):
+        run_id = str(m.get("run_id") or Path(run_dir).name)
+        cals = [("", m.get("calibration"))]
+        auto = m.get("auto")
+        if isinstance(auto, dict) and isinstance(auto.get("calibrations"), dict):
+            cals += sorted(auto["calibrations"].items())
+        for dtype_key, cal in cals:
+            if cal is None:
+                continue
+            curve = _curve(cal) if isinstance(cal, dict) else None
+            if curve is None:
+                data.notes.append(f"{run_id}: a calibration in manifest.json has no usable pass-cost curve; not plotted")
+                continue
+            dtype, device = str(cal.get("dtype") or dtype_key or "?"), str(cal.get("device") or "?")
+            hw = hardware_short(m.get("hardware"), device)
+            key = (dtype, device, cal.get("context_tokens"), hw, tuple((k, round(v, 6)) for k, v in curve.items()))
+            entry = found.setdefault(key, {"dtype": dtype, "device": device, "context_tokens": cal.get("context_tokens"),
+                                           "hardware": hw, "curve": curve, "runs": []})
+            if run_id not in entry["runs"]:
+                entry["runs"].append(run_id)
+    curves = list(found.values())
+    for c in curves:
+        c["label"] = f"{c['dtype']}, {fmt(c['context_tokens'])}-token context, {c['hardware']}"
+    counts: dict[str, int] = {}
+    for c in curves:
+        counts[c["label"]] = counts.get(c["label"], 0) + 1
+    for c in curves:  # the same setup calibrated twice (another session): tell the curves apart by a run
+        if counts[c["label"]] > 1:
+            c["label"] += f" ({c['runs'][0]})"
+    return curves
 
 
 # --------------------------------------------------------------------------- figures
@@ -341,6 +528,7 @@ def fig_speedup(runs) -> object:
     """Measured speedup vs γ per task: one line per series, Theorem 3.8 and the extended model dashed."""
     from matplotlib.lines import Line2D
 
+    runs = fixed_gamma(runs)
     tasks = sorted(runs["task"].unique())
     colors = _colors(sorted(runs["series"].unique()))
     rows = math.ceil(len(tasks) / 3)
@@ -365,6 +553,25 @@ def fig_speedup(runs) -> object:
                 Line2D([], [], color="0.2", ls="--", label="Theorem 3.8 from measured α, c"),
                 Line2D([], [], color="0.2", ls="-.", marker="x", label="extended: + measured verify cost")]
     fig.legend(handles=handles, loc="outside lower center", ncol=min(4, len(handles)), fontsize=7)
+    return fig
+
+
+def fig_pass_cost(curves: list[dict]) -> object:
+    """t(k)/t(1) against k, one line per distinct calibration; dashed: the paper's free verification, t(k) = t(1)."""
+    colors = _colors([c["label"] for c in curves])
+    fig = _new_figure(7.5, 4.4 + 0.2 * len(curves))
+    ax = fig.subplots()
+    ks = sorted({k for c in curves for k in c["curve"]})
+    for c in curves:
+        x = list(c["curve"])
+        ax.plot(x, [c["curve"][k] for k in x], "o-", color=colors[c["label"]], lw=1.6, ms=4, label=c["label"])
+    ax.axhline(1.0, color="0.3", ls="--", lw=1.0, label="t(k) = t(1): free verification (the paper's assumption)")
+    ax.set_xticks(ks)
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("k: new tokens in one target pass (verifying γ drafts takes k = γ+1)")
+    ax.set_ylabel("t(k) / t(1): cost in single-token passes")
+    ax.set_title("Target pass cost vs tokens per pass (calibrated before timing)")
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=1, fontsize=7)
     return fig
 
 
@@ -411,7 +618,8 @@ def fig_histograms(runs, task: str) -> object:
     """Accepted drafts per step, measured (bars) against the capped geometric law for the measured α (dots)."""
     from specbench import theory
 
-    sub = runs[runs["task"] == task]
+    sub = fixed_gamma(runs)
+    sub = sub[sub["task"] == task]
     series, gammas = sorted(sub["series"].unique()), sorted(sub["gamma"].unique())
     fig = _new_figure(2.3 * len(gammas) + 0.6, 2.0 * len(series) + 0.8)
     axes = fig.subplots(len(series), len(gammas), squeeze=False)
@@ -465,7 +673,8 @@ def fig_time_split(runs) -> object:
             ax.bar(x, part, 0.7, bottom=bottom, color=color, label=label)
             bottom += part
         ax.plot(x, base, "_", color="black", ms=18, mew=2, label="baseline (target alone)")
-        ax.set_xticks(x, [f"{d}\nT={float(t):g} γ={g}" for d, t, g in zip(sub["draft"], sub["temperature"], sub["gamma"])],
+        labels = sub["gamma_label"] if "gamma_label" in sub else sub["gamma"]
+        ax.set_xticks(x, [f"{d}\nT={float(t):g} γ={g}" for d, t, g in zip(sub["draft"], sub["temperature"], labels)],
                       fontsize=7, rotation=45 if len(sub) > 8 else 0, ha="right" if len(sub) > 8 else "center")
         ax.set_ylabel("milliseconds per generated token")
         ax.set_title(f"Where the time goes: {task}")
@@ -557,9 +766,25 @@ def build_blocks(data: ReportData, figures: list[RenderedFigure], title: str) ->
     blocks: list[tuple] = [("h1", title),
                            ("p", f"Generated {time.strftime('%Y-%m-%d %H:%M')} by specbench report from "
                                  f"{len(runs)} run(s); {len(data.skipped)} item(s) skipped (listed at the end).")]
+    suspect = runs[runs["timing_suspect"]] if "timing_suspect" in runs else runs.iloc[0:0]
+    if len(suspect):
+        blocks += [("h2", f"Timing warnings ({len(suspect)} of {len(runs)} runs)"),
+                   ("p", "These runs failed a timing check (noise probes re-timed between examples, the spread of the "
+                         "baseline's time per token, disagreeing repeats, a re-timed shared baseline that drifted, or a "
+                         "verify cost no quiet machine gives). Do not trust their speedups without a rerun on a quiet "
+                         "machine; the tables mark them, and the γ recommendation leaves them out when other cells "
+                         "remain."),
+                   ("list", [f"{r['run_id']}: " + "; ".join(r["timing_warnings"] or ["flagged"])
+                             for _, r in suspect.iterrows()])]
     env = _environment(data)
     if env:
         blocks += [("h2", "Setup"), ("list", env)]
+    choices = _auto_reasons(data)
+    if choices:
+        blocks += [("h2", "Automatic choices"),
+                   ("p", "Runs that asked for --gamma, --draft or --dtype auto (or the adaptive γ policy): what was "
+                         "chosen on the machine, and why, as recorded in each manifest."),
+                   ("list", choices)]
     blocks += [("h2", "Runs"),
                ("p", "α = accepted / acceptance trials; c = draft cost per token over target cost per token; "
                      "verify = cost of one target pass over γ+1 tokens in single-token passes; speedup = speculative "
@@ -569,33 +794,54 @@ def build_blocks(data: ReportData, figures: list[RenderedFigure], title: str) ->
                      "phase alone, beside the cost model's prediction for outputs of the lengths measured "
                      "(predicted_decode_speedup: drafts accepted past an EOS are lost, the budget shortens the last "
                      "drafts). c and the verify cost come from the same run, so this pair checks the loop's own time "
-                     "and the predicted number of target passes, not the cost measurements themselves."),
+                     "and the predicted number of target passes, not the cost measurements themselves. Speedup and "
+                     "decode carry their 95 % bootstrap interval over examples in brackets; timing SUSPECT: see "
+                     "Timing warnings at the top."),
                ("table", Table(["run", "task", "draft", "T", "γ", "n", "α", "α exp.", "c", "verify", "tok/call",
-                                "speedup", "Thm 3.8", "extended", "decode", "predicted decode", "identical share",
-                                "complete"],
-                               [[r["run_id"], r["task"], r["draft"], f"{r['temperature']:g}", r["gamma"], r["n_examples"],
-                                 _num(r["alpha"]), _num(r["alpha_expected"]), _num(r["c"]), _num(r["verify_cost"]),
-                                 _num(r["tokens_per_target_call"]), _num(r["speedup"]), _num(r["predicted_speedup"]),
-                                 _num(r["predicted_speedup_extended"]), _num(r.get("decode_speedup")),
+                                "speedup [95% CI]", "timing", "Thm 3.8", "extended", "decode [95% CI]",
+                                "predicted decode", "identical share", "complete"],
+                               [[r["run_id"], r["task"], r["draft"], f"{r['temperature']:g}", _gamma_text(r),
+                                 r["n_examples"], _num(r["alpha"]), _num(r["alpha_expected"]), _num(r["c"]),
+                                 _num(r["verify_cost"]), _num(r["tokens_per_target_call"]),
+                                 with_ci(r["speedup"], r.get("speedup_ci95")), _timing_text(r),
+                                 _num(r["predicted_speedup"]), _num(r["predicted_speedup_extended"]),
+                                 with_ci(r.get("decode_speedup"), r.get("decode_speedup_ci95")),
                                  _num(r.get("predicted_decode_speedup")), _num(r.get("identical_rate")), r.get("complete")]
                                 for _, r in runs.iterrows()]))]
     best = best_gamma_rows(runs)
     blocks += [("h2", "Recommended γ"),
-               ("p", "Measured: the γ with the largest measured speedup among those run. Theorem 3.8: the γ in 1..64 "
-                     "maximising (1−α^(γ+1))/((1−α)(γc+1)) with α and c pooled over the γ cells (mean). Extended: the "
-                     "same with each γ's measured verify cost, so only measured γ values are candidates. Cells whose "
-                     "timings look inconsistent (see Notes) are left out when others remain."),
-               ("table", Table(["task", "draft, T", "γ run", "best γ measured", "its speedup", "pooled α", "pooled c",
-                                "γ* Thm 3.8", "predicted", "γ* extended", "predicted (ext.)", "suspect timings at γ"],
+               ("p", "Measured: the γ with the largest measured speedup among those run (95 % bootstrap interval in "
+                     "brackets). Theorem 3.8: the γ maximising (1−α^(γ+1))/((1−α)(γc+1)) with α and c pooled over the "
+                     "γ cells (mean); only γ within the measured range are recommended, and where the theorem's "
+                     "optimum over 1..64 lies outside it, the table says so beside the best γ inside the range. "
+                     "Extended: the same with each γ's measured verify cost, so only measured γ values are "
+                     "candidates. Cells whose timings look inconsistent (see Timing warnings) are left out when "
+                     "others remain."),
+               ("table", Table(["task", "draft, T", "γ run", "best γ measured", "its speedup [95% CI]", "pooled α",
+                                "pooled c", "γ* Thm 3.8", "predicted", "γ* extended", "predicted (ext.)",
+                                "suspect timings at γ"],
                                [[b["task"], b["series"], ",".join(map(str, b["gammas"])), b["measured_gamma"],
-                                 b["measured_speedup"], b["alpha"], b["c"], b["thm_gamma"], b["thm_factor"],
+                                 _best_speedup_text(runs, b), b["alpha"], b["c"], _thm_gamma_text(b),
+                                 b["thm_factor"] if b["thm_in_range"] else b["thm_factor_in_range"],
                                  b["ext_gamma"], b["ext_factor"], ",".join(map(str, b["suspect_gammas"])) or "none"]
                                 for b in best]))]
+    policies = policy_runs(runs)
+    if len(policies):
+        blocks += [("p", "Runs with a γ policy choose γ per step (up to γ max), so they have no place in the γ "
+                         "comparison above; they are listed here on their own."),
+                   ("table", Table(["run", "task", "draft, T", "γ policy", "γ max", "n", "α", "tok/call",
+                                    "speedup [95% CI]", "timing", "decode [95% CI]"],
+                                   [[r["run_id"], r["task"], r["series"], r["gamma_policy"], int(r["gamma"]),
+                                     r["n_examples"], _num(r["alpha"]), _num(r["tokens_per_target_call"]),
+                                     with_ci(r["speedup"], r.get("speedup_ci95")), _timing_text(r),
+                                     with_ci(r.get("decode_speedup"), r.get("decode_speedup_ci95"))]
+                                    for _, r in policies.iterrows()]))]
     blocks += [("h2", "Compared with the paper (Table 2 shape)"),
                ("p", f"Paper rows: {PAPER_SOURCE}; each is the paper's best γ for that draft. Our rows: the best "
                      "measured γ per task, draft and temperature. The paper's target is an 11B T5 on a TPU; ours is "
                      "whatever these runs used (see Setup), so compare trends (α by draft and temperature, the "
-                     "α–cost trade-off), not absolute speedups."),
+                     "α–cost trade-off), not absolute speedups. Our speedups carry their 95 % bootstrap interval "
+                     "over examples in brackets."),
                ("table", paper_table(runs, best))]
     for fig in figures:
         blocks += [("h2", fig.title), ("figure", fig)]
@@ -624,24 +870,78 @@ def build_blocks(data: ReportData, figures: list[RenderedFigure], title: str) ->
         blocks += [("h2", f"Sample outputs: first example of each run{more}"),
                    ("table", Table(["run", "example", "reference", "baseline output", "speculative output", "identical"],
                                    samples))]
-    if data.notes:
-        blocks += [("h2", "Notes"), ("list", data.notes)]
+    shown = {timing_note(r) for _, r in suspect.iterrows()}  # already listed under Timing warnings
+    notes = [n for n in data.notes if n not in shown]
+    if notes:
+        blocks += [("h2", "Notes"), ("list", notes)]
     blocks += [("h2", f"Skipped ({len(data.skipped)})"),
                ("list", [f"{s.path}: {s.reason}" for s in data.skipped] or ["nothing: every result found was usable"])]
     return blocks
+
+
+def _best_cell(runs, b: dict):
+    """The run behind a best-γ row's measured γ (the first of duplicates; a trustworthy one where there is one)."""
+    if b["measured_gamma"] is None:
+        return None
+    runs = fixed_gamma(runs)
+    cell = runs[(runs["task"] == b["task"]) & (runs["series"] == b["series"]) & (runs["gamma"] == b["measured_gamma"])]
+    if "timing_suspect" in cell and (~cell["timing_suspect"]).any():
+        cell = cell[~cell["timing_suspect"]]
+    return cell.iloc[0] if len(cell) else None
+
+
+def _timing_text(r) -> str:
+    return "SUSPECT" if _truthy(r.get("timing_suspect")) else "ok"
+
+
+def _gamma_text(r) -> str:
+    label = r.get("gamma_label")
+    return str(label) if isinstance(label, str) else str(r["gamma"])
+
+
+def _best_speedup_text(runs, b: dict) -> str:
+    r = _best_cell(runs, b)
+    if r is None:
+        return with_ci(b["measured_speedup"], None)
+    text = with_ci(b["measured_speedup"], r.get("speedup_ci95"))
+    return text + (" (suspect timing)" if _truthy(r.get("timing_suspect")) else "")
+
+
+def _thm_gamma_text(b: dict):
+    """Theorem 3.8's γ, never one outside the measured range without saying so."""
+    if b["thm_gamma"] is None or b["thm_in_range"]:
+        return b["thm_gamma"]
+    lo, hi = b["gammas"][0], b["gammas"][-1]
+    return (f"{b['thm_gamma_in_range']} (the optimum over 1..64, γ = {b['thm_gamma']}, is beyond the measured "
+            f"range {lo}–{hi})")
 
 
 def paper_table(runs, best: list[dict]) -> Table:
     rows = [[PAPER_SOURCE, task, draft, f"{t:g}", gamma, alpha, f"{speed:.1f}×"]
             for task, draft, t, gamma, alpha, speed in PAPER_TABLE2]
     for b in best:
-        if b["measured_gamma"] is None:
+        r = _best_cell(runs, b)
+        if r is None:
             continue
-        cell = runs[(runs["task"] == b["task"]) & (runs["series"] == b["series"]) & (runs["gamma"] == b["measured_gamma"])]
-        r = cell.iloc[0]
+        speed = with_ci(b["measured_speedup"], r.get("speedup_ci95"), unit="×")
         rows.append([f"specbench ({r['target']})", b["task"], r["draft"], f"{r['temperature']:g}", b["measured_gamma"],
-                     _num(r["alpha"]), f"{b['measured_speedup']:.2f}×"])
+                     _num(r["alpha"]), speed + (" (suspect timing)" if _truthy(r.get("timing_suspect")) else "")])
     return Table(["source", "task", "draft", "T", "γ", "α", "speedup"], rows)
+
+
+def _auto_reasons(data: ReportData) -> list[str]:
+    """Each auto choice's reason lines, run by run (manifest `auto`)."""
+    lines = []
+    for _, r in data.runs.iterrows():
+        auto = data.manifests.get(r["run_dir"], {}).get("auto")
+        if not isinstance(auto, dict):
+            continue
+        asked = auto.get("requested")
+        asked = ", ".join(f"{k} {v}" for k, v in asked.items()) if isinstance(asked, dict) and asked else "auto"
+        reasons = auto.get("reasons") if isinstance(auto.get("reasons"), list) else []
+        for reason in reasons or ["(no reasons recorded)"]:
+            lines.append(f"{r['run_id']} (asked for {asked}): {reason}")
+    return lines
 
 
 def _environment(data: ReportData) -> list[str]:
@@ -651,7 +951,7 @@ def _environment(data: ReportData) -> list[str]:
         models = m.get("models", {}).get("target", {})
         for key, value in (("target", f"{models.get('spec')} ({models.get('params')} params, {models.get('dtype')}, "
                                       f"{models.get('device')})" if models else None),
-                           ("hardware", json.dumps(m.get("hardware"), sort_keys=True) if m.get("hardware") else None),
+                           ("hardware", describe(m.get("hardware")) if m.get("hardware") else None),
                            ("versions", json.dumps(m.get("versions"), sort_keys=True) if m.get("versions") else None),
                            ("git commit", m.get("git_commit"))):
             if value:
@@ -744,18 +1044,30 @@ def default_name(paths: list[Path]) -> str:
     return re.sub(r"[^A-Za-z0-9._+-]+", "_", name)
 
 
-def make_figures(runs, folder: Path) -> list[RenderedFigure]:
-    specs = [("speedup_vs_gamma", "Speedup vs γ", fig_speedup,
+PASS_COST_CAPTION = (
+    "Each line: one calibration (the target's median time for a pass over k new tokens after a context of the "
+    "task's typical length, divided by the time for one), per dtype, context and machine; runs and auto choices "
+    "that share a calibration share a line. Dashed: t(k) = t(1), the free verification the paper's Theorem 3.8 "
+    "assumes. Where a line rises above it, verifying γ drafts costs more than one step and the best γ is smaller "
+    "than the theorem says; a drop is a kernel that handles that k better.")
+
+
+def make_figures(runs, folder: Path, curves: list[dict] | None = None) -> list[RenderedFigure]:
+    fixed = fixed_gamma(runs)
+    specs = [("speedup_vs_gamma", "Speedup vs γ", fig_speedup, fixed,
               "Solid: measured walltime speedup. Dashed: Theorem 3.8 from the measured α and c. Dash-dot: the "
-              "extended model, which also charges the measured cost of verifying γ+1 tokens. Grey line: no speedup."),
-             ("alpha", "Acceptance rate α", fig_alpha,
+              "extended model, which also charges the measured cost of verifying γ+1 tokens. Grey line: no speedup. "
+              "Runs with a γ policy (adaptive, heuristic) are not drawn here; see Recommended γ."),
+             ("pass_cost_curve", "Pass-cost curve", fig_pass_cost, curves, PASS_COST_CAPTION),
+             ("alpha", "Acceptance rate α", fig_alpha, runs,
               "α per draft, task and temperature; black diamonds: the expected acceptance E[Σ min(p, q)] at the "
               "verified positions, which α estimates.")]
     figures = []
     with _rc():
-        for name, title, fn, caption in specs:
-            figures.append(render_figure(fn(runs), name, title, caption, folder))
-        for i, task in enumerate(sorted(runs["task"].unique())):
+        for name, title, fn, arg, caption in specs:
+            if arg is not None and len(arg):
+                figures.append(render_figure(fn(arg), name, title, caption, folder))
+        for i, task in enumerate(sorted(fixed["task"].unique())):
             figures.append(render_figure(
                 fig_histograms(runs, task), f"accepted_lengths_{i}", f"Accepted lengths: {task}",
                 "Bars: share of verification steps that accepted n drafts. Dots: the law theory predicts if each "
@@ -783,7 +1095,7 @@ def write_report(paths: list[Path], out: Path | None = None, reports_dir: Path =
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise SpecbenchError(f"cannot write the report to {out}: {exc.strerror}; pass a writable --out") from exc
-    figures = make_figures(data.runs, out / "figures")
+    figures = make_figures(data.runs, out / "figures", data.curves)
     blocks = build_blocks(data, figures, f"specbench report: {default_name(paths)}")
     from specbench.results import atomic_write_text
 

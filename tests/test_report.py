@@ -12,7 +12,9 @@ from specbench import theory
 from specbench.cli import app
 from specbench.errors import SpecbenchError
 from specbench.metrics import json_safe, summarize
-from specbench.report import PAPER_TABLE2, best_gamma_rows, collect, fig_histograms, fig_speedup, fig_time_split, write_report
+from specbench.measure.hardware import describe
+from specbench.report import (DRIFT_CONSEQUENCE, PAPER_TABLE2, best_gamma_rows, calibration_curves, collect,
+                              fig_histograms, fig_pass_cost, fig_speedup, fig_time_split, with_ci, write_report)
 
 N_EXAMPLES = 3
 
@@ -32,8 +34,10 @@ def engine(n_tokens: int, decode_s: float, gamma: int = 0, accept_lengths: tuple
 
 
 def make_run(root: Path, run_id: str, *, draft="small", task="ende", gamma=2, temperature=0.0, speedup=1.5,
-             text="hello", reference="hallo", quality=None, target="tiny") -> Path:
-    """A run folder as execute_run writes it: manifest.json, examples.jsonl, summary.json (via metrics.summarize)."""
+             text="hello", reference="hallo", quality=None, target="tiny", policy=None, manifest_extra=None) -> Path:
+    """A run folder as execute_run writes it: manifest.json, examples.jsonl, summary.json (via metrics.summarize).
+    policy: a γ policy (adaptive, heuristic) drafting up to `gamma` (= gamma_max); manifest_extra: manifest keys
+    to add or replace (hardware, calibration, auto)."""
     run = root / run_id
     run.mkdir(parents=True)
     lengths = tuple(min(gamma, k % (gamma + 2)) for k in range(8))
@@ -43,15 +47,17 @@ def make_run(root: Path, run_id: str, *, draft="small", task="ende", gamma=2, te
         spec = engine(20, 1.01 / speedup - 0.01, gamma, lengths, text=text, draft_share=0.3)
         records.append({"schema_version": 1, "example_id": f"ex{i}", "prompt_tokens": 7, "reference": reference,
                         "baseline": base, "speculative": spec, "identical": True, "first_divergence": None})
-    config = {"target": target, "draft": draft, "task": task, "gamma": gamma,
+    config = {"target": target, "draft": draft, "task": task, "gamma": policy or gamma,
               "sampling": {"temperature": temperature, "top_k": 0, "top_p": 1.0}, "limit": N_EXAMPLES, "seed": 0}
+    if policy:
+        config["gamma_max"] = gamma
     (run / "manifest.json").write_text(json.dumps({
         "schema_version": 1, "run_id": run_id, "config": config, "task": {"name": task, "n_examples": N_EXAMPLES},
         "models": {"target": {"spec": target, "params": 1000, "dtype": "torch.float32", "device": "cpu"}},
-        "hardware": {"cpu_count": 2}, "versions": {"torch": "x"}, "git_commit": "abc"}))
+        "hardware": {"cpu_count": 2}, "versions": {"torch": "x"}, "git_commit": "abc", **(manifest_extra or {})}))
     (run / "examples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     summary = {"schema_version": 1, "run_id": run_id, "target": target, "draft": draft, "engine": "specbench",
-               "task": task, "gamma": gamma, "temperature": temperature, "top_k": 0, "top_p": 1.0, "seed": 0,
+               "task": task, "gamma": policy or gamma, "temperature": temperature, "top_k": 0, "top_p": 1.0, "seed": 0,
                "max_new_tokens": 20, "complete": True, **summarize(records, gamma, temperature == 0.0),
                "quality": quality}
     (run / "summary.json").write_text(json.dumps(json_safe(summary)))
@@ -204,6 +210,153 @@ def test_every_user_and_model_string_is_escaped(tmp_path):
     assert "<script" not in page.lower() and "<script" not in md.lower()
     assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
     assert "output &lt;script&gt;" in md and "&amp; more" in page
+
+
+# --------------------------------------------------------------------------- calibration, timing, policies
+
+HW = {"cpu_model": "AMD EPYC 7B13", "isa_flags": ["avx2", "avx512f", "avx512_bf16"], "cpu_count": 4, "usable_cpus": 2,
+      "torch_threads": 2, "memory_gib": 23.4, "gpus": [], "cuda": None, "gpu_driver": None,
+      "platform": "Linux-6.1-x86_64", "machine": "x86_64"}
+
+
+def calibration(dtype: str, ms: list[float], context: int = 40, draft_ms: float | None = 5.0) -> dict:
+    """A Calibration.to_dict() as the runner records it: t(k) for k = 1..len(ms)."""
+    target_ms = {str(k): v for k, v in enumerate(ms, 1)}
+    return {"dtype": dtype, "device": "cpu", "context_tokens": context, "target_ms": target_ms,
+            "target_spread": {k: 0.03 for k in target_ms}, "pass_cost": {k: v / ms[0] for k, v in target_ms.items()},
+            "repeats": 7, "draft": "small", "draft_ms": draft_ms, "seconds": 1.5, "extra": {}}
+
+
+FP32 = calibration("float32", [43.0, 60.0, 90.0, 59.0, 70.0])
+BF16 = calibration("bfloat16", [22.0, 23.0, 24.0, 24.5, 26.0])
+
+
+def test_pass_cost_curve_figure_and_auto_reasons(tmp_path):
+    root = tmp_path / "runs"
+    make_run(root, "fixed", manifest_extra={"hardware": HW, "calibration": FP32})
+    auto = {"requested": {"dtype": "auto"}, "dtype": "bfloat16", "draft": "small", "gamma": 3, "policy_gamma": 3,
+            "reasons": ["dtype bfloat16: 9.1 ms/token predicted <b>bold</b>", "γ 3: predicted speedup 1.2"],
+            "calibrations": {"float32": FP32, "bfloat16": BF16}, "draft_ms": {}, "pilots": {}, "candidates": []}
+    make_run(root, "chosen", gamma=3, manifest_extra={"hardware": HW, "calibration": BF16, "auto": auto})
+    data = collect([root])
+    curves = calibration_curves(data)
+    assert sorted(c["label"] for c in curves) == ["bfloat16, 40-token context, AMD EPYC 7B13",
+                                                   "float32, 40-token context, AMD EPYC 7B13"]  # shared curves: one line
+    fp32 = next(c for c in curves if c["dtype"] == "float32")
+    assert fp32["curve"][3] == pytest.approx(90 / 43) and fp32["runs"] == ["chosen", "fixed"]
+    ax = fig_pass_cost(curves).axes[0]
+    free = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--"]
+    assert len(free) == 1 and set(free[0].get_ydata()) == {1.0}
+    assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
+
+    out = write_report([root], tmp_path / "rep")
+    md, page = read(out.out)
+    for ext in ("png", "svg"):
+        assert (out.out / "figures" / f"pass_cost_curve.{ext}").stat().st_size > 1000
+    assert "figures/pass_cost_curve.png" in md and "## Pass-cost curve" in md and "<h2>Pass-cost curve</h2>" in page
+    assert page.count("data:image/png;base64,") == 5  # speedup, pass cost, α, histograms, time split
+    assert "## Automatic choices" in md
+    assert "chosen (asked for dtype auto): γ 3: predicted speedup 1.2" in md
+    assert "&lt;b&gt;bold&lt;/b&gt;" in md and "&lt;b&gt;bold&lt;/b&gt;" in page and "<b>bold" not in page
+
+
+def test_no_calibration_no_curve(shared_report):
+    md, _ = read(shared_report[1].out)
+    assert "pass_cost_curve" not in md and not (shared_report[1].out / "figures" / "pass_cost_curve.png").exists()
+
+
+def test_hardware_is_a_sentence_not_json(tmp_path):
+    root = tmp_path / "runs"
+    make_run(root, "r1", manifest_extra={"hardware": HW})
+    md, page = read(write_report([root], tmp_path / "rep").out)
+    setup = md.split("## Setup")[1].split("\n## ")[0]
+    assert f"hardware: {describe(HW)}" in setup and "AMD EPYC 7B13, 2 CPUs (avx2, avx512f, avx512_bf16; no AMX)" in setup
+    assert "cpu_model" not in md and "cpu_model" not in page and "isa_flags" not in page
+
+
+def test_speedup_tables_show_the_bootstrap_interval(shared_report):
+    root, outcome = shared_report
+    md, page = read(outcome.out)
+    runs = collect([root]).runs
+    r = runs[runs["run_id"] == "ende-small-g2-t0"].iloc[0]
+    lo, hi = r["speedup_ci95"]
+    assert lo <= r["speedup"] <= hi
+    text = with_ci(r["speedup"], r["speedup_ci95"])
+    assert text == f"{r['speedup']:.2f} [{lo:.2f}, {hi:.2f}]"
+    runs_section = md.split("## Runs")[1].split("\n## ")[0]
+    assert "speedup [95% CI]" in runs_section and f"| {text} | ok |" in runs_section
+    best = md.split("## Recommended γ")[1].split("\n## ")[0]
+    assert "its speedup [95% CI]" in best and text in best
+    paper = md.split("## Compared with the paper")[1].split("\n## ")[0]
+    assert f"{r['speedup']:.2f}× [{lo:.2f}, {hi:.2f}]" in paper
+    assert f"<td>{text}</td>" in page
+    assert "## Timing warnings" not in md  # a quiet fake sweep: nothing to warn about
+
+
+def test_suspect_timing_runs_are_listed_at_the_top(tmp_path):
+    root = tmp_path / "runs"
+    make_run(root, "quiet", gamma=1)
+    noisy = make_run(root, "noisy", gamma=2)
+    (noisy / "noise_probes.jsonl").write_text("".join(json.dumps(p) + "\n" for p in (
+        {"after": None, "ms": 10.0}, {"after": "ex0", "ms": 11.0}, {"after": "ex1", "ms": 30.0})))
+    drifted = make_run(root, "drifted", gamma=4)
+    (drifted / "baseline_probes.jsonl").write_text(json.dumps({"ratio": 1.3}) + "\n")
+    data = collect([root])
+    flags = dict(zip(data.runs["run_id"], data.runs["timing_suspect"]))
+    assert flags == {"quiet": False, "noisy": True, "drifted": True}
+    noisy_row = data.runs[data.runs["run_id"] == "noisy"].iloc[0]
+    assert noisy_row["suspect_timing"] and "the machine was busy" in noisy_row["timing_notes"][0]
+
+    md, page = read(write_report([root], tmp_path / "rep").out)
+    assert md.index("## Timing warnings (2 of 3 runs)") < md.index("## Setup") < md.index("## Runs")
+    warnings = md.split("## Timing warnings")[1].split("\n## ")[0]
+    assert "- noisy: a one-token target pass took 10.0 ms at best and 30.0 ms at probe 3 of 3 (3.0×)" in warnings
+    assert "- drifted: the shared baseline, re-timed before this cell, took 1.30× its stored time; " \
+           + DRIFT_CONSEQUENCE in warnings
+    assert "- quiet" not in warnings
+    runs_section = md.split("## Runs")[1].split("\n## ")[0]
+    assert runs_section.count("| SUSPECT |") == 2
+    assert md.count("1.30×") == 1  # the drift is told once, at the top, not again under Notes
+    assert "<h2>Timing warnings (2 of 3 runs)</h2>" in page
+
+
+def test_gamma_policy_runs_do_not_crash_and_are_shown_apart(tmp_path):
+    root = tmp_path / "runs"
+    make_run(root, "adaptive-only", gamma=4, policy="adaptive")
+    md, _ = read(write_report([root], tmp_path / "rep-policy-only").out)  # no fixed γ at all: no γ axis to draw
+    assert "| adaptive-only | ende | small, T=0 | adaptive | 4 |" in md and "Speedup vs γ" not in md
+
+    make_run(root, "heur", gamma=3, policy="heuristic")
+    make_run(root, "g1", gamma=1)
+    make_run(root, "g2", gamma=2)
+    data = collect([root])
+    row = data.runs[data.runs["run_id"] == "adaptive-only"].iloc[0]
+    assert row["gamma_policy"] == "adaptive" and row["gamma"] == 4 and len(row["accepted_length_histogram"]) == 5
+    (best,) = best_gamma_rows(data.runs)
+    assert best["gammas"] == [1, 2]  # policy runs are not γ cells
+    out = write_report([root], tmp_path / "rep")
+    md, _ = read(out.out)
+    runs_section = md.split("## Runs")[1].split("\n## ")[0]
+    assert "| adaptive (≤4) |" in runs_section and "| heuristic (≤3) |" in runs_section
+    section = md.split("## Recommended γ")[1].split("\n## ")[0]
+    assert "| heur | ende | small, T=0 | heuristic | 3 |" in section
+
+
+def test_theory_gamma_beyond_the_measured_range_is_not_recommended(tmp_path):
+    root = tmp_path / "runs"
+    make_run(root, "g8", gamma=8, speedup=1.2)
+    make_run(root, "g10", gamma=10, speedup=1.1)
+    data = collect([root])
+    (row,) = best_gamma_rows(data.runs)
+    alpha, c = data.runs["alpha"].mean(), data.runs["c"].mean()
+    optimum = theory.optimal_gamma(alpha, c)
+    assert optimum.gamma < 8  # the fake runs' α ≈ 0.78 and c ≈ 0.05 favour a shorter draft than any run
+    assert row["thm_gamma"] == optimum.gamma and not row["thm_in_range"]
+    assert row["thm_gamma_in_range"] == 8  # the best γ the theorem allows within 8..10
+    assert row["thm_factor_in_range"] == pytest.approx(theory.walltime_factor_extended(alpha, 8, c, 1.0))
+    md, _ = read(write_report([root], tmp_path / "rep").out)
+    section = md.split("## Recommended γ")[1].split("\n## ")[0]
+    assert f"| 8 (the optimum over 1..64, γ = {optimum.gamma}, is beyond the measured range 8–10) |" in section
 
 
 # --------------------------------------------------------------------------- malformed input
