@@ -118,7 +118,7 @@ def bf16_support(device_type: str, hw: dict | None = None) -> tuple[bool, str]:
         return ok, "the GPU supports bf16" if ok else "this GPU has no bf16 support"
     if device_type == "mps":
         return False, "bf16 on MPS is not considered (float16 is its fast type)"
-    flags = set((hw or {}).get("isa_flags") or cpu_flags())
+    flags = set(cpu_flags() if hw is None or "isa_flags" not in hw else hw["isa_flags"])
     native = [f for f in ("amx_bf16", "avx512_bf16", "bf16") if f in flags]
     if native:
         return True, f"the CPU has {', '.join(native)}"
@@ -134,8 +134,10 @@ def describe(hw: dict | None) -> str:
         return f"{hw.get('processor') or hw.get('machine') or 'unknown CPU'}, {hw.get('cpu_count')} CPUs (no ISA record)"
     flags = [f for f in hw.get("isa_flags", []) if f != "amx_tile"]
     amx = any(f.startswith("amx") for f in flags)
-    isa = ", ".join(flags) + ("" if amx or hw.get("machine") not in ("x86_64", "AMD64") else "; no AMX")
-    parts = [f"{hw['cpu_model']}, {hw.get('usable_cpus') or hw.get('cpu_count')} CPUs ({isa or 'no ISA flags read'})"]
+    isa = ", ".join(flags) or "no ISA flags read"
+    if flags and not amx and hw.get("machine") in ("x86_64", "AMD64"):
+        isa += "; no AMX"
+    parts = [f"{hw['cpu_model']}, {hw.get('usable_cpus') or hw.get('cpu_count')} CPUs ({isa})"]
     if hw.get("memory_gib"):
         parts.append(f"{hw['memory_gib']} GiB")
     parts.append(f"torch on {hw.get('torch_threads')} threads")
