@@ -131,7 +131,9 @@ def test_probe_flags_a_hog_but_not_jitter():
         probes.append(noise.probe_ms(busy.step, clock=busy.clock))
     assert probes == pytest.approx([40.0] * 3 + [120.0] * 3, rel=1e-9)
     reasons = noise.noise_verdict(probes, [], [])
-    assert len(reasons) == 1 and "machine was busy" in reasons[0] and "3.0×" in reasons[0], reasons
+    assert len(reasons) == 1 and "machine was busy" in reasons[0] and "from probe 4" in reasons[0], reasons
+    # one slow reading alone (1.6×, as an idle shared VM shows now and then) is not a shift
+    assert noise.noise_verdict([40.0] * 5 + [64.0] + [40.0] * 5, [], []) == []
     quiet = FakeMachine(40.0, jitter=0.10, seed=1)  # ±10 %: at most 1.1/0.9 = 1.22× apart, below 1.5
     calm = [noise.probe_ms(quiet.step, clock=quiet.clock) for _ in range(12)]
     assert len(set(calm)) > 1 and noise.noise_verdict(calm, [], []) == []
@@ -170,8 +172,11 @@ def test_timing_noise_on_records_and_sweep_drift():
         assert out["suspect_timing"] is True and f"{drift:.2f}×" in out["timing_notes"][0], out
     busy = records + [record(engine(9, 1.6), engine(9, 0.16))]  # 200 ms/token on one example
     assert timing_noise(busy)["suspect_timing"] is True
-    repeats = [record(engine(9, 0.32, repeat_s=[0.32, 0.48]), engine(9, 0.16))] + records
+    repeats = [record(engine(9, 0.32, repeat_s=[0.32, 0.48]), engine(9, 0.16, repeat_s=[0.16, 0.24]))] + records
     assert "repeated decodes" in timing_noise(repeats)["timing_notes"][0]
+    calm = record(engine(9, 0.32, repeat_s=[0.32, 0.33]), engine(9, 0.16, repeat_s=[0.16, 0.17]))
+    one_off = [record(engine(9, 0.32, repeat_s=[0.32, 0.45]), engine(9, 0.16, repeat_s=[0.16, 0.17]))] + [calm] * 7
+    assert timing_noise(one_off)["suspect_timing"] is False  # 1 of 16 pairs 1.41× apart: an idle VM does that
     assert timing_noise([record(engine(1, 0.0), engine(1, 0.0))])["suspect_timing"] is False  # no 0-token division
 
 

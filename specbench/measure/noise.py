@@ -11,8 +11,10 @@ function of timings so that it is testable with a fake clock:
      was disturbed;
   3. the agreement of repeats (`--repeats` ≥ 2): one engine decoding one example twice, in
      A B B A order, should take about the same time.
-Thresholds are loose (an idle 2-core VM shows ±20 % between single passes); a flag says "do
-not trust this speedup without a rerun", not "this speedup is wrong by x".
+Thresholds are loose, and a flag needs a *sustained* shift (several slow readings against the
+series' lower quartile) or one gross outlier: on an idle 2-core VM single passes vary by ±20 %
+and a probe now and then reads 1.5× (seen in `make run`, with nothing else running). A flag
+says "do not trust this speedup without a rerun", not "this speedup is wrong by x".
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ import statistics
 import time
 from typing import Callable
 
-PROBE_PASSES = 3  # one-token passes per probe (median taken)
-PROBE_TOLERANCE = 1.5  # slowest probe ÷ fastest probe beyond this → suspect
-TOKEN_TIME_TOLERANCE = 1.5  # an example's baseline ms/token beyond this factor of the run's median → suspect
-REPEAT_TOLERANCE = 1.35  # slowest ÷ fastest repeat of one engine on one example beyond this → suspect
+PROBE_PASSES = 5  # one-token passes per probe (median taken)
+SHIFT_TOLERANCE = 1.5  # a probe or an example's baseline ms/token beyond 1.5× the series' lower quartile is "slow"
+GROSS_TOLERANCE = 3.0  # beyond 3× the lower quartile one value alone is enough
+REPEAT_TOLERANCE = 1.35  # slowest ÷ fastest repeat of one engine on one example beyond this disagrees
+REPEAT_GROSS = 2.0  # one repeat pair this far apart is enough
+MIN_SHARE = 0.15  # otherwise at least 2 values and this share of the series must be off
 
 
 def probe_ms(step: Callable[[], None], passes: int = PROBE_PASSES, clock: Callable[[], float] = time.perf_counter) -> float:
@@ -37,6 +41,24 @@ def probe_ms(step: Callable[[], None], passes: int = PROBE_PASSES, clock: Callab
     return statistics.median(times)
 
 
+def lower_quartile(values: list[float]) -> float:
+    return statistics.quantiles(values, n=4, method="inclusive")[0] if len(values) >= 2 else values[0]
+
+
+def sustained(values: list[float], tolerance: float, gross: float) -> list[float]:
+    """The values that show the machine slowed down: beyond `tolerance`× the lower quartile, counted
+    only when there are at least 2 of them and MIN_SHARE of the series (one slow reading on a
+    shared VM is common and harmless); any value beyond `gross`× counts alone. The lower quartile,
+    not the median, is the reference, so a hog that slows half the run cannot hide in the median."""
+    if len(values) < 2:
+        return []
+    ref = lower_quartile(values)
+    far = [v for v in values if v > tolerance * ref]
+    if any(v > gross * ref for v in values) or len(far) >= max(2, MIN_SHARE * len(values)):
+        return far
+    return []
+
+
 def noise_verdict(probes: list[float], baseline_token_ms: list[float], repeat_ratios: list[float]) -> list[str]:
     """Reasons to distrust the timings (empty = none found).
 
@@ -45,21 +67,19 @@ def noise_verdict(probes: list[float], baseline_token_ms: list[float], repeat_ra
     """
     reasons = []
     probes = [p for p in probes if p and p > 0]
-    if len(probes) >= 2:
-        worst = max(probes) / min(probes)
-        if worst > PROBE_TOLERANCE:
-            slow_at = probes.index(max(probes))
-            reasons.append(f"a one-token target pass took {min(probes):.1f} ms at best and {max(probes):.1f} ms at "
-                           f"probe {slow_at + 1} of {len(probes)} ({worst:.1f}×): the machine was busy")
+    slow = sustained(probes, SHIFT_TOLERANCE, GROSS_TOLERANCE)
+    if slow:
+        first = next(i for i, p in enumerate(probes) if p in slow)
+        reasons.append(f"{len(slow)} of {len(probes)} probes of a one-token target pass took up to {max(slow):.1f} ms "
+                       f"against {lower_quartile(probes):.1f} ms (lower quartile), from probe {first + 1} on: "
+                       f"the machine was busy")
     times = [t for t in baseline_token_ms if t and t > 0]
-    if len(times) >= 2:
-        mid = statistics.median(times)
-        far = [t for t in times if t / mid > TOKEN_TIME_TOLERANCE or mid / t > TOKEN_TIME_TOLERANCE]
-        if far:
-            reasons.append(f"{len(far)} of {len(times)} examples decoded at {max(far, key=lambda t: abs(t / mid - 1)):.1f} "
-                           f"ms/token against a median of {mid:.1f} (baseline): the machine's speed changed")
+    far = sustained(times, SHIFT_TOLERANCE, GROSS_TOLERANCE)
+    if far:
+        reasons.append(f"{len(far)} of {len(times)} examples decoded at up to {max(far):.1f} ms/token against "
+                       f"{lower_quartile(times):.1f} (baseline, lower quartile): the machine's speed changed")
     bad = [r for r in repeat_ratios if r > REPEAT_TOLERANCE]
-    if bad:
+    if any(r > REPEAT_GROSS for r in bad) or len(bad) >= max(2, MIN_SHARE * len(repeat_ratios)):
         reasons.append(f"{len(bad)} of {len(repeat_ratios)} repeated decodes disagreed by up to {max(bad):.2f}× "
                        f"(same engine, same example)")
     return reasons
