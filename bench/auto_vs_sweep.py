@@ -9,7 +9,7 @@ Every speedup is against plain decoding in the run's own dtype (bf16 runs agains
 baseline), so the comparison never credits the draft with what the dtype did.
 Usage: python bench/auto_vs_sweep.py --job "--draft auto --dtype auto --gamma auto --limit 16"
        [--tasks ding-de-en,aclsum] [--gammas 1-8] [--drafts prompt-lookup,distilled,lookup+distilled]
-       [--dtypes float32,bfloat16] [--out results/bench-auto]
+       [--dtypes float32,bfloat16] [--sweep-repeats 1] [--out results/bench-auto]
 """
 
 from __future__ import annotations
@@ -46,11 +46,13 @@ def main() -> None:
     parser.add_argument("--drafts", default="prompt-lookup,distilled,lookup+distilled")
     parser.add_argument("--dtypes", default="float32,bfloat16")
     parser.add_argument("--out", default="results/bench-auto")
+    parser.add_argument("--sweep-repeats", default=None,
+                        help="repeats per sweep cell (default: the job's; 1 halves the sweep's time, same expectation)")
     args = parser.parse_args()
     job = shlex.split(args.job)
     out = Path(args.out) / time.strftime("%Y%m%d-%H%M%S")
-    shared = ["--limit", option(job, "--limit", "8"), "--repeats", option(job, "--repeats", "1"),
-              "--results-dir", str(out)]
+    shared = ["--limit", option(job, "--limit", "8"),
+              "--repeats", args.sweep_repeats or option(job, "--repeats", "1"), "--results-dir", str(out)]
     t0 = time.perf_counter()
     default = {}
     for task in args.tasks.split(","):

@@ -6,7 +6,7 @@ process: a control on the idle machine, and one during which this script starts 
 run ends. The goal: the hog run's summary says `suspect_timing: true` (and its output prints
 the warning line); the control says false. The detector itself is tested deterministically
 with a fake clock in tests/test_measure.py; this is the same check on real hardware.
-Usage: python bench/noise.py [--limit 6] [--task ding-de-en] [--hog-after 15]
+Usage: python bench/noise.py [--limit 6] [--task ding-de-en] [--hog-after SECONDS]
 """
 
 from __future__ import annotations
@@ -56,12 +56,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", default="ding-de-en")
     parser.add_argument("--limit", type=int, default=6)
-    parser.add_argument("--hog-after", type=float, default=15.0, help="seconds into the hog run to start the hog")
+    parser.add_argument("--hog-after", type=float, default=None,
+                        help="seconds into the hog run to start the hog (default: 60 %% of the control run's duration, "
+                             "i.e. after loading and calibration, half-way through the examples)")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="specbench-noise-"))
     try:
         rows = []
-        for label, hog in (("idle (control)", None), ("hog started mid-run", args.hog_after)):
+        for label in ("idle (control)", "hog started mid-run"):
+            hog = None if not rows else (args.hog_after if args.hog_after is not None else 0.6 * rows[0][3])
             summary, err, secs = specbench_run(root / label.split()[0], args, hog)
             warned = "timings look disturbed" in err
             rows.append((label, summary, warned, secs))
