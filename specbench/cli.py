@@ -150,6 +150,9 @@ def run(
     backend: Backend = "eager",
     draft_confidence: DraftConfidence = 0.0,
     engine: Annotated[str, typer.Option("--engine", help="specbench (ours) or hf-assisted (HF assisted generation).")] = "specbench",
+    exact_shapes: Annotated[bool, typer.Option("--exact-shapes", help="Pad every target pass of both engines to γ+1 tokens, "
+                                               "so both compute every logit with the same kernels: greedy identity then "
+                                               "holds in bf16 too; the baseline is slower, so do not read the speedup.")] = False,
     results_dir: ResultsDir = Path("results"),
     run_id: Annotated[Optional[str], typer.Option("--run-id", help="Run folder name (default: derived from the config; a rerun resumes it).")] = None,
     as_json: AsJson = False,
@@ -166,7 +169,7 @@ def run(
                        sampling=SamplingConfig(temperature, top_k, top_p), limit=limit, seed=seed,
                        max_new_tokens=max_new_tokens, device=device, dtype=dtype, engine=engine, backend=backend,
                        draft_confidence=draft_confidence, trust_remote_code=trust_remote_code, gamma_max=gamma_max,
-                       repeats=repeats).validate()
+                       repeats=repeats, exact_shapes=exact_shapes).validate()
     quiet_transformers()
     with console.status("loading task and models") as status:
         plan = prepare_run(config, results_dir, run_id=run_id, on_status=status.update)
@@ -186,6 +189,11 @@ def run(
         out.print_json(json.dumps(outcome.summary))
     else:
         out.print(summary_table(outcome.summary))
+        if outcome.summary.get("identity_line"):
+            floor = outcome.summary.get("numerics_floor")
+            out.print(f"greedy identity: {outcome.summary['identity_line']}"
+                      + (f" (numerics floor: {floor:.1%} of positions flip under verify-shaped passes)"
+                         if floor is not None else ""), highlight=False)
         out.print(f"results: {outcome.files.root}")
     warn_if_noisy(outcome.summary)
 
@@ -370,6 +378,12 @@ def verify(
             table.add_row(c.name, fmt(c.statistic, 4), fmt(c.p_value, 4), fmt(c.n), fmt(c.threshold, 4), fmt(c.power, 3),
                           "[green]pass[/green]" if c.passed else "[red]FAIL[/red]")
         out.print(table)
+        for c in checks:
+            if c.kind == "identity" and c.detail.get("divergences"):
+                d = c.detail
+                out.print(f"{c.name}: {c.n - len(d['divergences'])}/{c.n} identical; {len(d['divergences'])} diverged: "
+                          f"{d.get('numerics', 0)} numerics (a near-tie the verify-shaped pass flips by itself), "
+                          f"{d.get('unexplained', 0)} unexplained", highlight=False)
         out.print(f"checks: {json_path}")
     if not all(c.passed for c in checks):
         raise typer.Exit(1)

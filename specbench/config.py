@@ -22,7 +22,7 @@ BACKENDS = ("eager", "static", "compiled")  # see decoding/backend.py
 MODEL_FREE_DRAFTS = ("prompt-lookup", "unigram", "bigram")  # --draft names (before any ":options") that run no model
 
 
-LATER_DEFAULTS = {"draft_confidence": 0.0, "gamma_max": 8, "repeats": 1}  # fields added after results existed → their defaults
+LATER_DEFAULTS = {"draft_confidence": 0.0, "gamma_max": 8, "repeats": 1, "exact_shapes": False}  # fields added after results existed → their defaults
 
 
 def omit_later_defaults(fields: dict) -> dict:
@@ -87,6 +87,7 @@ class RunConfig:
     draft_confidence: float = 0.0  # > 0: a model draft stops a proposal early below this confidence (γ is the most)
     gamma_max: int = 8  # the largest γ that auto / adaptive / heuristic consider (calibrated up to γ+1 tokens)
     repeats: int = 1  # timed decodes per engine and example, interleaved A B B A …; times are their median
+    exact_shapes: bool = False  # pad every target pass of both engines to γ+1 tokens: identical kernels, identity in bf16
 
     @property
     def draft_gamma(self) -> int:
@@ -104,6 +105,9 @@ class RunConfig:
             raise SpecbenchError(f"--gamma-max must be between 1 and 32 (got {self.gamma_max})")
         if not 1 <= self.repeats <= 20:
             raise SpecbenchError(f"--repeats must be between 1 and 20 (got {self.repeats})")
+        if self.exact_shapes and self.engine == "hf-assisted":
+            raise SpecbenchError("--exact-shapes pads our engines' passes; HF's assisted generation cannot be padded "
+                                 "(drop one of the two options)")
         if self.engine == "hf-assisted" and self.gamma in ("adaptive", "heuristic"):
             raise SpecbenchError(f"--gamma {self.gamma} drives our decode loop; --engine hf-assisted runs HF's own "
                                  f"(pass an integer or auto for --gamma, or drop --engine)")

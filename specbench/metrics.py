@@ -22,6 +22,11 @@ Definitions (sums run over all examples of a run):
                         the run's examples, fixed seed): how much the ratio depends on which examples ran
   speedup_median_example  median over examples of each example's own speedup (beside the ratio of sums)
   decode_speedup        the same over decode time and decode tokens only
+  identity_line         at T = 0: identical examples and how each divergence was classified (numerics:
+                        a near-tie the verify-shaped pass flips by itself; unexplained: a candidate bug),
+                        with divergences_numerics / _unexplained / _unclassified and numerics_explained_share;
+  numerics_floor        at T = 0: share of the baseline's positions whose argmax a teacher-forced (γ+1)-token
+                        pass changes (evidence/numerics.py): the divergence this hardware forces on any verifier
   suspect_timing        True when the run's noise checks (measure/noise.py: probe drift, spread of the
                         baseline's per-token time, disagreeing repeats, a sweep's baseline drift) found the
                         machine busy; `timing_notes` says why
@@ -173,6 +178,10 @@ def summarize(records: list[dict], gamma: int, greedy: bool, probes: list[float]
     out.update(predictions(out["alpha"], gamma, out["c"], out["verify_cost"], draft_lengths, spec["target_calls"]))
     out.update(predicted_decode(records, out["alpha"], gamma, out["c"], out["verify_cost"]))
     out.update(timing_noise(records, probes, drift))
+    if greedy:
+        from specbench.evidence.numerics import identity_line
+
+        out.update(identity_line(records))
     return out
 
 

@@ -808,6 +808,18 @@ def build_blocks(data: ReportData, figures: list[RenderedFigure], title: str) ->
                                  with_ci(r.get("decode_speedup"), r.get("decode_speedup_ci95")),
                                  _num(r.get("predicted_decode_speedup")), _num(r.get("identical_rate")), r.get("complete")]
                                 for _, r in runs.iterrows()]))]
+    greedy = runs[runs["identity_line"].notna()] if "identity_line" in runs else runs.iloc[0:0]
+    if len(greedy):
+        blocks += [("h2", "Greedy identity, explained"),
+                   ("p", "In bf16 or fp16 the target's logits depend on how many tokens share a pass, so where its two "
+                         "best tokens nearly tie, a verify pass can choose differently from a one-token step: such a "
+                         "divergence is classified numerics when replaying both runs' own passes shows the target itself "
+                         "flipping, and unexplained (a candidate bug) otherwise. The numerics floor is the share of the "
+                         "baseline's positions a teacher-forced (γ+1)-token pass flips: what this hardware forces on "
+                         "any multi-token verifier."),
+                   ("table", Table(["run", "dtype", "identity", "numerics floor", "unexplained"],
+                                   [[r["run_id"], r.get("dtype"), r["identity_line"], _num(r.get("numerics_floor")),
+                                     r.get("divergences_unexplained")] for _, r in greedy.iterrows()]))]
     best = best_gamma_rows(runs)
     blocks += [("h2", "Recommended γ"),
                ("p", "Measured: the γ with the largest measured speedup among those run (95 % bootstrap interval in "

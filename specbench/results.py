@@ -48,6 +48,7 @@ class EngineRecord:
     verify_s: float  # decode time spent in target passes and verification
     # added after results existed (older records, e.g. a sweep's stored baselines, lack it):
     proposal_lengths: list[int] = field(default_factory=list)  # tokens offered at each pass the budget did not shorten (0 = none)
+    pass_lengths: list[int] = field(default_factory=list)  # tokens fed to each target pass after prefill (speculative: 1 or g+1), in order
     repeat_s: list[float] = field(default_factory=list)  # prefill + decode seconds of each timed repeat (--repeats); the times above are their medians
 
 
@@ -63,6 +64,9 @@ class ExampleRecord:
     speculative: EngineRecord
     identical: bool  # speculative token ids equal the baseline's (expected at T = 0 only)
     first_divergence: int | None  # index of the first differing token, None when identical
+    # added later (older records lack it): at T = 0, the numerics floor and the classification of the
+    # divergence (evidence/numerics.py): {"floor_positions", "floor_flips", "divergence": {...} or None}
+    numerics: dict | None = None
 
 
 def atomic_write_text(path: Path, text: str) -> None:

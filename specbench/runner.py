@@ -27,6 +27,7 @@ from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.gamma_policy import AdaptiveGamma, FixedGamma, GammaPolicy, HeuristicGamma
 from specbench.decoding.speculative import decode_speculative
 from specbench.errors import SpecbenchError
+from specbench.evidence.numerics import explain_example
 from specbench.measure import calibration as cal
 from specbench.measure.choose import AutoChoice, PilotResult, choose, needs_choice, pilot_from_results, resolved_config
 from specbench.measure.noise import probe_ms
@@ -157,12 +158,18 @@ class Engines:
             return AdaptiveGamma(top, c.calibrations[c.dtype].pass_cost(), c.c(), c.pilots[c.draft].alpha)
         raise SpecbenchError(f"--gamma {g!r} was not resolved before decoding (a bug: please report it)")
 
+    @property
+    def pad_to(self) -> int:
+        """--exact-shapes: every pass of both engines fed γmax+1 tokens (1 = off)."""
+        return self.config.draft_gamma + 1 if self.config.exact_shapes else 1
+
     def baseline(self, prompt_ids: list[int], seed: int, max_new_tokens: int) -> DecodeResult:
         t = self.session.target
         return decode_autoregressive(
             CachedModel(t.model, backend=self.session.target_backend), prompt_ids, max_new_tokens=max_new_tokens,
             sampling=self.config.sampling,
-            generator=make_generator(t.device, seed), eos_ids=t.eos_ids, decoder_start_id=t.decoder_start_id)
+            generator=make_generator(t.device, seed), eos_ids=t.eos_ids, decoder_start_id=t.decoder_start_id,
+            pad_to=self.pad_to)
 
     def speculative(self, prompt_ids: list[int], seed: int, max_new_tokens: int) -> DecodeResult:
         t, cfg = self.session.target, self.config
@@ -179,7 +186,7 @@ class Engines:
             CachedModel(t.model, backend=self.session.target_backend), proposer, prompt_ids, gamma=self.gamma_policy(),
             max_new_tokens=max_new_tokens,
             sampling=cfg.sampling, generator=make_generator(t.device, seed), eos_ids=t.eos_ids,
-            decoder_start_id=t.decoder_start_id, min_confidence=cfg.draft_confidence)
+            decoder_start_id=t.decoder_start_id, min_confidence=cfg.draft_confidence, pad_to=self.pad_to)
 
     def model_caches(self) -> list[CachedModel]:
         """The target's and (if any) the draft model's cache wrappers, each with its backend."""
@@ -486,8 +493,12 @@ def _measure_locked(plan: RunPlan, on_start, on_example, baseline_store: dict | 
         merged, repeat_s = merge_repeats(runs["speculative"])
         spec_rec = engine_record(merged, target.tokenizer, repeat_s)
         divergence = first_divergence(base["token_ids"], spec_rec.token_ids)
+        numerics = None
+        if config.sampling.greedy:  # after this example's timed decodes: the floor and the divergence's class
+            numerics = explain_example(target.model, item.prompt_ids, base, asdict(spec_rec), config.draft_gamma,
+                                       divergence, target.decoder_start_id, plan.session.target_backend, engines.pad_to)
         record = ExampleRecord(SCHEMA_VERSION, item.example.id, len(item.prompt_ids), item.example.reference,
-                               EngineRecord(**base), spec_rec, divergence is None, divergence)
+                               EngineRecord(**base), spec_rec, divergence is None, divergence, numerics)
         append_record(files.examples, record)
         append_jsonl(probe_file, {"after": item.example.id, "ms": probe_target(plan.session, item.prompt_ids)})
         records.append(asdict(record))
@@ -591,6 +602,7 @@ def write_summary(files: RunFiles, config: RunConfig, spec: TaskSpec, records: l
         "top_p": config.sampling.top_p,
         "seed": config.seed,
         "repeats": config.repeats,
+        "exact_shapes": config.exact_shapes,
         "max_new_tokens": manifest["max_new_tokens"],
         "complete": len(records) == manifest["task"]["n_examples"],
         **summarize(records, config.draft_gamma, config.sampling.greedy, read_probes(files.root), baseline_drift(files)),

@@ -45,16 +45,24 @@ CHECKS_SCHEMA_VERSION = 1
 
 def engines(target_model: torch.nn.Module, proposer_factory: ProposerFactory, gammas: Sequence[int], *,
             max_new_tokens: int, sampling: SamplingConfig, eos_ids: frozenset[int],
-            decoder_start_id: int | None = None) -> dict[str, Engine]:
-    """{"baseline": ..., "γ=2": ...}: the runner's engines as prompt → tokens functions."""
+            decoder_start_id: int | None = None, results: dict | None = None) -> dict[str, Engine]:
+    """{"baseline": ..., "γ=2": ...}: the runner's engines as prompt → tokens functions.
+
+    `results`, when given, receives each speculative engine's last DecodeResult under its name
+    (its pass record lets the numerics classifier replay it exactly)."""
     target = CachedModel(target_model)
     common = dict(max_new_tokens=max_new_tokens, sampling=sampling, eos_ids=eos_ids, decoder_start_id=decoder_start_id)
     out: dict[str, Engine] = {
         "baseline": lambda prompt, gen: decode_autoregressive(target, prompt, generator=gen, **common).token_ids}
     for gamma in gammas:
         proposer = proposer_factory()
-        out[f"γ={gamma}"] = (lambda prompt, gen, pr=proposer, g=gamma:
-                             decode_speculative(target, pr, prompt, gamma=g, generator=gen, **common).token_ids)
+        def run(prompt, gen, pr=proposer, g=gamma, name=f"γ={gamma}"):
+            res = decode_speculative(target, pr, prompt, gamma=g, generator=gen, **common)
+            if results is not None:
+                results[name] = res
+            return res.token_ids
+
+        out[f"γ={gamma}"] = run
     return out
 
 
@@ -227,12 +235,19 @@ def greedy_checks(target_model: torch.nn.Module, proposer_factory: ProposerFacto
 
     Passes when every divergence happens at a near-tie: the target's top1 − top2 logit margin
     there (in the model's dtype) is ≤ margin_tol, by default the tolerance `margin_at` derives
-    from the measured rounding noise at that position. In float32 on CPU expect no divergence.
+    from the measured rounding noise at that position, and — for our engines, whose passes are
+    recorded and replayed exactly — the numerics classifier (evidence/numerics.py) finds the
+    target itself flips under the pass shape there. In float32 on CPU expect no divergence.
     `extra_engines` lets tests feed a deliberately broken engine through the same check.
     """
+    from dataclasses import asdict
+
+    from specbench.evidence.numerics import classify, numerics_floor
+
     greedy = SamplingConfig(temperature=0.0)
+    last: dict = {}
     runs = engines(target_model, proposer_factory, gammas, max_new_tokens=max_new_tokens, sampling=greedy,
-                   eos_ids=eos_ids, decoder_start_id=decoder_start_id)
+                   eos_ids=eos_ids, decoder_start_id=decoder_start_id, results=last)
     base = runs.pop("baseline")
     if hf_generate:
         runs = {"hf-generate": lambda prompt, gen: hf_greedy(target_model, prompt, max_new_tokens, eos_ids), **runs}
@@ -252,9 +267,20 @@ def greedy_checks(target_model: torch.nn.Module, proposer_factory: ProposerFacto
             m = margin_at(target_model, list(prompt), ref[:pos], decoder_start_id)
             if margin_tol is not None:
                 m["tolerance"] = margin_tol
+            # numerics or unexplained (evidence/numerics.py): replayed exactly where the pass record exists
+            # (our engines), by a search over verify-shaped chunkings otherwise (HF, test engines)
+            record = last.get(name)
+            gamma = max(gammas) if gammas else 1
+            kind = asdict(classify(target_model, list(prompt), ref, got, pos, gamma,
+                                   numerics_floor(target_model, list(prompt), ref, gamma, decoder_start_id),
+                                   pass_lengths=record.pass_lengths if record else None,
+                                   accept_lengths=record.accept_lengths if record else None,
+                                   decoder_start_id=decoder_start_id))
             divergences.append({"prompt": i, "position": pos, "baseline_token": ref[pos] if pos < len(ref) else None,
-                                "engine_token": got[pos] if pos < len(got) else None, **m})
-        suspicious = [d for d in divergences if d["margin"] > d["tolerance"]]
+                                "engine_token": got[pos] if pos < len(got) else None, **m,
+                                "class": kind["kind"], "class_method": kind["method"]})
+        suspicious = [d for d in divergences if d["margin"] > d["tolerance"]
+                      or (d["class"] == "unexplained" and d["class_method"] == "replay")]
         out.append(CheckResult(
             name=f"greedy/{name}/identity", kind="identity", statistic=len(divergences) / max(1, len(prompts)),
             p_value=None, n=len(prompts), threshold=(margin_tol if margin_tol is not None else math.nan),
@@ -263,7 +289,9 @@ def greedy_checks(target_model: torch.nn.Module, proposer_factory: ProposerFacto
             detail={"dtype": str(dtype).removeprefix("torch."),
                     "mismatch_rate": len(divergences) / max(1, len(prompts)),
                     "token_agreement": matched / max(1, total), "max_new_tokens": max_new_tokens,
-                    "divergences": divergences, "suspicious": len(suspicious)}))
+                    "divergences": divergences, "suspicious": len(suspicious),
+                    "numerics": sum(d["class"] == "numerics" for d in divergences),
+                    "unexplained": sum(d["class"] == "unexplained" for d in divergences)}))
     return out
 
 

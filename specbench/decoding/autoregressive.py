@@ -40,7 +40,11 @@ def decode_autoregressive(
     generator: torch.Generator | None,
     eos_ids: frozenset[int],
     decoder_start_id: int | None = None,
+    pad_to: int = 1,
 ) -> DecodeResult:
+    """`pad_to` > 1 (the bf16-exact mode): each step feeds its token plus pad_to − 1 copies and keeps
+    only the first row and cache slot, so every step runs the matmul shapes of a verify pass over
+    pad_to tokens (evidence/numerics.py explains why that matters in low precision)."""
     clock = Clock(target.device)
     t0 = clock.now()
     encoder_ids, tokens = prompt_split(target, prompt_ids, decoder_start_id)
@@ -52,7 +56,11 @@ def decode_autoregressive(
     calls = 0
     stopped = out[0] in eos_ids
     while not stopped and len(out) < max_new_tokens:
-        logits = target.forward(tok.view(1))
+        if pad_to > 1:
+            logits = target.forward(tok.view(1).repeat(pad_to), all_logits=True)[0]
+            target.truncate(target.length - (pad_to - 1))
+        else:
+            logits = target.forward(tok.view(1))
         tok = next_token(logits, sampling, generator)
         calls += 1
         out.append(int(tok))

@@ -76,5 +76,6 @@ class DecodeResult:
     draft_lengths: list[int] = field(default_factory=list)  # γ' drafted at every verification step (< γ near the budget's end or for short lookups)
     proposal_lengths: list[int] = field(default_factory=list)  # what the proposer offered at every pass the budget did not shorten (0 = nothing)
     expected_accept: list[float] = field(default_factory=list)  # Σ min(p, q) of every verified position
+    pass_lengths: list[int] = field(default_factory=list)  # tokens fed to each target pass after prefill (1 = a plain step; g+1 = a verify pass), in order
     draft_s: float = 0.0  # decode time spent proposing
     verify_s: float = 0.0  # decode time spent in target passes and verification

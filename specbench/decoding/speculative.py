@@ -34,7 +34,11 @@ def decode_speculative(
     eos_ids: frozenset[int],
     decoder_start_id: int | None = None,
     min_confidence: float = 0.0,
+    pad_to: int = 1,
 ) -> DecodeResult:
+    """`pad_to` > 1 (the bf16-exact mode): every target pass is padded to pad_to tokens (copies of its
+    last token; the extra rows are ignored and their cache slots cropped), matching a baseline run
+    with the same pad_to, so both engines compute every logit with the same kernel shapes."""
     policy = FixedGamma(gamma) if isinstance(gamma, int) else gamma
     clock = Clock(target.device)
     t0 = clock.now()
@@ -54,9 +58,12 @@ def decode_speculative(
         g = min(wanted, room - 1)
         ta = clock.now()
         if g == 0:  # one token left: a plain target step, no draft
-            logits = target.forward(torch.tensor(tokens[-1:], device=target.device))
+            cached = target.length
+            logits = target.forward(torch.tensor(tokens[-1:] * pad_to, device=target.device), all_logits=True)[0]
+            target.truncate(cached + 1)
             new = [int(next_token(logits, sampling, generator))]
             res.target_calls += 1
+            res.pass_lengths.append(1)
             res.verify_s += clock.now() - ta
         else:
             proposal = proposer.propose(tokens, g, sampling, generator, min_confidence)
@@ -66,7 +73,9 @@ def decode_speculative(
             tb = clock.now()
             cached = target.length
             step_ids = torch.cat([torch.tensor(tokens[-1:], device=target.device), proposal.tokens])
-            logits = target.forward(step_ids, all_logits=True)  # [g+1, V]
+            if pad_to > g + 1:  # the exact-shapes mode: same pass shape as the padded baseline
+                step_ids = torch.cat([step_ids, step_ids[-1:].repeat(pad_to - g - 1)])
+            logits = target.forward(step_ids, all_logits=True)[: g + 1]  # [g+1, V]
             if sampling.greedy:  # one host sync a step: drafted ids and the target's choices together
                 ids = torch.cat([proposal.tokens, logits.argmax(-1)]).tolist()
                 drafted = ids[:g]
@@ -78,6 +87,7 @@ def decode_speculative(
             target.truncate(cached + 1 + n)
             new = drafted[:n] + [verdict.next_token]
             res.target_calls += 1
+            res.pass_lengths.append(g + 1)
             res.draft_calls += proposal.forward_calls
             res.drafted += g
             res.accepted += n

@@ -1,0 +1,201 @@
+"""Greedy divergences in low precision, explained: numerics of the pass shape, or a candidate bug.
+
+At T = 0 speculative decoding must emit the baseline's tokens. In float32 it does (to the
+last token, on every model here). In bfloat16 or float16 it often does not: the target's
+logits for a position depend on how many tokens share the pass (a 1-token decode step and a
+(γ+1)-token verify pass run different matmul kernels), and on the passes that filled the KV
+cache before it, so where the two best logits nearly tie, argmax can flip. HF's assisted
+generation shows the same; its maintainers call it expected. This module makes the claim
+checkable for every diverging example:
+
+  numerics floor  the baseline's own greedy output re-scored teacher-forced in passes of γ+1
+                  tokens (the verifier's shape, one cache path): the share of positions where that
+                  argmax differs from the step-by-step one. It is what any multi-token verifier is
+                  forced to diverge on by this hardware, whatever its correctness.
+  classification  at an example's first divergence d (common prefix out[:d]):
+                  - replay the baseline's 1-token passes up to d → its argmax a and top-2 margin;
+                  - replay the speculative run's own passes (the recorded pass lengths and accept
+                    counts; rejected draft slots filled, which causal attention ignores) up to the
+                    pass holding d → argmax b and margin;
+                  numerics   when a ≠ b and b is the token speculative decoding emitted: the target
+                             itself changes its mind under the pass shape alone, at a near-tie;
+                  unexplained otherwise (the target agrees with itself, yet a different token was
+                             emitted, or the replay cannot reproduce the emitted token): a candidate bug.
+An engine whose pass structure is not recorded (HF's assisted generation) is classified by
+searching the verify-shaped alignments instead: numerics if some (γ+1)-token chunking of the
+common prefix flips the argmax at d.
+
+Everything here runs after an example's timed decodes, never inside them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+
+from specbench.decoding.autoregressive import prompt_split
+from specbench.decoding.cached_model import CachedModel
+
+
+@dataclass
+class Divergence:
+    """The first divergence of one example, classified."""
+
+    position: int  # index d of the first differing generated token
+    kind: str  # "numerics" or "unexplained"
+    baseline_token: int  # what the baseline emitted at d
+    speculative_token: int | None  # what speculative decoding emitted at d (None: its output ended before d)
+    step_argmax: int  # the target's argmax at d under 1-token passes (replayed)
+    verify_argmax: int | None  # the target's argmax at d under the speculative run's passes (replayed), or a flipping chunking
+    step_margin: float  # top1 − top2 logit there, 1-token passes
+    verify_margin: float | None  # top1 − top2 logit there, verify-shaped passes
+    floor_flips_here: bool  # whether the numerics floor (γ+1 chunks of the baseline's output) flips at d
+    method: str  # "replay" (recorded passes) or "alignment-search" (no pass record)
+
+
+def _top2(logits: torch.Tensor) -> tuple[int, float]:
+    """(argmax as the engines take it, top1 − top2 logit). argmax, not topk's first index: on an exact
+    tie (common in bf16) the two may name different tokens, and the engines use argmax."""
+    top = logits.float().topk(2)
+    return int(logits.argmax()), float(top.values[0] - top.values[1])
+
+
+def replay(model: torch.nn.Module, prompt_ids: list[int], tokens: list[int], passes: list[tuple[int, int]],
+           upto: int, decoder_start_id: int | None = None, backend=None, pad_to: int = 1) -> dict[int, torch.Tensor]:
+    """Run the target over prompt + `tokens` as the given passes and return the logits row that
+    predicts each generated position j ≤ `upto` (position 0 comes from the prefill).
+
+    passes: (fed, kept) per pass after the prefill: `fed` tokens go in one forward, starting with
+    the newest emitted token; the first `kept` stay in the cache (the rest are rejected slots,
+    filled with the next emitted token: causal attention keeps them out of the kept rows).
+    Row i of a pass starting at emitted position a predicts position a + 1 + i, for i < kept.
+    `pad_to`: the runs' exact-shapes padding (every pass fed at least that many tokens).
+    """
+    lm = CachedModel(model, backend=backend)  # the run's backend: the same kernels as the timed decodes
+    encoder_ids, start = prompt_split(lm, prompt_ids, decoder_start_id)
+    dev = lm.device
+    lm.start(encoder_ids)
+    rows = {0: lm.forward(torch.tensor(start, device=dev))}
+    a = 0  # index (into tokens) of the newest token the next pass starts with
+    for fed, kept in passes:
+        if a + 1 > upto:
+            break
+        real = tokens[a:a + kept]
+        fill = tokens[a + kept] if a + kept < len(tokens) else tokens[-1]
+        ids = real + [fill] * (max(fed, pad_to) - len(real))
+        cached = lm.length
+        logits = lm.forward(torch.tensor(ids, device=dev), all_logits=True)  # [fed, V]
+        for i in range(min(kept, len(real))):
+            rows[a + 1 + i] = logits[i]
+        lm.truncate(cached + kept)
+        a += kept
+    return rows
+
+
+def step_passes(n_tokens: int) -> list[tuple[int, int]]:
+    """The baseline's passes: one token at a time."""
+    return [(1, 1)] * max(0, n_tokens - 1)
+
+
+def chunk_passes(n_tokens: int, size: int, offset: int = 0) -> list[tuple[int, int]]:
+    """Teacher-forced verify-shaped passes: `offset` single steps, then chunks of `size` tokens, all kept."""
+    passes = [(1, 1)] * min(offset, max(0, n_tokens - 1))
+    left = n_tokens - 1 - len(passes)
+    while left > 0:
+        k = min(size, left)
+        passes.append((k, k))
+        left -= k
+    return passes
+
+
+def speculative_passes(pass_lengths: list[int], accept_lengths: list[int]) -> list[tuple[int, int]]:
+    """The speculative run's passes from its record: a pass over g+1 tokens (g ≥ 1 drafted) kept
+    n + 1 of them (n accepted, in recorded order); a 1-token pass kept its token."""
+    accepted = iter(accept_lengths)
+    return [(fed, 1 if fed == 1 else next(accepted) + 1) for fed in pass_lengths]
+
+
+def numerics_floor(model: torch.nn.Module, prompt_ids: list[int], tokens: list[int], gamma: int,
+                   decoder_start_id: int | None = None, backend=None, pad_to: int = 1) -> list[int]:
+    """Positions where a teacher-forced (γ+1)-chunk pass over the baseline's greedy output picks
+    another argmax than the baseline did (position 0, the prefill's, is shared and never counted)."""
+    if len(tokens) < 2:
+        return []
+    rows = replay(model, prompt_ids, tokens, chunk_passes(len(tokens), gamma + 1), len(tokens) - 1, decoder_start_id,
+                  backend, pad_to)
+    return [j for j in range(1, len(tokens)) if j in rows and int(rows[j].argmax()) != tokens[j]]
+
+
+def classify(model: torch.nn.Module, prompt_ids: list[int], baseline: list[int], speculative: list[int],
+             position: int, gamma: int, floor: list[int], *, pass_lengths: list[int] | None = None,
+             accept_lengths: list[int] | None = None, decoder_start_id: int | None = None, backend=None,
+             pad_to: int = 1) -> Divergence:
+    """Classify the first divergence at `position` (see the module docstring)."""
+    d = position
+    spec_token = speculative[d] if d < len(speculative) else None
+    base_rows = replay(model, prompt_ids, baseline, step_passes(len(baseline)), d, decoder_start_id, backend, pad_to)
+    a, margin_a = _top2(base_rows[d])
+    b = margin_b = None
+    if pass_lengths:
+        method = "replay"
+        rows = replay(model, prompt_ids, speculative, speculative_passes(pass_lengths, accept_lengths or []), d,
+                      decoder_start_id, backend, pad_to)
+        if d in rows:
+            b, margin_b = _top2(rows[d])
+        numerics = b is not None and b == spec_token and b != a
+    else:  # no pass record: is there a verify-shaped chunking of the common prefix that flips d?
+        method = "alignment-search"
+        numerics = False
+        for offset in range(gamma + 1):
+            rows = replay(model, prompt_ids, baseline, chunk_passes(len(baseline), gamma + 1, offset), d,
+                          decoder_start_id, backend, pad_to)
+            if d in rows:
+                arg, margin = _top2(rows[d])
+                if arg != a and (spec_token is None or arg == spec_token):
+                    b, margin_b, numerics = arg, margin, True
+                    break
+    return Divergence(position=d, kind="numerics" if numerics else "unexplained",
+                      baseline_token=baseline[d] if d < len(baseline) else -1, speculative_token=spec_token,
+                      step_argmax=a, verify_argmax=b, step_margin=margin_a, verify_margin=margin_b,
+                      floor_flips_here=d in floor, method=method)
+
+
+def explain_example(model: torch.nn.Module, prompt_ids: list[int], baseline: dict, speculative: dict, gamma: int,
+                    first_divergence: int | None, decoder_start_id: int | None = None, backend=None,
+                    pad_to: int = 1) -> dict:
+    """The `numerics` field of one greedy example record: its floor and, if it diverged, the classification."""
+    floor = numerics_floor(model, prompt_ids, baseline["token_ids"], gamma, decoder_start_id, backend, pad_to)
+    out = {"floor_positions": max(0, len(baseline["token_ids"]) - 1), "floor_flips": len(floor), "divergence": None}
+    if first_divergence is not None:
+        out["divergence"] = asdict(classify(
+            model, prompt_ids, baseline["token_ids"], speculative["token_ids"], first_divergence, gamma, floor,
+            pass_lengths=speculative.get("pass_lengths") or None, accept_lengths=speculative.get("accept_lengths"),
+            decoder_start_id=decoder_start_id, backend=backend, pad_to=pad_to))
+    return out
+
+
+def identity_line(records: list[dict]) -> dict:
+    """Summary fields and the one line the run table prints, from the records' `numerics` fields."""
+    n = len(records)
+    identical = sum(1 for r in records if r["identical"])
+    divs = [r["numerics"]["divergence"] for r in records if (r.get("numerics") or {}).get("divergence")]
+    unclassified = n - identical - len(divs)
+    numerics = sum(1 for d in divs if d["kind"] == "numerics")
+    unexplained = len(divs) - numerics
+    positions = sum((r.get("numerics") or {}).get("floor_positions", 0) for r in records)
+    flips = sum((r.get("numerics") or {}).get("floor_flips", 0) for r in records)
+    diverged = n - identical
+    if diverged == 0:
+        line = f"{identical}/{n} identical"
+    elif unexplained == 0 and unclassified == 0:
+        line = (f"{identical}/{n} identical; {diverged} diverged, all at near-ties that the verify-shaped pass flips "
+                f"by itself (numerics), 0 unexplained")
+    else:
+        line = (f"{identical}/{n} identical; {diverged} diverged: {numerics} numerics, {unexplained} unexplained "
+                f"(candidate bugs)" + (f", {unclassified} not classified" if unclassified else ""))
+    return {"identity_line": line, "divergences_numerics": numerics, "divergences_unexplained": unexplained,
+            "divergences_unclassified": unclassified,
+            "numerics_explained_share": numerics / diverged if diverged else None,
+            "numerics_floor": flips / positions if positions else None,
+            "numerics_floor_flips": flips, "numerics_floor_positions": positions}

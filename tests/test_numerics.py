@@ -1,0 +1,127 @@
+"""The numerics classifier (evidence/numerics.py): a bf16 divergence is explained or flagged, never guessed.
+
+What must hold, on tiny random Llamas (a target and a noisy copy as the draft, so that drafts are
+accepted often and rejected often):
+1. Replays reproduce the runs they replay: the baseline's 1-token passes give its tokens back as
+   argmaxes, and the speculative run's recorded passes give *its* tokens back, in float32 and in
+   bfloat16. Without this, a classification would compare the wrong logits.
+2. With the correct verifier every divergence is classified numerics (0 unexplained), in bf16,
+   where 5 of 12 examples diverge (exact or 1-ulp ties of the top two logits: bf16 ties are common,
+   which is why the classifier takes argmax, as the engines do, and not topk's first index).
+3. The exact-shapes mode (every pass of both engines padded to γ+1 tokens) makes bf16 greedy output
+   identical on the same 12 prompts where 5 diverge without it, and its floor is 0.
+4. Negative control: a deliberately wrong verifier (it accepts every drafted token) produces
+   divergences that are unexplained in ≥ 90 % of diverging examples, in float32 and in bfloat16.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import specbench.decoding.speculative as speculative_module
+from transformers import LlamaConfig, LlamaForCausalLM
+from specbench.config import SamplingConfig
+from specbench.decoding.autoregressive import decode_autoregressive
+from specbench.decoding.base import Verdict
+from specbench.decoding.cached_model import CachedModel
+from specbench.decoding.drafts.model import ModelDraft
+from specbench.decoding.speculative import decode_speculative
+from specbench.evidence.numerics import (explain_example, identity_line, replay, speculative_passes, step_passes)
+from specbench.metrics import first_divergence
+
+GREEDY = SamplingConfig()
+EOS = frozenset([2])
+GAMMA = 4
+MAX_NEW = 32
+PROMPTS = [[5 + 7 * i + j * (i + 3) % 400 for j in range(12)] for i in range(12)]
+
+
+def wide_llama(seed: int, hidden: int = 128) -> LlamaForCausalLM:
+    """Wide enough (128) that bf16 matmuls of 1 and γ+1 rows round differently: the 32-wide test models
+    never diverge in bf16, so they could not exercise the classifier."""
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=512, hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, bos_token_id=1,
+                      eos_token_id=2, tie_word_embeddings=False)
+    return LlamaForCausalLM(cfg).eval()
+
+
+def pair(dtype: torch.dtype, noise: float = 0.1):
+    """A target and a draft that is the target plus weight noise: agreements and near-ties both happen."""
+    target = wide_llama(0).to(dtype)
+    draft = wide_llama(0)
+    torch.manual_seed(7)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(noise * torch.randn_like(p) * p.abs().mean())
+    return target, draft.to(dtype)
+
+
+def run(target, draft, prompt, pad_to: int = 1):
+    base = decode_autoregressive(CachedModel(target), prompt, max_new_tokens=MAX_NEW, sampling=GREEDY, generator=None,
+                                 eos_ids=EOS, pad_to=pad_to)
+    spec = decode_speculative(CachedModel(target), ModelDraft(draft, "d"), prompt, gamma=GAMMA, max_new_tokens=MAX_NEW,
+                              sampling=GREEDY, generator=None, eos_ids=EOS, pad_to=pad_to)
+    return base, spec
+
+
+def records(target, draft, pad_to: int = 1) -> list[dict]:
+    out = []
+    for prompt in PROMPTS:
+        base, spec = run(target, draft, prompt, pad_to)
+        b = {"token_ids": base.token_ids}
+        s = {"token_ids": spec.token_ids, "pass_lengths": spec.pass_lengths, "accept_lengths": spec.accept_lengths}
+        d = first_divergence(base.token_ids, spec.token_ids)
+        out.append({"identical": d is None, "numerics": explain_example(target, prompt, b, s, GAMMA, d, pad_to=pad_to)})
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_replays_reproduce_both_runs(dtype):
+    target, draft = pair(dtype, noise=0.1)
+    seen = []
+    for prompt in PROMPTS[:6]:
+        base, spec = run(target, draft, prompt)
+        rows = replay(target, prompt, base.token_ids, step_passes(len(base.token_ids)), len(base.token_ids) - 1)
+        assert [int(rows[j].argmax()) for j in range(len(base.token_ids))] == base.token_ids
+        passes = speculative_passes(spec.pass_lengths, spec.accept_lengths)
+        assert sum(kept for _, kept in passes) >= len(spec.token_ids) - 1  # the record covers every emitted token
+        rows = replay(target, prompt, spec.token_ids, passes, len(spec.token_ids) - 1)
+        assert [int(rows[j].argmax()) for j in range(len(spec.token_ids))] == spec.token_ids
+        seen += passes
+    assert any(fed > 1 and kept == fed for fed, kept in seen) and any(kept < fed for fed, kept in seen)  # full + partial
+
+
+def test_correct_verifier_in_bf16_only_numerics():
+    target, draft = pair(torch.bfloat16)
+    summary = identity_line(records(target, draft))
+    assert summary["divergences_numerics"] >= 3, summary  # bf16 does diverge here (5 of 12 when written)
+    assert summary["divergences_unexplained"] == 0, summary
+    assert "all at near-ties" in summary["identity_line"]
+    assert summary["divergences_unclassified"] == 0, summary
+    assert summary["numerics_floor_positions"] > 0 and summary["numerics_floor"] is not None
+
+
+def always_accept(draft_tokens: list[int], target_best: list[int]) -> Verdict:
+    """A wrong verifier: every drafted token is kept, the bonus token follows."""
+    return Verdict(n_accepted=len(draft_tokens), next_token=target_best[len(draft_tokens)],
+                   expected_accept=[1.0] * len(draft_tokens))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_negative_control_wrong_verifier_is_unexplained(dtype, monkeypatch):
+    target, draft = pair(dtype, noise=0.3)  # a worse draft: its tokens often differ from the target's choice
+    monkeypatch.setattr(speculative_module, "verify_greedy", always_accept)
+    summary = identity_line(records(target, draft))
+    diverged = summary["divergences_numerics"] + summary["divergences_unexplained"]
+    assert diverged >= 6, summary  # the control must actually break outputs
+    assert summary["divergences_unexplained"] >= 0.9 * diverged, summary
+    assert "unexplained (candidate bugs)" in summary["identity_line"]
+
+
+def test_exact_shapes_make_bf16_identical():
+    target, draft = pair(torch.bfloat16)
+    summary = identity_line(records(target, draft, pad_to=GAMMA + 1))
+    assert summary["identity_line"] == f"{len(PROMPTS)}/{len(PROMPTS)} identical", summary
+    assert summary["numerics_floor"] == 0.0, summary
