@@ -27,6 +27,7 @@ Definitions (sums run over all examples of a run):
                         with divergences_numerics / _unexplained / _unclassified and numerics_explained_share;
   numerics_floor        at T = 0: share of the baseline's positions whose argmax a teacher-forced (γ+1)-token
                         pass changes (evidence/numerics.py): the divergence this hardware forces on any verifier
+  numerics_cost_share   the classifier's seconds (after each example's timing) ÷ the timed decode seconds
   suspect_timing        True when the run's noise checks (measure/noise.py: probe drift, spread of the
                         baseline's per-token time, disagreeing repeats, a sweep's baseline drift) found the
                         machine busy; `timing_notes` says why

@@ -13,7 +13,8 @@ checkable for every diverging example:
                   argmax differs from the step-by-step one. It is what any multi-token verifier is
                   forced to diverge on by this hardware, whatever its correctness.
   classification  at an example's first divergence d (common prefix out[:d]):
-                  - replay the baseline's 1-token passes up to d → its argmax a and top-2 margin;
+                  - a = the baseline's token at d (what its 1-token passes chose; its top-2 margin from one
+                    1-token pass after the prefix);
                   - replay the speculative run's own passes (the recorded pass lengths and accept
                     counts; rejected draft slots filled, which causal attention ignores) up to the
                     pass holding d → argmax b and margin;
@@ -46,9 +47,9 @@ class Divergence:
     kind: str  # "numerics" or "unexplained"
     baseline_token: int  # what the baseline emitted at d
     speculative_token: int | None  # what speculative decoding emitted at d (None: its output ended before d)
-    step_argmax: int  # the target's argmax at d under 1-token passes (replayed)
+    step_argmax: int  # the target's argmax at d under 1-token passes (the baseline's token there)
     verify_argmax: int | None  # the target's argmax at d under the speculative run's passes (replayed), or a flipping chunking
-    step_margin: float  # top1 − top2 logit there, 1-token passes
+    step_margin: float  # top1 − top2 logit there, a 1-token pass (prefix cached in one pass)
     verify_margin: float | None  # top1 − top2 logit there, verify-shaped passes
     floor_flips_here: bool  # whether the numerics floor (γ+1 chunks of the baseline's output) flips at d
     method: str  # "replay" (recorded passes) or "alignment-search" (no pass record)
@@ -134,8 +135,15 @@ def classify(model: torch.nn.Module, prompt_ids: list[int], baseline: list[int],
     """Classify the first divergence at `position` (see the module docstring)."""
     d = position
     spec_token = speculative[d] if d < len(speculative) else None
-    base_rows = replay(model, prompt_ids, baseline, step_passes(len(baseline)), d, decoder_start_id, backend, pad_to)
-    a, margin_a = _top2(base_rows[d])
+    if d >= len(baseline):  # the speculative output runs past the baseline's end: no pass shape explains that
+        return Divergence(d, "unexplained", -1, spec_token, -1, None, float("nan"), None, False, "none")
+    # the baseline's argmax at d is the token it emitted (its own replay reproduces it exactly, see the
+    # tests); the step-shaped margin comes from one 1-token pass after the prefix filled in one pass,
+    # which costs 2 forwards instead of d (the cache then differs from the decode's in rounding only)
+    a = baseline[d]
+    rows = replay(model, prompt_ids, baseline, [(max(1, d - 1), max(1, d - 1)), (1, 1)] if d >= 2 else
+                  step_passes(d + 1), d, decoder_start_id, backend, pad_to)
+    margin_a = _top2(rows[d])[1]
     b = margin_b = None
     if pass_lengths:
         method = "replay"
@@ -164,7 +172,11 @@ def classify(model: torch.nn.Module, prompt_ids: list[int], baseline: list[int],
 def explain_example(model: torch.nn.Module, prompt_ids: list[int], baseline: dict, speculative: dict, gamma: int,
                     first_divergence: int | None, decoder_start_id: int | None = None, backend=None,
                     pad_to: int = 1) -> dict:
-    """The `numerics` field of one greedy example record: its floor and, if it diverged, the classification."""
+    """The `numerics` field of one greedy example record: its floor and, if it diverged, the classification
+    (`seconds`: what this cost, to set beside the example's timed decodes)."""
+    import time
+
+    t0 = time.perf_counter()
     floor = numerics_floor(model, prompt_ids, baseline["token_ids"], gamma, decoder_start_id, backend, pad_to)
     out = {"floor_positions": max(0, len(baseline["token_ids"]) - 1), "floor_flips": len(floor), "divergence": None}
     if first_divergence is not None:
@@ -172,6 +184,7 @@ def explain_example(model: torch.nn.Module, prompt_ids: list[int], baseline: dic
             model, prompt_ids, baseline["token_ids"], speculative["token_ids"], first_divergence, gamma, floor,
             pass_lengths=speculative.get("pass_lengths") or None, accept_lengths=speculative.get("accept_lengths"),
             decoder_start_id=decoder_start_id, backend=backend, pad_to=pad_to))
+    out["seconds"] = time.perf_counter() - t0
     return out
 
 
@@ -184,6 +197,9 @@ def identity_line(records: list[dict]) -> dict:
     numerics = sum(1 for d in divs if d["kind"] == "numerics")
     unexplained = len(divs) - numerics
     positions = sum((r.get("numerics") or {}).get("floor_positions", 0) for r in records)
+    cost = sum((r.get("numerics") or {}).get("seconds", 0.0) for r in records)
+    timed = sum(sum(r[e].get("repeat_s") or [r[e].get("prefill_s", 0.0) + r[e].get("decode_s", 0.0)])
+                for r in records for e in ("baseline", "speculative") if isinstance(r.get(e), dict))
     flips = sum((r.get("numerics") or {}).get("floor_flips", 0) for r in records)
     diverged = n - identical
     if diverged == 0:
@@ -198,4 +214,5 @@ def identity_line(records: list[dict]) -> dict:
             "divergences_unclassified": unclassified,
             "numerics_explained_share": numerics / diverged if diverged else None,
             "numerics_floor": flips / positions if positions else None,
-            "numerics_floor_flips": flips, "numerics_floor_positions": positions}
+            "numerics_floor_flips": flips, "numerics_floor_positions": positions,
+            "numerics_cost_share": cost / timed if timed and cost else None}
