@@ -22,6 +22,18 @@ def tiny_llama(seed: int, vocab: int = VOCAB, layers: int = 2) -> LlamaForCausal
     return LlamaForCausalLM(cfg).eval()
 
 
+def small_llama(seed: int, sharpen: float = 1.0, vocab: int = 24) -> LlamaForCausalLM:
+    """A one-layer, 16-wide Llama over a small vocabulary (laws enumerable), its output layer scaled by `sharpen`."""
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                      num_key_value_heads=1, max_position_embeddings=64, bos_token_id=1, eos_token_id=2,
+                      tie_word_embeddings=False)
+    model = LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(sharpen)
+    return model
+
+
 def tiny_gpt2(seed: int, vocab: int = VOCAB) -> GPT2LMHeadModel:
     torch.manual_seed(seed)
     cfg = GPT2Config(vocab_size=vocab, n_embd=32, n_layer=2, n_head=2, n_positions=512, bos_token_id=1, eos_token_id=2,

@@ -23,9 +23,8 @@ from collections import Counter
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
-from conftest import VOCAB, tiny_llama, tiny_t5
+from conftest import VOCAB, small_llama, tiny_llama, tiny_t5
 from specbench.config import SamplingConfig
 from specbench.decoding.autoregressive import decode_autoregressive
 from specbench.decoding.base import Proposal
@@ -220,17 +219,6 @@ def test_greedy_identity_for_every_draft_kind(make_target, make_draft):
 
 V = 24
 STEP_PROMPT = [4, 6, 8, 10, 12, 13]
-
-
-def small_llama(seed: int, sharpen: float = 1.0) -> LlamaForCausalLM:
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=V, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                      num_key_value_heads=1, max_position_embeddings=64, bos_token_id=1, eos_token_id=2,
-                      tie_word_embeddings=False)
-    model = LlamaForCausalLM(cfg).eval()
-    with torch.no_grad():
-        model.lm_head.weight.mul_(sharpen)
-    return model
 
 
 class TargetLaws:

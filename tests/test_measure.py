@@ -29,9 +29,8 @@ from collections import Counter
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
-from conftest import tiny_llama
+from conftest import small_llama, tiny_llama
 from specbench import theory
 from specbench.config import SamplingConfig
 from specbench.decoding.autoregressive import decode_autoregressive
@@ -343,17 +342,6 @@ LAW_PROMPT = [4, 6, 8, 10, 12, 13]
 LAW_SAMPLING = SamplingConfig(temperature=1.0, top_k=2)  # 2 tokens possible per position: 2^6 = 64 sequences
 LAW_NEW, LAW_N, CONTROL_N = 6, 1_500, 500  # 6 tokens: the fewest where step 2's γ is not capped by the budget
 # no EOS (eos_ids empty): every output has 6 tokens, so the exact law is the plain chain rule
-
-
-def small_llama(seed: int, sharpen: float) -> LlamaForCausalLM:
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=V, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                      num_key_value_heads=1, max_position_embeddings=64, bos_token_id=1, eos_token_id=2,
-                      tie_word_embeddings=False)
-    model = LlamaForCausalLM(cfg).eval()
-    with torch.no_grad():
-        model.lm_head.weight.mul_(sharpen)
-    return model
 
 
 def sequence_law(model, prompt: list[int], sampling: SamplingConfig, length: int) -> dict[tuple[int, ...], float]:
