@@ -12,7 +12,7 @@ does not (4 tokens cost 1.55× one), so the `*_extended` functions take that mea
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple, TypeVar
 
 import numpy as np
@@ -205,7 +205,19 @@ def alpha_from_tokens_per_step(mean_tokens: float, gamma: int, tol: float = 1e-1
     return 0.5 * (lo + hi)
 
 
-def pass_cost_curve_speedup(alpha: float, gamma: int, c: float, pass_cost: Mapping[int, float],
+def expected_tokens_positional(alphas: Sequence[float], gamma: int) -> float:
+    """E[tokens per step] when draft position i is accepted with probability alphas[i−1] given that
+    every earlier one was: 1 + Σ_{i=1..γ} Π_{j≤i} α_j (positions past the list reuse its last value).
+    With one α for every position this is Eq. (1)."""
+    _check_gamma(gamma)
+    total, survive = 1.0, 1.0
+    for i in range(gamma):
+        survive *= float(alphas[min(i, len(alphas) - 1)])
+        total += survive
+    return total
+
+
+def pass_cost_curve_speedup(alpha: float | Sequence[float], gamma: int, c: float, pass_cost: Mapping[int, float],
                             lookup_law: Mapping[int, float] | None = None, model_fills: bool = True) -> float:
     """Predicted walltime speedup of one configuration from a *measured* pass-cost curve.
 
@@ -217,7 +229,9 @@ def pass_cost_curve_speedup(alpha: float, gamma: int, c: float, pass_cost: Mappi
       prompt lookup (lookup_law, model_fills False):   g = min(L, γ), m = 0, L ~ lookup_law (0 = no match)
       hybrid        (lookup_law, model_fills True):    g = γ, m = γ − min(L, γ)
     and emits Σ_{i=0..g} α^i tokens in expectation (each drafted token accepted independently
-    with probability α). Speedup = E[tokens per step] / E[cost per step], where plain decoding
+    with probability α), or, when `alpha` is a list of per-position acceptance rates (the i-th
+    drafted token accepted given the ones before it were: drafts drift, so later positions are
+    accepted less), expected_tokens_positional. Speedup = E[tokens per step] / E[cost per step], where plain decoding
     costs one single-token pass per token.
     """
     _check_gamma(gamma, low=1)
@@ -237,12 +251,13 @@ def pass_cost_curve_speedup(alpha: float, gamma: int, c: float, pass_cost: Mappi
             offered, by_model = found, 0
         if offered + 1 not in pass_cost:
             raise SpecbenchError(f"no measured cost for a pass over {offered + 1} tokens; calibrate up to γ = {gamma}")
-        tokens += p * expected_tokens_per_step(float(alpha), offered)
+        tokens += p * (expected_tokens_per_step(float(alpha), offered) if np.isscalar(alpha)
+                       else expected_tokens_positional(alpha, offered))
         cost += p * (by_model * c + float(pass_cost[offered + 1]) / float(pass_cost[1]))
     return tokens / cost
 
 
-def best_gamma_from_curve(alpha: float, c: float, pass_cost: Mapping[int, float], max_gamma: int,
+def best_gamma_from_curve(alpha: float | Sequence[float], c: float, pass_cost: Mapping[int, float], max_gamma: int,
                           lookup_law: Mapping[int, float] | None = None, model_fills: bool = True) -> Optimum:
     """The γ in 1..max_gamma (where the curve covers γ+1) with the largest pass_cost_curve_speedup."""
     needs = (lambda g: [g + 1]) if lookup_law is None else (lambda g: range(1, g + 2))  # lookup offers 0..γ

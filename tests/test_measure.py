@@ -410,3 +410,22 @@ def test_hardware_sentence_and_bf16():
     assert hardware.bf16_support("cpu", {"isa_flags": ["avx2"]})[0] is False
     assert hardware.bf16_support("cpu", {"isa_flags": ["avx512_bf16"]})[0] is True
     assert hardware.bf16_support("mps")[0] is False
+
+
+def test_positional_alpha_counts_reached_and_accepted_positions():
+    from types import SimpleNamespace
+
+    from specbench.measure.choose import POSITION_PRIOR, positional_alpha
+
+    # steps (accepted n of drafted g): all 3 accepted; first rejected; 2 accepted then a rejection
+    res = [SimpleNamespace(accept_lengths=[3, 0, 2], draft_lengths=[3, 3, 3])]
+    pooled = 0.5
+    est = positional_alpha(res, pooled)
+    raw = [(2, 3), (2, 2), (1, 2)]  # (accepted, reached) at positions 1, 2, 3
+    assert est == pytest.approx([(a + POSITION_PRIOR * pooled) / (t + POSITION_PRIOR) for a, t in raw])
+    assert positional_alpha([SimpleNamespace(accept_lengths=[], draft_lengths=[])], pooled) is None
+    # one α for every position is Eq. (1); a decaying list predicts fewer tokens for long proposals
+    assert theory.expected_tokens_positional([0.7], 5) == pytest.approx(theory.expected_tokens_per_step(0.7, 5))
+    assert theory.expected_tokens_positional([0.9, 0.7, 0.5], 5) < theory.expected_tokens_per_step(0.9, 5)
+    flat = {k: 1.0 for k in range(1, 7)}
+    assert theory.pass_cost_curve_speedup([0.7], 5, 0.0, flat) == pytest.approx(theory.walltime_factor(0.7, 5, 0.0))

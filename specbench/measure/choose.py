@@ -39,6 +39,7 @@ class PilotResult:
     lookup_law: dict[int, float] | None  # tokens lookup found per step → share (prompt lookup and hybrids)
     model_fills: bool  # whether a draft model drafts what lookup does not (model and hybrid drafts)
     examples: list[str]  # pilot example ids
+    alpha_by_position: list[float] | None = None  # acceptance of draft position i given positions < i were accepted
 
 
 @dataclass
@@ -113,7 +114,31 @@ def pilot_from_results(draft: str, results: list, hybrid_lookups: list[int] | No
                if hybrid_lookups else {0: 1.0})
     alpha = accepted / trials if trials else 0.0
     return PilotResult(draft=draft, alpha=alpha, steps=steps, lookup_law=law, model_fills=not lookup_only,
-                       examples=example_ids)
+                       examples=example_ids, alpha_by_position=positional_alpha(results, alpha))
+
+
+POSITION_PRIOR = 2.0  # pseudo-trials at the pooled α behind each position's estimate (deep positions are seen rarely)
+
+
+def positional_alpha(results: list, pooled: float) -> list[float] | None:
+    """Per draft position i = 1..γ: accepted ÷ reached over the pilot's steps (position i is reached when
+    the i − 1 before it were accepted), shrunk towards the pooled α by POSITION_PRIOR pseudo-trials.
+    The pooled α assumes every position is alike; a draft drifts from the target as it drafts further,
+    so on the shipped pair the 8th position is accepted far less than the 1st, and the pooled α
+    overpredicts long proposals."""
+    reached: list[float] = []
+    accepted: list[float] = []
+    for r in results:
+        for n, g in zip(r.accept_lengths, r.draft_lengths):
+            for i in range(min(g, n + 1)):  # positions 0..n reached (n accepted, then a rejection or the end)
+                if i >= len(reached):
+                    reached.append(0.0)
+                    accepted.append(0.0)
+                reached[i] += 1
+                accepted[i] += 1 if i < n else 0
+    if not reached:
+        return None
+    return [(a + POSITION_PRIOR * pooled) / (t + POSITION_PRIOR) for a, t in zip(accepted, reached)]
 
 
 def rank_candidates(calibrations: dict[str, Calibration], draft_ms: dict[str, dict[str, float]],
@@ -128,7 +153,8 @@ def rank_candidates(calibrations: dict[str, Calibration], draft_ms: dict[str, di
                 needs = [g + 1] if pilot.lookup_law is None else range(1, g + 2)
                 if not all(k in cost for k in needs):
                     continue
-                s = theory.pass_cost_curve_speedup(pilot.alpha, g, c, cost, pilot.lookup_law, pilot.model_fills)
+                alpha = pilot.alpha_by_position or pilot.alpha
+                s = theory.pass_cost_curve_speedup(alpha, g, c, cost, pilot.lookup_law, pilot.model_fills)
                 rows.append(Candidate(draft, dtype, g, s, cal.target_ms[1] / s))
     if not rows:
         raise SpecbenchError("no candidate configuration could be predicted; raise --gamma-max or fix the calibration")
