@@ -14,7 +14,7 @@ setup: $(STAMP)
 # The embedded default: SmolLM2-135M-Instruct, greedy, on one offline translation and one offline
 # summarization task. Draft, dtype and γ are chosen on *this* machine (calibrated pass costs + an
 # untimed pilot; the reasons are printed): the best configuration depends on the hardware.
-DEFAULT_JOB := --draft auto --dtype auto --gamma auto --limit 12 --repeats 2
+DEFAULT_JOB := --draft auto --dtype auto --gamma auto --limit 10 --repeats 2
 run: $(STAMP)
 	$(BIN)/specbench run --task ding-de-en $(DEFAULT_JOB)
 	$(BIN)/specbench run --task aclsum $(DEFAULT_JOB)

@@ -52,7 +52,7 @@ class Divergence:
     step_margin: float  # top1 − top2 logit there, a 1-token pass (prefix cached in one pass)
     verify_margin: float | None  # top1 − top2 logit there, verify-shaped passes
     floor_flips_here: bool  # whether the numerics floor (γ+1 chunks of the baseline's output) flips at d
-    method: str  # "replay" (recorded passes) or "alignment-search" (no pass record)
+    method: str  # "replay-last-pass" / "replay" (recorded passes: the last one alone, or all) or "alignment-search"
 
 
 def _top2(logits: torch.Tensor) -> tuple[int, float]:
@@ -117,6 +117,17 @@ def speculative_passes(pass_lengths: list[int], accept_lengths: list[int]) -> li
     return [(fed, 1 if fed == 1 else next(accepted) + 1) for fed in pass_lengths]
 
 
+def last_pass_only(passes: list[tuple[int, int]], d: int) -> list[tuple[int, int]] | None:
+    """The pass that predicts position d, preceded by one pass caching everything before it (None when
+    that pass is the first, so the plan would be the full replay anyway)."""
+    a = 0
+    for fed, kept in passes:
+        if a + 1 <= d <= a + kept:
+            return [(a, a), (fed, kept)] if a >= 1 else None
+        a += kept
+    return None
+
+
 def numerics_floor(model: torch.nn.Module, prompt_ids: list[int], tokens: list[int], gamma: int,
                    decoder_start_id: int | None = None, backend=None, pad_to: int = 1) -> list[int]:
     """Positions where a teacher-forced (γ+1)-chunk pass over the baseline's greedy output picks
@@ -146,12 +157,20 @@ def classify(model: torch.nn.Module, prompt_ids: list[int], baseline: list[int],
     margin_a = _top2(rows[d])[1]
     b = margin_b = None
     if pass_lengths:
-        method = "replay"
-        rows = replay(model, prompt_ids, speculative, speculative_passes(pass_lengths, accept_lengths or []), d,
-                      decoder_start_id, backend, pad_to)
-        if d in rows:
-            b, margin_b = _top2(rows[d])
-        numerics = b is not None and b == spec_token and b != a
+        passes = speculative_passes(pass_lengths, accept_lengths or [])
+        # first the pass that emitted d alone, its shape exact, after the prefix cached in one pass (3
+        # forwards); where that does not reproduce the emitted token, every pass up to d (the exact cache path)
+        method, numerics = "replay", False
+        for attempt in (last_pass_only(passes, d), passes):
+            if attempt is None:
+                continue
+            rows = replay(model, prompt_ids, speculative, attempt, d, decoder_start_id, backend, pad_to)
+            if d in rows:
+                b, margin_b = _top2(rows[d])
+            numerics = b is not None and b == spec_token and b != a
+            if numerics:
+                method = "replay-last-pass" if attempt is not passes else "replay"
+                break
     else:  # no pass record: is there a verify-shaped chunking of the common prefix that flips d?
         method = "alignment-search"
         numerics = False
