@@ -26,8 +26,6 @@ from specbench.config import AUTO, RunConfig
 from specbench.errors import SpecbenchError
 from specbench.measure.calibration import Calibration
 
-PILOT_EXAMPLES = 2  # untimed examples per draft for the α estimate (beyond the run's own when the task has them)
-
 
 @dataclass
 class PilotResult:
