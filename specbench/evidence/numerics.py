@@ -62,8 +62,22 @@ def _top2(logits: torch.Tensor) -> tuple[int, float]:
     return int(logits.argmax()), float(top.values[0] - top.values[1])
 
 
+Prefilled = tuple  # (CachedModel holding the prompt, logits of the prefill's last position, cached length)
+
+
+def prefill(model: torch.nn.Module, prompt_ids: list[int], decoder_start_id: int | None = None,
+            backend=None) -> Prefilled:
+    """The prompt cached once; every replay of one example starts from it (cropped back to it)."""
+    lm = CachedModel(model, backend=backend)  # the run's backend: the same kernels as the timed decodes
+    encoder_ids, start = prompt_split(lm, prompt_ids, decoder_start_id)
+    lm.start(encoder_ids)
+    first = lm.forward(torch.tensor(start, device=lm.device))
+    return lm, first, lm.length
+
+
 def replay(model: torch.nn.Module, prompt_ids: list[int], tokens: list[int], passes: list[tuple[int, int]],
-           upto: int, decoder_start_id: int | None = None, backend=None, pad_to: int = 1) -> dict[int, torch.Tensor]:
+           upto: int, decoder_start_id: int | None = None, backend=None, pad_to: int = 1,
+           prefilled: Prefilled | None = None) -> dict[int, torch.Tensor]:
     """Run the target over prompt + `tokens` as the given passes and return the logits row that
     predicts each generated position j ≤ `upto` (position 0 comes from the prefill).
 
@@ -73,11 +87,10 @@ def replay(model: torch.nn.Module, prompt_ids: list[int], tokens: list[int], pas
     Row i of a pass starting at emitted position a predicts position a + 1 + i, for i < kept.
     `pad_to`: the runs' exact-shapes padding (every pass fed at least that many tokens).
     """
-    lm = CachedModel(model, backend=backend)  # the run's backend: the same kernels as the timed decodes
-    encoder_ids, start = prompt_split(lm, prompt_ids, decoder_start_id)
+    lm, first, prompt_len = prefilled or prefill(model, prompt_ids, decoder_start_id, backend)
+    lm.truncate(prompt_len)
     dev = lm.device
-    lm.start(encoder_ids)
-    rows = {0: lm.forward(torch.tensor(start, device=dev))}
+    rows = {0: first}
     a = 0  # index (into tokens) of the newest token the next pass starts with
     for fed, kept in passes:
         if a + 1 > upto:
@@ -129,20 +142,21 @@ def last_pass_only(passes: list[tuple[int, int]], d: int) -> list[tuple[int, int
 
 
 def numerics_floor(model: torch.nn.Module, prompt_ids: list[int], tokens: list[int], gamma: int,
-                   decoder_start_id: int | None = None, backend=None, pad_to: int = 1) -> list[int]:
+                   decoder_start_id: int | None = None, backend=None, pad_to: int = 1,
+                   prefilled: Prefilled | None = None) -> list[int]:
     """Positions where a teacher-forced (γ+1)-chunk pass over the baseline's greedy output picks
     another argmax than the baseline did (position 0, the prefill's, is shared and never counted)."""
     if len(tokens) < 2:
         return []
     rows = replay(model, prompt_ids, tokens, chunk_passes(len(tokens), gamma + 1), len(tokens) - 1, decoder_start_id,
-                  backend, pad_to)
+                  backend, pad_to, prefilled)
     return [j for j in range(1, len(tokens)) if j in rows and int(rows[j].argmax()) != tokens[j]]
 
 
 def classify(model: torch.nn.Module, prompt_ids: list[int], baseline: list[int], speculative: list[int],
              position: int, gamma: int, floor: list[int], *, pass_lengths: list[int] | None = None,
              accept_lengths: list[int] | None = None, decoder_start_id: int | None = None, backend=None,
-             pad_to: int = 1) -> Divergence:
+             pad_to: int = 1, prefilled: Prefilled | None = None) -> Divergence:
     """Classify the first divergence at `position` (see the module docstring)."""
     d = position
     spec_token = speculative[d] if d < len(speculative) else None
@@ -153,7 +167,7 @@ def classify(model: torch.nn.Module, prompt_ids: list[int], baseline: list[int],
     # which costs 2 forwards instead of d (the cache then differs from the decode's in rounding only)
     a = baseline[d]
     rows = replay(model, prompt_ids, baseline, [(max(1, d - 1), max(1, d - 1)), (1, 1)] if d >= 2 else
-                  step_passes(d + 1), d, decoder_start_id, backend, pad_to)
+                  step_passes(d + 1), d, decoder_start_id, backend, pad_to, prefilled)
     margin_a = _top2(rows[d])[1]
     b = margin_b = None
     if pass_lengths:
@@ -164,7 +178,7 @@ def classify(model: torch.nn.Module, prompt_ids: list[int], baseline: list[int],
         for attempt in (last_pass_only(passes, d), passes):
             if attempt is None:
                 continue
-            rows = replay(model, prompt_ids, speculative, attempt, d, decoder_start_id, backend, pad_to)
+            rows = replay(model, prompt_ids, speculative, attempt, d, decoder_start_id, backend, pad_to, prefilled)
             if d in rows:
                 b, margin_b = _top2(rows[d])
             numerics = b is not None and b == spec_token and b != a
@@ -176,7 +190,7 @@ def classify(model: torch.nn.Module, prompt_ids: list[int], baseline: list[int],
         numerics = False
         for offset in range(gamma + 1):
             rows = replay(model, prompt_ids, baseline, chunk_passes(len(baseline), gamma + 1, offset), d,
-                          decoder_start_id, backend, pad_to)
+                          decoder_start_id, backend, pad_to, prefilled)
             if d in rows:
                 arg, margin = _top2(rows[d])
                 if arg != a and (spec_token is None or arg == spec_token):
@@ -196,13 +210,14 @@ def explain_example(model: torch.nn.Module, prompt_ids: list[int], baseline: dic
     import time
 
     t0 = time.perf_counter()
-    floor = numerics_floor(model, prompt_ids, baseline["token_ids"], gamma, decoder_start_id, backend, pad_to)
+    shared = prefill(model, prompt_ids, decoder_start_id, backend)  # one prompt prefill for every replay below
+    floor = numerics_floor(model, prompt_ids, baseline["token_ids"], gamma, decoder_start_id, backend, pad_to, shared)
     out = {"floor_positions": max(0, len(baseline["token_ids"]) - 1), "floor_flips": len(floor), "divergence": None}
     if first_divergence is not None:
         out["divergence"] = asdict(classify(
             model, prompt_ids, baseline["token_ids"], speculative["token_ids"], first_divergence, gamma, floor,
             pass_lengths=speculative.get("pass_lengths") or None, accept_lengths=speculative.get("accept_lengths"),
-            decoder_start_id=decoder_start_id, backend=backend, pad_to=pad_to))
+            decoder_start_id=decoder_start_id, backend=backend, pad_to=pad_to, prefilled=shared))
     out["seconds"] = time.perf_counter() - t0
     return out
 
