@@ -593,6 +593,7 @@ def auto_summary(manifest: dict) -> dict | None:
 def write_summary(files: RunFiles, config: RunConfig, spec: TaskSpec, records: list[dict], manifest: dict) -> dict:
     from specbench.measure.hardware import describe
 
+    drift = baseline_drift(files)
     summary = {
         "schema_version": SCHEMA_VERSION,
         "run_id": files.root.name,
@@ -610,8 +611,8 @@ def write_summary(files: RunFiles, config: RunConfig, spec: TaskSpec, records: l
         "exact_shapes": config.exact_shapes,
         "max_new_tokens": manifest["max_new_tokens"],
         "complete": len(records) == manifest["task"]["n_examples"],
-        **summarize(records, config.draft_gamma, config.sampling.greedy, read_probes(files.root), baseline_drift(files)),
-        "baseline_drift": baseline_drift(files),
+        **summarize(records, config.draft_gamma, config.sampling.greedy, read_probes(files.root), drift),
+        "baseline_drift": drift,
         "auto": auto_summary(manifest),
         "hardware": describe(manifest.get("hardware")),
     }
