@@ -9,6 +9,7 @@ seeded from (seed, example id)).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import re
@@ -19,7 +20,7 @@ from typing import Callable
 
 import torch
 
-from specbench.config import AUTO, RunConfig, SamplingConfig
+from specbench.config import AUTO, MODEL_FREE_DRAFTS, RunConfig, SamplingConfig
 from specbench.decoding.autoregressive import decode_autoregressive
 from specbench.decoding.base import DecodeResult
 from specbench.decoding.backend import ForwardBackend
@@ -266,8 +267,6 @@ def run_pilot(session: Session, config: RunConfig, draft: str, pilot: list[Prepa
            config.draft_confidence)
     if key in session.pilots:
         return session.pilots[key]
-    from specbench.config import MODEL_FREE_DRAFTS
-
     proposer = session.proposer(draft, corpus)
     t = session.target
     results, lookups = [], [] if hasattr(proposer, "lookup_lengths") else None
@@ -407,9 +406,9 @@ def prepare_run(config: RunConfig, results_dir: Path, *, run_id: str | None = No
         k_max = calibration_k_max(run_config)
         prime_for_calibration(session, proposer, max(len(p.prompt_ids) for p in prepared) + max_new + k_max, k_max)
         on_status(f"calibrating: target passes over 1..{k_max} tokens")
-        curve = session.calibrate(corpus, k_max, max_new)
-        curve.draft = run_config.draft
-        curve.draft_ms = session.draft_token_ms(run_config.draft, corpus, max_new)
+        # the session's curve is shared by every cell of a sweep: this run's draft goes on a copy
+        curve = dataclasses.replace(session.calibrate(corpus, k_max, max_new), draft=run_config.draft,
+                                    draft_ms=session.draft_token_ms(run_config.draft, corpus, max_new))
         calibration = curve.to_dict()
     manifest["models"] = {"target": {"spec": config.target, "params": target.n_params, "dtype": str(target.dtype),
                                      "vocab_size": target.vocab_size, "device": str(target.device)},
@@ -454,16 +453,15 @@ def merge_repeats(results: list[DecodeResult]) -> tuple[DecodeResult, list[float
     """Repeats of one engine on one example → one result with the median of each time, and the
     total seconds of every repeat. Counts come from the first repeat (same seed, same tokens)."""
     import statistics
-    from dataclasses import replace
 
     first = results[0]
     med = {k: statistics.median(getattr(r, k) for r in results) for k in ("prefill_s", "decode_s", "draft_s", "verify_s")}
-    return replace(first, **med), [r.prefill_s + r.decode_s for r in results]
+    return dataclasses.replace(first, **med), [r.prefill_s + r.decode_s for r in results]
 
 
 def probe_target(session: Session, prompt_ids: list[int]) -> float:
     """The noise probe: median ms of a few one-token target passes after a short fixed context."""
-    step = cal._pass_step(session.target_lm(), prompt_ids[:32], 1, True, 1)
+    step = cal.pass_step(session.target_lm(), prompt_ids[:32], 1, True, 1)
     return probe_ms(lambda: step(1))
 
 

@@ -15,8 +15,6 @@ from typing import Mapping, Protocol
 
 from specbench import theory
 
-POLICIES = ("auto", "adaptive", "heuristic")  # --gamma values besides an integer
-
 
 class GammaPolicy(Protocol):
     max_gamma: int  # the most this policy ever drafts (sizes compiled shapes and histograms)

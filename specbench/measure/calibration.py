@@ -107,7 +107,7 @@ def typical_context(prompt_lengths: list[int], max_new_tokens: int, max_position
     return max(1, n)
 
 
-def _pass_step(lm: CachedModel, context: list[int], k_max: int, all_logits: bool,
+def pass_step(lm: CachedModel, context: list[int], k_max: int, all_logits: bool,
                decoder_context: int) -> Callable[[int], None]:
     """A step(k) that runs one pass of k new tokens after `context` on `lm` and rolls it back
     (an encoder-decoder model encodes `context` and decodes after `decoder_context` tokens of it)."""
@@ -141,7 +141,7 @@ def calibrate(target_lm: CachedModel, prompts: list[list[int]], *, k_max: int, m
     ctx = context_ids(prompts, n_ctx)
     clock = Clock(target_lm.device).now
     ks = list(range(1, k_max + 1))
-    step = _pass_step(target_lm, ctx, k_max, True, max(1, max_new_tokens // 2))
+    step = pass_step(target_lm, ctx, k_max, True, max(1, max_new_tokens // 2))
     time_passes(step, ks, 1, clock)  # warm-up
     med, spread = median_and_spread(time_passes(step, ks, repeats, clock))
     return Calibration(dtype=dtype, device=str(target_lm.device), context_tokens=n_ctx, target_ms=med,
@@ -153,7 +153,7 @@ def draft_token_ms(draft_lm: CachedModel, prompts: list[list[int]], *, max_new_t
                    max_positions: int | None, repeats: int = 2 * DEFAULT_REPEATS) -> float:
     """Median ms of one draft token (a one-token pass of the draft model after a typical context)."""
     n_ctx = typical_context([len(p) for p in prompts], max_new_tokens, max_positions, 1)
-    step = _pass_step(draft_lm, context_ids(prompts, n_ctx), 1, False, max(1, max_new_tokens // 2))
+    step = pass_step(draft_lm, context_ids(prompts, n_ctx), 1, False, max(1, max_new_tokens // 2))
     clock = Clock(draft_lm.device).now
     time_passes(step, [1], 2, clock)  # warm-up
     return statistics.median(time_passes(step, [1], repeats, clock)[1])

@@ -43,9 +43,13 @@ class HybridDraft:
         self.lookup = lookup
         self.model = model
         self.name = name
-        self.lookup_tokens = 0  # tokens proposed by lookup since begin() (diagnostics, reset per example)
-        self.model_tokens = 0  # tokens proposed by the model since begin()
         self.lookup_lengths: list[int] = []  # tokens lookup found at each proposal since begin() (the pilot's law)
+        self.model_tokens = 0  # tokens proposed by the model since begin()
+
+    @property
+    def lookup_tokens(self) -> int:
+        """Tokens proposed by lookup since begin() (diagnostics)."""
+        return sum(self.lookup_lengths)
 
     @property
     def draft_lm(self):
@@ -55,8 +59,8 @@ class HybridDraft:
     def begin(self, prompt_ids: list[int], max_new_tokens: int) -> None:
         self.lookup.begin(prompt_ids, max_new_tokens)
         self.model.begin(prompt_ids, max_new_tokens)
-        self.lookup_tokens = self.model_tokens = 0
         self.lookup_lengths = []
+        self.model_tokens = 0
 
     def propose(
         self, tokens: list[int], gamma: int, sampling: SamplingConfig, generator: torch.Generator | None,
@@ -64,7 +68,6 @@ class HybridDraft:
     ) -> Proposal:
         found = self.lookup.propose(tokens, gamma, sampling, generator)  # deterministic; q one-hot
         n_found = found.tokens.shape[0]
-        self.lookup_tokens += n_found
         self.lookup_lengths.append(n_found)
         if n_found == gamma:
             return found
