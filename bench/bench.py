@@ -38,11 +38,11 @@ from specbench.decoding.drafts.hybrid import split_hybrid_spec  # noqa: E402
 from specbench.decoding.hf_assisted import decode_hf  # noqa: E402
 from specbench.decoding.speculative import decode_speculative  # noqa: E402
 from specbench.errors import SpecbenchError  # noqa: E402
-from specbench.metrics import json_safe, summarize  # noqa: E402
-from specbench.results import atomic_write_json, environment_info  # noqa: E402
-from specbench.runner import Engines, Session, engine_record, prepare_examples  # noqa: E402
-from specbench.tasks import load_task, select_examples  # noqa: E402
-from specbench.timing import Clock  # noqa: E402
+from specbench.measure.metrics import json_safe, summarize  # noqa: E402
+from specbench.measure.records import atomic_write_json, environment_info  # noqa: E402
+from specbench.measure.runner import Engines, Session, engine_record, prepare_examples  # noqa: E402
+from specbench.tasks.specs import load_task, select_examples  # noqa: E402
+from specbench.measure.timing import Clock  # noqa: E402
 
 
 def hf_generate(session: Session, prompt_ids: list[int], max_new: int, gamma: int, draft: str | None,

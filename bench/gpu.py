@@ -29,9 +29,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import bench  # noqa: E402
-from specbench.runner import Session, prepare_examples  # noqa: E402
-from specbench.tasks import load_task, select_examples  # noqa: E402
-from specbench.verification import greedy_checks  # noqa: E402
+from specbench.measure.runner import Session, prepare_examples  # noqa: E402
+from specbench.tasks.specs import load_task, select_examples  # noqa: E402
+from specbench.evidence.verification import greedy_checks  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:

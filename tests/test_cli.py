@@ -89,7 +89,7 @@ def test_resume_after_a_truncated_line(models_dir, task_file, tmp_path):
 def test_a_run_folder_in_use_refuses_a_second_process(models_dir, task_file, tmp_path):
     """The same command started twice must not append to one examples.jsonl twice: the second one
     stops with one line naming the folder and the ways out, and the first one's records are intact."""
-    from specbench.results import run_lock
+    from specbench.measure.records import run_lock
 
     first = invoke(*run_args(models_dir, task_file, tmp_path, "--run-id", "busy"))
     assert first.exit_code == 0, first.output
@@ -243,7 +243,7 @@ def test_fields_added_later_leave_existing_run_ids_alone():
     """draft_confidence came after results existed: at its default it is not part of the config's
     identity, so the run ids (and resumption) of every earlier configuration are unchanged."""
     from specbench.config import RunConfig
-    from specbench.runner import run_id_for
+    from specbench.measure.runner import run_id_for
 
     plain = RunConfig(target="t", draft="d", task="x")
     assert "draft_confidence" not in plain.to_dict()
@@ -256,7 +256,7 @@ def test_fields_added_later_leave_existing_run_ids_alone():
 def test_auto_choices_are_recorded_printed_and_kept_on_resume(models_dir, task_file, tmp_path, monkeypatch):
     """--gamma auto --dtype auto --repeats 2: calibration + pilot before timing, reasons printed, the choice
     recorded (manifest.auto, summary.auto), and a rerun resumes with the same choice instead of re-choosing."""
-    import specbench.runner as runner
+    import specbench.measure.runner as runner
 
     args = run_args(models_dir, task_file, tmp_path, "--gamma", "auto", "--dtype", "auto", "--gamma-max", "4",
                     "--repeats", "2", "--json")

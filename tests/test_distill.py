@@ -163,7 +163,7 @@ def test_teacher_labels_are_the_targets_laws_and_continuations_its_greedy_output
 
 
 def test_training_never_sees_the_benchmark_picks(trained, task_file):
-    from specbench.tasks import load_task, select_examples
+    from specbench.tasks.specs import load_task, select_examples
 
     out, _ = trained
     plan = json.loads((out / "work" / "teacher" / "plan.json").read_text())
@@ -278,12 +278,12 @@ def test_svd_init_starts_the_draft_head_in_the_targets_principal_subspace(target
 def test_draft_alias_distilled_finds_the_shipped_draft_and_lists_it(trained, target, tmp_path, monkeypatch):
     import shutil
 
-    import specbench.distill as distill_module
+    import specbench.models.shipped as shipped_module
     from specbench.decoding.drafts.hybrid import HybridDraft
     from specbench.models import draft_rows, make_proposer
 
     t = load_model(target, device="cpu")
-    monkeypatch.setattr(distill_module, "DRAFTS_DIR", tmp_path / "drafts")
+    monkeypatch.setattr(shipped_module, "DRAFTS_DIR", tmp_path / "drafts")
     with pytest.raises(SpecbenchError, match="specbench distill --target"):
         make_proposer("distilled", t, device="cpu")
     out, _ = trained

@@ -19,7 +19,7 @@ import torch
 
 from specbench.config import SamplingConfig
 from specbench.decoding.verify import accepted_count
-from specbench.equality import (
+from specbench.evidence.equality import (
     CONTROLS,
     StepSetup,
     TabulatedLM,
@@ -54,7 +54,7 @@ def law_pairs(cfg: SamplingConfig, vocab: int = 50, seed: int = 0):
     """(p, q) pairs of processed laws: a close draft, a far draft, and the edge cases."""
     g = torch.Generator().manual_seed(seed)
     logits = 2.0 * torch.randn(vocab, generator=g)
-    from specbench.sampling import processed_probs
+    from specbench.decoding.sampling import processed_probs
 
     p = processed_probs(logits, cfg)
     close = processed_probs(logits + 0.5 * torch.randn(vocab, generator=g), cfg)
@@ -152,7 +152,7 @@ def test_negative_control_fails(name):
 
 def test_faithful_rebuild_of_verify_passes():
     """The controls' verify is verify_sampling's body with swappable pieces: unswapped, it must pass."""
-    from specbench.equality import Control
+    from specbench.evidence.equality import Control
 
     res = step_checks(SAMPLING, n=5_000, seed=3, control=Control("none"))
     assert all(r.passed for r in res), [r for r in res if not r.passed]

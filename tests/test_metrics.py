@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specbench.metrics import predicted_decode, proposal_law
+from specbench.measure.metrics import predicted_decode, proposal_law
 
 
 def record(n_tokens: int, stop: str, proposals: list[int] | None, target_calls: int, draft_lengths: list[int]):

@@ -28,7 +28,7 @@ from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.drafts.model import ModelDraft
 from specbench.decoding.speculative import decode_speculative
 from specbench.evidence.numerics import (explain_example, identity_line, replay, speculative_passes, step_passes)
-from specbench.metrics import first_divergence
+from specbench.measure.metrics import first_divergence
 
 GREEDY = SamplingConfig()
 EOS = frozenset([2])

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from specbench import quality
+from specbench.tasks import quality
 from specbench.errors import SpecbenchError
-from specbench.quality import bootstrap_ci, score
+from specbench.tasks.quality import bootstrap_ci, score
 
 HYPS = ["the cat sat on the mat", "a dog ran in the park today", "it is raining again", "we like green tea",
         "the train was late this morning", "she reads a book every week", "he plays the guitar badly",

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from specbench import theory
+from specbench.measure import theory
 from specbench.cli import app
 from specbench.errors import SpecbenchError
-from specbench.metrics import json_safe, summarize
+from specbench.measure.metrics import json_safe, summarize
 from specbench.measure.hardware import describe
 from specbench.report import (DRIFT_CONSEQUENCE, PAPER_TABLE2, best_gamma_rows, calibration_curves, collect,
                               fig_histograms, fig_pass_cost, fig_speedup, fig_time_split, with_ci, write_report)

@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import specbench.runner as runner
+import specbench.measure.runner as runner
 from conftest import tiny_llama
 from specbench.cli import app
 from specbench.decoding.backend import ForwardBackend
 from specbench.decoding.drafts.model import ModelDraft
 from specbench.errors import SpecbenchError
 from specbench.models import make_proposer, wrap_model
-from specbench.results import read_records
-from specbench.sweep import (BaselineStore, SweepGrid, cell_ids, parse_float_list, parse_int_list, parse_str_list,
+from specbench.measure.records import read_records
+from specbench.measure.sweep import (BaselineStore, SweepGrid, cell_ids, parse_float_list, parse_int_list, parse_str_list,
                              run_sweep, sweep_id_for)
 
 MAX_NEW = 5  # differs from runner.WARMUP_TOKENS (8), so warm-up calls are told apart from measured ones

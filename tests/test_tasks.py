@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specbench import data, tasks
+from specbench.tasks import sources as data
+from specbench.tasks import specs as tasks
 from specbench.errors import SpecbenchError
-from specbench.tasks import Example, TaskSpec, examples_hash, load_task, render_for_model, select_examples
+from specbench.tasks.specs import Example, TaskSpec, examples_hash, load_task, render_for_model, select_examples
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SHIPPED = ["aclsum", "cnn-dailymail", "ding-de-en", "wmt14-de-en", "wmt14-en-de", "xsum"]

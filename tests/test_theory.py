@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from specbench.errors import SpecbenchError
-from specbench.theory import (
+from specbench.measure.theory import (
     Optimum,
     accepted_length_law,
     alpha_from_tokens_per_step,

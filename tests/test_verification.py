@@ -22,8 +22,8 @@ from specbench.decoding.base import Proposal
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.drafts.model import ModelDraft
 from specbench.errors import SpecbenchError
-from specbench.sampling import processed_probs
-from specbench.verification import (
+from specbench.decoding.sampling import processed_probs
+from specbench.evidence.verification import (
     first_divergence,
     greedy_checks,
     hf_greedy,

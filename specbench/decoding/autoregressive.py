@@ -12,8 +12,8 @@ import torch
 from specbench.config import SamplingConfig
 from specbench.decoding.base import DecodeResult
 from specbench.decoding.cached_model import CachedModel
-from specbench.sampling import next_token
-from specbench.timing import Clock
+from specbench.decoding.sampling import next_token
+from specbench.measure.timing import Clock
 
 
 def prompt_split(model: CachedModel, prompt_ids: list[int], decoder_start_id: int | None) -> tuple[list[int] | None, list[int]]:

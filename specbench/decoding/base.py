@@ -3,7 +3,7 @@
 A draft of any kind (a model, an n-gram table, prompt lookup) is a `Proposer`; it returns a
 `Proposal`; the verifier turns target logits plus a proposal into a `Verdict`; an engine
 turns a prompt into a `DecodeResult` of raw counts and times. Ratios are derived later,
-in one place (specbench.metrics), never here.
+in one place (specbench.measure.metrics), never here.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Protocol
 
-from specbench import theory
+from specbench.measure import theory
 
 
 class GammaPolicy(Protocol):

@@ -16,7 +16,7 @@ from transformers import GenerationConfig
 
 from specbench.config import SamplingConfig
 from specbench.decoding.base import DecodeResult
-from specbench.timing import Clock
+from specbench.measure.timing import Clock
 
 
 def generation_config(sampling: SamplingConfig, max_new_tokens: int, eos_ids: frozenset[int], pad_id: int | None) -> GenerationConfig:

@@ -18,8 +18,8 @@ from specbench.decoding.base import DecodeResult, Proposer
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.gamma_policy import FixedGamma, GammaPolicy
 from specbench.decoding.verify import verify_greedy, verify_sampling
-from specbench.sampling import next_token, processed_probs
-from specbench.timing import Clock
+from specbench.decoding.sampling import next_token, processed_probs
+from specbench.measure.timing import Clock
 
 
 def decode_speculative(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from specbench.decoding.base import Verdict
-from specbench.sampling import sample
+from specbench.decoding.sampling import sample
 
 
 def verify_greedy(draft_tokens: list[int], target_best: list[int]) -> Verdict:

@@ -1,2 +1,3 @@
-"""Measuring the machine a benchmark runs on: who it is, what one pass costs, how noisy it is, and the
-choices (γ, draft, dtype) that follow from those measurements rather than from another machine's."""
+"""Measuring: the runner and sweep that time both engines, the records they stream to results/, the
+metrics and theory that turn raw counts into ratios, and the machine measurements (hardware identity,
+pass-cost calibration, noise) that the choices of γ, draft and dtype follow from."""

@@ -23,7 +23,7 @@ from typing import Callable
 import torch
 
 from specbench.decoding.cached_model import CachedModel
-from specbench.timing import Clock
+from specbench.measure.timing import Clock
 
 DEFAULT_REPEATS = 7  # medians over 7 passes per k: ~3 % spread on an idle 2-core CPU
 

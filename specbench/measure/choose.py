@@ -21,7 +21,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable
 
-from specbench import theory
+from specbench.measure import theory
 from specbench.config import AUTO, RunConfig
 from specbench.errors import SpecbenchError
 from specbench.measure.calibration import Calibration

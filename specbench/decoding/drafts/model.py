@@ -14,7 +14,7 @@ from specbench.config import SamplingConfig
 from specbench.decoding.backend import ForwardBackend
 from specbench.decoding.base import Proposal
 from specbench.decoding.cached_model import CachedModel
-from specbench.sampling import processed_probs, sample
+from specbench.decoding.sampling import processed_probs, sample
 
 
 def common_prefix_length(a: list[int], b: list[int]) -> int:

@@ -32,7 +32,7 @@ import torch
 from specbench.config import SamplingConfig
 from specbench.decoding.base import Proposal
 from specbench.errors import SpecbenchError
-from specbench.sampling import processed_probs, sample
+from specbench.decoding.sampling import processed_probs, sample
 
 DEFAULT_K = 1e-3  # unigram add-k: total pseudo-mass k·V (49 on SmolLM2's 49,152 ids) against N corpus tokens
 DEFAULT_BACKOFF = 1.0  # bigram λ: pseudo-observations of each context drawn from the unigram law

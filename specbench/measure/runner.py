@@ -32,12 +32,12 @@ from specbench.evidence.numerics import explain_example
 from specbench.measure import calibration as cal
 from specbench.measure.choose import AutoChoice, PilotResult, choose, needs_choice, pilot_from_results, resolved_config
 from specbench.measure.noise import probe_ms
-from specbench.metrics import first_divergence, json_safe, summarize
+from specbench.measure.metrics import first_divergence, json_safe, summarize
 from specbench.models import LoadedModel, load_model, make_proposer
-from specbench.results import (SCHEMA_VERSION, EngineRecord, ExampleRecord, RunFiles, append_jsonl, append_record,
+from specbench.measure.records import (SCHEMA_VERSION, EngineRecord, ExampleRecord, RunFiles, append_jsonl, append_record,
                                atomic_write_json, environment_info, prepare_run_dir, read_records, repair_jsonl,
                                run_lock)
-from specbench.tasks import Example, TaskSpec, examples_hash, load_task, render_for_model, select_examples
+from specbench.tasks.specs import Example, TaskSpec, examples_hash, load_task, render_for_model, select_examples
 
 PILOT_EXAMPLES = 6  # at most this many untimed examples per draft for the auto choices' α estimate …
 PILOT_MIN_STEPS = 48  # … stopping once this many verified steps were seen (2 short examples gave α 0.80–0.94)
@@ -290,7 +290,7 @@ def run_pilot(session: Session, config: RunConfig, draft: str, pilot: list[Prepa
 def available_drafts(target_spec: str) -> list[str]:
     """The drafts `--draft auto` compares for a target: prompt lookup always; the distilled draft and
     lookup+distilled where drafts/ ships one; a paired preset draft (and lookup+it) where installed."""
-    from specbench.distill import shipped_draft_dir
+    from specbench.models.shipped import shipped_draft_dir
     from specbench.models import PAIRED_DRAFTS, preset_installed
 
     drafts = ["prompt-lookup"]
@@ -625,7 +625,7 @@ def quality(spec: TaskSpec, records: list[dict], sampling: SamplingConfig) -> di
     refs = [r["reference"] for r in records]
     if not spec.metric or not records or any(ref is None for ref in refs):
         return None
-    from specbench.quality import bootstrap_ci, score
+    from specbench.tasks.quality import bootstrap_ci, score
 
     out = {"metric": spec.metric}
     for engine in ("baseline", "speculative"):

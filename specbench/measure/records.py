@@ -4,7 +4,7 @@ A run directory `results/<run-id>/` holds:
   manifest.json   the full config, task and example hash, models, package versions, git commit, hardware
   examples.jsonl  one `ExampleRecord` per line, appended as each example finishes (a kill loses
                   nothing already measured; a rerun skips the ids already there)
-  summary.json    derived metrics (specbench.metrics), rewritten atomically after every example
+  summary.json    derived metrics (specbench.measure.metrics), rewritten atomically after every example
   .lock           held (flock) by the process measuring into the directory, so a second one fails fast
 The schema is versioned; each field carries its meaning as a comment here and in the README.
 """
@@ -162,8 +162,12 @@ def repair_jsonl(path: Path) -> None:
 
 
 def git_commit() -> str | None:
+    """The checkout's commit when specbench runs from a git clone; None for an installed wheel (whose
+    site-packages may sit inside some unrelated repository: that repository's HEAD would be a lie)."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        return None
     try:
-        root = Path(__file__).resolve().parent.parent
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
         return out.stdout.strip() or None
     except (OSError, subprocess.SubprocessError):

@@ -38,8 +38,8 @@ from scipy import optimize, stats
 from specbench.config import SamplingConfig
 from specbench.decoding.base import Verdict
 from specbench.decoding.verify import accepted_count, expected_acceptance, residual, verify_sampling
-from specbench.sampling import processed_probs, sample
-from specbench.metrics import json_safe  # noqa: F401  (re-exported: verification imports it from here)
+from specbench.decoding.sampling import processed_probs, sample
+from specbench.measure.metrics import json_safe  # noqa: F401  (re-exported: verification imports it from here)
 
 Prefix = tuple[int, ...]
 LawFn = Callable[[Prefix], torch.Tensor]  # prefix → [V] processed target law p(· | prefix)

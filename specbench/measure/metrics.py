@@ -1,6 +1,6 @@
 """Every ratio specbench reports, derived from raw counts in one documented place.
 
-Records store counts and seconds only (specbench.results); this module turns a list of
+Records store counts and seconds only (specbench.measure.records); this module turns a list of
 example records into the summary. A ratio whose denominator is zero is NaN (written as
 null in JSON), never 0 or an exception.
 
@@ -211,7 +211,7 @@ def predicted_decode(records: list[dict], alpha: float, gamma: int, c: float, ve
     came within γ tokens of it). Prefill, the same work for both engines plus the draft's own
     prefill, is outside both sides.
     """
-    from specbench import theory
+    from specbench.measure import theory
 
     nan = {"predicted_target_calls": NAN, "predicted_decode_speedup": NAN}
     if any(math.isnan(x) for x in (alpha, c, verify_cost)):
@@ -245,7 +245,7 @@ def predictions(alpha: float, gamma: int, c: float, verify_cost: float,
     cost; model-free drafts (prompt lookup) often propose fewer or none, which the paper's
     formula does not see.
     """
-    from specbench import theory
+    from specbench.measure import theory
 
     if any(math.isnan(x) for x in (alpha, c, verify_cost)):
         return {"predicted_tokens_per_call": NAN, "predicted_speedup": NAN, "predicted_speedup_extended": NAN}

@@ -36,7 +36,7 @@ import numpy as np
 from specbench.config import GAMMA_POLICIES
 from specbench.errors import SpecbenchError
 from specbench.measure.hardware import describe
-from specbench.metrics import json_safe, summarize, timing_noise
+from specbench.measure.metrics import json_safe, summarize, timing_noise
 
 # Identity fields a usable summary must hold (non-null), and metric fields it must have (null = not measurable).
 REQUIRED = ("run_id", "target", "draft", "task", "gamma", "temperature", "top_k", "top_p", "n_examples")
@@ -217,8 +217,8 @@ def collect(paths: list[Path]) -> ReportData:
     """Every run, sweep and checks.json under `paths`, checked; whatever is unusable goes to `skipped`."""
     import pandas as pd
 
-    from specbench.results import RunFiles, load_examples, load_runs, read_records
-    from specbench.runner import baseline_drift, read_probes
+    from specbench.measure.records import RunFiles, load_examples, load_runs, read_records
+    from specbench.measure.runner import baseline_drift, read_probes
 
     paths = [Path(p) for p in paths]
     for p in paths:
@@ -266,7 +266,7 @@ def collect(paths: list[Path]) -> ReportData:
         if not row.get("complete", True):
             data.notes.append(f"{row['run_id']}: partial run, {row['n_examples']} of {expected or '?'} examples measured")
         # derive the metrics anew from the raw counts, so the report follows the current definitions
-        # (specbench.metrics) even for summaries written by an older version or one example behind
+        # (specbench.measure.metrics) even for summaries written by an older version or one example behind
         # with the run's noise probes and its shared baseline's drift, as the runner and the sweep computed them
         gamma, policy = resolve_gamma(row["gamma"], data.manifests[run_dir])
         row["gamma"], row["gamma_policy"] = gamma, policy
@@ -390,7 +390,7 @@ def best_gamma_rows(runs) -> list[dict]:
     optimum lies outside the γ that were run, `thm_in_range` is False and `thm_gamma_in_range` /
     `thm_factor_in_range` give the best γ within the measured range, which is what the report recommends.
     """
-    from specbench import theory
+    from specbench.measure import theory
 
     out = []
     for (task, series), group in fixed_gamma(runs).groupby(["task", "series"], sort=True):
@@ -616,7 +616,7 @@ def _histogram(value, gamma: int) -> list[float] | None:
 
 def fig_histograms(runs, task: str) -> object:
     """Accepted drafts per step, measured (bars) against the capped geometric law for the measured α (dots)."""
-    from specbench import theory
+    from specbench.measure import theory
 
     sub = fixed_gamma(runs)
     sub = sub[sub["task"] == task]
@@ -1109,7 +1109,7 @@ def write_report(paths: list[Path], out: Path | None = None, reports_dir: Path =
         raise SpecbenchError(f"cannot write the report to {out}: {exc.strerror}; pass a writable --out") from exc
     figures = make_figures(data.runs, out / "figures", data.curves)
     blocks = build_blocks(data, figures, f"specbench report: {default_name(paths)}")
-    from specbench.results import atomic_write_text
+    from specbench.measure.records import atomic_write_text
 
     atomic_write_text(out / "report.md", to_markdown(blocks))
     atomic_write_text(out / "report.html", to_html(blocks))

@@ -28,7 +28,7 @@ from typing import Callable
 
 from specbench.config import GAMMA_POLICIES, MODEL_FREE_DRAFTS, RunConfig, SamplingConfig, omit_later_defaults
 from specbench.errors import SpecbenchError
-from specbench.results import (SCHEMA_VERSION, append_jsonl, atomic_write_json, prepare_run_dir, read_records,
+from specbench.measure.records import (SCHEMA_VERSION, append_jsonl, atomic_write_json, prepare_run_dir, read_records,
                                repair_jsonl)
 
 SWEEP_FILE = "sweep.json"
@@ -258,7 +258,7 @@ class SweepOutcome:
 
 def _task_info(grid: SweepGrid) -> dict:
     """n examples and their hash per task, computed before any model loads (bad tasks fail fast)."""
-    from specbench.tasks import examples_hash, load_task, select_examples
+    from specbench.tasks.specs import examples_hash, load_task, select_examples
 
     info = {}
     for task in grid.tasks:
@@ -327,7 +327,7 @@ def run_sweep(
     (cell id, its examples, those already done) before each cell; on_example(cell id, record)
     after each example is on disk (an exception there stops the sweep with nothing lost).
     """
-    from specbench.runner import Session, execute_run
+    from specbench.measure.runner import Session, execute_run
 
     grid.validate()
     tasks = _task_info(grid)

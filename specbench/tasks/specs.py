@@ -18,10 +18,10 @@ from pathlib import Path
 
 import yaml
 
-from specbench import data
+from specbench.tasks import sources as data
 from specbench.errors import SpecbenchError
 
-TASKS_DIR = Path(__file__).parent.parent / "tasks"
+TASKS_DIR = Path(__file__).parent / "builtin"  # package data: the tasks that ship with specbench
 METRICS = ("bleu", "rouge")
 TASK_KEYS = ("name", "description", "source", "fields", "template", "chat_template", "reference", "metric",
              "max_new_tokens", "max_examples")

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from specbench.errors import SpecbenchError
 
-FETCH_COMMAND = "specbench data fetch"  # the CLI command that calls fetch_offline_data (or: python -m specbench.data)
+FETCH_COMMAND = "specbench data fetch"  # the CLI command that calls fetch_offline_data (or: python -m specbench.tasks.sources)
 OFFLINE_TASKS = "ding-de-en, aclsum"  # tasks that need no hub, suggested when the hub is unreachable
 
 SOURCE_TYPES = ("hub", "jsonl", "offline")

@@ -212,7 +212,7 @@ def file_sha256(path: Path) -> str:
 
 
 def _write_json(path: Path, obj) -> None:
-    from specbench.results import atomic_write_json
+    from specbench.measure.records import atomic_write_json
 
     atomic_write_json(path, obj)
 
@@ -263,8 +263,8 @@ def task_rows(spec, preset: DistillPreset, task_index: int, tokenizer, eos_id: i
     exclude_limit pick; for an offline source with other splits (aclsum), the other splits
     are training data and the benchmark split is never trained on.
     """
-    from specbench import data
-    from specbench.tasks import check_fields, make_example, render_for_model, select_examples
+    from specbench.tasks import sources as data
+    from specbench.tasks.specs import check_fields, make_example, render_for_model, select_examples
 
     max_new = min(spec.max_new_tokens, preset.max_new_tokens or spec.max_new_tokens)
 
@@ -554,7 +554,7 @@ def build_teacher_data(cfg: DistillConfig, target, progress: Progress) -> dict:
     """Plan the jobs, run those not yet on disk, and return the teacher index (shards, hashes, throughput)."""
     from safetensors.torch import save_file
 
-    from specbench.tasks import load_task
+    from specbench.tasks.specs import load_task
 
     folder = cfg.out / WORK / "teacher"
     folder.mkdir(parents=True, exist_ok=True)
@@ -1119,7 +1119,7 @@ def _manifest(cfg: DistillConfig, index: dict, target, model, state: dict, step:
     """manifest.json: what was trained on (and its hash), how, how far, and what it measured."""
     import transformers
 
-    from specbench.results import git_commit
+    from specbench.measure.records import git_commit
 
     p = cfg.preset
     curve = state["curve"]
@@ -1163,39 +1163,3 @@ def _manifest(cfg: DistillConfig, index: dict, target, model, state: dict, step:
         "git_commit": git_commit(),
         "argv": sys.argv,
     }
-
-
-# --------------------------------------------------------------------------- shipped drafts
-
-
-DRAFTS_DIR = Path(__file__).parent.parent / "drafts"  # distilled drafts shipped in the repository
-DISTILLED_ALIAS = "distilled"  # `--draft distilled`: the shipped draft for the run's target
-
-
-def shipped_draft_dir(target_spec: str, root: Path | None = None) -> Path:
-    """drafts/<target name>-distilled, the folder `--draft distilled` means; a clear error when it is not built."""
-    folder = (root or DRAFTS_DIR) / f"{Path(target_spec).name}-distilled"
-    if not (folder / "config.json").is_file():
-        raise SpecbenchError(f"no distilled draft for target {target_spec!r} in {folder}; build it with "
-                             f"`specbench distill --target {target_spec} --out {folder}`")
-    return folder
-
-
-def shipped_draft_rows(root: Path | None = None) -> list[dict]:
-    """`specbench list drafts`: each distilled draft under drafts/, with what its manifest measured."""
-    rows = []
-    for manifest_path in sorted((root or DRAFTS_DIR).glob("*/manifest.json")):
-        folder = manifest_path.parent
-        try:
-            m = json.loads(manifest_path.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue
-        checks = m.get("checks") or {}
-        cost, spec = checks.get("cost") or {}, checks.get("speculative") or {}
-        built = m.get("status") == "done" and (folder / "config.json").is_file()
-        measured = (f"c = {cost['c']:.3f}, α(γ={spec['gamma']}) = {spec['alpha']:.2f} on {spec['prompts']} held-out prompts"
-                    if built and cost and spec else f"not finished ({m.get('steps', {}).get('done')} steps)")
-        rows.append({"name": f"{DISTILLED_ALIAS} ({folder.relative_to(folder.parent.parent)})", "kind": "model (distilled)",
-                     "cost": "one draft forward per token",
-                     "description": f"distilled from {m.get('target', {}).get('spec')}; {measured}; rebuild: {m.get('command')}"})
-    return rows

@@ -1,6 +1,6 @@
 """`specbench verify`: evidence on real models that speculative decoding emits the target's law.
 
-specbench.equality proves the step on small tabulated laws; this module checks the whole
+specbench.evidence.equality proves the step on small tabulated laws; this module checks the whole
 runner (drafting, KV-cache rollback, the step loop, EOS and length clipping) on a real
 target and draft:
 
@@ -32,10 +32,10 @@ from specbench.decoding.autoregressive import clip_at_stop, decode_autoregressiv
 from specbench.decoding.base import Proposer
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.speculative import decode_speculative
-from specbench.equality import LEVEL, CheckResult, gof_check, homogeneity_check, json_safe, step_checks
+from specbench.evidence.equality import LEVEL, CheckResult, gof_check, homogeneity_check, json_safe, step_checks
 from specbench.errors import SpecbenchError
-from specbench.results import atomic_write_text
-from specbench.sampling import processed_probs
+from specbench.measure.records import atomic_write_text
+from specbench.decoding.sampling import processed_probs
 
 Engine = Callable[[list[int], torch.Generator | None], list[int]]  # (prompt ids, generator) → generated ids
 ProposerFactory = Callable[[], Proposer]  # a fresh proposer; called once per engine so no state crosses cells
@@ -304,7 +304,7 @@ def run_checks(target_model: torch.nn.Module, proposer_factory: ProposerFactory,
                progress: Callable[[str], None] | None = None) -> list[CheckResult]:
     """Everything `specbench verify` runs, in this order.
 
-    1. the model-free step battery (specbench.equality) under `sampling` (T = 1 when greedy),
+    1. the model-free step battery (specbench.evidence.equality) under `sampling` (T = 1 when greedy),
        exact laws plus `step_samples` draws through verify_sampling (0 skips the draws);
     2. sequence level on the first prompt (skipped at T = 0): n_samples continuations of
        sample_length tokens (default max(gammas) + 2, capped at 6) per engine; the exact-law

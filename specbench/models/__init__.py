@@ -151,7 +151,7 @@ class LoadedModel:
 
 
 def cache_root() -> Path:
-    from specbench.data import cache_dir  # one cache root for models and data
+    from specbench.tasks.sources import cache_dir  # one cache root for models and data
 
     return cache_dir()
 
@@ -426,7 +426,7 @@ def make_proposer(spec: str, target: LoadedModel, device: str = "auto", dtype: s
 
     def model(model_spec: str) -> ModelDraft:
         if model_spec == "distilled":  # the draft `specbench distill` ships for this target under drafts/
-            from specbench.distill import shipped_draft_dir
+            from specbench.models.shipped import shipped_draft_dir
 
             model_spec = str(shipped_draft_dir(target.name))
         if model_spec.partition(":")[0] in MODEL_FREE_DRAFTS or not model_spec:
@@ -491,7 +491,7 @@ def draft_rows() -> list[dict]:
         if isinstance(p, SplitPreset) and p.role == "draft":
             rows.append({"name": p.name, "kind": "model (preset)", "cost": "one draft forward per token",
                          "description": f"{p.description}; opt-in: {p.install}"})
-    from specbench.distill import shipped_draft_rows
+    from specbench.models.shipped import shipped_draft_rows
 
     rows.extend(shipped_draft_rows())  # `--draft distilled`: drafts/<target>-distilled, built by `specbench distill`
     return rows

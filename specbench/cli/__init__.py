@@ -163,7 +163,7 @@ def run(
     Example: specbench run --task aclsum --draft prompt-lookup --gamma 3 --limit 8
     Example: specbench run --draft auto --dtype auto --gamma auto --repeats 2   (choices measured on this machine)
     """
-    from specbench.runner import measure, prepare_run
+    from specbench.measure.runner import measure, prepare_run
 
     config = RunConfig(target=target, draft=draft, task=task, gamma=parse_gamma(gamma),
                        sampling=SamplingConfig(temperature, top_k, top_p), limit=limit, seed=seed,
@@ -245,7 +245,7 @@ def sweep(
 
     Example: specbench sweep --gamma 1-8 --draft prompt-lookup --temperature 0,1 --limit 8
     """
-    from specbench.sweep import SweepGrid, parse_float_list, run_sweep
+    from specbench.measure.sweep import SweepGrid, parse_float_list, run_sweep
 
     grid = SweepGrid.from_specs(target=target, draft=draft, gamma=gamma, temperature=temperature, task=task,
                                 top_k=top_k, top_p=top_p, limit=limit, seed=seed, max_new_tokens=max_new_tokens,
@@ -337,10 +337,10 @@ def verify(
 
     Example: specbench verify --temperature 0.7 --top-k 3   (small top-k makes the exact sequence law enumerable)
     """
-    from specbench.runner import Session, prepare_examples
-    from specbench.sweep import parse_int_list
-    from specbench.tasks import load_task, select_examples
-    from specbench.verification import run_checks, write_checks
+    from specbench.measure.runner import Session, prepare_examples
+    from specbench.measure.sweep import parse_int_list
+    from specbench.tasks.specs import load_task, select_examples
+    from specbench.evidence.verification import run_checks, write_checks
 
     sampling = SamplingConfig(temperature, top_k, top_p).validate()
     gamma_values = parse_int_list(gammas, "--gamma")
@@ -363,7 +363,7 @@ def verify(
                             progress=lambda msg: status.update(f"checking: {msg}"))
     name = f"verify-{Path(target).name}-{Path(draft).name}-t{temperature:g}-k{top_k}-p{top_p:g}"
     out_path = Path(results_dir) / name
-    from specbench.results import prepare_run_dir
+    from specbench.measure.records import prepare_run_dir
 
     json_path, _ = write_checks(checks, prepare_run_dir(out_path), extra={
         "target": target, "draft": draft, "temperature": temperature, "top_k": top_k, "top_p": top_p,
@@ -411,7 +411,7 @@ def list_drafts():
 @handles_errors
 def list_tasks_cmd():
     """Tasks: source, size, offline availability, metric."""
-    from specbench.tasks import list_tasks
+    from specbench.tasks.specs import list_tasks
 
     rows_table(list_tasks(), "tasks")
 
@@ -429,7 +429,7 @@ def rows_table(rows: list[dict], title: str) -> None:
 @handles_errors
 def data_fetch():
     """Fetch the offline task data (Debian trans-de-en, PyPI aclsum) into the cache."""
-    from specbench.data import fetch_offline_data
+    from specbench.tasks.sources import fetch_offline_data
 
     fetch_offline_data(out.print)
 
@@ -438,7 +438,7 @@ def data_fetch():
 @handles_errors
 def setup(target: Target = DEFAULT_TARGET):
     """Prepare a model preset (convert its GGUF to a safetensors cache) and the offline data."""
-    from specbench.data import fetch_offline_data
+    from specbench.tasks.sources import fetch_offline_data
     from specbench.models import install_preset, resolve_source
 
     quiet_transformers()
@@ -510,5 +510,5 @@ def main() -> None:
     app()
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # kept for `python specbench/cli/__init__.py`
     main()

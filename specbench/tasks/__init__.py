@@ -1,0 +1,3 @@
+"""Tasks: what to decode and how to score it. A task is data (a YAML file validated into a TaskSpec,
+`specs`), examples come from a source (hub, local file, offline package: `sources`), and outputs are
+scored by `quality`. The tasks that ship with specbench are package data under `builtin/`."""
