@@ -39,7 +39,8 @@ from specbench.decoding.hf_assisted import decode_hf  # noqa: E402
 from specbench.decoding.speculative import decode_speculative  # noqa: E402
 from specbench.errors import SpecbenchError  # noqa: E402
 from specbench.measure.metrics import json_safe, summarize  # noqa: E402
-from specbench.measure.records import atomic_write_json, environment_info  # noqa: E402
+from specbench.files import atomic_write_json  # noqa: E402
+from specbench.measure.records import environment_info  # noqa: E402
 from specbench.measure.runner import Engines, Session, engine_record, prepare_examples  # noqa: E402
 from specbench.tasks.specs import load_task, select_examples  # noqa: E402
 from specbench.measure.timing import Clock  # noqa: E402

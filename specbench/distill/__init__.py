@@ -55,6 +55,7 @@ from pathlib import Path
 import torch
 
 from specbench.errors import SpecbenchError
+from specbench.files import atomic_write_bytes, atomic_write_json, file_sha256
 
 SCHEMA_VERSION = 1
 DEFAULT_TASKS = ("ding-de-en", "aclsum")
@@ -190,31 +191,11 @@ Progress = Callable[[Event], None]
 # --------------------------------------------------------------------------- atomic files
 
 
-def _atomic_bytes_path(path: Path) -> Path:
-    return path.with_name(f".{path.name}.tmp{os.getpid()}")
-
-
 def atomic_torch_save(obj, path: Path) -> None:
-    tmp = _atomic_bytes_path(path)
-    try:
-        torch.save(obj, tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    atomic_write_bytes(path, lambda tmp: torch.save(obj, tmp))
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 22):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _write_json(path: Path, obj) -> None:
-    from specbench.measure.records import atomic_write_json
-
-    atomic_write_json(path, obj)
+_write_json = atomic_write_json
 
 
 # --------------------------------------------------------------------------- the plan: rows → jobs
@@ -589,9 +570,8 @@ def build_teacher_data(cfg: DistillConfig, target, progress: Progress) -> dict:
         t0 = time.perf_counter()
         tensors, counts = teacher.run_job(job, prefixes[job.task], p.reference_docs, p.sampled_docs)
         name = f"shard-{job.index:05d}.safetensors"
-        tmp = _atomic_bytes_path(folder / name)
-        save_file(tensors, str(tmp))  # no metadata: its key order varies, and the same data must hash the same
-        os.replace(tmp, folder / name)
+        # no metadata: its key order varies, and the same data must hash the same
+        atomic_write_bytes(folder / name, lambda tmp: save_file(tensors, str(tmp)))
         index["shards"][str(job.index)] = {"file": name, "sha256": file_sha256(folder / name),
                                            "docs": int(tensors["doc_len"].numel()),
                                            "labels": int(tensors["topk_idx"].shape[0]),

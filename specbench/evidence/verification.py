@@ -34,7 +34,7 @@ from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.speculative import decode_speculative
 from specbench.evidence.equality import LEVEL, CheckResult, gof_check, homogeneity_check, json_safe, step_checks
 from specbench.errors import SpecbenchError
-from specbench.measure.records import atomic_write_text
+from specbench.files import atomic_write_text
 from specbench.decoding.sampling import processed_probs
 
 Engine = Callable[[list[int], torch.Generator | None], list[int]]  # (prompt ids, generator) → generated ids

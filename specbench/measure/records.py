@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from specbench.errors import SpecbenchError
+from specbench.files import append_jsonl
 
 SCHEMA_VERSION = 1
 
@@ -69,17 +70,6 @@ class ExampleRecord:
     numerics: dict | None = None
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temporary file and rename, so readers never see half a file."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def atomic_write_json(path: Path, obj) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
-
-
 def prepare_run_dir(path: Path) -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -89,14 +79,6 @@ def prepare_run_dir(path: Path) -> Path:
     except OSError as exc:
         raise SpecbenchError(f"cannot write results to {path}: {exc.strerror}; pass a writable --results-dir") from exc
     return path
-
-
-def append_jsonl(path: Path, row: dict) -> None:
-    """Append one JSON line and flush it to disk (a kill leaves at most a partial last line)."""
-    with path.open("a") as fh:
-        fh.write(json.dumps(row) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
 
 
 def append_record(path: Path, record: ExampleRecord) -> None:

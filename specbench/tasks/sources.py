@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specbench.errors import SpecbenchError
+from specbench.files import atomic_write_jsonl
 
 FETCH_COMMAND = "specbench data fetch"  # the CLI command that calls fetch_offline_data (or: python -m specbench.tasks.sources)
 OFFLINE_TASKS = "ding-de-en, aclsum"  # tasks that need no hub, suggested when the hub is unreachable
@@ -219,21 +220,9 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def write_jsonl_atomic(rows: Iterable[dict], dest: Path) -> int:
-    """Write rows to dest via a temporary file and os.replace, so a reader never sees half a file."""
+    """Write rows to dest atomically (a reader never sees half a file); returns the number of rows."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=dest.name, suffix=".tmp")
-    n = 0
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for row in rows:
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
-                n += 1
-        os.chmod(tmp, 0o644)  # mkstemp makes it 0600; the cache is ordinary readable data
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return n
+    return atomic_write_jsonl(dest, rows)
 
 
 # --------------------------------------------------------------------------- ding-de-en
