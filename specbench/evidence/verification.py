@@ -35,6 +35,7 @@ from specbench.decoding.speculative import decode_speculative
 from specbench.evidence.equality import LEVEL, CheckResult, gof_check, homogeneity_check, json_safe, step_checks
 from specbench.errors import SpecbenchError
 from specbench.files import atomic_write_text
+from specbench.measure.metrics import first_divergence
 from specbench.decoding.sampling import processed_probs
 
 Engine = Callable[[list[int], torch.Generator | None], list[int]]  # (prompt ids, generator) → generated ids
@@ -186,14 +187,6 @@ def hf_greedy(model: torch.nn.Module, prompt_ids: list[int], max_new_tokens: int
     seq2seq = getattr(model.config, "is_encoder_decoder", False)
     new = out[0, 1:] if seq2seq else out[0, ids.shape[1]:]
     return clip_at_stop(new.tolist(), eos_ids, max_new_tokens)[0]
-
-
-def first_divergence(a: list[int], b: list[int]) -> int | None:
-    """Index of the first position where the sequences differ (a length difference counts); None if equal."""
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 @torch.inference_mode()
