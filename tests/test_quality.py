@@ -89,3 +89,17 @@ def test_bleu_bootstrap_statistics_reproduce_corpus_bleu():
 def test_bad_inputs(call, message):
     with pytest.raises(SpecbenchError, match=message):
         call()
+
+
+def test_resample_bleu_equals_sacrebleu_corpus_bleu_of_that_multiset():
+    """Summed public per-sentence statistics must reproduce corpus BLEU exactly, for any multiset."""
+    import numpy as np
+
+    from specbench.tasks.quality import bleu_of_resamples
+
+    counts = np.array([[1] * len(HYPS), [2] + [0] * (len(HYPS) - 1), [0] + [3] * (len(HYPS) - 1)])
+    got = bleu_of_resamples(counts, HYPS, REFS)
+    for row, value in zip(counts, got):
+        hyps = [h for h, k in zip(HYPS, row) for _ in range(k)]
+        refs = [r for r, k in zip(REFS, row) for _ in range(k)]
+        assert value == pytest.approx(score("bleu", hyps, refs)["bleu"], abs=1e-9)

@@ -199,6 +199,29 @@ def target_sequence_law(target: LawFn, length: int, prefix: Prefix = ()) -> dict
     return law
 
 
+def draft_paths(draft: DraftFn, pre: Prefix, gamma: int) -> dict[Prefix, float]:
+    """Every γ-token draft after `pre` with its probability under the draft's drawn laws."""
+    paths = {(): 1.0}
+    for _ in range(gamma):
+        longer = {}
+        for xs, w in paths.items():
+            drawn = f64(draft(pre + xs)[0])  # [V]
+            for x in drawn.nonzero().flatten().tolist():
+                longer[xs + (x,)] = w * float(drawn[x])
+        paths = longer
+    return paths
+
+
+def acceptance_regions(measures: list[tuple[float, float, float]]) -> list[tuple[float, torch.Tensor]]:
+    """Every accept/reject pattern of u_1..u_γ as (its measure, a representative u vector [γ]).
+
+    `measures[i]` is acceptance_measure's (P(accept), a u that accepts, a u that rejects) at position i."""
+    regions: list[list[tuple[float, float]]] = [[]]
+    for a, u_acc, u_rej in measures:
+        regions = [r + [(m, u)] for r in regions for m, u in ((a, u_acc), (1.0 - a, u_rej)) if m > 0]
+    return [(math.prod(m for m, _ in r), torch.tensor([u for _, u in r], dtype=torch.float64)) for r in regions]
+
+
 def sequence_law(target: LawFn, draft: DraftFn, *, gamma: int, length: int, prefix: Prefix = (),
                  count: CountFn = accepted_count, residual_fn: ResidualFn = residual) -> dict[Prefix, float]:
     """Exact law of the first `length` tokens emitted by repeated speculative steps, by enumeration.
@@ -221,30 +244,17 @@ def sequence_law(target: LawFn, draft: DraftFn, *, gamma: int, length: int, pref
     def step(pre: Prefix) -> dict[Prefix, float]:
         """Law of the tokens one step emits after `pre`."""
         out: Counter = Counter()
-        drafts = {(): 1.0}
-        for _ in range(gamma):
-            nxt = {}
-            for xs, w in drafts.items():
-                drawn = f64(draft(pre + xs)[0])
-                for x in drawn.nonzero().flatten().tolist():
-                    nxt[xs + (x,)] = w * float(drawn[x])
-            drafts = nxt
-        for xs, w in drafts.items():
+        for xs, w in draft_paths(draft, pre, gamma).items():
             ctx = [pre + xs[:i] for i in range(gamma + 1)]
             p = torch.stack([f64(target(c)) for c in ctx])  # [γ+1, V]
             q = torch.stack([f64(draft(c)[1]) for c in ctx[:gamma]])  # [γ, V]
-            regions = [[]]
-            for i in range(gamma):
-                a, u_acc, u_rej = measure(ctx[i], xs[i])
-                regions = [r + [(m, u)] for r in regions for m, u in ((a, u_acc), (1.0 - a, u_rej)) if m > 0]
+            regions = acceptance_regions([measure(ctx[i], xs[i]) for i in range(gamma)])
             tokens = torch.tensor(xs)
-            for region in regions:
-                weight = w * math.prod(m for m, _ in region)
-                u = torch.tensor([u for _, u in region], dtype=torch.float64)
+            for weight, u in regions:
                 n = count(tokens, q, p[:gamma], u)
                 law = residual_fn(p[n], q[n]) if n < gamma else p[gamma]
                 for y in law.nonzero().flatten().tolist():
-                    out[xs[:n] + (y,)] += weight * float(law[y])
+                    out[xs[:n] + (y,)] += w * weight * float(law[y])
         return out
 
     def first(pre: Prefix, remaining: int) -> dict[Prefix, float]:
@@ -428,9 +438,13 @@ def gof_check(name: str, counts: Mapping[Hashable, int], law: Mapping[Hashable, 
     for c, b in bins.items():
         obs[b] += counts.get(c, 0)
         exp[b] += n * support[c]
-    g = math.inf if impossible else 2.0 * sum(o * math.log(o / e) for o, e in zip(obs, exp) if o > 0)
     df = nb - 1
-    p_value = 0.0 if impossible else (float(stats.chi2.sf(g, df)) if df >= 1 else 1.0)
+    if impossible:
+        g, p_value = math.inf, 0.0
+    elif df >= 1:
+        g, p_value = (float(v) for v in stats.power_divergence(obs, exp, lambda_="log-likelihood"))  # the G-test
+    else:
+        g, p_value = 0.0, 1.0
     worst = sorted(((abs(counts.get(c, 0) / n - w), c) for c, w in support.items()), reverse=True)[:5] if n else []
     detail = {"df": df, "cells": len(support), "bins": nb, "pooled_cells": pooled,
               "impossible": {_cell_str(c): k for c, k in impossible.items()},
@@ -484,13 +498,12 @@ def homogeneity_check(name: str, counts_a: Mapping[Hashable, int], counts_b: Map
     for c, b in bins.items():
         oa[b] += counts_a.get(c, 0)
         ob[b] += counts_b.get(c, 0)
-    x2 = 0.0
-    for a, b in zip(oa, ob) if na and nb_ else ():
-        t = a + b
-        ea, eb = na * t / total, nb_ * t / total
-        x2 += (a - ea) ** 2 / ea + (b - eb) ** 2 / eb
     df = nbins - 1
-    p_value = float(stats.chi2.sf(x2, df)) if df >= 1 else 1.0
+    if na and nb_ and df >= 1:  # every bin holds a draw, so no expected count is zero
+        x2, p_value, _, _ = stats.chi2_contingency([oa, ob], correction=False)
+        x2, p_value = float(x2), float(p_value)
+    else:
+        x2, p_value = 0.0, 1.0
     n_eff = na * nb_ / total if total else 0.0
     tv = 0.5 * sum(abs(a / na - b / nb_) for a, b in zip(oa, ob)) if na and nb_ else 0.0
     return CheckResult(name=name, kind="homogeneity", statistic=x2, p_value=p_value, n=total, threshold=level,

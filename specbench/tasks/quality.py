@@ -42,6 +42,32 @@ def score(metric: str, hypotheses: list[str], references: list[str]) -> dict:
     return {key: float(per_example[key].mean()) for key in METRIC_KEYS["rouge"]}
 
 
+def bleu_sufficient_statistics(hypotheses: list[str], references: list[str]) -> np.ndarray:
+    """Per-sentence BLEU statistics through sacreBLEU's public API: [N, 2 + 2·order] rows of
+    (sys_len, ref_len, matches per n-gram order, totals per n-gram order). Summed over any multiset
+    of sentences they give that multiset's corpus BLEU (BLEU is a ratio of sums, not a mean)."""
+    from sacrebleu.metrics import BLEU
+
+    # effective order changes only a sentence's own score, not its counts (and silences sacreBLEU's advice)
+    bleu = BLEU(effective_order=True)
+    rows = []
+    for hyp, ref in zip(hypotheses, references):
+        s = bleu.sentence_score(hyp, [ref])
+        rows.append([s.sys_len, s.ref_len, *s.counts, *s.totals])
+    return np.array(rows, dtype=np.int64)
+
+
+def bleu_of_resamples(counts: np.ndarray, hypotheses: list[str], references: list[str]) -> np.ndarray:
+    """Corpus BLEU of each resample, `counts` [R, N] being how often each sentence appears in it."""
+    bleu = _bleu()
+    order = bleu.max_ngram_order
+    sums = counts @ bleu_sufficient_statistics(hypotheses, references)  # [R, 2 + 2·order]
+    return np.array([bleu.compute_bleu(correct=row[2:2 + order].tolist(), total=row[2 + order:].tolist(),
+                                       sys_len=int(row[0]), ref_len=int(row[1]), smooth_method=bleu.smooth_method,
+                                       smooth_value=bleu.smooth_value, max_ngram_order=order).score
+                     for row in sums])
+
+
 def rouge_per_example(hypotheses: list[str], references: list[str]) -> dict[str, np.ndarray]:
     """F-measure ×100 of each example, per ROUGE variant: {'rouge1': [N], ...}."""
     from rouge_score import rouge_scorer
@@ -70,10 +96,7 @@ def bootstrap_ci(metric: str, hypotheses: list[str], references: list[str], key:
     # how often each example appears in each resample: n draws with replacement  # [R, N]
     counts = np.random.default_rng(seed).multinomial(n, np.full(n, 1.0 / n), size=n_resamples)
     if metric == "bleu":
-        bleu = _bleu()
-        stats = np.array(bleu._extract_corpus_statistics(list(hypotheses), [list(references)]), dtype=np.int64)  # [N, S]
-        sums = counts @ stats  # [R, S] corpus statistics of each resample
-        values = np.array([bleu._compute_score_from_stats(row.tolist()).score for row in sums])  # [R]
+        values = bleu_of_resamples(counts, hypotheses, references)  # [R]
     else:
         per_example = rouge_per_example(hypotheses, references)[key]  # [N]
         values = counts @ per_example / n  # [R]
