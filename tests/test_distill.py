@@ -111,7 +111,7 @@ def test_cli_small_preset_writes_a_loadable_draft_and_manifest(trained, target, 
 
 
 def test_distilled_draft_passes_greedy_identity_against_its_target(trained, target):
-    from specbench.models import make_proposer
+    from specbench.decoding.drafts.factory import make_proposer
 
     out, _ = trained
     t = load_model(target, device="cpu")
@@ -280,7 +280,7 @@ def test_draft_alias_distilled_finds_the_shipped_draft_and_lists_it(trained, tar
 
     import specbench.models.shipped as shipped_module
     from specbench.decoding.drafts.hybrid import HybridDraft
-    from specbench.models import draft_rows, make_proposer
+    from specbench.decoding.drafts.factory import draft_rows, make_proposer
 
     t = load_model(target, device="cpu")
     monkeypatch.setattr(shipped_module, "DRAFTS_DIR", tmp_path / "drafts")

@@ -29,15 +29,17 @@ from specbench.config import SamplingConfig
 from specbench.decoding.autoregressive import decode_autoregressive
 from specbench.decoding.base import Proposal
 from specbench.decoding.cached_model import CachedModel
-from specbench.decoding.drafts.hybrid import HybridDraft, split_hybrid_spec
+from specbench.decoding.drafts.hybrid import HybridDraft
 from specbench.decoding.drafts.model import ModelDraft
 from specbench.decoding.drafts.ngram import FrequencyDraft, make_frequency_draft
 from specbench.decoding.drafts.prompt_lookup import PromptLookupDraft
+from specbench.decoding.drafts.spec import DraftSpec, parse_draft
 from specbench.decoding.speculative import decode_speculative
 from specbench.decoding.verify import verify_sampling
 from specbench.evidence.equality import gof_check
 from specbench.errors import SpecbenchError
-from specbench.models import make_proposer, wrap_model
+from specbench.decoding.drafts.factory import make_proposer
+from specbench.models import wrap_model
 from specbench.decoding.sampling import processed_probs, sample
 
 GREEDY = SamplingConfig()
@@ -119,12 +121,12 @@ def test_bad_inputs_raise_one_line_errors():
     with pytest.raises(SpecbenchError, match="outside the target's vocabulary"):
         FrequencyDraft(1, 10, CPU).fit([[3, 12]])
     with pytest.raises(SpecbenchError, match="bigram takes k=<number>, backoff=<number>"):
-        make_frequency_draft("bigram:lambda=2", 10, CPU)
+        make_frequency_draft(parse_draft("bigram:lambda=2"), 10, CPU)
     with pytest.raises(SpecbenchError, match="not a number"):
-        make_frequency_draft("unigram:k=lots", 10, CPU)
+        make_frequency_draft(parse_draft("unigram:k=lots"), 10, CPU)
     with pytest.raises(SpecbenchError, match="before fit"):
         FrequencyDraft(1, 10, CPU).propose([1], 2, GREEDY, None)
-    draft = make_frequency_draft("bigram:k=0.01,backoff=3", 10, CPU, corpus=[[1, 2]])
+    draft = make_frequency_draft(parse_draft("bigram:k=0.01,backoff=3"), 10, CPU, corpus=[[1, 2]])
     assert (draft.order, draft.k, draft.backoff, draft.name) == (2, 0.01, 3.0, "bigram:k=0.01,backoff=3")
 
 
@@ -134,10 +136,43 @@ def test_make_proposer_dispatches_specs():
     bigram = make_proposer("bigram:k=0.1", target, corpus=CORPUS)
     assert bigram.order == 2 and bigram._from_corpus
     assert isinstance(make_proposer("prompt-lookup", target), PromptLookupDraft)
-    assert split_hybrid_spec("lookup+org/model") == "org/model" == split_hybrid_spec("hybrid:org/model")
-    assert split_hybrid_spec("unigram") is None
     with pytest.raises(SpecbenchError, match="after lookup\\+ comes a draft model"):
         make_proposer("lookup+bigram", target)
+
+
+@pytest.mark.parametrize("text, kind, options, model", [
+    ("prompt-lookup", "prompt-lookup", (), None),
+    ("unigram", "unigram", (), None),
+    ("unigram:k=0.5", "unigram", (("k", 0.5),), None),
+    ("bigram:k=0.01, backoff=2", "bigram", (("k", 0.01), ("backoff", 2.0)), None),
+    ("lookup+org/model", "hybrid", (), "org/model"),
+    ("hybrid:org/model", "hybrid", (), "org/model"),
+    ("lookup+distilled", "hybrid", (), "distilled"),
+    ("distilled", "model", (), "distilled"),
+    ("org/model", "model", (), "org/model"),
+    ("drafts/x.gguf", "model", (), "drafts/x.gguf"),
+])
+def test_a_draft_spec_is_parsed_in_one_place(text, kind, options, model):
+    spec = parse_draft(text)
+    assert spec == DraftSpec(text, kind, options, model)
+    assert spec.uses_model == (kind in ("hybrid", "model")) != spec.model_free
+    assert spec.fits_corpus == (kind in ("unigram", "bigram"))
+
+
+@pytest.mark.parametrize("text, message", [
+    ("lookup+bigram", "after lookup\\+ comes a draft model"),
+    ("hybrid:prompt-lookup", "after lookup\\+ comes a draft model"),
+    ("lookup+", "after lookup\\+ comes a draft model"),
+    ("lookup+lookup+m", "after lookup\\+ comes a draft model"),
+    ("prompt-lookup:n=3", "prompt-lookup takes no options"),
+    ("unigram:backoff=2", "unigram takes k=<number>$"),
+    ("bigram:k", "bigram takes k=<number>, backoff=<number>"),
+    ("", "--draft is empty"),
+])
+def test_malformed_draft_specs_fail_in_one_line(text, message):
+    with pytest.raises(SpecbenchError, match=message) as err:
+        parse_draft(text)
+    assert "\n" not in str(err.value)
 
 
 def test_make_proposer_builds_a_hybrid_from_a_saved_model(tmp_path):
@@ -176,6 +211,29 @@ def test_hybrid_reports_one_hot_for_lookup_and_the_model_law_for_the_rest():
 
 # ---------------------------------------------------------------------------------------------
 # 2. Greedy identity
+
+
+def test_every_draft_answers_the_proposer_hooks_without_attribute_sniffing():
+    """model_caches / hf_assistant / set_timer / lookup_history: what the runner and bench ask of a draft."""
+    from specbench.measure.timing import Clock
+
+    model = tiny_llama(1)
+    free = [PromptLookupDraft(VOCAB, CPU), FrequencyDraft(1, VOCAB, CPU), FrequencyDraft(2, VOCAB, CPU)]
+    single, hybrid = ModelDraft(model, "m"), HybridDraft(PromptLookupDraft(VOCAB, CPU), ModelDraft(model, "m"), "lookup+m")
+    for draft in free:
+        assert (draft.is_model, draft.model_caches(), draft.hf_assistant(), draft.lookup_history()) == (False, [], None, None)
+    assert single.model_caches() == [single.lm] and single.hf_assistant() is model and single.lookup_history() is None
+    assert hybrid.model_caches() == [hybrid.model.lm] and hybrid.hf_assistant() is None  # HF has no hybrid
+    for draft in (single, hybrid):
+        assert draft.is_model and len(draft.model_caches()) == 1  # is_model promises a network to time
+        draft.set_timer(Clock(CPU))
+        run_speculative(tiny_llama(0), draft, 3, max_new=12)
+        times = draft.model_caches()[0].forward_times
+        assert len(times) >= 2 and all(t >= 0.0 for t in times)  # the prefill, then draft steps
+        draft.set_timer(None)
+        run_speculative(tiny_llama(0), draft, 3, max_new=12)
+        assert draft.model_caches()[0].forward_times == []  # off: nothing recorded
+    assert hybrid.lookup_history() == hybrid.lookup_lengths and len(hybrid.lookup_history()) > 0
 
 
 def run_baseline(model, max_new=40):

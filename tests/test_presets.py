@@ -11,7 +11,8 @@ import pytest
 
 from specbench import models
 from specbench.errors import SpecbenchError
-from specbench.models import (PRESETS, SplitPreset, draft_rows, find_parts, install_preset, is_verified, join_parts,
+from specbench.decoding.drafts.factory import draft_rows
+from specbench.models import (PRESETS, SplitPreset, find_parts, install_preset, is_verified, join_parts,
                               model_rows, part_number, resolve_source, split_preset_gguf)
 
 

@@ -14,7 +14,8 @@ from specbench.cli import app
 from specbench.decoding.backend import ForwardBackend
 from specbench.decoding.drafts.model import ModelDraft
 from specbench.errors import SpecbenchError
-from specbench.models import make_proposer, wrap_model
+from specbench.decoding.drafts.factory import make_proposer
+from specbench.models import wrap_model
 from specbench.measure.records import read_records
 from specbench.measure.sweep import (BaselineStore, SweepGrid, cell_ids, parse_float_list, parse_int_list, parse_str_list,
                              run_sweep, sweep_id_for)

@@ -402,7 +402,7 @@ def list_models():
 @handles_errors
 def list_drafts():
     """Draft kinds usable with --draft."""
-    from specbench.models import draft_rows
+    from specbench.decoding.drafts.factory import draft_rows
 
     rows_table(draft_rows(), "drafts")
 

@@ -9,11 +9,15 @@ in one place (specbench.measure.metrics), never here.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 from specbench.config import SamplingConfig
+
+if TYPE_CHECKING:
+    from specbench.decoding.cached_model import CachedModel
+    from specbench.measure.timing import Clock
 
 
 @dataclass
@@ -57,6 +61,43 @@ class Proposer(Protocol):
         `assistant_confidence_threshold`. The stop depends on the draft's own draws only, so the
         verified output keeps the target's law. Model-free drafts ignore it.
         """
+
+    def model_caches(self) -> list[CachedModel]:
+        """The KV-cache wrappers of the networks this draft runs ([] for a model-free draft).
+
+        The runner sizes, compiles and warms them with the target's, and calibration times their
+        one-token pass; a non-empty list is exactly what `is_model` promises.
+        """
+
+    def hf_assistant(self) -> torch.nn.Module | None:
+        """The model HF's assisted generation can take as `assistant_model` to draft the same way; None when
+        HF has no counterpart (model-free drafts, the hybrid). The hf-assisted engine and the bench use it."""
+
+    def set_timer(self, clock: Clock | None) -> None:
+        """Profile every forward of the draft's networks with `clock` (None: stop), starting a fresh
+        `forward_times` list on each of `model_caches()`; a no-op for a model-free draft. Bench only: it syncs."""
+
+    def lookup_history(self) -> list[int] | None:
+        """Tokens prompt lookup supplied at each proposal since begin(), for a draft that fills lookup's
+        shortfall with a model (the pilot's lookup law); None for a draft with no such split."""
+
+
+class ModelFreeDraft:
+    """The Proposer hooks of a draft that runs no network (prompt lookup, the frequency laws)."""
+
+    is_model = False
+
+    def model_caches(self) -> list[CachedModel]:
+        return []
+
+    def hf_assistant(self) -> torch.nn.Module | None:
+        return None
+
+    def set_timer(self, clock: Clock | None) -> None:
+        """Nothing to profile: a model-free draft's whole cost is the draft time the engine measures."""
+
+    def lookup_history(self) -> list[int] | None:
+        return None
 
 
 @dataclass

@@ -35,6 +35,11 @@ class CachedModel:
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._can_trim_logits = "logits_to_keep" in params
 
+    def set_timer(self, clock) -> None:
+        """Profile each forward with `clock` (None: stop), into a fresh `forward_times` list."""
+        self.timer = clock
+        self.forward_times = []
+
     def start(self, encoder_ids: list[int] | None = None, capacity: int = 0) -> None:
         """Forget the last example; for seq2seq, run the encoder once over `encoder_ids`.
 

@@ -20,11 +20,13 @@ from typing import Callable
 
 import torch
 
-from specbench.config import AUTO, MODEL_FREE_DRAFTS, RunConfig, SamplingConfig
+from specbench.config import AUTO, RunConfig, SamplingConfig
 from specbench.decoding.autoregressive import decode_autoregressive
-from specbench.decoding.base import DecodeResult
+from specbench.decoding.base import DecodeResult, Proposer
 from specbench.decoding.backend import ForwardBackend
 from specbench.decoding.cached_model import CachedModel
+from specbench.decoding.drafts.factory import make_proposer
+from specbench.decoding.drafts.spec import parse_draft
 from specbench.decoding.gamma_policy import AdaptiveGamma, FixedGamma, GammaPolicy, HeuristicGamma
 from specbench.decoding.speculative import decode_speculative
 from specbench.errors import SpecbenchError
@@ -33,7 +35,7 @@ from specbench.measure import calibration as cal
 from specbench.measure.choose import AutoChoice, PilotResult, choose, needs_choice, pilot_from_results, resolved_config
 from specbench.measure.noise import probe_ms
 from specbench.measure.metrics import first_divergence, json_safe, summarize
-from specbench.models import LoadedModel, load_model, make_proposer
+from specbench.models import LoadedModel, load_model
 from specbench.files import append_jsonl, atomic_write_json
 from specbench.measure.records import (SCHEMA_VERSION, EngineRecord, ExampleRecord, RunFiles, append_record,
                                        environment_info, prepare_run_dir, read_records, repair_jsonl, run_lock)
@@ -62,7 +64,7 @@ class Session:
         self.target: LoadedModel = load_model(target_spec, device, dtype, trust_remote_code)
         # one backend for the target, shared by the baseline and the speculative engine (same forward for both)
         self.target_backend = ForwardBackend(self.target.model, backend)
-        self._proposers: dict[tuple, object] = {}
+        self._proposers: dict[tuple, Proposer] = {}
         self.calibrations: dict[tuple, cal.Calibration] = {}  # (k_max, context key) → the target's curve
         self.draft_ms: dict[tuple, float | None] = {}  # (draft spec, context key) → ms per draft-model token
         self.pilots: dict[tuple, PilotResult] = {}  # (draft, pilot ids, sampling, budget, γ) → pilot
@@ -82,14 +84,14 @@ class Session:
         """ms per token of the draft's model (None for model-free drafts), measured once per session."""
         key = (draft_spec, max_new_tokens, hashlib.sha256(repr(prompts).encode()).hexdigest())
         if key not in self.draft_ms:
-            lm = getattr(self.proposer(draft_spec, prompts), "draft_lm", None)
-            self.draft_ms[key] = None if lm is None else cal.draft_token_ms(
-                lm, prompts, max_new_tokens=max_new_tokens, max_positions=self.target.max_positions)
+            caches = self.proposer(draft_spec, prompts).model_caches()
+            self.draft_ms[key] = None if not caches else cal.draft_token_ms(
+                caches[0], prompts, max_new_tokens=max_new_tokens, max_positions=self.target.max_positions)
         return self.draft_ms[key]
 
-    def proposer(self, draft_spec: str, corpus: list[list[int]] | None = None):
+    def proposer(self, draft_spec: str, corpus: list[list[int]] | None = None) -> Proposer:
         """The draft for `draft_spec`, built once; frequency drafts are fitted on `corpus` (once per corpus)."""
-        fits = draft_spec.partition(":")[0] in ("unigram", "bigram")
+        fits = parse_draft(draft_spec).fits_corpus
         key = (draft_spec, hashlib.sha256(repr(corpus).encode()).hexdigest() if fits and corpus else None)
         if key not in self._proposers:
             self._proposers[key] = make_proposer(draft_spec, self.target, self.device, self.dtype,
@@ -145,7 +147,7 @@ class Engines:
 
     session: Session
     config: RunConfig  # resolved: no auto values left (γ may still be the adaptive or heuristic policy)
-    proposer: object  # the Proposer of config.draft
+    proposer: Proposer  # the draft of config.draft
     choice: AutoChoice | None = None  # the calibration + pilot behind auto values and the adaptive policy
 
     def gamma_policy(self) -> GammaPolicy:
@@ -179,10 +181,11 @@ class Engines:
         if cfg.engine == "hf-assisted":
             from specbench.decoding.hf_assisted import decode_hf
 
-            if not hasattr(proposer, "lm"):
+            assistant = proposer.hf_assistant()
+            if assistant is None:
                 raise SpecbenchError("--engine hf-assisted needs a model draft (HF's assistant_model); pick a model for --draft")
             return decode_hf(t.model, prompt_ids, max_new_tokens=max_new_tokens, sampling=cfg.sampling, seed=seed,
-                             eos_ids=t.eos_ids, assistant=proposer.lm.model, gamma=cfg.gamma,
+                             eos_ids=t.eos_ids, assistant=assistant, gamma=cfg.gamma,
                              min_confidence=cfg.draft_confidence)
         return decode_speculative(
             CachedModel(t.model, backend=self.session.target_backend), proposer, prompt_ids, gamma=self.gamma_policy(),
@@ -192,8 +195,7 @@ class Engines:
 
     def model_caches(self) -> list[CachedModel]:
         """The target's and (if any) the draft model's cache wrappers, each with its backend."""
-        draft = getattr(self.proposer, "draft_lm", None)  # a model draft's (or a hybrid's model's) CachedModel
-        return [CachedModel(self.session.target.model, backend=self.session.target_backend)] + ([draft] if draft else [])
+        return [CachedModel(self.session.target.model, backend=self.session.target_backend)] + self.proposer.model_caches()
 
     def warm_up(self, prompt_ids: list[int], capacity: int = 0) -> None:
         """Run both engines once, unrecorded: first calls pay for allocations and kernel selection.
@@ -219,7 +221,7 @@ class RunPlan:
     session: Session
     prepared: list[Prepared]
     max_new_tokens: int
-    proposer: object  # the draft, fitted on the task's prompts where it fits anything
+    proposer: Proposer  # the draft, fitted on the task's prompts where it fits anything
     choice: AutoChoice | None = None  # calibration, pilot and reasons behind auto values / the adaptive policy
 
 
@@ -245,7 +247,7 @@ def calibration_k_max(config: RunConfig) -> int:
     return max(config.draft_gamma, config.gamma_max) + 1
 
 
-def prime_for_calibration(session: Session, proposer, capacity: int, k_max: int) -> None:
+def prime_for_calibration(session: Session, proposer: Proposer, capacity: int, k_max: int) -> None:
     """Non-eager backends: size the static caches for the whole run and compile the pass shapes
     before calibrating, so the curve is the one the run will see (a no-op for eager)."""
     if session.backend == "eager":
@@ -253,8 +255,7 @@ def prime_for_calibration(session: Session, proposer, capacity: int, k_max: int)
     target = session.target_lm()
     target.backend.reserve(capacity)
     target.prime(k_max, all_logits=True)
-    draft = getattr(proposer, "draft_lm", None)
-    if draft is not None:
+    for draft in proposer.model_caches():
         draft.backend.reserve(capacity)
         draft.prime(k_max, all_logits=False)
 
@@ -269,7 +270,7 @@ def run_pilot(session: Session, config: RunConfig, draft: str, pilot: list[Prepa
         return session.pilots[key]
     proposer = session.proposer(draft, corpus)
     t = session.target
-    results, lookups = [], [] if hasattr(proposer, "lookup_lengths") else None
+    results, lookups = [], None if proposer.lookup_history() is None else []  # [] for a lookup-then-model draft
     for item in pilot:
         if sum(len(r.accept_lengths) for r in results) >= PILOT_MIN_STEPS:
             break
@@ -280,8 +281,8 @@ def run_pilot(session: Session, config: RunConfig, draft: str, pilot: list[Prepa
                                  min_confidence=config.draft_confidence)
         results.append(res)
         if lookups is not None:
-            lookups.extend(proposer.lookup_lengths)
-    lookup_only = draft.partition(":")[0] in MODEL_FREE_DRAFTS
+            lookups.extend(proposer.lookup_history())
+    lookup_only = parse_draft(draft).model_free
     session.pilots[key] = pilot_from_results(draft, results, lookups, lookup_only,
                                              [p.example.id for p in pilot[:len(results)]])
     return session.pilots[key]

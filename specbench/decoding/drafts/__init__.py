@@ -1,1 +1,1 @@
-"""Draft kinds: one module each. `make_proposer` (specbench.models) picks one from a --draft spec."""
+"""Draft kinds: one module each. `spec.parse_draft` reads a --draft value; `factory.make_proposer` builds its draft."""

@@ -20,24 +20,15 @@ import torch
 
 from specbench.config import SamplingConfig
 from specbench.decoding.base import Proposal
+from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.drafts.model import ModelDraft
 from specbench.decoding.drafts.prompt_lookup import PromptLookupDraft
-
-SPEC_PREFIXES = ("lookup+", "hybrid:")  # `--draft lookup+<model spec>` (canonical) or `hybrid:<model spec>`
-
-
-def split_hybrid_spec(spec: str) -> str | None:
-    """'lookup+<model spec>' or 'hybrid:<model spec>' → '<model spec>'; None for any other spec."""
-    for prefix in SPEC_PREFIXES:
-        if spec.startswith(prefix):
-            return spec[len(prefix):]
-    return None
 
 
 class HybridDraft:
     """Proposer: prompt-lookup tokens first, the model draft fills the rest of the γ budget."""
 
-    is_model = True  # it runs a network whenever lookup falls short: its cost enters c
+    is_model = True  # it runs a network whenever lookup falls short: its cost enters c (model_caches() has it)
 
     def __init__(self, lookup: PromptLookupDraft, model: ModelDraft, name: str):
         self.lookup = lookup
@@ -51,10 +42,17 @@ class HybridDraft:
         """Tokens proposed by lookup since begin() (diagnostics)."""
         return sum(self.lookup_lengths)
 
-    @property
-    def draft_lm(self):
-        """The draft model's CachedModel (calibration times its one-token pass)."""
-        return self.model.lm
+    def model_caches(self) -> list[CachedModel]:
+        return self.model.model_caches()  # the model part's: lookup runs no network
+
+    def hf_assistant(self) -> None:
+        return None  # HF has no lookup-then-model draft; handing it the model alone would bench another draft
+
+    def set_timer(self, clock) -> None:
+        self.model.set_timer(clock)
+
+    def lookup_history(self) -> list[int]:
+        return list(self.lookup_lengths)
 
     def begin(self, prompt_ids: list[int], max_new_tokens: int) -> None:
         self.lookup.begin(prompt_ids, max_new_tokens)

@@ -28,7 +28,7 @@ def common_prefix_length(a: list[int], b: list[int]) -> int:
 class ModelDraft:
     """Proposer backed by a (small) language model with a KV cache."""
 
-    is_model = True
+    is_model = True  # its forwards enter c; model_caches() is [its CachedModel]
 
     def __init__(self, model: torch.nn.Module, name: str, decoder_start_id: int | None = None, backend: str = "eager"):
         self.lm = CachedModel(model, backend=ForwardBackend(model, backend))
@@ -36,10 +36,17 @@ class ModelDraft:
         self.decoder_start_id = decoder_start_id
         self._cached: list[int] = []  # tokens whose keys/values are in the cache
 
-    @property
-    def draft_lm(self) -> CachedModel:
-        """The model's CachedModel (calibration times its one-token pass)."""
-        return self.lm
+    def model_caches(self) -> list[CachedModel]:
+        return [self.lm]
+
+    def hf_assistant(self) -> torch.nn.Module:
+        return self.lm.model  # HF drafts with the same network; the runner pins its γ (hf_assisted.py)
+
+    def set_timer(self, clock) -> None:
+        self.lm.set_timer(clock)
+
+    def lookup_history(self) -> None:
+        return None
 
     def begin(self, prompt_ids: list[int], max_new_tokens: int) -> None:
         if self.lm.is_seq2seq:

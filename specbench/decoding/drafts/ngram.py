@@ -30,7 +30,8 @@ from collections import Counter, OrderedDict, defaultdict
 import torch
 
 from specbench.config import SamplingConfig
-from specbench.decoding.base import Proposal
+from specbench.decoding.base import ModelFreeDraft, Proposal
+from specbench.decoding.drafts.spec import DraftSpec
 from specbench.errors import SpecbenchError
 from specbench.decoding.sampling import processed_probs, sample
 
@@ -39,10 +40,8 @@ DEFAULT_BACKOFF = 1.0  # bigram λ: pseudo-observations of each context drawn fr
 CACHE_BYTES = 64 << 20  # processed rows kept per draft (float32 [V] each): ~110 rows at V = 151,936
 
 
-class FrequencyDraft:
+class FrequencyDraft(ModelFreeDraft):
     """Proposer sampling from a fitted unigram (order 1) or bigram (order 2) law."""
-
-    is_model = False
 
     def __init__(self, order: int, vocab_size: int, device: torch.device, *, k: float = DEFAULT_K,
                  backoff: float = DEFAULT_BACKOFF, name: str | None = None):
@@ -160,27 +159,10 @@ class FrequencyDraft:
         return Proposal(tokens=ids, q_probs=torch.stack(laws) if laws else None, forward_calls=0)
 
 
-def parse_options(spec: str) -> tuple[str, dict[str, float]]:
-    """'bigram:k=0.01,backoff=2' → ('bigram', {'k': 0.01, 'backoff': 2.0})."""
-    name, _, rest = spec.partition(":")
-    options: dict[str, float] = {}
-    for item in filter(None, (s.strip() for s in rest.split(","))):
-        key, eq, value = item.partition("=")
-        allowed = ("k",) if name == "unigram" else ("k", "backoff")
-        if not eq or key not in allowed:
-            raise SpecbenchError(f"bad --draft option {item!r} in {spec!r}; {name} takes {', '.join(a + '=<number>' for a in allowed)}")
-        try:
-            options[key] = float(value)
-        except ValueError:
-            raise SpecbenchError(f"bad --draft option {item!r} in {spec!r}: {value!r} is not a number") from None
-    return name, options
-
-
-def make_frequency_draft(spec: str, vocab_size: int, device: torch.device,
+def make_frequency_draft(spec: DraftSpec, vocab_size: int, device: torch.device,
                          corpus: list[list[int]] | None = None) -> FrequencyDraft:
-    """A --draft spec 'unigram[:k=..]' or 'bigram[:k=..,backoff=..]' → a FrequencyDraft (fitted if a corpus is given)."""
-    name, options = parse_options(spec)
-    draft = FrequencyDraft(1 if name == "unigram" else 2, vocab_size, device, name=spec, **options)
+    """A parsed 'unigram[:k=..]' or 'bigram[:k=..,backoff=..]' → a FrequencyDraft (fitted if a corpus is given)."""
+    draft = FrequencyDraft(1 if spec.kind == "unigram" else 2, vocab_size, device, name=spec.text, **dict(spec.options))
     if corpus is not None:
         draft.fit(corpus)
     return draft

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from specbench.config import SamplingConfig
-from specbench.decoding.base import Proposal
+from specbench.decoding.base import ModelFreeDraft, Proposal
 
 
 def lookup_continuation(tokens: list[int], gamma: int, max_ngram: int, min_ngram: int) -> list[int]:
@@ -34,10 +34,8 @@ def one_hot_laws(ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
     return torch.nn.functional.one_hot(ids, vocab_size).float()
 
 
-class PromptLookupDraft:
+class PromptLookupDraft(ModelFreeDraft):
     """Proposer that copies the continuation of the longest matching suffix n-gram."""
-
-    is_model = False
 
     def __init__(self, vocab_size: int, device: torch.device, *, search_source: bool = False,
                  max_ngram: int = 3, min_ngram: int = 1):

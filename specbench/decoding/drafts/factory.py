@@ -1,0 +1,86 @@
+"""From a --draft spec to a Proposer, and what `specbench list drafts` shows.
+
+The one place that turns a parsed `DraftSpec` into a draft object: it loads a draft model
+through specbench.models (which never imports the drafts back) and checks that draft and target
+share a vocabulary, with both sizes in the message.
+"""
+
+from __future__ import annotations
+
+from specbench.decoding.drafts.hybrid import HybridDraft
+from specbench.decoding.drafts.model import ModelDraft
+from specbench.decoding.drafts.ngram import DEFAULT_BACKOFF, DEFAULT_K, make_frequency_draft
+from specbench.decoding.drafts.prompt_lookup import PromptLookupDraft
+from specbench.decoding.drafts.spec import parse_draft
+from specbench.errors import SpecbenchError
+from specbench.models import PRESETS, LoadedModel, SplitPreset, load_model
+from specbench.models.shipped import shipped_draft_dir, shipped_draft_rows
+
+
+def check_compatible(target: LoadedModel, draft: LoadedModel) -> None:
+    """Fail in one line unless draft and target share the id space and the architecture family."""
+    if target.vocab_size != draft.vocab_size:
+        raise SpecbenchError(
+            f"draft and target vocabularies differ: target {target.name} has {target.vocab_size} ids, "
+            f"draft {draft.name} has {draft.vocab_size}; pick a draft from the target's family (same tokenizer)"
+        )
+    if target.is_seq2seq != draft.is_seq2seq:
+        raise SpecbenchError("draft and target must both be decoder-only or both encoder-decoder models")
+
+
+def make_proposer(spec: str, target: LoadedModel, device: str = "auto", dtype: str = "float32",
+                  trust_remote_code: bool = False, corpus: list[list[int]] | None = None, backend: str = "eager"):
+    """A --draft spec (grammar in drafts/spec.py) → a Proposer for this target.
+
+    Frequency laws are fitted on `corpus` (token-id sequences of the task's prompts) when given,
+    else on each example's prompt in begin(); `corpus` is ignored by drafts that fit nothing.
+    `distilled` (also after lookup+) is the draft `specbench distill` built for this target.
+    `backend` (backend.py) is how a model draft runs its forwards.
+    """
+    parsed = parse_draft(spec)
+    if parsed.kind == "prompt-lookup":
+        return lookup_draft(target)
+    if parsed.fits_corpus:
+        return make_frequency_draft(parsed, target.vocab_size, target.device, corpus)
+    model = model_draft(parsed.model, target, device, dtype, trust_remote_code, backend)
+    if parsed.kind == "hybrid":
+        return HybridDraft(lookup_draft(target), model, name=spec)
+    return model
+
+
+def lookup_draft(target: LoadedModel) -> PromptLookupDraft:
+    """Prompt lookup over the target's vocabulary (seq2seq: it also searches the encoder's prompt)."""
+    return PromptLookupDraft(target.vocab_size, target.device, search_source=target.is_seq2seq)
+
+
+def model_draft(model_spec: str, target: LoadedModel, device: str, dtype: str, trust_remote_code: bool,
+                backend: str) -> ModelDraft:
+    """Load the draft model of a "model" or "hybrid" spec and check it against the target."""
+    if model_spec == "distilled":  # the draft `specbench distill` ships for this target under drafts/
+        model_spec = str(shipped_draft_dir(target.name))
+    draft = load_model(model_spec, device, dtype, trust_remote_code)
+    check_compatible(target, draft)
+    return ModelDraft(draft.model, model_spec, decoder_start_id=draft.decoder_start_id, backend=backend)
+
+
+def draft_rows() -> list[dict]:
+    """`specbench list drafts`: model-free drafts, the hybrid, and model presets usable as drafts."""
+    rows = [
+        {"name": "prompt-lookup", "kind": "model-free", "cost": "host-side n-gram search",
+         "description": "copies the continuation of the longest matching suffix n-gram (n = 3..1) from the context"},
+        {"name": f"unigram[:k={DEFAULT_K:g}]", "kind": "model-free", "cost": "V-sized vector ops per token",
+         "description": "samples from an add-k unigram law fitted on the task's prompts (paper's Table 3 baseline)"},
+        {"name": f"bigram[:k={DEFAULT_K:g},backoff={DEFAULT_BACKOFF:g}]", "kind": "model-free",
+         "cost": "V-sized vector ops per token",
+         "description": "samples from a bigram law fitted on the task's prompts, backing off to the unigram (Table 3)"},
+        {"name": "lookup+<model spec>", "kind": "hybrid", "cost": "a draft forward per token lookup cannot supply",
+         "description": "prompt lookup where the context has a match, the draft model for the rest (alias hybrid:<model spec>)"},
+        {"name": "<model spec>", "kind": "model", "cost": "one draft forward per token",
+         "description": "any preset, hub id, local dir or .gguf sharing the target's vocabulary"},
+    ]
+    for p in PRESETS.values():
+        if isinstance(p, SplitPreset) and p.role == "draft":
+            rows.append({"name": p.name, "kind": "model (preset)", "cost": "one draft forward per token",
+                         "description": f"{p.description}; opt-in: {p.install}"})
+    rows.extend(shipped_draft_rows())  # `--draft distilled`: drafts/<target>-distilled, built by `specbench distill`
+    return rows

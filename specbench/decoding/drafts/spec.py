@@ -1,0 +1,93 @@
+"""The --draft value, parsed in one place.
+
+Every caller that needs to know what a draft spec means (the config's validators, the sweep's
+grid, the runner's pilot, the proposer factory, the bench) asks a `DraftSpec` instead of
+splitting the string itself, so the grammar below lives here only:
+
+  prompt-lookup                         copy from the context (no options)
+  unigram[:k=<number>]                  add-k unigram law
+  bigram[:k=<number>,backoff=<number>]  unigram-backed bigram law
+  lookup+<model spec>                   prompt lookup, the model where it falls short (alias hybrid:<model spec>)
+  <model spec>                          a draft model: preset, hub id, local dir, .gguf, `distilled`
+
+Pure string work: no torch, no model loading (config.py imports it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specbench.errors import SpecbenchError
+
+MODEL_FREE_KINDS = ("prompt-lookup", "unigram", "bigram")  # kinds that run no network
+FREQUENCY_OPTIONS = {"unigram": ("k",), "bigram": ("k", "backoff")}  # option names each frequency law takes
+HYBRID_PREFIXES = ("lookup+", "hybrid:")  # `lookup+<model spec>` (canonical) or `hybrid:<model spec>`
+
+
+@dataclass(frozen=True)
+class DraftSpec:
+    """What one --draft value asks for."""
+
+    text: str  # the spec as given (the proposer's name, the run id's stem)
+    kind: str  # "prompt-lookup" | "unigram" | "bigram" | "hybrid" | "model"
+    options: tuple[tuple[str, float], ...] = ()  # a frequency law's options, e.g. (("k", 0.01),); () otherwise
+    model: str | None = None  # the draft model's spec for "model" and "hybrid" (may be "distilled"); None otherwise
+
+    @property
+    def uses_model(self) -> bool:
+        """True when proposing runs a neural network (a model draft or the hybrid)."""
+        return self.model is not None
+
+    @property
+    def model_free(self) -> bool:
+        """True for prompt lookup and the frequency laws: no network, no confidence to check."""
+        return self.kind in MODEL_FREE_KINDS
+
+    @property
+    def fits_corpus(self) -> bool:
+        """True for the frequency laws, which are fitted on the task's prompts."""
+        return self.kind in FREQUENCY_OPTIONS
+
+
+def parse_frequency_options(text: str, name: str, rest: str) -> tuple[tuple[str, float], ...]:
+    """'k=0.01,backoff=2' (after 'bigram:') → (('k', 0.01), ('backoff', 2.0)); one-line errors."""
+    allowed = FREQUENCY_OPTIONS[name]
+    options: dict[str, float] = {}
+    for item in filter(None, (s.strip() for s in rest.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq or key not in allowed:
+            raise SpecbenchError(f"bad --draft option {item!r} in {text!r}; {name} takes "
+                                 f"{', '.join(a + '=<number>' for a in allowed)}")
+        try:
+            options[key] = float(value)
+        except ValueError:
+            raise SpecbenchError(f"bad --draft option {item!r} in {text!r}: {value!r} is not a number") from None
+    return tuple(options.items())
+
+
+def hybrid_model(text: str) -> str | None:
+    """'lookup+<model spec>' or 'hybrid:<model spec>' → '<model spec>'; None for any other spec."""
+    for prefix in HYBRID_PREFIXES:
+        if text.startswith(prefix):
+            return text[len(prefix):]
+    return None
+
+
+def parse_draft(text: str) -> DraftSpec:
+    """A --draft value → its DraftSpec; a one-line SpecbenchError for a malformed one."""
+    name, colon, rest = text.partition(":")
+    if name in FREQUENCY_OPTIONS:
+        return DraftSpec(text, name, options=parse_frequency_options(text, name, rest))
+    if name == "prompt-lookup":
+        if colon:
+            raise SpecbenchError(f"--draft {text!r}: prompt-lookup takes no options; use --draft prompt-lookup")
+        return DraftSpec(text, "prompt-lookup")
+    inner = hybrid_model(text)
+    if inner is None:
+        if not text:
+            raise SpecbenchError("--draft is empty; use prompt-lookup, unigram, bigram, lookup+<model> or a model")
+        return DraftSpec(text, "model", model=text)
+    if not inner or hybrid_model(inner) is not None or inner.partition(":")[0] in MODEL_FREE_KINDS:
+        raise SpecbenchError(f"--draft {text!r}: after lookup+ comes a draft model (preset, hub id, dir or .gguf), "
+                             f"not {inner!r}; e.g. lookup+qwen2.5-coder-0.5b")
+    return DraftSpec(text, "hybrid", model=inner)
