@@ -36,12 +36,15 @@ Definitions (sums run over all examples of a run):
                         budget endings priced in: theory.decode_cost_table)
   predicted_target_calls  the same model's expected number of target passes, beside target_calls
   accepted_length_histogram  steps with 0..γ accepted, over steps that drafted all γ tokens
-                        (shorter proposals — lookup misses, the end of the budget — are not the theory's law)
+                        (shorter proposals — lookup misses, the end of the budget — are not the theory's law);
+                        [] when no step drafted all γ
+The summary's keys are declared once, in records.Summary; summarize fills its metric fields.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from statistics import mean
 
 NAN = float("nan")
@@ -123,7 +126,8 @@ def timing_noise(records: list[dict], probes: list[float] | None = None, drift: 
 
 def summarize(records: list[dict], gamma: int, greedy: bool, probes: list[float] | None = None,
               drift: float | None = None) -> dict:
-    """Records of one run → the summary's metrics (see the module docstring)."""
+    """Records of one run (ExampleRecord dicts that records.example_problem accepts) → the summary's metric
+    fields, each declared in records.Summary (see the module docstring for their definitions)."""
     if not records:
         return {"n_examples": 0, "suspect_timing": False, "timing_notes": []}
     base = engine_totals(records, "baseline")
@@ -170,7 +174,7 @@ def summarize(records: list[dict], gamma: int, greedy: bool, probes: list[float]
         "trials": spec["trials"],
         "full_gamma_steps": len(full),
         "target_calls": spec["target_calls"],
-        "accepted_length_histogram": [full.count(k) for k in range(gamma + 1)],
+        "accepted_length_histogram": accepted_length_histogram(full, gamma),
         "identical_rate": (identical := mean(1.0 if r["identical"] else 0.0 for r in records)),
         "greedy_identity": identical if greedy else None,
         "first_divergences": [r["first_divergence"] for r in records if r["first_divergence"] is not None],
@@ -184,6 +188,18 @@ def summarize(records: list[dict], gamma: int, greedy: bool, probes: list[float]
 
         out.update(identity_line(records))
     return out
+
+
+def accepted_length_histogram(full: list[int], gamma: int) -> list[int]:
+    """Counts of 0..γ accepted over the steps that drafted all γ tokens; [] when no step did.
+
+    Built from a Counter, so its size follows the records: γ + 1 bins exist only when some step
+    really drafted γ tokens (γ ≤ the generation budget), and a run asked for γ = 10⁹ gets [] instead
+    of allocating a billion bins."""
+    if not full:
+        return []
+    counts = Counter(full)
+    return [counts.get(k, 0) for k in range(gamma + 1)]
 
 
 def proposal_law(records: list[dict], gamma: int) -> dict[int, float]:

@@ -1,12 +1,19 @@
-"""The results schema, atomic writes, and loading runs back into pandas.
+"""The results schema, and reading results back: every field a run writes is declared here, once.
 
 A run directory `results/<run-id>/` holds:
   manifest.json   the full config, task and example hash, models, package versions, git commit, hardware
   examples.jsonl  one `ExampleRecord` per line, appended as each example finishes (a kill loses
                   nothing already measured; a rerun skips the ids already there)
-  summary.json    derived metrics (specbench.measure.metrics), rewritten atomically after every example
+  summary.json    one `Summary` (metrics from specbench.measure.metrics), rewritten atomically after every example
+  noise_probes.jsonl, baseline_probes.jsonl   the timing-noise checks (measure/noise.py, a sweep's baseline drift)
   .lock           held (flock) by the process measuring into the directory, so a second one fails fast
-The schema is versioned; each field carries its meaning as a comment here and in the README.
+A sweep folder holds sweep.json, baselines/*.jsonl and one run directory per cell (measure/sweep.py).
+The schema is versioned; each field carries its meaning as a comment here and in results/README.md.
+
+Results are read back by hand-edited, half-copied or foreign files too, so no reader here raises
+anything but a one-line SpecbenchError: the `scan_*` readers return what they could use plus a
+reason for each thing they skipped, `read_records` turns those reasons into warnings (what the
+report lists as skipped), and `load_json_object` fails a run or resume with one line.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import subprocess
 import sys
 import warnings
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
 from specbench.errors import SpecbenchError
@@ -70,6 +77,97 @@ class ExampleRecord:
     numerics: dict | None = None
 
 
+@dataclass
+class Summary:
+    """summary.json: the run's identity and every metric derived from its records, in this order.
+
+    The one declaration of the summary's keys: runner.write_summary fills the run fields,
+    metrics.summarize the metric fields (their definitions are in its module docstring), and a
+    key that is not declared here fails the writer (`summary_dict`). Fields a run cannot fill
+    are null: an empty run has no α, a sampled run no identity line, a plain run no baseline drift.
+    """
+
+    schema_version: int = SCHEMA_VERSION  # this module's SCHEMA_VERSION when the summary was written
+    # --- the run (runner.write_summary)
+    run_id: str | None = None  # the run folder's name (a sweep cell: its cell id)
+    target: str | None = None  # --target as given (a preset, hub id or local path)
+    draft: str | None = None  # --draft as given, or the draft an auto choice resolved to
+    engine: str | None = None  # specbench (our loop) or hf-assisted (transformers' assisted generation)
+    task: str | None = None  # the task's name
+    gamma: int | str | None = None  # γ, or the γ policy's name (adaptive, heuristic) drafting up to gamma_max
+    dtype: str | None = None  # the models' dtype (float32, bfloat16, ...)
+    temperature: float | None = None  # sampling temperature; 0 is greedy
+    top_k: int | None = None  # top-k filter applied to p and q alike (0: off)
+    top_p: float | None = None  # nucleus filter applied to p and q alike (1: off)
+    seed: int | None = None  # the run's seed (each example derives its own from it and its id)
+    repeats: int | None = None  # timed repeats per example and engine (the times are their medians)
+    exact_shapes: bool | None = None  # every target pass padded to γ+1 tokens (one compiled shape)
+    max_new_tokens: int | None = None  # the generation budget per example
+    complete: bool | None = None  # every selected example is measured (n_examples == the manifest's n_examples)
+    # --- measured (metrics.summarize)
+    n_examples: int | None = None  # records summarized
+    alpha: float | None = None  # Σ accepted / Σ trials: MLE of the per-token acceptance probability
+    alpha_expected: float | None = None  # mean over verified positions of Σ_x min(p(x), q(x))
+    acceptance_rate: float | None = None  # Σ accepted / Σ drafted
+    mean_accepted_length: float | None = None  # mean accepted drafts per verification step
+    tokens_per_target_call: float | None = None  # decode tokens / target passes
+    c: float | None = None  # draft seconds per drafted token / baseline seconds per decoded token
+    verify_cost: float | None = None  # seconds per verification pass / baseline seconds per decoded token
+    draft_calls_per_step: float | None = None  # draft forward passes per verification step
+    speedup: float | None = None  # speculative tokens/s ÷ baseline tokens/s, prefill + decode
+    speedup_ci95: list[float | None] | None = None  # [low, high] 95 % bootstrap interval of speedup over examples
+    speedup_median_example: float | None = None  # median of the examples' own speedups
+    decode_speedup_ci95: list[float | None] | None = None  # [low, high] 95 % bootstrap interval of decode_speedup
+    decode_speedup: float | None = None  # the speedup over decode time and decode tokens only
+    baseline_tokens_per_s: float | None = None  # baseline throughput, prefill included
+    speculative_tokens_per_s: float | None = None  # speculative throughput, prefill included
+    baseline_ttft_s: float | None = None  # baseline mean time to first token
+    speculative_ttft_s: float | None = None  # speculative mean time to first token
+    baseline_s: float | None = None  # Σ baseline seconds (prefill + decode)
+    speculative_s: float | None = None  # Σ speculative seconds (prefill + decode)
+    draft_s: float | None = None  # Σ speculative decode seconds spent proposing
+    verify_s: float | None = None  # Σ speculative decode seconds in target passes and verification
+    overhead_s: float | None = None  # Σ speculative decode seconds in neither (the loop itself)
+    baseline_tokens: int | None = None  # Σ baseline tokens
+    speculative_tokens: int | None = None  # Σ speculative tokens
+    drafted: int | None = None  # Σ drafts proposed and verified
+    accepted: int | None = None  # Σ drafts accepted
+    trials: int | None = None  # Σ acceptance trials (the denominator of alpha)
+    full_gamma_steps: int | None = None  # verification steps that drafted all γ tokens
+    target_calls: int | None = None  # Σ speculative target passes after prefill
+    accepted_length_histogram: list[int] | None = None  # steps with 0..γ accepted among full_gamma_steps ([] without any)
+    identical_rate: float | None = None  # share of examples whose speculative tokens equal the baseline's
+    greedy_identity: float | None = None  # identical_rate at T = 0 (must be 1.0); null when sampling
+    first_divergences: list[int] | None = None  # first differing index of every non-identical example
+    predicted_tokens_per_call: float | None = None  # Eq. 1 from the measured α over the proposals made
+    predicted_speedup: float | None = None  # the paper's Theorem 3.8 from the measured α and c
+    predicted_speedup_extended: float | None = None  # Theorem 3.8 with the measured verify cost and proposal lengths
+    predicted_target_calls: float | None = None  # the cost model's expected target passes for these outputs
+    predicted_decode_speedup: float | None = None  # the cost model's decode_speedup for these outputs
+    suspect_timing: bool | None = None  # a noise check fired: the machine looked busy
+    timing_notes: list[str] | None = None  # why suspect_timing is set, one sentence per check
+    identity_line: str | None = None  # at T = 0: "n/N identical" and how divergences were classified
+    divergences_numerics: int | None = None  # at T = 0: divergences at near-ties the verify-shaped pass flips
+    divergences_unexplained: int | None = None  # at T = 0: divergences numerics do not explain (candidate bugs)
+    divergences_unclassified: int | None = None  # at T = 0: divergences without a classification
+    numerics_explained_share: float | None = None  # divergences_numerics / divergences
+    numerics_floor: float | None = None  # share of baseline positions whose argmax a (γ+1)-token pass flips
+    numerics_floor_flips: int | None = None  # those flips
+    numerics_floor_positions: int | None = None  # the positions checked
+    numerics_cost_share: float | None = None  # the classifier's seconds ÷ the timed seconds
+    # --- the run's context (runner.write_summary)
+    baseline_drift: float | None = None  # a sweep cell: re-timed ÷ stored seconds of a shared baseline (worst)
+    auto: dict | None = None  # auto choices: requested, reasons, pilot_alpha, predicted speedups
+    hardware: str | None = None  # one sentence naming the machine (measure/hardware.describe)
+    quality: dict | None = None  # metric, baseline and speculative scores (BLEU or ROUGE), CIs at T > 0
+
+
+def summary_dict(values: dict) -> dict:
+    """`values` as a complete summary: every Summary field in schema order, null where absent.
+    A key Summary does not declare is a writer's bug and raises TypeError."""
+    return asdict(Summary(**values))
+
+
 def prepare_run_dir(path: Path) -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -116,21 +214,6 @@ def run_lock(root: Path):
             yield
         finally:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
-
-
-def read_records(path: Path) -> list[dict]:
-    """Every complete line of an examples.jsonl; a truncated or malformed line is skipped with a warning."""
-    if not path.exists():
-        return []
-    rows = []
-    for i, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            warnings.warn(f"{path}:{i}: skipped a malformed line (an interrupted write?)", stacklevel=2)
-    return rows
 
 
 def repair_jsonl(path: Path) -> None:
@@ -189,27 +272,282 @@ class RunFiles:
         self.summary = self.root / "summary.json"
 
 
+# --------------------------------------------------------------------------- reading results back
+
+
+def _split_union(annotation: str) -> list[str]:
+    """'list[int | None] | None' → ['list[int | None]', 'None']: split on the '|' outside brackets."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(annotation):
+        depth += ch == "["
+        depth -= ch == "]"
+        if ch == "|" and depth == 0:
+            parts.append(annotation[start:i].strip())
+            start = i + 1
+    return parts + [annotation[start:].strip()]
+
+
+_SCALARS = {"str": (str,), "bool": (bool,), "dict": (dict,), "int": (int,), "float": (int, float)}
+
+
+def conforms(value, annotation: str) -> bool:
+    """Whether a JSON value has the type a schema field declares ('int', 'float | None', 'list[int]', ...)."""
+    for kind in _split_union(annotation):
+        if kind == "None" and value is None:
+            return True
+        if kind.startswith("list[") and isinstance(value, list):
+            if all(conforms(v, kind[5:-1]) for v in value):
+                return True
+        elif kind in _SCALARS and isinstance(value, _SCALARS[kind]):
+            if kind not in ("int", "float") or not isinstance(value, bool):  # JSON true is no number
+                return True
+    return False
+
+
+def _field_problem(doc: dict, schema, where: str = "") -> str | None:
+    """The first field of `schema` (a dataclass) missing without a default, or of the wrong type; None if none."""
+    for f in fields(schema):
+        if f.name not in doc:
+            if f.default is MISSING and f.default_factory is MISSING:
+                return f"{where}{f.name} is missing"
+            continue
+        if f.type == "EngineRecord":
+            continue  # engine_problem checks it
+        if not conforms(doc[f.name], f.type):
+            return f"{where}{f.name} is {type(doc[f.name]).__name__}, not {f.type}"
+    return None
+
+
+def engine_problem(doc, where: str) -> str | None:
+    """Why `doc` is not an EngineRecord (types, and the invariants the metrics rely on), or None."""
+    if not isinstance(doc, dict):
+        return f"{where} is {type(doc).__name__}, not an object"
+    problem = _field_problem(doc, EngineRecord, f"{where}.")
+    if problem:
+        return problem
+    if doc["n_tokens"] != len(doc["token_ids"]):
+        return f"{where}.n_tokens is {doc['n_tokens']} but token_ids holds {len(doc['token_ids'])}"
+    steps = zip(doc["accept_lengths"], doc["draft_lengths"])
+    if len(doc["accept_lengths"]) != len(doc["draft_lengths"]) or any(not 0 <= n <= g for n, g in steps):
+        return f"{where}.accept_lengths do not pair with draft_lengths (0 <= accepted <= drafted at every step)"
+    return None
+
+
+def example_problem(row) -> str | None:
+    """Why a line of examples.jsonl is not an ExampleRecord the metrics can use, or None."""
+    if not isinstance(row, dict):
+        return f"a JSON {type(row).__name__}, not an example record"
+    return (_field_problem(row, ExampleRecord) or engine_problem(row["baseline"], "baseline")
+            or engine_problem(row["speculative"], "speculative"))
+
+
+def baseline_row_problem(row) -> str | None:
+    """Why a line of a sweep's baselines/*.jsonl is not {"example_id": str, "baseline": EngineRecord}, or None."""
+    if not isinstance(row, dict):
+        return f"a JSON {type(row).__name__}, not a stored baseline"
+    if not isinstance(row.get("example_id"), str):
+        return "example_id is missing or not a string"
+    return engine_problem(row.get("baseline"), "baseline")
+
+
+def object_problem(row) -> str | None:
+    """Every results JSONL line is a JSON object (the probes' files are checked no further)."""
+    return None if isinstance(row, dict) else f"a JSON {type(row).__name__}, not an object"
+
+
+def _positive(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x < float("inf")
+
+
+def noise_probe_problem(row) -> str | None:
+    """A line of noise_probes.jsonl: {"after": example id or null, "ms": positive milliseconds}."""
+    return object_problem(row) or (None if _positive(row.get("ms")) else "ms is not a positive number")
+
+
+def baseline_probe_problem(row) -> str | None:
+    """A line of baseline_probes.jsonl: {"example_id", "stored_s", "fresh_s", "ratio": positive or null,
+    "same_tokens"}."""
+    if object_problem(row):
+        return object_problem(row)
+    return None if row.get("ratio") is None or _positive(row["ratio"]) else "ratio is not a positive number or null"
+
+
+def scan_jsonl(path: Path, check=object_problem) -> tuple[list[dict], list[str]]:
+    """Every line of a JSONL file that `check` accepts, and "<path>:<line>: skipped ..." for each other line.
+
+    Lines are split and decoded one by one, so a torn last line (a kill mid-write), stray
+    non-UTF-8 bytes or a hand-edited line costs that line only. A missing file has no lines."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        return [], []
+    except OSError as exc:
+        return [], [f"{path}: skipped, unreadable ({exc.strerror or exc})"]
+    rows, skipped = [], []
+    for i, raw in enumerate(data.split(b"\n"), 1):
+        if not raw.strip():
+            continue
+        try:
+            row = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            skipped.append(f"{path}:{i}: skipped a line that is not UTF-8 text")
+            continue
+        except (json.JSONDecodeError, RecursionError):
+            skipped.append(f"{path}:{i}: skipped a malformed line (an interrupted write?)")
+            continue
+        problem = check(row)
+        if problem:
+            skipped.append(f"{path}:{i}: skipped a line of the wrong shape ({problem})")
+        else:
+            rows.append(row)
+    return rows, skipped
+
+
+def _warn_all(messages: list[str]) -> None:
+    for message in messages:
+        warnings.warn(message, stacklevel=3)
+
+
+def read_records(path: Path, check=object_problem) -> list[dict]:
+    """scan_jsonl with each skipped line as a warning (the report lists those as skipped)."""
+    rows, skipped = scan_jsonl(path, check)
+    _warn_all(skipped)
+    return rows
+
+
+def read_examples(path: Path) -> list[dict]:
+    """The ExampleRecords of an examples.jsonl that the metrics can use; every other line is warned about."""
+    return read_records(path, example_problem)
+
+
+def read_json_object(path: Path, what: str) -> tuple[dict | None, str | None]:
+    """A JSON object file → (its dict, None), or (None, why it cannot be used). Never raises."""
+    try:
+        doc = json.loads(Path(path).read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        return None, f"{path}: no {what}"
+    except OSError as exc:
+        return None, f"{path}: {what} unreadable ({exc.strerror or exc})"
+    except UnicodeDecodeError:
+        return None, f"{path}: {what} is not UTF-8 text"
+    except (json.JSONDecodeError, RecursionError) as exc:
+        return None, f"{path}: {what} is not valid JSON ({str(exc)[:80]})"
+    if not isinstance(doc, dict):
+        return None, f"{path}: {what} is a JSON {type(doc).__name__}, not an object"
+    return doc, None
+
+
+def load_json_object(path: Path, what: str, fix: str) -> dict:
+    """read_json_object for a command that cannot go on without the file: one-line SpecbenchError naming `fix`."""
+    doc, problem = read_json_object(path, what)
+    if problem:
+        raise SpecbenchError(f"{problem}; {fix}")
+    return doc
+
+
+def manifest_problem(doc: dict) -> str | None:
+    """Why a manifest cannot be compared with a run's, or None (the fields a resume and an export read)."""
+    for key, kind in (("config", dict), ("task", dict)):
+        if not isinstance(doc.get(key), kind):
+            return f"its {key} is missing or not an object"
+    return None
+
+
+def read_manifest(path: Path, fix: str) -> dict:
+    """A run's manifest.json for a resume: a one-line SpecbenchError if it is not one."""
+    doc = load_json_object(path, "manifest.json", fix)
+    problem = manifest_problem(doc)
+    if problem:
+        raise SpecbenchError(f"{path}: not a specbench manifest ({problem}); {fix}")
+    return doc
+
+
+def summary_problem(doc: dict) -> str | None:
+    """Why a summary.json cannot be read as a Summary, or None. Keys Summary does not know are kept (a newer
+    or older writer's); the ones it declares must have their declared type."""
+    declared = {f.name: f.type for f in fields(Summary)}
+    for key, value in doc.items():
+        if key in declared and not conforms(value, declared[key]):
+            return f"{key} is {type(value).__name__}, not {declared[key]}"
+    if isinstance(doc.get("n_examples"), int) and doc["n_examples"] < 0:
+        return "n_examples is negative"
+    return None
+
+
+def read_summary(path: Path) -> tuple[dict | None, str | None]:
+    """A summary.json → (its dict, None) or (None, why it was skipped)."""
+    doc, problem = read_json_object(path, "summary.json")
+    if doc is not None and (shape := summary_problem(doc)):
+        return None, f"{path}: skipped, {shape}"
+    return doc, problem
+
+
+def _found(paths: list[Path], name: str) -> list[Path]:
+    """Every file called `name` at or under `paths` (a path may be that file itself), sorted, once each."""
+    out = set()
+    for p in map(Path, paths):
+        if p.name == name and p.is_file():
+            out.add(p)
+        elif p.is_dir():
+            out.update(f for f in p.rglob(name) if f.is_file())
+    return sorted(out)
+
+
+def scan_runs(paths: list[Path]) -> tuple[list[dict], list[str]]:
+    """The summary of every run under `paths` (run folders, sweep folders, results/ or summary.json files),
+    each with `run_dir` added, and a reason for every summary skipped."""
+    rows, notes = [], []
+    for path in _found(paths, "summary.json"):
+        doc, problem = read_summary(path)
+        if problem:
+            notes.append(problem)
+        else:
+            rows.append({**doc, "run_dir": str(path.parent)})
+    return rows, notes
+
+
+def unsummarized_runs(paths: list[Path]) -> list[str]:
+    """A note for every run folder under `paths` with a manifest but no summary.json."""
+    have = {s.parent for s in _found(paths, "summary.json")}
+    return [f"{m.parent}: skipped, a run folder without summary.json (killed before its first example "
+            f"finished?); rerun its command to resume it" for m in _found(paths, "manifest.json") if m.parent not in have]
+
+
 def load_runs(paths: list[Path]):
-    """Summaries of every run under `paths` (run dirs, sweep dirs or results/) → pandas DataFrame, one row per run."""
+    """Summaries of every run under `paths` (run dirs, sweep dirs or results/) → pandas DataFrame, one row per
+    run; each summary skipped is a warning."""
     import pandas as pd
 
-    rows = []
-    for summary in sorted({s for p in paths for s in ([p] if p.name == "summary.json" else Path(p).rglob("summary.json"))}):
-        try:
-            data = json.loads(summary.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            warnings.warn(f"skipped {summary}: {exc}", stacklevel=2)
-            continue
-        if not isinstance(data, dict):
-            warnings.warn(f"skipped {summary}: not a JSON object", stacklevel=2)
-            continue
-        data["run_dir"] = str(summary.parent)
-        rows.append(data)
+    rows, notes = scan_runs(paths)
+    _warn_all(notes)
     return pd.json_normalize(rows) if rows else pd.DataFrame()
 
 
-def load_examples(run_dir: Path):
-    """examples.jsonl of one run → pandas DataFrame with nested fields flattened (baseline.*, speculative.*)."""
+def run_identity(run_dir: Path) -> dict:
+    """run_id (the folder's name) and sweep_id (the parent's name when it holds sweep.json, else None)."""
+    run_dir = Path(run_dir)
+    in_sweep = (run_dir.parent / "sweep.json").is_file()
+    return {"run_id": run_dir.name, "sweep_id": run_dir.parent.name if in_sweep else None}
+
+
+def scan_examples(paths: list[Path]) -> tuple[list[dict], list[str]]:
+    """Every usable ExampleRecord under `paths` (run folders, sweep folders, results/), each with its
+    run_id, sweep_id and run_dir, and a reason for every line skipped."""
+    rows, notes = [], []
+    for path in _found(paths, "examples.jsonl"):
+        records, skipped = scan_jsonl(path, example_problem)
+        ids = {**run_identity(path.parent), "run_dir": str(path.parent)}
+        rows += [{**ids, **r} for r in records]
+        notes += skipped
+    return rows, notes
+
+
+def load_examples(path: Path):
+    """examples.jsonl of a run folder, or of every run in a sweep folder or results/ → pandas DataFrame,
+    one row per example with run_id, sweep_id and run_dir and nested fields flattened (baseline.*, speculative.*).
+    Each line skipped is a warning."""
     import pandas as pd
 
-    return pd.json_normalize(read_records(Path(run_dir) / "examples.jsonl"))
+    rows, notes = scan_examples([Path(path)])
+    _warn_all(notes)
+    return pd.json_normalize(rows)

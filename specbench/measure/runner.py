@@ -38,7 +38,8 @@ from specbench.measure.metrics import first_divergence, json_safe, summarize
 from specbench.models import LoadedModel, load_model
 from specbench.files import append_jsonl, atomic_write_json
 from specbench.measure.records import (SCHEMA_VERSION, EngineRecord, ExampleRecord, RunFiles, append_record,
-                                       environment_info, prepare_run_dir, read_records, repair_jsonl, run_lock)
+                                       baseline_probe_problem, environment_info, noise_probe_problem, prepare_run_dir,
+                                       read_examples, read_records, repair_jsonl, run_lock, summary_dict)
 from specbench.tasks.specs import Example, TaskSpec, examples_hash, load_task, render_for_model, select_examples
 
 PILOT_EXAMPLES = 6  # at most this many untimed examples per draft for the auto choices' α estimate …
@@ -469,7 +470,7 @@ def probe_target(session: Session, prompt_ids: list[int]) -> float:
 def _measure_locked(plan: RunPlan, on_start, on_example, baseline_store: dict | None) -> RunOutcome:
     config, files, target = plan.config, plan.files, plan.session.target
     repair_jsonl(files.examples)
-    records = read_records(files.examples)
+    records = read_examples(files.examples)  # a line of the wrong shape is skipped (warned), never summarized
     done = {r["example_id"] for r in records}
     todo = [p for p in plan.prepared if p.example.id not in done]
     on_start(len(plan.prepared), len(plan.prepared) - len(todo))
@@ -538,7 +539,8 @@ def probe_shared_baseline(engines: Engines, item: Prepared, seed: int, max_new_t
 
 def baseline_drift(files: RunFiles) -> float | None:
     """The probe ratio (fresh ÷ stored baseline seconds) farthest from 1 in log terms; None without probes."""
-    ratios = [r["ratio"] for r in read_records(files.root / "baseline_probes.jsonl") if r.get("ratio")]
+    ratios = [r["ratio"] for r in read_records(files.root / "baseline_probes.jsonl", baseline_probe_problem)
+              if r.get("ratio")]
     return max(ratios, key=lambda x: abs(math.log(x))) if ratios else None
 
 
@@ -573,7 +575,7 @@ def check_resumable(files: RunFiles, manifest: dict) -> None:
 
 def read_probes(root: Path) -> list[float]:
     """The noise probes of a run folder (ms, in time order)."""
-    return [float(r["ms"]) for r in read_records(root / "noise_probes.jsonl") if isinstance(r, dict) and r.get("ms")]
+    return [float(r["ms"]) for r in read_records(root / "noise_probes.jsonl", noise_probe_problem)]
 
 
 def auto_summary(manifest: dict) -> dict | None:
@@ -593,7 +595,7 @@ def write_summary(files: RunFiles, config: RunConfig, spec: TaskSpec, records: l
     from specbench.measure.hardware import describe
 
     drift = baseline_drift(files)
-    summary = {
+    summary = summary_dict({  # every key declared in records.Summary
         "schema_version": SCHEMA_VERSION,
         "run_id": files.root.name,
         "target": config.target,
@@ -614,8 +616,8 @@ def write_summary(files: RunFiles, config: RunConfig, spec: TaskSpec, records: l
         "baseline_drift": drift,
         "auto": auto_summary(manifest),
         "hardware": describe(manifest.get("hardware")),
-    }
-    summary["quality"] = quality(spec, records, config.sampling)
+        "quality": quality(spec, records, config.sampling),
+    })
     summary = json_safe(summary)
     atomic_write_json(files.summary, summary)
     return summary

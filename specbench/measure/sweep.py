@@ -29,7 +29,8 @@ from typing import Callable
 from specbench.config import GAMMA_POLICIES, MODEL_FREE_DRAFTS, RunConfig, SamplingConfig, omit_later_defaults
 from specbench.errors import SpecbenchError
 from specbench.files import append_jsonl, atomic_write_json
-from specbench.measure.records import SCHEMA_VERSION, prepare_run_dir, read_records, repair_jsonl
+from specbench.measure.records import (SCHEMA_VERSION, baseline_row_problem, prepare_run_dir, read_json_object,
+                                       read_records, repair_jsonl)
 
 SWEEP_FILE = "sweep.json"
 BASELINE_DIR = "baselines"
@@ -224,9 +225,8 @@ class BaselineStore(dict):
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         repair_jsonl(path)  # a kill mid-write leaves a partial last line; appends must start clean
-        for row in read_records(path):
-            if isinstance(row, dict) and "example_id" in row and isinstance(row.get("baseline"), dict):
-                super().setdefault(str(row["example_id"]), row["baseline"])  # first wins: cells already used it
+        for row in read_records(path, baseline_row_problem):  # a line of another shape is skipped with a warning
+            super().setdefault(row["example_id"], row["baseline"])  # first wins: cells already used it
 
     def __setitem__(self, example_id: str, record: dict) -> None:
         if example_id in self:
@@ -294,10 +294,8 @@ def write_sweep_file(root: Path, sweep_id: str, grid: SweepGrid, cells: list[tup
         "complete_cells": sorted(complete or []),
     }
     if path.exists():
-        try:
-            old = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            old = None  # a torn file cannot happen with atomic writes, but a hand edit can: rewrite it
+        # unreadable or not an object: a torn file cannot happen with atomic writes, but a hand edit can: rewrite it
+        old, _ = read_json_object(path, SWEEP_FILE)
         if old is not None:
             if old.get("grid") != doc["grid"]:
                 raise SpecbenchError(f"{root} holds a sweep of a different grid; use another --sweep-id or delete it")
