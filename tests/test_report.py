@@ -13,8 +13,10 @@ from specbench.cli import app
 from specbench.errors import SpecbenchError
 from specbench.measure.metrics import json_safe, summarize
 from specbench.measure.hardware import describe
-from specbench.report import (DRIFT_CONSEQUENCE, PAPER_TABLE2, best_gamma_rows, calibration_curves, collect,
-                              fig_histograms, fig_pass_cost, fig_speedup, fig_time_split, with_ci, write_report)
+from specbench.report.analysis import best_gamma_rows
+from specbench.report.collect import DRIFT_CONSEQUENCE, calibration_curves, collect
+from specbench.report.figures import fig_histograms, fig_pass_cost, fig_speedup, fig_time_split
+from specbench.report.render import PAPER_TABLE2, with_ci, write_report
 
 N_EXAMPLES = 3
 
@@ -208,7 +210,7 @@ def test_every_user_and_model_string_is_escaped(tmp_path):
                                                     "threshold": 0.1, "power": None, "passed": True}]))
     md, page = read(write_report([root], tmp_path / "rep").out)
     assert "<script" not in page.lower() and "<script" not in md.lower()
-    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
+    assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in page  # jinja2 autoescape (markupsafe) spells ' as &#39;
     assert "output &lt;script&gt;" in md and "&amp; more" in page
 
 

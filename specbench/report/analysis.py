@@ -1,0 +1,90 @@
+"""The comparisons the report draws from the table of runs: the best γ, measured and predicted, and quality.
+
+Both the figures and the rendered tables need these rows, so they live apart from either; they read
+only the DataFrame that collect.py builds and never touch files.
+"""
+
+from __future__ import annotations
+
+import math
+
+from specbench.report.collect import fixed_gamma, isnull, num
+
+
+def _empty_prediction(row: dict) -> None:
+    row["thm_gamma"] = row["thm_factor"] = row["ext_gamma"] = row["ext_factor"] = None
+    row["thm_in_range"], row["thm_gamma_in_range"], row["thm_factor_in_range"] = True, None, None
+
+
+def _trusted(group, row: dict):
+    """The group's cells with trustworthy timings when there are any (the suspect γ go into the row)."""
+    suspect = (group["timing_suspect"] if "timing_suspect" in group else group["gamma"] < 0).astype(bool)
+    row["suspect_gammas"] = sorted(int(g) for g in group.loc[suspect, "gamma"])
+    return group[~suspect] if suspect.any() and not suspect.all() else group
+
+
+def _measured_best(group, row: dict) -> None:
+    speed = group["speedup"].map(num)
+    best = speed.idxmax() if speed.notna().any() else None
+    row["measured_gamma"] = int(group.loc[best, "gamma"]) if best is not None else None
+    row["measured_speedup"] = float(speed[best]) if best is not None else float("nan")
+
+
+def _predicted_best(group, row: dict) -> None:
+    """Theorem 3.8's γ over 1..64 and within the measured range, and the extended model's over measured γ."""
+    from specbench.measure import theory
+
+    alpha, c = row["alpha"], row["c"]
+    if not (0.0 <= alpha <= 1.0 and c >= 0.0):
+        return
+    lo, hi = row["gammas"][0], row["gammas"][-1]
+    opt = theory.optimal_gamma(alpha, c)
+    row["thm_gamma"], row["thm_factor"] = opt.gamma, opt.factor
+    inside = theory.optimal_gamma_extended(alpha, c, {g: 1.0 for g in range(lo, hi + 1)}, max_gamma=hi)
+    row["thm_in_range"] = lo <= opt.gamma <= hi
+    row["thm_gamma_in_range"], row["thm_factor_in_range"] = inside.gamma, inside.factor
+    costs = {int(g): num(v) for g, v in zip(group["gamma"], group["verify_cost"]) if num(v) > 0}
+    if costs:
+        ext = theory.optimal_gamma_extended(alpha, c, costs)
+        row["ext_gamma"], row["ext_factor"] = ext.gamma, ext.factor
+
+
+def best_gamma_rows(runs) -> list[dict]:
+    """Per task and series: the best measured γ, and the γ Theorem 3.8 / the extended model would pick.
+
+    Only integer-γ runs take part (policy runs: collect.policy_runs). Theorem 3.8 searches γ in 1..64; where its
+    optimum lies outside the γ that were run, `thm_in_range` is False and `thm_gamma_in_range` /
+    `thm_factor_in_range` give the best γ within the measured range, which is what the report recommends.
+    """
+    out = []
+    for (task, series), group in fixed_gamma(runs).groupby(["task", "series"], sort=True):
+        group = group.sort_values("gamma")
+        row = {"task": task, "series": series, "gammas": sorted(set(int(g) for g in group["gamma"]))}
+        group = _trusted(group, row)
+        _measured_best(group, row)
+        # α should not depend on γ: pool the cells (mean over γ); c likewise
+        row["alpha"], row["c"] = group["alpha"].map(num).mean(), group["c"].map(num).mean()
+        _empty_prediction(row)
+        _predicted_best(group, row)
+        out.append(row)
+    return out
+
+
+def quality_rows(runs) -> list[dict]:
+    """One row per run and score: baseline vs speculative, with bootstrap CIs where the runner computed them."""
+    rows = []
+    if "quality.metric" not in runs:
+        return rows
+    scores = sorted(c.removeprefix("quality.baseline.") for c in runs.columns if c.startswith("quality.baseline."))
+    scores = [k for k in scores if not k.endswith("_ci95") and k != "signature"]
+    for _, r in runs.iterrows():
+        if isnull(r.get("quality.metric")):
+            continue
+        for key in scores:
+            base, spec = num(r.get(f"quality.baseline.{key}")), num(r.get(f"quality.speculative.{key}"))
+            if math.isnan(base) and math.isnan(spec):
+                continue
+            rows.append({"run_id": r["run_id"], "metric": key, "baseline": base, "speculative": spec,
+                         "baseline_ci": r.get(f"quality.baseline.{key}_ci95"),
+                         "speculative_ci": r.get(f"quality.speculative.{key}_ci95")})
+    return rows

@@ -1,0 +1,581 @@
+"""Read run, sweep and checks folders into one table of runs, and list everything that could not be used.
+
+The report never trusts a folder: each summary is checked for the fields the tables need, each
+examples.jsonl line for the shape of an example record, each probe file for numbers. Whatever
+fails (a torn or non-UTF-8 file, a line of the wrong shape, a sweep cell never run) becomes a
+`Skipped` entry with its reason, and the rest of the report still builds. Metrics are derived anew
+from the raw records (specbench.measure.metrics), so an old or one-example-behind summary reads
+with today's definitions.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from specbench.config import GAMMA_POLICIES
+from specbench.errors import SpecbenchError
+from specbench.measure.hardware import describe
+from specbench.measure.metrics import json_safe, summarize, timing_noise
+
+# Identity fields a usable summary must hold (non-null), and metric fields it must have (null = not measurable).
+REQUIRED = ("run_id", "target", "draft", "task", "gamma", "temperature", "top_k", "top_p", "n_examples")
+METRICS = ("alpha", "alpha_expected", "c", "verify_cost", "tokens_per_target_call", "speedup", "predicted_speedup",
+           "predicted_speedup_extended", "baseline_s", "speculative_s", "draft_s", "verify_s", "overhead_s",
+           "baseline_tokens", "speculative_tokens", "accepted_length_histogram")
+# What metrics.summarize reads from each engine of an example record (measure/records.py: EngineRecord).
+ENGINE_NUMBERS = ("n_tokens", "prefill_s", "decode_s", "target_calls", "draft_calls", "drafted", "accepted",
+                  "trials", "draft_s", "verify_s")
+ENGINE_LISTS = ("accept_lengths", "expected_accept")
+# Errors that malformed data (a wrong type, a missing key) raises inside the metrics; caught per run only.
+DATA_ERRORS = (TypeError, ValueError, KeyError, AttributeError, IndexError, ZeroDivisionError)
+
+DRIFT_CONSEQUENCE = ("the machine's speed changed between the baseline and this run, so its speedup is off by about "
+                     "that factor (rerun the sweep on a quiet machine)")
+
+
+@dataclass
+class Skipped:
+    """Something under the given folders that the report could not use, and why."""
+
+    path: str
+    reason: str
+
+
+@dataclass
+class ReportData:
+    runs: object  # pandas DataFrame, one row per usable run (flattened summary + run_dir)
+    examples: dict[str, object] = field(default_factory=dict)  # run_dir → DataFrame of its examples.jsonl
+    manifests: dict[str, dict] = field(default_factory=dict)  # run_dir → manifest.json
+    checks: list[tuple[str, list[dict]]] = field(default_factory=list)  # (checks.json path, its checks)
+    sweeps: list[dict] = field(default_factory=list)  # sweep.json documents
+    skipped: list[Skipped] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # used, but worth knowing (partial runs, stale summaries)
+    curves: list[dict] = field(default_factory=list)  # distinct pass-cost calibrations (calibration_curves)
+
+    def skip(self, path, reason: str) -> None:
+        if not any(s.path == str(path) and s.reason == reason for s in self.skipped):
+            self.skipped.append(Skipped(str(path), reason))
+
+
+# --------------------------------------------------------------------------- small value helpers
+
+
+def isnull(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def num(value) -> float:
+    """A float, NaN for anything that is not a number."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def truthy(value) -> bool:
+    return not isnull(value) and bool(value)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def fmt(value, digits: int = 3) -> str:
+    """A value as table text: '—' for missing, yes/no, floats to `digits` places (tiny ones in e-notation)."""
+    if isnull(value):
+        return "—"
+    if isinstance(value, (bool, np.bool_)):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.2e}" if 0 < abs(value) < 10 ** -digits else f"{value:.{digits}f}"  # p-values stay visible
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(fmt(v, digits) for v in value) + "]"
+    return str(value)
+
+
+# --------------------------------------------------------------------------- files
+
+
+def _captured(fn, *args):
+    """Call fn and return (result, [warning messages]): records.py reports torn lines as warnings."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = fn(*args)
+    return result, [str(w.message) for w in caught]
+
+
+def _skip_warnings(data: ReportData, messages: list[str], default_path: Path) -> None:
+    """Each "<file>:<line>: skipped a malformed line ..." warning becomes a Skipped entry."""
+    for m in messages:
+        where, _, reason = m.rpartition(": ")
+        data.skip(where or default_path, reason or m)
+
+
+def _read_json(path: Path, data: ReportData):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        data.skip(path, f"unreadable JSON ({type(exc).__name__}: {str(exc)[:120]})")
+        return None
+
+
+def _finder(paths: list[Path]):
+    """name → every file of that name under `paths` (or a path that is such a file), resolved and sorted."""
+    def files(name: str) -> list[Path]:
+        found = {f.resolve() for p in paths for f in ([p] if p.name == name else p.rglob(name)) if f.is_file()}
+        return sorted(found)
+    return files
+
+
+# --------------------------------------------------------------------------- checks on one run
+
+
+def _check_summary(row: dict) -> str | None:
+    """Why a flattened summary row cannot be used, or None."""
+    if "n_examples" in row and not isnull(row["n_examples"]) and row["n_examples"] == 0:
+        return "no examples measured yet (summary has n_examples = 0)"
+    missing = [k for k in REQUIRED if k not in row or isnull(row[k])] + [k for k in METRICS if k not in row]
+    if missing:
+        return f"summary.json lacks field(s) {', '.join(missing)}"
+    policy = isinstance(row["gamma"], str) and row["gamma"] in GAMMA_POLICIES  # adaptive / heuristic: γ varies per step
+    try:
+        gamma = 1 if policy else int(row["gamma"])
+        temp, n = float(row["temperature"]), int(row["n_examples"])
+    except (TypeError, ValueError):
+        return "summary.json has a non-numeric gamma, temperature or n_examples"
+    if gamma < 1 or (not policy and gamma != row["gamma"]) or n < 1 or not temp >= 0:
+        return f"summary.json has impossible values (gamma={row['gamma']!r}, temperature={row['temperature']!r}, n={n})"
+    return None
+
+
+def record_problem(record) -> str | None:
+    """Why one examples.jsonl line is not an example record (measure/records.py: ExampleRecord), or None."""
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    if not isinstance(record.get("example_id"), str):
+        return f"example_id {record.get('example_id')!r} is not a string"
+    for engine in ("baseline", "speculative"):
+        part = record.get(engine)
+        if not isinstance(part, dict):
+            return f"{engine} is not an object"
+        bad = [k for k in ENGINE_NUMBERS if not _is_number(part.get(k))]
+        bad += [k for k in ENGINE_LISTS if not isinstance(part.get(k), list)]
+        if bad:
+            return f"{engine} lacks {', '.join(bad)} (or has the wrong type)"
+    missing = [k for k in ("identical", "first_divergence") if k not in record]
+    return f"lacks {', '.join(missing)}" if missing else None
+
+
+def resolve_gamma(gamma, manifest: dict) -> tuple[int, str | None]:
+    """A summary's γ → (the most drafts a step may make, the policy name or None).
+
+    An integer γ is itself. A policy (adaptive, heuristic) drafts up to the run's gamma_max
+    (config.draft_gamma; 8 where the manifest does not say), which also sizes its histogram.
+    `auto` resolves to an integer before a run starts; should a summary still say auto, the
+    manifest's recorded choice is used.
+    """
+    if not isinstance(gamma, str):
+        return int(gamma), None
+    auto = manifest.get("auto") if isinstance(manifest.get("auto"), dict) else {}
+    if gamma == "auto" and isinstance(auto.get("gamma"), int) and not isinstance(auto.get("gamma"), bool):
+        return int(auto["gamma"]), None
+    config = manifest.get("config") if isinstance(manifest.get("config"), dict) else {}
+    top = config.get("gamma_max", 8)
+    top = top if isinstance(top, int) and not isinstance(top, bool) and top >= 1 else 8
+    policy = auto.get("gamma") if gamma == "auto" and isinstance(auto.get("gamma"), str) else gamma
+    return top, str(policy)
+
+
+# --------------------------------------------------------------------------- timing checks
+
+
+def _verify_cost_note(row: dict) -> str | None:
+    """The report's own check: a verify cost outside [0.5, γ+1] single-token passes (None when plausible)."""
+    cost, gamma = num(row.get("verify_cost")), int(row["gamma"])
+    if not math.isnan(cost) and not 0.5 <= cost <= gamma + 1:
+        return (f"verify cost {cost:.2f} single-token passes for γ+1 = {gamma + 1} tokens is "
+                f"implausible; the baseline and speculative timings were probably taken under different machine "
+                f"load, so its speedup is unreliable (rerun on a quiet machine)")
+    return None
+
+
+def _drift_flagged(row: dict) -> float | None:
+    """The run's baseline drift when metrics.timing_noise (the one drift rule) flags it, else None."""
+    drift = num(row.get("baseline_drift"))
+    if math.isnan(drift) or not timing_noise([], None, drift)["suspect_timing"]:
+        return None
+    return drift
+
+
+def timing_note(row: dict) -> str | None:
+    """Flag a verify cost no honest measurement gives: the baseline and speculative timings disagree.
+
+    One target pass over γ+1 tokens costs at least about one single-token step and at most
+    about γ+1 of them. Outside [0.5, γ+1] the baseline was most likely timed under another
+    load than the speculative run (a sweep measures each baseline once, in the first cell of
+    its task and temperature), so that run's speedup is not trustworthy.
+    Sweeps also re-time one shared baseline before each cell (runner.probe_shared_baseline):
+    a `baseline_drift` (fresh ÷ stored seconds) that metrics.timing_noise flags is reported too
+    (the tolerance lives there, so run, sweep and report agree).
+    """
+    note = _verify_cost_note(row)
+    if note:
+        return f"{row['run_id']}: {note}"
+    drift = _drift_flagged(row)
+    if drift is not None:
+        return f"{row['run_id']}: its shared baseline, re-timed before the run, took {drift:.2f}× the stored time; " \
+               f"{DRIFT_CONSEQUENCE}"
+    return None
+
+
+def timing_warnings(row: dict) -> list[str]:
+    """Why a run's timings are suspect, one reason a line: the summary's timing_notes (metrics.timing_noise:
+    noise probes, per-example spread, repeats, baseline drift) and the report's verify-cost check."""
+    notes = row.get("timing_notes")
+    from_metrics = isinstance(notes, (list, tuple))
+    out = [str(n) for n in notes] if from_metrics else []
+    drift = _drift_flagged(row)
+    if drift is not None:  # metrics already wrote "the shared baseline ... took X×"; say what it means
+        out.append(DRIFT_CONSEQUENCE if from_metrics else
+                   f"its shared baseline, re-timed before the run, took {drift:.2f}× the stored time; {DRIFT_CONSEQUENCE}")
+    note = _verify_cost_note(row)
+    if note:
+        out.append(note)
+    if not out and truthy(row.get("suspect_timing")):
+        out.append("the summary flags its timings as suspect (no reason recorded)")
+    return out
+
+
+# --------------------------------------------------------------------------- reading one run
+
+
+def _summary_row(summary: Path, data: ReportData) -> dict | None:
+    """The flattened summary of one run, or None (and a Skipped entry) when it cannot be used."""
+    from specbench.measure.records import load_runs
+
+    doc = _read_json(summary, data)
+    if doc is None:
+        return None
+    if not isinstance(doc, dict):  # load_runs assumes an object
+        data.skip(summary, "summary.json is not a JSON object")
+        return None
+    df, msgs = _captured(load_runs, [summary])
+    if msgs or df.empty:
+        data.skip(summary, msgs[0] if msgs else "empty summary")
+        return None
+    row = df.iloc[0].to_dict()
+    why = _check_summary(row)
+    if why:
+        data.skip(summary, why)
+        return None
+    return row
+
+
+def _read_examples(run_dir: Path, data: ReportData) -> list[dict] | None:
+    """The run's well-formed example records; None (and a Skipped entry) when the file cannot be read as text.
+
+    records.read_records decodes the whole file at once and returns whatever each line parses to,
+    so non-UTF-8 bytes and valid JSON of the wrong shape are caught here.
+    """
+    from specbench.measure.records import read_records
+
+    path = run_dir / "examples.jsonl"
+    try:
+        records, msgs = _captured(read_records, path)
+    except UnicodeDecodeError as exc:
+        data.skip(path, f"examples.jsonl is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+                        f"{exc.start}); its run is left out")
+        return None
+    except OSError as exc:
+        data.skip(path, f"examples.jsonl cannot be read ({exc.strerror}); its run is left out")
+        return None
+    _skip_warnings(data, msgs, path)
+    good = []
+    for i, record in enumerate(records, 1):
+        why = record_problem(record)
+        if why:
+            data.skip(path, f"record {i} skipped: not an example record ({why})")
+        else:
+            good.append(record)
+    return good
+
+
+def _read_manifest(run_dir: Path, data: ReportData) -> dict:
+    path = run_dir / "manifest.json"
+    if not path.exists():
+        return {}
+    doc = _read_json(path, data)
+    if doc is not None and not isinstance(doc, dict):
+        data.skip(path, "manifest.json is not a JSON object; the run is used without it")
+    return doc if isinstance(doc, dict) else {}
+
+
+def _read_probes(run_dir: Path, data: ReportData) -> list[float] | None:
+    """The run's noise probes (ms); None when the file is unusable (its timing noise is then not checked)."""
+    from specbench.measure.runner import read_probes
+
+    try:
+        probes, msgs = _captured(read_probes, run_dir)
+    except (UnicodeDecodeError, TypeError, ValueError):
+        data.skip(run_dir / "noise_probes.jsonl", "noise probes are not UTF-8 JSON lines of numbers; ignored")
+        return None
+    _skip_warnings(data, msgs, run_dir / "noise_probes.jsonl")
+    return probes
+
+
+def _read_drift(run_dir: Path, row: dict, data: ReportData) -> float | None:
+    """The shared baseline's drift from baseline_probes.jsonl, else the summary's own value."""
+    from specbench.measure.records import RunFiles
+    from specbench.measure.runner import baseline_drift
+
+    try:
+        drift, msgs = _captured(baseline_drift, RunFiles(run_dir))
+        _skip_warnings(data, msgs, run_dir / "baseline_probes.jsonl")
+    except DATA_ERRORS:
+        data.notes.append(f"{row['run_id']}: baseline_probes.jsonl has unusable ratios; its drift is not checked")
+        drift = None
+    if drift is None and not math.isnan(num(row.get("baseline_drift"))):
+        drift = num(row["baseline_drift"])  # the summary's, where the probe file is gone
+    return drift
+
+
+def _coverage_notes(row: dict, n_records: int, manifest: dict, data: ReportData) -> None:
+    """Notes for a summary one example behind its records, and for a partial run."""
+    if n_records > row["n_examples"]:
+        data.notes.append(f"{row['run_id']}: summary.json covers {row['n_examples']} examples but examples.jsonl "
+                          f"holds {n_records} (killed between the two writes); rerun the same command to refresh it")
+    if not row.get("complete", True):
+        task = manifest.get("task") if isinstance(manifest.get("task"), dict) else {}
+        expected = task.get("n_examples")
+        data.notes.append(f"{row['run_id']}: partial run, {row['n_examples']} of {expected or '?'} examples measured")
+
+
+def _rederive(row: dict, records: list[dict], run_dir: Path, manifest: dict, data: ReportData) -> None:
+    """Recompute the metrics from the raw counts, with the run's noise probes and its shared baseline's drift,
+    as the runner and the sweep computed them, so the report follows the current definitions."""
+    gamma, policy = resolve_gamma(row["gamma"], manifest)
+    row["gamma"], row["gamma_policy"] = gamma, policy
+    row["gamma_label"] = f"{policy} (≤{gamma})" if policy else str(gamma)
+    probes = _read_probes(run_dir, data)
+    row["baseline_drift"] = drift = _read_drift(run_dir, row, data)
+    if records:
+        row.update(json_safe(summarize(records, gamma, float(row["temperature"]) == 0.0, probes=probes, drift=drift)))
+    note = timing_note(row)
+    if note:
+        data.notes.append(note)
+    row["timing_suspect"] = truthy(row.get("suspect_timing")) or note is not None
+    row["timing_warnings"] = timing_warnings(row) if row["timing_suspect"] else []
+
+
+def _read_run(summary: Path, data: ReportData) -> dict | None:
+    """One run folder → its checked, re-derived row (its examples and manifest go into `data`), or None."""
+    import pandas as pd
+
+    row = _summary_row(summary, data)
+    if row is None:
+        return None
+    run_dir = summary.parent
+    records = _read_examples(run_dir, data)
+    if records is None:
+        return None
+    manifest = _read_manifest(run_dir, data)
+    notes_before = len(data.notes)
+    _coverage_notes(row, len(records), manifest, data)
+    try:
+        _rederive(row, records, run_dir, manifest, data)
+    except DATA_ERRORS as exc:  # a record whose values (not shape) the metrics cannot use
+        del data.notes[notes_before:]  # a run left out leaves no notes
+        data.skip(run_dir / "examples.jsonl", f"its records cannot be summarised ({type(exc).__name__}: "
+                                              f"{str(exc)[:120]}); its run is left out")
+        return None
+    data.examples[str(run_dir)] = pd.json_normalize(records)
+    data.manifests[str(run_dir)] = manifest
+    return row
+
+
+# --------------------------------------------------------------------------- the table of runs
+
+
+def series_keys(runs) -> list[str]:
+    """Columns that tell lines apart: draft and temperature, plus target/top-k/top-p when they vary."""
+    return ["draft", "temperature"] + [k for k in ("target", "top_k", "top_p") if runs[k].nunique() > 1]
+
+
+def series_label(row, keys: list[str]) -> str:
+    parts = [str(row["draft"]), f"T={float(row['temperature']):g}"]
+    parts += [f"{k}={row[k]}" for k in keys if k not in ("draft", "temperature")]
+    return ", ".join(parts)
+
+
+def _runs_frame(rows: list[dict]):
+    """The usable runs as one DataFrame with typed axes and a series label, in a stable order."""
+    import pandas as pd
+
+    runs = pd.DataFrame(rows)
+    runs["gamma"] = runs["gamma"].astype(int)
+    runs["temperature"] = runs["temperature"].astype(float)
+    runs["timing_suspect"] = runs["timing_suspect"].astype(bool)
+    keys = series_keys(runs)
+    runs["series"] = [series_label(r, keys) for _, r in runs.iterrows()]
+    return runs.sort_values(["task", "draft", "temperature", "gamma", "run_id"]).reset_index(drop=True)
+
+
+def fixed_gamma(runs):
+    """The runs with an integer γ (a policy run's γ varies per step: it has no place on a γ axis)."""
+    if "gamma_policy" not in runs:
+        return runs
+    return runs[runs["gamma_policy"].isna()]
+
+
+def policy_runs(runs):
+    """The runs whose γ is a policy (adaptive, heuristic): shown beside the fixed-γ ones, never mixed in."""
+    if "gamma_policy" not in runs:
+        return runs.iloc[0:0]
+    return runs[runs["gamma_policy"].notna()]
+
+
+# --------------------------------------------------------------------------- calibrations
+
+
+def hardware_short(hw, device: str | None = None) -> str:
+    """The CPU or GPU model a calibration ran on (the GPU's when the device is CUDA)."""
+    if not isinstance(hw, dict) or not hw:
+        return describe(None)
+    gpus = [g.get("name") for g in hw.get("gpus") or [] if isinstance(g, dict) and g.get("name")]
+    if gpus and str(device or "").startswith("cuda"):
+        return ", ".join(sorted(set(gpus)))
+    return str(hw.get("cpu_model") or describe(hw).split(",")[0])
+
+
+def _curve(cal: dict) -> dict[int, float] | None:
+    """k → t(k)/t(1) of a Calibration.to_dict(): its pass_cost, or derived from target_ms; None if unusable."""
+    cost = cal.get("pass_cost")
+    try:
+        if not isinstance(cost, dict) or not cost:
+            ms = {int(k): float(v) for k, v in (cal.get("target_ms") or {}).items()}
+            cost = {k: v / ms[1] for k, v in ms.items()} if ms.get(1, 0) > 0 else {}
+        curve = {int(k): float(v) for k, v in cost.items()}
+    except (TypeError, ValueError, AttributeError):
+        return None
+    curve = {k: v for k, v in sorted(curve.items()) if k >= 1 and math.isfinite(v) and v > 0}
+    return curve or None
+
+
+def _manifest_calibrations(manifest: dict) -> list[tuple[str, object]]:
+    """(dtype key, calibration) pairs: the run's own, then each dtype an `auto` choice calibrated."""
+    cals = [("", manifest.get("calibration"))]
+    auto = manifest.get("auto")
+    if isinstance(auto, dict) and isinstance(auto.get("calibrations"), dict):
+        cals += sorted(auto["calibrations"].items())
+    return [(key, cal) for key, cal in cals if cal is not None]
+
+
+def _label_curves(curves: list[dict]) -> None:
+    """A legend label per curve; the same setup calibrated twice (another session) is told apart by a run."""
+    for c in curves:
+        c["label"] = f"{c['dtype']}, {fmt(c['context_tokens'])}-token context, {c['hardware']}"
+    counts: dict[str, int] = {}
+    for c in curves:
+        counts[c["label"]] = counts.get(c["label"], 0) + 1
+    for c in curves:
+        if counts[c["label"]] > 1:
+            c["label"] += f" ({c['runs'][0]})"
+
+
+def calibration_curves(data: ReportData) -> list[dict]:
+    """Each distinct pass-cost calibration across the runs' manifests (the run's own, and each dtype an
+    `auto` choice calibrated): {label, dtype, context_tokens, hardware, device, curve {k: t(k)/t(1)}, runs}."""
+    found: dict[tuple, dict] = {}
+    for run_dir, m in sorted(data.manifests.items()):
+        run_id = str(m.get("run_id") or Path(run_dir).name)
+        for dtype_key, cal in _manifest_calibrations(m):
+            curve = _curve(cal) if isinstance(cal, dict) else None
+            if curve is None:
+                data.notes.append(f"{run_id}: a calibration in manifest.json has no usable pass-cost curve; not plotted")
+                continue
+            dtype, device = str(cal.get("dtype") or dtype_key or "?"), str(cal.get("device") or "?")
+            hw = hardware_short(m.get("hardware"), device)
+            key = (dtype, device, cal.get("context_tokens"), hw, tuple((k, round(v, 6)) for k, v in curve.items()))
+            entry = found.setdefault(key, {"dtype": dtype, "device": device, "context_tokens": cal.get("context_tokens"),
+                                           "hardware": hw, "curve": curve, "runs": []})
+            if run_id not in entry["runs"]:
+                entry["runs"].append(run_id)
+    curves = list(found.values())
+    _label_curves(curves)
+    return curves
+
+
+# --------------------------------------------------------------------------- sweeps and checks
+
+
+def _orphan_folders(files, with_summary: set[Path], data: ReportData) -> None:
+    """Run folders with a manifest or examples but no summary: killed before their first example finished."""
+    for marker in ("manifest.json", "examples.jsonl"):
+        for f in files(marker):
+            if f.parent not in with_summary and not any(s.path == str(f.parent) for s in data.skipped):
+                data.skip(f.parent, "run folder without summary.json (killed before its first example finished?); "
+                                    "rerun its command to resume")
+
+
+def _read_sweeps(files, with_summary: set[Path], data: ReportData) -> None:
+    """sweep.json documents, and a Skipped entry for each of their cells that has no results yet."""
+    for path in files("sweep.json"):
+        doc = _read_json(path, data)
+        if not isinstance(doc, dict) or not isinstance(doc.get("cells"), list):
+            if doc is not None:
+                data.skip(path, "sweep.json has no list of cells")
+            continue
+        data.sweeps.append(doc)
+        for cell in doc["cells"]:
+            cell_id = cell.get("cell_id", "?") if isinstance(cell, dict) else "?"
+            cell_dir = path.parent / str(cell_id)
+            if cell_dir.resolve() not in with_summary and not any(s.path == str(cell_dir.resolve()) for s in data.skipped):
+                data.skip(cell_dir, f"cell of sweep {doc.get('sweep_id', '?')} has no results yet "
+                                    f"(rerun the sweep command to finish it)")
+
+
+def _read_checks(files, data: ReportData) -> None:
+    """checks.json files: a list of checks, or verification.write_checks' object holding one."""
+    for path in files("checks.json"):
+        doc = _read_json(path, data)
+        if doc is None:
+            continue
+        if isinstance(doc, dict) and isinstance(doc.get("checks"), list):
+            doc = doc["checks"]  # verification.write_checks: {schema_version, passed, ..., checks: [...]}
+        if not isinstance(doc, list):
+            data.skip(path, "checks.json is neither a list of checks nor an object with one")
+            continue
+        good = [c for c in doc if isinstance(c, dict) and "name" in c and "passed" in c]
+        if len(good) < len(doc):
+            data.skip(path, f"{len(doc) - len(good)} of {len(doc)} entries are not checks "
+                            f"(a dict with at least name and passed)")
+        if good:
+            data.checks.append((str(path), good))
+
+
+def collect(paths: list[Path]) -> ReportData:
+    """Every run, sweep and checks.json under `paths`, checked; whatever is unusable goes to `skipped`."""
+    import pandas as pd
+
+    paths = [Path(p) for p in paths]
+    for p in paths:
+        if not p.exists():
+            raise SpecbenchError(f"{p} does not exist; pass run folders, sweep folders or a results/ folder")
+    files = _finder(paths)
+    data = ReportData(runs=pd.DataFrame())
+    summaries = files("summary.json")
+    with_summary = {s.parent for s in summaries}
+    _orphan_folders(files, with_summary, data)
+    rows = [row for row in (_read_run(s, data) for s in summaries) if row is not None]
+    if rows:
+        data.runs = _runs_frame(rows)
+    data.curves = calibration_curves(data)
+    _read_sweeps(files, with_summary, data)
+    _read_checks(files, data)
+    return data

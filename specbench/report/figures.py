@@ -1,0 +1,293 @@
+"""The report's figures: speedup against γ beside both predictions, pass cost, α, accepted lengths, time, quality.
+
+Each figure is drawn by one function from the table of runs (collect.py) and saved as PNG and SVG;
+the PNG bytes are kept to inline into the self-contained HTML. Matplotlib's mathtext is off, so a
+`$` in a draft or task name is a dollar sign, not a parse error; the SVG hash salt and a null date
+keep the files identical from one report to the next.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from specbench.files import atomic_write_bytes
+from specbench.report.analysis import quality_rows
+from specbench.report.collect import fixed_gamma, num
+
+
+@dataclass
+class RenderedFigure:
+    name: str  # file stem under figures/
+    title: str
+    caption: str
+    png: bytes = b""
+
+
+def _rc():
+    import matplotlib
+
+    return matplotlib.rc_context({"text.parse_math": False, "svg.hashsalt": "specbench", "font.size": 9,
+                                  "axes.titlesize": 10, "axes.grid": True, "grid.alpha": 0.3})
+
+
+def _new_figure(width: float, height: float):
+    from matplotlib.figure import Figure as MplFigure
+
+    return MplFigure(figsize=(width, height), layout="constrained")
+
+
+def _panels(fig, n: int, ncols: int):
+    nrows = math.ceil(n / ncols)
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    flat = [ax for row in axes for ax in row]
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return flat[:n]
+
+
+def _colors(labels: list[str]) -> dict[str, tuple]:
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10"] if len(labels) <= 10 else colormaps["tab20"]
+    return {label: cmap(i % cmap.N) for i, label in enumerate(labels)}
+
+
+def fig_speedup(runs) -> object:
+    """Measured speedup vs γ per task: one line per series, Theorem 3.8 and the extended model dashed."""
+    from matplotlib.lines import Line2D
+
+    runs = fixed_gamma(runs)
+    tasks = sorted(runs["task"].unique())
+    colors = _colors(sorted(runs["series"].unique()))
+    rows = math.ceil(len(tasks) / 3)
+    fig = _new_figure(min(5.6 * len(tasks), 16.8) if len(tasks) > 1 else 7.0,
+                      4.2 * rows + 0.25 * math.ceil((len(colors) + 3) / 4) + 0.3)
+    for ax, task in zip(_panels(fig, len(tasks), min(len(tasks), 3)), tasks):
+        sub = runs[runs["task"] == task]
+        for label, g in sub.groupby("series", sort=True):
+            g = g.groupby("gamma")[["speedup", "predicted_speedup", "predicted_speedup_extended"]].agg(
+                lambda s: s.map(num).mean()).reset_index()  # duplicate runs of one cell: their mean
+            color = colors[label]
+            ax.plot(g["gamma"], g["speedup"], "o-", color=color, label=label, lw=1.8)
+            ax.plot(g["gamma"], g["predicted_speedup"], "--", color=color, lw=1.2)
+            ax.plot(g["gamma"], g["predicted_speedup_extended"], "-.", color=color, lw=1.2, marker="x", ms=4)
+        ax.axhline(1.0, color="0.4", lw=0.8)
+        ax.set_title(f"Speedup vs γ: {task}")
+        ax.set_xlabel("draft length γ (tokens drafted per target pass)")
+        ax.set_ylabel("walltime speedup (× target alone)")
+        ax.set_xticks(sorted(int(g) for g in sub["gamma"].unique()))
+    handles = [Line2D([], [], color=colors[label], ls="-", marker="o", label=label) for label in colors]
+    handles += [Line2D([], [], color="0.2", ls="-", marker="o", label="measured"),
+                Line2D([], [], color="0.2", ls="--", label="Theorem 3.8 from measured α, c"),
+                Line2D([], [], color="0.2", ls="-.", marker="x", label="extended: + measured verify cost")]
+    fig.legend(handles=handles, loc="outside lower center", ncol=min(4, len(handles)), fontsize=7)
+    return fig
+
+
+def fig_pass_cost(curves: list[dict]) -> object:
+    """t(k)/t(1) against k, one line per distinct calibration; dashed: the paper's free verification, t(k) = t(1)."""
+    colors = _colors([c["label"] for c in curves])
+    fig = _new_figure(7.5, 4.4 + 0.2 * len(curves))
+    ax = fig.subplots()
+    ks = sorted({k for c in curves for k in c["curve"]})
+    for c in curves:
+        x = list(c["curve"])
+        ax.plot(x, [c["curve"][k] for k in x], "o-", color=colors[c["label"]], lw=1.6, ms=4, label=c["label"])
+    ax.axhline(1.0, color="0.3", ls="--", lw=1.0, label="t(k) = t(1): free verification (the paper's assumption)")
+    ax.set_xticks(ks)
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("k: new tokens in one target pass (verifying γ drafts takes k = γ+1)")
+    ax.set_ylabel("t(k) / t(1): cost in single-token passes")
+    ax.set_title("Target pass cost vs tokens per pass (calibrated before timing)")
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=1, fontsize=7)
+    return fig
+
+
+def fig_alpha(runs) -> object:
+    """α per draft, task and temperature: mean over γ cells, whiskers from the smallest to the largest cell."""
+    import numpy as np
+
+    groups = sorted({(t, float(temp)) for t, temp in zip(runs["task"], runs["temperature"])})
+    drafts = sorted(runs["draft"].unique())
+    colors = _colors(drafts)
+    width = 0.8 / len(drafts)
+    fig = _new_figure(max(6.5, 1.2 * len(groups) * max(1, len(drafts) / 2) + 2), 4.4)
+    ax = fig.subplots()
+    for i, draft in enumerate(drafts):
+        means, lo, hi, expected = [], [], [], []
+        for task, temp in groups:
+            sel = runs[(runs["task"] == task) & (runs["temperature"] == temp) & (runs["draft"] == draft)]
+            a = sel["alpha"].map(num).dropna()
+            means.append(a.mean() if len(a) else np.nan)
+            lo.append(a.mean() - a.min() if len(a) else 0.0)
+            hi.append(a.max() - a.mean() if len(a) else 0.0)
+            e = sel["alpha_expected"].map(num).dropna()
+            expected.append(e.mean() if len(e) else np.nan)
+        x = np.arange(len(groups)) + (i - (len(drafts) - 1) / 2) * width
+        ax.bar(x, means, width * 0.9, yerr=[lo, hi], capsize=3, color=colors[draft], label=draft)
+        ax.plot(x, expected, "D", color="black", ms=4, label="E[Σ min(p, q)] (α expected)" if i == 0 else None)
+    ax.set_xticks(np.arange(len(groups)), [f"{t}\nT={temp:g}" for t, temp in groups])
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("acceptance rate α (accepted / acceptance trials)")
+    ax.set_xlabel("task and temperature")
+    ax.set_title("Acceptance rate α per draft\n(bars: mean over the γ cells; whiskers: their min and max)")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return fig
+
+
+def _histogram(value, gamma: int) -> list[float] | None:
+    if not isinstance(value, (list, tuple)) or len(value) != gamma + 1:
+        return None
+    counts = [num(v) for v in value]
+    return counts if all(x >= 0 for x in counts) else None
+
+
+def fig_histograms(runs, task: str) -> object:
+    """Accepted drafts per step, measured (bars) against the capped geometric law for the measured α (dots)."""
+    from specbench.measure import theory
+
+    sub = fixed_gamma(runs)
+    sub = sub[sub["task"] == task]
+    series, gammas = sorted(sub["series"].unique()), sorted(sub["gamma"].unique())
+    fig = _new_figure(2.3 * len(gammas) + 0.6, 2.0 * len(series) + 0.8)
+    axes = fig.subplots(len(series), len(gammas), squeeze=False)
+    for r, label in enumerate(series):
+        for col, gamma in enumerate(gammas):
+            ax = axes[r][col]
+            cell = sub[(sub["series"] == label) & (sub["gamma"] == gamma)]
+            ax.set_title(f"{label}, γ={gamma}", fontsize=7)
+            if r == len(series) - 1:
+                ax.set_xlabel("drafts accepted per step")
+            if col == 0:
+                ax.set_ylabel("share of steps")
+            if cell.empty:
+                ax.set_visible(False)
+                continue
+            row = cell.iloc[0]
+            counts = _histogram(row["accepted_length_histogram"], int(gamma))
+            if not counts or sum(counts) == 0:
+                ax.text(0.5, 0.5, "no verification steps", ha="center", va="center", transform=ax.transAxes)
+                continue
+            n = range(int(gamma) + 1)
+            ax.bar(n, [x / sum(counts) for x in counts], color="tab:blue", alpha=0.7, label=f"measured ({int(sum(counts))} steps)")
+            alpha = num(row["alpha"])
+            if 0.0 <= alpha <= 1.0:
+                ax.plot(n, theory.accepted_length_law(alpha, int(gamma)), "o", color="tab:red", ms=4,
+                        label=f"law, α={alpha:.2f}")
+            ax.set_ylim(0, 1.0)
+            ax.set_xticks(list(n))
+            ax.legend(fontsize=6)
+    fig.suptitle(f"Accepted-length histograms: {task} (law: (1−α)αⁿ for n < γ, α^γ for n = γ)", fontsize=10)
+    return fig
+
+
+def fig_time_split(runs) -> object:
+    """Speculative milliseconds per generated token split into prefill, draft, verify and overhead; baseline beside."""
+    import numpy as np
+
+    tasks = sorted(runs["task"].unique())
+    fig = _new_figure(max(6.0, 0.45 * len(runs) + 2.5), 3.8 * len(tasks))
+    for ax, task in zip(_panels(fig, len(tasks), 1), tasks):
+        sub = runs[runs["task"] == task]
+        tokens = sub["speculative_tokens"].map(num).replace(0, np.nan)
+        ms = lambda col: (sub[col].map(num) / tokens * 1e3).fillna(0.0).to_numpy()
+        draft, verify, overhead = ms("draft_s"), ms("verify_s"), ms("overhead_s")
+        prefill = np.clip(ms("speculative_s") - draft - verify - overhead, 0.0, None)
+        base = (sub["baseline_s"].map(num) / sub["baseline_tokens"].map(num).replace(0, np.nan) * 1e3).to_numpy()
+        x = np.arange(len(sub))
+        bottom = np.zeros(len(sub))
+        for part, color, label in ((prefill, "0.7", "prefill (time to first token)"), (draft, "tab:orange", "draft"),
+                                   (verify, "tab:blue", "verify (target passes)"), (overhead, "tab:green", "overhead")):
+            ax.bar(x, part, 0.7, bottom=bottom, color=color, label=label)
+            bottom += part
+        ax.plot(x, base, "_", color="black", ms=18, mew=2, label="baseline (target alone)")
+        labels = sub["gamma_label"] if "gamma_label" in sub else sub["gamma"]
+        ax.set_xticks(x, [f"{d}\nT={float(t):g} γ={g}" for d, t, g in zip(sub["draft"], sub["temperature"], labels)],
+                      fontsize=7, rotation=45 if len(sub) > 8 else 0, ha="right" if len(sub) > 8 else "center")
+        ax.set_ylabel("milliseconds per generated token")
+        ax.set_title(f"Where the time goes: {task}")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return fig
+
+
+def fig_quality(rows: list[dict]) -> object:
+    import numpy as np
+
+    metrics = sorted({r["metric"] for r in rows})
+    fig = _new_figure(max(6.5, 0.6 * len(rows) / max(1, len(metrics)) + 3), 3.2 * len(metrics))
+    for ax, metric in zip(_panels(fig, len(metrics), 1), metrics):
+        sub = [r for r in rows if r["metric"] == metric]
+        x = np.arange(len(sub))
+        for offset, engine, color in ((-0.2, "baseline", "0.5"), (0.2, "speculative", "tab:blue")):
+            vals = np.array([r[engine] for r in sub])
+            ci = [r[f"{engine}_ci"] for r in sub]
+            err = np.array([[v - c[0], c[1] - v] if isinstance(c, (list, tuple)) and len(c) == 2 else [0, 0]
+                            for v, c in zip(vals, ci)]).T
+            ax.bar(x + offset, vals, 0.38, yerr=np.clip(err, 0, None), capsize=3, color=color, label=engine)
+        ax.set_xticks(x, [r["run_id"] for r in sub], fontsize=7, rotation=30, ha="right")
+        ax.set_ylabel(f"{metric} (×100)")
+        ax.set_title(f"{metric}: baseline vs speculative")
+        ax.legend(fontsize=7)
+    return fig
+
+
+def render_figure(fig, name: str, title: str, caption: str, folder: Path) -> RenderedFigure:
+    """Save PNG and SVG files; keep the PNG bytes to inline into the HTML."""
+    folder.mkdir(parents=True, exist_ok=True)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    png = buf.getvalue()
+    atomic_write_bytes(folder / f"{name}.png", lambda tmp: tmp.write_bytes(png))
+    atomic_write_bytes(folder / f"{name}.svg", lambda tmp: fig.savefig(tmp, format="svg", metadata={"Date": None}))
+    return RenderedFigure(name, title, caption, png)
+
+
+PASS_COST_CAPTION = (
+    "Each line: one calibration (the target's median time for a pass over k new tokens after a context of the "
+    "task's typical length, divided by the time for one), per dtype, context and machine; runs and auto choices "
+    "that share a calibration share a line. Dashed: t(k) = t(1), the free verification the paper's Theorem 3.8 "
+    "assumes. Where a line rises above it, verifying γ drafts costs more than one step and the best γ is smaller "
+    "than the theorem says; a drop is a kernel that handles that k better.")
+SPEEDUP_CAPTION = (
+    "Solid: measured walltime speedup. Dashed: Theorem 3.8 from the measured α and c. Dash-dot: the "
+    "extended model, which also charges the measured cost of verifying γ+1 tokens. Grey line: no speedup. "
+    "Runs with a γ policy (adaptive, heuristic) are not drawn here; see Recommended γ.")
+ALPHA_CAPTION = (
+    "α per draft, task and temperature; black diamonds: the expected acceptance E[Σ min(p, q)] at the "
+    "verified positions, which α estimates.")
+HISTOGRAM_CAPTION = (
+    "Bars: share of verification steps that accepted n drafts. Dots: the law theory predicts if each "
+    "draft were accepted independently with the measured α. A model-free draft that sometimes "
+    "proposes fewer than γ tokens piles up mass at small n.")
+TIME_CAPTION = (
+    "Speculative decoding's milliseconds per generated token, split into prefill, drafting, target "
+    "verification passes and the rest (sampling, bookkeeping); the black tick is the baseline's.")
+QUALITY_CAPTION = (
+    "BLEU/ROUGE (×100) of the baseline and speculative outputs against the task references; whiskers: "
+    "95% bootstrap intervals, where the runner computed them (sampling runs).")
+
+
+def _figure_plan(runs, curves: list[dict] | None) -> list[tuple]:
+    """(draw, its argument, file stem, title, caption) for every figure these runs call for, in report order."""
+    fixed = fixed_gamma(runs)
+    plan = [(fig_speedup, fixed, "speedup_vs_gamma", "Speedup vs γ", SPEEDUP_CAPTION),
+            (fig_pass_cost, curves, "pass_cost_curve", "Pass-cost curve", PASS_COST_CAPTION),
+            (fig_alpha, runs, "alpha", "Acceptance rate α", ALPHA_CAPTION)]
+    plan = [step for step in plan if step[1] is not None and len(step[1])]
+    plan += [(lambda task: fig_histograms(runs, task), task, f"accepted_lengths_{i}", f"Accepted lengths: {task}",
+              HISTOGRAM_CAPTION) for i, task in enumerate(sorted(fixed["task"].unique()))]
+    plan.append((fig_time_split, runs, "time_per_token", "Time per token", TIME_CAPTION))
+    qrows = quality_rows(runs)
+    if qrows:
+        plan.append((fig_quality, qrows, "quality", "Output quality", QUALITY_CAPTION))
+    return plan
+
+
+def make_figures(runs, folder: Path, curves: list[dict] | None = None) -> list[RenderedFigure]:
+    """Draw and save every figure (PNG and SVG under `folder`)."""
+    with _rc():
+        return [render_figure(draw(arg), name, title, caption, folder)
+                for draw, arg, name, title, caption in _figure_plan(runs, curves)]

@@ -1,0 +1,465 @@
+"""Assemble the report: one list of blocks, written as report.md and as one self-contained report.html.
+
+The report is built once as (kind, payload) blocks (h1, h2, p, list, table, figure), one small
+function per section, and each block list is rendered twice. The HTML comes from a jinja2 template
+(templates/report.html.j2) with autoescape on, so every string that came from a model, a task or
+the user (outputs, references, draft and task names, run ids, check names) is escaped without any
+call site having to remember it. Markdown passes raw HTML through, so it is escaped the same way
+there, plus the pipes and newlines that would break a table row.
+
+Theory sits beside measurement, never instead of it: each measured speedup is shown with Theorem
+3.8's prediction from the measured α and c, and with the extended model that also uses the measured
+cost of a verification pass.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import numbers
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from specbench.errors import SpecbenchError
+from specbench.measure.hardware import describe
+from specbench.report.analysis import best_gamma_rows, quality_rows
+from specbench.report.collect import (ReportData, Skipped, collect, fixed_gamma, fmt, isnull, num, policy_runs,
+                                      timing_note, truthy)
+from specbench.report.figures import RenderedFigure, make_figures
+
+CHECK_FIELDS = ("name", "statistic", "p_value", "n", "threshold", "power", "passed")  # a checks.json row (verification.py)
+SAMPLE_CHARS = 240  # characters of each output shown in the samples table
+SAMPLE_RUNS = 24  # runs whose first example is shown
+
+# Leviathan, Kalman & Matias, "Fast Inference from Transformers via Speculative Decoding", ICML 2023
+# (arXiv:2211.17192), Table 2: T5-XXL (11B) target, batch 1, one TPU-v4; speed = walltime improvement
+# over the T5X baseline. The paper's PDF could not be opened from this machine; every value below was
+# confirmed against two independent third-party study notes in a public code index that transcribe the
+# full table identically (EnDe and CNNDM, T5-small/base/large, T = 0 and 1), and a third partial
+# transcription that matches the CNNDM T = 1 rows. Rows: (task, draft, T, γ, α, speedup).
+PAPER_TABLE2 = (
+    ("EnDe", "T5-small", 0, 7, 0.75, 3.4), ("EnDe", "T5-base", 0, 7, 0.80, 2.8), ("EnDe", "T5-large", 0, 7, 0.82, 1.7),
+    ("EnDe", "T5-small", 1, 7, 0.62, 2.6), ("EnDe", "T5-base", 1, 5, 0.68, 2.4), ("EnDe", "T5-large", 1, 3, 0.71, 1.4),
+    ("CNNDM", "T5-small", 0, 5, 0.65, 3.1), ("CNNDM", "T5-base", 0, 5, 0.73, 3.0), ("CNNDM", "T5-large", 0, 3, 0.74, 2.2),
+    ("CNNDM", "T5-small", 1, 5, 0.53, 2.3), ("CNNDM", "T5-base", 1, 3, 0.55, 2.2), ("CNNDM", "T5-large", 1, 3, 0.56, 1.7),
+)
+PAPER_SOURCE = "Leviathan et al. 2023, Table 2 (T5-XXL target, TPU-v4)"
+
+# --------------------------------------------------------------------------- the report's prose
+
+TIMING_WARNINGS_TEXT = (
+    "These runs failed a timing check (noise probes re-timed between examples, the spread of the "
+    "baseline's time per token, disagreeing repeats, a re-timed shared baseline that drifted, or a "
+    "verify cost no quiet machine gives). Do not trust their speedups without a rerun on a quiet "
+    "machine; the tables mark them, and the γ recommendation leaves them out when other cells "
+    "remain.")
+AUTO_TEXT = (
+    "Runs that asked for --gamma, --draft or --dtype auto (or the adaptive γ policy): what was "
+    "chosen on the machine, and why, as recorded in each manifest.")
+RUNS_TEXT = (
+    "α = accepted / acceptance trials; c = draft cost per token over target cost per token; "
+    "verify = cost of one target pass over γ+1 tokens in single-token passes; speedup = speculative "
+    "tokens/s over baseline tokens/s, prefill included (at T = 0, baseline walltime over speculative "
+    "walltime). Predictions use each run's measured α, c "
+    "(Theorem 3.8) and also its measured verify cost (extended). Decode: the speedup of the decode "
+    "phase alone, beside the cost model's prediction for outputs of the lengths measured "
+    "(predicted_decode_speedup: drafts accepted past an EOS are lost, the budget shortens the last "
+    "drafts). c and the verify cost come from the same run, so this pair checks the loop's own time "
+    "and the predicted number of target passes, not the cost measurements themselves. Speedup and "
+    "decode carry their 95 % bootstrap interval over examples in brackets; timing SUSPECT: see "
+    "Timing warnings at the top.")
+IDENTITY_TEXT = (
+    "In bf16 or fp16 the target's logits depend on how many tokens share a pass, so where its two "
+    "best tokens nearly tie, a verify pass can choose differently from a one-token step: such a "
+    "divergence is classified numerics when replaying both runs' own passes shows the target itself "
+    "flipping, and unexplained (a candidate bug) otherwise. The numerics floor is the share of the "
+    "baseline's positions a teacher-forced (γ+1)-token pass flips: what this hardware forces on "
+    "any multi-token verifier.")
+BEST_GAMMA_TEXT = (
+    "Measured: the γ with the largest measured speedup among those run (95 % bootstrap interval in "
+    "brackets). Theorem 3.8: the γ maximising (1−α^(γ+1))/((1−α)(γc+1)) with α and c pooled over the "
+    "γ cells (mean); only γ within the measured range are recommended, and where the theorem's "
+    "optimum over 1..64 lies outside it, the table says so beside the best γ inside the range. "
+    "Extended: the same with each γ's measured verify cost, so only measured γ values are "
+    "candidates. Cells whose timings look inconsistent (see Timing warnings) are left out when "
+    "others remain.")
+POLICY_TEXT = (
+    "Runs with a γ policy choose γ per step (up to γ max), so they have no place in the γ "
+    "comparison above; they are listed here on their own.")
+PAPER_TEXT = (
+    f"Paper rows: {PAPER_SOURCE}; each is the paper's best γ for that draft. Our rows: the best "
+    "measured γ per task, draft and temperature. The paper's target is an 11B T5 on a TPU; ours is "
+    "whatever these runs used (see Setup), so compare trends (α by draft and temperature, the "
+    "α–cost trade-off), not absolute speedups. Our speedups carry their 95 % bootstrap interval "
+    "over examples in brackets.")
+QUALITY_TEXT = (
+    "At T = 0 the scores must be equal (identical outputs); at T > 0 the intervals should overlap "
+    "(same output distribution).")
+
+RUNS_COLUMNS = ["run", "task", "draft", "T", "γ", "n", "α", "α exp.", "c", "verify", "tok/call", "speedup [95% CI]",
+                "timing", "Thm 3.8", "extended", "decode [95% CI]", "predicted decode", "identical share", "complete"]
+BEST_GAMMA_COLUMNS = ["task", "draft, T", "γ run", "best γ measured", "its speedup [95% CI]", "pooled α", "pooled c",
+                      "γ* Thm 3.8", "predicted", "γ* extended", "predicted (ext.)", "suspect timings at γ"]
+POLICY_COLUMNS = ["run", "task", "draft, T", "γ policy", "γ max", "n", "α", "tok/call", "speedup [95% CI]", "timing",
+                  "decode [95% CI]"]
+
+
+# --------------------------------------------------------------------------- cell text
+
+
+@dataclass
+class Table:
+    columns: list[str]
+    rows: list[list]  # cells: str, numbers, None
+
+
+def with_ci(value, ci, digits: int = 2, unit: str = "") -> str:
+    """'1.23 [1.06, 1.41]': a value and its 95 % interval ('—' for what was not measurable)."""
+    x = num(value)
+    if np.isnan(x):
+        return "—"
+    text = f"{x:.{digits}f}{unit}"
+    if isinstance(ci, (list, tuple, np.ndarray)) and len(ci) == 2:
+        lo, hi = num(ci[0]), num(ci[1])
+        if not (np.isnan(lo) or np.isnan(hi)):
+            text += f" [{lo:.{digits}f}, {hi:.{digits}f}]"
+    return text
+
+
+def _clip(text, n: int = SAMPLE_CHARS) -> str:
+    text = "" if isnull(text) else str(text)
+    return text if len(text) <= n else text[:n] + "…"
+
+
+def _timing_text(r) -> str:
+    return "SUSPECT" if truthy(r.get("timing_suspect")) else "ok"
+
+
+def _gamma_text(r) -> str:
+    label = r.get("gamma_label")
+    return str(label) if isinstance(label, str) else str(r["gamma"])
+
+
+def _best_cell(runs, b: dict):
+    """The run behind a best-γ row's measured γ (the first of duplicates; a trustworthy one where there is one)."""
+    if b["measured_gamma"] is None:
+        return None
+    runs = fixed_gamma(runs)
+    cell = runs[(runs["task"] == b["task"]) & (runs["series"] == b["series"]) & (runs["gamma"] == b["measured_gamma"])]
+    if "timing_suspect" in cell and (~cell["timing_suspect"]).any():
+        cell = cell[~cell["timing_suspect"]]
+    return cell.iloc[0] if len(cell) else None
+
+
+def _best_speedup_text(runs, b: dict) -> str:
+    r = _best_cell(runs, b)
+    if r is None:
+        return with_ci(b["measured_speedup"], None)
+    text = with_ci(b["measured_speedup"], r.get("speedup_ci95"))
+    return text + (" (suspect timing)" if truthy(r.get("timing_suspect")) else "")
+
+
+def _thm_gamma_text(b: dict):
+    """Theorem 3.8's γ, never one outside the measured range without saying so."""
+    if b["thm_gamma"] is None or b["thm_in_range"]:
+        return b["thm_gamma"]
+    lo, hi = b["gammas"][0], b["gammas"][-1]
+    return (f"{b['thm_gamma_in_range']} (the optimum over 1..64, γ = {b['thm_gamma']}, is beyond the measured "
+            f"range {lo}–{hi})")
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def runs_table(runs) -> Table:
+    return Table(RUNS_COLUMNS, [
+        [r["run_id"], r["task"], r["draft"], f"{r['temperature']:g}", _gamma_text(r), r["n_examples"], num(r["alpha"]),
+         num(r["alpha_expected"]), num(r["c"]), num(r["verify_cost"]), num(r["tokens_per_target_call"]),
+         with_ci(r["speedup"], r.get("speedup_ci95")), _timing_text(r), num(r["predicted_speedup"]),
+         num(r["predicted_speedup_extended"]), with_ci(r.get("decode_speedup"), r.get("decode_speedup_ci95")),
+         num(r.get("predicted_decode_speedup")), num(r.get("identical_rate")), r.get("complete")]
+        for _, r in runs.iterrows()])
+
+
+def best_gamma_table(runs, best: list[dict]) -> Table:
+    return Table(BEST_GAMMA_COLUMNS, [
+        [b["task"], b["series"], ",".join(map(str, b["gammas"])), b["measured_gamma"], _best_speedup_text(runs, b),
+         b["alpha"], b["c"], _thm_gamma_text(b), b["thm_factor"] if b["thm_in_range"] else b["thm_factor_in_range"],
+         b["ext_gamma"], b["ext_factor"], ",".join(map(str, b["suspect_gammas"])) or "none"]
+        for b in best])
+
+
+def policy_table(policies) -> Table:
+    return Table(POLICY_COLUMNS, [
+        [r["run_id"], r["task"], r["series"], r["gamma_policy"], int(r["gamma"]), r["n_examples"], num(r["alpha"]),
+         num(r["tokens_per_target_call"]), with_ci(r["speedup"], r.get("speedup_ci95")), _timing_text(r),
+         with_ci(r.get("decode_speedup"), r.get("decode_speedup_ci95"))]
+        for _, r in policies.iterrows()])
+
+
+def paper_table(runs, best: list[dict]) -> Table:
+    rows = [[PAPER_SOURCE, task, draft, f"{t:g}", gamma, alpha, f"{speed:.1f}×"]
+            for task, draft, t, gamma, alpha, speed in PAPER_TABLE2]
+    for b in best:
+        r = _best_cell(runs, b)
+        if r is None:
+            continue
+        speed = with_ci(b["measured_speedup"], r.get("speedup_ci95"), unit="×")
+        rows.append([f"specbench ({r['target']})", b["task"], r["draft"], f"{r['temperature']:g}", b["measured_gamma"],
+                     num(r["alpha"]), speed + (" (suspect timing)" if truthy(r.get("timing_suspect")) else "")])
+    return Table(["source", "task", "draft", "T", "γ", "α", "speedup"], rows)
+
+
+def _auto_reasons(data: ReportData) -> list[str]:
+    """Each auto choice's reason lines, run by run (manifest `auto`)."""
+    lines = []
+    for _, r in data.runs.iterrows():
+        auto = data.manifests.get(r["run_dir"], {}).get("auto")
+        if not isinstance(auto, dict):
+            continue
+        asked = auto.get("requested")
+        asked = ", ".join(f"{k} {v}" for k, v in asked.items()) if isinstance(asked, dict) and asked else "auto"
+        reasons = auto.get("reasons") if isinstance(auto.get("reasons"), list) else []
+        for reason in reasons or ["(no reasons recorded)"]:
+            lines.append(f"{r['run_id']} (asked for {asked}): {reason}")
+    return lines
+
+
+def _manifest_facts(m: dict) -> list[tuple[str, str | None]]:
+    """(key, text) of one manifest's target model, hardware, versions and commit."""
+    model = m.get("models", {}).get("target", {}) if isinstance(m.get("models"), dict) else {}
+    target = (f"{model.get('spec')} ({model.get('params')} params, {model.get('dtype')}, {model.get('device')})"
+              if isinstance(model, dict) and model else None)
+    return [("target", target), ("hardware", describe(m.get("hardware")) if m.get("hardware") else None),
+            ("versions", json.dumps(m.get("versions"), sort_keys=True) if m.get("versions") else None),
+            ("git commit", m.get("git_commit"))]
+
+
+def _sweep_line(doc: dict) -> str:
+    grid = doc.get("grid", {}) if isinstance(doc.get("grid"), dict) else {}
+    return (f"sweep {doc.get('sweep_id')}: {len(doc.get('cells', []))} cells, "
+            f"{len(doc.get('complete_cells', []) or [])} complete; drafts {grid.get('drafts')}, γ {grid.get('gammas')}, "
+            f"T {grid.get('temperatures')}, tasks {grid.get('tasks')}; one baseline per task and temperature, "
+            f"shared by its cells")
+
+
+def _environment(data: ReportData) -> list[str]:
+    """Distinct hardware, versions and models across the runs' manifests, then one line per sweep."""
+    seen: dict[str, set] = {}
+    for m in data.manifests.values():
+        for key, value in _manifest_facts(m):
+            if value:
+                seen.setdefault(key, set()).add(str(value))
+    return [f"{k}: {'; '.join(sorted(v))}" for k, v in seen.items()] + [_sweep_line(doc) for doc in data.sweeps]
+
+
+def _samples(data: ReportData) -> list[list]:
+    """The first example of each of the first SAMPLE_RUNS runs: reference and both outputs, clipped."""
+    samples = []
+    for _, r in data.runs.head(SAMPLE_RUNS).iterrows():
+        ex = data.examples.get(r["run_dir"])
+        if ex is None or ex.empty:
+            continue
+        first = ex.iloc[0]
+        samples.append([r["run_id"], first.get("example_id"), _clip(first.get("reference")),
+                        _clip(first.get("baseline.text")), _clip(first.get("speculative.text")), first.get("identical")])
+    return samples
+
+
+# --------------------------------------------------------------------------- sections, in report order
+
+
+def _suspect(runs):
+    return runs[runs["timing_suspect"]] if "timing_suspect" in runs else runs.iloc[0:0]
+
+
+def header_section(data: ReportData, title: str) -> list[tuple]:
+    return [("h1", title),
+            ("p", f"Generated {time.strftime('%Y-%m-%d %H:%M')} by specbench report from "
+                  f"{len(data.runs)} run(s); {len(data.skipped)} item(s) skipped (listed at the end).")]
+
+
+def timing_section(data: ReportData) -> list[tuple]:
+    suspect = _suspect(data.runs)
+    if not len(suspect):
+        return []
+    return [("h2", f"Timing warnings ({len(suspect)} of {len(data.runs)} runs)"), ("p", TIMING_WARNINGS_TEXT),
+            ("list", [f"{r['run_id']}: " + "; ".join(r["timing_warnings"] or ["flagged"])
+                      for _, r in suspect.iterrows()])]
+
+
+def setup_sections(data: ReportData) -> list[tuple]:
+    env, choices = _environment(data), _auto_reasons(data)
+    blocks = [("h2", "Setup"), ("list", env)] if env else []
+    if choices:
+        blocks += [("h2", "Automatic choices"), ("p", AUTO_TEXT), ("list", choices)]
+    return blocks
+
+
+def runs_sections(runs) -> list[tuple]:
+    blocks = [("h2", "Runs"), ("p", RUNS_TEXT), ("table", runs_table(runs))]
+    greedy = runs[runs["identity_line"].notna()] if "identity_line" in runs else runs.iloc[0:0]
+    if len(greedy):
+        blocks += [("h2", "Greedy identity, explained"), ("p", IDENTITY_TEXT),
+                   ("table", Table(["run", "dtype", "identity", "numerics floor", "unexplained"],
+                                   [[r["run_id"], r.get("dtype"), r["identity_line"], num(r.get("numerics_floor")),
+                                     r.get("divergences_unexplained")] for _, r in greedy.iterrows()]))]
+    return blocks
+
+
+def gamma_sections(runs, best: list[dict]) -> list[tuple]:
+    blocks = [("h2", "Recommended γ"), ("p", BEST_GAMMA_TEXT), ("table", best_gamma_table(runs, best))]
+    policies = policy_runs(runs)
+    if len(policies):
+        blocks += [("p", POLICY_TEXT), ("table", policy_table(policies))]
+    return blocks + [("h2", "Compared with the paper (Table 2 shape)"), ("p", PAPER_TEXT),
+                     ("table", paper_table(runs, best))]
+
+
+def figure_sections(figures: list[RenderedFigure]) -> list[tuple]:
+    return [block for fig in figures for block in (("h2", fig.title), ("figure", fig))]
+
+
+def quality_section(runs) -> list[tuple]:
+    qrows = quality_rows(runs)
+    if not qrows:
+        return []
+    return [("h2", "Quality: baseline vs speculative"), ("p", QUALITY_TEXT),
+            ("table", Table(["run", "score", "baseline", "95% CI", "speculative", "95% CI", "spec − base"],
+                            [[q["run_id"], q["metric"], q["baseline"], fmt(q["baseline_ci"], 2), q["speculative"],
+                              fmt(q["speculative_ci"], 2), q["speculative"] - q["baseline"]] for q in qrows]))]
+
+
+def checks_sections(data: ReportData) -> list[tuple]:
+    blocks = []
+    for path, checks in data.checks:
+        passed = sum(1 for c in checks if c.get("passed") is True)
+        blocks += [("h2", f"Verification checks ({passed}/{len(checks)} passed)"), ("p", f"From {path}."),
+                   ("table", Table(list(CHECK_FIELDS), [[c.get(k) for k in CHECK_FIELDS] for c in checks]))]
+    return blocks
+
+
+def samples_section(data: ReportData) -> list[tuple]:
+    samples = _samples(data)
+    if not samples:
+        return []
+    more = f" (first {SAMPLE_RUNS} of {len(data.runs)} runs)" if len(data.runs) > SAMPLE_RUNS else ""
+    return [("h2", f"Sample outputs: first example of each run{more}"),
+            ("table", Table(["run", "example", "reference", "baseline output", "speculative output", "identical"],
+                            samples))]
+
+
+def closing_sections(data: ReportData) -> list[tuple]:
+    """Notes not already told under Timing warnings, then everything skipped."""
+    shown = {timing_note(r) for _, r in _suspect(data.runs).iterrows()}
+    notes = [n for n in data.notes if n not in shown]
+    blocks = [("h2", "Notes"), ("list", notes)] if notes else []
+    return blocks + [("h2", f"Skipped ({len(data.skipped)})"),
+                     ("list", [f"{s.path}: {s.reason}" for s in data.skipped]
+                      or ["nothing: every result found was usable"])]
+
+
+def build_blocks(data: ReportData, figures: list[RenderedFigure], title: str) -> list[tuple]:
+    """The report as a list of (kind, payload) blocks, rendered identically to Markdown and HTML."""
+    runs = data.runs
+    return (header_section(data, title) + timing_section(data) + setup_sections(data) + runs_sections(runs)
+            + gamma_sections(runs, best_gamma_rows(runs)) + figure_sections(figures) + quality_section(runs)
+            + checks_sections(data) + samples_section(data) + closing_sections(data))
+
+
+# --------------------------------------------------------------------------- Markdown and HTML
+
+
+def md_escape(value) -> str:
+    """Markdown renders raw HTML, so escape it like HTML; pipes and newlines would break table rows."""
+    return html.escape(fmt(value), quote=False).replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+
+
+def _md_table(table: Table) -> list[str]:
+    return (["| " + " | ".join(md_escape(c) for c in table.columns) + " |", "|" + "---|" * len(table.columns)]
+            + ["| " + " | ".join(md_escape(v) for v in row) + " |" for row in table.rows] + [""])
+
+
+def _md_block(kind: str, payload) -> list[str]:
+    if kind in ("h1", "h2"):
+        return [f"{'#' * int(kind[1])} {md_escape(payload)}\n"]
+    if kind == "p":
+        return [f"{md_escape(payload)}\n"]
+    if kind == "list":
+        return ["\n".join(f"- {md_escape(item)}" for item in payload) + "\n"]
+    if kind == "table":
+        return _md_table(payload)
+    if kind == "figure":
+        return [f"![{md_escape(payload.title)}](figures/{payload.name}.png)\n",
+                f"*{md_escape(payload.caption)}* (also [SVG](figures/{payload.name}.svg))\n"]
+    raise ValueError(f"unknown block kind {kind!r}")
+
+
+def to_markdown(blocks: list[tuple]) -> str:
+    return "\n".join(line for kind, payload in blocks for line in _md_block(kind, payload))
+
+
+def _is_numeric(value) -> bool:
+    """Right-aligned in a table: numbers, not booleans (which read yes/no)."""
+    return isinstance(value, numbers.Number) and not isinstance(value, bool)
+
+
+def _html_environment():
+    """The jinja2 environment of templates/: autoescape on for every template, whatever its file name."""
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.PackageLoader("specbench.report", "templates"), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["fmt"] = fmt
+    env.filters["base64"] = lambda data: base64.b64encode(data).decode("ascii")
+    env.tests["numeric"] = _is_numeric
+    return env
+
+
+def to_html(blocks: list[tuple]) -> str:
+    title = next((p for k, p in blocks if k == "h1"), "specbench report")
+    return _html_environment().get_template("report.html.j2").render(title=title, blocks=blocks)
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+@dataclass
+class ReportOutcome:
+    out: Path
+    files: list[Path]
+    n_runs: int
+    skipped: list[Skipped]
+    notes: list[str]
+
+
+def default_name(paths: list[Path]) -> str:
+    names = [Path(p).resolve().name or "results" for p in paths]
+    name = names[0] if len(names) == 1 else f"{names[0]}+{len(names) - 1}-more"
+    return re.sub(r"[^A-Za-z0-9._+-]+", "_", name)
+
+
+def write_report(paths: list[Path], out: Path | None = None, reports_dir: Path = Path("reports")) -> ReportOutcome:
+    """Load, check, analyse and render; the report folder holds report.md, report.html and figures/."""
+    from specbench.files import atomic_write_text
+
+    data = collect(paths)
+    if data.runs.empty:
+        listed = "; ".join(f"{s.path}: {s.reason}" for s in data.skipped[:3]) or "no summary.json found"
+        raise SpecbenchError(f"no usable runs under {', '.join(map(str, paths))} ({len(data.skipped)} skipped: {listed})")
+    out = Path(out) if out else Path(reports_dir) / default_name(paths)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpecbenchError(f"cannot write the report to {out}: {exc.strerror}; pass a writable --out") from exc
+    figures = make_figures(data.runs, out / "figures", data.curves)
+    blocks = build_blocks(data, figures, f"specbench report: {default_name(paths)}")
+    atomic_write_text(out / "report.md", to_markdown(blocks))
+    atomic_write_text(out / "report.html", to_html(blocks))
+    files = [out / "report.md", out / "report.html"] + sorted((out / "figures").iterdir())
+    return ReportOutcome(out, files, len(data.runs), data.skipped, data.notes)
