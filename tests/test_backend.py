@@ -10,7 +10,7 @@ from conftest import VOCAB, needs_cxx, tiny_llama, tiny_t5
 from specbench.cli import app
 from specbench.config import SamplingConfig
 from specbench.decoding.autoregressive import decode_autoregressive
-from specbench.decoding.backend import CAPACITY_STEP, ForwardBackend, static_capacity
+from specbench.decoding.backend import CAPACITY_STEP, RECOMPILE_LIMIT, ForwardBackend, dynamo_limits, static_capacity
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.drafts.model import ModelDraft
 from specbench.decoding.drafts.prompt_lookup import PromptLookupDraft
@@ -110,6 +110,20 @@ def test_primed_shapes_leave_no_compilation_inside_a_decode(models):
     assert speculative(target, draft, prompt, gamma, backend, max_new=12) == ref
     assert baseline(target, prompt, backend, max_new=12) == ref
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
+
+
+def test_compiled_backend_raises_the_recompile_limit_only_inside_its_own_calls(models):
+    """Our γ+1 step shapes need more graphs than dynamo's default limit, but other compiled code in the
+    process must keep its limit: the raise is scoped to our compiled calls (no compiler needed here)."""
+    (knob, raised), = dynamo_limits().items()
+    before = getattr(torch._dynamo.config, knob)
+    assert before < RECOMPILE_LIMIT == raised  # else this test could not tell scoped from global
+    backend = ForwardBackend(models[0], "compiled")
+    seen = []
+    backend._compiled = lambda **kwargs: seen.append(getattr(torch._dynamo.config, knob)) or "logits"
+    assert getattr(torch._dynamo.config, knob) == before  # building a backend changes nothing global
+    assert backend(1, input_ids=torch.zeros(1, 1, dtype=torch.long)) == "logits"
+    assert seen == [RECOMPILE_LIMIT] and getattr(torch._dynamo.config, knob) == before
 
 
 def test_cli_rejects_an_unknown_backend():

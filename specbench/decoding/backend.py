@@ -27,12 +27,19 @@ from specbench.errors import SpecbenchError
 
 COMPILED_MAX_TOKENS = 16  # longer forwards (prefills) run eagerly, unless prime() set a tighter bound
 CAPACITY_STEP = 256  # static caches are sized in these steps, so most examples reuse one (and its graphs)
-RECOMPILE_LIMIT = 64  # one graph per step shape (1..γ+1 tokens, last-only or all logits)
+RECOMPILE_LIMIT = 64  # one graph per step shape (1..γ+1 tokens, last-only or all logits); set only inside our calls
 
 
 def static_capacity(needed: int) -> int:
     """Tokens a static cache holding `needed` tokens is allocated for."""
     return -(-needed // CAPACITY_STEP) * CAPACITY_STEP
+
+
+def dynamo_limits() -> dict[str, int]:
+    """The dynamo recompile limit raised to RECOMPILE_LIMIT, under the name this torch version uses."""
+    dynamo = torch._dynamo.config
+    knob = "recompile_limit" if hasattr(dynamo, "recompile_limit") else "cache_size_limit"  # renamed in torch 2.6
+    return {knob: max(getattr(dynamo, knob), RECOMPILE_LIMIT)}
 
 
 class ForwardBackend:
@@ -49,11 +56,8 @@ class ForwardBackend:
         self._capacity = 0
         self._compiled = None
         self.compile_up_to = COMPILED_MAX_TOKENS
+        self._dynamo_limits = dynamo_limits()  # applied around our compiled calls only, never process-wide
         if kind == "compiled":
-            dynamo = torch._dynamo.config
-            for knob in ("recompile_limit", "cache_size_limit"):  # the name changed across torch versions
-                if hasattr(dynamo, knob):
-                    setattr(dynamo, knob, max(getattr(dynamo, knob), RECOMPILE_LIMIT))
             if self.device.type == "cuda":
                 self._compiled = torch.compile(model.forward, dynamic=False, mode="reduce-overhead")
             else:
@@ -94,5 +98,8 @@ class ForwardBackend:
         if self._compiled is not None and n_new <= self.compile_up_to:
             if self.device.type == "cuda":
                 torch.compiler.cudagraph_mark_step_begin()  # the previous step's outputs are consumed
-            return self._compiled(**kwargs)
+            # a new step shape compiles inside this call: our graph count needs more than dynamo's default
+            # limit (8), but other compiled code in the process keeps its own
+            with torch._dynamo.config.patch(**self._dynamo_limits):
+                return self._compiled(**kwargs)
         return self.model(**kwargs)
