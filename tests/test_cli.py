@@ -155,10 +155,11 @@ def test_unknown_model_and_files(models_dir, task_file, tmp_path, monkeypatch):
     import huggingface_hub.constants
 
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # fail fast instead of retrying the network
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # specbench's own offline check: no 2 s hub probe
     assert "model not found" in bad_run("--target", str(tmp_path / "nope" / "model.bin"), "--task", task_file)
     assert "GGUF file not found" in bad_run("--target", str(tmp_path / "x.gguf"), "--task", task_file)
-    assert "cannot load model" in bad_run("--target", "nobody/no-such-model", "--task", task_file,
-                                          "--results-dir", str(tmp_path / "r"))
+    msg = bad_run("--target", "nobody/no-such-model", "--task", task_file, "--results-dir", str(tmp_path / "r"))
+    assert "'nobody/no-such-model' is not a preset" in msg and "HF_HUB_OFFLINE is set" in msg
     assert "does not exist" in bad_run("--target", models_dir["target"], "--task", str(tmp_path / "missing.jsonl"))
 
 

@@ -14,7 +14,9 @@ target and draft:
     tolerance of the dtype is a bug; below it, a near-tie resolved differently by different
     kernel shapes (expected in bf16/fp16, reported as a mismatch rate, never hidden);
 (c) `run_checks` runs all of it plus the model-free battery; `write_checks` stores the
-    results as checks.json (atomic) and checks.jsonl.
+    results as checks.json (atomic) and checks.jsonl;
+(d) `verify_pair` is the whole `specbench verify`: validate the request, check the output
+    folder is writable, load the pair and the prompts, run the checks, write them.
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ import json
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from specbench.config import SamplingConfig
+from specbench.config import RunConfig, SamplingConfig
 from specbench.decoding.autoregressive import clip_at_stop, decode_autoregressive, prompt_split
 from specbench.decoding.base import Proposer
 from specbench.decoding.cached_model import CachedModel
@@ -36,7 +39,10 @@ from specbench.evidence.equality import LEVEL, CheckResult, gof_check, homogenei
 from specbench.errors import SpecbenchError
 from specbench.files import atomic_write_text
 from specbench.measure.metrics import first_divergence
+from specbench.measure.records import prepare_run_dir
+from specbench.measure.runner import Session, prepare_examples
 from specbench.decoding.sampling import processed_probs
+from specbench.tasks.specs import load_task, select_examples
 
 Engine = Callable[[list[int], torch.Generator | None], list[int]]  # (prompt ids, generator) → generated ids
 ProposerFactory = Callable[[], Proposer]  # a fresh proposer; called once per engine so no state crosses cells
@@ -340,3 +346,86 @@ def write_checks(checks: Sequence[CheckResult], out_dir: str | Path, *, extra: d
 
 def _sampling_dict(s: SamplingConfig) -> dict:
     return {"temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p}
+
+
+# ----- `specbench verify` end to end: request → loaded pair → checks → checks.json
+
+
+@dataclass(frozen=True)
+class VerifyRequest:
+    """What `specbench verify` checks: one target and draft pair under one sampling configuration."""
+
+    target: str  # model spec, as for --target
+    draft: str  # draft spec, as for --draft
+    sampling: SamplingConfig  # the law the sequence-level tests check (T = 0: identity only)
+    gammas: tuple[int, ...]  # γ of the sequence-level and greedy-identity engines
+    task: str  # where the prompts come from: a task name or a JSONL file
+    limit: int = 4  # prompts for the greedy-identity check
+    n_samples: int = 300  # continuations per engine for the sequence-level tests
+    length: int = 3  # tokens per sampled continuation
+    step_samples: int = 100_000  # draws for the step's statistical test (0 skips them)
+    seed: int = 0
+    device: str = "auto"
+    dtype: str = "float32"
+    trust_remote_code: bool = False
+
+    def validate(self) -> "VerifyRequest":
+        if not self.gammas:
+            raise SpecbenchError("--gamma needs at least one value (e.g. 1,3)")
+        RunConfig(target=self.target, draft=self.draft, task=self.task, sampling=self.sampling, limit=self.limit,
+                  device=self.device, dtype=self.dtype, gamma=min(self.gammas)).validate()
+        if self.n_samples < 1 or self.length < 1 or self.step_samples < 0:
+            raise SpecbenchError("--n-samples and --length must be >= 1 and --step-samples >= 0")
+        return self
+
+    def folder_name(self) -> str:
+        s = self.sampling
+        return (f"verify-{Path(self.target).name}-{Path(self.draft).name}"
+                f"-t{s.temperature:g}-k{s.top_k}-p{s.top_p:g}")
+
+
+@dataclass
+class VerifyOutcome:
+    checks: list[CheckResult]  # in the order run_checks ran them
+    json_path: Path  # checks.json (checks.jsonl beside it)
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.checks)
+
+
+def verify_pair(request: VerifyRequest, results_dir: str | Path, *,
+                on_status: Callable[[str], None] = lambda msg: None) -> VerifyOutcome:
+    """Validate, check that results can be written (before any model loads or check runs), load the
+    pair and the prompts, run every check, and write checks.json + checks.jsonl under results_dir."""
+    request.validate()
+    out_dir = Path(results_dir) / request.folder_name()
+    check_writable(out_dir)
+    on_status("loading task and models")
+    target, proposer_factory, prompts, task_name = load_pair(request)
+    checks = run_checks(target.model, proposer_factory, prompts, request.sampling, gammas=request.gammas,
+                        n_samples=request.n_samples, sample_length=request.length, eos_ids=target.eos_ids,
+                        decoder_start_id=target.decoder_start_id, seed=request.seed,
+                        step_samples=request.step_samples, progress=lambda msg: on_status(f"checking: {msg}"))
+    json_path, _ = write_checks(checks, out_dir, extra={
+        "target": request.target, "draft": request.draft, **_sampling_dict(request.sampling),
+        "gammas": list(request.gammas), "task": task_name, "seed": request.seed})
+    return VerifyOutcome(checks, json_path)
+
+
+def check_writable(out_dir: Path) -> None:
+    """The folder checks.json will go to (or, while it does not exist yet, its parent) takes a file.
+
+    The parent only is created here, so a verify that fails on a bad model leaves no empty folder."""
+    prepare_run_dir(out_dir if out_dir.exists() else out_dir.parent)
+
+
+def load_pair(request: VerifyRequest):
+    """(target LoadedModel, fresh-proposer factory, prompt token ids, task name); the draft is loaded
+    once here so that a bad draft fails before any check runs."""
+    session = Session(request.target, request.device, request.dtype, request.trust_remote_code)
+    spec = load_task(request.task)
+    prepared = prepare_examples(spec, select_examples(spec, request.limit, request.seed), session.target, 16)
+    corpus = [p.prompt_ids for p in prepared]
+    session.proposer(request.draft, corpus)
+    return session.target, lambda: session.proposer(request.draft, corpus), corpus, spec.name

@@ -1,0 +1,94 @@
+"""`specbench distill`: train a small draft for a target from the target's own distributions.
+
+specbench.distill (teacher data, training, export) is imported only when this command runs:
+every other command starts without the trainer.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from specbench.cli.options import AsJson, Device, Target
+from specbench.cli.output import out, progress_bar, quiet_transformers
+from specbench.errors import SpecbenchError
+from specbench.models import DEFAULT_TARGET
+
+DraftDir = Annotated[Path, typer.Option("--out", show_default=False, help="Folder of the draft: model, tokenizer, "
+                                        "manifest.json (work/ holds teacher data and the checkpoint).")]
+Preset = Annotated[str, typer.Option("--preset", help="small (tests, about a minute) or full (the shipped draft, "
+                                     "hours on a 2-core CPU).")]
+Steps = Annotated[Optional[int], typer.Option("--steps", help="Training steps (default: the preset's).")]
+DistillSeed = Annotated[int, typer.Option("--seed", help="Seed for the draft's initialisation and the data order.")]
+TeacherTasks = Annotated[str, typer.Option("--task", help="Tasks whose text the target scores, comma-separated "
+                                           "(names or JSONL files).")]
+Resume = Annotated[bool, typer.Option("--resume", help="Require a checkpoint in --out (one is always resumed when present).")]
+SessionSteps = Annotated[Optional[int], typer.Option("--max-session-steps", help="Stop after this many steps "
+                                                     "(checkpointed); rerun to continue.")]
+Threads = Annotated[int, typer.Option("--threads", help="torch CPU threads (0 = torch's default).")]
+
+PHASE_NAMES = {"teacher": "teacher data (shards)", "train": "training (steps)", "export": "export + checks"}
+
+
+def distill(
+    out_dir: DraftDir,
+    target: Target = DEFAULT_TARGET,
+    preset: Preset = "full",
+    steps: Steps = None,
+    seed: DistillSeed = 0,
+    task: TeacherTasks = "ding-de-en,aclsum",
+    resume: Resume = False,
+    max_session_steps: SessionSteps = None,
+    device: Device = "auto",
+    threads: Threads = 0,
+    as_json: AsJson = False,
+):
+    """Train a small draft for --target by distillation from the target's top-k distributions; resumable.
+
+    Example: specbench distill --target smollm2-135m --out drafts/smollm2-135m-distilled --preset full
+    """
+    from specbench.distill import DistillConfig, get_preset
+
+    if threads < 0:
+        raise SpecbenchError(f"--threads must be >= 0 (got {threads})")
+    config = DistillConfig(target=target, out=out_dir, preset=get_preset(preset),
+                           tasks=tuple(t.strip() for t in task.split(",") if t.strip()), steps=steps, seed=seed,
+                           device=device, resume=resume, max_session_steps=max_session_steps).validate()
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    quiet_transformers()
+    outcome = distill_with_progress(config)
+    if as_json:
+        out.print_json(json.dumps(outcome.manifest, default=str))
+    else:
+        out.print(outcome_line(outcome, out_dir), highlight=False)
+
+
+def distill_with_progress(config):
+    """The trainer under one progress bar per phase (teacher data, training, export)."""
+    from specbench.distill import distill as run_distill
+
+    with progress_bar() as bar:
+        jobs: dict[str, int] = {}
+
+        def on_event(event) -> None:
+            if event.phase not in jobs:
+                jobs[event.phase] = bar.add_task(PHASE_NAMES.get(event.phase, event.phase), total=event.total, info="")
+            bar.update(jobs[event.phase], completed=event.done, total=event.total, info=event.info)
+
+        return run_distill(config, progress=on_event)
+
+
+def outcome_line(outcome, out_dir: Path) -> str:
+    if not outcome.finished:
+        steps = outcome.manifest["steps"]
+        return f"stopped at step {steps['done']} of {steps['total']} (checkpointed); rerun the same command to continue"
+    checks = outcome.manifest["checks"]
+    return (f"draft: {out_dir}  (c = {checks['cost']['c']:.3f}, "
+            f"held-out α≈{checks['heldout_after_export']['agreement_reply']:.3f}, "
+            f"α(γ={checks['speculative']['gamma']}) = {checks['speculative']['alpha']:.3f}; manifest.json)")

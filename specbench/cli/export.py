@@ -1,0 +1,69 @@
+"""`specbench export`: result folders as one tidy table (CSV or Parquet) for pandas, R or a spreadsheet.
+
+specbench.measure.export builds the rows (one per run, or one per example with --examples)
+and names the folders it skipped; this command checks the format and the destination
+first, then writes the table atomically (or CSV to stdout).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from specbench.cli.output import say, warn
+from specbench.errors import SpecbenchError
+from specbench.files import atomic_write_bytes
+
+FORMATS = ("csv", "parquet")
+
+Results = Annotated[list[Path], typer.Argument(help="Run folders, sweep folders or a results/ folder.",
+                                               show_default=False)]
+Format = Annotated[str, typer.Option("--format", help="csv or parquet (parquet needs pyarrow).")]
+Examples = Annotated[bool, typer.Option("--examples", help="One row per example instead of one per run.")]
+OutFile = Annotated[Optional[Path], typer.Option("--out", help="File to write (default for csv: stdout; "
+                                                 "parquet needs a file).")]
+
+
+def export(results: Results, table_format: Format = "csv", examples: Examples = False, out_file: OutFile = None):
+    """Export results as one tidy table: a row per run (axis values, dtype, device, backend, hardware, CI, suspect
+    flag), or a row per example with --examples.
+
+    Example: specbench export results/sweep-ding-de-en-10cells-1a2b3c4d --format parquet --out runs.parquet
+    Example: specbench export results --examples > examples.csv
+    """
+    check_destination(table_format, out_file)
+    from specbench.measure.export import export_frames
+
+    frame, skipped = export_frames(list(results), examples)
+    for note in skipped:
+        warn(f"skipped {note}")
+    if frame.empty:
+        raise SpecbenchError(f"no results to export under {', '.join(map(str, results))}; pass run folders, sweep "
+                             f"folders or a results/ folder")
+    if out_file is None:
+        typer.echo(frame.to_csv(index=False), nl=False)
+        return
+    write_table(frame, table_format, out_file)
+    say(f"exported {len(frame)} {'example' if examples else 'run'} row(s) to {out_file}")
+
+
+def check_destination(table_format: str, out_file: Path | None) -> None:
+    """Every reason the table could not be written, before any result is read."""
+    if table_format not in FORMATS:
+        raise SpecbenchError(f"--format must be csv or parquet (got {table_format!r})")
+    if table_format == "parquet" and importlib.util.find_spec("pyarrow") is None:
+        raise SpecbenchError("--format parquet needs pyarrow: pip install pyarrow (or use --format csv)")
+    if table_format == "parquet" and out_file is None:
+        raise SpecbenchError("--format parquet writes a binary file: pass --out FILE.parquet")
+    if out_file is not None and out_file.is_dir():
+        raise SpecbenchError(f"--out {out_file} is a folder; pass a file name")
+
+
+def write_table(frame, table_format: str, out_file: Path) -> None:
+    if table_format == "parquet":
+        atomic_write_bytes(out_file, lambda tmp: frame.to_parquet(tmp, index=False))
+    else:
+        atomic_write_bytes(out_file, lambda tmp: frame.to_csv(tmp, index=False))

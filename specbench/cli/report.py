@@ -1,0 +1,38 @@
+"""`specbench report`: report.md and a self-contained report.html from result folders.
+
+specbench.report (collect, figures, render) does the work and is imported only when this
+command runs, so the rest of the CLI starts without matplotlib and the templates.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from specbench.cli.options import AsJson
+from specbench.cli.output import out, warn
+
+Results = Annotated[list[Path], typer.Argument(help="Run folders, sweep folders or a results/ folder.",
+                                               show_default=False)]
+ReportDir = Annotated[Optional[Path], typer.Option("--out", help="Report folder (default: reports/<name>/).")]
+
+
+def report(results: Results, out_dir: ReportDir = None, as_json: AsJson = False):
+    """Write report.md and a self-contained report.html (tables, figures, paper comparison) from results.
+
+    Example: specbench report results/sweep-ding-de-en-10cells-1a2b3c4d --out reports/today
+    """
+    from specbench.report import write_report
+
+    outcome = write_report(results, out_dir)
+    for s in outcome.skipped:
+        warn(f"skipped {s.path}: {s.reason}")
+    if as_json:
+        out.print_json(json.dumps({"out": str(outcome.out), "runs": outcome.n_runs, "files": [str(f) for f in outcome.files],
+                                   "skipped": [{"path": s.path, "reason": s.reason} for s in outcome.skipped],
+                                   "notes": outcome.notes}))
+    else:
+        out.print(f"report of {outcome.n_runs} run(s), {len(outcome.skipped)} skipped: {outcome.out / 'report.html'}")

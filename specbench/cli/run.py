@@ -1,0 +1,147 @@
+"""`specbench run`: one configuration on a task, baseline and speculative decoding side by side.
+
+The command turns its options into a RunConfig, hands it to specbench.measure.runner, and
+renders the summary; measuring, resuming and writing all happen in the runner.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from specbench.cli.options import (DEFAULT_TASK, AsJson, Backend, Device, Draft, DraftConfidence, Dtype, Gamma, GammaMax,
+                                   Limit, MaxNew, Repeats, ResultsDir, Seed, Target, Task, Temperature, TopK, TopP,
+                                   TrustRemote)
+from specbench.cli.output import console, fmt, out, progress_bar, quiet_transformers, say, warn_if_noisy
+from specbench.config import RunConfig, SamplingConfig, parse_gamma
+from specbench.models import DEFAULT_DRAFT, DEFAULT_TARGET
+
+Engine = Annotated[str, typer.Option("--engine", help="specbench (ours) or hf-assisted (HF assisted generation).")]
+ExactShapes = Annotated[bool, typer.Option(
+    "--exact-shapes", help="Pad every target pass of both engines to γ+1 tokens, so both compute every logit with the "
+    "same kernels: greedy identity then holds in bf16 too; the baseline is slower, so do not read the speedup.")]
+RunId = Annotated[Optional[str], typer.Option(
+    "--run-id", help="Run folder name (default: derived from the config; a rerun resumes it).")]
+
+SUMMARY_ROWS = [
+    ("alpha", "α empirical: accepted / acceptance trials"),
+    ("alpha_expected", "α expected: mean Σ min(p, q) over verified positions"),
+    ("tokens_per_target_call", "decode tokens per target pass"),
+    ("c", "draft cost per token / target cost per token"),
+    ("verify_cost", "target pass over γ+1 tokens / one-token pass"),
+    ("speedup", "walltime, per token: speculative tok/s ÷ baseline tok/s"),
+    ("speedup_ci95", "95% bootstrap interval of the speedup over examples"),
+    ("speedup_median_example", "median of the examples' own speedups"),
+    ("predicted_speedup", "paper's Thm 3.8 from measured α, c"),
+    ("predicted_speedup_extended", "with the measured verify cost (endless output)"),
+    ("decode_speedup", "speedup of the decode phase (prefill excluded)"),
+    ("predicted_decode_speedup", "cost model for these output lengths; compare with decode_speedup"),
+    ("baseline_tokens_per_s", "baseline throughput"),
+    ("speculative_tokens_per_s", "speculative throughput"),
+    ("greedy_identity", "share of examples token-identical to the baseline (T = 0)"),
+]
+
+
+def run(
+    target: Target = DEFAULT_TARGET,
+    draft: Draft = DEFAULT_DRAFT,
+    gamma: Gamma = "3",
+    gamma_max: GammaMax = 8,
+    repeats: Repeats = 1,
+    temperature: Temperature = 0.0,
+    top_k: TopK = 0,
+    top_p: TopP = 1.0,
+    task: Task = DEFAULT_TASK,
+    limit: Limit = 8,
+    seed: Seed = 0,
+    max_new_tokens: MaxNew = None,
+    device: Device = "auto",
+    dtype: Dtype = "float32",
+    backend: Backend = "eager",
+    draft_confidence: DraftConfidence = 0.0,
+    engine: Engine = "specbench",
+    exact_shapes: ExactShapes = False,
+    results_dir: ResultsDir = Path("results"),
+    run_id: RunId = None,
+    as_json: AsJson = False,
+    trust_remote_code: TrustRemote = False,
+):
+    """Run one configuration on a task: baseline and speculative decoding side by side.
+
+    Example: specbench run --task aclsum --draft prompt-lookup --gamma 3 --limit 8
+    Example: specbench run --draft auto --dtype auto --gamma auto --repeats 2   (choices measured on this machine)
+    """
+    from specbench.measure.runner import prepare_run
+
+    config = RunConfig(target=target, draft=draft, task=task, gamma=parse_gamma(gamma),
+                       sampling=SamplingConfig(temperature, top_k, top_p), limit=limit, seed=seed,
+                       max_new_tokens=max_new_tokens, device=device, dtype=dtype, engine=engine, backend=backend,
+                       draft_confidence=draft_confidence, trust_remote_code=trust_remote_code, gamma_max=gamma_max,
+                       repeats=repeats, exact_shapes=exact_shapes).validate()
+    quiet_transformers()
+    with console.status("loading task and models") as status:
+        plan = prepare_run(config, results_dir, run_id=run_id, on_status=status.update)
+    print_context(plan)
+    outcome = measure_with_progress(plan)
+    print_summary(outcome, as_json)
+    warn_if_noisy(outcome.summary)
+
+
+def print_context(plan) -> None:
+    """Before timing: the hardware measured and every auto choice with its reason (stderr, one line each)."""
+    from specbench.measure.hardware import describe
+
+    say(f"hardware: {describe(plan.manifest.get('hardware'))}")
+    for reason in (plan.choice.reasons if plan.choice else []):
+        say(f"auto: {reason}")
+
+
+def measure_with_progress(plan):
+    """The runner's measure() under a progress bar that counts examples and shows the acceptance so far."""
+    from specbench.measure.runner import measure
+
+    with progress_bar() as bar:
+        job = bar.add_task("examples", total=None, info="warming up")
+
+        def on_start(total: int, done: int) -> None:
+            bar.update(job, total=total, completed=done, info=f"resumed {done}" if done else "")
+
+        def on_example(record: dict) -> None:
+            s = record["speculative"]
+            bar.update(job, advance=1, info=f"accepted {s['accepted']}/{s['drafted']}")
+
+        return measure(plan, on_start=on_start, on_example=on_example)
+
+
+def print_summary(outcome, as_json: bool) -> None:
+    if as_json:
+        out.print_json(json.dumps(outcome.summary))
+        return
+    summary = outcome.summary
+    out.print(summary_table(summary))
+    if summary.get("identity_line"):
+        floor = summary.get("numerics_floor")
+        out.print(f"greedy identity: {summary['identity_line']}"
+                  + (f" (numerics floor: {floor:.1%} of positions flip under verify-shaped passes)"
+                     if floor is not None else ""), highlight=False)
+    out.print(f"results: {outcome.files.root}")
+
+
+def summary_table(summary: dict) -> Table:
+    title = (f"{summary['run_id']}  ({summary['n_examples']} examples; {summary.get('draft')}, "
+             f"γ {summary.get('gamma')}, {summary.get('dtype')})")
+    table = Table(title=title, show_header=True)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_column("meaning")
+    for key, meaning in SUMMARY_ROWS:
+        table.add_row(key, fmt(summary.get(key)), meaning)
+    quality = summary.get("quality")
+    for key, value in (quality["baseline"].items() if quality else []):
+        if isinstance(value, float):
+            table.add_row(f"{key} (base / spec)", f"{value:.2f} / {quality['speculative'][key]:.2f}", quality["metric"])
+    return table

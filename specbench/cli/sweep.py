@@ -1,0 +1,119 @@
+"""`specbench sweep`: a grid of run configurations into one resumable sweep folder.
+
+The grid is parsed and run by specbench.measure.sweep; this command only shows progress and
+the table of cells. The progress bar starts once the sweep has checked its folder and
+planned its cells, so a bad --sweep-id or an unwritable folder prints its error alone.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from specbench.cli.options import (DEFAULT_TASK, AsJson, Backend, Device, Dtype, GammaMax, Limit, MaxNew, Repeats,
+                                   ResultsDir, Seed, Target, TopK, TopP, TrustRemote)
+from specbench.cli.output import console, fmt, out, progress_bar, quiet_transformers, warn_if_noisy
+from specbench.models import DEFAULT_DRAFT, DEFAULT_TARGET
+
+Drafts = Annotated[str, typer.Option("--draft", help="Drafts, comma-separated (e.g. prompt-lookup,<model>).")]
+Gammas = Annotated[str, typer.Option("--gamma", help="γ values: a list 1,2,3,5,7 or a range 1-8 (or both), and the "
+                                     "policies auto, adaptive, heuristic (e.g. 1-8,adaptive,heuristic).")]
+Temperatures = Annotated[str, typer.Option("--temperature", help="Temperatures, comma-separated (0 = greedy).")]
+Tasks = Annotated[str, typer.Option("--task", help="Tasks, comma-separated (names or JSONL files).")]
+Confidences = Annotated[str, typer.Option("--draft-confidence", help="Early-stop confidences of model drafts, "
+                                          "comma-separated (an axis; 0 = off; model-free drafts run at 0 only).")]
+SweepId = Annotated[Optional[str], typer.Option(
+    "--sweep-id", help="Sweep folder name (default: derived from the grid; a rerun resumes it).")]
+
+# columns of the cell table; Thm 3.8 and extended are predictions from the measured α, c (+ verify cost)
+CELL_COLUMNS = ("n", "α", "speedup", "95% CI", "Thm 3.8", "extended", "timing")
+
+
+def sweep(
+    target: Target = DEFAULT_TARGET,
+    draft: Drafts = DEFAULT_DRAFT,
+    gamma: Gammas = "1,2,3,5,7",
+    gamma_max: GammaMax = 8,
+    repeats: Repeats = 1,
+    temperature: Temperatures = "0",
+    top_k: TopK = 0,
+    top_p: TopP = 1.0,
+    task: Tasks = DEFAULT_TASK,
+    limit: Limit = 8,
+    seed: Seed = 0,
+    max_new_tokens: MaxNew = None,
+    device: Device = "auto",
+    dtype: Dtype = "float32",
+    backend: Backend = "eager",
+    draft_confidence: Confidences = "0",
+    results_dir: ResultsDir = Path("results"),
+    sweep_id: SweepId = None,
+    as_json: AsJson = False,
+    trust_remote_code: TrustRemote = False,
+):
+    """Run a grid (γ × draft × temperature × task) into results/<sweep-id>/, resumably, one baseline per task and T.
+
+    Example: specbench sweep --gamma 1-8 --draft prompt-lookup --temperature 0,1 --limit 8
+    """
+    from specbench.measure.sweep import SweepGrid, parse_float_list
+
+    grid = SweepGrid.from_specs(target=target, draft=draft, gamma=gamma, temperature=temperature, task=task,
+                                top_k=top_k, top_p=top_p, limit=limit, seed=seed, max_new_tokens=max_new_tokens,
+                                device=device, dtype=dtype, trust_remote_code=trust_remote_code, backend=backend,
+                                draft_confidence=tuple(parse_float_list(draft_confidence, "--draft-confidence")),
+                                gamma_max=gamma_max, repeats=repeats)
+    quiet_transformers()
+    outcome = sweep_with_progress(grid, results_dir, sweep_id)
+    if as_json:
+        out.print_json(json.dumps([{"cell_id": c.cell_id, "run_dir": str(outcome.root / c.cell_id), "summary": c.summary}
+                                   for c in outcome.cells]))
+        return
+    out.print(cells_table(outcome))
+    out.print(f"results: {outcome.root}   (report: specbench report {outcome.root})")
+    for c in outcome.cells:
+        warn_if_noisy(c.summary, f"{c.cell_id}: ")
+
+
+def sweep_with_progress(grid, results_dir: Path, sweep_id: str | None):
+    """run_sweep with a transient spinner while it checks and plans, then a bar over cells × examples."""
+    from specbench.measure.sweep import run_sweep
+
+    status, bar = console.status("reading tasks"), progress_bar()
+    job = bar.add_task("cells × examples", total=None, info="")
+
+    def on_plan(total: int, n_cells: int) -> None:
+        status.stop()  # the sweep folder is checked and written: from here on, progress is worth a line
+        bar.start()
+        bar.update(job, total=total, info=f"{n_cells} cells; loading models")
+
+    def on_cell(cell_id: str, total: int, done: int) -> None:
+        bar.update(job, advance=done, info=cell_id + (f" (resumed {done}/{total})" if done else ""))
+
+    def on_example(cell_id: str, record: dict) -> None:
+        s = record["speculative"]
+        bar.update(job, advance=1, info=f"{cell_id}: accepted {s['accepted']}/{s['drafted']}")
+
+    status.start()
+    try:
+        return run_sweep(grid, results_dir, sweep_id=sweep_id, on_plan=on_plan, on_cell=on_cell, on_example=on_example)
+    finally:
+        status.stop()
+        if bar.live.is_started:  # stopping a bar that never started would still print an empty line
+            bar.stop()
+
+
+def cells_table(outcome) -> Table:
+    table = Table(title=f"{outcome.root.name}  ({len(outcome.cells)} cells, {outcome.new_examples} examples measured now)")
+    table.add_column("cell", overflow="fold")
+    for col in CELL_COLUMNS:
+        table.add_column(col, justify="right", no_wrap=True)
+    for c in outcome.cells:
+        s = c.summary
+        table.add_row(c.cell_id, fmt(s.get("n_examples")), fmt(s.get("alpha")), fmt(s.get("speedup")),
+                      fmt(s.get("speedup_ci95"), 2), fmt(s.get("predicted_speedup")),
+                      fmt(s.get("predicted_speedup_extended")), "suspect" if s.get("suspect_timing") else "ok")
+    return table
