@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from specbench.errors import SpecbenchError
 
@@ -40,6 +42,56 @@ def parse_gamma(text: str | int) -> int | str:
         raise SpecbenchError(f"--gamma must be an integer or one of {', '.join(GAMMA_POLICIES)} (got {text!r})") from None
 
 
+FOLDER_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,199}")  # one folder name: no separator, no leading dot
+
+
+def check_id(value: str, option: str) -> str:
+    """--run-id / --sweep-id: one folder name directly under --results-dir, never a path.
+
+    Letters, digits, '.', '_' and '-', at most 200 characters, not starting with '.' (so no '..',
+    no hidden folder); a slash, an absolute path or an empty id would put results somewhere else."""
+    if not isinstance(value, str) or not FOLDER_ID.fullmatch(value):
+        raise SpecbenchError(f"{option} {value!r} must be a folder name of letters, digits, '.', '_' or '-' (at most "
+                             f"200, not starting with '.'); it names one folder inside --results-dir")
+    return value
+
+
+def check_results_dir(value: str | Path) -> Path:
+    """--results-dir: a folder path; an empty one would silently mean the current directory."""
+    text = str(value) if isinstance(value, Path) else value
+    if not isinstance(text, str) or not text.strip() or "\0" in text:
+        raise SpecbenchError(f"--results-dir {value!r} is not a folder path; pass one, e.g. --results-dir results")
+    return Path(text)
+
+
+def check_finite(value: float, option: str, low: float = 0.0, hint: str = "") -> float:
+    """A number that must be finite and >= low (NaN and infinities cannot be sampled with or written as JSON)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value >= low and math.isfinite(value)):
+        raise SpecbenchError(f"{option} must be >= {low:g} and finite (got {value}){hint}")
+    return float(value)
+
+
+def check_temperature(value: float) -> float:
+    """--temperature, for `run` and every value of a sweep's list."""
+    return check_finite(value, "--temperature", 0.0, "; use 0 for greedy")
+
+
+def check_gamma_budget(gamma: int | str, max_new_tokens: int) -> None:
+    """An integer γ above the run's token budget is refused, not clamped: a step drafts at most the tokens
+    still to come (γ' = min(γ, room - 1)), so such a γ measures the same run as γ = max_new_tokens
+    under a misleading label; the fix is in the message."""
+    if isinstance(gamma, int) and not isinstance(gamma, bool) and gamma > max_new_tokens:
+        raise SpecbenchError(f"--gamma {gamma} is more than the {max_new_tokens} new tokens of the run: a step never "
+                             f"drafts past the budget; pass --gamma {max_new_tokens} or less, or raise --max-new-tokens")
+
+
+def check_gamma_context(k_max: int, max_positions: int | None) -> None:
+    """The largest pass the run makes (γ + 1 tokens, or gamma_max + 1 under a policy) must fit the target's context."""
+    if max_positions and k_max >= max_positions:
+        raise SpecbenchError(f"passes of {k_max} tokens (γ + 1) do not fit the target's context of {max_positions}; "
+                             f"lower --gamma / --gamma-max below {max_positions - 1}")
+
+
 def check_backend(name: str) -> None:
     if name not in BACKENDS:
         raise SpecbenchError(f"--backend must be one of {', '.join(BACKENDS)} (got {name!r})")
@@ -58,8 +110,7 @@ class SamplingConfig:
         return self.temperature == 0.0
 
     def validate(self) -> "SamplingConfig":
-        if not (self.temperature >= 0.0 and math.isfinite(self.temperature)):
-            raise SpecbenchError(f"--temperature must be >= 0 (got {self.temperature}); use 0 for greedy")
+        check_temperature(self.temperature)
         if self.top_k < 0:
             raise SpecbenchError(f"--top-k must be >= 0 (got {self.top_k}); use 0 to disable it")
         if not 0.0 < self.top_p <= 1.0:

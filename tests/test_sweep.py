@@ -317,3 +317,85 @@ def test_cli_sweep_runs_and_resumes(tmp_path, task_file, monkeypatch):
     assert len(cells) == 4 and all(c["summary"]["complete"] for c in cells)
     second = CliRunner().invoke(app, args)
     assert second.exit_code == 0 and FakeSession.instances == 1  # nothing left to do: no models loaded
+
+
+# --------------------------------------------------------------------------- resume checks the records, not the summary
+
+
+@pytest.mark.parametrize("damage", ["torn", "lost", "deleted"])
+def test_a_finished_cell_with_damaged_records_is_repaired(tmp_path, task_file, damage):
+    """A complete cell whose examples.jsonl lost its last record after the summary was written
+    (a torn line, a line cut off whole, the file gone) goes back to the runner: the file is
+    repaired and only the missing examples are measured again."""
+    grid = make_grid(task_file, draft="prompt-lookup", gamma="1,3")
+    first = run_sweep(grid, tmp_path, session=FakeSession())
+    damaged, intact = first.cells[0].cell_id, first.cells[1].cell_id
+    path = first.root / damaged / "examples.jsonl"
+    data = path.read_bytes()
+    last_start = data.rstrip(b"\n").rfind(b"\n") + 1
+    if damage == "torn":
+        path.write_bytes(data[:-25])  # the last record cut mid-line, no newline at the end
+    elif damage == "lost":
+        path.write_bytes(data[:last_start])
+    else:
+        path.unlink()
+    assert json.loads((first.root / damaged / "summary.json").read_text())["n_examples"] == 3  # the summary still says done
+
+    again = run_sweep(grid, tmp_path, session=FakeSession())
+    by_id = {c.cell_id: c for c in again.cells}
+    assert by_id[damaged].new_examples == (3 if damage == "deleted" else 1)
+    assert by_id[intact].new_examples == 0
+    text = path.read_text()
+    assert text.endswith("\n")
+    ids = [json.loads(line)["example_id"] for line in text.splitlines()]
+    assert sorted(ids) == sorted(set(ids)) and len(ids) == 3
+    assert by_id[damaged].summary["complete"] and by_id[damaged].summary["n_examples"] == 3
+
+
+def test_an_intact_finished_cell_is_not_rerun(tmp_path, task_file, monkeypatch):
+    grid = make_grid(task_file, draft="prompt-lookup", gamma="1")
+    run_sweep(grid, tmp_path, session=FakeSession())
+    monkeypatch.setattr("specbench.measure.runner.execute_run", lambda *a, **k: pytest.fail("a finished cell ran again"))
+    assert run_sweep(grid, tmp_path, session=FakeSession()).new_examples == 0
+
+
+# --------------------------------------------------------------------------- ids, folders and γ before anything is written
+
+
+@pytest.mark.parametrize("sweep_id", ["../escaped", "/abs/path", "a/b", "", ".", "..", ".hidden", "a\\b", "x" * 201])
+def test_bad_sweep_ids_write_nothing(tmp_path, task_file, sweep_id):
+    results = tmp_path / "res"
+    with pytest.raises(SpecbenchError, match="--sweep-id .* folder name") as err:
+        run_sweep(make_grid(task_file, draft="prompt-lookup", gamma="1"), results, sweep_id=sweep_id,
+                  session=FakeSession())
+    assert "\n" not in str(err.value)
+    assert not results.exists() and not Path("/abs/path").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prompts.jsonl"]
+
+
+def test_empty_results_dir_is_refused(tmp_path, task_file, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SpecbenchError, match="--results-dir"):
+        run_sweep(make_grid(task_file, draft="prompt-lookup", gamma="1"), "", session=FakeSession())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prompts.jsonl"]
+
+
+def test_gamma_beyond_the_token_budget_is_refused_before_any_write(tmp_path, task_file):
+    grid = make_grid(task_file, draft="prompt-lookup", gamma=f"1,{MAX_NEW + 1}")
+    with pytest.raises(SpecbenchError, match=f"--gamma {MAX_NEW + 1} is more than the {MAX_NEW} new tokens"):
+        run_sweep(grid, tmp_path / "res", session=FakeSession())
+    assert not (tmp_path / "res").exists()
+    # γ up to the budget is accepted (the last step drafts what is left)
+    assert run_sweep(make_grid(task_file, draft="prompt-lookup", gamma=str(MAX_NEW)), tmp_path / "ok",
+                     session=FakeSession()).cells[0].summary["complete"]
+
+
+@pytest.mark.parametrize("spec", ["inf", "nan", "-inf", "1,inf"])
+def test_non_finite_temperatures_share_the_run_validator(spec):
+    from specbench.config import check_temperature
+
+    with pytest.raises(SpecbenchError) as from_sweep:
+        parse_float_list(spec)
+    with pytest.raises(SpecbenchError) as from_run:
+        check_temperature(float(spec.split(",")[-1]))
+    assert str(from_sweep.value).split(" (got")[0] == str(from_run.value).split(" (got")[0]

@@ -9,8 +9,10 @@ seeded from (seed, example id)).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
+import json
 import math
 import re
 import time
@@ -20,7 +22,8 @@ from typing import Callable
 
 import torch
 
-from specbench.config import AUTO, RunConfig, SamplingConfig
+from specbench.config import (AUTO, RunConfig, SamplingConfig, check_gamma_budget, check_gamma_context, check_id,
+                              check_results_dir)
 from specbench.decoding.autoregressive import decode_autoregressive
 from specbench.decoding.base import DecodeResult, Proposer
 from specbench.decoding.backend import ForwardBackend
@@ -357,25 +360,10 @@ def prepare_run(config: RunConfig, results_dir: Path, *, run_id: str | None = No
                 session: Session | None = None, on_status: Callable[[str], None] = lambda msg: None) -> RunPlan:
     """Validate the config, load task and models, calibrate, resolve auto choices, check the run folder:
     every bad input fails here, fast, and nothing here is timed into the result."""
-    import json
-
-    config.validate()
-    spec = load_task(config.task)
-    max_new = config.max_new_tokens or spec.max_new_tokens
-    examples = select_examples(spec, config.limit, config.seed)
-    # check that results can be written now, but create the run folder only once everything has loaded,
-    # so a run that fails on bad input leaves nothing behind
-    files = RunFiles(prepare_run_dir(Path(results_dir)) / (run_id or run_id_for(config)))
-    manifest = {
-        "schema_version": SCHEMA_VERSION,
-        "run_id": files.root.name,
-        "config": config.to_dict(),
-        "max_new_tokens": max_new,
-        "task": {"name": spec.name, "metric": spec.metric, "n_examples": len(examples),
-                 "examples_hash": examples_hash(examples), "example_ids": [e.id for e in examples]},
-    }
-    check_resumable(files, manifest)
-    old = json.loads(files.manifest.read_text()) if files.manifest.exists() else {}
+    spec, examples, max_new, files = check_run_inputs(config, results_dir, run_id)
+    manifest = first_manifest(files, config, spec, examples, max_new)
+    old = read_manifest(files)
+    check_resumable(files, manifest, old)
     choice = None
     if needs_choice(config):
         if old.get("auto"):  # a resumed run keeps the choices its first examples were measured with
@@ -398,6 +386,7 @@ def prepare_run(config: RunConfig, results_dir: Path, *, run_id: str | None = No
         raise SpecbenchError(f"this session holds the target in {session.dtype}, the run asks for {run_config.dtype}; "
                              f"load a session per dtype")
     target = session.target
+    check_gamma_context(calibration_k_max(run_config), target.max_positions)
     prepared = prepare_examples(spec, examples, target, max_new)
     corpus = [p.prompt_ids for p in prepared]
     # load (and check) the draft before any timing; frequency drafts fit on the run's prompts
@@ -420,11 +409,7 @@ def prepare_run(config: RunConfig, results_dir: Path, *, run_id: str | None = No
         manifest["auto"] = choice.to_dict()
     manifest.update(environment_info())
     manifest["created"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    if not files.manifest.exists():
-        prepare_run_dir(files.root)
-        atomic_write_json(files.manifest, manifest)
-    else:
-        manifest = {**manifest, **{k: old[k] for k in ("created", "hardware", "versions", "git_commit") if k in old}}
+    manifest = write_manifest(files, manifest, old)
     return RunPlan(run_config, spec, files, manifest, session, prepared, max_new, proposer, choice)
 
 
@@ -559,13 +544,70 @@ def execute_run(
     return measure(plan, on_start=on_start, on_example=on_example, baseline_store=baseline_store)
 
 
-def check_resumable(files: RunFiles, manifest: dict) -> None:
-    """A run directory may be resumed only by the same configuration on the same examples."""
-    if not files.manifest.exists():
-        return
-    import json
+def check_run_inputs(config: RunConfig, results_dir: str | Path,
+                     run_id: str | None) -> tuple[TaskSpec, list[Example], int, RunFiles]:
+    """Every check that needs no model: the config, the ids and results folder, the task, γ against the
+    token budget. Only then is --results-dir created (to fail fast if it cannot be written); the run
+    folder itself waits for write_manifest, so a run refused on bad input leaves nothing behind."""
+    config.validate()
+    results = check_results_dir(results_dir)
+    if run_id is not None:
+        check_id(run_id, "--run-id")
+    spec = load_task(config.task)
+    max_new = config.max_new_tokens or spec.max_new_tokens
+    check_gamma_budget(config.gamma, max_new)
+    examples = select_examples(spec, config.limit, config.seed)
+    return spec, examples, max_new, RunFiles(prepare_run_dir(results) / (run_id or run_id_for(config)))
 
-    old = json.loads(files.manifest.read_text())
+
+def first_manifest(files: RunFiles, config: RunConfig, spec: TaskSpec, examples: list[Example], max_new: int) -> dict:
+    """What identifies a run folder (config, budget, examples), known before any model loads: resuming compares it."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": files.root.name,
+        "config": config.to_dict(),
+        "max_new_tokens": max_new,
+        "task": {"name": spec.name, "metric": spec.metric, "n_examples": len(examples),
+                 "examples_hash": examples_hash(examples), "example_ids": [e.id for e in examples]},
+    }
+
+
+def read_manifest(files: RunFiles) -> dict:
+    """The run folder's manifest, {} when there is none; one line when it cannot be read."""
+    if not files.manifest.exists():
+        return {}
+    try:
+        old = json.loads(files.manifest.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SpecbenchError(f"{files.manifest} cannot be read ({type(exc).__name__}); use another --run-id or "
+                             f"delete the folder") from None
+    if not isinstance(old, dict):
+        raise SpecbenchError(f"{files.manifest} is not a run manifest; use another --run-id or delete the folder")
+    return old
+
+
+def write_manifest(files: RunFiles, manifest: dict, old: dict) -> dict:
+    """Create the run folder and its manifest (a resumed run keeps the first one's creation time and
+    environment). If the manifest cannot be written (a full disk), a folder this call created is
+    removed again: files.py has already removed the temporary file, so nothing is left."""
+    if old:
+        return {**manifest, **{k: old[k] for k in ("created", "hardware", "versions", "git_commit") if k in old}}
+    created = not files.root.exists()
+    prepare_run_dir(files.root)
+    try:
+        atomic_write_json(files.manifest, manifest)
+    except SpecbenchError:
+        if created:
+            with contextlib.suppress(OSError):
+                files.root.rmdir()  # only if empty: never removes anything but the folder made here
+        raise
+    return manifest
+
+
+def check_resumable(files: RunFiles, manifest: dict, old: dict) -> None:
+    """A run directory may be resumed only by the same configuration on the same examples."""
+    if not old:
+        return
     for key in ("config", "max_new_tokens"):
         if old.get(key) != manifest[key]:
             raise SpecbenchError(f"{files.root} holds a run with a different {key}; use another --run-id or delete it")

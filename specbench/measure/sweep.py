@@ -26,7 +26,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from specbench.config import GAMMA_POLICIES, MODEL_FREE_DRAFTS, RunConfig, SamplingConfig, omit_later_defaults
+from specbench.config import (GAMMA_POLICIES, MODEL_FREE_DRAFTS, RunConfig, SamplingConfig, check_finite,
+                              check_gamma_budget, check_id, check_results_dir, check_temperature, omit_later_defaults)
 from specbench.errors import SpecbenchError
 from specbench.files import append_jsonl, atomic_write_json
 from specbench.measure.records import (SCHEMA_VERSION, baseline_row_problem, prepare_run_dir, read_json_object,
@@ -83,8 +84,7 @@ def parse_float_list(spec: str, option: str = "--temperature", low: float = 0.0)
             value = float(item)
         except ValueError:
             raise SpecbenchError(f"{option}: {item!r} is not a number; write a list like 0,0.7,1 (no ranges)") from None
-        if not value >= low or value != value or value == float("inf"):
-            raise SpecbenchError(f"{option}: values must be finite and >= {low:g} (got {item})")
+        value = check_temperature(value) if option == "--temperature" else check_finite(value, option, low)
         values.add(value + 0.0)  # -0.0 → 0.0
     return sorted(values)
 
@@ -257,26 +257,59 @@ class SweepOutcome:
 
 
 def _task_info(grid: SweepGrid) -> dict:
-    """n examples and their hash per task, computed before any model loads (bad tasks fail fast)."""
+    """n examples and their hash per task, computed before any model loads (bad tasks fail fast);
+    every integer γ of the grid is checked against each task's token budget here too."""
     from specbench.tasks.specs import examples_hash, load_task, select_examples
 
     info = {}
     for task in grid.tasks:
-        examples = select_examples(load_task(task), grid.limit, grid.seed)
+        spec = load_task(task)
+        examples = select_examples(spec, grid.limit, grid.seed)
+        for gamma in grid.gammas:
+            check_gamma_budget(gamma, grid.max_new_tokens or spec.max_new_tokens)
         info[task] = {"n_examples": len(examples), "examples_hash": examples_hash(examples)}
     return info
 
 
+def records_cover(path: Path, example_ids: list[str] | None, n_examples: int) -> bool:
+    """Whether examples.jsonl ends on a whole line and holds a record for every example of the cell.
+
+    The summary alone is not proof: a torn or lost last line after it was written (a kill, a
+    full disk, a copy cut short) must send the cell back to the runner, which repairs the file
+    and measures what is missing."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return False
+    if data and not data.endswith(b"\n"):
+        return False
+    ids = set()
+    for line in data.decode("utf-8", errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and "example_id" in row:
+            ids.add(str(row["example_id"]))
+    return {str(i) for i in example_ids} <= ids if example_ids is not None else len(ids) >= n_examples
+
+
 def _cell_done(run_dir: Path, config: RunConfig, n_examples: int) -> dict | None:
-    """The summary of a finished cell (same config, all examples), else None."""
+    """The summary of a finished cell (same config, every example on disk as a whole record), else None."""
     try:
         manifest = json.loads((run_dir / "manifest.json").read_text())
         summary = json.loads((run_dir / "summary.json").read_text())
-    except (OSError, json.JSONDecodeError):
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not (isinstance(manifest, dict) and isinstance(summary, dict)):
         return None
     if manifest.get("config") != config.to_dict() or not summary.get("complete"):
         return None
-    return summary if summary.get("n_examples") == n_examples else None
+    if summary.get("n_examples") != n_examples:
+        return None
+    task = manifest.get("task") if isinstance(manifest.get("task"), dict) else {}
+    expected = task.get("example_ids") if isinstance(task.get("example_ids"), list) else None
+    return summary if records_cover(run_dir / "examples.jsonl", expected, n_examples) else None
 
 
 def write_sweep_file(root: Path, sweep_id: str, grid: SweepGrid, cells: list[tuple[str, RunConfig]], tasks: dict,
@@ -328,12 +361,13 @@ def run_sweep(
     from specbench.measure.runner import Session, execute_run
 
     grid.validate()
+    results_dir = check_results_dir(results_dir)
+    if sweep_id is not None:
+        check_id(sweep_id, "--sweep-id")
     tasks = _task_info(grid)
     cells = cell_ids(grid)
     sweep_id = sweep_id or sweep_id_for(grid)
-    if _slug(sweep_id) != sweep_id:
-        raise SpecbenchError(f"--sweep-id {sweep_id!r} must be a folder name of letters, digits, '.', '_' or '-'")
-    root = prepare_run_dir(Path(results_dir) / sweep_id)
+    root = prepare_run_dir(results_dir / sweep_id)
     write_sweep_file(root, sweep_id, grid, cells, tasks)
     on_plan(sum(tasks[cfg.task]["n_examples"] for _, cfg in cells), len(cells))
 
