@@ -42,17 +42,19 @@ def parse_gamma(text: str | int) -> int | str:
         raise SpecbenchError(f"--gamma must be an integer or one of {', '.join(GAMMA_POLICIES)} (got {text!r})") from None
 
 
-FOLDER_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,199}")  # one folder name: no separator, no leading dot
+# one folder name (255 bytes at most): no separator, no leading dot
+FOLDER_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,254}")
 
 
 def check_id(value: str, option: str) -> str:
     """--run-id / --sweep-id: one folder name directly under --results-dir, never a path.
 
-    Letters, digits, '.', '_' and '-', at most 200 characters, not starting with '.' (so no '..',
-    no hidden folder); a slash, an absolute path or an empty id would put results somewhere else."""
+    Letters, digits, '.', '_' and '-', at most 255 characters (a file system's limit for a name), not
+    starting with '.' (so no '..', no hidden folder); a slash, an absolute path or an empty id would put
+    results somewhere else."""
     if not isinstance(value, str) or not FOLDER_ID.fullmatch(value):
         raise SpecbenchError(f"{option} {value!r} must be a folder name of letters, digits, '.', '_' or '-' (at most "
-                             f"200, not starting with '.'); it names one folder inside --results-dir")
+                             f"255, not starting with '.'); it names one folder inside --results-dir")
     return value
 
 
