@@ -76,14 +76,19 @@ def test_export_turns_unusable_folders_into_notes(tmp_path):
     assert any("task-draft-g1-t0: skipped, a run folder without summary.json" in n for n in notes)
 
 
-def test_a_run_resumes_the_old_run_folder(tmp_path, monkeypatch):
-    """The fixture's README: models from save_tiny (target seed 0, draft seed 1), task.jsonl from CORPUS[:3]."""
+def old_run_workspace(tmp_path: Path, monkeypatch) -> Path:
+    """The fixture's README: models from save_tiny (target seed 0, draft seed 1), task.jsonl from CORPUS[:3],
+    the old run folder under res/; returns its examples.jsonl."""
     shutil.copytree(FIXTURE / OLD_RUN, tmp_path / "res" / OLD_RUN)
     monkeypatch.chdir(tmp_path)
     save_tiny("target", 0)
     save_tiny("draft", 1)
     Path("task.jsonl").write_text("\n".join(json.dumps({"prompt": p, "reference": p}) for p in CORPUS[:3]) + "\n")
-    examples = Path("res", OLD_RUN, "examples.jsonl")
+    return Path("res", OLD_RUN, "examples.jsonl")
+
+
+def test_a_run_resumes_the_old_run_folder(tmp_path, monkeypatch):
+    examples = old_run_workspace(tmp_path, monkeypatch)
     kept = examples.read_text().splitlines(keepends=True)[:-1]
     examples.write_text("".join(kept))
     Path("res", OLD_RUN, "summary.json").unlink()
@@ -96,3 +101,17 @@ def test_a_run_resumes_the_old_run_folder(tmp_path, monkeypatch):
     summary = json.loads(Path("res", OLD_RUN, "summary.json").read_text())
     assert summary["n_examples"] == 3 and summary["complete"] and summary["run_id"] == OLD_RUN
     assert list(summary) == [f.name for f in Summary.__dataclass_fields__.values()]
+
+
+def test_a_rerun_skips_a_line_of_the_wrong_shape(tmp_path, monkeypatch):
+    """Issue 19: a valid-JSON line of the wrong shape made write_summary raise TypeError on the rerun."""
+    examples = old_run_workspace(tmp_path, monkeypatch)
+    with examples.open("a") as fh:
+        fh.write('{"example_id": 5, "baseline": 3}\n')
+    with pytest.warns(UserWarning, match=r"examples.jsonl:4: skipped a line of the wrong shape"):
+        result = CliRunner().invoke(app, RUN_ARGS, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    summary = json.loads(Path("res", OLD_RUN, "summary.json").read_text())
+    assert summary["n_examples"] == 3 and summary["complete"]
+    rows, notes = export_frames([Path("res")], examples=True)
+    assert len(rows) == 3 and len(notes) == 1 and "examples.jsonl:4: skipped a line of the wrong shape" in notes[0]

@@ -279,18 +279,27 @@ def test_same_sweep_id_with_another_grid_is_refused(tmp_path, task_file):
         run_sweep(make_grid(task_file, draft="prompt-lookup", gamma="2"), tmp_path, sweep_id="../x")
 
 
+def stored_baseline(n: int) -> dict:
+    """A whole baseline EngineRecord of n tokens (the store skips lines that are not one)."""
+    return {"text": "", "token_ids": [5] * n, "n_tokens": n, "stop_reason": "length", "prefill_s": 0.1, "decode_s": 0.2,
+            "target_calls": n, "draft_calls": 0, "drafted": 0, "accepted": 0, "trials": 0, "accept_lengths": [],
+            "draft_lengths": [], "expected_accept": [], "draft_s": 0.0, "verify_s": 0.2}
+
+
 def test_baseline_store_persists_first_write_wins(tmp_path):
     path = tmp_path / "baselines" / "t.jsonl"
     store = BaselineStore(path)
-    store["a"] = {"n_tokens": 1}
-    store["a"] = {"n_tokens": 99}  # ignored: cells already compared against the first
-    store["b"] = {"n_tokens": 2}
+    store["a"] = stored_baseline(1)
+    store["a"] = stored_baseline(99)  # ignored: cells already compared against the first
+    store["b"] = stored_baseline(2)
     with path.open("a") as fh:
+        fh.write('{"example_id": "d", "baseline": {"n_tokens": 4}}\n')  # not a whole record: skipped
         fh.write('{"example_id": "c", "base')  # torn last line
-    again = BaselineStore(path)
-    assert dict(again) == {"a": {"n_tokens": 1}, "b": {"n_tokens": 2}}
-    again["c"] = {"n_tokens": 3}
-    assert len(read_records(path)) == 3
+    with pytest.warns(UserWarning, match="t.jsonl:3: skipped a line of the wrong shape"):
+        again = BaselineStore(path)
+    assert dict(again) == {"a": stored_baseline(1), "b": stored_baseline(2)}
+    again["c"] = stored_baseline(3)
+    assert len(read_records(path)) == 4
 
 
 # --------------------------------------------------------------------------- CLI

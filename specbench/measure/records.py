@@ -333,12 +333,29 @@ def engine_problem(doc, where: str) -> str | None:
     return None
 
 
+# the `numerics` field of an ExampleRecord (evidence/numerics.explain_example), as identity_line reads it
+NUMERICS_FIELDS = {"floor_positions": "int", "floor_flips": "int", "seconds": "float", "divergence": "dict | None"}
+
+
+def numerics_problem(value) -> str | None:
+    """Why an ExampleRecord's `numerics` is neither null nor the classifier's dict, or None."""
+    if value is None:
+        return None
+    for key, annotation in NUMERICS_FIELDS.items():
+        if key in value and not conforms(value[key], annotation):
+            return f"numerics.{key} is {type(value[key]).__name__}, not {annotation}"
+    divergence = value.get("divergence")
+    if divergence is not None and not isinstance(divergence.get("kind"), str):
+        return "numerics.divergence has no kind"
+    return None
+
+
 def example_problem(row) -> str | None:
     """Why a line of examples.jsonl is not an ExampleRecord the metrics can use, or None."""
     if not isinstance(row, dict):
         return f"a JSON {type(row).__name__}, not an example record"
     return (_field_problem(row, ExampleRecord) or engine_problem(row["baseline"], "baseline")
-            or engine_problem(row["speculative"], "speculative"))
+            or engine_problem(row["speculative"], "speculative") or numerics_problem(row.get("numerics")))
 
 
 def baseline_row_problem(row) -> str | None:

@@ -204,6 +204,13 @@ def read_jsonl(path: Path) -> list[dict]:
     """Rows of a JSONL file; each line must be a JSON object."""
     if not path.is_file():
         raise SpecbenchError(f"JSONL file {path} does not exist; check the path")
+    try:
+        return _jsonl_rows(path)
+    except UnicodeDecodeError as e:
+        raise SpecbenchError(f"{path}: not UTF-8 text (byte {e.start}); save it as UTF-8 JSONL") from None
+
+
+def _jsonl_rows(path: Path) -> list[dict]:
     rows = []
     with path.open(encoding="utf-8") as f:
         for n, line in enumerate(f, start=1):
@@ -213,6 +220,8 @@ def read_jsonl(path: Path) -> list[dict]:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
                 raise SpecbenchError(f"{path}:{n}: not valid JSON ({e.msg}); write one JSON object per line") from None
+            except RecursionError:
+                raise SpecbenchError(f"{path}:{n}: JSON nested too deeply; write one flat JSON object per line") from None
             if not isinstance(row, dict):
                 raise SpecbenchError(f"{path}:{n}: expected a JSON object, got {type(row).__name__}")
             rows.append(row)

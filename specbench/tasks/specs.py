@@ -89,6 +89,10 @@ def _yaml_task(path: Path) -> TaskSpec:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as e:
         raise SpecbenchError(f"{path}: not valid YAML ({str(e).splitlines()[0]}); fix the syntax") from None
+    except UnicodeDecodeError as e:
+        raise SpecbenchError(f"{path}: not UTF-8 text (byte {e.start}); save the task file as UTF-8") from None
+    except RecursionError:
+        raise SpecbenchError(f"{path}: nested too deeply to be a task file") from None
     spec = parse_task(raw, where=str(path), default_name=path.stem, base_dir=path.parent)
     return dataclasses.replace(spec, path=str(path))
 

@@ -1,0 +1,254 @@
+"""Every reader of user or result files, fed random bytes, truncated JSON and JSON of the wrong shape.
+
+Each case must end in a one-line SpecbenchError or a skip the reader lists (a note, or a warning the
+report turns into one), never another exception. The generator is seeded (SEED), so a failure names
+a reproducible case. CASES_PER_KIND cases of each of three kinds go to each of READERS readers:
+9 readers × 3 kinds × 40 = 1,080 cases, plus the issue's own wrong-shape line through `run`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import warnings
+from pathlib import Path
+
+import pytest
+import yaml
+
+from specbench.config import RunConfig
+from specbench.errors import SpecbenchError
+from specbench.measure import runner, sweep
+from specbench.measure.export import export_frames
+from specbench.measure.metrics import summarize
+from specbench.measure.records import (EngineRecord, RunFiles, load_examples, load_runs, read_manifest, read_summary,
+                                       scan_examples)
+from specbench.tasks.specs import load_task, select_examples
+
+SEED = 19
+CASES_PER_KIND = 40
+KINDS = ("random bytes", "truncated JSON", "wrong-shape JSON")
+READERS = 9
+FIXTURE = Path(__file__).parent / "fixtures" / "results_v0_1"
+OLD_RUN = FIXTURE / "task-draft-g3-t0-0caf17bc"
+SCHEMA_WORDS = ["example_id", "baseline", "speculative", "n_tokens", "token_ids", "accept_lengths", "draft_lengths",
+                "config", "task", "gamma", "ratio", "ms", "grid", "tasks", "n_examples", "speedup_ci95", "prompt"]
+counted: dict[str, int] = {}
+
+
+# --------------------------------------------------------------------------- the generator
+
+
+def random_json(rng: random.Random, depth: int = 0):
+    """Any JSON value, biased towards the schema's own keys and awkward numbers."""
+    kind = rng.randrange(8 if depth < 3 else 5)
+    if kind == 0:
+        return None
+    if kind == 1:
+        return rng.random() < 0.5
+    if kind == 2:
+        return rng.choice([0, -1, 1, 3, 2**31, 10**12, -(10**9)])
+    if kind == 3:
+        return rng.choice([0.0, -1.5, 1e308, 0.5, float("nan"), float("inf")])
+    if kind == 4:
+        return rng.choice(["", "x", "∂é", "\x00", "2", "adaptive"] + SCHEMA_WORDS)
+    if kind == 5:
+        return [random_json(rng, depth + 1) for _ in range(rng.randrange(4))]
+    return {rng.choice(SCHEMA_WORDS + ["other"]): random_json(rng, depth + 1) for _ in range(rng.randrange(5))}
+
+
+def mutated(rng: random.Random, doc):
+    """`doc` with one field somewhere inside it replaced by random JSON, or removed."""
+    if not isinstance(doc, (dict, list)) or not doc or rng.random() < 0.2:
+        return random_json(rng)
+    doc = json.loads(json.dumps(doc))
+    key = rng.choice(list(doc)) if isinstance(doc, dict) else rng.randrange(len(doc))
+    if isinstance(doc, dict) and rng.random() < 0.25:
+        del doc[key]
+    else:
+        doc[key] = mutated(rng, doc[key])
+    return doc
+
+
+def random_bytes(rng: random.Random) -> bytes:
+    blob = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 300)))
+    return blob if rng.random() < 0.7 else b'{"example_id": "' + blob + b'"}\n'
+
+
+def case(rng: random.Random, kind: str, valid: bytes, jsonl: bool) -> bytes:
+    """One input of `kind`, built from a valid file's bytes."""
+    if kind == "random bytes":
+        return random_bytes(rng)
+    if kind == "truncated JSON":
+        return valid[:rng.randrange(1, len(valid))]
+    if not jsonl:
+        return json.dumps(mutated(rng, json.loads(valid))).encode()
+    lines = valid.decode().splitlines()
+    i = rng.randrange(len(lines))
+    lines[i] = json.dumps(mutated(rng, json.loads(lines[i])))
+    return ("\n".join(lines) + "\n").encode()
+
+
+def each_case(name: str, valid: bytes, jsonl: bool):
+    """(kind, index, bytes) for every case of one reader, counted."""
+    rng = random.Random(f"{SEED}-{name}")
+    for kind in KINDS:
+        for i in range(CASES_PER_KIND):
+            counted[name] = counted.get(name, 0) + 1
+            yield kind, i, case(rng, kind, valid, jsonl)
+
+
+def one_line_or_ok(fn, where: str):
+    """Call fn; a SpecbenchError must be one line; any other exception fails the test naming the case."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return fn()
+    except SpecbenchError as exc:
+        assert "\n" not in str(exc), f"{where}: a multi-line error: {exc}"
+        return exc
+    except Exception as exc:  # noqa: BLE001 - the point of the test
+        pytest.fail(f"{where}: {type(exc).__name__}: {exc}")
+
+
+# --------------------------------------------------------------------------- task files
+
+
+def test_task_jsonl(tmp_path):
+    valid = b"".join(json.dumps({"prompt": p, "reference": p}).encode() + b"\n" for p in ("a b", "c d", "e f"))
+    path = tmp_path / "task.jsonl"
+    for kind, i, data in each_case("task.jsonl", valid, jsonl=True):
+        path.write_bytes(data)
+        one_line_or_ok(lambda: select_examples(load_task(str(path)), 3, 0), f"task.jsonl {kind} #{i}")
+
+
+def test_task_yaml(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a mutated source must never reach the network
+    (tmp_path / "rows.jsonl").write_text('{"text": "a b"}\n{"text": "c d"}\n')
+    task = {"name": "fz", "source": {"type": "jsonl", "path": "rows.jsonl"}, "fields": {"t": "text"},
+            "template": "{t}", "chat_template": False}
+    valid = json.dumps(task).encode()
+    path = tmp_path / "task.yaml"
+    path.write_text(yaml.safe_dump(task))
+    assert len(select_examples(load_task(str(path)), 2, 0)) == 2  # the base case is a valid task
+    for kind, i, data in each_case("task.yaml", valid, jsonl=False):
+        if kind == "wrong-shape JSON" and i % 2:
+            data = yaml.safe_dump(json.loads(data)).encode()  # the same shapes written as YAML
+        path.write_bytes(data)
+        one_line_or_ok(lambda: select_examples(load_task(str(path)), 3, 0), f"task.yaml {kind} #{i}")
+
+
+# --------------------------------------------------------------------------- result files
+
+
+def run_copy(tmp_path: Path) -> Path:
+    run = tmp_path / "run"
+    shutil.copytree(OLD_RUN, run)
+    return run
+
+
+def test_examples_jsonl(tmp_path):
+    """Every line is used or listed as skipped, and what is used can be summarized and exported."""
+    run = run_copy(tmp_path)
+    valid = (OLD_RUN / "examples.jsonl").read_bytes()
+    for kind, i, data in each_case("examples.jsonl", valid, jsonl=True):
+        where = f"examples.jsonl {kind} #{i}"
+        (run / "examples.jsonl").write_bytes(data)
+        rows, skipped = one_line_or_ok(lambda: scan_examples([run]), where)
+        assert len(rows) + len(skipped) == sum(1 for line in data.split(b"\n") if line.strip()), where
+        one_line_or_ok(lambda: summarize(rows, 3, True, [1.0], 1.0), where)
+        one_line_or_ok(lambda: load_examples(run), where)
+        frame, notes = one_line_or_ok(lambda: export_frames([run], examples=True), where)
+        assert len(frame) == len(rows) and notes == skipped, where
+
+
+def test_summary_json(tmp_path):
+    run = run_copy(tmp_path)
+    valid = (OLD_RUN / "summary.json").read_bytes()
+    for kind, i, data in each_case("summary.json", valid, jsonl=False):
+        where = f"summary.json {kind} #{i}"
+        (run / "summary.json").write_bytes(data)
+        doc, problem = one_line_or_ok(lambda: read_summary(run / "summary.json"), where)
+        assert (doc is None) != (problem is None), where
+        one_line_or_ok(lambda: load_runs([run]), where)
+        frame, notes = one_line_or_ok(lambda: export_frames([run], examples=False), where)
+        assert len(frame) + len(notes) >= 1, f"{where}: neither exported nor listed as skipped"
+        one_line_or_ok(lambda: sweep._cell_done(run, _config(), 3), where)
+
+
+def _config():
+    return RunConfig.from_dict(json.loads((OLD_RUN / "manifest.json").read_text())["config"])
+
+
+def test_manifest_json(tmp_path):
+    run = run_copy(tmp_path)
+    valid = (OLD_RUN / "manifest.json").read_bytes()
+    good = json.loads(valid)
+    for kind, i, data in each_case("manifest.json", valid, jsonl=False):
+        where = f"manifest.json {kind} #{i}"
+        (run / "manifest.json").write_bytes(data)
+        one_line_or_ok(lambda: read_manifest(run / "manifest.json", "use another --run-id"), where)
+        old = one_line_or_ok(lambda: runner.read_manifest(RunFiles(run)), where)
+        if isinstance(old, dict):
+            one_line_or_ok(lambda: runner.check_resumable(RunFiles(run), good, old), where)
+        frame, notes = one_line_or_ok(lambda: export_frames([run], examples=False), where)
+        assert len(frame) == 1, where  # the summary still exports; a bad manifest only empties its columns
+
+
+def sweep_setup(tmp_path: Path):
+    grid = sweep.SweepGrid(target="target", drafts=("draft",), gammas=(1,), temperatures=(0.0,), tasks=("task.jsonl",),
+                           device="cpu", limit=2, max_new_tokens=8)
+    return grid, sweep.cell_ids(grid), {"task.jsonl": {"n_examples": 2, "examples_hash": "x"}}
+
+
+def test_sweep_json(tmp_path):
+    root = tmp_path / "sw"
+    root.mkdir()
+    grid, cells, tasks = sweep_setup(tmp_path)
+    valid = json.dumps(sweep.write_sweep_file(root, "sw", grid, cells, tasks)).encode()
+    for kind, i, data in each_case("sweep.json", valid, jsonl=False):
+        where = f"sweep.json {kind} #{i}"
+        (root / "sweep.json").write_bytes(data)
+        one_line_or_ok(lambda: sweep.write_sweep_file(root, "sw", grid, cells, tasks), where)
+        (root / "sweep.json").write_bytes(data)
+        one_line_or_ok(lambda: export_frames([root], examples=False), where)
+
+
+def test_baselines(tmp_path):
+    """A stored baseline the runner would reuse must be a whole EngineRecord: everything else is skipped."""
+    valid = next((FIXTURE / "old-sweep" / "baselines").glob("*.jsonl")).read_bytes()
+    path = tmp_path / "baselines" / "b.jsonl"
+    path.parent.mkdir()
+    for kind, i, data in each_case("baselines", valid, jsonl=True):
+        where = f"baselines {kind} #{i}"
+        path.write_bytes(data)
+        store = one_line_or_ok(lambda: sweep.BaselineStore(path), where)
+        for record in store.values():
+            EngineRecord(**record)
+
+
+@pytest.mark.parametrize("name", ["noise_probes.jsonl", "baseline_probes.jsonl"])
+def test_probe_files(tmp_path, name):
+    run = run_copy(tmp_path)
+    source = OLD_RUN / "noise_probes.jsonl" if name == "noise_probes.jsonl" else \
+        FIXTURE / "old-sweep" / "task-draft-g2-t0" / "baseline_probes.jsonl"
+    valid = source.read_bytes()
+    for kind, i, data in each_case(name, valid, jsonl=True):
+        where = f"{name} {kind} #{i}"
+        (run / name).write_bytes(data)
+        probes = one_line_or_ok(lambda: runner.read_probes(run), where)
+        drift = one_line_or_ok(lambda: runner.baseline_drift(RunFiles(run)), where)
+        one_line_or_ok(lambda: summarize(json.loads(valid_examples()), 3, True, probes, drift), where)
+
+
+def valid_examples() -> str:
+    return "[" + ",".join((OLD_RUN / "examples.jsonl").read_text().splitlines()) + "]"
+
+
+def test_the_case_count():
+    """Runs last in this file: every reader above saw its share of cases."""
+    if len(counted) < READERS:
+        pytest.skip("run with the whole file to count the cases")
+    assert len(counted) == READERS and set(counted.values()) == {len(KINDS) * CASES_PER_KIND}
+    assert sum(counted.values()) == READERS * len(KINDS) * CASES_PER_KIND == 1080
