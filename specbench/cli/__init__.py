@@ -103,7 +103,7 @@ def sentence_case(text: str) -> str:
     return text[:1].lower() + text[1:] if text[1:2].islower() else text
 
 
-app = typer.Typer(cls=OneLineErrors, add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+app = typer.Typer(cls=OneLineErrors, name="specbench", add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Benchmark and verify speculative decoding (Leviathan et al., ICML 2023).")
 app.command("run")(run.run)
 app.command("sweep")(sweep.sweep)

@@ -391,6 +391,8 @@ def prepare_run(config: RunConfig, results_dir: Path, *, run_id: str | None = No
     corpus = [p.prompt_ids for p in prepared]
     # load (and check) the draft before any timing; frequency drafts fit on the run's prompts
     proposer = session.proposer(run_config.draft, corpus=corpus)
+    if run_config.engine == "hf-assisted" and proposer.hf_assistant() is None:  # before the run folder exists
+        raise SpecbenchError("--engine hf-assisted needs a model draft (HF's assistant_model); pick a model for --draft")
     if old.get("calibration"):
         calibration = old["calibration"]
     else:

@@ -1,0 +1,194 @@
+"""Every way a command line can be wrong ends as one line on stderr and exit code 1 (issue 19).
+
+click's usage errors (a bad value, an unknown option or command, a missing argument) would
+otherwise print a three-line usage box with exit code 2; ours would print a traceback. Each
+case here checks the exit code, that the output is exactly one line, and the words that name
+the problem. Most need no model: they fail before anything loads.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from specbench.cli import app
+from specbench.errors import SpecbenchError
+
+FIXTURE_RESULTS = Path(__file__).parent / "fixtures" / "results_v0_1"
+
+
+def one_line_error(*args: str) -> str:
+    """Invoke; require exit 1 and a single output line starting with "error:"; return that line."""
+    result = CliRunner().invoke(app, list(args))
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 1, result.output
+    assert len(lines) == 1, result.output
+    assert lines[0].startswith("error: ") and "Traceback" not in result.output
+    return lines[0]
+
+
+USAGE_ERRORS = [
+    (["run", "--gamma", "abc"], "--gamma must be an integer or one of auto, adaptive, heuristic"),
+    (["run", "--gamma", "1e9"], "--gamma must be an integer"),
+    (["run", "--gamma-max", "abc"], "invalid value for --gamma-max"),
+    (["run", "--limit", "many"], "invalid value for --limit"),
+    (["sweep", "--top-k", "1.5"], "invalid value for --top-k"),
+    (["nosuch"], "no such command 'nosuch'; see specbench --help"),
+    (["list", "foo"], "no such command 'foo'; see specbench list --help"),
+    (["report"], "missing argument RESULTS (Run folders, sweep folders or a results/ folder); see specbench report --help"),
+    (["export"], "missing argument RESULTS"),
+    (["distill"], "missing --out (Folder of the draft"),
+    (["run", "--nope"], "no such option: --nope"),
+    (["run", "--gamma-ma", "3"], "no such option: --gamma-ma"),
+    (["run", "--limit", "1", "2"], "unexpected extra argument"),
+    (["run", "--top-p"], "'--top-p' requires an argument"),
+    (["export", "some-folder", "--format", "xlsx"], "--format must be csv or parquet (got 'xlsx')"),
+]
+
+
+@pytest.mark.parametrize("args,words", USAGE_ERRORS, ids=[" ".join(a) for a, _ in USAGE_ERRORS])
+def test_usage_errors_are_one_line_and_exit_1(args, words):
+    line = one_line_error(*args)
+    assert words in line
+    if "must be" not in words:  # click's errors point at the help that shows the fix
+        assert line.endswith(" --help")
+
+
+@pytest.mark.parametrize("args", [["--help"], ["run", "--help"], ["list", "--help"], [], ["list"]])
+def test_help_still_exits_0(args):
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "Usage:" in result.output and len(result.output.splitlines()) > 3
+
+
+def test_a_specbench_error_from_a_command_is_one_line(monkeypatch):
+    import specbench.tasks.specs
+
+    def broken():
+        raise SpecbenchError("the task folder is unreadable\nsecond line of detail")
+
+    monkeypatch.setattr(specbench.tasks.specs, "list_tasks", broken)
+    assert one_line_error("list", "tasks") == "error: the task folder is unreadable second line of detail"
+
+
+def test_ctrl_c_exits_130_with_a_resume_hint(monkeypatch):
+    import specbench.tasks.specs
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(specbench.tasks.specs, "list_tasks", interrupted)
+    result = CliRunner().invoke(app, ["list", "tasks"])
+    assert result.exit_code == 130
+    assert "rerun the same command to resume" in result.output
+
+
+def test_verify_checks_its_folder_before_loading_or_checking(tmp_path, monkeypatch):
+    import specbench.evidence.verification as verification
+
+    monkeypatch.setattr(verification, "load_pair", lambda request: pytest.fail("loaded models before the folder check"))
+    monkeypatch.setattr(verification, "run_checks", lambda *a, **k: pytest.fail("ran a check before the folder check"))
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    line = one_line_error("verify", "--target", "t", "--draft", "d", "--results-dir", str(blocker / "sub"))
+    assert "cannot write results" in line and str(blocker) in line
+
+
+def test_verify_bad_sizes_fail_before_the_folder_is_made(tmp_path):
+    line = one_line_error("verify", "--target", "t", "--draft", "d", "--n-samples", "0",
+                          "--results-dir", str(tmp_path / "v"))
+    assert "--n-samples and --length must be >= 1" in line
+    assert not (tmp_path / "v").exists()
+
+
+@pytest.fixture()
+def task_file(tmp_path):
+    path = tmp_path / "task.jsonl"
+    path.write_text("\n".join(json.dumps({"prompt": f"prompt number {i}"}) for i in range(3)) + "\n")
+    return str(path)
+
+
+def test_sweep_with_an_escaping_id_prints_only_the_error(tmp_path, task_file):
+    results = tmp_path / "res"
+    line = one_line_error("sweep", "--target", "nobody/model", "--draft", "prompt-lookup", "--task", task_file,
+                          "--gamma", "1", "--results-dir", str(results), "--sweep-id", "../x")
+    assert "--sweep-id" in line
+    assert not (tmp_path / "x").exists()
+
+
+def test_sweep_onto_an_unwritable_folder_prints_only_the_error(tmp_path, task_file):
+    blocker = tmp_path / "a-file"  # a file where a folder should be: unwritable even for root
+    blocker.write_text("")
+    line = one_line_error("sweep", "--target", "nobody/model", "--draft", "prompt-lookup", "--task", task_file,
+                          "--gamma", "1", "--results-dir", str(blocker / "res"))
+    assert "cannot write" in line
+
+
+def test_hf_assisted_with_a_model_free_draft_leaves_no_run_folder(tmp_path, task_file):
+    from test_cli import save_tiny
+
+    target = save_tiny(tmp_path / "target", 0)
+    results = tmp_path / "res"
+    line = one_line_error("run", "--target", target, "--draft", "prompt-lookup", "--engine", "hf-assisted",
+                          "--task", task_file, "--limit", "2", "--max-new-tokens", "4", "--device", "cpu",
+                          "--results-dir", str(results))
+    assert "--engine hf-assisted needs a model draft" in line
+    assert not results.exists() or not any(results.iterdir())
+
+
+def test_export_parquet_without_pyarrow_names_the_install(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # find_spec → None, as if not installed
+    line = one_line_error("export", str(FIXTURE_RESULTS), "--format", "parquet", "--out", str(tmp_path / "x.parquet"))
+    assert "pip install pyarrow" in line
+    assert not (tmp_path / "x.parquet").exists()
+
+
+def test_export_parquet_needs_a_file():
+    assert "pass --out FILE.parquet" in one_line_error("export", str(FIXTURE_RESULTS), "--format", "parquet")
+
+
+def test_export_of_nothing_is_an_error(tmp_path):
+    pytest.importorskip("specbench.measure.export")
+    assert "no results to export" in one_line_error("export", str(tmp_path))
+
+
+def test_export_csv_to_stdout_has_one_row_per_run():
+    pytest.importorskip("specbench.measure.export")
+    import io
+
+    import pandas as pd
+
+    result = CliRunner().invoke(app, ["export", str(FIXTURE_RESULTS)])
+    assert result.exit_code == 0, result.output
+    frame = pd.read_csv(io.StringIO(result.stdout))
+    runs = {p.parent for p in FIXTURE_RESULTS.rglob("summary.json")}
+    assert len(frame) == len(runs) > 0
+    assert {"run_id", "gamma", "dtype", "device", "backend", "speedup"} <= set(frame.columns)
+
+
+def test_export_examples_to_parquet(tmp_path):
+    pytest.importorskip("specbench.measure.export")
+    pytest.importorskip("pyarrow")
+    import pandas as pd
+
+    out = tmp_path / "examples.parquet"
+    result = CliRunner().invoke(app, ["export", str(FIXTURE_RESULTS), "--examples", "--format", "parquet",
+                                      "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    frame = pd.read_parquet(out)
+    n_records = sum(len(p.read_text().splitlines()) for p in FIXTURE_RESULTS.rglob("examples.jsonl"))
+    assert len(frame) == n_records > 0 and frame["run_id"].notna().all()
+    assert "exported" in result.stderr and not list(tmp_path.glob(".*tmp*"))
+
+
+def test_importing_the_cli_loads_neither_the_trainer_nor_the_report():
+    times = subprocess.run([sys.executable, "-X", "importtime", "-c", "import specbench.cli"],
+                           capture_output=True, text=True, check=True).stderr
+    assert " specbench.cli" in times  # the probe itself works
+    loaded = [line for line in times.splitlines() if "specbench.distill" in line or "specbench.report" in line]
+    assert loaded == []
