@@ -402,6 +402,69 @@ def test_malformed_and_partial_results_are_listed_not_fatal(sweep_dir, tmp_path)
     assert "## Skipped (8)" in md and "lacks field(s) alpha, speedup" in md and "no-summary" in page
 
 
+def test_undecodable_or_wrongly_shaped_records_are_listed_and_the_command_succeeds(tmp_path):
+    root = tmp_path / "runs"
+    make_run(root, "good")
+    with (make_run(root, "bad-bytes") / "examples.jsonl").open("ab") as fh:
+        fh.write(b'{"schema_version": 1, "example_id": "ex\xff\xfe"}\n')  # not UTF-8
+    with (make_run(root, "wrong-shape") / "examples.jsonl").open("a") as fh:
+        fh.write(json.dumps({"example_id": 5, "baseline": 3}) + "\n")  # valid JSON, not an example record
+
+    result = CliRunner().invoke(app, ["report", str(root), "--out", str(tmp_path / "rep"), "--json"])
+    assert result.exit_code == 0, result.output
+    assert "Traceback" not in result.output
+    payload = json.loads(result.stdout)
+    skipped = {Path(s["path"]).parent.name: (Path(s["path"]).name, s["reason"]) for s in payload["skipped"]}
+    assert set(skipped) == {"bad-bytes", "wrong-shape"}, payload["skipped"]
+    assert skipped["bad-bytes"] == ("examples.jsonl:4", "skipped a line that is not UTF-8 text")
+    assert skipped["wrong-shape"][0] == "examples.jsonl:4" and "wrong shape" in skipped["wrong-shape"][1]
+    assert payload["runs"] == 3  # each damaged run keeps its good lines
+    md, page = read(tmp_path / "rep")
+    assert "## Skipped (2)" in md and "<h2>Skipped (2)</h2>" in page and "not UTF-8 text" in md
+    data = collect([root])
+    assert [len(data.examples[str((root / r).resolve())]) for r in ("bad-bytes", "wrong-shape")] == [N_EXAMPLES] * 2
+
+
+def test_a_run_whose_records_the_metrics_cannot_use_is_skipped(tmp_path, monkeypatch):
+    import specbench.report.collect as collect_module
+
+    root = tmp_path / "runs"
+    make_run(root, "good")
+    make_run(root, "odd", text="odd")
+    real = collect_module.summarize
+
+    def summarize(records, *args, **kwargs):  # values of the right shape that the metrics still choke on
+        if records[0]["baseline"]["text"] == "odd":
+            raise TypeError("'>' not supported between instances of 'str' and 'int'")
+        return real(records, *args, **kwargs)
+
+    monkeypatch.setattr(collect_module, "summarize", summarize)
+    outcome = write_report([root], tmp_path / "rep")
+    assert outcome.n_runs == 1 and [Path(s.path).parent.name for s in outcome.skipped] == ["odd"]
+    assert "cannot be summarised (TypeError" in outcome.skipped[0].reason
+    assert not any(n.startswith("odd:") for n in outcome.notes)
+
+
+def test_results_written_before_the_reorganisation_still_report(tmp_path):
+    """Result folders from specbench 0.1 (tests/fixtures/results_v0_1: one run and one sweep) render as before."""
+    import shutil
+
+    fixture = Path(__file__).parent / "fixtures" / "results_v0_1"
+    shutil.copytree(fixture, tmp_path / "results")
+    run, sweep = tmp_path / "results" / "task-draft-g3-t0-0caf17bc", tmp_path / "results" / "old-sweep"
+    outcome = write_report([run, sweep], tmp_path / "rep")
+    assert outcome.n_runs == 3 and outcome.skipped == [], outcome.skipped
+    md, page = read(outcome.out)
+    runs_section = md.split("## Runs")[1].split("\n## ")[0]
+    for run_id, gamma in (("task-draft-g1-t0", 1), ("task-draft-g2-t0", 2), ("task-draft-g3-t0-0caf17bc", 3)):
+        assert f"| {run_id} | task | draft | 0 | {gamma} |" in runs_section
+    assert "sweep old-sweep: 2 cells, 2 complete" in md and "## Recommended γ" in md
+    assert "| task-draft-g1-t0 | float32 | 2/2 identical |" in md  # the greedy identity of the old records
+    assert page.count("data:image/png;base64,") == 5 and "## Pass-cost curve" in md  # the runs were calibrated
+    assert "<h2>Skipped (0)</h2>" in page
+    assert not any((tmp_path / "results").rglob(".*.tmp*"))  # the report writes nothing into the results
+
+
 def test_partial_and_stale_runs_are_used_with_a_note(tmp_path):
     root = tmp_path / "runs"
     run = make_run(root, "partial")

@@ -28,11 +28,8 @@ REQUIRED = ("run_id", "target", "draft", "task", "gamma", "temperature", "top_k"
 METRICS = ("alpha", "alpha_expected", "c", "verify_cost", "tokens_per_target_call", "speedup", "predicted_speedup",
            "predicted_speedup_extended", "baseline_s", "speculative_s", "draft_s", "verify_s", "overhead_s",
            "baseline_tokens", "speculative_tokens", "accepted_length_histogram")
-# What metrics.summarize reads from each engine of an example record (measure/records.py: EngineRecord).
-ENGINE_NUMBERS = ("n_tokens", "prefill_s", "decode_s", "target_calls", "draft_calls", "drafted", "accepted",
-                  "trials", "draft_s", "verify_s")
-ENGINE_LISTS = ("accept_lengths", "expected_accept")
-# Errors that malformed data (a wrong type, a missing key) raises inside the metrics; caught per run only.
+# Errors that values of the right shape but unusable (a string where numbers belong) raise inside the metrics;
+# caught per run, so one such run is listed as skipped instead of ending the report.
 DATA_ERRORS = (TypeError, ValueError, KeyError, AttributeError, IndexError, ZeroDivisionError)
 
 DRIFT_CONSEQUENCE = ("the machine's speed changed between the baseline and this run, so its speedup is off by about "
@@ -82,10 +79,6 @@ def truthy(value) -> bool:
     return not isnull(value) and bool(value)
 
 
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def fmt(value, digits: int = 3) -> str:
     """A value as table text: '—' for missing, yes/no, floats to `digits` places (tiny ones in e-notation)."""
     if isnull(value):
@@ -111,10 +104,10 @@ def _captured(fn, *args):
 
 
 def _skip_warnings(data: ReportData, messages: list[str], default_path: Path) -> None:
-    """Each "<file>:<line>: skipped a malformed line ..." warning becomes a Skipped entry."""
+    """Each "<file>[:<line>]: skipped ..." message of the records readers becomes a Skipped entry."""
     for m in messages:
-        where, _, reason = m.rpartition(": ")
-        data.skip(where or default_path, reason or m)
+        where, sep, rest = m.partition(": skipped")
+        data.skip(where, "skipped" + rest) if sep else data.skip(default_path, m)
 
 
 def _read_json(path: Path, data: ReportData):
@@ -152,24 +145,6 @@ def _check_summary(row: dict) -> str | None:
     if gamma < 1 or (not policy and gamma != row["gamma"]) or n < 1 or not temp >= 0:
         return f"summary.json has impossible values (gamma={row['gamma']!r}, temperature={row['temperature']!r}, n={n})"
     return None
-
-
-def record_problem(record) -> str | None:
-    """Why one examples.jsonl line is not an example record (measure/records.py: ExampleRecord), or None."""
-    if not isinstance(record, dict):
-        return "not a JSON object"
-    if not isinstance(record.get("example_id"), str):
-        return f"example_id {record.get('example_id')!r} is not a string"
-    for engine in ("baseline", "speculative"):
-        part = record.get(engine)
-        if not isinstance(part, dict):
-            return f"{engine} is not an object"
-        bad = [k for k in ENGINE_NUMBERS if not _is_number(part.get(k))]
-        bad += [k for k in ENGINE_LISTS if not isinstance(part.get(k), list)]
-        if bad:
-            return f"{engine} lacks {', '.join(bad)} (or has the wrong type)"
-    missing = [k for k in ("identical", "first_divergence") if k not in record]
-    return f"lacks {', '.join(missing)}" if missing else None
 
 
 def resolve_gamma(gamma, manifest: dict) -> tuple[int, str | None]:
@@ -266,8 +241,8 @@ def _summary_row(summary: Path, data: ReportData) -> dict | None:
         data.skip(summary, "summary.json is not a JSON object")
         return None
     df, msgs = _captured(load_runs, [summary])
-    if msgs or df.empty:
-        data.skip(summary, msgs[0] if msgs else "empty summary")
+    if msgs or df.empty:  # records.summary_problem: a declared field of the wrong type
+        _skip_warnings(data, msgs, summary) if msgs else data.skip(summary, "empty summary")
         return None
     row = df.iloc[0].to_dict()
     why = _check_summary(row)
@@ -277,33 +252,14 @@ def _summary_row(summary: Path, data: ReportData) -> dict | None:
     return row
 
 
-def _read_examples(run_dir: Path, data: ReportData) -> list[dict] | None:
-    """The run's well-formed example records; None (and a Skipped entry) when the file cannot be read as text.
+def _read_examples(run_dir: Path, data: ReportData) -> list[dict]:
+    """The run's example records that the metrics can use; every other line (torn, not UTF-8, or valid JSON
+    of the wrong shape: records.example_problem) is listed as skipped, and the run keeps the rest."""
+    from specbench.measure.records import example_problem, scan_jsonl
 
-    records.read_records decodes the whole file at once and returns whatever each line parses to,
-    so non-UTF-8 bytes and valid JSON of the wrong shape are caught here.
-    """
-    from specbench.measure.records import read_records
-
-    path = run_dir / "examples.jsonl"
-    try:
-        records, msgs = _captured(read_records, path)
-    except UnicodeDecodeError as exc:
-        data.skip(path, f"examples.jsonl is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
-                        f"{exc.start}); its run is left out")
-        return None
-    except OSError as exc:
-        data.skip(path, f"examples.jsonl cannot be read ({exc.strerror}); its run is left out")
-        return None
-    _skip_warnings(data, msgs, path)
-    good = []
-    for i, record in enumerate(records, 1):
-        why = record_problem(record)
-        if why:
-            data.skip(path, f"record {i} skipped: not an example record ({why})")
-        else:
-            good.append(record)
-    return good
+    records, problems = scan_jsonl(run_dir / "examples.jsonl", example_problem)
+    _skip_warnings(data, problems, run_dir / "examples.jsonl")
+    return records
 
 
 def _read_manifest(run_dir: Path, data: ReportData) -> dict:
@@ -382,8 +338,6 @@ def _read_run(summary: Path, data: ReportData) -> dict | None:
         return None
     run_dir = summary.parent
     records = _read_examples(run_dir, data)
-    if records is None:
-        return None
     manifest = _read_manifest(run_dir, data)
     notes_before = len(data.notes)
     _coverage_notes(row, len(records), manifest, data)
