@@ -3,7 +3,10 @@ they load, export, and a `run` resumes the old run folder instead of starting a 
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
+import re
 import shutil
 import warnings
 from pathlib import Path
@@ -13,7 +16,7 @@ from typer.testing import CliRunner
 
 from specbench.cli import app
 from specbench.measure.export import export_frames
-from specbench.measure.records import Summary, load_examples, load_runs, read_examples
+from specbench.measure.records import EngineRecord, ExampleRecord, Summary, load_examples, load_runs, read_examples
 from test_cli import CORPUS, save_tiny
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results_v0_1"
@@ -115,3 +118,13 @@ def test_a_rerun_skips_a_line_of_the_wrong_shape(tmp_path, monkeypatch):
     assert summary["n_examples"] == 3 and summary["complete"]
     rows, notes = export_frames([Path("res")], examples=True)
     assert len(rows) == 3 and len(notes) == 1 and "examples.jsonl:4: skipped a line of the wrong shape" in notes[0]
+
+
+@pytest.mark.parametrize("schema", [ExampleRecord, EngineRecord, Summary])
+def test_every_schema_field_is_commented_and_documented(schema):
+    """The schema lives in code with a comment per field, and results/README.md has a row for each."""
+    source = inspect.getsource(schema)
+    readme = (Path(__file__).parents[1] / "results" / "README.md").read_text()
+    for f in dataclasses.fields(schema):
+        assert re.search(rf"^\s+{f.name}: [^#\n]*#\s*\S", source, re.M), f"{schema.__name__}.{f.name} has no comment"
+        assert f"| `{f.name}` |" in readme, f"results/README.md does not document {schema.__name__}.{f.name}"

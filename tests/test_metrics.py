@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from specbench.measure.metrics import predicted_decode, proposal_law
+from specbench.measure.metrics import accepted_length_histogram, predicted_decode, proposal_law, summarize
+from specbench.measure.records import Summary, example_problem, summary_dict
 
 
 def record(n_tokens: int, stop: str, proposals: list[int] | None, target_calls: int, draft_lengths: list[int]):
@@ -38,3 +41,33 @@ def test_proposal_law_from_records_and_the_fallback_for_older_ones():
     # written before proposal_lengths existed: every pass counts, undrafted ones as 0
     assert proposal_law([record(9, "eos", None, 4, [4, 4, 2])], 4) == {0: 0.25, 2: 0.25, 4: 0.5}
     assert proposal_law([], 3) == {3: 1.0}
+
+
+def full_record(accept: list[int], drafts: list[int]) -> dict:
+    """An example record whose speculative engine verified steps with these accepted / drafted counts."""
+    n = sum(accept) + len(accept) + 1
+    engine = {"text": "", "token_ids": [4] * n, "n_tokens": n, "stop_reason": "length", "prefill_s": 0.01,
+              "decode_s": 0.1, "target_calls": len(accept), "draft_calls": sum(drafts), "drafted": sum(drafts),
+              "accepted": sum(accept), "trials": sum(min(a + 1, g) for a, g in zip(accept, drafts)),
+              "accept_lengths": accept, "draft_lengths": drafts, "expected_accept": [0.5] * len(accept),
+              "draft_s": 0.04, "verify_s": 0.05}
+    return {"schema_version": 1, "example_id": "e", "prompt_tokens": 3, "reference": None, "baseline": dict(engine),
+            "speculative": engine, "identical": True, "first_divergence": None}
+
+
+def test_summarize_writes_only_declared_summary_fields():
+    declared = {f.name for f in dataclasses.fields(Summary)}
+    for greedy in (True, False):
+        assert set(summarize([full_record([1, 3], [3, 3])], 3, greedy)) <= declared
+    assert set(summarize([], 3, True)) <= declared
+    with pytest.raises(TypeError):
+        summary_dict({"not_a_field": 1})  # a writer's typo fails loudly instead of adding an undocumented key
+
+
+def test_histogram_bins_follow_the_records_not_gamma():
+    rec = full_record([0, 2, 3, 1], [3, 3, 3, 2])  # the last step drafted fewer than γ: not the law's
+    assert summarize([rec], 3, True)["accepted_length_histogram"] == [1, 0, 1, 1]
+    huge = summarize([rec], 10**9, True)  # no step drafted 10⁹ tokens: no bins, and no 10⁹-long list
+    assert huge["accepted_length_histogram"] == [] and huge["full_gamma_steps"] == 0
+    assert accepted_length_histogram([], 10**12) == []
+    assert example_problem(rec) is None  # the helper builds records the readers accept

@@ -64,17 +64,16 @@ class EngineRecord:
 class ExampleRecord:
     """One line of examples.jsonl."""
 
-    schema_version: int
+    schema_version: int  # SCHEMA_VERSION when the record was written
     example_id: str  # the task's id of the example
     prompt_tokens: int  # prompt length in target tokens
     reference: str | None  # the task's reference output, if any
-    baseline: EngineRecord
-    speculative: EngineRecord
+    baseline: EngineRecord  # the target alone (a sweep cell: the shared baseline from baselines/)
+    speculative: EngineRecord  # the draft proposing, the target verifying
     identical: bool  # speculative token ids equal the baseline's (expected at T = 0 only)
     first_divergence: int | None  # index of the first differing token, None when identical
-    # added later (older records lack it): at T = 0, the numerics floor and the classification of the
-    # divergence (evidence/numerics.py): {"floor_positions", "floor_flips", "divergence": {...} or None}
-    numerics: dict | None = None
+    # added later (older records lack it):
+    numerics: dict | None = None  # T = 0 only (evidence/numerics.py): floor_positions, floor_flips, seconds, divergence (its class, or null)
 
 
 @dataclass
