@@ -179,9 +179,18 @@ def summarize(records: list[dict], gamma: int, greedy: bool, probes: list[float]
         "greedy_identity": identical if greedy else None,
         "first_divergences": [r["first_divergence"] for r in records if r["first_divergence"] is not None],
     }
+    out.update(predicted_and_checks(records, out, gamma, greedy, probes, drift))
+    return out
+
+
+def predicted_and_checks(records: list[dict], measured: dict, gamma: int, greedy: bool, probes: list[float] | None,
+                         drift: float | None) -> dict:
+    """Beside the measured metrics: the cost model's predictions from them, the noise verdict and, at T = 0,
+    the identity line."""
+    alpha, c, verify_cost = measured["alpha"], measured["c"], measured["verify_cost"]
     draft_lengths = [g for r in records for g in r["speculative"].get("draft_lengths", [])]
-    out.update(predictions(out["alpha"], gamma, out["c"], out["verify_cost"], draft_lengths, spec["target_calls"]))
-    out.update(predicted_decode(records, out["alpha"], gamma, out["c"], out["verify_cost"]))
+    out = predictions(alpha, gamma, c, verify_cost, draft_lengths, measured["target_calls"])
+    out.update(predicted_decode(records, alpha, gamma, c, verify_cost))
     out.update(timing_noise(records, probes, drift))
     if greedy:
         from specbench.evidence.numerics import identity_line
