@@ -1,9 +1,10 @@
 """Read run, sweep and checks folders into one table of runs, and list everything that could not be used.
 
-The report never trusts a folder: each summary is checked for the fields the tables need, each
-examples.jsonl line for the shape of an example record, each probe file for numbers. Whatever
-fails (a torn or non-UTF-8 file, a line of the wrong shape, a sweep cell never run) becomes a
-`Skipped` entry with its reason, and the rest of the report still builds. Metrics are derived anew
+The report never trusts a folder: each summary is checked for the fields the tables need, and each
+examples.jsonl or probe line is read through measure/records.py's line-by-line readers (UTF-8, JSON,
+and the shape its dataclass declares). Whatever fails (a torn or non-UTF-8 line, valid JSON of the
+wrong shape, a run whose values the metrics cannot use, a sweep cell never run) becomes a `Skipped`
+entry with its reason, and the rest of the report still builds. Metrics are derived anew
 from the raw records (specbench.measure.metrics), so an old or one-example-behind summary reads
 with today's definitions.
 """
@@ -272,15 +273,11 @@ def _read_manifest(run_dir: Path, data: ReportData) -> dict:
     return doc if isinstance(doc, dict) else {}
 
 
-def _read_probes(run_dir: Path, data: ReportData) -> list[float] | None:
-    """The run's noise probes (ms); None when the file is unusable (its timing noise is then not checked)."""
+def _read_probes(run_dir: Path, data: ReportData) -> list[float]:
+    """The run's noise probes (ms); each unusable line (records.noise_probe_problem) is listed as skipped."""
     from specbench.measure.runner import read_probes
 
-    try:
-        probes, msgs = _captured(read_probes, run_dir)
-    except (UnicodeDecodeError, TypeError, ValueError):
-        data.skip(run_dir / "noise_probes.jsonl", "noise probes are not UTF-8 JSON lines of numbers; ignored")
-        return None
+    probes, msgs = _captured(read_probes, run_dir)
     _skip_warnings(data, msgs, run_dir / "noise_probes.jsonl")
     return probes
 
