@@ -16,6 +16,7 @@ after a warm-up of each. Figures and their goals:
   (d) share of speculative decode time outside the draft and target passes            goal ≤ 5%
 Our engines run under --backend (eager, static or compiled: decoding/backend.py), baseline and
 speculative alike; HF runs its default (dynamic cache, eager), as users call it.
+It runs over the installed package (`pip install -e .`), as every script in bench/ does.
 Usage: python bench/bench.py [--target smollm2-135m] [--draft distilled] [--gamma 2]
        [--task ding-de-en] [--limit 6] [--max-new-tokens 64] [--repeats 4] [--backend eager]
        [--out results/bench]
@@ -30,29 +31,30 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from specbench.config import RunConfig, SamplingConfig
+from specbench.decoding.cached_model import CachedModel
+from specbench.decoding.drafts.spec import parse_draft
+from specbench.decoding.hf_assisted import decode_hf
+from specbench.decoding.speculative import decode_speculative
+from specbench.errors import SpecbenchError
+from specbench.files import atomic_write_json
+from specbench.measure.metrics import json_safe, summarize
+from specbench.measure.records import environment_info
+from specbench.measure.runner import Engines, Session, engine_record, prepare_examples
+from specbench.measure.timing import Clock
+from specbench.tasks.specs import load_task, select_examples
 
-from specbench.config import RunConfig, SamplingConfig  # noqa: E402
-from specbench.decoding.cached_model import CachedModel  # noqa: E402
-from specbench.decoding.drafts.hybrid import split_hybrid_spec  # noqa: E402
-from specbench.decoding.hf_assisted import decode_hf  # noqa: E402
-from specbench.decoding.speculative import decode_speculative  # noqa: E402
-from specbench.errors import SpecbenchError  # noqa: E402
-from specbench.measure.metrics import json_safe, summarize  # noqa: E402
-from specbench.files import atomic_write_json  # noqa: E402
-from specbench.measure.records import environment_info  # noqa: E402
-from specbench.measure.runner import Engines, Session, engine_record, prepare_examples  # noqa: E402
-from specbench.tasks.specs import load_task, select_examples  # noqa: E402
-from specbench.measure.timing import Clock  # noqa: E402
+HF_COUNTERPARTS = ("prompt-lookup", "model")  # draft kinds HF generate() has: prompt_lookup_num_tokens, assistant_model
 
 
 def hf_generate(session: Session, prompt_ids: list[int], max_new: int, gamma: int, draft: str | None,
                 min_confidence: float = 0.0):
     """HF generate() greedy: plain (draft None), prompt lookup, or assisted by the draft model; → (tokens, seconds)."""
     t = session.target
-    assistant = session.proposer(draft).lm.model if draft not in (None, "prompt-lookup") else None
+    kind = parse_draft(draft).kind if draft is not None else None
+    assistant = session.proposer(draft).hf_assistant() if kind == "model" else None
     res = decode_hf(t.model, prompt_ids, max_new_tokens=max_new, sampling=SamplingConfig(), seed=0, eos_ids=t.eos_ids,
-                    assistant=assistant, prompt_lookup=draft == "prompt-lookup", gamma=gamma,
+                    assistant=assistant, prompt_lookup=kind == "prompt-lookup", gamma=gamma,
                     min_confidence=min_confidence)
     return res.token_ids, res.decode_s
 
@@ -65,21 +67,23 @@ def loop_overhead(session: Session, draft: str, gamma: int, prepared, max_new: i
     inside, total = 0.0, 0.0
     for item in prepared:
         target = CachedModel(t.model, timer=clock, backend=session.target_backend)
-        lm = getattr(proposer, "lm", None)
-        if lm is not None:
-            lm.timer, lm.forward_times = clock, []
+        proposer.set_timer(clock)  # a fresh forward_times list on each of the draft's model caches
         res = decode_speculative(target, proposer, item.prompt_ids, gamma=gamma, max_new_tokens=max_new,
                                  sampling=SamplingConfig(), generator=None, eos_ids=t.eos_ids,
                                  decoder_start_id=t.decoder_start_id, min_confidence=min_confidence)
         # the first forward of each model is its prompt prefill, outside the decode time
-        inside += sum(target.forward_times[1:]) + (sum(lm.forward_times[1:]) if lm is not None else 0.0)
+        inside += sum(forward_seconds(lm) for lm in [target, *proposer.model_caches()])
         total += res.decode_s
-        if lm is not None:
-            lm.timer = None
+    proposer.set_timer(None)
     return 1.0 - inside / total
 
 
-def main(argv: list[str] | None = None) -> dict:
+def forward_seconds(lm: CachedModel) -> float:
+    """Seconds a profiled model spent in forwards after its prompt prefill (its first forward)."""
+    return sum(lm.forward_times[1:])
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default="smollm2-135m")
     ap.add_argument("--draft", default="distilled")
@@ -95,30 +99,14 @@ def main(argv: list[str] | None = None) -> dict:
                     help="model drafts stop early below this confidence, ours and HF's alike (0 = constant γ)")
     ap.add_argument("--out", default="results/bench")
     args = ap.parse_args(argv)
-    if split_hybrid_spec(args.draft) is not None:
-        raise SystemExit(f"HF has no counterpart of the hybrid draft {args.draft!r}; bench prompt-lookup or a model draft")
+    if parse_draft(args.draft).kind not in HF_COUNTERPARTS:
+        raise SystemExit(f"HF has no counterpart of the draft {args.draft!r}; bench prompt-lookup or a model draft")
+    return args
 
-    import transformers
 
-    transformers.utils.logging.set_verbosity_error()
-    config = RunConfig(target=args.target, draft=args.draft, task=args.task, gamma=args.gamma, limit=args.limit,
-                       device=args.device, dtype=args.dtype, backend=args.backend,
-                       draft_confidence=args.draft_confidence).validate()
-    session = Session(args.target, args.device, args.dtype, backend=args.backend)
-    spec = load_task(args.task)
-    prepared = prepare_examples(spec, select_examples(spec, args.limit, 0), session.target, args.max_new_tokens)
-    engines = Engines(session, config, session.proposer(args.draft, corpus=[p.prompt_ids for p in prepared]))
-    max_new = args.max_new_tokens
-    tok = session.target.tokenizer
-
-    # warm-up of every engine on the first prompt (under --backend compiled: every step shape compiles here)
-    first = prepared[0].prompt_ids
-    t_warm = time.perf_counter()
-    engines.warm_up(first, max(len(p.prompt_ids) for p in prepared) + max_new)
-    warm_up_s = time.perf_counter() - t_warm
-    hf_generate(session, first, 8, args.gamma, None)
-    hf_generate(session, first, 8, args.gamma, args.draft, args.draft_confidence)
-
+def interleaved_runs(args, session: Session, engines: Engines, prepared) -> tuple[dict, list[dict], int]:
+    """Every prompt × repeat through the four engines → (token and second totals, first-repeat records, mismatches)."""
+    max_new, tok = args.max_new_tokens, session.target.tokenizer
     totals = {"ours_base": [0, 0.0], "hf_base": [0, 0.0], "ours_spec": [0, 0.0], "hf_spec": [0, 0.0]}
     records, mismatches = [], 0
     for rep in range(args.repeats):
@@ -148,19 +136,14 @@ def main(argv: list[str] | None = None) -> dict:
                 records.append({"baseline": b.__dict__, "speculative": s.__dict__, "identical": b.token_ids == s.token_ids,
                                 "first_divergence": None, "reference": None, "example_id": item.example.id})
         print(f"repeat {rep + 1}/{args.repeats} done", file=sys.stderr)
+    return totals, records, mismatches
 
-    tps = {k: c / s for k, (c, s) in totals.items()}
-    summary = summarize(records, args.gamma, greedy=True)
-    figures = [
-        ("(a) our baseline ÷ HF generate() tokens/s", tps["ours_base"] / tps["hf_base"], ">= 1.0"),
-        (f"(b) our speculative ÷ HF {args.draft} tokens/s", tps["ours_spec"] / tps["hf_spec"], ">= 1.2"),
-        ("(c) measured ÷ predicted decode speedup (cost model)", summary["decode_speedup"] / summary["predicted_decode_speedup"], ">= 0.9"),
-        ("    the same, end to end ÷ endless-stream formula (no goal)", summary["speedup"] / summary["predicted_speedup_extended"], "-"),
-        ("(d) decode time outside model forwards (profiled pass)", loop_overhead(session, args.draft, args.gamma, prepared, max_new, args.draft_confidence), "<= 0.05"),
-    ]
+
+def print_report(args, session: Session, n_prompts: int, warm_up_s: float, tps: dict, summary: dict,
+                 mismatches: int, figures: list[tuple]) -> None:
     stop = f" (early stop below {args.draft_confidence:g})" if args.draft_confidence else ""
-    print(f"\n{args.target} + {args.draft}, γ={args.gamma}{stop}, task {args.task}, {len(prepared)} prompts × {args.repeats} repeats, "
-          f"max_new_tokens {max_new}, greedy, {session.target.device}, backend {args.backend}, "
+    print(f"\n{args.target} + {args.draft}, γ={args.gamma}{stop}, task {args.task}, {n_prompts} prompts × {args.repeats} repeats, "
+          f"max_new_tokens {args.max_new_tokens}, greedy, {session.target.device}, backend {args.backend}, "
           f"torch threads {torch.get_num_threads()}; our warm-up {warm_up_s:.0f} s (untimed)")
     print(f"tokens/s: ours baseline {tps['ours_base']:.1f} | HF generate {tps['hf_base']:.1f} | "
           f"ours speculative {tps['ours_spec']:.1f} | HF {args.draft} {tps['hf_spec']:.1f}")
@@ -178,6 +161,41 @@ def main(argv: list[str] | None = None) -> dict:
         op, bound = goal.split()
         met = value >= float(bound) if op == ">=" else value <= float(bound)
         print(f"{name:58s} {value:8.3f}  {goal:8s} {'yes' if met else 'NO'}")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    config = RunConfig(target=args.target, draft=args.draft, task=args.task, gamma=args.gamma, limit=args.limit,
+                       device=args.device, dtype=args.dtype, backend=args.backend,
+                       draft_confidence=args.draft_confidence).validate()
+    session = Session(args.target, args.device, args.dtype, backend=args.backend)
+    spec = load_task(args.task)
+    prepared = prepare_examples(spec, select_examples(spec, args.limit, 0), session.target, args.max_new_tokens)
+    engines = Engines(session, config, session.proposer(args.draft, corpus=[p.prompt_ids for p in prepared]))
+    max_new = args.max_new_tokens
+
+    # warm-up of every engine on the first prompt (under --backend compiled: every step shape compiles here)
+    first = prepared[0].prompt_ids
+    t_warm = time.perf_counter()
+    engines.warm_up(first, max(len(p.prompt_ids) for p in prepared) + max_new)
+    warm_up_s = time.perf_counter() - t_warm
+    hf_generate(session, first, 8, args.gamma, None)
+    hf_generate(session, first, 8, args.gamma, args.draft, args.draft_confidence)
+
+    totals, records, mismatches = interleaved_runs(args, session, engines, prepared)
+    tps = {k: c / s for k, (c, s) in totals.items()}
+    summary = summarize(records, args.gamma, greedy=True)
+    figures = [
+        ("(a) our baseline ÷ HF generate() tokens/s", tps["ours_base"] / tps["hf_base"], ">= 1.0"),
+        (f"(b) our speculative ÷ HF {args.draft} tokens/s", tps["ours_spec"] / tps["hf_spec"], ">= 1.2"),
+        ("(c) measured ÷ predicted decode speedup (cost model)", summary["decode_speedup"] / summary["predicted_decode_speedup"], ">= 0.9"),
+        ("    the same, end to end ÷ endless-stream formula (no goal)", summary["speedup"] / summary["predicted_speedup_extended"], "-"),
+        ("(d) decode time outside model forwards (profiled pass)", loop_overhead(session, args.draft, args.gamma, prepared, max_new, args.draft_confidence), "<= 0.05"),
+    ]
+    print_report(args, session, len(prepared), warm_up_s, tps, summary, mismatches, figures)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"bench-{time.strftime('%Y%m%d-%H%M%S')}.json"

@@ -19,19 +19,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-import bench  # noqa: E402
-from specbench.measure.runner import Session, prepare_examples  # noqa: E402
-from specbench.tasks.specs import load_task, select_examples  # noqa: E402
-from specbench.evidence.verification import greedy_checks  # noqa: E402
+import bench  # the sibling script: Python puts this file's folder first on sys.path when it runs
+from specbench.evidence.verification import greedy_checks
+from specbench.measure.runner import Session, prepare_examples
+from specbench.tasks.specs import load_task, select_examples
 
 
 def main(argv: list[str] | None = None) -> dict:

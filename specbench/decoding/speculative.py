@@ -10,16 +10,32 @@ than max_new_tokens; tokens after an EOS are dropped exactly as the baseline sto
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from specbench.config import SamplingConfig
 from specbench.decoding.autoregressive import clip_at_stop, prompt_split
-from specbench.decoding.base import DecodeResult, Proposer
+from specbench.decoding.base import DecodeResult, Proposal, Proposer, Verdict
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.gamma_policy import FixedGamma, GammaPolicy
 from specbench.decoding.verify import verify_greedy, verify_sampling
 from specbench.decoding.sampling import next_token, processed_probs
 from specbench.measure.timing import Clock
+
+
+@dataclass
+class StepContext:
+    """What every step of one example's loop shares."""
+
+    target: CachedModel  # the target's cache: covers every token but the newest between steps
+    proposer: Proposer
+    sampling: SamplingConfig
+    generator: torch.Generator | None
+    min_confidence: float  # a draft that knows its law stops below it (0 = never)
+    pad_to: int  # every target pass fed at least this many tokens (1 = off; the bf16-exact mode)
+    clock: Clock
+    res: DecodeResult  # counts and times, updated by each step
 
 
 def decode_speculative(
@@ -42,67 +58,99 @@ def decode_speculative(
     policy = FixedGamma(gamma) if isinstance(gamma, int) else gamma
     clock = Clock(target.device)
     t0 = clock.now()
-    encoder_ids, tokens = prompt_split(target, prompt_ids, decoder_start_id)
-    target.start(encoder_ids, capacity=len(tokens) + max_new_tokens)
-    proposer.begin(prompt_ids, max_new_tokens)
-    logits = target.forward(torch.tensor(tokens, device=target.device))
-    first = int(next_token(logits, sampling, generator))
-    tokens.append(first)
-    out = [first]
+    tokens = prefill(target, proposer, prompt_ids, max_new_tokens, sampling, generator, decoder_start_id)
+    out = tokens[-1:]
     t1 = clock.now()
     res = DecodeResult(token_ids=out, stop_reason="length", prefill_s=t1 - t0, decode_s=0.0)
-    stopped = first in eos_ids
+    ctx = StepContext(target, proposer, sampling, generator, min_confidence, pad_to, clock, res)
+    stopped = out[0] in eos_ids
     while not stopped and len(out) < max_new_tokens:
         room = max_new_tokens - len(out)
         wanted = policy.next_gamma()
-        g = min(wanted, room - 1)
-        ta = clock.now()
-        if g == 0:  # one token left: a plain target step, no draft
-            cached = target.length
-            logits = target.forward(torch.tensor(tokens[-1:] * pad_to, device=target.device), all_logits=True)[0]
-            target.truncate(cached + 1)
-            new = [int(next_token(logits, sampling, generator))]
-            res.target_calls += 1
-            res.pass_lengths.append(1)
-            res.verify_s += clock.now() - ta
-        else:
-            proposal = proposer.propose(tokens, g, sampling, generator, min_confidence)
-            if g == wanted:  # the budget did not bind: this is the proposer's own length (the law theory needs)
-                res.proposal_lengths.append(proposal.tokens.shape[0])
-            g = proposal.tokens.shape[0]
-            tb = clock.now()
-            cached = target.length
-            step_ids = torch.cat([torch.tensor(tokens[-1:], device=target.device), proposal.tokens])
-            if pad_to > g + 1:  # the exact-shapes mode: same pass shape as the padded baseline
-                step_ids = torch.cat([step_ids, step_ids[-1:].repeat(pad_to - g - 1)])
-            logits = target.forward(step_ids, all_logits=True)[: g + 1]  # [g+1, V]
-            if sampling.greedy:  # one host sync a step: drafted ids and the target's choices together
-                ids = torch.cat([proposal.tokens, logits.argmax(-1)]).tolist()
-                drafted = ids[:g]
-                verdict = verify_greedy(drafted, ids[g:])
-            else:
-                drafted = proposal.tokens.tolist()
-                verdict = verify_sampling(proposal.tokens, proposal.q_probs, processed_probs(logits, sampling), generator)
-            n = verdict.n_accepted
-            target.truncate(cached + 1 + n)
-            new = drafted[:n] + [verdict.next_token]
-            res.target_calls += 1
-            res.pass_lengths.append(g + 1)
-            res.draft_calls += proposal.forward_calls
-            res.drafted += g
-            res.accepted += n
-            res.trials += min(n + 1, g)
-            if g:  # an empty proposal (no n-gram match) is a plain step, not a verified draft
-                res.accept_lengths.append(n)
-                res.draft_lengths.append(g)
-            res.expected_accept.extend(verdict.expected_accept)
-            policy.update(g, n)
-            tc = clock.now()
-            res.draft_s += tb - ta
-            res.verify_s += tc - tb
+        g = min(wanted, room - 1)  # γ': a step never emits past the budget
+        new = plain_step(ctx, tokens) if g == 0 else draft_step(ctx, tokens, g, wanted == g, policy)
         new, stopped = clip_at_stop(new, eos_ids, room)
         out.extend(new)
         tokens.extend(new)
     res.decode_s = clock.now() - t1
     res.stop_reason = "eos" if stopped else "length"
     return res
+
+
+def prefill(target: CachedModel, proposer: Proposer, prompt_ids: list[int], max_new_tokens: int,
+            sampling: SamplingConfig, generator: torch.Generator | None, decoder_start_id: int | None) -> list[int]:
+    """Start both sides on the prompt; → the decoder tokens, ending with the first generated one."""
+    encoder_ids, tokens = prompt_split(target, prompt_ids, decoder_start_id)
+    target.start(encoder_ids, capacity=len(tokens) + max_new_tokens)
+    proposer.begin(prompt_ids, max_new_tokens)
+    logits = target.forward(torch.tensor(tokens, device=target.device))  # [V]
+    return tokens + [int(next_token(logits, sampling, generator))]
+
+
+def plain_step(ctx: StepContext, tokens: list[int]) -> list[int]:
+    """One token left in the budget: a plain target step, no draft; → [the new token]."""
+    ta = ctx.clock.now()
+    cached = ctx.target.length
+    ids = torch.tensor(tokens[-1:] * ctx.pad_to, device=ctx.target.device)
+    logits = ctx.target.forward(ids, all_logits=True)[0]  # [V]
+    ctx.target.truncate(cached + 1)  # drop the padding's cache slots
+    new = [int(next_token(logits, ctx.sampling, ctx.generator))]
+    ctx.res.target_calls += 1
+    ctx.res.pass_lengths.append(1)
+    ctx.res.verify_s += ctx.clock.now() - ta
+    return new
+
+
+def draft_step(ctx: StepContext, tokens: list[int], g: int, unbounded: bool, policy: GammaPolicy) -> list[int]:
+    """Draft up to g tokens, verify them in one target pass, roll the cache back to what was kept;
+    → the accepted tokens and the correction/bonus token. `unbounded`: the budget did not cut γ."""
+    ta = ctx.clock.now()
+    proposal = ctx.proposer.propose(tokens, g, ctx.sampling, ctx.generator, ctx.min_confidence)
+    if unbounded:  # the proposer's own length (the law theory needs)
+        ctx.res.proposal_lengths.append(proposal.tokens.shape[0])
+    g = proposal.tokens.shape[0]
+    tb = ctx.clock.now()
+    cached = ctx.target.length
+    logits = ctx.target.forward(pass_ids(ctx, tokens[-1], proposal.tokens), all_logits=True)[: g + 1]  # [g+1, V]
+    drafted, verdict = verify(ctx, proposal, logits)
+    n = verdict.n_accepted
+    ctx.target.truncate(cached + 1 + n)  # keep [.., cur, x_1..x_n]
+    count_step(ctx.res, proposal, g, verdict)
+    policy.update(g, n)
+    tc = ctx.clock.now()
+    ctx.res.draft_s += tb - ta
+    ctx.res.verify_s += tc - tb
+    return drafted[:n] + [verdict.next_token]
+
+
+def pass_ids(ctx: StepContext, cur: int, drafted: torch.Tensor) -> torch.Tensor:
+    """[cur, x_1..x_g'] (padded to pad_to with copies of the last: the padded baseline's pass shape) → [max(g'+1, pad_to)]."""
+    ids = torch.cat([torch.tensor([cur], device=ctx.target.device), drafted])
+    if ctx.pad_to > ids.shape[0]:
+        ids = torch.cat([ids, ids[-1:].repeat(ctx.pad_to - ids.shape[0])])
+    return ids
+
+
+def verify(ctx: StepContext, proposal: Proposal, logits: torch.Tensor) -> tuple[list[int], Verdict]:
+    """Target logits [g'+1, V] + the proposal → (drafted ids on the host, the verdict)."""
+    g = proposal.tokens.shape[0]
+    if ctx.sampling.greedy:  # one host sync a step: drafted ids and the target's choices together
+        ids = torch.cat([proposal.tokens, logits.argmax(-1)]).tolist()
+        return ids[:g], verify_greedy(ids[:g], ids[g:])
+    verdict = verify_sampling(proposal.tokens, proposal.q_probs, processed_probs(logits, ctx.sampling), ctx.generator)
+    return proposal.tokens.tolist(), verdict
+
+
+def count_step(res: DecodeResult, proposal: Proposal, g: int, verdict: Verdict) -> None:
+    """Add one verified step's raw counts to the result."""
+    n = verdict.n_accepted
+    res.target_calls += 1
+    res.pass_lengths.append(g + 1)
+    res.draft_calls += proposal.forward_calls
+    res.drafted += g
+    res.accepted += n
+    res.trials += min(n + 1, g)
+    if g:  # an empty proposal (no n-gram match) is a plain step, not a verified draft
+        res.accept_lengths.append(n)
+        res.draft_lengths.append(g)
+    res.expected_accept.extend(verdict.expected_accept)
