@@ -442,7 +442,9 @@ def gof_check(name: str, counts: Mapping[Hashable, int], law: Mapping[Hashable, 
     if impossible:
         g, p_value = math.inf, 0.0
     elif df >= 1:
-        g, p_value = (float(v) for v in stats.power_divergence(obs, exp, lambda_="log-likelihood"))  # the G-test
+        # the G-test; the law's float32 rounding can leave Σexp a few 1e-8 off Σobs, which scipy refuses
+        exp = [e * n / sum(exp) for e in exp]
+        g, p_value = (float(v) for v in stats.power_divergence(obs, exp, lambda_="log-likelihood"))
     else:
         g, p_value = 0.0, 1.0
     worst = sorted(((abs(counts.get(c, 0) / n - w), c) for c, w in support.items()), reverse=True)[:5] if n else []
