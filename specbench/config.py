@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specbench.decoding.drafts.spec import parse_draft  # pure string parsing: no torch
 from specbench.errors import SpecbenchError
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
@@ -21,7 +22,6 @@ GAMMA_POLICIES = ("auto", "adaptive", "heuristic")  # --gamma besides an integer
 MAX_GAMMA = 128  # a γ beyond this is a typo; every per-step structure is sized by γ
 ENGINES = ("specbench", "hf-assisted")
 BACKENDS = ("eager", "static", "compiled")  # see decoding/backend.py
-MODEL_FREE_DRAFTS = ("prompt-lookup", "unigram", "bigram")  # --draft names (before any ":options") that run no model
 
 
 LATER_DEFAULTS = {"draft_confidence": 0.0, "gamma_max": 8, "repeats": 1, "exact_shapes": False}  # fields added after results existed → their defaults
@@ -178,7 +178,7 @@ class RunConfig:
         if not 0.0 <= self.draft_confidence < 1.0:
             raise SpecbenchError(f"--draft-confidence must be in [0, 1) (got {self.draft_confidence}); "
                                  f"0 turns early stopping off")
-        if self.draft_confidence and self.draft.partition(":")[0] in MODEL_FREE_DRAFTS:
+        if self.draft_confidence and parse_draft(self.draft).model_free:
             raise SpecbenchError(f"--draft-confidence needs a model draft; {self.draft!r} has no confidence to check "
                                  f"(drop the option, or use a model or lookup+<model>)")
         return self

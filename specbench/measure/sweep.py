@@ -26,8 +26,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from specbench.config import (GAMMA_POLICIES, MODEL_FREE_DRAFTS, RunConfig, SamplingConfig, check_finite,
+from specbench.config import (GAMMA_POLICIES, RunConfig, SamplingConfig, check_finite,
                               check_gamma_budget, check_id, check_results_dir, check_temperature, omit_later_defaults)
+from specbench.decoding.drafts.spec import parse_draft
 from specbench.errors import SpecbenchError
 from specbench.files import append_jsonl, atomic_write_json
 from specbench.measure.records import (SCHEMA_VERSION, baseline_row_problem, prepare_run_dir, read_json_object,
@@ -166,7 +167,7 @@ class SweepGrid:
                         sampling=SamplingConfig(t, self.top_k, self.top_p))
                 for task in self.tasks for t in self.temperatures for draft in self.drafts for gamma in self.gammas
                 for conf in self.confidences
-                if not (conf and draft.partition(":")[0] in MODEL_FREE_DRAFTS)]  # no confidence to check there
+                if not (conf and parse_draft(draft).model_free)]  # no confidence to check there
 
 
 def _digest(obj, n: int = 8) -> str:
