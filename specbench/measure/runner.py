@@ -613,7 +613,8 @@ def check_resumable(files: RunFiles, manifest: dict, old: dict) -> None:
     for key in ("config", "max_new_tokens"):
         if old.get(key) != manifest[key]:
             raise SpecbenchError(f"{files.root} holds a run with a different {key}; use another --run-id or delete it")
-    if old.get("task", {}).get("examples_hash") != manifest["task"]["examples_hash"]:
+    task = old.get("task") if isinstance(old.get("task"), dict) else {}
+    if task.get("examples_hash") != manifest["task"]["examples_hash"]:
         raise SpecbenchError(f"{files.root} holds a run on different examples; use another --run-id or delete it")
 
 
