@@ -395,3 +395,18 @@ def test_one_step_emits_the_target_law(step_setup, kind):
     assert first.passed, first
     assert pair.passed, pair
     assert first.power >= 0.99, first  # against any law at total variation >= alt_tv
+
+
+def test_models_never_import_the_drafts_and_decoding_never_imports_the_trainer():
+    """The dependency runs one way: drafts → models; loading a model must not load a draft, and no
+    decoding module (the factory included) may pull in specbench.distill."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, pkgutil, importlib, specbench.models, specbench.decoding as d\n"
+             "assert not [m for m in sys.modules if m.startswith('specbench.decoding.drafts')], 'models imports drafts'\n"
+             "for m in pkgutil.walk_packages(d.__path__, 'specbench.decoding.'): importlib.import_module(m.name)\n"
+             "assert 'specbench.decoding.drafts.factory' in sys.modules\n"
+             "assert not [m for m in sys.modules if m.startswith('specbench.distill')], 'decoding imports distill'\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-500:]
