@@ -96,7 +96,29 @@ def test_verify_checks_its_folder_before_loading_or_checking(tmp_path, monkeypat
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     line = one_line_error("verify", "--target", "t", "--draft", "d", "--results-dir", str(blocker / "sub"))
-    assert "cannot write results" in line and str(blocker) in line
+    assert "cannot write" in line and str(blocker) in line
+
+
+def test_verify_refuses_an_empty_results_dir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    line = one_line_error("verify", "--target", "t", "--draft", "d", "--results-dir", "")
+    assert "--results-dir" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_python_warning_during_a_command_is_one_line(monkeypatch):
+    import warnings
+
+    import specbench.tasks.specs as specs
+
+    def rows_with_a_warning():
+        warnings.warn("examples.jsonl:4: skipped a line\nof the wrong shape")
+        return []
+
+    monkeypatch.setattr(specs, "list_tasks", rows_with_a_warning)
+    result = CliRunner().invoke(app, ["list", "tasks"])
+    warned = [line for line in result.output.splitlines() if "skipped a line" in line]
+    assert warned == ["warning: examples.jsonl:4: skipped a line of the wrong shape"], result.output
 
 
 def test_verify_bad_sizes_fail_before_the_folder_is_made(tmp_path):

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import importlib
 import sys
+import warnings
 from collections.abc import Callable
 
 import typer
 from typer.core import TyperGroup
 
 from specbench.cli import distill, export, listing, report, run, setup, sweep, verify
-from specbench.cli.output import out, print_error, say
+from specbench.cli.output import out, print_error, say, warn
 from specbench.errors import SpecbenchError
 
 INTERRUPTED = 130  # typer turns Ctrl-C into this exit code
@@ -35,7 +36,9 @@ class OneLineErrors(TyperGroup):
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         def invoke():
-            return super(OneLineErrors, self).main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            with warnings.catch_warnings():  # a warning (e.g. a skipped record) is one line too
+                warnings.showwarning = lambda message, *_args, **_kw: warn(one_line(str(message)))
+                return super(OneLineErrors, self).main(args, prog_name, complete_var, standalone_mode=False, **extra)
 
         code = exit_code_of(invoke)
         if standalone_mode:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from specbench.config import RunConfig, SamplingConfig
+from specbench.config import RunConfig, SamplingConfig, check_results_dir
 from specbench.decoding.autoregressive import clip_at_stop, decode_autoregressive, prompt_split
 from specbench.decoding.base import Proposer
 from specbench.decoding.cached_model import CachedModel
@@ -399,7 +399,7 @@ def verify_pair(request: VerifyRequest, results_dir: str | Path, *,
     """Validate, check that results can be written (before any model loads or check runs), load the
     pair and the prompts, run every check, and write checks.json + checks.jsonl under results_dir."""
     request.validate()
-    out_dir = Path(results_dir) / request.folder_name()
+    out_dir = Path(check_results_dir(str(results_dir))) / request.folder_name()
     check_writable(out_dir)
     on_status("loading task and models")
     target, proposer_factory, prompts, task_name = load_pair(request)

@@ -29,7 +29,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
 from specbench.errors import SpecbenchError
-from specbench.files import append_jsonl
+from specbench.files import append_jsonl, disk_error
 
 SCHEMA_VERSION = 1
 
@@ -174,7 +174,7 @@ def prepare_run_dir(path: Path) -> Path:
         probe.write_text("")
         probe.unlink()
     except OSError as exc:
-        raise SpecbenchError(f"cannot write results to {path}: {exc.strerror}; pass a writable --results-dir") from exc
+        raise disk_error(exc, path) from exc
     return path
 
 
@@ -197,7 +197,11 @@ def run_lock(root: Path):
         yield
         return
     path = root / ".lock"
-    with path.open("a+") as fh:
+    try:
+        fh = path.open("a+")
+    except OSError as exc:
+        raise disk_error(exc, path) from exc
+    with fh:
         try:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -205,10 +209,13 @@ def run_lock(root: Path):
             holder = fh.read().strip() or "another process"
             raise SpecbenchError(f"{root} is being measured by {holder}; wait for it to finish, or give this run "
                                  f"another --run-id (a sweep: another --sweep-id)") from None
-        fh.seek(0)
-        fh.truncate()
-        fh.write(f"specbench process {os.getpid()} on {platform.node()}")
-        fh.flush()
+        try:  # who holds the lock, for the message above; a full disk must not stop the run here
+            fh.seek(0)
+            fh.truncate()
+            fh.write(f"specbench process {os.getpid()} on {platform.node()}")
+            fh.flush()
+        except OSError:
+            pass
         try:
             yield
         finally:

@@ -31,8 +31,8 @@ from specbench.config import (GAMMA_POLICIES, RunConfig, SamplingConfig, check_f
 from specbench.decoding.drafts.spec import parse_draft
 from specbench.errors import SpecbenchError
 from specbench.files import append_jsonl, atomic_write_json
-from specbench.measure.records import (SCHEMA_VERSION, baseline_row_problem, prepare_run_dir, read_json_object,
-                                       read_records, repair_jsonl)
+from specbench.measure.records import (SCHEMA_VERSION, baseline_row_problem, example_problem, prepare_run_dir,
+                                       read_json_object, read_records, repair_jsonl, scan_jsonl)
 
 SWEEP_FILE = "sweep.json"
 BASELINE_DIR = "baselines"
@@ -284,14 +284,8 @@ def records_cover(path: Path, example_ids: list[str] | None, n_examples: int) ->
         return False
     if data and not data.endswith(b"\n"):
         return False
-    ids = set()
-    for line in data.decode("utf-8", errors="replace").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict) and "example_id" in row:
-            ids.add(str(row["example_id"]))
+    rows, _ = scan_jsonl(path, example_problem)  # a wrong-shape line is no finished example
+    ids = {str(row["example_id"]) for row in rows}
     return {str(i) for i in example_ids} <= ids if example_ids is not None else len(ids) >= n_examples
 
 
