@@ -239,10 +239,6 @@ def greedy_checks(target_model: torch.nn.Module, proposer_factory: ProposerFacto
     target itself flips under the pass shape there. In float32 on CPU expect no divergence.
     `extra_engines` lets tests feed a deliberately broken engine through the same check.
     """
-    from dataclasses import asdict
-
-    from specbench.evidence.numerics import classify, numerics_floor
-
     greedy = SamplingConfig(temperature=0.0)
     last: dict = {}
     runs = engines(target_model, proposer_factory, gammas, max_new_tokens=max_new_tokens, sampling=greedy,
@@ -252,7 +248,7 @@ def greedy_checks(target_model: torch.nn.Module, proposer_factory: ProposerFacto
         runs = {"hf-generate": lambda prompt, gen: hf_greedy(target_model, prompt, max_new_tokens, eos_ids), **runs}
     runs.update(extra_engines or {})
     reference = [base(list(p), None) for p in prompts]
-    dtype = next(target_model.parameters()).dtype
+    gamma = max(gammas) if gammas else 1
     out = []
     for name, run in runs.items():
         divergences, matched, total = [], 0, 0
@@ -261,37 +257,53 @@ def greedy_checks(target_model: torch.nn.Module, proposer_factory: ProposerFacto
             pos = first_divergence(ref, got)
             total += len(ref)
             matched += len(ref) if pos is None else pos
-            if pos is None:
-                continue
-            m = margin_at(target_model, list(prompt), ref[:pos], decoder_start_id)
-            if margin_tol is not None:
-                m["tolerance"] = margin_tol
-            # numerics or unexplained (evidence/numerics.py): replayed exactly where the pass record exists
-            # (our engines), by a search over verify-shaped chunkings otherwise (HF, test engines)
-            record = last.get(name)
-            gamma = max(gammas) if gammas else 1
-            kind = asdict(classify(target_model, list(prompt), ref, got, pos, gamma,
-                                   numerics_floor(target_model, list(prompt), ref, gamma, decoder_start_id),
-                                   pass_lengths=record.pass_lengths if record else None,
-                                   accept_lengths=record.accept_lengths if record else None,
-                                   decoder_start_id=decoder_start_id))
-            divergences.append({"prompt": i, "position": pos, "baseline_token": ref[pos] if pos < len(ref) else None,
-                                "engine_token": got[pos] if pos < len(got) else None, **m,
-                                "class": kind["kind"], "class_method": kind["method"]})
-        suspicious = [d for d in divergences if d["margin"] > d["tolerance"]
-                      or (d["class"] == "unexplained" and d["class_method"] == "replay")]
-        out.append(CheckResult(
-            name=f"greedy/{name}/identity", kind="identity", statistic=len(divergences) / max(1, len(prompts)),
-            p_value=None, n=len(prompts), threshold=(margin_tol if margin_tol is not None else math.nan),
-            power=None, alternative="any divergence at a logit margin above the dtype's tolerance",
-            passed=not suspicious,
-            detail={"dtype": str(dtype).removeprefix("torch."),
-                    "mismatch_rate": len(divergences) / max(1, len(prompts)),
-                    "token_agreement": matched / max(1, total), "max_new_tokens": max_new_tokens,
-                    "divergences": divergences, "suspicious": len(suspicious),
-                    "numerics": sum(d["class"] == "numerics" for d in divergences),
-                    "unexplained": sum(d["class"] == "unexplained" for d in divergences)}))
+            if pos is not None:
+                divergences.append(explain_divergence(target_model, i, list(prompt), ref, got, pos, gamma,
+                                                      last.get(name), margin_tol, decoder_start_id))
+        out.append(identity_check(name, divergences, len(prompts), matched / max(1, total), margin_tol,
+                                  next(target_model.parameters()).dtype, max_new_tokens))
     return out
+
+
+def explain_divergence(target_model: torch.nn.Module, index: int, prompt: list[int], ref: list[int], got: list[int],
+                       pos: int, gamma: int, record, margin_tol: float | None, decoder_start_id: int | None) -> dict:
+    """Where and why one engine's greedy output left the baseline's: the target's logit margin there and
+    the numerics classifier's verdict, replayed exactly where the engine's pass record exists (our
+    engines), by a search over verify-shaped chunkings otherwise (HF, test engines)."""
+    from dataclasses import asdict
+
+    from specbench.evidence.numerics import classify, numerics_floor
+
+    m = margin_at(target_model, prompt, ref[:pos], decoder_start_id)
+    if margin_tol is not None:
+        m["tolerance"] = margin_tol
+    kind = asdict(classify(target_model, prompt, ref, got, pos, gamma,
+                           numerics_floor(target_model, prompt, ref, gamma, decoder_start_id),
+                           pass_lengths=record.pass_lengths if record else None,
+                           accept_lengths=record.accept_lengths if record else None,
+                           decoder_start_id=decoder_start_id))
+    return {"prompt": index, "position": pos, "baseline_token": ref[pos] if pos < len(ref) else None,
+            "engine_token": got[pos] if pos < len(got) else None, **m,
+            "class": kind["kind"], "class_method": kind["method"]}
+
+
+def identity_check(name: str, divergences: list[dict], n_prompts: int, token_agreement: float,
+                   margin_tol: float | None, dtype: torch.dtype, max_new_tokens: int) -> CheckResult:
+    """One engine's greedy identity verdict: it fails on a divergence above the margin tolerance, or on
+    one the exact replay cannot explain."""
+    suspicious = [d for d in divergences if d["margin"] > d["tolerance"]
+                  or (d["class"] == "unexplained" and d["class_method"] == "replay")]
+    return CheckResult(
+        name=f"greedy/{name}/identity", kind="identity", statistic=len(divergences) / max(1, n_prompts),
+        p_value=None, n=n_prompts, threshold=(margin_tol if margin_tol is not None else math.nan),
+        power=None, alternative="any divergence at a logit margin above the dtype's tolerance",
+        passed=not suspicious,
+        detail={"dtype": str(dtype).removeprefix("torch."),
+                "mismatch_rate": len(divergences) / max(1, n_prompts),
+                "token_agreement": token_agreement, "max_new_tokens": max_new_tokens,
+                "divergences": divergences, "suspicious": len(suspicious),
+                "numerics": sum(d["class"] == "numerics" for d in divergences),
+                "unexplained": sum(d["class"] == "unexplained" for d in divergences)})
 
 
 def run_checks(target_model: torch.nn.Module, proposer_factory: ProposerFactory,
