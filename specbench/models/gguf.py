@@ -15,8 +15,6 @@ import importlib.util
 import re
 from pathlib import Path
 
-import torch
-
 from specbench.errors import SpecbenchError
 from specbench.files import atomic_write_bytes, atomic_write_text, file_sha256, replacing
 
@@ -164,6 +162,7 @@ def convert_gguf(gguf_path: Path) -> Path:
     out = gguf_cache_dir(gguf_path)
     if (out / "config.json").exists():
         return out
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder, name = str(gguf_path.parent), gguf_path.name

@@ -111,7 +111,8 @@ def resolve_hub_id(spec: str) -> str:
     local = cached_snapshot(spec)
     if local is not None:
         return local
-    why = "HF_HUB_OFFLINE is set" if offline else f"the Hugging Face hub did not answer within {HUB_TIMEOUT_S:g} s"
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    why = "HF_HUB_OFFLINE is set" if offline else f"the Hugging Face hub ({endpoint}) did not answer within {HUB_TIMEOUT_S:g} s"
     raise SpecbenchError(f"model {spec!r} is not a preset ({', '.join(PRESETS)}), a local directory or a .gguf file, "
                          f"and {why} so it cannot be fetched; pass a preset or a local path, or connect and retry")
 
