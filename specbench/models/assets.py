@@ -142,4 +142,3 @@ def setup_assets(target: str = DEFAULT_TARGET, echo: Callable[[str], object] = p
     echo(f"model {target}: {source}")
     fetch_offline_data(echo)
     return source
-
