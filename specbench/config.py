@@ -178,7 +178,11 @@ class RunConfig:
         if not 0.0 <= self.draft_confidence < 1.0:
             raise SpecbenchError(f"--draft-confidence must be in [0, 1) (got {self.draft_confidence}); "
                                  f"0 turns early stopping off")
-        if self.draft_confidence and parse_draft(self.draft).model_free:
+        draft = parse_draft(self.draft) if self.draft != AUTO else None  # a malformed spec fails here, before any load
+        if draft is not None and self.engine == "hf-assisted" and not draft.uses_model:
+            raise SpecbenchError("--engine hf-assisted needs a model draft (HF's assistant_model); pick a model for "
+                                 "--draft")
+        if self.draft_confidence and draft is not None and draft.model_free:
             raise SpecbenchError(f"--draft-confidence needs a model draft; {self.draft!r} has no confidence to check "
                                  f"(drop the option, or use a model or lookup+<model>)")
         return self

@@ -214,3 +214,17 @@ def test_importing_the_cli_loads_neither_the_trainer_nor_the_report():
     assert " specbench.cli" in times  # the probe itself works
     loaded = [line for line in times.splitlines() if "specbench.distill" in line or "specbench.report" in line]
     assert loaded == []
+
+
+def test_a_missing_draft_fails_before_the_target_loads(tmp_path, task_file, monkeypatch):
+    import specbench.measure.runner as runner
+
+    monkeypatch.setattr(runner, "Session", lambda *a, **k: pytest.fail("loaded the target before checking the draft"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "config.json").write_text("{}")
+    line = one_line_error("run", "--target", str(target), "--draft", "./no-such-draft", "--task", task_file,
+                          "--results-dir", str(tmp_path / "res"))
+    assert "no-such-draft" in line
+    assert not (tmp_path / "res").exists() or list((tmp_path / "res").iterdir()) == []

@@ -38,7 +38,8 @@ from specbench.measure import calibration as cal
 from specbench.measure.choose import AutoChoice, PilotResult, choose, needs_choice, pilot_from_results, resolved_config
 from specbench.measure.noise import probe_ms
 from specbench.measure.metrics import first_divergence, json_safe, summarize
-from specbench.models import LoadedModel, load_model
+from specbench.models import LoadedModel, load_model, resolve_source
+from specbench.models.shipped import shipped_draft_dir
 from specbench.files import append_jsonl, atomic_write_json
 from specbench.measure.records import (SCHEMA_VERSION, EngineRecord, ExampleRecord, RunFiles, append_record,
                                        baseline_probe_problem, environment_info, noise_probe_problem, prepare_run_dir,
@@ -295,7 +296,6 @@ def run_pilot(session: Session, config: RunConfig, draft: str, pilot: list[Prepa
 def available_drafts(target_spec: str) -> list[str]:
     """The drafts `--draft auto` compares for a target: prompt lookup always; the distilled draft and
     lookup+distilled where drafts/ ships one; a paired preset draft (and lookup+it) where installed."""
-    from specbench.models.shipped import shipped_draft_dir
     from specbench.models import PAIRED_DRAFTS, preset_installed
 
     drafts = ["prompt-lookup"]
@@ -558,8 +558,22 @@ def check_run_inputs(config: RunConfig, results_dir: str | Path,
     spec = load_task(config.task)
     max_new = config.max_new_tokens or spec.max_new_tokens
     check_gamma_budget(config.gamma, max_new)
+    check_model_sources(config)
     examples = select_examples(spec, config.limit, config.seed)
     return spec, examples, max_new, RunFiles(prepare_run_dir(results) / (run_id or run_id_for(config)))
+
+
+def check_model_sources(config: RunConfig) -> None:
+    """Target and draft model exist (preset, folder, .gguf, reachable or cached hub id) before the target loads,
+    so a misspelt --draft fails in a second rather than after the target's load."""
+    resolve_source(config.target)
+    if config.draft == AUTO:
+        return
+    draft = parse_draft(config.draft)
+    if draft.model == "distilled":
+        shipped_draft_dir(config.target)
+    elif draft.model is not None:
+        resolve_source(draft.model)
 
 
 def first_manifest(files: RunFiles, config: RunConfig, spec: TaskSpec, examples: list[Example], max_new: int) -> dict:
