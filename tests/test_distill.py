@@ -17,7 +17,9 @@ from specbench.decoding.autoregressive import decode_autoregressive
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.drafts.model import ModelDraft
 from specbench.decoding.speculative import decode_speculative
-from specbench.distill import PRESETS, DistillConfig, distill, load_checkpoint, checkpoint_path
+from specbench.distill import DistillConfig, distill
+from specbench.distill.config import PRESETS
+from specbench.distill.training import checkpoint_path, load_checkpoint
 from specbench.errors import SpecbenchError
 from specbench.models import load_model
 
@@ -108,6 +110,8 @@ def test_cli_small_preset_writes_a_loadable_draft_and_manifest(trained, target, 
     assert checks["heldout_after_export"]["reply_positions"] > 0
     # no work files in what gets shipped: model, tokenizer, manifest at the top, the rest under work/
     assert {"config.json", "model.safetensors", "tokenizer.json", "manifest.json"} <= {p.name for p in out.iterdir()}
+    assert not [p for p in out.rglob(".*")]  # no temporary file or folder left behind
+    assert sorted(p.name for p in (out / "work").iterdir()) == ["checkpoint.pt", "teacher"]
 
 
 def test_distilled_draft_passes_greedy_identity_against_its_target(trained, target):
@@ -133,7 +137,7 @@ def test_distilled_draft_passes_greedy_identity_against_its_target(trained, targ
 def test_teacher_labels_are_the_targets_laws_and_continuations_its_greedy_output(trained, target):
     """Batched, left-padded, shared-prefix scoring gives what a plain forward gives, and the on-policy
     continuation is exactly the target's greedy decode of the prompt."""
-    from specbench.distill import KIND_ON_POLICY, KIND_REFERENCE, KIND_SAMPLED, load_teacher_data
+    from specbench.distill.shards import KIND_ON_POLICY, KIND_REFERENCE, KIND_SAMPLED, load_teacher_data
 
     out, manifest = trained
     index = json.loads((out / "work" / "teacher" / "index.json").read_text())
@@ -238,7 +242,7 @@ def test_a_damaged_teacher_shard_is_refused(target, task_file, tmp_path):
 
 
 def test_chunked_kl_gradient_equals_plain_autograd():
-    from specbench.distill import kl_loss
+    from specbench.distill.training import kl_loss
 
     torch.manual_seed(0)
     head = torch.nn.Linear(8, 50, bias=False)
@@ -260,7 +264,7 @@ def test_chunked_kl_gradient_equals_plain_autograd():
 
 
 def test_svd_init_starts_the_draft_head_in_the_targets_principal_subspace(target):
-    from specbench.distill import new_draft
+    from specbench.distill.training import new_draft
 
     t = load_model(target, device="cpu")
     preset = dataclasses.replace(PRESETS["small"], hidden=16, heads=2, kv_heads=1)
@@ -292,3 +296,45 @@ def test_draft_alias_distilled_finds_the_shipped_draft_and_lists_it(trained, tar
     assert isinstance(make_proposer("lookup+distilled", t, device="cpu"), HybridDraft)
     rows = [r for r in draft_rows() if r["kind"] == "model (distilled)"]
     assert len(rows) == 1 and "c = " in rows[0]["description"] and "specbench distill" in rows[0]["description"]
+
+
+def test_a_failed_export_leaves_the_previous_draft_and_no_temporary_files(trained, target, tmp_path, monkeypatch):
+    """The export is built in a hidden folder under work/; a failure half-way (here: the disk fills while the
+    tokenizer is written) removes it and leaves every shipped file as it was; the next export replaces them."""
+    import errno
+    import shutil
+
+    from specbench.distill.export import export_draft
+
+    out, _ = trained
+    folder = tmp_path / "d"
+    shutil.copytree(out, folder)
+
+    def shipped() -> dict[str, bytes]:
+        return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+
+    before = shipped()
+    t = load_model(target, device="cpu")
+    draft = load_model(str(folder), device="cpu")
+
+    def disk_full(path, *args, **kwargs):
+        (tmp_path / "reached").touch()
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(t.tokenizer, "save_pretrained", disk_full)
+    with pytest.raises(SpecbenchError, match="no space left"):
+        export_draft(draft.model, t, folder, "float32")
+    assert (tmp_path / "reached").exists()  # it failed after the model's files were written aside
+    assert shipped() == before
+    assert sorted(p.name for p in (folder / "work").iterdir()) == ["checkpoint.pt", "teacher"]
+    assert not list(folder.rglob(".*"))
+
+    monkeypatch.undo()
+    with torch.no_grad():
+        draft.model.get_input_embeddings().weight.mul_(2)
+    export_draft(draft.model, t, folder, "float32")
+    after = shipped()
+    assert after.keys() == before.keys() and after["model.safetensors"] != before["model.safetensors"]
+    assert after["tokenizer.json"] == before["tokenizer.json"]
+    assert sorted(p.name for p in (folder / "work").iterdir()) == ["checkpoint.pt", "teacher"]
+    assert not list(folder.rglob(".*"))

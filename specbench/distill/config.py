@@ -1,0 +1,145 @@
+"""What decides a distillation run: the presets (data, draft architecture, training, checks), one
+invocation's settings, and the progress events the pipeline reports."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from specbench.errors import SpecbenchError
+
+DEFAULT_TASKS = ("ding-de-en", "aclsum")
+WORK = "work"  # DIR/work holds the teacher data and the checkpoint; never shipped
+
+
+@dataclass(frozen=True)
+class DistillPreset:
+    """Everything that decides the data, the draft and the training, under one name."""
+
+    name: str
+    # data
+    heldout_rows: int  # held-out prompts per task: the first the runner picks with --seed 0
+    exclude_seeds: int  # never train on what `specbench run --seed 0..exclude_seeds-1 ...` picks
+    exclude_limit: int  # ... with --limit up to this
+    max_train_rows: int | None  # training rows per task (None: all), taken in a fixed hashed order
+    max_new_tokens: int | None  # cap on the task's max_new_tokens for on-policy continuations
+    reference_docs: bool  # also score the human reference reply after each prompt
+    sampled_docs: bool  # also continue each prompt with a T = 1 sample from the target
+    top_k: int  # soft-label width: teacher log-probs kept per position
+    job_tokens: int  # prompt+reference tokens per teacher batch (memory and padding)
+    gen_batch: int  # most rows per teacher batch
+    # draft architecture (LlamaForCausalLM, tied embeddings)
+    layers: int
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    svd_init: bool  # start the embedding from the target's output embedding on its top principal directions
+    # training
+    steps: int
+    batch_tokens: int  # padded input tokens per step
+    max_len: int  # documents are cut to this many tokens
+    lr: float
+    warmup: int
+    weight_decay: float
+    eval_every: int
+    checkpoint_every: int
+    save_dtype: str  # dtype of the exported safetensors
+    # final checks
+    c_reps: int  # interleaved timing repetitions for c
+    check_prompts: int  # held-out prompts decoded speculatively at T = 0 to measure α
+    check_gamma: int
+
+
+PRESETS: dict[str, DistillPreset] = {
+    # Tests and smoke runs: a few rows, a tiny draft, ~1 minute even on the real target.
+    "small": DistillPreset(
+        name="small", heldout_rows=3, exclude_seeds=1, exclude_limit=3, max_train_rows=12, max_new_tokens=8,
+        reference_docs=True, sampled_docs=True, top_k=8, job_tokens=512, gen_batch=8,
+        layers=2, hidden=32, intermediate=64, heads=4, kv_heads=2, svd_init=True,
+        steps=24, batch_tokens=256, max_len=512, lr=3e-3, warmup=4, weight_decay=0.01, eval_every=8,
+        checkpoint_every=8, save_dtype="float32", c_reps=2, check_prompts=2, check_gamma=3),
+    # The shipped draft: all rows of the offline tasks (~1.2M teacher positions for SmolLM2) and a 3-layer
+    # width-128 draft. Its cost is the 49k × 128 head plus ~0.3 ms of overhead per layer, while FFN width
+    # is nearly free: c = 0.044 against SmolLM2 on one CPU thread (4 layers: 0.048-0.050; 2: 0.035);
+    # 7.6M parameters, 15.2 MB in fp16. No T = 1 sampled continuations and 3,000 steps: with them and
+    # 4,000 steps the build took ~3.4 h on this 2-core CPU; the default runs are greedy, where the
+    # greedy continuations are exactly what gets drafted.
+    "full": DistillPreset(
+        name="full", heldout_rows=48, exclude_seeds=4, exclude_limit=128, max_train_rows=None, max_new_tokens=None,
+        reference_docs=True, sampled_docs=False, top_k=32, job_tokens=3072, gen_batch=64,
+        layers=3, hidden=128, intermediate=1024, heads=4, kv_heads=2, svd_init=True,
+        steps=3000, batch_tokens=4096, max_len=512, lr=2e-3, warmup=100, weight_decay=0.01, eval_every=100,
+        checkpoint_every=50, save_dtype="float16", c_reps=5, check_prompts=8, check_gamma=3),
+}
+
+
+def get_preset(name: str) -> DistillPreset:
+    if name not in PRESETS:
+        raise SpecbenchError(f"unknown distill preset {name!r}; use one of {', '.join(PRESETS)}")
+    return PRESETS[name]
+
+
+@dataclass(frozen=True)
+class DistillConfig:
+    """One `specbench distill` invocation."""
+
+    target: str  # model spec, as for `specbench run --target`
+    out: Path  # the draft's folder (model, tokenizer, manifest.json; work/ for data and checkpoint)
+    preset: DistillPreset
+    tasks: tuple[str, ...] = DEFAULT_TASKS
+    steps: int | None = None  # None: the preset's
+    seed: int = 0
+    device: str = "auto"
+    resume: bool = False  # insist on an existing checkpoint (a checkpoint is always resumed when present)
+    max_session_steps: int | None = None  # stop (checkpointed) after this many steps in this invocation
+
+    @property
+    def total_steps(self) -> int:
+        return self.steps if self.steps is not None else self.preset.steps
+
+    def validate(self) -> DistillConfig:
+        if self.total_steps < 1:
+            raise SpecbenchError(f"--steps must be >= 1 (got {self.total_steps})")
+        if self.max_session_steps is not None and self.max_session_steps < 1:
+            raise SpecbenchError(f"--max-session-steps must be >= 1 (got {self.max_session_steps})")
+        if not self.tasks:
+            raise SpecbenchError("--task needs at least one task name or .jsonl file")
+        if self.preset.save_dtype not in ("float32", "float16", "bfloat16"):
+            raise SpecbenchError(f"preset {self.preset.name}: save_dtype must be float32, float16 or bfloat16")
+        return self
+
+    def command(self) -> str:
+        """The command line that rebuilds this draft from nothing."""
+        return (f"specbench distill --target {self.target} --out {self.out} --preset {self.preset.name} "
+                f"--task {','.join(self.tasks)} --steps {self.total_steps} --seed {self.seed}")
+
+    def training_key(self) -> dict:
+        """What must match for a checkpoint to be resumed (the step count may grow)."""
+        return {"target": self.target, "tasks": list(self.tasks), "seed": self.seed,
+                "preset": {k: v for k, v in dataclasses.asdict(self.preset).items() if k != "steps"}}
+
+
+def pad_id(target) -> int:
+    """The id teacher and draft batches pad with: the tokenizer's pad, else the model config's, else EOS, else 0."""
+    tok = target.tokenizer
+    for cand in (getattr(tok, "pad_token_id", None), getattr(target.model.config, "pad_token_id", None),
+                 tok.eos_token_id, 0):
+        if isinstance(cand, int):
+            return cand
+    return 0
+
+
+@dataclass
+class Event:
+    """A progress report: phase 'teacher' (done/total shards), 'train' (done/total steps) or 'export' (0/1, 1/1)."""
+
+    phase: str
+    done: int
+    total: int
+    info: str = ""  # one short human line: loss, held-out agreement, throughput
+
+
+Progress = Callable[[Event], None]
