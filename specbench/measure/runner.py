@@ -360,7 +360,7 @@ def prepare_run(config: RunConfig, results_dir: Path, *, run_id: str | None = No
                 session: Session | None = None, on_status: Callable[[str], None] = lambda msg: None) -> RunPlan:
     """Validate the config, load task and models, calibrate, resolve auto choices, check the run folder:
     every bad input fails here, fast, and nothing here is timed into the result."""
-    spec, examples, max_new, files = check_run_inputs(config, results_dir, run_id)
+    spec, examples, max_new, files = check_run_inputs(config, results_dir, run_id, check_sources=session is None)
     manifest = first_manifest(files, config, spec, examples, max_new)
     old = read_manifest(files)
     check_resumable(files, manifest, old)
@@ -546,8 +546,8 @@ def execute_run(
     return measure(plan, on_start=on_start, on_example=on_example, baseline_store=baseline_store)
 
 
-def check_run_inputs(config: RunConfig, results_dir: str | Path,
-                     run_id: str | None) -> tuple[TaskSpec, list[Example], int, RunFiles]:
+def check_run_inputs(config: RunConfig, results_dir: str | Path, run_id: str | None,
+                     check_sources: bool = True) -> tuple[TaskSpec, list[Example], int, RunFiles]:
     """Every check that needs no model: the config, the ids and results folder, the task, γ against the
     token budget. Only then is --results-dir created (to fail fast if it cannot be written); the run
     folder itself waits for write_manifest, so a run refused on bad input leaves nothing behind."""
@@ -558,7 +558,8 @@ def check_run_inputs(config: RunConfig, results_dir: str | Path,
     spec = load_task(config.task)
     max_new = config.max_new_tokens or spec.max_new_tokens
     check_gamma_budget(config.gamma, max_new)
-    check_model_sources(config)
+    if check_sources:  # a caller's session already holds the target and builds its drafts
+        check_model_sources(config)
     examples = select_examples(spec, config.limit, config.seed)
     return spec, examples, max_new, RunFiles(prepare_run_dir(results) / (run_id or run_id_for(config)))
 
