@@ -120,3 +120,9 @@ class DecodeResult:
     pass_lengths: list[int] = field(default_factory=list)  # tokens fed to each target pass after prefill (1 = a plain step; g+1 = a verify pass), in order
     draft_s: float = 0.0  # decode time spent proposing
     verify_s: float = 0.0  # decode time spent in target passes and verification
+    # batched engines (decoding/batched/): the batch this row was decoded in; batch-1 engines leave the defaults
+    batch_size: int = 1  # rows decoded together (1: one sequence at a time)
+    batch_s: float = 0.0  # wall seconds of the whole batch, its prefill to its last row's stop (0: not batched)
+    batch_pass_rows: list[int] = field(default_factory=list)  # live rows in each batched target pass after prefill
+    batch_pass_widths: list[int] = field(default_factory=list)  # tokens per row fed to each such pass (the rectangle's width)
+    kept_lengths: list[int] = field(default_factory=list)  # tokens each verify step kept for this row: n + 1, or fewer under the min policy

@@ -1,0 +1,142 @@
+"""Drafting for a batch: one batched draft-model pass over all rows, or each row's own proposer.
+
+Two ways, chosen by `row_drafts` from what the caller hands over:
+
+- `BatchedModelDraft`: the proposers are model drafts sharing one network (or one ModelDraft for
+  every row). All rows draft together, one forward of the draft network per drafted position,
+  over a batched cache of its own (cache.BatchedCachedModel). Per row it does what ModelDraft does
+  alone: crop its cache to the longest prefix that still agrees with the row's sequence, feed what
+  is new (right-aligned, shorter feeds padded on the left with masked filler), then draft γ_r
+  tokens, each drawn with the row's own generator from the processed law q it reports. A row that
+  drafts fewer tokens than the widest (near its budget's end) rides along masked: its extra
+  columns are holes, and it draws nothing, so its generator sees exactly the batch-1 draws.
+- `PerRowDrafts`: anything else (prompt lookup, the frequency laws, the hybrid) proposes row by row
+  on the host, one proposer object per row. A single model-free proposer is copied per row (a
+  shallow copy: the fitted tables are shared read-only, begin() rebinds the per-example state); a
+  single stateful proposer that is not a plain model draft (the hybrid) needs one object per row.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from specbench.config import SamplingConfig
+from specbench.decoding.base import ModelFreeDraft, Proposal, Proposer
+from specbench.decoding.batched.cache import BatchedCachedModel
+from specbench.decoding.batched.rows import Row
+from specbench.decoding.drafts.model import ModelDraft, common_prefix_length
+from specbench.decoding.sampling import processed_probs, sample
+from specbench.errors import SpecbenchError
+
+
+def empty_proposal(device: torch.device) -> Proposal:
+    return Proposal(tokens=torch.zeros(0, dtype=torch.long, device=device), q_probs=None, forward_calls=0)
+
+
+class PerRowDrafts:
+    """Each row drafts with its own proposer object, on the host, one row after another."""
+
+    def __init__(self, proposers: list[Proposer], device: torch.device):
+        self.proposers, self.device = proposers, device
+
+    def begin(self, rows: list[Row], pad_id: int) -> None:
+        for row in rows:
+            self.proposers[row.index].begin(list(row.tokens), row.budget)
+
+    def propose(self, rows: list[Row], gammas: list[int], sampling: SamplingConfig) -> list[Proposal]:
+        return [self.proposers[row.index].propose(row.tokens, g, sampling, row.generator) if g > 0
+                else empty_proposal(self.device) for row, g in zip(rows, gammas)]
+
+    def select(self, keep: torch.Tensor) -> None:
+        """Rows are found by their index: nothing to drop."""
+
+
+class BatchedModelDraft:
+    """One draft network drafting for every row at once (see the module docstring)."""
+
+    def __init__(self, network: torch.nn.Module):
+        self.lm = BatchedCachedModel(network)
+        self.cached: list[list[int]] = []  # per live row: the tokens its cache columns hold, in order
+
+    def begin(self, rows: list[Row], pad_id: int) -> None:
+        prompts = [list(row.tokens) for row in rows]
+        self.lm.start(prompts, pad_id)
+        self.cached = prompts
+
+    def select(self, keep: torch.Tensor) -> None:
+        self.lm.select(keep)
+        self.cached = [self.cached[i] for i in keep.tolist()]
+
+    def _feed(self, rows: list[Row]) -> torch.Tensor:
+        """Roll every row back to what still agrees with its sequence and feed what is new → logits [b, V]."""
+        keep = [min(common_prefix_length(c, row.tokens), len(row.tokens) - 1) for c, row in zip(self.cached, rows)]
+        self.lm.truncate(torch.tensor(keep))
+        feeds = [row.tokens[k:] for k, row in zip(keep, rows)]
+        width = max(len(f) for f in feeds)
+        ids = torch.zeros(len(rows), width, dtype=torch.long)
+        valid = torch.zeros(len(rows), width, dtype=torch.bool)
+        for i, f in enumerate(feeds):  # right-aligned: every row's newest token in the last column
+            ids[i, width - len(f):] = torch.tensor(f, dtype=torch.long)
+            valid[i, width - len(f):] = True
+        self.cached = [list(row.tokens) for row in rows]
+        return self.lm.forward(ids.to(self.lm.device), valid.to(self.lm.device))
+
+    def propose(self, rows: list[Row], gammas: list[int], sampling: SamplingConfig) -> list[Proposal]:
+        """Row i drafts gammas[i] tokens (0: none); one forward per drafted position for all rows."""
+        logits = self._feed(rows)  # [b, V]
+        most = max(gammas)
+        drafted, laws = [], [[] for _ in rows]
+        for step in range(most):
+            if sampling.greedy:
+                tok = logits.argmax(-1)  # [b]
+            else:
+                q = processed_probs(logits, sampling)  # [b, V]
+                tok = torch.zeros(len(rows), dtype=torch.long, device=self.lm.device)
+                for i, (row, g) in enumerate(zip(rows, gammas)):
+                    if step < g:  # a row past its γ draws nothing: its generator stays the batch-1 one's
+                        tok[i] = sample(q[i], row.generator)
+                        laws[i].append(q[i])
+            drafted.append(tok)
+            if step + 1 < most:
+                live = torch.tensor([step + 1 < g for g in gammas], device=self.lm.device)[:, None]  # [b, 1]
+                logits = self.lm.forward(tok[:, None], live)
+        return self._proposals(rows, gammas, drafted, laws)
+
+    def _proposals(self, rows: list[Row], gammas: list[int], drafted: list[torch.Tensor],
+                   laws: list[list[torch.Tensor]]) -> list[Proposal]:
+        """Per-row proposals from the drafted columns; each row's cache now holds tokens + its drafts but the last."""
+        grid = torch.stack(drafted, dim=1) if drafted else None  # [b, most]
+        out = []
+        for i, (row, g) in enumerate(zip(rows, gammas)):
+            if g == 0:
+                out.append(empty_proposal(self.lm.device))
+                continue
+            ids = grid[i, :g]
+            self.cached[i] = self.cached[i] + ids[:-1].tolist()
+            out.append(Proposal(tokens=ids, q_probs=torch.stack(laws[i]) if laws[i] else None, forward_calls=g))
+        return out
+
+
+def shared_network(proposers: list[Proposer]) -> torch.nn.Module | None:
+    """The one network all proposers draft with, when they are plain model drafts sharing it; else None."""
+    if not all(type(p) is ModelDraft for p in proposers):
+        return None
+    nets = {id(p.lm.model) for p in proposers}
+    return proposers[0].lm.model if len(nets) == 1 else None
+
+
+def row_drafts(proposer: Proposer | list[Proposer], size: int, device: torch.device):
+    """One proposer, or one per row → the batch's drafting (BatchedModelDraft or PerRowDrafts)."""
+    many = list(proposer) if isinstance(proposer, (list, tuple)) else [proposer] * size
+    if len(many) != size:
+        raise SpecbenchError(f"a batch of {size} rows needs {size} proposers (got {len(many)})")
+    network = shared_network(many)
+    if network is not None:
+        return BatchedModelDraft(network)
+    if len({id(p) for p in many}) == size:
+        return PerRowDrafts(many, device)
+    if all(isinstance(p, ModelFreeDraft) for p in many) and len({id(p) for p in many}) == 1:
+        return PerRowDrafts([copy.copy(many[0]) for _ in range(size)], device)
+    raise SpecbenchError(f"draft {many[0].name} keeps per-example state: a batch needs one proposer per row")
