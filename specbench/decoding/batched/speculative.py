@@ -124,10 +124,7 @@ def step(ctx: BatchContext, live: list[Row]) -> None:
     cached = ctx.target.lengths  # [b]
     logits = ctx.target.forward(*pass_grid(live, proposals, width, ctx.target.device), all_logits=True)  # [b, w, V]
     verdicts = verify_rows(ctx, live, proposals, logits)
-    news = [d[:v.n_accepted] + [v.next_token] for d, v in verdicts]
-    if ctx.policy == "min":
-        cap = min(len(n) for n in news)
-        news = [n[:cap] for n in news]
+    news = kept_tokens(verdicts, ctx.policy)
     ctx.target.truncate(cached + torch.tensor([len(n) for n in news], device=cached.device))
     tc = ctx.clock.now()
     ctx.pass_rows.append(len(live))
@@ -137,6 +134,16 @@ def step(ctx: BatchContext, live: list[Row]) -> None:
         row.res.draft_s += tb - ta
         row.res.verify_s += tc - tb
         row.emit(new, ctx.eos_ids)
+
+
+def kept_tokens(verdicts: list[tuple[list[int], Verdict]], policy: str) -> list[list[int]]:
+    """(drafted ids, verdict) per row → the tokens each row keeps: its accepted prefix and its own
+    correction/bonus token (ragged), or the first L = min over rows of (n + 1) of those (min)."""
+    news = [drafted[:v.n_accepted] + [v.next_token] for drafted, v in verdicts]
+    if policy == "min":
+        cap = min(len(n) for n in news)
+        news = [n[:cap] for n in news]
+    return news
 
 
 def pass_grid(rows: list[Row], proposals: list[Proposal], width: int,
