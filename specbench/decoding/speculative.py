@@ -56,7 +56,7 @@ def decode_speculative(
     last token; the extra rows are ignored and their cache slots cropped), matching a baseline run
     with the same pad_to, so both engines compute every logit with the same kernel shapes."""
     policy = FixedGamma(gamma) if isinstance(gamma, int) else gamma
-    clock = Clock(target.device)
+    clock = Clock(target.devices)
     t0 = clock.now()
     tokens = prefill(target, proposer, prompt_ids, max_new_tokens, sampling, generator, decoder_start_id)
     out = tokens[-1:]

@@ -1,12 +1,15 @@
-"""Honest timers: synchronize the device around every reading, use perf_counter.
+"""Honest timers: synchronize every device the model uses around every reading, use perf_counter.
 
 On CUDA/MPS kernels run asynchronously, so a timer read without synchronizing measures the
-launch, not the work. On CPU synchronizing is a no-op.
+launch, not the work. A model placed over several GPUs by --device-map has work queued on each
+of them, and `torch.cuda.synchronize()` waits for the current device only: so a clock is given
+every device its model uses and waits for each. On CPU synchronizing is a no-op.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 
 import torch
 
@@ -14,18 +17,26 @@ import torch
 def synchronizer(device: torch.device):
     """A zero-argument function that waits for all queued work on `device`."""
     if device.type == "cuda":
-        return torch.cuda.synchronize
+        return lambda: torch.cuda.synchronize(device)
     if device.type == "mps":
         return torch.mps.synchronize
     return lambda: None
 
 
-class Clock:
-    """perf_counter readings preceded by a device synchronization."""
+def used_devices(model: torch.nn.Module) -> tuple[torch.device, ...]:
+    """The devices holding the model's parameters and buffers (disk-offloaded ones sit on 'meta': no work there)."""
+    seen = {t.device for t in (*model.parameters(), *model.buffers()) if t.device.type != "meta"}
+    return tuple(sorted(seen, key=str)) or (torch.device("cpu"),)
 
-    def __init__(self, device: torch.device):
-        self._sync = synchronizer(device)
+
+class Clock:
+    """perf_counter readings preceded by a synchronization of each device given."""
+
+    def __init__(self, device: torch.device | Iterable[torch.device]):
+        devices = (device,) if isinstance(device, torch.device) else tuple(device)
+        self._syncs = [synchronizer(d) for d in devices if d.type != "cpu"]
 
     def now(self) -> float:
-        self._sync()
+        for sync in self._syncs:
+            sync()
         return time.perf_counter()

@@ -10,6 +10,7 @@ trust_remote_code unless the user asked for it.
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import threading
 import urllib.error
@@ -138,8 +139,11 @@ def resolve_source(spec: str) -> str:
 # ---- loading --------------------------------------------------------------------------------------------
 
 
-def load_model(spec: str, device: str = "auto", dtype: str = "float32", trust_remote_code: bool = False) -> LoadedModel:
-    """Load a model and its tokenizer for decoding (eval mode, on the device, in the dtype)."""
+def load_model(spec: str, device: str = "auto", dtype: str = "float32", trust_remote_code: bool = False,
+               device_map: str | None = None, max_memory: str | None = None) -> LoadedModel:
+    """Load a model and its tokenizer for decoding (eval mode, on the device, in the dtype).
+
+    With `device_map` (specbench/placement.py) accelerate places the layers instead of `device`."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
     source = resolve_source(spec)
@@ -147,15 +151,44 @@ def load_model(spec: str, device: str = "auto", dtype: str = "float32", trust_re
     try:
         config = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
-        cls = AutoModelForSeq2SeqLM if getattr(config, "is_encoder_decoder", False) else AutoModelForCausalLM
+        seq2seq = getattr(config, "is_encoder_decoder", False)
+        if device_map is not None and seq2seq:
+            raise SpecbenchError(f"--device-map places decoder-only targets; {spec!r} is an encoder-decoder model "
+                                 f"(its encoder outputs are reused across devices untested): drop --device-map")
+        cls = AutoModelForSeq2SeqLM if seq2seq else AutoModelForCausalLM
         model = cls.from_pretrained(source, dtype=TORCH_DTYPES[dtype], trust_remote_code=trust_remote_code,
-                                    use_safetensors=None)
+                                    use_safetensors=None, **placement_kwargs(source, device_map, max_memory))
     except SpecbenchError:
         raise
     except (OSError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise SpecbenchError(f"cannot load model {spec!r}: {first[:200]} (check the id or path; hub ids need network access)") from exc
+    if device_map is not None:
+        check_placed(spec, model)
+        return wrap_model(spec, model.eval(), tokenizer)  # accelerate's hooks move activations; .to() would undo them
     return wrap_model(spec, model.to(dev).eval(), tokenizer)
+
+
+def placement_kwargs(source: str, device_map: str | None, max_memory: str | None) -> dict:
+    """from_pretrained's placement arguments: the parsed map and caps, and an offload folder for "disk"."""
+    from specbench.placement import parse_device_map, parse_max_memory
+
+    if device_map is None:
+        return {}
+    kwargs = {"device_map": parse_device_map(device_map)}
+    if max_memory is not None:
+        kwargs["max_memory"] = parse_max_memory(max_memory)
+    # weights placed on "disk" are written here once and read back at each forward
+    kwargs["offload_folder"] = str(cache_root() / "offload" / hashlib.sha256(f"{source}|{device_map}".encode()).hexdigest()[:16])
+    return kwargs
+
+
+def check_placed(spec: str, model: torch.nn.Module) -> None:
+    """The input embedding must sit on a real device: our caches put the prompt ids on the first parameter's."""
+    first = next(model.parameters()).device
+    if first.type == "meta":
+        raise SpecbenchError(f"--device-map put {spec!r}'s input embedding on disk; place it on a device "
+                             f"(e.g. \"model.embed_tokens\": 0) and offload later layers instead")
 
 
 def _eos_ids(model: torch.nn.Module, tokenizer) -> frozenset[int]:

@@ -1,0 +1,336 @@
+"""`specbench sweep --executor ray`: each cell on a Ray worker actor; the driver alone writes the sweep folder.
+
+Why actors and not plain tasks: an actor keeps its `Session` (models loaded once) between the
+cells it runs. Each cell is one streaming call on an actor holding --cpus-per-cell CPUs and
+--gpus-per-cell GPUs; Ray decides where that actor lives. The actor runs the ordinary
+run_sweep for that one cell in a scratch copy of the cell's folder (mirror.py) and yields
+what each example added; the driver appends it under the same per-cell lock a local sweep
+takes. Ordering we keep ourselves: the first unfinished cell of a (task, sampling) group
+measures the group's shared baseline, and the group's other cells start once it is done, so
+every cell compares against one baseline measured once, on one worker (the drift probe then
+runs on whichever worker measures the later cell, as in a local sweep). A worker that dies
+mid-cell loses the example it was measuring; its cell is started again on a fresh actor
+from what the driver holds (max_cell_retries times), so no example is measured twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import platform
+import queue
+import socket
+import tempfile
+import threading
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from specbench.errors import SpecbenchError
+from specbench.files import append_jsonl
+from specbench.measure.executors import RAY_INSTALL_HINT
+from specbench.measure.executors.mirror import Mirror, apply, folder_files, seed
+from specbench.measure.records import PLACEMENT_FILE, CellPlacement, example_problem, run_lock, scan_jsonl
+
+ADDRESS_TIMEOUT_S = 3.0  # a head that does not accept a TCP connection in this long is reported unreachable
+
+
+# --------------------------------------------------------------------------- connecting
+
+
+def import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise SpecbenchError(f"--executor ray needs Ray, which is not installed: {RAY_INSTALL_HINT}") from None
+    return ray
+
+
+def check_address(address: str | None) -> None:
+    """host:port or ray://host:port must accept a connection now (Ray itself would retry for a minute)."""
+    if address in (None, "auto"):
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise SpecbenchError(f"--address {address!r} is not auto, host:port or ray://host:port")
+    try:
+        socket.create_connection((host, int(port)), timeout=ADDRESS_TIMEOUT_S).close()
+    except OSError as exc:
+        raise SpecbenchError(f"--address {address}: no Ray head answers at {host}:{port} "
+                             f"({exc.strerror or type(exc).__name__}); start one there with `ray start --head` "
+                             f"or check the address") from None
+
+
+def connect(ray, address: str | None) -> bool:
+    """Join the cluster at `address` (None: start a one-node cluster here) → whether we started the connection."""
+    if ray.is_initialized():  # a caller (a test, a notebook) connected already: use that cluster, leave it up
+        return False
+    check_address(address)
+    try:
+        if address is None:
+            ray.init(include_dashboard=False, log_to_driver=False)
+        else:
+            ray.init(address=address, log_to_driver=False)
+    except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise SpecbenchError(f"--address {address}: cannot join the Ray cluster ({first})") from None
+    return True
+
+
+def cell_slots(ray, gpus_per_cell: float, cpus_per_cell: float) -> int:
+    """How many cells the cluster can run at once; one line when a single cell cannot be placed at all."""
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    gpus, cpus = sum(n.get("GPU", 0) for n in nodes), sum(n.get("CPU", 0) for n in nodes)
+    if gpus_per_cell > max((n.get("GPU", 0) for n in nodes), default=0):
+        raise SpecbenchError(f"--gpus-per-cell {gpus_per_cell:g}: no node of the Ray cluster has that many GPUs "
+                             f"({gpus:g} in all); lower --gpus-per-cell (0 runs cells on CPUs) or add GPU nodes")
+    if cpus_per_cell > max((n.get("CPU", 0) for n in nodes), default=0):
+        raise SpecbenchError(f"--cpus-per-cell {cpus_per_cell:g}: no node of the Ray cluster has that many CPUs "
+                             f"({cpus:g} in all); lower --cpus-per-cell")
+    slots = math.floor(cpus / cpus_per_cell)
+    if gpus_per_cell:
+        slots = min(slots, math.floor(gpus / gpus_per_cell))
+    return max(1, slots)
+
+
+# --------------------------------------------------------------------------- the worker
+
+
+class CellWorker:
+    """A Ray actor: sessions loaded once per worker, one cell at a time measured in a scratch folder."""
+
+    def __init__(self):
+        self.sessions: dict[tuple, object] = {}
+
+    def session(self, grid):
+        from specbench.measure.runner import Session
+
+        key = (grid.target, grid.device, grid.dtype, grid.trust_remote_code, grid.backend, grid.device_map,
+               grid.max_memory)
+        if key not in self.sessions:
+            self.sessions[key] = Session(*key)
+        return self.sessions[key]
+
+    def where(self, session) -> dict:
+        import ray
+
+        return {"node": platform.node(), "node_ip": ray.util.get_node_ip_address(),
+                "device": str(session.target.device), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+                "pid": os.getpid()}
+
+    def run_cell(self, request: dict):
+        """Yield {"kind": "where" | "change" | "done" | "error", ...} messages while measuring one cell."""
+        if request.get("cwd") and os.path.isdir(request["cwd"]):
+            os.chdir(request["cwd"])  # relative task and model paths, where the driver's folder is visible
+        try:
+            session = self.session(request["grid"])
+        except SpecbenchError as exc:
+            yield {"kind": "error", "message": str(exc)}
+            return
+        yield {"kind": "where", **self.where(session)}
+        with tempfile.TemporaryDirectory(prefix="specbench-cell-") as tmp:
+            yield from measure_in_scratch(Path(tmp), session, request)
+
+
+def measure_in_scratch(scratch: Path, session, request: dict):
+    """run_sweep for the one cell in `scratch` on a thread; yield the mirror's changes after each example."""
+    from specbench.measure.sweep import run_sweep
+
+    root = scratch / request["sweep_id"]
+    seed(root, request["files"])
+    mirror = Mirror(root, [request["cell_id"], request["baseline"]])
+    messages: queue.Queue = queue.Queue()
+
+    def work() -> None:
+        try:
+            out = run_sweep(request["grid"], scratch, sweep_id=request["sweep_id"], session=session,
+                            only=frozenset([request["cell_id"]]),
+                            on_example=lambda cid, record: messages.put({"kind": "change", **mirror.changes()}))
+            cell = out.cells[0]
+            messages.put({"kind": "done", "summary": cell.summary, "new_examples": cell.new_examples})
+        except Exception as exc:  # noqa: BLE001  (any failure goes back to the driver as one line)
+            messages.put({"kind": "error", "message": str(exc) if isinstance(exc, SpecbenchError)
+                          else f"{type(exc).__name__}: {str(exc)[:300]}"})
+
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    while True:
+        message = messages.get()
+        if message["kind"] != "change":
+            thread.join()
+            yield {"kind": "change", **mirror.changes()}  # the last summary (and anything after the last example)
+        yield message
+        if message["kind"] != "change":
+            return
+
+
+# --------------------------------------------------------------------------- the driver
+
+
+@dataclass
+class Running:
+    """A cell being measured: its actor, its message stream and the lock the driver holds on its folder."""
+
+    cell_id: str
+    config: object
+    actor: object
+    stream: object
+    lock: contextlib.ExitStack
+    placement: dict = field(default_factory=dict)
+
+
+@dataclass
+class RayExecutor:
+    """Runs run_sweep's cells on a Ray cluster (see the module docstring)."""
+
+    address: str | None = None  # None: a one-node cluster started here; auto: the cluster `ray start` made here
+    gpus_per_cell: float = 0.0
+    cpus_per_cell: float = 1.0
+    max_cell_retries: int = 1  # a cell whose worker dies is started again this many times
+
+    def run_cells(self, grid, root: Path, cells: list, tasks: dict, *, on_cell, on_example) -> list:
+        ray = import_ray()
+        owns = connect(ray, self.address)
+        try:
+            slots = cell_slots(ray, self.gpus_per_cell, self.cpus_per_cell)
+            driver = Driver(ray, self, grid, root, tasks, slots, on_cell, on_example)
+            return driver.run(cells)
+        finally:
+            if owns:
+                ray.shutdown()
+
+
+class Driver:
+    """One sweep's cells over a pool of actors: dispatch, stream, write, retry."""
+
+    def __init__(self, ray, executor: RayExecutor, grid, root: Path, tasks: dict, slots: int, on_cell, on_example):
+        self.ray, self.ex, self.grid, self.root, self.tasks, self.slots = ray, executor, grid, root, tasks, slots
+        self.on_cell, self.on_example = on_cell, on_example
+        self.actor_class = ray.remote(CellWorker).options(num_cpus=executor.cpus_per_cell,
+                                                          num_gpus=executor.gpus_per_cell)
+        self.actors: list = []  # every live actor
+        self.idle: list = []
+        self.running: dict = {}  # message stream → Running
+        self.stores: dict[str, object] = {}  # baseline file (relative) → the driver's BaselineStore
+        self.leaders: dict[str, str | None] = {}  # baseline file → the cell measuring it (None: stored already)
+        self.attempts: dict[str, int] = {}
+        self.lost: list[str] = []
+        self.outcomes: dict[str, object] = {}
+
+    def run(self, cells: list) -> list:
+        from specbench.measure.sweep import CellOutcome, _cell_done
+
+        pending = []
+        for cell_id, config in cells:
+            n = self.tasks[config.task]["n_examples"]
+            finished = _cell_done(self.root / cell_id, config, n)
+            if finished is not None:
+                self.on_cell(cell_id, n, n)
+                self.outcomes[cell_id] = CellOutcome(cell_id, config, finished, 0)
+            else:
+                pending.append((cell_id, config))
+                self.baseline_rel(cell_id, config)
+        try:
+            self.loop(pending)
+        finally:
+            for run in self.running.values():
+                run.lock.close()
+            for actor in self.actors:
+                self.ray.kill(actor)
+        if self.lost:
+            raise SpecbenchError(f"{len(self.lost)} cell(s) lost their Ray worker and are unfinished "
+                                 f"({', '.join(self.lost)}); every example streamed back is on disk: rerun the same "
+                                 f"command to finish them")
+        return [self.outcomes[cid] for cid, _ in cells if cid in self.outcomes]
+
+    def baseline_rel(self, cell_id: str, config) -> str:
+        """The cell's shared baseline file; the first unfinished cell of a group not yet stored measures it."""
+        from specbench.measure.sweep import BaselineStore, baseline_file
+
+        rel = str(baseline_file(self.root, self.grid, config).relative_to(self.root))
+        if rel not in self.stores:
+            self.stores[rel] = BaselineStore(self.root / rel)
+            complete = len(self.stores[rel]) >= self.tasks[config.task]["n_examples"]
+            self.leaders[rel] = None if complete else cell_id
+        return rel
+
+    def loop(self, pending: list) -> None:
+        while pending or self.running:
+            self.dispatch(pending)
+            if not self.running:
+                self.lost += [cid for cid, _ in pending]  # waiting on a baseline whose cell was lost
+                return
+            ready, _ = self.ray.wait(list(self.running), num_returns=1)
+            self.step(ready[0], pending)
+
+    def dispatch(self, pending: list) -> None:
+        """Start every cell whose baseline is ready on an idle actor (new actors up to the cluster's slots)."""
+        for cell_id, config in list(pending):
+            leader = self.leaders[self.baseline_rel(cell_id, config)]
+            if leader not in (None, cell_id):
+                continue
+            if not self.idle and len(self.actors) < self.slots:
+                actor = self.actor_class.remote()
+                self.actors.append(actor)
+                self.idle.append(actor)
+            if not self.idle:
+                return
+            pending.remove((cell_id, config))
+            self.start(cell_id, config, self.idle.pop())
+
+    def start(self, cell_id: str, config, actor) -> None:
+        (self.root / cell_id).mkdir(parents=True, exist_ok=True)
+        lock = contextlib.ExitStack()
+        lock.enter_context(run_lock(self.root / cell_id))  # as a local cell: one process measures into a folder
+        rel = self.baseline_rel(cell_id, config)
+        files = folder_files(self.root, [cell_id, rel])
+        rows, _ = scan_jsonl(self.root / cell_id / "examples.jsonl", example_problem)
+        self.on_cell(cell_id, self.tasks[config.task]["n_examples"], len({r["example_id"] for r in rows}))
+        request = {"grid": self.grid, "sweep_id": self.root.name, "cell_id": cell_id, "baseline": rel,
+                   "files": files, "cwd": os.getcwd()}
+        stream = actor.run_cell.remote(request)
+        self.running[stream] = Running(cell_id, config, actor, stream, lock)
+
+    def step(self, stream, pending: list) -> None:
+        run = self.running[stream]
+        try:
+            message = self.ray.get(next(stream))
+        except StopIteration:
+            message = {"kind": "error", "message": f"the worker of {run.cell_id} stopped without a result"}
+        except self.ray.exceptions.RayError as exc:
+            self.worker_lost(run, pending, exc)
+            return
+        kind = message.pop("kind")
+        if kind == "where":
+            run.placement = message
+            append_jsonl(self.root / PLACEMENT_FILE, asdict(CellPlacement(cell_id=run.cell_id, executor="ray", **message)))
+        elif kind == "change":
+            for rel, row in apply(self.root, message, self.stores):
+                if rel == f"{run.cell_id}/examples.jsonl":
+                    self.on_example(run.cell_id, row)
+        else:
+            self.finish(run, kind, message)
+
+    def finish(self, run: Running, kind: str, message: dict) -> None:
+        from specbench.measure.sweep import CellOutcome
+
+        del self.running[run.stream]
+        run.lock.close()
+        self.idle.append(run.actor)
+        if kind == "error":
+            raise SpecbenchError(f"cell {run.cell_id}: {message['message']}")
+        self.outcomes[run.cell_id] = CellOutcome(run.cell_id, run.config, message["summary"], message["new_examples"])
+        for rel, leader in self.leaders.items():
+            if leader == run.cell_id:
+                self.leaders[rel] = None  # its baselines are stored: the group's other cells may start
+
+    def worker_lost(self, run: Running, pending: list, exc: Exception) -> None:
+        """The actor died (killed, out of memory, node lost): start the cell again from what is on disk."""
+        del self.running[run.stream]
+        run.lock.close()
+        self.actors.remove(run.actor)
+        self.attempts[run.cell_id] = self.attempts.get(run.cell_id, 0) + 1
+        if self.attempts[run.cell_id] <= self.ex.max_cell_retries:
+            pending.insert(0, (run.cell_id, run.config))
+        else:
+            self.lost.append(run.cell_id)

@@ -1,0 +1,140 @@
+"""Sweep cells on a Ray cluster (measure/executors): the same records as a local sweep, and a killed worker
+costs only its unfinished examples.
+
+One local cluster (2 CPUs, 127.0.0.1, no dashboard) is shared by the module: Ray takes seconds to start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from specbench.errors import SpecbenchError
+from specbench.measure.executors import make_executor
+from specbench.measure.records import PLACEMENT_FILE, read_placements
+from specbench.measure.sweep import SweepGrid, run_sweep
+
+ray = pytest.importorskip("ray")  # an optional extra: without it these tests skip (CI installs it: scripts/setup.sh)
+
+from test_cli import CORPUS, save_tiny  # noqa: E402
+
+TIMING = {"prefill_s", "decode_s", "draft_s", "verify_s", "repeat_s"}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1",
+             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}})
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ray")
+    task = root / "task.jsonl"
+    task.write_text("\n".join(json.dumps({"prompt": p, "reference": p}) for p in CORPUS[:3]) + "\n")
+    return {"target": save_tiny(root / "target", 0), "draft": save_tiny(root / "draft", 1), "task": str(task)}
+
+
+def grid(tiny, **over) -> SweepGrid:
+    spec = dict(target=tiny["target"], draft=f"prompt-lookup,{tiny['draft']}", gamma="1,2", temperature="0",
+                task=tiny["task"], limit=3, max_new_tokens=6, device="cpu")
+    spec.update(over)
+    return SweepGrid.from_specs(**spec)
+
+
+def records(root: Path) -> dict[str, list[dict]]:
+    """cell → its examples.jsonl rows without timings (or anything derived from them), in example order."""
+    out = {}
+    for path in sorted(root.glob("*/examples.jsonl")):
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        out[path.parent.name] = sorted((strip(r) for r in rows), key=lambda r: r["example_id"])
+    return out
+
+
+def strip(row):
+    if isinstance(row, dict):
+        return {k: strip(v) for k, v in row.items() if k not in TIMING and k != "numerics"}
+    return row
+
+
+def test_four_cells_under_ray_equal_the_local_sweep(cluster, tiny, tmp_path):
+    g = grid(tiny)
+    local = run_sweep(g, tmp_path / "local")
+    remote = run_sweep(g, tmp_path / "ray", executor=make_executor("ray", cpus_per_cell=1))
+    assert len(local.cells) == len(remote.cells) == 4
+    assert records(local.root) == records(remote.root)
+    assert all(c.summary["complete"] for c in remote.cells)
+    for name in ("sweep.json",):
+        assert json.loads((local.root / name).read_text())["cells"] == json.loads((remote.root / name).read_text())["cells"]
+    base = sorted(local.root.glob("baselines/*.jsonl"))
+    assert [p.name for p in base] == [p.name for p in sorted(remote.root.glob("baselines/*.jsonl"))]
+    assert [json.loads(x)["example_id"] for x in base[0].read_text().splitlines()] == \
+        [json.loads(x)["example_id"] for x in (remote.root / "baselines" / base[0].name).read_text().splitlines()]
+    placed = read_placements(remote.root)
+    assert sorted(placed) == sorted(c.cell_id for c in remote.cells)
+    assert all(p[0]["device"] == "cpu" and p[0]["executor"] == "ray" for p in placed.values())
+    assert not (local.root / PLACEMENT_FILE).exists()  # the local executor writes what it always wrote
+    from specbench.report.collect import collect
+    from specbench.report.render import _environment
+
+    assert any("cells measured on" in line and "(cpu)" in line for line in _environment(collect([remote.root])))
+    again = run_sweep(g, tmp_path / "ray", executor=make_executor("ray"))
+    assert again.new_examples == 0  # resumed from the driver's folder: nothing measured twice
+
+
+@pytest.mark.parametrize("retries", [1, 0])
+def test_a_killed_worker_loses_only_its_unfinished_examples(cluster, tiny, tmp_path, retries):
+    g = grid(tiny, draft="prompt-lookup")
+    killed = []
+
+    def kill_once(cell_id: str, record: dict) -> None:
+        if not killed:
+            pid = read_placements(tmp_path / out_id)[cell_id][-1]["pid"]
+            os.kill(pid, signal.SIGKILL)  # the worker process dies mid-cell, after one example came back
+            killed.append(cell_id)
+
+    from specbench.measure.sweep import sweep_id_for
+    out_id = sweep_id_for(g)
+    executor = make_executor("ray", max_cell_retries=retries)
+    if retries:
+        out = run_sweep(g, tmp_path, executor=executor, on_example=kill_once)
+    else:
+        with pytest.raises(SpecbenchError, match="lost their Ray worker.*rerun the same command"):
+            run_sweep(g, tmp_path, executor=executor, on_example=kill_once)
+        out = run_sweep(g, tmp_path, executor=make_executor("ray"))
+    assert killed and all(c.summary["complete"] for c in out.cells)
+    for cell, rows in records(out.root).items():
+        ids = [r["example_id"] for r in rows]
+        assert len(ids) == len(set(ids)) == 3, cell  # every example once: none lost, none measured twice
+    assert len(read_placements(out.root)[killed[0]]) == 2  # started, killed, started again elsewhere
+
+
+def test_ray_missing_is_one_line(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(SpecbenchError, match=r"pip install specbench\[ray\]"):
+        make_executor("ray")
+
+
+def test_unreachable_address_is_one_line():
+    with pytest.raises(SpecbenchError, match="no Ray head answers at 127.0.0.1:9"):
+        make_executor("ray", address="ray://127.0.0.1:9")
+    with pytest.raises(SpecbenchError, match="host:port"):
+        make_executor("ray", address="nowhere")
+
+
+def test_gpus_on_a_cluster_without_them_is_one_line(cluster, tiny, tmp_path):
+    with pytest.raises(SpecbenchError, match="--gpus-per-cell 1: no node of the Ray cluster has that many GPUs"):
+        run_sweep(grid(tiny, draft="prompt-lookup", gamma="1"), tmp_path, executor=make_executor("ray", gpus_per_cell=1))
+
+
+def test_local_executor_is_run_sweeps_own_loop():
+    assert make_executor("local") is None
+    with pytest.raises(SpecbenchError, match="add --executor ray"):
+        make_executor("local", gpus_per_cell=1)
