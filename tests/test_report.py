@@ -110,7 +110,7 @@ def test_report_writes_md_html_and_figures(shared_report):
     assert page.count("data:image/png;base64,") == 4  # self-contained: figures inline, nothing fetched
     assert "src=\"figures" not in page and "<link" not in page and "<script" not in page.lower()
     assert "ende-small-g2-t0" in md and "Skipped (0)" in md
-    assert "Quality" not in md  # no quality in these summaries
+    assert "## Quality" not in md  # no quality in these summaries
 
 
 def test_default_report_folder_is_named_after_the_input(tmp_path, monkeypatch):
@@ -174,9 +174,9 @@ def test_time_split_bars_add_up_to_speculative_time_per_token(shared_report):
     runs = collect([shared_report[0]]).runs
     ax = fig_time_split(runs).axes[0]
     n = len(runs)
-    heights = [p.get_height() for p in ax.patches]
-    assert len(heights) == 4 * n  # prefill, draft, verify, overhead per run
-    totals = [sum(heights[i::n]) for i in range(n)]
+    widths = [p.get_width() for p in ax.patches]  # horizontal bars, one per run
+    assert len(widths) == 4 * n  # prefill, draft, verify, overhead per run
+    totals = [sum(widths[i::n]) for i in range(n)]
     expected = runs["speculative_s"] / runs["speculative_tokens"] * 1e3
     assert totals == pytest.approx(list(expected))
 
@@ -255,7 +255,7 @@ def test_pass_cost_curve_figure_and_auto_reasons(tmp_path):
     md, page = read(out.out)
     for ext in ("png", "svg"):
         assert (out.out / "figures" / f"pass_cost_curve.{ext}").stat().st_size > 1000
-    assert "figures/pass_cost_curve.png" in md and "## Pass-cost curve" in md and "<h2>Pass-cost curve</h2>" in page
+    assert "figures/pass_cost_curve.png" in md and "## Pass-cost curve" in md and ">Pass-cost curve</h2>" in page
     assert page.count("data:image/png;base64,") == 5  # speedup, pass cost, α, histograms, time split
     assert "## Automatic choices" in md
     assert "chosen (asked for dtype auto): γ 3: predicted speedup 1.2" in md
@@ -320,7 +320,7 @@ def test_suspect_timing_runs_are_listed_at_the_top(tmp_path):
     runs_section = md.split("## Runs")[1].split("\n## ")[0]
     assert runs_section.count("| SUSPECT |") == 2
     assert md.count("1.30×") == 1  # the drift is told once, at the top, not again under Notes
-    assert "<h2>Timing warnings (2 of 3 runs)</h2>" in page
+    assert ">Timing warnings (2 of 3 runs)</h2>" in page
 
 
 def test_gamma_policy_runs_do_not_crash_and_are_shown_apart(tmp_path):
@@ -359,7 +359,7 @@ def test_theory_gamma_beyond_the_measured_range_is_not_recommended(tmp_path):
     assert row["thm_factor_in_range"] == pytest.approx(theory.walltime_factor_extended(alpha, 8, c, 1.0))
     md, _ = read(write_report([root], tmp_path / "rep").out)
     section = md.split("## Recommended γ")[1].split("\n## ")[0]
-    assert f"| 8 (the optimum over 1..64, γ = {optimum.gamma}, is beyond the measured range 8–10) |" in section
+    assert f"| 8 (best within the measured 8–10; the optimum over 1..64, γ = {optimum.gamma}, is extrapolated) |" in section
 
 
 # --------------------------------------------------------------------------- malformed input
@@ -420,7 +420,7 @@ def test_undecodable_or_wrongly_shaped_records_are_listed_and_the_command_succee
     assert skipped["wrong-shape"][0] == "examples.jsonl:4" and "wrong shape" in skipped["wrong-shape"][1]
     assert payload["runs"] == 3  # each damaged run keeps its good lines
     md, page = read(tmp_path / "rep")
-    assert "## Skipped (2)" in md and "<h2>Skipped (2)</h2>" in page and "not UTF-8 text" in md
+    assert "## Skipped (2)" in md and ">Skipped (2)</h2>" in page and "not UTF-8 text" in md
     data = collect([root])
     assert [len(data.examples[str((root / r).resolve())]) for r in ("bad-bytes", "wrong-shape")] == [N_EXAMPLES] * 2
 
@@ -461,7 +461,7 @@ def test_results_written_before_the_reorganisation_still_report(tmp_path):
     assert "sweep old-sweep: 2 cells, 2 complete" in md and "## Recommended γ" in md
     assert "| task-draft-g1-t0 | float32 | 2/2 identical |" in md  # the greedy identity of the old records
     assert page.count("data:image/png;base64,") == 5 and "## Pass-cost curve" in md  # the runs were calibrated
-    assert "<h2>Skipped (0)</h2>" in page
+    assert ">Skipped (0)</h2>" in page
     assert not any((tmp_path / "results").rglob(".*.tmp*"))  # the report writes nothing into the results
 
 
@@ -534,3 +534,54 @@ def test_cli_report_error_is_one_line(tmp_path):
     result = CliRunner().invoke(app, ["report", str(tmp_path / "missing")])
     assert result.exit_code == 1
     assert result.output.strip().startswith("error:") and "Traceback" not in result.output
+
+
+# --------------------------------------------------------------------------- a report a reader can read
+
+
+def test_speedup_figure_has_error_bars_and_draws_flagged_cells_hollow(tmp_path):
+    root = tmp_path / "runs"
+    make_run(root, "g1", gamma=1)
+    make_run(root, "g2", gamma=2)
+    noisy = make_run(root, "g4", gamma=4)
+    (noisy / "noise_probes.jsonl").write_text("".join(json.dumps(p) + "\n" for p in (
+        {"after": None, "ms": 10.0}, {"after": "ex0", "ms": 11.0}, {"after": "ex1", "ms": 30.0},
+        {"after": "ex2", "ms": 32.0})))
+    runs = collect([root]).runs
+    ax = fig_speedup(runs).axes[0]
+    assert ax.containers and all(type(c).__name__ == "ErrorbarContainer" for c in ax.containers)  # the CIs
+    hollow = [ln for ln in ax.get_lines() if ln.get_marker() == "o" and ln.get_markerfacecolor() in ("white", "w")]
+    assert [list(ln.get_xdata()) for ln in hollow] == [[4]]  # only the flagged γ
+    md, _ = read(write_report([root], tmp_path / "rep").out)
+    caption = md.split("![Speedup vs γ](figures/speedup_vs_gamma.png)")[1].split("\n\n")[1]
+    assert "Hollow grey markers" in caption and "(g4)" in caption and "95% bootstrap interval" in caption
+
+
+def test_quality_axis_reads_bleu_and_versions_read_as_words(tmp_path):
+    from specbench.report.figures import fig_quality
+
+    rows = [{"run_id": "r1", "metric": "bleu", "baseline": 30.0, "speculative": 29.0, "baseline_ci": [28.0, 32.0],
+             "speculative_ci": [27.0, 31.0]}]
+    ax = fig_quality(rows).axes[0]
+    assert ax.get_ylabel() == "BLEU" and "×100" not in ax.get_title()
+    root = tmp_path / "runs"
+    make_run(root, "r1")
+    md, _ = read(write_report([root], tmp_path / "rep").out)
+    assert "- versions: torch x" in md and '{"torch"' not in md
+
+
+def test_sample_outputs_differ_per_row(tmp_path):
+    """A sweep's cells share their baseline, so 'the first example of each run' repeated one row; now each row is
+    another example (or another output)."""
+    root = tmp_path / "runs"
+    for g in (1, 2, 3):
+        run = make_run(root, f"g{g}", gamma=g)
+        path = run / "examples.jsonl"
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        for i, r in enumerate(rows):  # the same three examples, the same outputs, in every run
+            r["baseline"]["text"] = r["speculative"]["text"] = f"output of example {i}"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    md, _ = read(write_report([root], tmp_path / "rep").out)
+    section = md.split("## Sample outputs")[1].split("\n## ")[0]
+    lines = [ln for ln in section.splitlines() if ln.startswith("| g")]
+    assert len(lines) == 3 and len({ln.split(" | ", 1)[1] for ln in lines}) == 3, lines

@@ -74,6 +74,8 @@ class ExampleRecord:
     first_divergence: int | None  # index of the first differing token, None when identical
     # added later (older records lack it):
     numerics: dict | None = None  # T = 0 only (evidence/numerics.py): floor_positions, floor_flips, seconds, divergence (its class, or null)
+    # T > 0 only (evidence/perplexity.py; older records and greedy runs lack it):
+    nll: dict | None = None  # {"baseline", "speculative"}: each output's mean negative log-likelihood per token under the target's raw law (null: empty output)
 
 
 @dataclass

@@ -34,6 +34,7 @@ from specbench.decoding.gamma_policy import AdaptiveGamma, FixedGamma, GammaPoli
 from specbench.decoding.speculative import decode_speculative
 from specbench.errors import SpecbenchError
 from specbench.evidence.numerics import explain_example
+from specbench.evidence.perplexity import example_nll
 from specbench.measure import calibration as cal
 from specbench.measure.choose import AutoChoice, PilotResult, choose, needs_choice, pilot_from_results, resolved_config
 from specbench.measure.noise import probe_ms
@@ -490,7 +491,10 @@ def _measure_locked(plan: RunPlan, on_start, on_example, baseline_store: dict | 
             numerics = explain_example(target.model, item.prompt_ids, base, asdict(spec_rec), config.draft_gamma,
                                        divergence, target.decoder_start_id, plan.session.target_backend, engines.pad_to)
         record = ExampleRecord(SCHEMA_VERSION, item.example.id, len(item.prompt_ids), item.example.reference,
-                               EngineRecord(**base), spec_rec, divergence is None, divergence, numerics)
+                               EngineRecord(**base), spec_rec, divergence is None, divergence, numerics,
+                               nll=None if config.sampling.greedy else example_nll(  # after the timed decodes
+                                   target.model, item.prompt_ids, base, asdict(spec_rec), target.decoder_start_id,
+                                   plan.session.target_backend))
         append_record(files.examples, record)
         append_jsonl(probe_file, {"after": item.example.id, "ms": probe_target(plan.session, item.prompt_ids)})
         records.append(asdict(record))

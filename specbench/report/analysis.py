@@ -88,3 +88,62 @@ def quality_rows(runs) -> list[dict]:
                          "baseline_ci": r.get(f"quality.baseline.{key}_ci95"),
                          "speculative_ci": r.get(f"quality.speculative.{key}_ci95")})
     return rows
+
+# --------------------------------------------------------------------------- axes and perplexity
+
+# The sweep axes a summary may carry, and the columns each may arrive under (the first present wins): a summary's
+# own field, or one nested under `axes` (json_normalize flattens it to "axes.<name>").
+AXES = {"max_new_tokens": ("max_new_tokens", "axes.max_new_tokens"),
+        "prompt_length": ("prompt_length", "prompt_length_bucket", "prompt_bucket", "axes.prompt_length"),
+        "batch_size": ("batch_size", "axes.batch_size")}
+BUCKET_ORDER = {"short": 0, "medium": 1, "long": 2}  # prompt-length buckets in reading order
+
+
+def axis_column(runs, axis: str) -> str | None:
+    """The column holding `axis` in these runs (None when no run records it)."""
+    return next((c for c in AXES[axis] if c in runs and runs[c].notna().any()), None)
+
+
+def axis_sort_key(value):
+    """Numbers by value, known prompt-length buckets in order, anything else by its text."""
+    x = num(value)
+    if not math.isnan(x):
+        return (0, x, "")
+    return (1, BUCKET_ORDER.get(str(value), 99), str(value))
+
+
+def axis_text(value) -> str:
+    """An axis value as the user typed it: 4, not 4.0 (a column with gaps holds floats)."""
+    x = num(value)
+    return str(int(x)) if not math.isnan(x) and x == int(x) else str(value)
+
+
+def target_params(data) -> dict[str, float]:
+    """target → its parameter count, from the runs' manifests (models.target.params)."""
+    out: dict[str, float] = {}
+    for _, r in data.runs.iterrows():
+        model = (data.manifests.get(r["run_dir"], {}).get("models") or {})
+        params = num(model.get("target", {}).get("params")) if isinstance(model.get("target"), dict) else float("nan")
+        if not math.isnan(params):
+            out[str(r["target"])] = params
+    return out
+
+
+def perplexity_rows(data, level: float | None = None) -> list[dict]:
+    """One row per T > 0 run whose records carry `nll` scores: its Mann-Whitney check (evidence/perplexity.py)
+    and the scores. `level` defaults to perplexity.LEVEL split over the runs tested (Bonferroni)."""
+    from specbench.evidence.perplexity import LEVEL, finite, nll_check
+
+    found = []
+    for _, r in data.runs.iterrows():
+        ex = data.examples.get(r["run_dir"])
+        if float(r["temperature"]) == 0.0 or ex is None or "nll.baseline" not in ex or "nll.speculative" not in ex:
+            continue
+        base, spec = finite(ex["nll.baseline"]), finite(ex["nll.speculative"])
+        if len(base) or len(spec):
+            found.append((r, base, spec))
+    level = level if level is not None else LEVEL / max(1, len(found))
+    return [{"run_id": r["run_id"], "target": r["target"], "task": r["task"], "series": r["series"], "baseline": base,
+             "speculative": spec, "check": nll_check(f"perplexity/{r['run_id']}", base, spec, level=level)}
+            for r, base, spec in found]
+

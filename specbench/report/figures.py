@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specbench.files import atomic_write_bytes
-from specbench.report.analysis import quality_rows
+from specbench.report.analysis import axis_sort_key, axis_text, quality_rows
 from specbench.report.collect import fixed_gamma, num
 
 
@@ -55,35 +55,149 @@ def _colors(labels: list[str]) -> dict[str, tuple]:
     return {label: cmap(i % cmap.N) for i, label in enumerate(labels)}
 
 
-def fig_speedup(runs) -> object:
-    """Measured speedup vs γ per task: one line per series, Theorem 3.8 and the extended model dashed."""
+def _speedup_points(g):
+    """One point per γ of a series: mean speedup and predictions over duplicate runs, the widest interval, and
+    whether every run at that γ is flagged (suspect timing)."""
+    import numpy as np
+
+    rows = []
+    for gamma, cell in g.groupby("gamma", sort=True):
+        speed = cell["speedup"].map(num)
+        cis = [ci for ci in cell.get("speedup_ci95", []) if isinstance(ci, (list, tuple)) and len(ci) == 2]
+        lo = min((num(c[0]) for c in cis), default=float("nan"))
+        hi = max((num(c[1]) for c in cis), default=float("nan"))
+        rows.append({"gamma": gamma, "speedup": speed.mean(), "lo": lo, "hi": hi,
+                     "predicted_speedup": cell["predicted_speedup"].map(num).mean(),
+                     "predicted_speedup_extended": cell["predicted_speedup_extended"].map(num).mean(),
+                     "suspect": bool(cell["timing_suspect"].astype(bool).all()) if "timing_suspect" in cell else False})
+    import pandas as pd
+
+    pts = pd.DataFrame(rows)
+    pts["err_lo"] = np.clip(np.nan_to_num(pts["speedup"] - pts["lo"]), 0, None)
+    pts["err_hi"] = np.clip(np.nan_to_num(pts["hi"] - pts["speedup"]), 0, None)
+    return pts
+
+
+def draw_speedups(ax, x, pts, color, label: str | None) -> None:
+    """Measured speedups with their 95 % intervals as error bars; flagged (suspect) points hollow and grey."""
+    ax.plot(x, pts["speedup"], "-", color=color, label=label, lw=1.8)
+    ax.errorbar(x, pts["speedup"], yerr=[pts["err_lo"], pts["err_hi"]], fmt="none", ecolor=color, elinewidth=1.0,
+                capsize=3)
+    ok, bad = ~pts["suspect"].to_numpy(), pts["suspect"].to_numpy()
+    ax.plot([v for v, k in zip(x, ok) if k], pts["speedup"][ok], "o", color=color, ms=5)
+    if bad.any():
+        ax.plot([v for v, k in zip(x, bad) if k], pts["speedup"][bad], "o", mfc="white", mec="0.55", mew=1.4, ms=7)
+
+
+def _speedup_legend(fig, colors: dict) -> None:
     from matplotlib.lines import Line2D
 
+    handles = [Line2D([], [], color=colors[label], ls="-", marker="o", label=label) for label in colors]
+    handles += [Line2D([], [], color="0.2", ls="-", marker="o", label="measured, 95% CI bars"),
+                Line2D([], [], color="0.55", ls="none", marker="o", mfc="white", label="suspect timing (hollow)"),
+                Line2D([], [], color="0.2", ls="--", label="Theorem 3.8 from measured α, c"),
+                Line2D([], [], color="0.2", ls="-.", marker="x", label="extended: + measured verify cost")]
+    fig.legend(handles=handles, loc="outside lower center", ncol=min(3, len(handles)), fontsize=7)
+
+
+def fig_speedup(runs) -> object:
+    """Measured speedup vs γ per task with 95 % intervals: one line per series, Theorem 3.8 and the extended
+    model dashed, flagged cells hollow."""
     runs = fixed_gamma(runs)
     tasks = sorted(runs["task"].unique())
     colors = _colors(sorted(runs["series"].unique()))
     rows = math.ceil(len(tasks) / 3)
     fig = _new_figure(min(5.6 * len(tasks), 16.8) if len(tasks) > 1 else 7.0,
-                      4.2 * rows + 0.25 * math.ceil((len(colors) + 3) / 4) + 0.3)
+                      4.2 * rows + 0.25 * math.ceil((len(colors) + 4) / 3) + 0.3)
     for ax, task in zip(_panels(fig, len(tasks), min(len(tasks), 3)), tasks):
         sub = runs[runs["task"] == task]
         for label, g in sub.groupby("series", sort=True):
-            g = g.groupby("gamma")[["speedup", "predicted_speedup", "predicted_speedup_extended"]].agg(
-                lambda s: s.map(num).mean()).reset_index()  # duplicate runs of one cell: their mean
-            color = colors[label]
-            ax.plot(g["gamma"], g["speedup"], "o-", color=color, label=label, lw=1.8)
-            ax.plot(g["gamma"], g["predicted_speedup"], "--", color=color, lw=1.2)
-            ax.plot(g["gamma"], g["predicted_speedup_extended"], "-.", color=color, lw=1.2, marker="x", ms=4)
+            pts = _speedup_points(g)
+            x, color = list(pts["gamma"]), colors[label]
+            draw_speedups(ax, x, pts, color, None)
+            ax.plot(x, pts["predicted_speedup"], "--", color=color, lw=1.2)
+            ax.plot(x, pts["predicted_speedup_extended"], "-.", color=color, lw=1.2, marker="x", ms=4)
         ax.axhline(1.0, color="0.4", lw=0.8)
         ax.set_title(f"Speedup vs γ: {task}")
         ax.set_xlabel("draft length γ (tokens drafted per target pass)")
         ax.set_ylabel("walltime speedup (× target alone)")
         ax.set_xticks(sorted(int(g) for g in sub["gamma"].unique()))
-    handles = [Line2D([], [], color=colors[label], ls="-", marker="o", label=label) for label in colors]
-    handles += [Line2D([], [], color="0.2", ls="-", marker="o", label="measured"),
-                Line2D([], [], color="0.2", ls="--", label="Theorem 3.8 from measured α, c"),
-                Line2D([], [], color="0.2", ls="-.", marker="x", label="extended: + measured verify cost")]
-    fig.legend(handles=handles, loc="outside lower center", ncol=min(4, len(handles)), fontsize=7)
+    _speedup_legend(fig, colors)
+    return fig
+
+
+def fig_axis(groups: list[list], column: str, label: str) -> object:
+    """Speedup against one sweep axis (new tokens, prompt length, batch size), one line per configuration
+    that varied only that axis; 95 % intervals as bars, flagged cells hollow."""
+    import pandas as pd
+
+    from specbench.report.claims import config_text, interval
+
+    names = [config_text(rows[0]) for rows in groups]
+    colors = _colors(names)
+    values = sorted({r[column] for rows in groups for r in rows}, key=axis_sort_key)
+    fig = _new_figure(7.5, 4.2 + 0.22 * len(groups))
+    ax = fig.subplots()
+    for name, rows in zip(names, groups):
+        pts = pd.DataFrame([{"speedup": interval(r)[0], "err_lo": interval(r)[0] - interval(r)[1],
+                             "err_hi": interval(r)[2] - interval(r)[0],
+                             "suspect": bool(r.get("timing_suspect"))} for r in rows])
+        draw_speedups(ax, [values.index(r[column]) for r in rows], pts, colors[name], name)
+    ax.axhline(1.0, color="0.4", lw=0.8)
+    ax.set_xticks(range(len(values)), [axis_text(v) for v in values])
+    ax.set_xlabel(label)
+    ax.set_ylabel("walltime speedup (× target alone)")
+    ax.set_title(f"Speedup vs {label} (bars: 95% bootstrap CI)")
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=1, fontsize=7)
+    return fig
+
+
+def fig_targets(cells: list[tuple[str, list]], params: dict[str, float]) -> object:
+    """Each target's best speedup per task, smallest model first, with its 95 % interval."""
+    import numpy as np
+
+    from specbench.report.claims import interval
+
+    fig = _new_figure(max(6.0, 1.8 * sum(len(rows) for _, rows in cells) + 1.5), 4.4)
+    ax = fig.subplots()
+    x, ticks = 0, []
+    for task, rows in cells:
+        for r in rows:
+            s, lo, hi = interval(r)
+            suspect = bool(r.get("timing_suspect"))
+            ax.bar(x, s, 0.7, color="white" if suspect else "tab:blue", edgecolor="0.55" if suspect else "tab:blue",
+                   yerr=np.array([[s - lo], [hi - s]]), capsize=4)
+            ticks.append((x, f"{r['target']}\n{params[str(r['target'])] / 1e6:,.0f}M params\n{task}, {r['draft']}"))
+            x += 1
+        x += 0.5
+    ax.axhline(1.0, color="0.4", lw=0.8)
+    ax.set_xticks([t for t, _ in ticks], [label for _, label in ticks], fontsize=8)
+    ax.set_ylabel("best walltime speedup (× target alone)")
+    ax.set_title("Best speedup per target model (bars: 95% bootstrap CI)")
+    return fig
+
+
+def fig_perplexity(rows: list[dict]) -> object:
+    """Per-example mean NLL under the target, baseline beside speculative, per T > 0 run (box and points)."""
+    import numpy as np
+
+    fig = _new_figure(max(6.5, 1.3 * len(rows) + 2.5), 4.6)
+    ax = fig.subplots()
+    for i, r in enumerate(rows):
+        for offset, engine, color in ((-0.18, "baseline", "0.45"), (0.18, "speculative", "tab:blue")):
+            vals = np.asarray(r[engine], dtype=float)
+            if not len(vals):
+                continue
+            ax.boxplot([vals], positions=[i + offset], widths=0.3, showfliers=False, patch_artist=True,
+                       boxprops={"facecolor": "white", "edgecolor": color}, medianprops={"color": color})
+            jitter = np.random.default_rng(i).uniform(-0.08, 0.08, len(vals))
+            ax.plot(i + offset + jitter, vals, ".", color=color, ms=3, alpha=0.7,
+                    label=engine if i == 0 else None)
+    ax.set_xticks(range(len(rows)), [f"{r['run_id']}\np = {r['check'].p_value:.2g}" if r["check"].p_value is not None
+                                     else r["run_id"] for r in rows], fontsize=7, rotation=20, ha="right")
+    ax.set_ylabel("mean NLL per token under the target (nats)")
+    ax.set_title("Perplexity of sampled outputs: baseline vs speculative (Mann-Whitney p below each run)")
+    ax.legend(fontsize=7)
     return fig
 
 
@@ -184,33 +298,52 @@ def fig_histograms(runs, task: str) -> object:
     return fig
 
 
+TIME_PARTS = (("prefill", "prefill (time to first token)", "#9e9e9e"), ("draft", "drafting", "#f28e2b"),
+              ("verify", "verification (target passes)", "#4e79a7"), ("overhead", "overhead (sampling, bookkeeping)",
+                                                                          "#59a14f"))
+
+
+def time_parts(sub) -> dict:
+    """Speculative milliseconds per generated token per part, and the baseline's, for each run of `sub`."""
+    import numpy as np
+
+    tokens = sub["speculative_tokens"].map(num).replace(0, np.nan)
+    ms = lambda col: (sub[col].map(num) / tokens * 1e3).fillna(0.0).to_numpy()  # noqa: E731
+    parts = {"draft": ms("draft_s"), "verify": ms("verify_s"), "overhead": ms("overhead_s")}
+    parts["prefill"] = np.clip(ms("speculative_s") - parts["draft"] - parts["verify"] - parts["overhead"], 0.0, None)
+    parts["baseline"] = (sub["baseline_s"].map(num) / sub["baseline_tokens"].map(num).replace(0, np.nan) * 1e3).to_numpy()
+    return parts
+
+
 def fig_time_split(runs) -> object:
-    """Speculative milliseconds per generated token split into prefill, draft, verify and overhead; baseline beside."""
+    """Speculative milliseconds per generated token split into prefill, draft, verify and overhead (horizontal
+    stacked bars, one per run, labelled in full); the baseline's as a black tick on each bar."""
     import numpy as np
 
     tasks = sorted(runs["task"].unique())
-    fig = _new_figure(max(6.0, 0.45 * len(runs) + 2.5), 3.8 * len(tasks))
-    for ax, task in zip(_panels(fig, len(tasks), 1), tasks):
+    heights = [0.55 * (runs["task"] == t).sum() + 1.4 for t in tasks]
+    fig = _new_figure(10.0, sum(heights) + 0.6)
+    axes = fig.subplots(len(tasks), 1, squeeze=False, height_ratios=heights)
+    for ax, task in zip([a[0] for a in axes], tasks):
         sub = runs[runs["task"] == task]
-        tokens = sub["speculative_tokens"].map(num).replace(0, np.nan)
-        ms = lambda col: (sub[col].map(num) / tokens * 1e3).fillna(0.0).to_numpy()
-        draft, verify, overhead = ms("draft_s"), ms("verify_s"), ms("overhead_s")
-        prefill = np.clip(ms("speculative_s") - draft - verify - overhead, 0.0, None)
-        base = (sub["baseline_s"].map(num) / sub["baseline_tokens"].map(num).replace(0, np.nan) * 1e3).to_numpy()
-        x = np.arange(len(sub))
-        bottom = np.zeros(len(sub))
-        for part, color, label in ((prefill, "0.7", "prefill (time to first token)"), (draft, "tab:orange", "draft"),
-                                   (verify, "tab:blue", "verify (target passes)"), (overhead, "tab:green", "overhead")):
-            ax.bar(x, part, 0.7, bottom=bottom, color=color, label=label)
-            bottom += part
-        ax.plot(x, base, "_", color="black", ms=18, mew=2, label="baseline (target alone)")
+        parts, y = time_parts(sub), np.arange(len(sub))
+        left = np.zeros(len(sub))
+        for key, label, color in TIME_PARTS:
+            ax.barh(y, parts[key], 0.72, left=left, color=color, edgecolor="white", linewidth=0.6, label=label)
+            left += parts[key]
+        ax.plot(parts["baseline"], y, "|", color="black", ms=16, mew=2.2, label="baseline (target alone)")
         labels = sub["gamma_label"] if "gamma_label" in sub else sub["gamma"]
-        ax.set_xticks(x, [f"{d}\nT={float(t):g} γ={g}" for d, t, g in zip(sub["draft"], sub["temperature"], labels)],
-                      fontsize=7, rotation=45 if len(sub) > 8 else 0, ha="right" if len(sub) > 8 else "center")
-        ax.set_ylabel("milliseconds per generated token")
+        ax.set_yticks(y, [f"{r}\n{d}, T={float(t):g}, γ={g}" for r, d, t, g in
+                          zip(sub["run_id"], sub["draft"], sub["temperature"], labels)], fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlim(0, max(float(np.nanmax(np.append(left, parts["baseline"]))) * 1.08, 1e-6))
+        ax.set_xlabel("milliseconds per generated token")
         ax.set_title(f"Where the time goes: {task}")
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return fig
+
+
+METRIC_NAMES = {"bleu": "BLEU", "rouge1": "ROUGE-1", "rouge2": "ROUGE-2", "rougeL": "ROUGE-L", "chrf": "chrF"}
 
 
 def fig_quality(rows: list[dict]) -> object:
@@ -220,6 +353,7 @@ def fig_quality(rows: list[dict]) -> object:
     fig = _new_figure(max(6.5, 0.6 * len(rows) / max(1, len(metrics)) + 3), 3.2 * len(metrics))
     for ax, metric in zip(_panels(fig, len(metrics), 1), metrics):
         sub = [r for r in rows if r["metric"] == metric]
+        name = METRIC_NAMES.get(metric, metric)
         x = np.arange(len(sub))
         for offset, engine, color in ((-0.2, "baseline", "0.5"), (0.2, "speculative", "tab:blue")):
             vals = np.array([r[engine] for r in sub])
@@ -228,8 +362,8 @@ def fig_quality(rows: list[dict]) -> object:
                             for v, c in zip(vals, ci)]).T
             ax.bar(x + offset, vals, 0.38, yerr=np.clip(err, 0, None), capsize=3, color=color, label=engine)
         ax.set_xticks(x, [r["run_id"] for r in sub], fontsize=7, rotation=30, ha="right")
-        ax.set_ylabel(f"{metric} (×100)")
-        ax.set_title(f"{metric}: baseline vs speculative")
+        ax.set_ylabel(name)
+        ax.set_title(f"{name}: baseline vs speculative (whiskers: 95% CI)")
         ax.legend(fontsize=7)
     return fig
 
@@ -254,7 +388,18 @@ PASS_COST_CAPTION = (
 SPEEDUP_CAPTION = (
     "Solid: measured walltime speedup. Dashed: Theorem 3.8 from the measured α and c. Dash-dot: the "
     "extended model, which also charges the measured cost of verifying γ+1 tokens. Grey line: no speedup. "
-    "Runs with a γ policy (adaptive, heuristic) are not drawn here; see Recommended γ.")
+    "Bars: the 95% bootstrap interval over examples. Runs with a γ policy (adaptive, heuristic) are not drawn "
+    "here; see Recommended γ.")
+AXIS_CAPTION = (
+    "Each line: one configuration (target, draft, γ, T, task) run at several values of this axis and nothing else "
+    "changed; bars: 95% bootstrap intervals over examples. Consistent gains mean intervals that overlap.")
+TARGET_CAPTION = (
+    "The best trustworthy speedup of each target model on each task it ran, smallest model first; bars: 95% "
+    "bootstrap intervals. The paper expects larger targets (slower passes, same draft cost) to gain more.")
+PERPLEXITY_CAPTION = (
+    "Each output's mean negative log-likelihood per token under the target's raw law (its log-perplexity), "
+    "baseline (grey) beside speculative (blue); box: quartiles and median. Equal output laws give equal "
+    "distributions here; the Mann-Whitney U test of that, with its power, is in the Perplexity table.")
 ALPHA_CAPTION = (
     "α per draft, task and temperature; black diamonds: the expected acceptance E[Σ min(p, q)] at the "
     "verified positions, which α estimates.")
@@ -266,14 +411,50 @@ TIME_CAPTION = (
     "Speculative decoding's milliseconds per generated token, split into prefill, drafting, target "
     "verification passes and the rest (sampling, bookkeeping); the black tick is the baseline's.")
 QUALITY_CAPTION = (
-    "BLEU/ROUGE (×100) of the baseline and speculative outputs against the task references; whiskers: "
+    "BLEU or ROUGE (0–100) of the baseline and speculative outputs against the task references; whiskers: "
     "95% bootstrap intervals, where the runner computed them (sampling runs).")
 
 
-def _figure_plan(runs, curves: list[dict] | None) -> list[tuple]:
+def flagged_caption(runs) -> str:
+    """The caption's sentence naming the flagged (suspect-timing) runs drawn hollow, or ''."""
+    if "timing_suspect" not in runs or not runs["timing_suspect"].astype(bool).any():
+        return ""
+    names = sorted(runs.loc[runs["timing_suspect"].astype(bool), "run_id"].astype(str))
+    return (f" Hollow grey markers: runs whose timings failed a check, not to be trusted without a rerun "
+            f"({', '.join(names)}).")
+
+
+AXIS_LABELS = {"max_new_tokens": "new tokens per example", "prompt_length": "prompt length",
+               "batch_size": "batch size"}
+
+
+def _claim_figures(runs, params: dict | None, perplexity: list[dict] | None, taken: list[str]) -> list[tuple]:
+    """The figures the claims table links to: speedup against each measured axis, per target, and perplexity."""
+    from specbench.report.analysis import AXES, axis_column
+    from specbench.report.claims import axis_groups, size_cells
+
+    plan = []
+    for axis in AXES:
+        column = axis_column(runs, axis)
+        groups = axis_groups(runs, column) if column else []
+        if groups and not (axis == "batch_size" and any("batch" in name for name in taken)):
+            plan.append((lambda g, c=column, a=axis: fig_axis(g, c, AXIS_LABELS[a]), groups, f"speedup_vs_{axis}",
+                         f"Speedup vs {AXIS_LABELS[axis]}", AXIS_CAPTION + flagged_caption(runs)))
+    cells = size_cells(runs, params or {})
+    if cells:
+        plan.append((lambda c: fig_targets(c, params), cells, "speedup_by_target", "Speedup by target model",
+                     TARGET_CAPTION + flagged_caption(runs)))
+    if perplexity:
+        plan.append((fig_perplexity, perplexity, "perplexity", "Perplexity: baseline vs speculative",
+                     PERPLEXITY_CAPTION))
+    return plan
+
+
+def _figure_plan(runs, curves: list[dict] | None, params: dict | None = None,
+                 perplexity: list[dict] | None = None) -> list[tuple]:
     """(draw, its argument, file stem, title, caption) for every figure these runs call for, in report order."""
     fixed = fixed_gamma(runs)
-    plan = [(fig_speedup, fixed, "speedup_vs_gamma", "Speedup vs γ", SPEEDUP_CAPTION),
+    plan = [(fig_speedup, fixed, "speedup_vs_gamma", "Speedup vs γ", SPEEDUP_CAPTION + flagged_caption(fixed)),
             (fig_pass_cost, curves, "pass_cost_curve", "Pass-cost curve", PASS_COST_CAPTION),
             (fig_alpha, runs, "alpha", "Acceptance rate α", ALPHA_CAPTION)]
     plan = [step for step in plan if step[1] is not None and len(step[1])]
@@ -283,11 +464,13 @@ def _figure_plan(runs, curves: list[dict] | None) -> list[tuple]:
     qrows = quality_rows(runs)
     if qrows:
         plan.append((fig_quality, qrows, "quality", "Output quality", QUALITY_CAPTION))
-    return plan
+    return plan + _claim_figures(runs, params, perplexity, [step[2] for step in plan])
 
 
-def make_figures(runs, folder: Path, curves: list[dict] | None = None) -> list[RenderedFigure]:
-    """Draw and save every figure (PNG and SVG under `folder`)."""
+def make_figures(runs, folder: Path, curves: list[dict] | None = None, params: dict | None = None,
+                 perplexity: list[dict] | None = None) -> list[RenderedFigure]:
+    """Draw and save every figure (PNG and SVG under `folder`); `params` (target → parameters) and `perplexity`
+    (analysis.perplexity_rows) add the figures the claims table links to."""
     with _rc():
         return [render_figure(draw(arg), name, title, caption, folder)
-                for draw, arg, name, title, caption in _figure_plan(runs, curves)]
+                for draw, arg, name, title, caption in _figure_plan(runs, curves, params, perplexity)]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 import numbers
 import re
 import time
@@ -27,7 +26,8 @@ import numpy as np
 
 from specbench.errors import SpecbenchError
 from specbench.measure.hardware import describe
-from specbench.report.analysis import best_gamma_rows, quality_rows
+from specbench.report.analysis import best_gamma_rows, perplexity_rows, quality_rows, target_params
+from specbench.report.claims import Claim, claims, headline
 from specbench.report.collect import (ReportData, Skipped, collect, fixed_gamma, fmt, isnull, num, policy_runs,
                                       timing_note, truthy)
 from specbench.report.figures import RenderedFigure, make_figures
@@ -97,6 +97,19 @@ PAPER_TEXT = (
     "whatever these runs used (see Setup), so compare trends (α by draft and temperature, the "
     "α–cost trade-off), not absolute speedups. Our speedups carry their 95 % bootstrap interval "
     "over examples in brackets.")
+CLAIMS_TEXT = (
+    "The seed paper's claims, each judged on these runs and this hardware by the 95 % intervals behind it: "
+    "holds (the intervals support it), does not hold (they contradict it), inconclusive (they straddle the "
+    "claim's boundary, or the test had too little power), or not tested here (with the command that measures "
+    "it). Runs with suspect timings are left out wherever a trustworthy run remains. Human evaluation of "
+    "quality is not something a benchmark can run; perplexity stands in for it.")
+PERPLEXITY_TEXT = (
+    "At T > 0 the outputs differ from the baseline's by design; their law must not. Each output is scored by its "
+    "mean negative log-likelihood per token under the target's raw law (perplexity = exp of it), and a two-sided "
+    "Mann-Whitney U test asks whether baseline and speculative scores share one distribution. The level is 0.01 "
+    "split over the runs tested (Bonferroni). Power is simulated (400 redraws from the pooled scores) against "
+    "the stated shift; 'detectable' is the shift found with power 0.8. Baseline and speculative share a seed per "
+    "example, which can only make the test conservative.")
 QUALITY_TEXT = (
     "At T = 0 the scores must be equal (identical outputs); at T > 0 the intervals should overlap "
     "(same output distribution).")
@@ -115,7 +128,23 @@ POLICY_COLUMNS = ["run", "task", "draft, T", "γ policy", "γ max", "n", "α", "
 @dataclass
 class Table:
     columns: list[str]
-    rows: list[list]  # cells: str, numbers, None
+    rows: list[list]  # cells: str, numbers, None, Link
+
+
+@dataclass
+class Link:
+    """A table cell that links to a figure: the PNG file in Markdown, the inlined figure's anchor in HTML."""
+
+    text: str
+    name: str  # the figure's file stem
+
+    @property
+    def md_href(self) -> str:
+        return f"figures/{self.name}.png"
+
+    @property
+    def html_href(self) -> str:
+        return f"#fig-{self.name}"
 
 
 def with_ci(value, ci, digits: int = 2, unit: str = "") -> str:
@@ -165,12 +194,12 @@ def _best_speedup_text(runs, b: dict) -> str:
 
 
 def _thm_gamma_text(b: dict):
-    """Theorem 3.8's γ, never one outside the measured range without saying so."""
+    """Theorem 3.8's γ, recommended only within the measured range; its optimum outside it is marked extrapolated."""
     if b["thm_gamma"] is None or b["thm_in_range"]:
         return b["thm_gamma"]
     lo, hi = b["gammas"][0], b["gammas"][-1]
-    return (f"{b['thm_gamma_in_range']} (the optimum over 1..64, γ = {b['thm_gamma']}, is beyond the measured "
-            f"range {lo}–{hi})")
+    return (f"{b['thm_gamma_in_range']} (best within the measured {lo}–{hi}; the optimum over 1..64, "
+            f"γ = {b['thm_gamma']}, is extrapolated)")
 
 
 # --------------------------------------------------------------------------- tables
@@ -230,14 +259,29 @@ def _auto_reasons(data: ReportData) -> list[str]:
     return lines
 
 
+def _versions_text(versions) -> str | None:
+    """Package versions as words ('python 3.11.2, torch 2.5.1, ...'), not a JSON object."""
+    if not isinstance(versions, dict) or not versions:
+        return None
+    return ", ".join(f"{k} {v}" for k, v in sorted(versions.items()))
+
+
+def _params_text(params) -> str:
+    """1540000000 → '1.54B', 135000000 → '135M', 1000 → '1000'."""
+    x = num(params)
+    if np.isnan(x):
+        return "?"
+    return f"{x / 1e9:.3g}B" if x >= 1e9 else f"{x / 1e6:.3g}M" if x >= 1e6 else f"{x:.0f}"
+
+
 def _manifest_facts(m: dict) -> list[tuple[str, str | None]]:
     """(key, text) of one manifest's target model, hardware, versions and commit."""
     model = m.get("models", {}).get("target", {}) if isinstance(m.get("models"), dict) else {}
-    target = (f"{model.get('spec')} ({model.get('params')} params, {model.get('dtype')}, {model.get('device')})"
+    target = (f"{model.get('spec')} ({_params_text(model.get('params'))} params, {model.get('dtype')}, "
+              f"{model.get('device')})"
               if isinstance(model, dict) and model else None)
     return [("target", target), ("hardware", describe(m.get("hardware")) if m.get("hardware") else None),
-            ("versions", json.dumps(m.get("versions"), sort_keys=True) if m.get("versions") else None),
-            ("git commit", m.get("git_commit"))]
+            ("versions", _versions_text(m.get("versions"))), ("git commit", m.get("git_commit"))]
 
 
 def _sweep_line(doc: dict) -> str:
@@ -258,16 +302,29 @@ def _environment(data: ReportData) -> list[str]:
     return [f"{k}: {'; '.join(sorted(v))}" for k, v in seen.items()] + [_sweep_line(doc) for doc in data.sweeps]
 
 
+def _sample_of(ex, start: int, shown: set):
+    """The first example from `start` on (wrapping) whose reference and outputs no earlier row showed, or None."""
+    for k in range(len(ex)):
+        row = ex.iloc[(start + k) % len(ex)]
+        key = tuple(str(row.get(c)) for c in ("reference", "baseline.text", "speculative.text"))
+        if key not in shown:
+            shown.add(key)
+            return row
+    return None
+
+
 def _samples(data: ReportData) -> list[list]:
-    """The first example of each of the first SAMPLE_RUNS runs: reference and both outputs, clipped."""
-    samples = []
-    for _, r in data.runs.head(SAMPLE_RUNS).iterrows():
+    """One example per run (the i-th run starts looking at its i-th example), for the first SAMPLE_RUNS runs; an
+    example whose reference and outputs an earlier row already showed (a sweep's shared baseline) is passed over,
+    so every row differs."""
+    samples, shown = [], set()
+    for i, (_, r) in enumerate(data.runs.head(SAMPLE_RUNS).iterrows()):
         ex = data.examples.get(r["run_dir"])
-        if ex is None or ex.empty:
+        row = None if ex is None or ex.empty else _sample_of(ex, i, shown)
+        if row is None:
             continue
-        first = ex.iloc[0]
-        samples.append([r["run_id"], first.get("example_id"), _clip(first.get("reference")),
-                        _clip(first.get("baseline.text")), _clip(first.get("speculative.text")), first.get("identical")])
+        samples.append([r["run_id"], row.get("example_id"), _clip(row.get("reference")),
+                        _clip(row.get("baseline.text")), _clip(row.get("speculative.text")), row.get("identical")])
     return samples
 
 
@@ -279,9 +336,38 @@ def _suspect(runs):
 
 
 def header_section(data: ReportData, title: str) -> list[tuple]:
-    return [("h1", title),
+    return [("h1", title), ("p", headline(data)),
             ("p", f"Generated {time.strftime('%Y-%m-%d %H:%M')} by specbench report from "
                   f"{len(data.runs)} run(s); {len(data.skipped)} item(s) skipped (listed at the end).")]
+
+
+def _claim_link(claim: Claim, figures: list[RenderedFigure]):
+    """The claim's figure as a link, when it was drawn (batch size: any figure about batches), else '—'."""
+    names = {f.name: f.title for f in figures}
+    name = claim.figure if claim.figure in names else None
+    if name is None and claim.figure == "speedup_vs_batch_size":
+        name = next((n for n in names if "batch" in n), None)
+    return Link(names[name], name) if name else "—"
+
+
+def claims_section(data: ReportData, figures: list[RenderedFigure], rows: list[dict]) -> list[tuple]:
+    table = Table(["claim", "verdict on this data and hardware", "numbers behind it (95% CI)", "figure"],
+                  [[c.claim, c.verdict, c.numbers, _claim_link(c, figures)] for c in claims(data, rows)])
+    return [("h2", "Claims"), ("p", CLAIMS_TEXT), ("table", table)]
+
+
+def perplexity_section(rows: list[dict]) -> list[tuple]:
+    if not rows:
+        return []
+    table = Table(["run", "N base+spec", "mean NLL base", "mean NLL spec", "difference [95% CI]", "U", "p", "level",
+                   "power", "against", "detectable shift (power 0.8)", "equal"],
+                  [[r["run_id"], f"{c.detail.get('n_baseline')}+{c.detail.get('n_speculative')}",
+                    num(c.detail.get("mean_nll_baseline")), num(c.detail.get("mean_nll_speculative")),
+                    with_ci(num(c.detail.get("mean_nll_speculative")) - num(c.detail.get("mean_nll_baseline")),
+                            c.detail.get("diff_ci95"), 3), c.statistic, c.p_value, c.threshold, c.power,
+                    c.alternative, c.detail.get("detectable_shift"), c.passed]
+                   for r in rows for c in [r["check"]]])
+    return [("h2", "Perplexity: baseline vs speculative"), ("p", PERPLEXITY_TEXT), ("table", table)]
 
 
 def timing_section(data: ReportData) -> list[tuple]:
@@ -349,7 +435,7 @@ def samples_section(data: ReportData) -> list[tuple]:
     if not samples:
         return []
     more = f" (first {SAMPLE_RUNS} of {len(data.runs)} runs)" if len(data.runs) > SAMPLE_RUNS else ""
-    return [("h2", f"Sample outputs: first example of each run{more}"),
+    return [("h2", f"Sample outputs: one example per run, no two rows alike{more}"),
             ("table", Table(["run", "example", "reference", "baseline output", "speculative output", "identical"],
                             samples))]
 
@@ -364,11 +450,15 @@ def closing_sections(data: ReportData) -> list[tuple]:
                       or ["nothing: every result found was usable"])]
 
 
-def build_blocks(data: ReportData, figures: list[RenderedFigure], title: str) -> list[tuple]:
-    """The report as a list of (kind, payload) blocks, rendered identically to Markdown and HTML."""
+def build_blocks(data: ReportData, figures: list[RenderedFigure], title: str,
+                 perplexity: list[dict] | None = None) -> list[tuple]:
+    """The report as a list of (kind, payload) blocks, rendered identically to Markdown and HTML: the headline,
+    the claims and the timing warnings first, then the evidence."""
     runs = data.runs
-    return (header_section(data, title) + timing_section(data) + setup_sections(data) + runs_sections(runs)
-            + gamma_sections(runs, best_gamma_rows(runs)) + figure_sections(figures) + quality_section(runs)
+    perplexity = perplexity_rows(data) if perplexity is None else perplexity
+    return (header_section(data, title) + claims_section(data, figures, perplexity) + timing_section(data)
+            + setup_sections(data) + runs_sections(runs) + gamma_sections(runs, best_gamma_rows(runs))
+            + figure_sections(figures) + quality_section(runs) + perplexity_section(perplexity)
             + checks_sections(data) + samples_section(data) + closing_sections(data))
 
 
@@ -380,9 +470,15 @@ def md_escape(value) -> str:
     return html.escape(fmt(value), quote=False).replace("|", "\\|").replace("\r", " ").replace("\n", " ")
 
 
+def _md_cell(value) -> str:
+    if isinstance(value, Link):
+        return f"[{md_escape(value.text)}]({value.md_href})"
+    return md_escape(value)
+
+
 def _md_table(table: Table) -> list[str]:
     return (["| " + " | ".join(md_escape(c) for c in table.columns) + " |", "|" + "---|" * len(table.columns)]
-            + ["| " + " | ".join(md_escape(v) for v in row) + " |" for row in table.rows] + [""])
+            + ["| " + " | ".join(_md_cell(v) for v in row) + " |" for row in table.rows] + [""])
 
 
 def _md_block(kind: str, payload) -> list[str]:
@@ -418,6 +514,8 @@ def _html_environment():
     env.filters["fmt"] = fmt
     env.filters["base64"] = lambda data: base64.b64encode(data).decode("ascii")
     env.tests["numeric"] = _is_numeric
+    env.tests["link"] = lambda value: isinstance(value, Link)
+    env.filters["slug"] = lambda text: re.sub(r"[^a-z0-9]+", "-", fmt(text).lower()).strip("-") or "section"
     return env
 
 
@@ -457,8 +555,9 @@ def write_report(paths: list[Path], out: Path | None = None, reports_dir: Path =
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise SpecbenchError(f"cannot write the report to {out}: {exc.strerror}; pass a writable --out") from exc
-    figures = make_figures(data.runs, out / "figures", data.curves)
-    blocks = build_blocks(data, figures, f"specbench report: {default_name(paths)}")
+    perplexity = perplexity_rows(data)
+    figures = make_figures(data.runs, out / "figures", data.curves, target_params(data), perplexity)
+    blocks = build_blocks(data, figures, f"specbench report: {default_name(paths)}", perplexity)
     atomic_write_text(out / "report.md", to_markdown(blocks))
     atomic_write_text(out / "report.html", to_html(blocks))
     files = [out / "report.md", out / "report.html"] + sorted((out / "figures").iterdir())

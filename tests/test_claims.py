@@ -1,0 +1,140 @@
+"""The claims table (report/claims.py): each seed claim gets a verdict from the run folders, judged by the
+intervals behind it; missing axes say which command measures them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from test_report import make_run
+from specbench.report.claims import FAILS, HOLDS, UNSURE, UNTESTED, claims, headline
+from specbench.report.collect import collect
+from specbench.report.render import write_report
+
+SPREAD = (0.8, 0.9, 1.0, 1.1, 1.2)  # per-example factors on the speculative decode time: a real bootstrap interval
+
+
+def varied_run(root: Path, run_id: str, *, speedup: float, spread=SPREAD, summary_extra=None, nll=None, **kw) -> Path:
+    """make_run, with per-example spread in the speculative time (so the speedup has a non-degenerate interval),
+    summary fields added or replaced (axis values), and optional per-example `nll` scores."""
+    run = make_run(root, run_id, speedup=speedup, **kw)
+    path = run / "examples.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    rows = [dict(rows[0], example_id=f"ex{i}") for i in range(len(spread))]
+    for i, (row, f) in enumerate(zip(rows, spread)):
+        row["speculative"] = dict(row["speculative"], decode_s=row["speculative"]["decode_s"] * f,
+                                  verify_s=row["speculative"]["verify_s"] * f, draft_s=row["speculative"]["draft_s"] * f)
+        if nll is not None:
+            row["nll"] = {"baseline": nll[0][i], "speculative": nll[1][i]}
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = json.loads((run / "summary.json").read_text())
+    summary.update(summary_extra or {}, n_examples=len(spread))
+    (run / "summary.json").write_text(json.dumps(summary))
+    return run
+
+
+def by_claim(root: Path) -> dict[str, object]:
+    data = collect([root])
+    return {c.claim.split()[0] + ("-" + c.claim.split()[-1] if c.claim.startswith("Gains") else ""): c
+            for c in claims(data)}
+
+
+def test_every_claim_is_untested_with_a_command_when_the_axes_are_missing(tmp_path):
+    make_run(tmp_path / "runs", "only", temperature=1.0)
+    rows = claims(collect([tmp_path / "runs"]))
+    assert len(rows) == 7
+    for c in rows[2:]:  # lengths, prompt lengths, batch sizes, model size, perplexity
+        assert c.verdict.startswith(UNTESTED) and "; run specbench sweep --" in c.verdict, c
+    assert rows[1].verdict.startswith(UNTESTED) and "--temperature 0" in rows[1].verdict  # no greedy run
+
+
+def test_speedup_claim_is_judged_by_the_interval(tmp_path):
+    root = tmp_path / "runs"
+    varied_run(root, "fast", speedup=2.6, gamma=3)
+    varied_run(root, "slow", speedup=1.2, gamma=1)
+    c = claims(collect([root]))[0]
+    assert c.verdict.startswith(HOLDS) and "best 2." in c.numbers and "γ 3" in c.numbers and c.figure == "speedup_vs_gamma"
+    lo, hi = (float(x) for x in c.numbers.split("[")[1].split("]")[0].split(", "))
+    assert 2.0 <= lo < hi  # the interval is real, and above the claim's low end
+
+    other = tmp_path / "slow-only"
+    varied_run(other, "slow", speedup=1.2)
+    assert claims(collect([other]))[0].verdict.startswith(FAILS)
+    edge = tmp_path / "edge"
+    varied_run(edge, "edge", speedup=2.0, spread=(0.7, 1.0, 1.3, 0.8, 1.2))
+    assert claims(collect([edge]))[0].verdict.startswith(UNSURE)
+
+
+def test_lengths_consistent_when_intervals_overlap_and_not_when_the_speedup_grows(tmp_path):
+    flat, growing = tmp_path / "flat", tmp_path / "growing"
+    for n, (s_flat, s_grow) in zip((16, 64, 256), ((1.30, 1.2), (1.32, 1.6), (1.31, 2.2))):
+        varied_run(flat, f"n{n}", speedup=s_flat, summary_extra={"max_new_tokens": n})
+        varied_run(growing, f"n{n}", speedup=s_grow, summary_extra={"max_new_tokens": n})
+    held = by_claim(flat)["Gains-tokens)"]
+    assert held.verdict.startswith(HOLDS) and held.numbers.startswith("16/64/256 new tokens: 1.3")
+    failed = by_claim(growing)["Gains-tokens)"]
+    assert failed.verdict == f"{FAILS}: the speedup grows with length beyond its intervals"
+    assert failed.figure == "speedup_vs_max_new_tokens"
+
+
+def test_prompt_length_buckets_and_batch_sizes_are_read_from_the_summaries(tmp_path):
+    root = tmp_path / "runs"
+    for bucket, s in (("long", 1.9), ("short", 1.1), ("medium", 1.5)):
+        varied_run(root, f"p-{bucket}", speedup=s, summary_extra={"prompt_length": bucket})
+    for b in (1, 4):
+        varied_run(root, f"b{b}", speedup=1.4, gamma=3, summary_extra={"batch_size": b})
+    found = by_claim(root)
+    assert found["Gains-lengths"].numbers.startswith("short/medium/long prompt: 1.1")  # bucket order, not a–z
+    assert found["Gains-lengths"].verdict.startswith(FAILS) and "grows with prompt" in found["Gains-lengths"].verdict
+    assert found["Gains-sizes"].verdict.startswith(HOLDS) and found["Gains-sizes"].numbers.startswith("1/4 batch")
+
+
+def test_larger_models_benefit_more_reads_parameter_counts(tmp_path):
+    root = tmp_path / "runs"
+    model = lambda spec, n: {"models": {"target": {"spec": spec, "params": n, "dtype": "bfloat16", "device": "cpu"}}}
+    varied_run(root, "small", speedup=1.3, target="smollm2-135m", manifest_extra=model("smollm2-135m", 135e6))
+    varied_run(root, "big", speedup=2.2, target="qwen-1.5b", manifest_extra=model("qwen-1.5b", 1.5e9))
+    c = by_claim(root)["Larger"]
+    assert c.verdict.startswith(HOLDS), c
+    assert "on smollm2-135m (135M) vs 2.2" in c.numbers and "on qwen-1.5b (1,500M)" in c.numbers
+    flipped = tmp_path / "flipped"
+    varied_run(flipped, "small", speedup=2.2, target="smollm2-135m", manifest_extra=model("smollm2-135m", 135e6))
+    varied_run(flipped, "big", speedup=1.3, target="qwen-1.5b", manifest_extra=model("qwen-1.5b", 1.5e9))
+    assert by_claim(flipped)["Larger"].verdict.startswith(FAILS)
+
+
+def test_perplexity_claim_holds_for_equal_scores_and_fails_for_a_different_sampler(tmp_path):
+    """N = 60 per engine and run, level 0.01 (one run) split over the runs; scores normal with σ = 0.3 nats."""
+    rng = np.random.default_rng(3)
+    spread = tuple(1.0 + 0.01 * (i % 5) for i in range(60))
+    same = (rng.normal(2.0, 0.3, 60), rng.normal(2.0, 0.3, 60))
+    equal = tmp_path / "equal"
+    varied_run(equal, "t1", speedup=1.2, temperature=1.0, spread=spread, nll=same)
+    c = by_claim(equal)["Quality"]
+    assert c.verdict.startswith(HOLDS) or c.verdict.startswith(UNSURE), c  # UNSURE only when its power is < 0.8
+    assert "N = 60+60" in c.numbers and "lowest power" in c.numbers and c.figure == "perplexity"
+    shifted = tmp_path / "shifted"  # a deliberately different sampler: scores 0.4 nats/token lower (a cooler T)
+    varied_run(shifted, "t1", speedup=1.2, temperature=1.0, spread=spread, nll=(same[0], same[1] - 0.4))
+    assert by_claim(shifted)["Quality"].verdict.startswith(FAILS)
+
+
+def test_claims_table_heads_the_report_with_links_and_the_headline(tmp_path):
+    root = tmp_path / "runs"
+    hw = {"cpu_model": "AMD EPYC 7B13", "isa_flags": ["avx2"], "cpu_count": 2, "usable_cpus": 2, "torch_threads": 2,
+          "memory_gib": 8.0, "gpus": [], "machine": "x86_64"}
+    for n, s in ((16, 1.2), (64, 1.5)):
+        varied_run(root, f"n{n}", speedup=s, summary_extra={"max_new_tokens": n}, manifest_extra={"hardware": hw})
+    out = write_report([root], tmp_path / "rep").out
+    md, page = (out / "report.md").read_text(), (out / "report.html").read_text()
+    assert md.index("## Claims") < md.index("## Setup") < md.index("## Runs")
+    head = md.split("## Claims")[0]
+    assert "Best configuration found: target tiny, draft small, γ 2" in head and "speedup 1.5" in head
+    assert "Measured on one machine: AMD EPYC 7B13, 2 CPUs (avx2; no AMX)" in head and "{" not in head
+    table = md.split("## Claims")[1].split("\n## ")[0]
+    assert table.count("\n| ") == 8  # header and seven claims
+    assert "[Speedup vs new tokens per example](figures/speedup_vs_max_new_tokens.png)" in table
+    assert '<h2 id="claims">Claims</h2>' in page and '<a href="#fig-speedup_vs_max_new_tokens">' in page
+    assert '<figure id="fig-speedup_vs_max_new_tokens">' in page
+    assert headline(collect([root])).endswith("no GPU.")
