@@ -47,7 +47,7 @@ USAGE_ERRORS = [
     (["run", "--gamma-ma", "3"], "no such option: --gamma-ma"),
     (["run", "--limit", "1", "2"], "unexpected extra argument"),
     (["run", "--top-p"], "'--top-p' requires an argument"),
-    (["export", "some-folder", "--format", "xlsx"], "--format must be csv or parquet (got 'xlsx')"),
+    (["export", "some-folder", "--format", "xlsx"], "--format must be csv, parquet or spec-bench (got 'xlsx')"),
 ]
 
 

@@ -17,14 +17,15 @@ from specbench.cli.output import say, warn
 from specbench.errors import SpecbenchError
 from specbench.files import atomic_write_bytes
 
-FORMATS = ("csv", "parquet")
+FORMATS = ("csv", "parquet", "spec-bench")
 
 Results = Annotated[list[Path], typer.Argument(help="Run folders, sweep folders or a results/ folder.",
                                                show_default=False)]
-Format = Annotated[str, typer.Option("--format", help="csv or parquet (parquet needs pyarrow).")]
+Format = Annotated[str, typer.Option("--format", help="csv, parquet (needs pyarrow) or spec-bench (Spec-Bench's "
+                                                      "answer files, for its evaluation/speed.py and equal.py).")]
 Examples = Annotated[bool, typer.Option("--examples", help="One row per example instead of one per run.")]
 OutFile = Annotated[Optional[Path], typer.Option("--out", help="File to write (default for csv: stdout; "
-                                                 "parquet needs a file).")]
+                                                 "parquet needs a file; spec-bench: a folder, default the run's).")]
 
 
 def export(results: Results, table_format: Format = "csv", examples: Examples = False, out_file: OutFile = None):
@@ -33,7 +34,10 @@ def export(results: Results, table_format: Format = "csv", examples: Examples = 
 
     Example: specbench export results/sweep-ding-de-en-10cells-1a2b3c4d --format parquet --out runs.parquet
     Example: specbench export results --examples > examples.csv
+    Example: specbench export results/spec-bench-prompt-lookup-g3-t0-1a2b3c4d --format spec-bench
     """
+    if table_format == "spec-bench":
+        return export_spec_bench(results, out_file)
     check_destination(table_format, out_file)
     from specbench.measure.export import export_frames
 
@@ -50,10 +54,34 @@ def export(results: Results, table_format: Format = "csv", examples: Examples = 
     say(f"exported {len(frame)} {'example' if examples else 'run'} row(s) to {out_file}")
 
 
+def export_spec_bench(results: list[Path], out_dir: Path | None) -> None:
+    """Spec-Bench's two answer files (speculative, baseline) of one run, and its per-category table."""
+    from specbench.measure.export import spec_bench_files
+
+    if len(results) != 1 or not (results[0] / "examples.jsonl").is_file():
+        raise SpecbenchError("--format spec-bench exports one run folder (with examples.jsonl) at a time; pass one")
+    if out_dir is not None and out_dir.is_file():
+        raise SpecbenchError(f"--out {out_dir} is a file; --format spec-bench writes two files into a folder")
+    written, table, skipped = spec_bench_files(results[0], out_dir)
+    for note in skipped:
+        warn(f"skipped {note}")
+    for engine, path in written.items():
+        say(f"{engine}: {path}")
+    say(f"{'category':<15}{'n':>4}{'α':>7}{'#MAT':>7}{'accept':>8}{'speedup':>9}  quality (baseline → speculative)")
+    for row in table:
+        quality = (f"{row['metric']} {row['baseline']:.1f} → {row['speculative']:.1f}" if row["metric"] else "none")
+        say(f"{row['category']:<15}{row['n']:>4}{_num(row['alpha'], 3):>7}{_num(row['mean_accepted_tokens'], 2):>7}"
+            f"{_num(row['draft_acceptance_rate'], 3):>8}{_num(row['spec_bench_speedup'], 2):>9}  {quality}")
+
+
+def _num(x, digits: int) -> str:
+    return "—" if x is None or x != x else f"{x:.{digits}f}"
+
+
 def check_destination(table_format: str, out_file: Path | None) -> None:
     """Every reason the table could not be written, before any result is read."""
     if table_format not in FORMATS:
-        raise SpecbenchError(f"--format must be csv or parquet (got {table_format!r})")
+        raise SpecbenchError(f"--format must be csv, parquet or spec-bench (got {table_format!r})")
     if table_format == "parquet" and importlib.util.find_spec("pyarrow") is None:
         raise SpecbenchError("--format parquet needs pyarrow: pip install pyarrow (or use --format csv)")
     if table_format == "parquet" and out_file is None:

@@ -116,3 +116,164 @@ def export_frames(paths: list[Path], examples: bool):
     records, skipped = scan_examples(paths)
     rows = [example_row(rec, runs.get(rec["run_dir"], {})) for rec in records]
     return pd.DataFrame(rows), notes + skipped
+
+
+# --------------------------------------------------------------------------- Spec-Bench's answer format
+# Spec-Bench's answer writers (evaluation/eval.py and inference_*.py) write one line per question:
+# {"question_id", "category", "answer_id", "model_id", "choices": [{"index": 0, "turns": [answer text per turn],
+# "decoding_steps": [...], "new_tokens": [tokens generated per turn], "wall_time": [seconds per turn],
+# "accept_lengths": [tokens each target pass emitted, over all turns]}], "tstamp"}. Its evaluation/speed.py
+# reads new_tokens, wall_time and accept_lengths (and, for the baseline, re-tokenizes turns); equal.py
+# compares str(turns) line by line, so both files are sorted by question id, as its reorg_answer_file does.
+
+
+def split_example_id(example_id: str) -> tuple[str, int | str]:
+    """'translation:161' → ('translation', 161): the category and question id a spec-bench task's id carries."""
+    from specbench.errors import SpecbenchError
+
+    category, colon, qid = str(example_id).rpartition(":")
+    if not colon or not category or not qid:
+        raise SpecbenchError(f"example id {example_id!r} is not <category>:<question_id>; --format spec-bench "
+                             f"exports runs of the spec-bench tasks only")
+    return category, int(qid) if qid.isdigit() else qid
+
+
+def pass_tokens(engine: dict) -> list[int]:
+    """Spec-Bench's accept_lengths for one turn: the tokens each target pass emitted, the prefill pass's first
+    token included (as HF's assisted loop and Spec-Bench's PLD log it: accepted + the bonus or correction).
+    Verified passes are read from pass_lengths (1 = a pass with nothing drafted, emitting 1); records without
+    them put the verified steps first. An EOS or the budget can cut the last pass short: trimmed to n_tokens."""
+    accepted = iter(engine["accept_lengths"])
+    passes = engine.get("pass_lengths") or []
+    if len(passes) == engine["target_calls"] and sum(1 for n in passes if n > 1) == len(engine["accept_lengths"]):
+        emitted = [next(accepted) + 1 if n > 1 else 1 for n in passes]
+    else:
+        emitted = [n + 1 for n in accepted] + [1] * max(0, engine["target_calls"] - len(engine["accept_lengths"]))
+    out = [1, *emitted]
+    excess = sum(out) - engine["n_tokens"]
+    for i in range(len(out) - 1, -1, -1):  # the stop cut the last pass(es) short
+        cut = min(excess, out[i])
+        out[i] -= cut
+        excess -= cut
+    return out
+
+
+def turn_records(record: dict, engine: str) -> list[dict]:
+    """One engine record per turn: the record's `turns`, or the record itself for a one-turn question."""
+    from specbench.errors import SpecbenchError
+
+    turns = record.get("turns")
+    if not turns:
+        return [record[engine]]
+    if any(t.get(engine) is None for t in turns):
+        raise SpecbenchError(f"example {record['example_id']!r} has no per-turn {engine} (a sweep's shared baseline); "
+                             f"export a `specbench run` of the task instead")
+    return [t[engine] for t in turns]
+
+
+def answer_line(record: dict, engine: str, model_id: str, run_id: str, tstamp: float) -> dict:
+    """One question in Spec-Bench's answer format. The baseline logs one token per pass (as its
+    inference_baseline.py does); decoding_steps is the target passes of each turn (speed.py does not read it)."""
+    import hashlib
+
+    category, qid = split_example_id(record["example_id"])
+    turns = turn_records(record, engine)
+    steps = [[1] * t["n_tokens"] if engine == "baseline" else pass_tokens(t) for t in turns]
+    digest = hashlib.sha256(f"{run_id}:{engine}:{record['example_id']}".encode()).hexdigest()[:22]
+    choice = {"index": 0, "turns": [t["text"].strip() for t in turns], "decoding_steps": [len(s) for s in steps],
+              "new_tokens": [t["n_tokens"] for t in turns], "wall_time": [t["prefill_s"] + t["decode_s"] for t in turns],
+              "accept_lengths": [n for s in steps for n in s]}
+    return {"question_id": qid, "category": category, "answer_id": digest, "model_id": model_id,
+            "choices": [choice], "tstamp": tstamp}
+
+
+def model_ids(summary: dict) -> dict[str, str]:
+    """Spec-Bench-style model ids ('<target>-vanilla-<dtype>-temp-<T>' for the baseline), safe as file names."""
+    import re
+
+    target = Path(str(summary.get("target"))).name
+    tail = f"{summary.get('dtype')}-temp-{summary.get('temperature')}"
+    ids = {"speculative": f"{target}-specbench-{summary.get('draft')}-g{summary.get('gamma')}-{tail}",
+           "baseline": f"{target}-vanilla-{tail}"}
+    return {k: re.sub(r"[^A-Za-z0-9._-]+", "_", v) for k, v in ids.items()}
+
+
+def created_time(manifest: dict, fallback: Path) -> float:
+    """The run's creation time as a Unix time (Spec-Bench's tstamp), else the summary's modification time."""
+    from datetime import datetime
+
+    try:
+        return datetime.strptime(manifest.get("created", ""), "%Y-%m-%dT%H:%M:%S%z").timestamp()
+    except ValueError:
+        return fallback.stat().st_mtime
+
+
+def question_order(record: dict) -> tuple[bool, int | str]:
+    """Sort key: by question id, as Spec-Bench's reorg_answer_file sorts (numbers before any text ids)."""
+    qid = split_example_id(record["example_id"])[1]
+    return isinstance(qid, str), qid
+
+
+def spec_bench_files(run_dir: Path, out_dir: Path | None = None) -> tuple[dict[str, Path], list[dict], list[str]]:
+    """Write a spec-bench run's answers as Spec-Bench's two answer files (speculative, baseline) into out_dir
+    (default: the run folder) → ({engine: path}, the per-category table, notes on lines skipped)."""
+    from specbench.errors import SpecbenchError
+    from specbench.files import atomic_write_jsonl
+    from specbench.measure.records import example_problem, read_summary, scan_jsonl
+
+    run_dir = Path(run_dir)
+    summary, problem = read_summary(run_dir / "summary.json")
+    if problem:
+        raise SpecbenchError(f"{problem}; pass one run folder of a spec-bench task")
+    records, skipped = scan_jsonl(run_dir / "examples.jsonl", example_problem)
+    if not records:
+        raise SpecbenchError(f"{run_dir} has no measured examples to export")
+    manifest, _ = read_json_object(run_dir / "manifest.json", "manifest.json")
+    tstamp = created_time(manifest or {}, run_dir / "summary.json")
+    ids = model_ids(summary)
+    order = sorted(records, key=question_order)
+    out_dir = Path(out_dir or run_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for engine in ("speculative", "baseline"):
+        lines = [answer_line(r, engine, ids[engine], run_dir.name, tstamp) for r in order]
+        written[engine] = out_dir / f"{ids[engine]}.jsonl"
+        atomic_write_jsonl(written[engine], lines)
+    return written, category_table(records), skipped
+
+
+def category_table(records: list[dict]) -> list[dict]:
+    """Per category (then mt_bench and overall, as speed.py reports them): n, α, #MAT, draft acceptance rate,
+    Spec-Bench speedup, and the category's reference metric on both engines where it has one."""
+    from specbench.measure.metrics import ratio, spec_bench_metrics
+    from specbench.tasks.spec_bench import CATEGORIES, MT_BENCH
+
+    by_cat: dict[str, list[dict]] = {}
+    for r in records:
+        by_cat.setdefault(split_example_id(r["example_id"])[0], []).append(r)
+    ordered = [c for c in CATEGORIES if c in by_cat] + sorted(c for c in by_cat if c not in CATEGORIES)
+    groups = [(c, by_cat[c]) for c in ordered]
+    mt = [r for c in MT_BENCH for r in by_cat.get(c, [])]
+    groups += ([("mt_bench", mt)] if mt else []) + [("overall", records)]
+    rows = []
+    for name, rs in groups:
+        spec = [r["speculative"] for r in rs]
+        row = {"category": name, "n": len(rs),
+               "alpha": ratio(sum(e["accepted"] for e in spec), sum(e["trials"] for e in spec)),
+               **spec_bench_metrics(rs), **category_quality(name, rs)}
+        rows.append(row)
+    return rows
+
+
+def category_quality(category: str, records: list[dict]) -> dict:
+    """{'metric', 'baseline', 'speculative'} (BLEU, or ROUGE-L) for a category with a reference metric; {} else."""
+    from specbench.tasks.quality import score
+    from specbench.tasks.spec_bench import CATEGORY_METRIC
+
+    metric = CATEGORY_METRIC.get(category)
+    refs = [r.get("reference") for r in records]
+    if metric is None or any(not ref for ref in refs):
+        return {"metric": None}
+    key = "bleu" if metric == "bleu" else "rougeL"
+    return {"metric": key, **{e: score(metric, [r[e]["text"] for r in records], refs)[key]
+                              for e in ("baseline", "speculative")}}

@@ -38,6 +38,18 @@ Definitions (sums run over all examples of a run):
   accepted_length_histogram  steps with 0..γ accepted, over steps that drafted all γ tokens
                         (shorter proposals — lookup misses, the end of the budget — are not the theory's law);
                         [] when no step drafted all γ
+Peers' names for the same runs (spec_bench_metrics; README maps them onto alpha and acceptance_rate):
+  mean_accepted_tokens  Spec-Bench's "#Mean accepted tokens" (#MAT), as its evaluation/speed.py computes it:
+                        the mean of accept_lengths, where every target pass, prefill's included, logs the
+                        tokens it emitted (accepted drafts + the bonus or correction token) = Σ speculative
+                        tokens / Σ (target passes after prefill + one prefill pass per turn)
+  draft_acceptance_rate Σ accepted / Σ drafted, vLLM's name (the same number as acceptance_rate)
+  spec_bench_speedup    Spec-Bench's speedup: the mean over questions of each one's speculative tokens ÷ its
+                        seconds (turns summed, prefill included), ÷ the same mean for the baseline. A mean of
+                        rates, unlike `speedup` (a ratio of sums): short answers weigh as much as long ones.
+                        speed.py counts the baseline's tokens by re-tokenizing its answer text minus one (a
+                        BOS); this counts the tokens the baseline generated (README: the two differ by
+                        about the EOS, one token per turn)
 The summary's keys are declared once, in records.Summary; summarize fills its metric fields.
 """
 
@@ -148,6 +160,7 @@ def summarize(records: list[dict], gamma: int, greedy: bool, probes: list[float]
         "alpha": ratio(spec["accepted"], spec["trials"]),
         "alpha_expected": mean(expected) if expected else NAN,
         "acceptance_rate": ratio(spec["accepted"], spec["drafted"]),
+        **spec_bench_metrics(records),
         "mean_accepted_length": mean(lengths) if lengths else NAN,
         "tokens_per_target_call": ratio(spec_decode_tokens, spec["target_calls"]),
         "c": ratio(ratio(spec["draft_s"], spec["drafted"]), t_token),
@@ -197,6 +210,33 @@ def predicted_and_checks(records: list[dict], measured: dict, gamma: int, greedy
 
         out.update(identity_line(records))
     return out
+
+
+def question_seconds(record: dict, engine: str) -> float:
+    """One question's seconds, prefill included, as Spec-Bench sums its turns' wall times (the per-turn
+    records' own times where the record has turns: the Spec-Bench export writes those)."""
+    turns = record.get("turns") or []
+    if turns and all(t.get(engine) for t in turns):
+        return sum(t[engine]["prefill_s"] + t[engine]["decode_s"] for t in turns)
+    return record[engine]["prefill_s"] + record[engine]["decode_s"]
+
+
+def question_rate(records: list[dict], engine: str) -> float:
+    """Mean over questions of tokens ÷ seconds (numpy's mean, as speed.py takes it); NaN for a zero time."""
+    import numpy as np
+
+    rates = [ratio(r[engine]["n_tokens"], question_seconds(r, engine)) for r in records]
+    return float(np.mean(rates)) if rates else NAN
+
+
+def spec_bench_metrics(records: list[dict]) -> dict:
+    """#MAT, vLLM's draft acceptance rate and Spec-Bench's speedup (see the module docstring)."""
+    tokens = sum(r["speculative"]["n_tokens"] for r in records)
+    passes = sum(r["speculative"]["target_calls"] + (len(r.get("turns") or []) or 1) for r in records)
+    drafted = sum(r["speculative"]["drafted"] for r in records)
+    return {"mean_accepted_tokens": ratio(tokens, passes),
+            "draft_acceptance_rate": ratio(sum(r["speculative"]["accepted"] for r in records), drafted),
+            "spec_bench_speedup": ratio(question_rate(records, "speculative"), question_rate(records, "baseline"))}
 
 
 def accepted_length_histogram(full: list[int], gamma: int) -> list[int]:

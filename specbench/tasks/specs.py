@@ -24,7 +24,7 @@ from specbench.errors import SpecbenchError
 TASKS_DIR = Path(__file__).parent / "builtin"  # package data: the tasks that ship with specbench
 METRICS = ("bleu", "rouge")
 TASK_KEYS = ("name", "description", "source", "fields", "template", "chat_template", "reference", "metric",
-             "max_new_tokens", "max_examples")
+             "max_new_tokens", "max_examples", "turns")
 REQUIRED_KEYS = ("source", "template")
 JSONL_MAX_NEW_TOKENS = 64
 
@@ -36,7 +36,7 @@ class Example:
     id: str  # stable id within the source: the row's 'id' field, else its index
     prompt: str  # the rendered prompt text (template applied, chat template NOT yet applied)
     reference: str | None  # the reference output, when the task has one
-
+    turns: tuple[str, ...] = ()  # later user turns of a multi-turn question, asked after the model's own answers
 
 @dataclass(frozen=True)
 class TaskSpec:
@@ -53,6 +53,7 @@ class TaskSpec:
     max_new_tokens: int  # default generation budget for this task
     max_examples: int | None = None  # cap on examples drawn from this task, whatever --limit asks
     path: str | None = None  # the file the task was read from
+    turns: str | None = None  # data field listing every user turn (the first is the prompt); None: one turn
     variables: tuple[str, ...] = field(default=(), repr=False)  # template variables, in order
 
     def to_dict(self) -> dict:
@@ -73,6 +74,8 @@ def load_task(name_or_path: str) -> TaskSpec:
         if not path.is_file():
             raise SpecbenchError(f"task file {path} does not exist; check the path")
         return _yaml_task(path)
+    if name_or_path.startswith(SPEC_BENCH + ":"):
+        return spec_bench_task(name_or_path)
     named = TASKS_DIR / f"{name_or_path}.yaml"
     if "/" not in name_or_path and named.is_file():
         return _yaml_task(named)
@@ -82,6 +85,25 @@ def load_task(name_or_path: str) -> TaskSpec:
 
 def _task_names() -> list[str]:
     return sorted(p.stem for p in TASKS_DIR.glob("*.yaml"))
+
+
+SPEC_BENCH = "spec-bench"  # the shipped task; `spec-bench:<category or group>` narrows it
+
+
+def spec_bench_task(name: str) -> TaskSpec:
+    """`spec-bench:<category>` (or `:mt_bench`): the shipped spec-bench task on that category, with the
+    category's reference metric (BLEU for translation, ROUGE for summarization, none for the others)."""
+    from specbench.tasks import spec_bench
+
+    category = name.partition(":")[2]
+    spec_bench.categories_of(category)  # one line for an unknown one, listing the known
+    path = TASKS_DIR / f"{SPEC_BENCH}.yaml"
+    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    metric = spec_bench.CATEGORY_METRIC.get(category)
+    raw.update(name=name, metric=metric or "none", source={**raw["source"], "category": category},
+               description=f"Spec-Bench's {category} questions; reference metric: "
+                           f"{metric or 'none (Spec-Bench reports speed only for this category)'}")
+    return dataclasses.replace(parse_task(raw, where=name, default_name=name, base_dir=path.parent), path=str(path))
 
 
 def _yaml_task(path: Path) -> TaskSpec:
@@ -147,10 +169,13 @@ def parse_task(raw: object, where: str, default_name: str, base_dir: Path | None
     max_examples = raw.get("max_examples")
     if max_examples is not None:
         _check_positive_int(max_examples, "max_examples", where)
+    turns = raw.get("turns")
+    if turns is not None:
+        _check_str(turns, "turns", where, allow_empty=False)
 
     return TaskSpec(name=name, description=description, source=source, fields=dict(fields), template=template,
                     chat_template=chat_template, reference=reference, metric=metric, max_new_tokens=max_new_tokens,
-                    max_examples=max_examples, path=None, variables=variables)
+                    max_examples=max_examples, path=None, turns=turns, variables=variables)
 
 
 def _check_str(value: object, key: str, where: str, allow_empty: bool = True) -> None:
@@ -215,9 +240,31 @@ def select_examples(spec: TaskSpec, limit: int, seed: int) -> list[Example]:
     if n == 0:
         raise SpecbenchError(f"task {spec.name}: its source has no rows; check the source")
     check_fields(spec, rows[0])
-    k = min(limit, n, spec.max_examples or n)
     order = sorted(range(n), key=lambda i: hashlib.sha256(f"{seed}:{i}".encode()).digest())
+    strata = stratify(spec, rows, order)
+    if strata is not None:
+        return [make_example(spec, rows[i], i) for i in per_stratum(strata, limit)[:spec.max_examples or n]]
+    k = min(limit, n, spec.max_examples or n)
     return [make_example(spec, rows[i], i) for i in order[:k]]
+
+
+def stratify(spec: TaskSpec, rows, order: list[int]) -> list[list[int]] | None:
+    """A Spec-Bench task over several categories samples each one apart (Spec-Bench reports per category):
+    the seeded order split by category, categories in file order; None for every other task."""
+    if spec.source.get("type") != "spec-bench":
+        return None
+    groups: dict[str, list[int]] = {}
+    for row in rows:  # categories in file order
+        groups.setdefault(row["category"], [])
+    for i in order:
+        groups[rows[i]["category"]].append(i)
+    return list(groups.values()) if len(groups) > 1 else None
+
+
+def per_stratum(strata: list[list[int]], limit: int) -> list[int]:
+    """`limit` rows of each stratum, rank-major (every stratum's first, then every second …), so a
+    smaller limit's sample is a prefix of a larger one's, as for unstratified tasks."""
+    return [s[rank] for rank in range(limit) for s in strata if rank < len(s)]
 
 
 def check_fields(spec: TaskSpec, row: dict) -> None:
@@ -241,11 +288,24 @@ def make_example(spec: TaskSpec, row: dict, index: int) -> Example:
         raise SpecbenchError(f"task {spec.name}: example {ex_id} renders an empty prompt; fix the template or the data")
     reference = None
     if spec.reference:
-        reference = _as_text(get_field(row, spec.reference, spec.name), spec.reference, spec.name, ex_id)
+        value = get_field(row, spec.reference, spec.name)
+        # a speed-only task may lack some references (Spec-Bench gives them for some categories only)
+        reference = None if value is None and not spec.metric else _as_text(value, spec.reference, spec.name, ex_id)
         if spec.metric and not reference.strip():
             raise SpecbenchError(f"task {spec.name}: reference of example {ex_id} is empty; "
                                  f"remove that row or set metric: none")
-    return Example(id=ex_id, prompt=prompt, reference=reference)
+    return Example(id=ex_id, prompt=prompt, reference=reference, turns=later_turns(spec, row, ex_id))
+
+
+def later_turns(spec: TaskSpec, row: dict, ex_id: str) -> tuple[str, ...]:
+    """The user turns after the first, from the task's `turns` field (a list of text); () for one turn."""
+    if not spec.turns:
+        return ()
+    turns = get_field(row, spec.turns, spec.name)
+    if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t.strip() for t in turns):
+        raise SpecbenchError(f"task {spec.name}: example {ex_id} has no turns (field '{spec.turns}' must be a "
+                             f"non-empty list of text); fix or remove that row")
+    return tuple(turns[1:])
 
 
 def get_field(row: dict, path: str, task: str = "task") -> object:
@@ -281,7 +341,8 @@ def _as_text(value: object, data_field: str, task: str, ex_id: str) -> str:
 
 def examples_hash(examples: list[Example]) -> str:
     """sha256 of the chosen examples' ids, prompts and references, in order."""
-    payload = json.dumps([[e.id, e.prompt, e.reference] for e in examples], ensure_ascii=False, separators=(",", ":"))
+    payload = json.dumps([[e.id, e.prompt, e.reference, *([list(e.turns)] if e.turns else [])] for e in examples],
+                         ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
@@ -291,6 +352,15 @@ def render_for_model(spec: TaskSpec, prompt: str, tokenizer) -> str:
         return tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
                                              add_generation_prompt=True, tokenize=False)
     return prompt
+
+
+def render_conversation(spec: TaskSpec, messages: list[dict], tokenizer) -> str:
+    """A later turn's text: the conversation so far (user and assistant messages, the model's own answers)
+    through the chat template, ending with the assistant's cue; without a template, the messages' contents
+    one after another, separated by blank lines."""
+    if spec.chat_template and getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return "\n\n".join(m["content"] for m in messages)
 
 
 # --------------------------------------------------------------------------- listing

@@ -39,7 +39,7 @@ def make_proposer(spec: str, target: LoadedModel, device: str = "auto", dtype: s
     """
     parsed = parse_draft(spec)
     if parsed.kind == "prompt-lookup":
-        return lookup_draft(target)
+        return lookup_draft(target, **dict(parsed.options))
     if parsed.fits_corpus:
         return make_frequency_draft(parsed, target.vocab_size, target.device, corpus)
     model = model_draft(parsed.model, target, device, dtype, trust_remote_code, backend)
@@ -48,9 +48,10 @@ def make_proposer(spec: str, target: LoadedModel, device: str = "auto", dtype: s
     return model
 
 
-def lookup_draft(target: LoadedModel) -> PromptLookupDraft:
-    """Prompt lookup over the target's vocabulary (seq2seq: it also searches the encoder's prompt)."""
-    return PromptLookupDraft(target.vocab_size, target.device, search_source=target.is_seq2seq)
+def lookup_draft(target: LoadedModel, **options) -> PromptLookupDraft:
+    """Prompt lookup over the target's vocabulary (seq2seq: it also searches the encoder's prompt); `options`:
+    rule, max_ngram, min_ngram as `prompt-lookup:...` gives them."""
+    return PromptLookupDraft(target.vocab_size, target.device, search_source=target.is_seq2seq, **options)
 
 
 def model_draft(model_spec: str, target: LoadedModel, device: str, dtype: str, trust_remote_code: bool,

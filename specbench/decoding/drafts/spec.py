@@ -4,7 +4,10 @@ Every caller that needs to know what a draft spec means (the config's validators
 grid, the runner's pilot, the proposer factory, the bench) asks a `DraftSpec` instead of
 splitting the string itself, so the grammar below lives here only:
 
-  prompt-lookup                         copy from the context (no options)
+  prompt-lookup[:rule=recent|hf,max_ngram=<n>,min_ngram=<n>]
+                                        copy from the context: the most recent match (specbench's
+                                        default) or the leftmost (HF's); n-grams from max_ngram down
+                                        to min_ngram (vLLM's prompt_lookup_max/min; default 3 and 1)
   unigram[:k=<number>]                  add-k unigram law
   bigram[:k=<number>,backoff=<number>]  unigram-backed bigram law
   lookup+<model spec>                   prompt lookup, the model where it falls short (alias hybrid:<model spec>)
@@ -22,6 +25,9 @@ from specbench.errors import SpecbenchError
 MODEL_FREE_KINDS = ("prompt-lookup", "unigram", "bigram")  # kinds that run no network
 FREQUENCY_OPTIONS = {"unigram": ("k",), "bigram": ("k", "backoff")}  # option names each frequency law takes
 HYBRID_PREFIXES = ("lookup+", "hybrid:")  # `lookup+<model spec>` (canonical) or `hybrid:<model spec>`
+LOOKUP_RULES = ("recent", "hf")  # which earlier match prompt lookup copies from: the most recent, or HF's leftmost
+LOOKUP_OPTIONS = ("rule", "max_ngram", "min_ngram")
+LOOKUP_HELP = "rule=recent|hf, max_ngram=<n>, min_ngram=<n>"
 
 
 @dataclass(frozen=True)
@@ -30,7 +36,7 @@ class DraftSpec:
 
     text: str  # the spec as given (the proposer's name, the run id's stem)
     kind: str  # "prompt-lookup" | "unigram" | "bigram" | "hybrid" | "model"
-    options: tuple[tuple[str, float], ...] = ()  # a frequency law's options, e.g. (("k", 0.01),); () otherwise
+    options: tuple[tuple[str, float | int | str], ...] = ()  # a frequency law's or prompt lookup's options, e.g. (("k", 0.01),)
     model: str | None = None  # the draft model's spec for "model" and "hybrid" (may be "distilled"); None otherwise
 
     @property
@@ -65,6 +71,23 @@ def parse_frequency_options(text: str, name: str, rest: str) -> tuple[tuple[str,
     return tuple(options.items())
 
 
+def parse_lookup_options(text: str, rest: str) -> tuple[tuple[str, int | str], ...]:
+    """'rule=hf,max_ngram=2' (after 'prompt-lookup:') → (('rule', 'hf'), ('max_ngram', 2)); one-line errors."""
+    options: dict[str, int | str] = {}
+    for item in filter(None, (s.strip() for s in rest.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq or key not in LOOKUP_OPTIONS:
+            raise SpecbenchError(f"bad --draft option {item!r} in {text!r}; prompt-lookup takes {LOOKUP_HELP}")
+        if key == "rule" and value not in LOOKUP_RULES:
+            raise SpecbenchError(f"--draft {text!r}: rule must be recent (the most recent match) or hf (the leftmost)")
+        if key != "rule" and not (value.isdigit() and int(value) >= 1):
+            raise SpecbenchError(f"--draft {text!r}: {key} must be an integer >= 1 (got {value!r})")
+        options[key] = value if key == "rule" else int(value)
+    if int(options.get("min_ngram", 1)) > int(options.get("max_ngram", 3)):
+        raise SpecbenchError(f"--draft {text!r}: min_ngram is above max_ngram (default 3); lower it")
+    return tuple(options.items())
+
+
 def hybrid_model(text: str) -> str | None:
     """'lookup+<model spec>' or 'hybrid:<model spec>' → '<model spec>'; None for any other spec."""
     for prefix in HYBRID_PREFIXES:
@@ -79,9 +102,7 @@ def parse_draft(text: str) -> DraftSpec:
     if name in FREQUENCY_OPTIONS:
         return DraftSpec(text, name, options=parse_frequency_options(text, name, rest))
     if name == "prompt-lookup":
-        if colon:
-            raise SpecbenchError(f"--draft {text!r}: prompt-lookup takes no options; use --draft prompt-lookup")
-        return DraftSpec(text, "prompt-lookup")
+        return DraftSpec(text, "prompt-lookup", options=parse_lookup_options(text, rest))
     inner = hybrid_model(text)
     if inner is None:
         if not text:
