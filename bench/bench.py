@@ -95,6 +95,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--backend", default="eager", help="eager, static or compiled (ours only)")
+    ap.add_argument("--device-map", default=None, help="the target over several devices: auto, balanced or JSON")
+    ap.add_argument("--max-memory", default=None, help="per-device caps for --device-map, e.g. 0=20GiB,1=20GiB")
     ap.add_argument("--draft-confidence", type=float, default=0.0,
                     help="model drafts stop early below this confidence, ours and HF's alike (0 = constant γ)")
     ap.add_argument("--out", default="results/bench")
@@ -171,7 +173,8 @@ def main(argv: list[str] | None = None) -> dict:
     config = RunConfig(target=args.target, draft=args.draft, task=args.task, gamma=args.gamma, limit=args.limit,
                        device=args.device, dtype=args.dtype, backend=args.backend,
                        draft_confidence=args.draft_confidence).validate()
-    session = Session(args.target, args.device, args.dtype, backend=args.backend)
+    session = Session(args.target, args.device, args.dtype, backend=args.backend, device_map=args.device_map,
+                      max_memory=args.max_memory)
     spec = load_task(args.task)
     prepared = prepare_examples(spec, select_examples(spec, args.limit, 0), session.target, args.max_new_tokens)
     engines = Engines(session, config, session.proposer(args.draft, corpus=[p.prompt_ids for p in prepared]))

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from specbench.decoding.drafts.spec import parse_draft  # pure string parsing: no torch
 from specbench.errors import SpecbenchError
+from specbench.placement import check_placement  # pure string parsing: no torch
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -22,9 +23,12 @@ GAMMA_POLICIES = ("auto", "adaptive", "heuristic")  # --gamma besides an integer
 MAX_GAMMA = 128  # a γ beyond this is a typo; every per-step structure is sized by γ
 ENGINES = ("specbench", "hf-assisted")
 BACKENDS = ("eager", "static", "compiled")  # see decoding/backend.py
+BATCH_POLICIES = ("ragged", "min")  # per-row advance, or every row by the batch's minimum (decoding/batched.py)
+MAX_BATCH_SIZE = 1024  # a batch beyond this is a typo; caches and masks are sized by it
 
 
-LATER_DEFAULTS = {"draft_confidence": 0.0, "gamma_max": 8, "repeats": 1, "exact_shapes": False}  # fields added after results existed → their defaults
+LATER_DEFAULTS = {"draft_confidence": 0.0, "gamma_max": 8, "repeats": 1, "exact_shapes": False, "batch_size": 1,
+                  "batch_policy": "ragged", "device_map": None, "max_memory": None}  # fields added after results existed → their defaults
 
 
 def omit_later_defaults(fields: dict) -> dict:
@@ -94,6 +98,52 @@ def check_gamma_context(k_max: int, max_positions: int | None) -> None:
                              f"lower --gamma / --gamma-max below {max_positions - 1}")
 
 
+def check_batch_size(batch_size: int, n_examples: int | None = None) -> int:
+    """--batch-size: an integer 1..MAX_BATCH_SIZE, and (once the examples are known) no more than them.
+
+    A batch larger than the run's examples is refused, not clamped: a clamped run would measure
+    batch n under the label of batch B, and a speedup-against-batch curve would plot it at the wrong B."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= MAX_BATCH_SIZE:
+        raise SpecbenchError(f"--batch-size must be an integer between 1 and {MAX_BATCH_SIZE} (got {batch_size!r}); "
+                             f"1 decodes one example at a time")
+    if n_examples is not None and batch_size > n_examples:
+        raise SpecbenchError(f"--batch-size {batch_size} is more than the {n_examples} examples of the run; raise "
+                             f"--limit to at least {batch_size} or lower --batch-size")
+    return batch_size
+
+
+def check_batch_options(config: "RunConfig") -> None:
+    """What a batch of B > 1 rules out: HF's assisted generation (it refuses batches) and the γ choices made
+    per example (auto's pilot and calibration, the adaptive and heuristic per-row schedules)."""
+    check_batch_size(config.batch_size)
+    if config.batch_policy not in BATCH_POLICIES:
+        raise SpecbenchError(f"--batch-policy must be one of {', '.join(BATCH_POLICIES)} (got {config.batch_policy!r})")
+    if config.batch_size == 1:
+        return
+    if config.engine == "hf-assisted":
+        raise SpecbenchError("--engine hf-assisted decodes one sequence at a time: HF's assisted generation does not "
+                             "support batches (use --batch-size 1, or the specbench engine)")
+    if isinstance(config.gamma, str):
+        raise SpecbenchError(f"--gamma {config.gamma} chooses γ per example at batch 1; with --batch-size "
+                             f"{config.batch_size} pass an integer γ (a sweep over --gamma at this batch size finds "
+                             f"the best)")
+    if AUTO in (config.draft, config.dtype):
+        raise SpecbenchError(f"--draft auto and --dtype auto are chosen at batch 1; with --batch-size "
+                             f"{config.batch_size} name the draft and dtype (a sweep compares them)")
+    if config.exact_shapes:
+        raise SpecbenchError("--exact-shapes pads single-sequence passes; it does not apply to --batch-size > 1")
+    if config.draft_confidence:
+        raise SpecbenchError("--draft-confidence stops one sequence's proposal early; the batched engine drafts γ for "
+                             "every row (drop the option at --batch-size > 1)")
+
+
+def batch_suffix(config: "RunConfig") -> str:
+    """'-b<B>' (and '-min' under the min-advance policy) in run and cell ids; '' at batch 1, so old ids stay."""
+    if config.batch_size == 1:
+        return ""
+    return f"-b{config.batch_size}" + ("-min" if config.batch_policy == "min" else "")
+
+
 def check_backend(name: str) -> None:
     if name not in BACKENDS:
         raise SpecbenchError(f"--backend must be one of {', '.join(BACKENDS)} (got {name!r})")
@@ -141,6 +191,10 @@ class RunConfig:
     gamma_max: int = 8  # the largest γ that auto / adaptive / heuristic consider (calibrated up to γ+1 tokens)
     repeats: int = 1  # timed decodes per engine and example, interleaved A B B A …; times are their median
     exact_shapes: bool = False  # pad every target pass of both engines to γ+1 tokens: identical kernels, identity in bf16
+    device_map: str | None = None  # the target's layers placed by accelerate: auto, balanced, … or JSON (specbench/placement.py)
+    max_memory: str | None = None  # per-device caps for device_map, e.g. 0=20GiB,cpu=60GiB
+    batch_size: int = 1  # examples decoded together, in the task's seeded order (1: one at a time, as before batches)
+    batch_policy: str = "ragged"  # B > 1: each row keeps its own accepted prefix (ragged) or all advance by the minimum (min)
 
     @property
     def draft_gamma(self) -> int:
@@ -175,6 +229,8 @@ class RunConfig:
         if self.engine not in ENGINES:
             raise SpecbenchError(f"--engine must be one of {', '.join(ENGINES)} (got {self.engine!r})")
         check_backend(self.backend)
+        check_placement(self.device_map, self.max_memory)
+        check_batch_options(self)
         if not 0.0 <= self.draft_confidence < 1.0:
             raise SpecbenchError(f"--draft-confidence must be in [0, 1) (got {self.draft_confidence}); "
                                  f"0 turns early stopping off")

@@ -7,7 +7,6 @@ that command looks for them.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -38,6 +37,25 @@ Backend = Annotated[str, typer.Option("--backend", help="How every model's forwa
 DraftConfidence = Annotated[float, typer.Option(
     "--draft-confidence", help="A model draft stops a proposal early once its probability of the token it just "
     "drafted is below this (γ stays the most; 0 = always γ). Exact either way; as HF's assistant_confidence_threshold.")]
+BatchSize = Annotated[int, typer.Option("--batch-size", help="Examples decoded together, in the task's seeded order "
+                                        "(left-padded, each row stopping on its own; 1 = one at a time). Larger than "
+                                        "the examples is refused; at > 1 γ must be an integer.")]
+BatchPolicy = Annotated[str, typer.Option("--batch-policy", help="At --batch-size > 1: ragged (each row keeps its own "
+                                          "accepted prefix) or min (every row advances by the batch's minimum; an ablation).")]
 ResultsDir = Annotated[str, typer.Option("--results-dir", help="Where run folders are written.")]  # str: '' must reach config.check_results_dir (a Path would be '.')
 AsJson = Annotated[bool, typer.Option("--json", help="Print the result as JSON (for machines).")]
 TrustRemote = Annotated[bool, typer.Option("--trust-remote-code", help="Allow model repos to run their own code.")]
+DeviceMap = Annotated[Optional[str], typer.Option(
+    "--device-map", help="Place the target over several devices with accelerate: auto, balanced, balanced_low_0, "
+    "sequential, or JSON {\"module prefix\": device} (device: GPU index, cpu, mps or disk). Decoder-only targets.")]
+MaxMemory = Annotated[Optional[str], typer.Option(
+    "--max-memory", help="Per-device caps for --device-map: 0=20GiB,1=20GiB,cpu=60GiB (or the same as JSON).")]
+Executor = Annotated[str, typer.Option("--executor", help="Where sweep cells run: local (here, one after another) or "
+                                       "ray (each cell on a Ray worker; pip install specbench[ray]).")]
+Address = Annotated[Optional[str], typer.Option(
+    "--address", help="--executor ray: the cluster, auto (the one `ray start` made on this machine) or "
+    "ray://host:port / host:port (default: a one-node cluster started for this sweep).")]
+GpusPerCell = Annotated[float, typer.Option("--gpus-per-cell", help="--executor ray: GPUs each cell's worker holds "
+                                            "(0 = CPU only; fractions share a GPU).")]
+CpusPerCell = Annotated[float, typer.Option("--cpus-per-cell", help="--executor ray: CPUs each cell's worker holds "
+                                            "(Ray sets its torch threads to match).")]

@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from specbench.cli.options import (DEFAULT_TASK, AsJson, Backend, Device, Draft, DraftConfidence, Dtype, Gamma, GammaMax,
+from specbench.cli.options import (DEFAULT_TASK, AsJson, Backend, DeviceMap, MaxMemory, BatchPolicy, BatchSize, Device, Draft, DraftConfidence, Dtype, Gamma, GammaMax,
                                    Limit, MaxNew, Repeats, ResultsDir, Seed, Target, Task, Temperature, TopK, TopP,
                                    TrustRemote)
 from specbench.cli.output import console, fmt, out, progress_bar, quiet_transformers, say, warn_if_noisy
@@ -43,6 +43,11 @@ SUMMARY_ROWS = [
     ("baseline_tokens_per_s", "baseline throughput"),
     ("speculative_tokens_per_s", "speculative throughput"),
     ("greedy_identity", "share of examples token-identical to the baseline (T = 0)"),
+    ("speculative_row_tokens_per_s", "per row: a row's tokens ÷ its own seconds, mean (batches)"),
+    ("tokens_per_batch_pass", "decode tokens of all rows per batched target pass (B > 1)"),
+    ("batch_verify_cost", "calibrated t(B, γ+1) / t(B, 1) (B > 1)"),
+    ("predicted_speedup_batch", "cost model at batch B with the policy (B > 1)"),
+    ("peak_memory_mb", "peak memory while measuring, MiB (peak_memory_kind says which)"),
 ]
 
 
@@ -65,6 +70,10 @@ def run(
     draft_confidence: DraftConfidence = 0.0,
     engine: Engine = "specbench",
     exact_shapes: ExactShapes = False,
+    batch_size: BatchSize = 1,
+    batch_policy: BatchPolicy = "ragged",
+    device_map: DeviceMap = None,
+    max_memory: MaxMemory = None,
     results_dir: ResultsDir = Path("results"),
     run_id: RunId = None,
     as_json: AsJson = False,
@@ -74,6 +83,7 @@ def run(
 
     Example: specbench run --task aclsum --draft prompt-lookup --gamma 3 --limit 8
     Example: specbench run --draft auto --dtype auto --gamma auto --repeats 2   (choices measured on this machine)
+    Example: specbench run --draft prompt-lookup --gamma 3 --batch-size 8 --limit 16   (two batches of 8)
     """
     from specbench.measure.runner import prepare_run
 
@@ -81,7 +91,8 @@ def run(
                        sampling=SamplingConfig(temperature, top_k, top_p), limit=limit, seed=seed,
                        max_new_tokens=max_new_tokens, device=device, dtype=dtype, engine=engine, backend=backend,
                        draft_confidence=draft_confidence, trust_remote_code=trust_remote_code, gamma_max=gamma_max,
-                       repeats=repeats, exact_shapes=exact_shapes).validate()
+                       repeats=repeats, exact_shapes=exact_shapes, batch_size=batch_size,
+                       batch_policy=batch_policy, device_map=device_map, max_memory=max_memory).validate()
     quiet_transformers()
     with console.status("loading task and models") as status:
         plan = prepare_run(config, results_dir, run_id=run_id, on_status=status.update)
@@ -132,8 +143,10 @@ def print_summary(outcome, as_json: bool) -> None:
 
 
 def summary_table(summary: dict) -> Table:
+    batch = (f", batch {summary['batch_size']} {summary.get('batch_policy')}"
+             if (summary.get("batch_size") or 1) > 1 else "")
     title = (f"{summary['run_id']}  ({summary['n_examples']} examples; {summary.get('draft')}, "
-             f"γ {summary.get('gamma')}, {summary.get('dtype')})")
+             f"γ {summary.get('gamma')}, {summary.get('dtype')}{batch})")
     table = Table(title=title, show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")

@@ -14,7 +14,8 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from specbench.cli.options import (DEFAULT_TASK, AsJson, Backend, Device, Dtype, GammaMax, Limit, MaxNew, Repeats,
+from specbench.cli.options import (DEFAULT_TASK, Address, AsJson, Backend, CpusPerCell, DeviceMap, Executor, GpusPerCell,
+                                   MaxMemory, Device, Dtype, GammaMax, Limit, MaxNew, Repeats,
                                    ResultsDir, Seed, Target, TopK, TopP, TrustRemote)
 from specbench.cli.output import console, fmt, out, progress_bar, quiet_transformers, warn_if_noisy
 from specbench.models import DEFAULT_DRAFT, DEFAULT_TARGET
@@ -26,6 +27,10 @@ Temperatures = Annotated[str, typer.Option("--temperature", help="Temperatures, 
 Tasks = Annotated[str, typer.Option("--task", help="Tasks, comma-separated (names or JSONL files).")]
 Confidences = Annotated[str, typer.Option("--draft-confidence", help="Early-stop confidences of model drafts, "
                                           "comma-separated (an axis; 0 = off; model-free drafts run at 0 only).")]
+BatchSizes = Annotated[str, typer.Option("--batch-size", help="Batch sizes, an axis: a list 1,2,4,8,16 or a range "
+                                         "1-4 (each at most the examples; γ must be integers at > 1).")]
+BatchPolicies = Annotated[str, typer.Option("--batch-policy", help="Batch policies, an axis: ragged, min or ragged,min "
+                                            "(batch 1 runs once: the policies agree there).")]
 SweepId = Annotated[Optional[str], typer.Option(
     "--sweep-id", help="Sweep folder name (default: derived from the grid; a rerun resumes it).")]
 
@@ -50,6 +55,14 @@ def sweep(
     dtype: Dtype = "float32",
     backend: Backend = "eager",
     draft_confidence: Confidences = "0",
+    batch_size: BatchSizes = "1",
+    batch_policy: BatchPolicies = "ragged",
+    device_map: DeviceMap = None,
+    max_memory: MaxMemory = None,
+    executor: Executor = "local",
+    address: Address = None,
+    gpus_per_cell: GpusPerCell = 0.0,
+    cpus_per_cell: CpusPerCell = 1.0,
     results_dir: ResultsDir = Path("results"),
     sweep_id: SweepId = None,
     as_json: AsJson = False,
@@ -58,16 +71,23 @@ def sweep(
     """Run a grid (γ × draft × temperature × task) into results/<sweep-id>/, resumably, one baseline per task and T.
 
     Example: specbench sweep --gamma 1-8 --draft prompt-lookup --temperature 0,1 --limit 8
+    Example: specbench sweep --gamma 3 --batch-size 1,2,4,8,16 --batch-policy ragged,min --limit 32
+    Example: specbench sweep --gamma 1-8 --executor ray --address auto --gpus-per-cell 1   (cells over a Ray cluster)
     """
-    from specbench.measure.sweep import SweepGrid, parse_float_list
+    from specbench.measure.executors import make_executor
+    from specbench.measure.sweep import SweepGrid, parse_float_list, parse_int_list, parse_policy_list
 
     grid = SweepGrid.from_specs(target=target, draft=draft, gamma=gamma, temperature=temperature, task=task,
                                 top_k=top_k, top_p=top_p, limit=limit, seed=seed, max_new_tokens=max_new_tokens,
                                 device=device, dtype=dtype, trust_remote_code=trust_remote_code, backend=backend,
                                 draft_confidence=tuple(parse_float_list(draft_confidence, "--draft-confidence")),
-                                gamma_max=gamma_max, repeats=repeats)
+                                gamma_max=gamma_max, repeats=repeats,
+                                batch_size=tuple(parse_int_list(batch_size, "--batch-size")),
+                                batch_policy=tuple(parse_policy_list(batch_policy)), device_map=device_map,
+                                max_memory=max_memory)
+    cells_on = make_executor(executor, address=address, gpus_per_cell=gpus_per_cell, cpus_per_cell=cpus_per_cell)
     quiet_transformers()
-    outcome = sweep_with_progress(grid, results_dir, sweep_id)
+    outcome = sweep_with_progress(grid, results_dir, sweep_id, cells_on)
     if as_json:
         out.print_json(json.dumps([{"cell_id": c.cell_id, "run_dir": str(outcome.root / c.cell_id), "summary": c.summary}
                                    for c in outcome.cells]))
@@ -78,7 +98,7 @@ def sweep(
         warn_if_noisy(c.summary, f"{c.cell_id}: ")
 
 
-def sweep_with_progress(grid, results_dir: Path, sweep_id: str | None):
+def sweep_with_progress(grid, results_dir: Path, sweep_id: str | None, executor=None):
     """run_sweep with a transient spinner while it checks and plans, then a bar over cells × examples."""
     from specbench.measure.sweep import run_sweep
 
@@ -99,7 +119,8 @@ def sweep_with_progress(grid, results_dir: Path, sweep_id: str | None):
 
     status.start()
     try:
-        return run_sweep(grid, results_dir, sweep_id=sweep_id, on_plan=on_plan, on_cell=on_cell, on_example=on_example)
+        return run_sweep(grid, results_dir, sweep_id=sweep_id, on_plan=on_plan, on_cell=on_cell, on_example=on_example,
+                         executor=executor)
     finally:
         status.stop()
         if bar.live.is_started:  # stopping a bar that never started would still print an empty line

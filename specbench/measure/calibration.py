@@ -139,7 +139,7 @@ def calibrate(target_lm: CachedModel, prompts: list[list[int]], *, k_max: int, m
     t_start = time.perf_counter()
     n_ctx = typical_context([len(p) for p in prompts], max_new_tokens, max_positions, k_max)
     ctx = context_ids(prompts, n_ctx)
-    clock = Clock(target_lm.device).now
+    clock = Clock(target_lm.devices).now
     ks = list(range(1, k_max + 1))
     step = pass_step(target_lm, ctx, k_max, True, max(1, max_new_tokens // 2))
     time_passes(step, ks, 1, clock)  # warm-up
@@ -154,6 +154,61 @@ def draft_token_ms(draft_lm: CachedModel, prompts: list[list[int]], *, max_new_t
     """Median ms of one draft token (a one-token pass of the draft model after a typical context)."""
     n_ctx = typical_context([len(p) for p in prompts], max_new_tokens, max_positions, 1)
     step = pass_step(draft_lm, context_ids(prompts, n_ctx), 1, False, max(1, max_new_tokens // 2))
-    clock = Clock(draft_lm.device).now
+    clock = Clock(draft_lm.devices).now
     time_passes(step, [1], 2, clock)  # warm-up
     return statistics.median(time_passes(step, [1], repeats, clock)[1])
+
+
+# --------------------------------------------------------------------------- batches (--batch-size > 1)
+
+
+def batch_pass_step(model: torch.nn.Module, context: list[int], batch_size: int, k_max: int) -> Callable[[int], None]:
+    """A step(k) that runs one pass of k new tokens for each of `batch_size` rows after `context` and crops
+    the cache back: the shape of a batched verify pass ([B, k]), all rows at one length (timing ignores
+    content; the batched engine's masks over rows of other lengths cost no extra matmul). Decoder-only."""
+    from transformers import DynamicCache
+
+    device = next(model.parameters()).device
+    ids = torch.tensor([context] * batch_size, device=device)  # [B, n]
+    cache = DynamicCache()
+    with torch.inference_mode():
+        model(input_ids=ids, past_key_values=cache, use_cache=True)
+    n = ids.shape[1]
+    new = ids[:, -k_max:] if n >= k_max else ids[:, :1].repeat(1, k_max)  # [B, k_max]
+
+    def step(k: int) -> None:
+        with torch.inference_mode():
+            logits = model(input_ids=new[:, :k], past_key_values=cache, use_cache=True).logits  # [B, k, V]
+            logits.argmax(-1).tolist()  # the host sync a decode step pays
+        cache.crop(-k)  # back to `base` tokens (this transformers crops by a negative count)
+
+    return step
+
+
+def calibrate_batch(target: torch.nn.Module, prompts: list[list[int]], *, batch_size: int, k_max: int,
+                    max_new_tokens: int, max_positions: int | None, draft: torch.nn.Module | None = None,
+                    repeats: int = DEFAULT_REPEATS) -> dict | None:
+    """t(B, k), k = 1..k_max: ms of one batched target pass over k new tokens per row (and, for a model
+    draft, ms of one batched draft token) after a context of the task's typical length; the manifest's
+    `batch_calibration`. `verify_cost` maps γ → t(B, γ+1)/t(B, 1), the batch's counterpart of pass_cost.
+    None for an encoder-decoder target (no batched pass to time here)."""
+    if getattr(target.config, "is_encoder_decoder", False):
+        return None
+    t_start = time.perf_counter()
+    n_ctx = typical_context([len(p) for p in prompts], max_new_tokens, max_positions, k_max)
+    ctx = context_ids(prompts, n_ctx)
+    clock = Clock(next(target.parameters()).device).now
+    ks = list(range(1, k_max + 1))
+    step = batch_pass_step(target, ctx, batch_size, k_max)
+    time_passes(step, ks, 1, clock)  # warm-up
+    med, spread = median_and_spread(time_passes(step, ks, repeats, clock))
+    draft_ms = None
+    if draft is not None and not getattr(draft.config, "is_encoder_decoder", False):
+        draft_step = batch_pass_step(draft, ctx, batch_size, 1)
+        time_passes(draft_step, [1], 2, clock)
+        draft_ms = statistics.median(time_passes(draft_step, [1], 2 * repeats, clock)[1])
+    return {"batch_size": batch_size, "context_tokens": n_ctx, "repeats": repeats,
+            "target_ms": {str(k): v for k, v in med.items()}, "target_spread": {str(k): v for k, v in spread.items()},
+            "verify_cost": {str(k - 1): v / med[1] for k, v in med.items() if k > 1},
+            "draft_ms": draft_ms, "draft_cost": None if draft_ms is None else draft_ms / med[1],
+            "seconds": time.perf_counter() - t_start}

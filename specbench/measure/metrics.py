@@ -38,6 +38,18 @@ Definitions (sums run over all examples of a run):
   accepted_length_histogram  steps with 0..γ accepted, over steps that drafted all γ tokens
                         (shorter proposals — lookup misses, the end of the budget — are not the theory's law);
                         [] when no step drafted all γ
+Batches (--batch-size B > 1): a batch's rows share its wall time, so every throughput above
+(speedup and its interval, decode_speedup, tokens/s, *_s) is Σ tokens ÷ Σ batch seconds (each
+engine's `batch_s`, once per batch; a batch's prefill is its rows' longest), the bootstrap
+resamples batches, speedup_median_example is the median batch, and c and verify_cost are
+per batched step against the baseline's batched step (a row's draft_s/verify_s/target_calls are
+the batch's shared ones, so a batch counts its rows' largest). Beside them:
+  baseline_row_tokens_per_s / speculative_row_tokens_per_s  mean over rows of a row's tokens ÷ its own
+                        prefill + decode seconds (what one request sees; at B = 1 every example's own)
+  alpha_row_mean, alpha_row_range  each row's own α (accepted / trials), averaged and its [min, max];
+                        `alpha` stays the pooled one
+  tokens_per_batch_pass  Σ decode tokens of all rows ÷ Σ batched target passes
+  batch_verify_cost, batch_draft_cost, predicted_speedup_batch  from the calibrated t(B, k) (batch_prediction)
 Peers' names for the same runs (spec_bench_metrics; README maps them onto alpha and acceptance_rate):
   mean_accepted_tokens  Spec-Bench's "#Mean accepted tokens" (#MAT), as its evaluation/speed.py computes it:
                         the mean of accept_lengths, where every target pass, prefill's included, logs the
@@ -81,9 +93,42 @@ def engine_totals(records: list[dict], engine: str) -> dict:
 BOOTSTRAP_RESAMPLES = 2000
 
 
-def per_example_speedups(records: list[dict], decode_only: bool = False):
-    """(speculative tokens, seconds, baseline tokens, seconds) per example as numpy arrays."""
+def is_batched(records: list[dict]) -> bool:
+    """Whether the records come from a run with --batch-size > 1 (their rows share batch times)."""
+    return any((r.get("batch_size") or 1) > 1 for r in records)
+
+
+def batches(records: list[dict]) -> list[list[dict]]:
+    """The records grouped by batch_index, in the order the batches first appear."""
+    groups: dict[int, list[dict]] = {}
+    for r in records:
+        groups.setdefault(r.get("batch_index") or 0, []).append(r)
+    return list(groups.values())
+
+
+def batch_unit(rows: list[dict], engine: str, decode_only: bool = False) -> tuple[float, float]:
+    """(tokens, seconds) of one engine over one batch: Σ row tokens and its batch_s (minus its prefill, the
+    rows' longest, when decode_only)."""
+    tokens = sum(r[engine]["n_tokens"] - (1 if decode_only else 0) for r in rows)
+    seconds = rows[0][engine]["batch_s"] - (max(r[engine]["prefill_s"] for r in rows) if decode_only else 0.0)
+    return tokens, seconds
+
+
+def per_batch_speedups(records: list[dict], decode_only: bool = False):
+    """(speculative tokens, seconds, baseline tokens, seconds) per batch as numpy arrays."""
     import numpy as np
+
+    units = [(*batch_unit(b, "speculative", decode_only), *batch_unit(b, "baseline", decode_only))
+             for b in batches(records)]
+    return tuple(np.array(col, dtype=float) for col in zip(*units))
+
+
+def per_example_speedups(records: list[dict], decode_only: bool = False):
+    """(speculative tokens, seconds, baseline tokens, seconds) per example (per batch when batched) as numpy arrays."""
+    import numpy as np
+
+    if is_batched(records):
+        return per_batch_speedups(records, decode_only)
 
     def arrays(engine):
         tok = np.array([r[engine]["n_tokens"] - (1 if decode_only else 0) for r in records], dtype=float)
@@ -99,10 +144,10 @@ def bootstrap_speedup_ci(records: list[dict], decode_only: bool = False, level: 
     """Percentile-bootstrap interval of the ratio-of-sums speedup, resampling examples with replacement."""
     import numpy as np
 
-    if len(records) < 2:
+    st, ss, bt, bs = per_example_speedups(records, decode_only)  # per example, or per batch (the timing unit)
+    if len(st) < 2:
         return [NAN, NAN]
-    st, ss, bt, bs = per_example_speedups(records, decode_only)
-    idx = np.random.default_rng(seed).integers(0, len(records), size=(resamples, len(records)))
+    idx = np.random.default_rng(seed).integers(0, len(st), size=(resamples, len(st)))
     with np.errstate(divide="ignore", invalid="ignore"):
         boot = (st[idx].sum(1) / ss[idx].sum(1)) / (bt[idx].sum(1) / bs[idx].sum(1))
     boot = boot[np.isfinite(boot)]
@@ -192,7 +237,70 @@ def summarize(records: list[dict], gamma: int, greedy: bool, probes: list[float]
         "greedy_identity": identical if greedy else None,
         "first_divergences": [r["first_divergence"] for r in records if r["first_divergence"] is not None],
     }
+    out.update(row_metrics(records), **(batch_metrics(records) if is_batched(records) else {}))
     out.update(predicted_and_checks(records, out, gamma, greedy, probes, drift))
+    return out
+
+
+def row_metrics(records: list[dict]) -> dict:
+    """Per-row throughput of each engine and each row's own α (see the module docstring)."""
+    def row_rate(engine):
+        rates = [ratio(r[engine]["n_tokens"], r[engine]["prefill_s"] + r[engine]["decode_s"]) for r in records]
+        rates = [x for x in rates if not math.isnan(x)]
+        return mean(rates) if rates else NAN
+
+    alphas = [r["speculative"]["accepted"] / r["speculative"]["trials"] for r in records if r["speculative"]["trials"]]
+    return {"baseline_row_tokens_per_s": row_rate("baseline"), "speculative_row_tokens_per_s": row_rate("speculative"),
+            "alpha_row_mean": mean(alphas) if alphas else NAN,
+            "alpha_row_range": [min(alphas), max(alphas)] if alphas else [NAN, NAN]}
+
+
+def _batch_max(rows: list[dict], engine: str, key: str, minus: int = 0) -> float:
+    return max(r[engine][key] - minus for r in rows)
+
+
+def batch_metrics(records: list[dict]) -> dict:
+    """B > 1: the throughput and cost fields recomputed over batches (a batch's rows share its wall time)."""
+    groups = batches(records)
+    t = {e: [batch_unit(b, e) for b in groups] for e in ("baseline", "speculative")}
+    d = {e: [batch_unit(b, e, decode_only=True) for b in groups] for e in ("baseline", "speculative")}
+    tok = {e: sum(x for x, _ in t[e]) for e in t}
+    sec = {e: sum(y for _, y in t[e]) for e in t}
+    dtok = {e: sum(x for x, _ in d[e]) for e in d}
+    dsec = {e: sum(y for _, y in d[e]) for e in d}
+    base_steps = sum(_batch_max(b, "baseline", "n_tokens", 1) for b in groups)  # batched one-token steps
+    passes = sum(_batch_max(b, "speculative", "target_calls") for b in groups)  # batched target passes
+    draft_s = sum(_batch_max(b, "speculative", "draft_s") for b in groups)
+    verify_s = sum(_batch_max(b, "speculative", "verify_s") for b in groups)
+    drafted = sum(_batch_max(b, "speculative", "drafted") for b in groups)  # draft positions of the batch
+    t_step = ratio(dsec["baseline"], base_steps)  # baseline seconds per batched step
+    return {
+        "speedup": ratio(ratio(tok["speculative"], sec["speculative"]), ratio(tok["baseline"], sec["baseline"])),
+        "decode_speedup": ratio(ratio(dtok["speculative"], dsec["speculative"]), ratio(dtok["baseline"], dsec["baseline"])),
+        "baseline_tokens_per_s": ratio(tok["baseline"], sec["baseline"]),
+        "speculative_tokens_per_s": ratio(tok["speculative"], sec["speculative"]),
+        "baseline_s": sec["baseline"], "speculative_s": sec["speculative"],
+        "draft_s": draft_s, "verify_s": verify_s, "overhead_s": dsec["speculative"] - draft_s - verify_s,
+        "c": ratio(ratio(draft_s, drafted), t_step),
+        "verify_cost": ratio(ratio(verify_s, passes), t_step),
+        "tokens_per_batch_pass": ratio(dtok["speculative"], passes),
+    }
+
+
+def batch_prediction(alpha: float, gamma: int, calibration: dict | None, policy: str) -> dict:
+    """batch_verify_cost t(B, γ+1)/t(B, 1) and batch_draft_cost from a run's batch calibration
+    (calibration.calibrate_batch), and the cost model's speedup at that batch (theory.batch_walltime_factor)."""
+    from specbench.measure import theory
+
+    nan = {"batch_verify_cost": NAN, "batch_draft_cost": NAN, "predicted_speedup_batch": NAN}
+    if not calibration or str(gamma) not in calibration.get("verify_cost", {}):
+        return nan
+    verify = float(calibration["verify_cost"][str(gamma)])
+    draft = float(calibration.get("draft_cost") or 0.0)
+    out = {"batch_verify_cost": verify, "batch_draft_cost": draft, "predicted_speedup_batch": NAN}
+    if not math.isnan(alpha):
+        out["predicted_speedup_batch"] = theory.batch_walltime_factor(alpha, gamma, draft, verify,
+                                                                      calibration["batch_size"], policy)
     return out
 
 

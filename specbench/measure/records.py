@@ -58,6 +58,14 @@ class EngineRecord:
     proposal_lengths: list[int] = field(default_factory=list)  # tokens offered at each pass the budget did not shorten (0 = none)
     pass_lengths: list[int] = field(default_factory=list)  # tokens fed to each target pass after prefill (speculative: 1 or g+1), in order
     repeat_s: list[float] = field(default_factory=list)  # prefill + decode seconds of each timed repeat (--repeats); the times above are their medians
+    # batches (--batch-size > 1) only; absent from records decoded one at a time:
+    batch_s: float | None = None  # wall seconds of this engine's whole batch (its prefill to its last row's stop); shared by the batch's rows
+    batch_pass_rows: list[int] = field(default_factory=list)  # live rows in each batched target pass after prefill (the batch's, shared)
+    batch_pass_widths: list[int] = field(default_factory=list)  # tokens per row fed to each such pass (the batch's, shared)
+    kept_lengths: list[int] = field(default_factory=list)  # tokens each verify step kept for this row: accepted + 1, or fewer under --batch-policy min
+
+
+ENGINE_BATCH_FIELDS = ("batch_s", "batch_pass_rows", "batch_pass_widths", "kept_lengths")  # left out of batch-1 records
 
 
 @dataclass
@@ -74,10 +82,18 @@ class ExampleRecord:
     first_divergence: int | None  # index of the first differing token, None when identical
     # added later (older records lack it):
     numerics: dict | None = None  # T = 0 only (evidence/numerics.py): floor_positions, floor_flips, seconds, divergence (its class, or null)
+    # batches (--batch-size > 1) only; absent from records decoded one at a time:
+    batch_size: int | None = None  # the run's --batch-size B
+    batch_index: int | None = None  # which batch of the run (0, 1, …: examples grouped by B in the task's seeded order)
+    row: int | None = None  # the example's row in its batch (0 .. batch_rows − 1)
+    batch_rows: int | None = None  # rows in this batch: B, or fewer in the last batch when B does not divide the examples
     # T > 0 only (evidence/perplexity.py; older records and greedy runs lack it):
     nll: dict | None = None  # {"baseline", "speculative"}: each output's mean negative log-likelihood per token under the target's raw law (null: empty output)
     # multi-turn questions only (measure/turns.py; null for one turn): the engine records above sum the turns
     turns: list[dict] | None = None  # per turn: {"baseline", "speculative"}: that turn's EngineRecord (baseline null: a sweep's shared one), {"baseline_prompt_tokens", "speculative_prompt_tokens"}: the conversation's length
+
+
+BATCH_FIELDS = ("batch_size", "batch_index", "row", "batch_rows")  # ExampleRecord's batch fields, omitted while null
 
 
 @dataclass
@@ -105,6 +121,8 @@ class Summary:
     seed: int | None = None  # the run's seed (each example derives its own from it and its id)
     repeats: int | None = None  # timed repeats per example and engine (the times are their medians)
     exact_shapes: bool | None = None  # every target pass padded to γ+1 tokens (one compiled shape)
+    batch_size: int | None = None  # examples decoded together (--batch-size; 1: one at a time)
+    batch_policy: str | None = None  # B > 1: ragged (each row its own accepted prefix) or min (all rows by the minimum)
     max_new_tokens: int | None = None  # the generation budget per example
     complete: bool | None = None  # every selected example is measured (n_examples == the manifest's n_examples)
     # --- measured (metrics.summarize)
@@ -117,7 +135,6 @@ class Summary:
     mean_accepted_tokens: float | None = None  # Spec-Bench's #MAT: tokens emitted per target pass, prefill's pass and the bonus/correction token counted
     draft_acceptance_rate: float | None = None  # vLLM's name for Σ accepted / Σ drafted (= acceptance_rate)
     spec_bench_speedup: float | None = None  # Spec-Bench's speedup: mean over questions of speculative tokens/s ÷ that mean for the baseline
-    tokens_per_target_call: float | None = None  # decode tokens / target passes
     tokens_per_target_call: float | None = None  # decode tokens / target passes
     c: float | None = None  # draft seconds per drafted token / baseline seconds per decoded token
     verify_cost: float | None = None  # seconds per verification pass / baseline seconds per decoded token
@@ -163,11 +180,22 @@ class Summary:
     numerics_floor_flips: int | None = None  # those flips
     numerics_floor_positions: int | None = None  # the positions checked
     numerics_cost_share: float | None = None  # the classifier's seconds ÷ the timed seconds
+    # --- batches (metrics.batch_metrics; null at batch size 1 except the row throughputs and row α)
+    baseline_row_tokens_per_s: float | None = None  # mean over examples of each one's tokens ÷ its own seconds, baseline
+    speculative_row_tokens_per_s: float | None = None  # the same for speculative decoding (what one request sees)
+    alpha_row_mean: float | None = None  # mean over examples (rows) of each one's own α (alpha is the pooled one)
+    alpha_row_range: list[float | None] | None = None  # [lowest, highest] α of one example (row)
+    tokens_per_batch_pass: float | None = None  # B > 1: Σ decode tokens of all rows ÷ Σ batched target passes (a batch's passes: its longest row's)
+    batch_verify_cost: float | None = None  # B > 1: calibrated t(B, γ+1) ÷ t(B, 1), a batched pass over γ+1 tokens per row in one-token batched passes
+    batch_draft_cost: float | None = None  # B > 1: calibrated batched draft-model token ÷ batched one-token target pass (0: model-free)
+    predicted_speedup_batch: float | None = None  # B > 1: the cost model at batch B from the pooled α, batch_draft_cost, batch_verify_cost and the policy (theory.batch_walltime_factor)
     # --- the run's context (runner.write_summary)
     baseline_drift: float | None = None  # a sweep cell: re-timed ÷ stored seconds of a shared baseline (worst)
     auto: dict | None = None  # auto choices: requested, reasons, pilot_alpha, predicted speedups
     hardware: str | None = None  # one sentence naming the machine (measure/hardware.describe)
     quality: dict | None = None  # metric, baseline and speculative scores (BLEU or ROUGE), CIs at T > 0
+    peak_memory_mb: float | None = None  # peak memory while this call measured (MiB): CUDA max allocated, else resident set size
+    peak_memory_kind: str | None = None  # what peak_memory_mb is: cuda_max_allocated, rss_since_start (Linux, reset per run) or rss_process_peak
 
 
 def summary_dict(values: dict) -> dict:
@@ -187,8 +215,29 @@ def prepare_run_dir(path: Path) -> Path:
     return path
 
 
+def engine_dict(record: EngineRecord) -> dict:
+    """An EngineRecord as JSON: the batch fields left out while batch_s is null (a batch-1 record, or a sweep's stored
+    baseline, reads as before batches)."""
+    row = asdict(record)
+    if row["batch_s"] is None:
+        for key in ENGINE_BATCH_FIELDS:
+            del row[key]
+    return row
+
+
+def record_dict(record: ExampleRecord) -> dict:
+    """The JSON line of a record: batch fields left out while null, so a batch-1 line reads as before batches."""
+    row = asdict(record)
+    for key in BATCH_FIELDS:
+        if row[key] is None:
+            del row[key]
+    for engine in ("baseline", "speculative"):
+        row[engine] = engine_dict(getattr(record, engine))
+    return row
+
+
 def append_record(path: Path, record: ExampleRecord) -> None:
-    append_jsonl(path, asdict(record))
+    append_jsonl(path, record_dict(record))
 
 
 @contextmanager
@@ -595,3 +644,38 @@ def load_examples(path: Path):
     rows, notes = scan_examples([Path(path)])
     _warn_all(notes)
     return pd.json_normalize(rows)
+
+
+# --------------------------------------------------------------------------- where sweep cells ran (executors)
+
+PLACEMENT_FILE = "placement.jsonl"  # in a sweep folder run by `--executor ray`: one line per cell started on a worker
+
+
+@dataclass
+class CellPlacement:
+    """Which node and device measured a sweep cell (measure/executors/ray_cluster.py); one per start of a cell."""
+
+    cell_id: str  # the cell's run folder
+    executor: str  # "ray" (local sweeps write no placement: every cell ran in the sweep's own process)
+    node: str  # the worker's host name
+    node_ip: str  # the worker node's IP address as Ray knows it
+    device: str  # the torch device of the target's input layer, e.g. cpu or cuda:0
+    gpu_ids: list  # the GPUs Ray gave the worker ([] without --gpus-per-cell)
+    pid: int  # the worker process
+
+
+def placement_problem(row) -> str | None:
+    """A line of placement.jsonl: an object with a string cell_id, node and device."""
+    problem = object_problem(row)
+    if problem:
+        return problem
+    bad = [k for k in ("cell_id", "node", "device") if not isinstance(row.get(k), str)]
+    return f"{bad[0]} is missing or not a string" if bad else None
+
+
+def read_placements(sweep_dir: Path) -> dict[str, list[dict]]:
+    """cell id → its placements, in the order the cells were started ({} for a sweep run locally)."""
+    out: dict[str, list[dict]] = {}
+    for row in read_records(Path(sweep_dir) / PLACEMENT_FILE, placement_problem):
+        out.setdefault(row["cell_id"], []).append(row)
+    return out

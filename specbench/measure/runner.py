@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -22,8 +23,8 @@ from typing import Callable
 
 import torch
 
-from specbench.config import (AUTO, RunConfig, SamplingConfig, check_gamma_budget, check_gamma_context, check_id,
-                              check_results_dir)
+from specbench.config import (AUTO, RunConfig, SamplingConfig, batch_suffix, check_batch_size, check_gamma_budget,
+                              check_gamma_context, check_id, check_results_dir)
 from specbench.decoding.autoregressive import decode_autoregressive
 from specbench.decoding.base import DecodeResult, Proposer
 from specbench.decoding.backend import ForwardBackend
@@ -39,13 +40,15 @@ from specbench.measure import calibration as cal
 from specbench.measure.choose import AutoChoice, PilotResult, choose, needs_choice, pilot_from_results, resolved_config
 from specbench.measure import turns
 from specbench.measure.noise import probe_ms
-from specbench.measure.metrics import first_divergence, json_safe, summarize
+from specbench.measure.memory import peak_memory, reset_peak_memory
+from specbench.measure.metrics import batch_prediction, first_divergence, json_safe, summarize
 from specbench.models import LoadedModel, load_model, resolve_source
 from specbench.models.shipped import shipped_draft_dir
 from specbench.files import append_jsonl, atomic_write_json
 from specbench.measure.records import (SCHEMA_VERSION, EngineRecord, ExampleRecord, RunFiles, append_record,
-                                       baseline_probe_problem, environment_info, noise_probe_problem, prepare_run_dir,
-                                       read_examples, read_records, repair_jsonl, run_lock, summary_dict)
+                                       baseline_probe_problem, engine_dict, environment_info, noise_probe_problem,
+                                       prepare_run_dir, read_examples, read_json_object, read_records, repair_jsonl,
+                                       run_lock, summary_dict)
 from specbench.tasks.specs import Example, TaskSpec, examples_hash, load_task, render_for_model, select_examples
 
 PILOT_EXAMPLES = 6  # at most this many untimed examples per draft for the auto choices' α estimate …
@@ -66,9 +69,10 @@ class Session:
     """Models loaded once and reused across runs (and sweep cells)."""
 
     def __init__(self, target_spec: str, device: str, dtype: str, trust_remote_code: bool = False,
-                 backend: str = "eager"):
+                 backend: str = "eager", device_map: str | None = None, max_memory: str | None = None):
         self.device, self.dtype, self.trust_remote_code, self.backend = device, dtype, trust_remote_code, backend
-        self.target: LoadedModel = load_model(target_spec, device, dtype, trust_remote_code)
+        self.device_map = device_map  # the target's placement over devices (--device-map); drafts load on `device`
+        self.target: LoadedModel = load_model(target_spec, device, dtype, trust_remote_code, device_map, max_memory)
         # one backend for the target, shared by the baseline and the speculative engine (same forward for both)
         self.target_backend = ForwardBackend(self.target.model, backend)
         self._proposers: dict[tuple, Proposer] = {}
@@ -95,6 +99,17 @@ class Session:
             self.draft_ms[key] = None if not caches else cal.draft_token_ms(
                 caches[0], prompts, max_new_tokens=max_new_tokens, max_positions=self.target.max_positions)
         return self.draft_ms[key]
+
+    def calibrate_batch(self, draft_spec: str, prompts: list[list[int]], batch_size: int, k_max: int,
+                        max_new_tokens: int) -> dict | None:
+        """t(B, k) of the target (and the draft model's batched token, if any), measured once per session."""
+        key = ("batch", draft_spec, batch_size, k_max, max_new_tokens, hashlib.sha256(repr(prompts).encode()).hexdigest())
+        if key not in self.calibrations:
+            caches = self.proposer(draft_spec, prompts).model_caches()
+            self.calibrations[key] = cal.calibrate_batch(
+                self.target.model, prompts, batch_size=batch_size, k_max=k_max, max_new_tokens=max_new_tokens,
+                max_positions=self.target.max_positions, draft=caches[0].model if caches else None)
+        return self.calibrations[key]
 
     def proposer(self, draft_spec: str, corpus: list[list[int]] | None = None) -> Proposer:
         """The draft for `draft_spec`, built once; frequency drafts are fitted on `corpus` (once per corpus)."""
@@ -139,13 +154,20 @@ def run_id_for(config: RunConfig) -> str:
     digest = hashlib.sha256(repr(sorted(config.to_dict().items())).encode()).hexdigest()[:8]
     s = config.sampling
     stem = f"{Path(config.task).stem}-{Path(config.draft).name}-g{config.gamma}-t{s.temperature:g}"
+    stem += batch_suffix(config)
     return re.sub(r"[^A-Za-z0-9._-]+", "_", f"{stem}-{digest}")
 
 
-def engine_record(result: DecodeResult, tokenizer, repeat_s: list[float] | None = None) -> EngineRecord:
-    """A DecodeResult plus what the record adds: decoded text, token count, each repeat's seconds."""
+def engine_record(result: DecodeResult, tokenizer, repeat_s: list[float] | None = None,
+                  batched: bool = False) -> EngineRecord:
+    """A DecodeResult plus what the record adds: decoded text, token count, each repeat's seconds; the batch
+    fields only for a run with --batch-size > 1 (`batched`; its last batch may hold a single row)."""
+    fields = asdict(result)
+    fields.pop("batch_size", None)  # the batch size goes into the ExampleRecord, once
+    if not batched:  # a batch-1 engine's defaults: the record carries no batch fields (as before batches)
+        fields.update(batch_s=None, batch_pass_rows=[], batch_pass_widths=[], kept_lengths=[])
     return EngineRecord(text=tokenizer.decode(result.token_ids, skip_special_tokens=True),
-                        n_tokens=len(result.token_ids), repeat_s=list(repeat_s or []), **asdict(result))
+                        n_tokens=len(result.token_ids), repeat_s=list(repeat_s or []), **fields)
 
 
 @dataclass
@@ -330,7 +352,8 @@ def choose_on_this_machine(config: RunConfig, spec: TaskSpec, examples: list[Exa
         if dtype not in sessions:
             on_status(f"loading the target in {dtype}")
             sessions[dtype] = (session if session is not None and session.dtype == dtype else
-                               Session(config.target, config.device, dtype, config.trust_remote_code, config.backend))
+                               Session(config.target, config.device, dtype, config.trust_remote_code, config.backend,
+                                       config.device_map, config.max_memory))
         return sessions[dtype]
 
     first = session_for(dtypes[-1])
@@ -371,7 +394,8 @@ def prepare_run(config: RunConfig, results_dir: Path, *, run_id: str | None = No
         if old.get("auto"):  # a resumed run keeps the choices its first examples were measured with
             choice = AutoChoice.from_dict(old["auto"])
             if session is None or session.dtype != choice.dtype:
-                session = Session(config.target, config.device, choice.dtype, config.trust_remote_code, config.backend)
+                session = Session(config.target, config.device, choice.dtype, config.trust_remote_code, config.backend,
+                                  config.device_map, config.max_memory)
         else:
             choice, session = choose_on_this_machine(config, spec, examples, pilot_examples(spec, config, examples),
                                                      max_new, session, on_status)
@@ -380,7 +404,8 @@ def prepare_run(config: RunConfig, results_dir: Path, *, run_id: str | None = No
         run_config = config
         if session is None:
             on_status("loading task and models")
-            session = Session(config.target, config.device, config.dtype, config.trust_remote_code, config.backend)
+            session = Session(config.target, config.device, config.dtype, config.trust_remote_code, config.backend,
+                              config.device_map, config.max_memory)
     if session.backend != config.backend:
         raise SpecbenchError(f"this session runs --backend {session.backend}, the run asks for {config.backend}; "
                              f"load a session per backend")
@@ -411,10 +436,30 @@ def prepare_run(config: RunConfig, results_dir: Path, *, run_id: str | None = No
     manifest["calibration"] = calibration
     if choice is not None:
         manifest["auto"] = choice.to_dict()
+    manifest.update(batch_calibration(session, run_config, corpus, max_new, old, on_status))
     manifest.update(environment_info())
     manifest["created"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     manifest = write_manifest(files, manifest, old)
     return RunPlan(run_config, spec, files, manifest, session, prepared, max_new, proposer, choice)
+
+
+def batch_calibration(session: Session, config: RunConfig, corpus: list[list[int]], max_new: int, old: dict,
+                      on_status: Callable[[str], None]) -> dict:
+    """{"batch_calibration": t(B, k), k = 1..γ+1} for a run at --batch-size B > 1 (calibration.calibrate_batch, once
+    per session; a resumed run keeps its first one); {} at batch 1, whose manifest is as before batches."""
+    if config.batch_size == 1:
+        return {}
+    if old.get("batch_calibration"):
+        return {"batch_calibration": old["batch_calibration"]}
+    on_status(f"calibrating: batched target passes, {config.batch_size} rows × 1..{config.gamma + 1} tokens")
+    return {"batch_calibration": session.calibrate_batch(config.draft, corpus, config.batch_size, config.gamma + 1,
+                                                         max_new)}
+
+
+def start_memory(device: torch.device) -> Callable[[], dict]:
+    """Reset the peak-memory counter now; → what write_summary calls to read the peak since then."""
+    reset_peak_memory(device)
+    return functools.partial(peak_memory, device)
 
 
 def measure(
@@ -465,6 +510,13 @@ def _measure_locked(plan: RunPlan, on_start, on_example, baseline_store: dict | 
     on_start(len(plan.prepared), len(plan.prepared) - len(todo))
     engines = Engines(plan.session, config, plan.proposer, plan.choice)
     probe_file = files.root / "noise_probes.jsonl"
+    memory = start_memory(target.device) if todo else None  # a call that measures nothing keeps the stored peak
+    if config.batch_size > 1:
+        from specbench.measure.batch_runner import measure_batches
+
+        turns.refuse_batched_turns(plan.prepared)
+        measure_batches(plan, engines, records, baseline_store, on_example, memory)
+        return RunOutcome(files, write_summary(files, config, plan.spec, records, plan.manifest, memory), len(todo))
     if todo:
         engines.warm_up(todo[0].prompt_ids, max(len(p.prompt_ids) for p in plan.prepared) + plan.max_new_tokens)
         if baseline_store is not None:
@@ -483,7 +535,7 @@ def _measure_locked(plan: RunPlan, on_start, on_example, baseline_store: dict | 
                                                 log.runs[engine]))
         if base is None:
             merged, repeat_s = merge_repeats(runs["baseline"])
-            base = asdict(engine_record(merged, target.tokenizer, repeat_s))
+            base = engine_dict(engine_record(merged, target.tokenizer, repeat_s))
             if baseline_store is not None:
                 baseline_store[item.example.id] = base
         merged, repeat_s = merge_repeats(runs["speculative"])
@@ -503,9 +555,9 @@ def _measure_locked(plan: RunPlan, on_start, on_example, baseline_store: dict | 
         append_record(files.examples, record)
         append_jsonl(probe_file, {"after": item.example.id, "ms": probe_target(plan.session, item.prompt_ids)})
         records.append(asdict(record))
-        write_summary(files, config, plan.spec, records, plan.manifest)
+        write_summary(files, config, plan.spec, records, plan.manifest, memory)
         on_example(records[-1])
-    summary = write_summary(files, config, plan.spec, records, plan.manifest)
+    summary = write_summary(files, config, plan.spec, records, plan.manifest, memory)
     return RunOutcome(files, summary, len(todo))
 
 
@@ -570,6 +622,7 @@ def check_run_inputs(config: RunConfig, results_dir: str | Path, run_id: str | N
     if check_sources:  # a caller's session already holds the target and builds its drafts
         check_model_sources(config)
     examples = select_examples(spec, config.limit, config.seed)
+    check_batch_size(config.batch_size, len(examples))
     return spec, examples, max_new, RunFiles(prepare_run_dir(results) / (run_id or run_id_for(config)))
 
 
@@ -660,10 +713,23 @@ def auto_summary(manifest: dict) -> dict | None:
             "predicted_speedup_by_gamma": {str(c["gamma"]): c["speedup"] for c in sorted(chosen, key=lambda c: c["gamma"])}}
 
 
-def write_summary(files: RunFiles, config: RunConfig, spec: TaskSpec, records: list[dict], manifest: dict) -> dict:
+def summary_memory(files: RunFiles, memory: Callable[[], dict] | None) -> dict:
+    """The peak memory of this call's measuring, or (a call that measured nothing) the one the summary holds."""
+    if memory is not None:
+        return memory()
+    old, _ = read_json_object(files.summary, "summary.json")
+    return {k: (old or {}).get(k) for k in ("peak_memory_mb", "peak_memory_kind")}
+
+
+def write_summary(files: RunFiles, config: RunConfig, spec: TaskSpec, records: list[dict], manifest: dict,
+                  memory: Callable[[], dict] | None = None) -> dict:
     from specbench.measure.hardware import describe
 
     drift = baseline_drift(files)
+    metrics = summarize(records, config.draft_gamma, config.sampling.greedy, read_probes(files.root), drift)
+    if config.batch_size > 1:
+        metrics.update(batch_prediction(metrics.get("alpha", float("nan")), config.draft_gamma,
+                                        manifest.get("batch_calibration"), config.batch_policy))
     summary = summary_dict({  # every key declared in records.Summary
         "schema_version": SCHEMA_VERSION,
         "run_id": files.root.name,
@@ -679,13 +745,16 @@ def write_summary(files: RunFiles, config: RunConfig, spec: TaskSpec, records: l
         "seed": config.seed,
         "repeats": config.repeats,
         "exact_shapes": config.exact_shapes,
+        "batch_size": config.batch_size,
+        "batch_policy": config.batch_policy,
         "max_new_tokens": manifest["max_new_tokens"],
         "complete": len(records) == manifest["task"]["n_examples"],
-        **summarize(records, config.draft_gamma, config.sampling.greedy, read_probes(files.root), drift),
+        **metrics,
         "baseline_drift": drift,
         "auto": auto_summary(manifest),
         "hardware": describe(manifest.get("hardware")),
         "quality": quality(spec, records, config.sampling),
+        **summary_memory(files, memory),
     })
     summary = json_safe(summary)
     atomic_write_json(files.summary, summary)

@@ -26,7 +26,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from specbench.config import (GAMMA_POLICIES, RunConfig, SamplingConfig, check_finite,
+from specbench.config import (BATCH_POLICIES, GAMMA_POLICIES, RunConfig, SamplingConfig, batch_suffix, check_batch_size,
+                              check_finite,
                               check_gamma_budget, check_id, check_results_dir, check_temperature, omit_later_defaults)
 from specbench.decoding.drafts.spec import parse_draft
 from specbench.errors import SpecbenchError
@@ -90,6 +91,15 @@ def parse_float_list(spec: str, option: str = "--temperature", low: float = 0.0)
     return sorted(values)
 
 
+def parse_policy_list(spec: str) -> list[str]:
+    """'ragged,min' → the batch policies named, in BATCH_POLICIES order."""
+    items = {i.lower() for i in _items(spec, "--batch-policy")}
+    bad = sorted(items - set(BATCH_POLICIES))
+    if bad:
+        raise SpecbenchError(f"--batch-policy: {bad[0]!r} is not one of {', '.join(BATCH_POLICIES)}")
+    return [p for p in BATCH_POLICIES if p in items]
+
+
 def parse_str_list(spec: str, option: str) -> list[str]:
     """'a,b' → sorted unique names (sorted so the sweep id does not depend on the order typed)."""
     return sorted(set(_items(spec, option)))
@@ -120,6 +130,10 @@ class SweepGrid:
     draft_confidence: float | tuple[float, ...] = 0.0  # a model draft's early-stop confidence (0 = off); a tuple is an axis
     gamma_max: int = 8  # the largest γ of the auto / adaptive / heuristic cells
     repeats: int = 1  # timed decodes per engine and example (as RunConfig.repeats)
+    batch_size: int | tuple[int, ...] = 1  # examples decoded together; a tuple is an axis (--batch-size 1,2,4,8,16)
+    batch_policy: str | tuple[str, ...] = "ragged"  # ragged / min at B > 1; a tuple is an axis (B = 1 cells run once)
+    device_map: str | None = None  # the target's placement over devices (as RunConfig.device_map)
+    max_memory: str | None = None  # per-device caps for device_map (as RunConfig.max_memory)
 
     @staticmethod
     def from_specs(*, target: str, draft: str, gamma: str, temperature: str, task: str, **shared) -> "SweepGrid":
@@ -136,7 +150,8 @@ class SweepGrid:
         if "auto" in (self.dtype, *self.drafts):
             raise SpecbenchError("--dtype auto and --draft auto choose one configuration for `specbench run`; a sweep "
                                  "compares configurations: list the dtypes (one sweep each) and drafts to compare")
-        n = len(self.drafts) * len(self.gammas) * len(self.temperatures) * len(self.tasks) * len(self.confidences)
+        n = (len(self.drafts) * len(self.gammas) * len(self.temperatures) * len(self.tasks) * len(self.confidences)
+             * len(self.batch_sizes) * len(self.batch_policies))
         if n > MAX_CELLS:
             raise SpecbenchError(f"the grid has {n} cells (more than {MAX_CELLS}); narrow --gamma/--draft/--temperature/--task")
         for cfg in self.configs():
@@ -147,10 +162,19 @@ class SweepGrid:
     def confidences(self) -> tuple[float, ...]:
         return self.draft_confidence if isinstance(self.draft_confidence, tuple) else (self.draft_confidence,)
 
+    @property
+    def batch_sizes(self) -> tuple[int, ...]:
+        return self.batch_size if isinstance(self.batch_size, tuple) else (self.batch_size,)
+
+    @property
+    def batch_policies(self) -> tuple[str, ...]:
+        return self.batch_policy if isinstance(self.batch_policy, tuple) else (self.batch_policy,)
+
     def to_dict(self) -> dict:
         d = asdict(self)
-        if isinstance(self.draft_confidence, tuple) and len(self.draft_confidence) == 1:
-            d["draft_confidence"] = self.draft_confidence[0]  # one value: the id it always had
+        for key in ("draft_confidence", "batch_size", "batch_policy"):
+            if isinstance(getattr(self, key), tuple) and len(getattr(self, key)) == 1:
+                d[key] = getattr(self, key)[0]  # one value: the id it always had
         return omit_later_defaults({k: list(v) if isinstance(v, tuple) else v for k, v in d.items()})
 
     def base_config(self) -> RunConfig:
@@ -158,16 +182,20 @@ class SweepGrid:
                          sampling=SamplingConfig(self.temperatures[0], self.top_k, self.top_p), limit=self.limit,
                          seed=self.seed, max_new_tokens=self.max_new_tokens, device=self.device, dtype=self.dtype,
                          engine=self.engine, trust_remote_code=self.trust_remote_code, backend=self.backend,
-                         draft_confidence=self.confidences[0], gamma_max=self.gamma_max, repeats=self.repeats)
+                         draft_confidence=self.confidences[0], gamma_max=self.gamma_max, repeats=self.repeats,
+                         batch_size=self.batch_sizes[0], batch_policy=self.batch_policies[0],
+                         device_map=self.device_map, max_memory=self.max_memory)
 
     def configs(self) -> list[RunConfig]:
-        """Every cell, ordered task → temperature → draft → γ, so cells sharing a baseline run together."""
+        """Every cell, ordered task → temperature → draft → γ → batch size → policy, so cells sharing a baseline
+        run together; the min policy only at B > 1 (at B = 1 it is the ragged cell)."""
         base = self.base_config()
         return [replace(base, task=task, draft=draft, gamma=gamma, draft_confidence=conf,
-                        sampling=SamplingConfig(t, self.top_k, self.top_p))
+                        sampling=SamplingConfig(t, self.top_k, self.top_p), batch_size=b, batch_policy=policy)
                 for task in self.tasks for t in self.temperatures for draft in self.drafts for gamma in self.gammas
-                for conf in self.confidences
-                if not (conf and parse_draft(draft).model_free)]  # no confidence to check there
+                for conf in self.confidences for b in self.batch_sizes for policy in self.batch_policies
+                if not (conf and parse_draft(draft).model_free)  # no confidence to check there
+                and not (b == 1 and policy != self.batch_policies[0])]  # B = 1: one policy (they agree there)
 
 
 def _digest(obj, n: int = 8) -> str:
@@ -196,18 +224,20 @@ def cell_ids(grid: SweepGrid) -> list[tuple[str, RunConfig]]:
     """(cell id, config) per cell: task-draft-gγ-tT; top-k/top-p/seed are shared by the sweep, not in the id."""
     tasks, drafts = short_names(grid.tasks), short_names(grid.drafts)
     return [(_slug(f"{tasks[c.task]}-{drafts[c.draft]}-g{c.gamma}-t{c.sampling.temperature:g}"
-                   + (f"-conf{c.draft_confidence:g}" if c.draft_confidence else "")), c) for c in grid.configs()]
+                   + (f"-conf{c.draft_confidence:g}" if c.draft_confidence else "") + batch_suffix(c)), c)
+            for c in grid.configs()]
 
 
 def baseline_key(config: RunConfig) -> tuple:
     """What the baseline depends on within one sweep (target, seed, limit, budget, device are fixed by the grid)."""
     s = config.sampling
-    return (config.task, s.temperature, s.top_k, s.top_p)
+    return (config.task, s.temperature, s.top_k, s.top_p, config.batch_size)  # batched baselines are timed per B
 
 
 def baseline_file(root: Path, grid: SweepGrid, config: RunConfig) -> Path:
     s = config.sampling
-    name = f"{short_names(grid.tasks)[config.task]}-t{s.temperature:g}-k{s.top_k}-p{s.top_p:g}.jsonl"
+    batch = f"-b{config.batch_size}" if config.batch_size > 1 else ""  # batch 1 keeps the name it always had
+    name = f"{short_names(grid.tasks)[config.task]}-t{s.temperature:g}-k{s.top_k}-p{s.top_p:g}{batch}.jsonl"
     return root / BASELINE_DIR / _slug(name)
 
 
@@ -268,6 +298,8 @@ def _task_info(grid: SweepGrid) -> dict:
         examples = select_examples(spec, grid.limit, grid.seed)
         for gamma in grid.gammas:
             check_gamma_budget(gamma, grid.max_new_tokens or spec.max_new_tokens)
+        for batch_size in grid.batch_sizes:
+            check_batch_size(batch_size, len(examples))
         info[task] = {"n_examples": len(examples), "examples_hash": examples_hash(examples)}
     return info
 
@@ -346,12 +378,17 @@ def run_sweep(
     on_plan: Callable[[int, int], None] = lambda total, n_cells: None,
     on_cell: Callable[[str, int, int], None] = lambda cell_id, total, done: None,
     on_example: Callable[[str, dict], None] = lambda cell_id, record: None,
+    executor=None,
+    only: frozenset[str] | None = None,
 ) -> SweepOutcome:
     """Run every cell of the grid not finished yet; resume per example; share models and baselines.
 
     on_plan(total examples over all cells, cells) fires once before any model loads; on_cell
     (cell id, its examples, those already done) before each cell; on_example(cell id, record)
     after each example is on disk (an exception there stops the sweep with nothing lost).
+    executor: None runs the cells here, one after another; an executor from measure/executors
+    (Ray) runs them on its workers and streams their records back to be written here. only: the
+    cell ids to run (a Ray worker runs one cell of the grid into its scratch folder).
     """
     from specbench.measure.runner import Session, execute_run
 
@@ -368,7 +405,11 @@ def run_sweep(
 
     stores: dict[tuple, BaselineStore] = {}
     outcome = SweepOutcome(root)
-    for cell_id, config in cells:
+    if executor is not None:  # the cells run on its workers; every file of the sweep is still written here
+        outcome.cells = executor.run_cells(grid, root, cells, tasks, on_cell=on_cell, on_example=on_example)
+    for cell_id, config in cells if executor is None else []:
+        if only is not None and cell_id not in only:
+            continue
         n = tasks[config.task]["n_examples"]
         finished = _cell_done(root / cell_id, config, n)
         if finished is not None:
@@ -376,7 +417,8 @@ def run_sweep(
             outcome.cells.append(CellOutcome(cell_id, config, finished, 0))
             continue
         if session is None:  # loaded at the first cell with work left, once for the whole sweep
-            session = Session(grid.target, grid.device, grid.dtype, grid.trust_remote_code, grid.backend)
+            session = Session(grid.target, grid.device, grid.dtype, grid.trust_remote_code, grid.backend,
+                              grid.device_map, grid.max_memory)
         key = baseline_key(config)
         if key not in stores:
             stores[key] = BaselineStore(baseline_file(root, grid, config))

@@ -89,6 +89,7 @@ def quality_rows(runs) -> list[dict]:
                          "speculative_ci": r.get(f"quality.speculative.{key}_ci95")})
     return rows
 
+
 # --------------------------------------------------------------------------- axes and perplexity
 
 # The sweep axes a summary may carry, and the columns each may arrive under (the first present wins): a summary's
@@ -147,3 +148,50 @@ def perplexity_rows(data, level: float | None = None) -> list[dict]:
              "speculative": spec, "check": nll_check(f"perplexity/{r['run_id']}", base, spec, level=level)}
             for r, base, spec in found]
 
+
+# --------------------------------------------------------------------------- batch sizes
+
+CONSISTENT_SPREAD = 1.25  # "consistent across batch sizes": every speedup > 1 and the largest ≤ 1.25 × the smallest
+
+
+def _batch_of(value) -> int:
+    x = num(value)
+    return 1 if math.isnan(x) else int(x)
+
+
+def batch_curves(runs) -> list[dict]:
+    """Per task, draft, γ, temperature and batch policy: the measured speedup and the cost model's prediction at
+    each batch size (predicted_speedup_batch; at B = 1 the extended model), B = 1 shared by both policies.
+    [] unless some configuration ran at two batch sizes."""
+    frame = fixed_gamma(runs)
+    if "batch_size" not in frame or frame["batch_size"].map(_batch_of).nunique() < 2:
+        return []
+    frame = frame.assign(b=frame["batch_size"].map(_batch_of),
+                         policy=frame["batch_policy"].map(lambda v: "ragged" if isnull(v) else str(v))
+                         if "batch_policy" in frame else "ragged")
+    out = []
+    for (task, draft, gamma, temp), g in frame.groupby(["task", "draft", "gamma", "temperature"], sort=True):
+        for policy in ("ragged", "min"):
+            sub = g[(g["policy"] == policy) | (g["b"] == 1)].drop_duplicates(subset=["b"]).sort_values("b")
+            if len(sub) < 2 or not (sub["b"] > 1).any():
+                continue
+            points = [{"batch_size": int(r["b"]), "speedup": num(r["speedup"]),
+                       "predicted": num(r.get("predicted_speedup_batch") if r["b"] > 1
+                                        else r.get("predicted_speedup_extended"))} for _, r in sub.iterrows()]
+            out.append({"task": task, "label": f"{draft}, γ={int(gamma)}, T={float(temp):g}, {policy}",
+                        "policy": policy, "points": points})
+    return out
+
+
+def batch_sentence(curves: list[dict]) -> str:
+    """One sentence: whether the seed's "gains consistent across batch sizes" holds on these runs' hardware."""
+    speeds = [(p["speedup"], p["batch_size"], c["label"]) for c in curves for p in c["points"]
+              if not math.isnan(p["speedup"])]
+    if not speeds:
+        return "No batched run has a measured speedup, so the seed's claim about batch sizes is untested here."
+    low, high = min(speeds), max(speeds)
+    holds = low[0] > 1.0 and high[0] <= CONSISTENT_SPREAD * low[0]
+    return (f"On this hardware the seed's claim that gains are consistent across batch sizes "
+            f"{'holds' if holds else 'does not hold'} (criterion: every speedup above 1× and the largest at most "
+            f"{CONSISTENT_SPREAD:g}× the smallest): speedups run from {low[0]:.2f}× (B={low[1]}, {low[2]}) to "
+            f"{high[0]:.2f}× (B={high[1]}, {high[2]}).")

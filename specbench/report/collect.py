@@ -355,7 +355,8 @@ def _read_run(summary: Path, data: ReportData) -> dict | None:
 
 def series_keys(runs) -> list[str]:
     """Columns that tell lines apart: draft and temperature, plus target/top-k/top-p when they vary."""
-    return ["draft", "temperature"] + [k for k in ("target", "top_k", "top_p") if runs[k].nunique() > 1]
+    return ["draft", "temperature"] + [k for k in ("target", "top_k", "top_p", "batch_size", "batch_policy")
+                                       if k in runs and runs[k].nunique() > 1]  # batch: runs at other B are other lines
 
 
 def series_label(row, keys: list[str]) -> str:
@@ -482,7 +483,9 @@ def _read_sweeps(files, with_summary: set[Path], data: ReportData) -> None:
             if doc is not None:
                 data.skip(path, "sweep.json has no list of cells")
             continue
-        data.sweeps.append(doc)
+        from specbench.measure.records import read_placements
+
+        data.sweeps.append({**doc, "placement": read_placements(path.parent)})  # where each cell ran (--executor ray)
         for cell in doc["cells"]:
             cell_id = cell.get("cell_id", "?") if isinstance(cell, dict) else "?"
             cell_dir = path.parent / str(cell_id)

@@ -289,7 +289,19 @@ def _sweep_line(doc: dict) -> str:
     return (f"sweep {doc.get('sweep_id')}: {len(doc.get('cells', []))} cells, "
             f"{len(doc.get('complete_cells', []) or [])} complete; drafts {grid.get('drafts')}, γ {grid.get('gammas')}, "
             f"T {grid.get('temperatures')}, tasks {grid.get('tasks')}; one baseline per task and temperature, "
-            f"shared by its cells")
+            f"shared by its cells" + _placement_text(doc.get("placement")))
+
+
+def _placement_text(placement) -> str:
+    """'; cells measured on node (device): cell, …' for a sweep run by --executor ray; '' for a local one."""
+    if not isinstance(placement, dict) or not placement:
+        return ""
+    where: dict[str, list[str]] = {}
+    for cell_id, rows in sorted(placement.items()):
+        for r in rows:
+            gpus = f" GPU {','.join(r.get('gpu_ids') or [])}" if r.get("gpu_ids") else ""
+            where.setdefault(f"{r['node']} ({r['device']}{gpus})", []).append(cell_id)
+    return "; cells measured on " + "; ".join(f"{k}: {', '.join(v)}" for k, v in where.items())
 
 
 def _environment(data: ReportData) -> list[str]:
