@@ -46,8 +46,24 @@ def test_every_claim_is_untested_with_a_command_when_the_axes_are_missing(tmp_pa
     rows = claims(collect([tmp_path / "runs"]))
     assert len(rows) == 7
     for c in rows[2:]:  # lengths, prompt lengths, batch sizes, model size, perplexity
-        assert c.verdict.startswith(UNTESTED) and "; run specbench sweep --" in c.verdict, c
+        assert c.verdict.startswith(UNTESTED) and "; run specbench " in c.verdict, c
     assert rows[1].verdict.startswith(UNTESTED) and "--temperature 0" in rows[1].verdict  # no greedy run
+
+
+def test_every_suggested_command_uses_options_specbench_has():
+    """A "not tested here: run X" must be runnable: every --option it names exists on `run`, `sweep` or `setup`."""
+    import re
+
+    from typer.main import get_command
+
+    from specbench.cli import app
+    from specbench.report.claims import COMMANDS
+
+    group = get_command(app)
+    known = {opt for name in ("run", "sweep", "setup") for param in group.commands[name].params for opt in param.opts}
+    for key, command in COMMANDS.items():
+        for option in re.findall(r"--[a-z][a-z-]*", command):
+            assert option in known, (key, option)
 
 
 def test_speedup_claim_is_judged_by_the_interval(tmp_path):
