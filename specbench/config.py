@@ -123,6 +123,9 @@ def check_batch_options(config: "RunConfig") -> None:
     if config.engine == "hf-assisted":
         raise SpecbenchError("--engine hf-assisted decodes one sequence at a time: HF's assisted generation does not "
                              "support batches (use --batch-size 1, or the specbench engine)")
+    if config.backend != "eager":
+        raise SpecbenchError(f"--backend {config.backend} is for one sequence at a time; batches run eager "
+                             f"(drop --backend, or use --batch-size 1)")
     if isinstance(config.gamma, str):
         raise SpecbenchError(f"--gamma {config.gamma} chooses γ per example at batch 1; with --batch-size "
                              f"{config.batch_size} pass an integer γ (a sweep over --gamma at this batch size finds "

@@ -383,3 +383,42 @@ def test_one_hybrid_per_row_is_accepted_and_exact(target, close_draft, baselines
     res = decode_speculative_batch(target, hybrids, [PROMPTS[r] for r in rows], gamma=3,
                                    max_new_tokens=[BUDGETS[r] for r in rows], sampling=GREEDY, eos_ids=eos_ids)
     assert set(divergences(target, rows, [x.token_ids for x in res], baselines)) == {"identical"}
+
+
+# ---- review findings: each was a real bug before its fix ----------------------------------------------
+
+
+@pytest.mark.parametrize("order", [1, 2])
+def test_one_unfitted_frequency_draft_copied_per_row_keeps_rows_apart(order):
+    """A frequency draft refitted on each row's prompt must draft each row from its own law: the rows
+    reproduce their batch-1 runs under the same seeds (a memo shared between the copies broke this)."""
+    from specbench.decoding.drafts.ngram import FrequencyDraft
+
+    target = sharpen(tiny_llama(0), 4.0)
+    sampling = SamplingConfig(temperature=1.0)
+    prompts = [[5, 17, 99, 3, 250, 31, 7, 64, 12, 400], [300, 12, 300, 12, 300, 12, 7]]
+    batch = decode_speculative_batch(target, FrequencyDraft(order, VOCAB, torch.device("cpu")), prompts, gamma=3,
+                                     max_new_tokens=20, sampling=sampling, eos_ids=frozenset(),
+                                     generators=[torch.Generator().manual_seed(i) for i in range(2)])
+    for i, prompt in enumerate(prompts):
+        alone = decode_speculative(CachedModel(target), FrequencyDraft(order, VOCAB, torch.device("cpu")), prompt,
+                                   gamma=3, max_new_tokens=20, sampling=sampling, eos_ids=frozenset(),
+                                   generator=torch.Generator().manual_seed(i))
+        assert (batch[i].token_ids, batch[i].accept_lengths) == (alone.token_ids, alone.accept_lengths), i
+
+
+def test_a_sliding_window_target_is_refused_at_batch_above_one():
+    """The window counts cache columns; a row's rejected drafts would leave holes inside it (wrong attention)."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    torch.manual_seed(0)
+    cfg = MistralConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                        num_attention_heads=4, num_key_value_heads=2, sliding_window=6, max_position_embeddings=128)
+    target = MistralForCausalLM(cfg).eval()
+    prompts = [[5, 6, 7, 8], [9, 10, 11]]
+    with pytest.raises(SpecbenchError, match="sliding window"):
+        decode_speculative_batch(target, PromptLookupDraft(VOCAB, torch.device("cpu")), prompts, gamma=3,
+                                 max_new_tokens=8, sampling=SamplingConfig(temperature=0.0), eos_ids=frozenset())
+    one = decode_speculative_batch(target, PromptLookupDraft(VOCAB, torch.device("cpu")), prompts[:1], gamma=3,
+                                   max_new_tokens=8, sampling=SamplingConfig(temperature=0.0), eos_ids=frozenset())
+    assert len(one[0].token_ids) == 8

@@ -56,6 +56,7 @@ def test_batch_1_keeps_todays_run_ids_and_manifest_config(task_file):
     (dict(batch_size=-3), "--batch-size must be an integer between 1"),
     (dict(batch_size=2, batch_policy="max"), "--batch-policy must be one of ragged, min"),
     (dict(batch_size=2, engine="hf-assisted"), "HF's assisted generation does not support batches"),
+    (dict(batch_size=2, backend="static"), "batches run eager"),
     (dict(batch_size=2, gamma="adaptive"), "pass an integer γ"),
     (dict(batch_size=2, gamma="heuristic"), "pass an integer γ"),
     (dict(batch_size=2, gamma="auto"), "pass an integer γ"),

@@ -138,5 +138,14 @@ def row_drafts(proposer: Proposer | list[Proposer], size: int, device: torch.dev
     if len({id(p) for p in many}) == size:
         return PerRowDrafts(many, device)
     if all(isinstance(p, ModelFreeDraft) for p in many) and len({id(p) for p in many}) == 1:
-        return PerRowDrafts([copy.copy(many[0]) for _ in range(size)], device)
+        return PerRowDrafts([row_copy(many[0]) for _ in range(size)], device)
     raise SpecbenchError(f"draft {many[0].name} keeps per-example state: a batch needs one proposer per row")
+
+
+def row_copy(draft: ModelFreeDraft) -> ModelFreeDraft:
+    """A shallow copy for one row, with its own memo of laws: a frequency draft refitted on each row's prompt
+    must not answer one row from a law another row cached (its `_rows`)."""
+    clone = copy.copy(draft)
+    if hasattr(clone, "_rows"):
+        clone._rows = type(draft._rows)()
+    return clone

@@ -74,6 +74,18 @@ class BatchContext:
     pass_widths: list[int]  # tokens per row fed to each such pass
 
 
+def sliding_window_of(config) -> int | None:
+    """The window of a model that attends through a sliding window on some layer, else None (Qwen2 keeps a
+    `sliding_window` it does not use unless `use_sliding_window`; Gemma-style configs list `layer_types`)."""
+    window = getattr(config, "sliding_window", None)
+    if not window:
+        return None
+    layers = getattr(config, "layer_types", None) or []
+    if "sliding_attention" in layers or getattr(config, "use_sliding_window", True):
+        return int(window)
+    return None
+
+
 def decode_speculative_batch(
     target: torch.nn.Module | CachedModel | BatchedCachedModel,
     proposers: Proposer | list[Proposer],
@@ -94,6 +106,11 @@ def decode_speculative_batch(
     if gamma < 1:
         raise SpecbenchError(f"gamma must be >= 1 (got {gamma})")
     lm = target if isinstance(target, BatchedCachedModel) else BatchedCachedModel(target)
+    window = sliding_window_of(lm.model.config)
+    if window is not None and len(prompts) > 1:
+        # the window counts cache columns, and a rejected draft leaves masked holes inside a row's window
+        raise SpecbenchError(f"the target attends through a sliding window ({window} tokens): batched speculative "
+                             f"decoding would shrink each row's window by its rejected drafts; use --batch-size 1")
     rows = new_rows(prompts, max_new_tokens, generators)
     clock = clock or Clock(lm.device)
     ctx = BatchContext(lm, row_drafts(proposers, len(rows), lm.device), gamma, policy, sampling, eos_ids, clock, [], [])
