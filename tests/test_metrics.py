@@ -71,3 +71,12 @@ def test_histogram_bins_follow_the_records_not_gamma():
     assert huge["accepted_length_histogram"] == [] and huge["full_gamma_steps"] == 0
     assert accepted_length_histogram([], 10**12) == []
     assert example_problem(rec) is None  # the helper builds records the readers accept
+
+
+def test_batch_draft_positions_take_each_steps_longest_draft():
+    """Rows whose longest drafts fall on different steps: the batch drafted 3 + 3 + 2 positions, not max(5, 5)."""
+    from specbench.measure.metrics import batch_draft_positions
+
+    rows = [{"speculative": {"draft_lengths": [3, 0, 2]}}, {"speculative": {"draft_lengths": [2, 3]}},
+            {"speculative": {"draft_lengths": []}}]
+    assert batch_draft_positions(rows) == 8

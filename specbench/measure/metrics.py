@@ -259,6 +259,15 @@ def _batch_max(rows: list[dict], engine: str, key: str, minus: int = 0) -> float
     return max(r[engine][key] - minus for r in rows)
 
 
+def batch_draft_positions(rows: list[dict]) -> int:
+    """The batched draft passes' positions: per step, the longest draft among the rows still in the batch
+    (live rows step together, so step i of every row is the same batched step). The largest per-row total
+    would undercount whenever rows' longest drafts fall on different steps."""
+    lengths = [r["speculative"].get("draft_lengths") or [] for r in rows]
+    steps = max((len(x) for x in lengths), default=0)
+    return sum(max(x[i] for x in lengths if i < len(x)) for i in range(steps))
+
+
 def batch_metrics(records: list[dict]) -> dict:
     """B > 1: the throughput and cost fields recomputed over batches (a batch's rows share its wall time)."""
     groups = batches(records)
@@ -272,7 +281,7 @@ def batch_metrics(records: list[dict]) -> dict:
     passes = sum(_batch_max(b, "speculative", "target_calls") for b in groups)  # batched target passes
     draft_s = sum(_batch_max(b, "speculative", "draft_s") for b in groups)
     verify_s = sum(_batch_max(b, "speculative", "verify_s") for b in groups)
-    drafted = sum(_batch_max(b, "speculative", "drafted") for b in groups)  # draft positions of the batch
+    drafted = sum(batch_draft_positions(b) for b in groups)
     t_step = ratio(dsec["baseline"], base_steps)  # baseline seconds per batched step
     return {
         "speedup": ratio(ratio(tok["speculative"], sec["speculative"]), ratio(tok["baseline"], sec["baseline"])),
