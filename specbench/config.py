@@ -25,10 +25,12 @@ ENGINES = ("specbench", "hf-assisted")
 BACKENDS = ("eager", "static", "compiled")  # see decoding/backend.py
 BATCH_POLICIES = ("ragged", "min")  # per-row advance, or every row by the batch's minimum (decoding/batched.py)
 MAX_BATCH_SIZE = 1024  # a batch beyond this is a typo; caches and masks are sized by it
+PROMPT_LENGTHS = ("all", "short", "medium", "long")  # --prompt-length: every example, or a tertile of prompt tokens (measure/buckets.py)
 
 
 LATER_DEFAULTS = {"draft_confidence": 0.0, "gamma_max": 8, "repeats": 1, "exact_shapes": False, "batch_size": 1,
-                  "batch_policy": "ragged", "device_map": None, "max_memory": None}  # fields added after results existed → their defaults
+                  "batch_policy": "ragged", "device_map": None, "max_memory": None,
+                  "prompt_length": "all"}  # fields added after results existed → their defaults
 
 
 def omit_later_defaults(fields: dict) -> dict:
@@ -147,6 +149,19 @@ def batch_suffix(config: "RunConfig") -> str:
     return f"-b{config.batch_size}" + ("-min" if config.batch_policy == "min" else "")
 
 
+def check_prompt_length(value: str) -> str:
+    """--prompt-length: all (every example, as before buckets) or one tertile bucket of prompt token counts."""
+    if value not in PROMPT_LENGTHS:
+        raise SpecbenchError(f"--prompt-length must be one of {', '.join(PROMPT_LENGTHS)} (got {value!r}); short, "
+                             f"medium and long are the task's prompt-token tertiles, all is every example")
+    return value
+
+
+def prompt_length_suffix(config: "RunConfig") -> str:
+    """'-p<bucket>' in run and cell ids for a bucketed run; '' for all, so old ids stay."""
+    return "" if config.prompt_length == "all" else f"-p{config.prompt_length}"
+
+
 def check_backend(name: str) -> None:
     if name not in BACKENDS:
         raise SpecbenchError(f"--backend must be one of {', '.join(BACKENDS)} (got {name!r})")
@@ -198,6 +213,7 @@ class RunConfig:
     max_memory: str | None = None  # per-device caps for device_map, e.g. 0=20GiB,cpu=60GiB
     batch_size: int = 1  # examples decoded together, in the task's seeded order (1: one at a time, as before batches)
     batch_policy: str = "ragged"  # B > 1: each row keeps its own accepted prefix (ragged) or all advance by the minimum (min)
+    prompt_length: str = "all"  # all examples, or the short / medium / long tertile of prompt tokens (measure/buckets.py)
 
     @property
     def draft_gamma(self) -> int:
@@ -234,6 +250,7 @@ class RunConfig:
         check_backend(self.backend)
         check_placement(self.device_map, self.max_memory)
         check_batch_options(self)
+        check_prompt_length(self.prompt_length)
         if not 0.0 <= self.draft_confidence < 1.0:
             raise SpecbenchError(f"--draft-confidence must be in [0, 1) (got {self.draft_confidence}); "
                                  f"0 turns early stopping off")

@@ -42,6 +42,9 @@ BatchSize = Annotated[int, typer.Option("--batch-size", help="Examples decoded t
                                         "the examples is refused; at > 1 γ must be an integer.")]
 BatchPolicy = Annotated[str, typer.Option("--batch-policy", help="At --batch-size > 1: ragged (each row keeps its own "
                                           "accepted prefix) or min (every row advances by the batch's minimum; an ablation).")]
+PromptLength = Annotated[str, typer.Option("--prompt-length", help="all (every example; the default), or short, "
+                                           "medium or long: the first --limit examples whose prompt falls in that "
+                                           "tertile of the task's prompt tokens under the target's tokenizer.")]
 ResultsDir = Annotated[str, typer.Option("--results-dir", help="Where run folders are written.")]  # str: '' must reach config.check_results_dir (a Path would be '.')
 AsJson = Annotated[bool, typer.Option("--json", help="Print the result as JSON (for machines).")]
 TrustRemote = Annotated[bool, typer.Option("--trust-remote-code", help="Allow model repos to run their own code.")]

@@ -14,7 +14,7 @@ import typer
 from rich.table import Table
 
 from specbench.cli.options import (DEFAULT_TASK, AsJson, Backend, DeviceMap, MaxMemory, BatchPolicy, BatchSize, Device, Draft, DraftConfidence, Dtype, Gamma, GammaMax,
-                                   Limit, MaxNew, Repeats, ResultsDir, Seed, Target, Task, Temperature, TopK, TopP,
+                                   Limit, MaxNew, PromptLength, Repeats, ResultsDir, Seed, Target, Task, Temperature, TopK, TopP,
                                    TrustRemote)
 from specbench.cli.output import console, fmt, out, progress_bar, quiet_transformers, say, warn_if_noisy
 from specbench.config import RunConfig, SamplingConfig, parse_gamma
@@ -46,7 +46,8 @@ SUMMARY_ROWS = [
     ("speculative_row_tokens_per_s", "per row: a row's tokens ÷ its own seconds, mean (batches)"),
     ("tokens_per_batch_pass", "decode tokens of all rows per batched target pass (B > 1)"),
     ("batch_verify_cost", "calibrated t(B, γ+1) / t(B, 1) (B > 1)"),
-    ("predicted_speedup_batch", "cost model at batch B with the policy (B > 1)"),
+    ("predicted_speedup_batch", "batch cost model (rows' steps, t(b, k)); compare with decode_speedup (B > 1)"),
+    ("replayed_speedup_batch", "the measured pass shapes priced by t(b, k) (B > 1)"),
     ("peak_memory_mb", "peak memory while measuring, MiB (peak_memory_kind says which)"),
 ]
 
@@ -64,6 +65,7 @@ def run(
     limit: Limit = 8,
     seed: Seed = 0,
     max_new_tokens: MaxNew = None,
+    prompt_length: PromptLength = "all",
     device: Device = "auto",
     dtype: Dtype = "float32",
     backend: Backend = "eager",
@@ -84,6 +86,7 @@ def run(
     Example: specbench run --task aclsum --draft prompt-lookup --gamma 3 --limit 8
     Example: specbench run --draft auto --dtype auto --gamma auto --repeats 2   (choices measured on this machine)
     Example: specbench run --draft prompt-lookup --gamma 3 --batch-size 8 --limit 16   (two batches of 8)
+    Example: specbench run --task aclsum --draft prompt-lookup --gamma 4 --prompt-length long   (the longest third)
     """
     from specbench.measure.runner import prepare_run
 
@@ -92,7 +95,8 @@ def run(
                        max_new_tokens=max_new_tokens, device=device, dtype=dtype, engine=engine, backend=backend,
                        draft_confidence=draft_confidence, trust_remote_code=trust_remote_code, gamma_max=gamma_max,
                        repeats=repeats, exact_shapes=exact_shapes, batch_size=batch_size,
-                       batch_policy=batch_policy, device_map=device_map, max_memory=max_memory).validate()
+                       batch_policy=batch_policy, device_map=device_map, max_memory=max_memory,
+                       prompt_length=prompt_length.strip().lower()).validate()
     quiet_transformers()
     with console.status("loading task and models") as status:
         plan = prepare_run(config, results_dir, run_id=run_id, on_status=status.update)

@@ -15,12 +15,24 @@ import typer
 from rich.table import Table
 
 from specbench.cli.options import (DEFAULT_TASK, Address, AsJson, Backend, CpusPerCell, DeviceMap, Executor, GpusPerCell,
-                                   MaxMemory, Device, Dtype, GammaMax, Limit, MaxNew, Repeats,
-                                   ResultsDir, Seed, Target, TopK, TopP, TrustRemote)
+                                   MaxMemory, Device, Dtype, GammaMax, Limit, Repeats,
+                                   ResultsDir, Seed, TopK, TopP, TrustRemote)
 from specbench.cli.output import console, fmt, out, progress_bar, quiet_transformers, warn_if_noisy
 from specbench.models import DEFAULT_DRAFT, DEFAULT_TARGET
 
-Drafts = Annotated[str, typer.Option("--draft", help="Drafts, comma-separated (e.g. prompt-lookup,<model>).")]
+Targets = Annotated[Optional[str], typer.Option("--target", help=f"Target model: preset, hub id, local dir or .gguf "
+                                                f"file (default {DEFAULT_TARGET}; for several targets use --pair).")]
+Drafts = Annotated[Optional[str], typer.Option("--draft", help=f"Drafts, comma-separated (e.g. prompt-lookup,<model>; "
+                                               f"default {DEFAULT_DRAFT}).")]
+Pairs = Annotated[Optional[list[str]], typer.Option(
+    "--pair", help="TARGET:DRAFT, repeatable: each pair's target with its own draft (split on the first ':'; the "
+    "draft is never split on ','). Replaces --target/--draft; cells are grouped so each target loads once.")]
+Budgets = Annotated[Optional[str], typer.Option("--max-new-tokens", help="Tokens to generate (default: the task's); "
+                                                "a list 16,64,256 is an axis (cells whose integer γ exceeds their "
+                                                "budget are skipped, with one line naming them).")]
+PromptLengths = Annotated[str, typer.Option("--prompt-length", help="Prompt-length buckets, an axis: short, medium, "
+                                            "long (tertiles of the task's prompt tokens under the target's tokenizer) "
+                                            "or all (every example; the default).")]
 Gammas = Annotated[str, typer.Option("--gamma", help="γ values: a list 1,2,3,5,7 or a range 1-8 (or both), and the "
                                      "policies auto, adaptive, heuristic (e.g. 1-8,adaptive,heuristic).")]
 Temperatures = Annotated[str, typer.Option("--temperature", help="Temperatures, comma-separated (0 = greedy).")]
@@ -39,8 +51,9 @@ CELL_COLUMNS = ("n", "α", "speedup", "95% CI", "Thm 3.8", "extended", "timing")
 
 
 def sweep(
-    target: Target = DEFAULT_TARGET,
-    draft: Drafts = DEFAULT_DRAFT,
+    target: Targets = None,
+    draft: Drafts = None,
+    pair: Pairs = None,
     gamma: Gammas = "1,2,3,5,7",
     gamma_max: GammaMax = 8,
     repeats: Repeats = 1,
@@ -50,7 +63,8 @@ def sweep(
     task: Tasks = DEFAULT_TASK,
     limit: Limit = 8,
     seed: Seed = 0,
-    max_new_tokens: MaxNew = None,
+    max_new_tokens: Budgets = None,
+    prompt_length: PromptLengths = "all",
     device: Device = "auto",
     dtype: Dtype = "float32",
     backend: Backend = "eager",
@@ -68,23 +82,34 @@ def sweep(
     as_json: AsJson = False,
     trust_remote_code: TrustRemote = False,
 ):
-    """Run a grid (γ × draft × temperature × task) into results/<sweep-id>/, resumably, one baseline per task and T.
+    """Run a grid (γ × draft × temperature × task × …) into results/<sweep-id>/, resumably, one baseline per task and T.
 
     Example: specbench sweep --gamma 1-8 --draft prompt-lookup --temperature 0,1 --limit 8
     Example: specbench sweep --gamma 3 --batch-size 1,2,4,8,16 --batch-policy ragged,min --limit 32
     Example: specbench sweep --gamma 1-8 --executor ray --address auto --gpus-per-cell 1   (cells over a Ray cluster)
+    Example: specbench sweep --draft prompt-lookup --gamma 4 --max-new-tokens 16,64,256 --prompt-length short,medium,long
+    Example: specbench sweep --pair smollm2-135m:lookup+distilled --pair qwen2.5-coder-1.5b:prompt-lookup --gamma 4
     """
+    from specbench.errors import SpecbenchError
     from specbench.measure.executors import make_executor
-    from specbench.measure.sweep import SweepGrid, parse_float_list, parse_int_list, parse_policy_list
+    from specbench.measure.sweep import (SweepGrid, check_executor_axes, parse_budgets, parse_float_list,
+                                         parse_int_list, parse_policy_list, parse_prompt_lengths)
 
-    grid = SweepGrid.from_specs(target=target, draft=draft, gamma=gamma, temperature=temperature, task=task,
-                                top_k=top_k, top_p=top_p, limit=limit, seed=seed, max_new_tokens=max_new_tokens,
+    if pair and (target is not None or draft is not None):
+        raise SpecbenchError("--pair names each target with its draft; drop --target/--draft, or drop --pair")
+    prompt_lengths = tuple(parse_prompt_lengths(prompt_length))
+    grid = SweepGrid.from_specs(target=target or DEFAULT_TARGET, draft=draft or DEFAULT_DRAFT, gamma=gamma,
+                                temperature=temperature, task=task, pairs=tuple(pair or ()),
+                                top_k=top_k, top_p=top_p, limit=limit, seed=seed,
+                                max_new_tokens=parse_budgets(max_new_tokens),
+                                prompt_length=prompt_lengths[0] if len(prompt_lengths) == 1 else prompt_lengths,
                                 device=device, dtype=dtype, trust_remote_code=trust_remote_code, backend=backend,
                                 draft_confidence=tuple(parse_float_list(draft_confidence, "--draft-confidence")),
                                 gamma_max=gamma_max, repeats=repeats,
                                 batch_size=tuple(parse_int_list(batch_size, "--batch-size")),
                                 batch_policy=tuple(parse_policy_list(batch_policy)), device_map=device_map,
                                 max_memory=max_memory)
+    check_executor_axes(grid, executor)
     cells_on = make_executor(executor, address=address, gpus_per_cell=gpus_per_cell, cpus_per_cell=cpus_per_cell)
     quiet_transformers()
     outcome = sweep_with_progress(grid, results_dir, sweep_id, cells_on)

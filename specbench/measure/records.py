@@ -124,6 +124,9 @@ class Summary:
     batch_size: int | None = None  # examples decoded together (--batch-size; 1: one at a time)
     batch_policy: str | None = None  # B > 1: ragged (each row its own accepted prefix) or min (all rows by the minimum)
     max_new_tokens: int | None = None  # the generation budget per example
+    prompt_length: str | None = None  # --prompt-length: all, or the short / medium / long tertile of prompt tokens
+    prompt_length_thresholds: list[float] | None = None  # a bucket's [t33, t67]: prompt-token tertiles of the task's pool
+    prompt_length_range: list[int] | None = None  # a bucket's [fewest, most] prompt tokens among its candidates
     complete: bool | None = None  # every selected example is measured (n_examples == the manifest's n_examples)
     # --- measured (metrics.summarize)
     n_examples: int | None = None  # records summarized

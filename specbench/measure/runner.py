@@ -17,6 +17,7 @@ import json
 import math
 import re
 import time
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
@@ -24,7 +25,7 @@ from typing import Callable
 import torch
 
 from specbench.config import (AUTO, RunConfig, SamplingConfig, batch_suffix, check_batch_size, check_gamma_budget,
-                              check_gamma_context, check_id, check_results_dir)
+                              check_gamma_context, check_id, check_results_dir, prompt_length_suffix)
 from specbench.decoding.autoregressive import decode_autoregressive
 from specbench.decoding.base import DecodeResult, Proposer
 from specbench.decoding.backend import ForwardBackend
@@ -37,6 +38,7 @@ from specbench.errors import SpecbenchError
 from specbench.evidence.numerics import explain_example
 from specbench.evidence.perplexity import example_nll
 from specbench.measure import calibration as cal
+from specbench.measure.buckets import PROMPT_POOL, BucketChoice, choose_bucket, short_bucket_note
 from specbench.measure.choose import AutoChoice, PilotResult, choose, needs_choice, pilot_from_results, resolved_config
 from specbench.measure import turns
 from specbench.measure.noise import probe_ms
@@ -71,6 +73,7 @@ class Session:
     def __init__(self, target_spec: str, device: str, dtype: str, trust_remote_code: bool = False,
                  backend: str = "eager", device_map: str | None = None, max_memory: str | None = None):
         self.device, self.dtype, self.trust_remote_code, self.backend = device, dtype, trust_remote_code, backend
+        self.target_spec = target_spec  # --target as given: a sweep over pairs holds one session per target
         self.device_map = device_map  # the target's placement over devices (--device-map); drafts load on `device`
         self.target: LoadedModel = load_model(target_spec, device, dtype, trust_remote_code, device_map, max_memory)
         # one backend for the target, shared by the baseline and the speculative engine (same forward for both)
@@ -131,14 +134,37 @@ def make_generator(device: torch.device, seed: int) -> torch.Generator:
     return torch.Generator(device=device).manual_seed(seed)
 
 
+def prompt_token_ids(spec: TaskSpec, prompt: str, tokenizer) -> list[int]:
+    """The prompt's token ids as the target sees them (its chat template applied where the task asks for it)."""
+    text = render_for_model(spec, prompt, tokenizer)
+    return tokenizer(text, add_special_tokens=text == prompt)["input_ids"]
+
+
+def select_run_examples(spec: TaskSpec, config: RunConfig, tokenizer=None) -> tuple[list[Example], BucketChoice | None]:
+    """The run's examples: the task's first --limit in its seeded order, or (--prompt-length short/medium/long) the
+    first --limit of that bucket of the candidate pool (measure/buckets.py), with the bucket's record.
+
+    `tokenizer` (the target's) is needed only for a bucket; None loads it, without the model."""
+    if config.prompt_length == "all":
+        return select_examples(spec, config.limit, config.seed), None
+    if tokenizer is None:
+        from specbench.models.loading import load_tokenizer
+
+        tokenizer = load_tokenizer(config.target, config.trust_remote_code)
+    pool = select_examples(spec, PROMPT_POOL, config.seed)
+    choice = choose_bucket([len(prompt_token_ids(spec, e.prompt, tokenizer)) for e in pool], config.prompt_length,
+                           config.limit)
+    note = short_bucket_note(choice, config.limit)
+    if note:
+        warnings.warn(note, stacklevel=2)  # the CLI prints a warning as one line
+    return [pool[i] for i in choice.indices], choice
+
+
 def prepare_examples(spec: TaskSpec, examples: list[Example], target: LoadedModel, max_new_tokens: int) -> list[Prepared]:
     """Render (chat template) and tokenize; reject empty prompts and prompts that overflow the context."""
-    tok = target.tokenizer
     prepared = []
     for ex in examples:
-        text = render_for_model(spec, ex.prompt, tok)
-        templated = text != ex.prompt
-        ids = tok(text, add_special_tokens=not templated)["input_ids"]
+        ids = prompt_token_ids(spec, ex.prompt, target.tokenizer)
         if not ex.prompt.strip() or not ids:
             raise SpecbenchError(f"example {ex.id!r} of task {spec.name!r} has an empty prompt; remove it from the task data")
         if target.max_positions and len(ids) + max_new_tokens > target.max_positions:
@@ -154,7 +180,7 @@ def run_id_for(config: RunConfig) -> str:
     digest = hashlib.sha256(repr(sorted(config.to_dict().items())).encode()).hexdigest()[:8]
     s = config.sampling
     stem = f"{Path(config.task).stem}-{Path(config.draft).name}-g{config.gamma}-t{s.temperature:g}"
-    stem += batch_suffix(config)
+    stem += batch_suffix(config) + prompt_length_suffix(config)
     return re.sub(r"[^A-Za-z0-9._-]+", "_", f"{stem}-{digest}")
 
 
@@ -385,8 +411,10 @@ def prepare_run(config: RunConfig, results_dir: Path, *, run_id: str | None = No
                 session: Session | None = None, on_status: Callable[[str], None] = lambda msg: None) -> RunPlan:
     """Validate the config, load task and models, calibrate, resolve auto choices, check the run folder:
     every bad input fails here, fast, and nothing here is timed into the result."""
-    spec, examples, max_new, files = check_run_inputs(config, results_dir, run_id, check_sources=session is None)
-    manifest = first_manifest(files, config, spec, examples, max_new)
+    spec, examples, max_new, files, bucket = check_run_inputs(
+        config, results_dir, run_id, check_sources=session is None,
+        tokenizer=session.target.tokenizer if session is not None and config.prompt_length != "all" else None)
+    manifest = first_manifest(files, config, spec, examples, max_new, bucket)
     old = read_manifest(files)
     check_resumable(files, manifest, old)
     choice = None
@@ -608,10 +636,12 @@ def execute_run(
 
 
 def check_run_inputs(config: RunConfig, results_dir: str | Path, run_id: str | None,
-                     check_sources: bool = True) -> tuple[TaskSpec, list[Example], int, RunFiles]:
+                     check_sources: bool = True, tokenizer=None) -> tuple[TaskSpec, list[Example], int, RunFiles,
+                                                                          BucketChoice | None]:
     """Every check that needs no model: the config, the ids and results folder, the task, γ against the
-    token budget. Only then is --results-dir created (to fail fast if it cannot be written); the run
-    folder itself waits for write_manifest, so a run refused on bad input leaves nothing behind."""
+    token budget, the prompt-length bucket (the target's tokenizer only). Only then is --results-dir created (to
+    fail fast if it cannot be written); the run folder itself waits for write_manifest, so a run refused on bad
+    input leaves nothing behind."""
     config.validate()
     results = check_results_dir(results_dir)
     if run_id is not None:
@@ -621,9 +651,9 @@ def check_run_inputs(config: RunConfig, results_dir: str | Path, run_id: str | N
     check_gamma_budget(config.gamma, max_new)
     if check_sources:  # a caller's session already holds the target and builds its drafts
         check_model_sources(config)
-    examples = select_examples(spec, config.limit, config.seed)
+    examples, bucket = select_run_examples(spec, config, tokenizer)
     check_batch_size(config.batch_size, len(examples))
-    return spec, examples, max_new, RunFiles(prepare_run_dir(results) / (run_id or run_id_for(config)))
+    return spec, examples, max_new, RunFiles(prepare_run_dir(results) / (run_id or run_id_for(config))), bucket
 
 
 def check_model_sources(config: RunConfig) -> None:
@@ -639,8 +669,10 @@ def check_model_sources(config: RunConfig) -> None:
         resolve_source(draft.model)
 
 
-def first_manifest(files: RunFiles, config: RunConfig, spec: TaskSpec, examples: list[Example], max_new: int) -> dict:
-    """What identifies a run folder (config, budget, examples), known before any model loads: resuming compares it."""
+def first_manifest(files: RunFiles, config: RunConfig, spec: TaskSpec, examples: list[Example], max_new: int,
+                   bucket: BucketChoice | None = None) -> dict:
+    """What identifies a run folder (config, budget, examples), known before any model loads: resuming compares it.
+    A prompt-length bucket adds its thresholds and token range (absent otherwise, as before buckets)."""
     return {
         "schema_version": SCHEMA_VERSION,
         "run_id": files.root.name,
@@ -648,6 +680,7 @@ def first_manifest(files: RunFiles, config: RunConfig, spec: TaskSpec, examples:
         "max_new_tokens": max_new,
         "task": {"name": spec.name, "metric": spec.metric, "n_examples": len(examples),
                  "examples_hash": examples_hash(examples), "example_ids": [e.id for e in examples]},
+        **({"prompt_length": bucket.to_dict()} if bucket is not None else {}),
     }
 
 
@@ -748,6 +781,7 @@ def write_summary(files: RunFiles, config: RunConfig, spec: TaskSpec, records: l
         "batch_size": config.batch_size,
         "batch_policy": config.batch_policy,
         "max_new_tokens": manifest["max_new_tokens"],
+        **prompt_length_fields(config, manifest),
         "complete": len(records) == manifest["task"]["n_examples"],
         **metrics,
         "baseline_drift": drift,
@@ -759,6 +793,13 @@ def write_summary(files: RunFiles, config: RunConfig, spec: TaskSpec, records: l
     summary = json_safe(summary)
     atomic_write_json(files.summary, summary)
     return summary
+
+
+def prompt_length_fields(config: RunConfig, manifest: dict) -> dict:
+    """The summary's prompt-length axis: the bucket, and for a bucket its thresholds and token range (manifest)."""
+    bucket = manifest.get("prompt_length") if isinstance(manifest.get("prompt_length"), dict) else {}
+    return {"prompt_length": config.prompt_length, "prompt_length_thresholds": bucket.get("thresholds"),
+            "prompt_length_range": bucket.get("token_range")}
 
 
 def quality(spec: TaskSpec, records: list[dict], sampling: SamplingConfig) -> dict | None:

@@ -1,15 +1,20 @@
-"""Run a grid of configurations (γ × draft × temperature × task) into one resumable sweep folder.
+"""Run a grid of configurations (γ × draft × temperature × task × budget × prompt length × batch, per target)
+into one resumable sweep folder.
 
 A sweep is many `execute_run` calls that share what may be shared and nothing else:
-  - one `Session` (models load once, lazily: a finished sweep reruns without loading any);
-  - one baseline per (task, temperature, top-k, top-p): the target alone does not depend on
-    the draft or γ, so it is measured in the first cell that needs it and reused by the rest.
+  - one `Session` per target (models load once, lazily: a finished sweep reruns without loading any;
+    cells are grouped by target, and a target's session is freed before the next one loads);
+  - one baseline per (target, task, temperature, top-k, top-p, batch size, budget, prompt-length bucket):
+    the target alone does not depend on the draft or γ, so it is measured in the first cell that needs
+    it and reused by the rest.
     The store is an append-only JSONL under `baselines/`, so a rerun reuses it too;
   - no decode state: execute_run builds fresh caches and a generator per example.
 
 Layout of `results/<sweep-id>/`:
   sweep.json                    the grid, its cells and task hashes (atomically written)
-  baselines/<task>-t<T>-k<k>-p<p>.jsonl   {"example_id", "baseline": EngineRecord} per line
+  baselines/[<target>-]<task>-t<T>-k<k>-p<p>[-b<B>][-n<budget>][-p<bucket>].jsonl
+                                {"example_id", "baseline": EngineRecord} per line (the bracketed parts only
+                                where the grid has that axis, so older sweeps keep their names)
   <cell-id>/                    an ordinary run folder (manifest.json, examples.jsonl, summary.json)
 
 The sweep id is a hash of the grid, so rerunning the same command finds the same folder and
@@ -18,17 +23,20 @@ skips finished cells and examples (a killed sweep loses nothing already measured
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import re
 import time
+import warnings
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from specbench.config import (BATCH_POLICIES, GAMMA_POLICIES, RunConfig, SamplingConfig, batch_suffix, check_batch_size,
+from specbench.config import (BATCH_POLICIES, GAMMA_POLICIES, PROMPT_LENGTHS, RunConfig, SamplingConfig, batch_suffix, check_batch_size,
                               check_finite,
-                              check_gamma_budget, check_id, check_results_dir, check_temperature, omit_later_defaults)
+                              check_gamma_budget, check_id, check_results_dir, check_temperature, omit_later_defaults,
+                              prompt_length_suffix)
 from specbench.decoding.drafts.spec import parse_draft
 from specbench.errors import SpecbenchError
 from specbench.files import append_jsonl, atomic_write_json
@@ -100,6 +108,37 @@ def parse_policy_list(spec: str) -> list[str]:
     return [p for p in BATCH_POLICIES if p in items]
 
 
+def parse_prompt_lengths(spec: str) -> list[str]:
+    """'short,medium,long' (or all, or any of them with all) → the buckets named, in PROMPT_LENGTHS order."""
+    items = {i.lower() for i in _items(spec, "--prompt-length")}
+    bad = sorted(items - set(PROMPT_LENGTHS))
+    if bad:
+        raise SpecbenchError(f"--prompt-length: {bad[0]!r} is not one of {', '.join(PROMPT_LENGTHS)}; write e.g. "
+                             f"short,medium,long")
+    return [p for p in PROMPT_LENGTHS if p in items]
+
+
+def parse_budgets(spec: str | None) -> int | None | tuple[int, ...]:
+    """--max-new-tokens for a sweep: absent (each task's default), one integer (as before: no axis), or a list
+    16,64,256 (an axis)."""
+    if spec is None:
+        return None
+    values = parse_int_list(spec, "--max-new-tokens")
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+def parse_pair(spec: str) -> tuple[str, str]:
+    """--pair TARGET:DRAFT → (target, draft), split on the first colon only: a draft may hold ':' and ',' of its
+    own (prompt-lookup:rule=hf,max_ngram=2), so it is never split on commas."""
+    target, sep, draft = str(spec).partition(":")
+    if not sep or not target.strip() or not draft.strip():
+        raise SpecbenchError(f"--pair {spec!r} must be TARGET:DRAFT, e.g. --pair smollm2-135m:prompt-lookup "
+                             f"(the draft may hold its own ':' and ',')")
+    target, draft = target.strip(), draft.strip()
+    parse_draft(draft)  # a malformed draft fails here, naming itself
+    return target, draft
+
+
 def parse_str_list(spec: str, option: str) -> list[str]:
     """'a,b' → sorted unique names (sorted so the sweep id does not depend on the order typed)."""
     return sorted(set(_items(spec, option)))
@@ -112,8 +151,8 @@ def parse_str_list(spec: str, option: str) -> list[str]:
 class SweepGrid:
     """One `specbench sweep`: the axes swept and the settings every cell shares."""
 
-    target: str  # as RunConfig.target
-    drafts: tuple[str, ...]  # draft specs, sorted
+    target: str  # as RunConfig.target ("" when `pairs` name the targets)
+    drafts: tuple[str, ...]  # draft specs, sorted (() when `pairs` name the drafts)
     gammas: tuple[int | str, ...]  # γ values, sorted, then policies (auto, adaptive, heuristic)
     temperatures: tuple[float, ...]  # sorted
     tasks: tuple[str, ...]  # task names or files, sorted
@@ -121,7 +160,7 @@ class SweepGrid:
     top_p: float = 1.0
     limit: int = 8  # examples per cell
     seed: int = 0
-    max_new_tokens: int | None = None
+    max_new_tokens: int | None | tuple[int, ...] = None  # None: each task's default; a tuple is an axis (16,64,256)
     device: str = "auto"
     dtype: str = "float32"
     engine: str = "specbench"
@@ -134,29 +173,61 @@ class SweepGrid:
     batch_policy: str | tuple[str, ...] = "ragged"  # ragged / min at B > 1; a tuple is an axis (B = 1 cells run once)
     device_map: str | None = None  # the target's placement over devices (as RunConfig.device_map)
     max_memory: str | None = None  # per-device caps for device_map (as RunConfig.max_memory)
+    prompt_length: str | tuple[str, ...] = "all"  # all, or prompt-length buckets; a tuple is an axis (short,medium,long)
+    pairs: tuple[tuple[str, str], ...] = ()  # (target, draft) pairs, sorted, instead of target × drafts (--pair)
 
     @staticmethod
-    def from_specs(*, target: str, draft: str, gamma: str, temperature: str, task: str, **shared) -> "SweepGrid":
-        """Parse the CLI's comma/range strings; every error is a one-line SpecbenchError."""
-        grid = SweepGrid(target=target, drafts=tuple(parse_str_list(draft, "--draft")),
+    def from_specs(*, target: str, draft: str, gamma: str, temperature: str, task: str,
+                   pairs: tuple[str, ...] = (), **shared) -> "SweepGrid":
+        """Parse the CLI's comma/range strings (and --pair TARGET:DRAFT values); every error is a one-line
+        SpecbenchError. With pairs, target and draft are not used (the CLI refuses both at once)."""
+        parsed = tuple(sorted(set(parse_pair(p) for p in pairs)))
+        grid = SweepGrid(target="" if parsed else target,
+                         drafts=() if parsed else tuple(parse_str_list(draft, "--draft")), pairs=parsed,
                          gammas=tuple(parse_gamma_list(gamma)),
                          temperatures=tuple(parse_float_list(temperature, "--temperature")),
                          tasks=tuple(parse_str_list(task, "--task")), **shared)
         return grid.validate()
 
     def validate(self) -> "SweepGrid":
-        if not (self.drafts and self.gammas and self.temperatures and self.tasks):
+        if not (self.target_drafts() and self.gammas and self.temperatures and self.tasks):
             raise SpecbenchError("a sweep needs at least one draft, γ, temperature and task")
-        if "auto" in (self.dtype, *self.drafts):
+        if "auto" in (self.dtype, *self.all_drafts):
             raise SpecbenchError("--dtype auto and --draft auto choose one configuration for `specbench run`; a sweep "
                                  "compares configurations: list the dtypes (one sweep each) and drafts to compare")
-        n = (len(self.drafts) * len(self.gammas) * len(self.temperatures) * len(self.tasks) * len(self.confidences)
-             * len(self.batch_sizes) * len(self.batch_policies))
+        n = (len(self.target_drafts()) * len(self.gammas) * len(self.temperatures) * len(self.tasks)
+             * len(self.confidences) * len(self.batch_sizes) * len(self.batch_policies) * len(self.budgets)
+             * len(self.prompt_lengths))
         if n > MAX_CELLS:
             raise SpecbenchError(f"the grid has {n} cells (more than {MAX_CELLS}); narrow --gamma/--draft/--temperature/--task")
-        for cfg in self.configs():
+        configs = self.configs()
+        if not configs:
+            raise SpecbenchError(f"every γ of --gamma is more than every --max-new-tokens ({self.max_new_tokens}); a "
+                                 f"step never drafts past the budget: lower --gamma or raise --max-new-tokens")
+        for cfg in configs:
             cfg.validate()
         return self
+
+    def target_drafts(self) -> list[tuple[str, str]]:
+        """(target, draft) of every cell: the pairs, or the one target with each draft."""
+        return list(self.pairs) if self.pairs else [(self.target, d) for d in self.drafts]
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        """The targets, sorted: cells are grouped by them so each target model loads once."""
+        return tuple(sorted({t for t, _ in self.target_drafts()}))
+
+    @property
+    def all_drafts(self) -> tuple[str, ...]:
+        return tuple(sorted({d for _, d in self.target_drafts()}))
+
+    @property
+    def budgets(self) -> tuple[int | None, ...]:
+        return self.max_new_tokens if isinstance(self.max_new_tokens, tuple) else (self.max_new_tokens,)
+
+    @property
+    def prompt_lengths(self) -> tuple[str, ...]:
+        return self.prompt_length if isinstance(self.prompt_length, tuple) else (self.prompt_length,)
 
     @property
     def confidences(self) -> tuple[float, ...]:
@@ -172,30 +243,48 @@ class SweepGrid:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        for key in ("draft_confidence", "batch_size", "batch_policy"):
+        for key in ("draft_confidence", "batch_size", "batch_policy", "max_new_tokens", "prompt_length"):
             if isinstance(getattr(self, key), tuple) and len(getattr(self, key)) == 1:
                 d[key] = getattr(self, key)[0]  # one value: the id it always had
-        return omit_later_defaults({k: list(v) if isinstance(v, tuple) else v for k, v in d.items()})
+        if not self.pairs:
+            del d["pairs"]  # a grid without pairs keeps the id it always had
+        return omit_later_defaults({k: [list(x) if isinstance(x, tuple) else x for x in v] if isinstance(v, tuple)
+                                    else v for k, v in d.items()})
 
     def base_config(self) -> RunConfig:
-        return RunConfig(target=self.target, draft=self.drafts[0], task=self.tasks[0], gamma=self.gammas[0],
+        target, draft = self.target_drafts()[0]
+        return RunConfig(target=target, draft=draft, task=self.tasks[0], gamma=self.gammas[0],
                          sampling=SamplingConfig(self.temperatures[0], self.top_k, self.top_p), limit=self.limit,
-                         seed=self.seed, max_new_tokens=self.max_new_tokens, device=self.device, dtype=self.dtype,
+                         seed=self.seed, max_new_tokens=self.budgets[0], device=self.device, dtype=self.dtype,
                          engine=self.engine, trust_remote_code=self.trust_remote_code, backend=self.backend,
                          draft_confidence=self.confidences[0], gamma_max=self.gamma_max, repeats=self.repeats,
                          batch_size=self.batch_sizes[0], batch_policy=self.batch_policies[0],
-                         device_map=self.device_map, max_memory=self.max_memory)
+                         device_map=self.device_map, max_memory=self.max_memory, prompt_length=self.prompt_lengths[0])
 
     def configs(self) -> list[RunConfig]:
-        """Every cell, ordered task → temperature → draft → γ → batch size → policy, so cells sharing a baseline
-        run together; the min policy only at B > 1 (at B = 1 it is the ragged cell)."""
+        """Every cell, ordered target → task → temperature → budget → prompt length → draft → γ → batch size →
+        policy, so each target loads once and cells sharing a baseline run together; the min policy only at B > 1
+        (at B = 1 it is the ragged cell)."""
         base = self.base_config()
-        return [replace(base, task=task, draft=draft, gamma=gamma, draft_confidence=conf,
-                        sampling=SamplingConfig(t, self.top_k, self.top_p), batch_size=b, batch_policy=policy)
-                for task in self.tasks for t in self.temperatures for draft in self.drafts for gamma in self.gammas
+        drafts_of = {t: [d for tt, d in self.target_drafts() if tt == t] for t in self.targets}
+        return [replace(base, target=target, task=task, draft=draft, gamma=gamma, draft_confidence=conf,
+                        sampling=SamplingConfig(t, self.top_k, self.top_p), batch_size=b, batch_policy=policy,
+                        max_new_tokens=budget, prompt_length=bucket)
+                for target in self.targets for task in self.tasks for t in self.temperatures for budget in self.budgets
+                for bucket in self.prompt_lengths for draft in drafts_of[target] for gamma in self.gammas
                 for conf in self.confidences for b in self.batch_sizes for policy in self.batch_policies
                 if not (conf and parse_draft(draft).model_free)  # no confidence to check there
-                and not (b == 1 and policy != self.batch_policies[0])]  # B = 1: one policy (they agree there)
+                and not (b == 1 and policy != self.batch_policies[0])  # B = 1: one policy (they agree there)
+                and not self.over_budget(gamma, budget)]  # skipped, one line says so (skipped_gammas)
+
+    def over_budget(self, gamma: int | str, budget: int | None) -> bool:
+        """A budget axis skips its cells whose integer γ exceeds the cell's budget (they would measure γ = budget
+        under another label); a single budget refuses such a γ instead (config.check_gamma_budget), as `run` does."""
+        return len(self.budgets) > 1 and isinstance(gamma, int) and budget is not None and gamma > budget
+
+    def skipped_gammas(self) -> list[tuple[int, int]]:
+        """(γ, budget) of every γ the budget axis skips: the sweep prints them in one line."""
+        return [(g, b) for b in self.budgets for g in self.gammas if self.over_budget(g, b)]
 
 
 def _digest(obj, n: int = 8) -> str:
@@ -220,24 +309,41 @@ def sweep_id_for(grid: SweepGrid) -> str:
     return _slug(f"sweep-{tasks}-{len(grid.configs())}cells-{_digest(grid.to_dict())}")
 
 
+def axis_parts(grid: SweepGrid, config: RunConfig) -> tuple[str, str]:
+    """(prefix, suffix) a cell's id and baseline file gain from the newer axes: the target's short name first when
+    the grid has several, '-n<budget>' when the budget is an axis, '-p<bucket>' for a prompt-length bucket.
+    Grids without these axes get ('', ''), so their ids and file names stay as they always were."""
+    prefix = f"{short_names(grid.targets)[config.target]}-" if len(grid.targets) > 1 else ""
+    budget = f"-n{config.max_new_tokens}" if len(grid.budgets) > 1 and config.max_new_tokens else ""
+    return prefix, budget + prompt_length_suffix(config)
+
+
 def cell_ids(grid: SweepGrid) -> list[tuple[str, RunConfig]]:
-    """(cell id, config) per cell: task-draft-gγ-tT; top-k/top-p/seed are shared by the sweep, not in the id."""
-    tasks, drafts = short_names(grid.tasks), short_names(grid.drafts)
-    return [(_slug(f"{tasks[c.task]}-{drafts[c.draft]}-g{c.gamma}-t{c.sampling.temperature:g}"
-                   + (f"-conf{c.draft_confidence:g}" if c.draft_confidence else "") + batch_suffix(c)), c)
-            for c in grid.configs()]
+    """(cell id, config) per cell: [target-]task-draft-gγ-tT[-n<budget>][-p<bucket>]; top-k/top-p/seed are shared by
+    the sweep, not in the id."""
+    tasks, drafts = short_names(grid.tasks), short_names(grid.all_drafts)
+    cells = []
+    for c in grid.configs():
+        prefix, suffix = axis_parts(grid, c)
+        cells.append((_slug(f"{prefix}{tasks[c.task]}-{drafts[c.draft]}-g{c.gamma}-t{c.sampling.temperature:g}"
+                            + (f"-conf{c.draft_confidence:g}" if c.draft_confidence else "") + batch_suffix(c)
+                            + suffix), c))
+    return cells
 
 
 def baseline_key(config: RunConfig) -> tuple:
-    """What the baseline depends on within one sweep (target, seed, limit, budget, device are fixed by the grid)."""
+    """What the baseline depends on within one sweep (seed, limit, device, dtype are fixed by the grid): the target
+    alone decodes the same tokens whatever the draft and γ, but not whatever the target, budget or examples."""
     s = config.sampling
-    return (config.task, s.temperature, s.top_k, s.top_p, config.batch_size)  # batched baselines are timed per B
+    return (config.target, config.task, s.temperature, s.top_k, s.top_p, config.batch_size,  # batched: timed per B
+            config.max_new_tokens, config.prompt_length)
 
 
 def baseline_file(root: Path, grid: SweepGrid, config: RunConfig) -> Path:
     s = config.sampling
     batch = f"-b{config.batch_size}" if config.batch_size > 1 else ""  # batch 1 keeps the name it always had
-    name = f"{short_names(grid.tasks)[config.task]}-t{s.temperature:g}-k{s.top_k}-p{s.top_p:g}{batch}.jsonl"
+    prefix, suffix = axis_parts(grid, config)
+    name = f"{prefix}{short_names(grid.tasks)[config.task]}-t{s.temperature:g}-k{s.top_k}-p{s.top_p:g}{batch}{suffix}.jsonl"
     return root / BASELINE_DIR / _slug(name)
 
 
@@ -289,7 +395,8 @@ class SweepOutcome:
 
 def _task_info(grid: SweepGrid) -> dict:
     """n examples and their hash per task, computed before any model loads (bad tasks fail fast);
-    every integer γ of the grid is checked against each task's token budget here too."""
+    every integer γ of the grid is checked against each task's token budget here too (a budget axis
+    skips instead: SweepGrid.over_budget)."""
     from specbench.tasks.specs import examples_hash, load_task, select_examples
 
     info = {}
@@ -297,11 +404,40 @@ def _task_info(grid: SweepGrid) -> dict:
         spec = load_task(task)
         examples = select_examples(spec, grid.limit, grid.seed)
         for gamma in grid.gammas:
-            check_gamma_budget(gamma, grid.max_new_tokens or spec.max_new_tokens)
+            for budget in grid.budgets:
+                if not grid.over_budget(gamma, budget):
+                    check_gamma_budget(gamma, budget or spec.max_new_tokens)
         for batch_size in grid.batch_sizes:
             check_batch_size(batch_size, len(examples))
         info[task] = {"n_examples": len(examples), "examples_hash": examples_hash(examples)}
     return info
+
+
+def bucket_key(config: RunConfig) -> str:
+    return f"{config.target}|{config.task}|{config.prompt_length}"
+
+
+def _bucket_info(grid: SweepGrid) -> dict:
+    """n examples, their hash and the bucket's record per (target, task, prompt-length bucket), from the target's
+    tokenizer alone (no weights): {} when the grid has no buckets, so sweep.json stays as before buckets."""
+    from specbench.measure.runner import select_run_examples
+    from specbench.tasks.specs import examples_hash, load_task
+
+    info = {}
+    for cfg in grid.configs():
+        key = bucket_key(cfg)
+        if cfg.prompt_length == "all" or key in info:
+            continue
+        examples, bucket = select_run_examples(load_task(cfg.task), cfg)
+        for batch_size in grid.batch_sizes:
+            check_batch_size(batch_size, len(examples))
+        info[key] = {"n_examples": len(examples), "examples_hash": examples_hash(examples), **bucket.to_dict()}
+    return info
+
+
+def cell_examples(tasks: dict, buckets: dict, config: RunConfig) -> int:
+    """How many examples a cell measures: its task's, or its prompt-length bucket's."""
+    return (tasks[config.task] if config.prompt_length == "all" else buckets[bucket_key(config)])["n_examples"]
 
 
 def records_cover(path: Path, example_ids: list[str] | None, n_examples: int) -> bool:
@@ -340,7 +476,7 @@ def _cell_done(run_dir: Path, config: RunConfig, n_examples: int) -> dict | None
 
 
 def write_sweep_file(root: Path, sweep_id: str, grid: SweepGrid, cells: list[tuple[str, RunConfig]], tasks: dict,
-                     complete: list[str] | None = None) -> dict:
+                     complete: list[str] | None = None, buckets: dict | None = None) -> dict:
     """Create sweep.json, or check that an existing one describes the same grid and examples."""
     path = root / SWEEP_FILE
     doc = {
@@ -349,6 +485,7 @@ def write_sweep_file(root: Path, sweep_id: str, grid: SweepGrid, cells: list[tup
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "grid": grid.to_dict(),
         "tasks": tasks,
+        **({"prompt_length": buckets} if buckets else {}),  # per target|task|bucket: n, hash, thresholds
         "cells": [{"cell_id": cid, "config": cfg.to_dict()} for cid, cfg in cells],
         "baselines": sorted({str(baseline_file(root, grid, cfg).relative_to(root)) for _, cfg in cells}),
         "complete_cells": sorted(complete or []),
@@ -362,11 +499,31 @@ def write_sweep_file(root: Path, sweep_id: str, grid: SweepGrid, cells: list[tup
             if old.get("tasks") != tasks:
                 raise SpecbenchError(f"{root} holds a sweep on different examples (the task data changed); "
                                      f"use another --sweep-id or delete it")
+            if old.get("prompt_length") != doc.get("prompt_length"):
+                raise SpecbenchError(f"{root} holds a sweep whose prompt-length buckets hold other examples (the task "
+                                     f"data or tokenizer changed); use another --sweep-id or delete it")
             doc["created"] = old.get("created", doc["created"])
             if complete is None:
                 doc["complete_cells"] = old.get("complete_cells", [])
     atomic_write_json(path, doc)
     return doc
+
+
+def check_executor_axes(grid: SweepGrid, executor: str) -> None:
+    """--executor ray ships one target and the task-wide example counts to its workers: pairs and prompt-length
+    buckets run locally (one line says so, before a cluster starts)."""
+    if executor == "ray" and (grid.pairs or grid.prompt_lengths != ("all",)):
+        raise SpecbenchError("--pair and --prompt-length run with --executor local only (a Ray worker holds one target "
+                             "and the task's examples); drop --executor ray, or run one sweep per pair or bucket")
+
+
+def release_memory() -> None:
+    """Return a dropped session's memory before the next target loads (the GPU's cache too, where there is one)."""
+    gc.collect()
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def run_sweep(
@@ -393,15 +550,20 @@ def run_sweep(
     from specbench.measure.runner import Session, execute_run
 
     grid.validate()
+    if executor is not None:
+        check_executor_axes(grid, "ray")
     results_dir = check_results_dir(results_dir)
     if sweep_id is not None:
         check_id(sweep_id, "--sweep-id")
-    tasks = _task_info(grid)
+    tasks, buckets = _task_info(grid), _bucket_info(grid)
     cells = cell_ids(grid)
     sweep_id = sweep_id or sweep_id_for(grid)
     root = prepare_run_dir(results_dir / sweep_id)
-    write_sweep_file(root, sweep_id, grid, cells, tasks)
-    on_plan(sum(tasks[cfg.task]["n_examples"] for _, cfg in cells), len(cells))
+    write_sweep_file(root, sweep_id, grid, cells, tasks, buckets=buckets)
+    if grid.skipped_gammas() and only is None:
+        warnings.warn("skipped cells whose γ exceeds their --max-new-tokens (a step never drafts past the budget): "
+                      + ", ".join(f"γ {g} at {b}" for g, b in grid.skipped_gammas()), stacklevel=2)
+    on_plan(sum(cell_examples(tasks, buckets, cfg) for _, cfg in cells), len(cells))
 
     stores: dict[tuple, BaselineStore] = {}
     outcome = SweepOutcome(root)
@@ -410,14 +572,17 @@ def run_sweep(
     for cell_id, config in cells if executor is None else []:
         if only is not None and cell_id not in only:
             continue
-        n = tasks[config.task]["n_examples"]
+        n = cell_examples(tasks, buckets, config)
         finished = _cell_done(root / cell_id, config, n)
         if finished is not None:
             on_cell(cell_id, n, n)
             outcome.cells.append(CellOutcome(cell_id, config, finished, 0))
             continue
-        if session is None:  # loaded at the first cell with work left, once for the whole sweep
-            session = Session(grid.target, grid.device, grid.dtype, grid.trust_remote_code, grid.backend,
+        if session is not None and getattr(session, "target_spec", config.target) != config.target:
+            session = None  # cells are grouped by target: the previous one is done, free it before the next loads
+            release_memory()
+        if session is None:  # loaded at the first cell with work left, once per target for the whole sweep
+            session = Session(config.target, grid.device, grid.dtype, grid.trust_remote_code, grid.backend,
                               grid.device_map, grid.max_memory)
         key = baseline_key(config)
         if key not in stores:
@@ -427,5 +592,5 @@ def run_sweep(
                           on_example=lambda record, cid=cell_id: on_example(cid, record))
         outcome.cells.append(CellOutcome(cell_id, config, run.summary, run.new_examples))
     write_sweep_file(root, sweep_id, grid, cells, tasks,
-                     complete=[c.cell_id for c in outcome.cells if c.summary.get("complete")])
+                     complete=[c.cell_id for c in outcome.cells if c.summary.get("complete")], buckets=buckets)
     return outcome

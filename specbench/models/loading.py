@@ -139,6 +139,20 @@ def resolve_source(spec: str) -> str:
 # ---- loading --------------------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=8)
+def load_tokenizer(spec: str, trust_remote_code: bool = False):
+    """The model's tokenizer alone (no weights): what a prompt-length bucket needs before the target loads."""
+    from transformers import AutoTokenizer
+
+    source = resolve_source(spec)
+    try:
+        return AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SpecbenchError(f"cannot load the tokenizer of {spec!r}: {first[:200]} (check the id or path; hub ids "
+                             f"need network access)") from exc
+
+
 def load_model(spec: str, device: str = "auto", dtype: str = "float32", trust_remote_code: bool = False,
                device_map: str | None = None, max_memory: str | None = None) -> LoadedModel:
     """Load a model and its tokenizer for decoding (eval mode, on the device, in the dtype).
