@@ -154,3 +154,24 @@ def test_claims_table_heads_the_report_with_links_and_the_headline(tmp_path):
     assert '<h2 id="claims">Claims</h2>' in page and '<a href="#fig-speedup_vs_max_new_tokens">' in page
     assert '<figure id="fig-speedup_vs_max_new_tokens">' in page
     assert headline(collect([root])).endswith("no GPU.")
+
+
+def test_all_prompts_is_not_a_point_on_the_prompt_length_axis(tmp_path):
+    """--prompt-length all is every example: a sweep's buckets are compared with each other, never with it."""
+    root = tmp_path / "runs"
+    varied_run(root, "p-all", speedup=3.0, summary_extra={"prompt_length": "all"})
+    varied_run(root, "p-short", speedup=1.3, summary_extra={"prompt_length": "short"})
+    assert by_claim(root)["Gains-lengths"].verdict.startswith(UNTESTED)
+    varied_run(root, "p-long", speedup=1.31, summary_extra={"prompt_length": "long"})
+    found = by_claim(root)["Gains-lengths"]
+    assert found.verdict.startswith(HOLDS) and found.numbers.startswith("short/long prompt: 1.3")
+
+
+def test_runs_at_other_budgets_or_buckets_are_other_series(tmp_path):
+    """The report groups by the sweep axes: a γ curve never mixes budgets or prompt-length buckets."""
+    root = tmp_path / "runs"
+    for n in (16, 64):
+        for bucket in ("short", "long"):
+            varied_run(root, f"n{n}-{bucket}", speedup=1.3, summary_extra={"max_new_tokens": n, "prompt_length": bucket})
+    series = set(collect([root]).runs["series"])
+    assert len(series) == 4 and any("max_new_tokens=16" in s and "prompt_length=long" in s for s in series)

@@ -156,7 +156,7 @@ def select_run_examples(spec: TaskSpec, config: RunConfig, tokenizer=None) -> tu
                            config.limit)
     note = short_bucket_note(choice, config.limit)
     if note:
-        warnings.warn(note, stacklevel=2)  # the CLI prints a warning as one line
+        warnings.warn(note, stacklevel=1)  # one line (CLI); issued here for every caller, so a repeat is shown once
     return [pool[i] for i in choice.indices], choice
 
 

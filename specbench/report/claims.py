@@ -29,19 +29,17 @@ HOLDS, FAILS, UNSURE, UNTESTED = "holds", "does not hold", "inconclusive", "not 
 PAPER_LOW = 2.0  # the low end of the claimed 2–3× speedup
 ENOUGH_POWER = 0.8  # a perplexity test with less power than this against its stated shift is inconclusive
 
-# what to run where a claim has no data: every command here runs as written today (sweep axes that do not
-# exist yet, such as a prompt-length bucket or a list of targets, are run as separate `run`s the report groups)
+# what to run where a claim has no data: every command here runs as written (a test checks each option exists)
 COMMANDS = {
     "speedup": "specbench sweep --draft prompt-lookup --gamma 1-8 --limit 8",
     "identity": "specbench sweep --temperature 0 --gamma 1-4 --limit 8",
-    "max_new_tokens": ("specbench run --draft prompt-lookup --gamma 4 --limit 8 --max-new-tokens N for N = 16, 64 "
-                       "and 256, then specbench report results"),
-    "prompt_length": ("specbench run on tasks whose prompts differ in length (e.g. --task ding-de-en and --task "
-                      "aclsum); a prompt-length bucket axis is not in specbench sweep yet"),
+    "max_new_tokens": ("specbench sweep --draft prompt-lookup --gamma 4 --limit 8 --max-new-tokens 16,64,256, then "
+                       "specbench report results"),
+    "prompt_length": ("specbench sweep --draft prompt-lookup --gamma 4 --limit 8 --prompt-length short,medium,long, "
+                      "then specbench report results"),
     "batch_size": "specbench sweep --batch-size 1,2,4,8 --gamma 4 --limit 8",
-    "target": ("specbench setup --target qwen2.5-coder-1.5b, then specbench run --target smollm2-135m and "
-               "specbench run --target qwen2.5-coder-1.5b, both --draft prompt-lookup --dtype bfloat16 --gamma 4 "
-               "--limit 8"),
+    "target": ("specbench setup --target qwen2.5-coder-1.5b, then specbench sweep --pair smollm2-135m:prompt-lookup "
+               "--pair qwen2.5-coder-1.5b:prompt-lookup --dtype bfloat16 --gamma 4 --limit 8"),
     "perplexity": "specbench sweep --temperature 1 --gamma 4 --limit 32",
 }
 AXIS_TEXT = {"max_new_tokens": ("Gains are consistent across sequence lengths (new tokens)", "new tokens"),
@@ -165,7 +163,8 @@ def axis_groups(runs, column: str) -> list[list]:
         frame[k] = frame[k].map(lambda v: "—" if isnull(v) else str(v))
     groups = []
     for _, g in frame.groupby(keys, sort=True):
-        g = g[g[column].notna()].drop_duplicates(subset=[column])  # a rerun of one cell: its first run
+        g = g[g[column].notna() & (g[column] != "all")]  # prompt length "all" is every example, not a point on the axis
+        g = g.drop_duplicates(subset=[column])  # a rerun of one cell: its first run
         if len(g) >= 2:
             groups.append(sorted((r for _, r in g.iterrows()), key=lambda r: axis_sort_key(r[column])))
     return groups

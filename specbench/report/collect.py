@@ -354,9 +354,11 @@ def _read_run(summary: Path, data: ReportData) -> dict | None:
 
 
 def series_keys(runs) -> list[str]:
-    """Columns that tell lines apart: draft and temperature, plus target/top-k/top-p when they vary."""
-    return ["draft", "temperature"] + [k for k in ("target", "top_k", "top_p", "batch_size", "batch_policy")
-                                       if k in runs and runs[k].nunique() > 1]  # batch: runs at other B are other lines
+    """Columns that tell lines apart: draft and temperature, plus target/top-k/top-p and the sweep axes (batch,
+    budget, prompt-length bucket) when they vary: runs at another B, budget or bucket are other lines."""
+    return ["draft", "temperature"] + [k for k in ("target", "top_k", "top_p", "batch_size", "batch_policy",
+                                                   "max_new_tokens", "prompt_length")
+                                       if k in runs and runs[k].nunique() > 1]
 
 
 def series_label(row, keys: list[str]) -> str:
