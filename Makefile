@@ -23,7 +23,9 @@ $(VENV)/.specbench-packages: pyproject.toml scripts/setup.sh
 	scripts/setup.sh --no-assets
 	touch $@
 
+# scripts/install_chromium.sh: Debian's chromium for the report's browser test, when missing and root can apt-get it
 test: $(VENV)/.specbench-packages
+	scripts/install_chromium.sh
 	$(BIN)/python -m pytest -q
 
 # The pip user's path: build the wheel, install it non-editable into a fresh venv (reusing .venv's torch, no
