@@ -25,7 +25,7 @@ Targets = Annotated[Optional[str], typer.Option("--target", help=f"Target model:
 Drafts = Annotated[Optional[str], typer.Option("--draft", help=f"Drafts, comma-separated (e.g. prompt-lookup,<model>; "
                                                f"default {DEFAULT_DRAFT}).")]
 Pairs = Annotated[Optional[list[str]], typer.Option(
-    "--pair", help="TARGET:DRAFT, repeatable: each pair's target with its own draft (split on the first ':'; the "
+    "--pair", metavar="TARGET:DRAFT", help="TARGET:DRAFT, repeatable: each pair's target with its own draft (split on the first ':'; the "
     "draft is never split on ','). Replaces --target/--draft; cells are grouped so each target loads once.")]
 Budgets = Annotated[Optional[str], typer.Option("--max-new-tokens", help="Tokens to generate (default: the task's); "
                                                 "a list 16,64,256 is an axis (cells whose integer γ exceeds their "
