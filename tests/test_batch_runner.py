@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from typer.testing import CliRunner
@@ -104,9 +105,12 @@ def test_a_batched_run_writes_one_record_per_example_with_its_batch(tmp_path, ta
     assert s["batch_size"] == 2 and s["batch_policy"] == "ragged" and s["complete"] and s["n_examples"] == 5
     assert s["greedy_identity"] == 1.0
     assert s["tokens_per_batch_pass"] > 1 and s["batch_verify_cost"] > 0 and s["predicted_speedup_batch"] > 0
+    assert s["replayed_speedup_batch"] > 0
     assert s["peak_memory_mb"] > 0 and s["peak_memory_kind"]
     manifest = json.loads(out.files.manifest.read_text())
     assert manifest["batch_calibration"]["batch_size"] == 2 and "3" in manifest["batch_calibration"]["verify_cost"]
+    assert sorted(manifest["batch_calibration"]["rows"]) == ["1", "2"]  # t(b, k) at b = 1 and 2 for the cost model
+    assert manifest["batch_calibration"]["rows"]["2"] == manifest["batch_calibration"]["target_ms"]
 
 
 def test_batch_1_records_carry_no_batch_fields(tmp_path, task_file):
@@ -234,12 +238,15 @@ def test_report_draws_speedup_against_batch_size_with_a_verdict(tmp_path, task_f
     from specbench.report.analysis import batch_curves, batch_sentence
 
     rows = [{"task": "t", "draft": "d", "gamma": 3, "temperature": 0.0, "batch_size": b, "batch_policy": p,
-             "speedup": s, "predicted_speedup_batch": s * 1.05, "predicted_speedup_extended": 1.5, "run_id": f"r{b}{p}"}
+             "speedup": s, "predicted_speedup_batch": s * 1.05, "predicted_decode_speedup": 1.5, "run_id": f"r{b}{p}",
+             "speedup_ci95": [s - 0.1, s + 0.1], "decode_speedup": s + 0.05, "replayed_speedup_batch": s}
             for b, p, s in [(1, "ragged", 1.5), (2, "ragged", 1.4), (4, "ragged", 1.3), (2, "min", 1.2), (4, "min", 0.9)]]
     curves = batch_curves(pd.DataFrame(rows))
     assert [(c["policy"], [p["batch_size"] for p in c["points"]]) for c in curves] == [("ragged", [1, 2, 4]),
                                                                                         ("min", [1, 2, 4])]
     assert curves[0]["points"][0]["predicted"] == 1.5 and curves[0]["points"][1]["predicted"] == pytest.approx(1.47)
+    assert curves[0]["points"][1]["ci_low"] == pytest.approx(1.3) and curves[0]["points"][1]["decode_speedup"] == 1.45
+    assert math.isnan(curves[0]["points"][0]["replayed"]) and curves[0]["points"][1]["replayed"] == 1.4
     assert "does not hold" in batch_sentence(curves)  # min at B = 4 is below 1×
     assert " holds " in batch_sentence(curves[:1])
     assert batch_curves(pd.DataFrame(rows[:1])) == []

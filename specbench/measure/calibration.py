@@ -185,30 +185,49 @@ def batch_pass_step(model: torch.nn.Module, context: list[int], batch_size: int,
     return step
 
 
-def calibrate_batch(target: torch.nn.Module, prompts: list[list[int]], *, batch_size: int, k_max: int,
-                    max_new_tokens: int, max_positions: int | None, draft: torch.nn.Module | None = None,
-                    repeats: int = DEFAULT_REPEATS) -> dict | None:
-    """t(B, k), k = 1..k_max: ms of one batched target pass over k new tokens per row (and, for a model
-    draft, ms of one batched draft token) after a context of the task's typical length; the manifest's
-    `batch_calibration`. `verify_cost` maps γ → t(B, γ+1)/t(B, 1), the batch's counterpart of pass_cost.
-    None for an encoder-decoder target (no batched pass to time here)."""
-    if getattr(target.config, "is_encoder_decoder", False):
-        return None
-    t_start = time.perf_counter()
+def batch_row_grid(batch_size: int) -> list[int]:
+    """The row counts a batch of B is calibrated at: 1, 2, 4, … below B, and B (rows leave a batch as they
+    finish, so its passes run at every b ≤ B; batch_model interpolates t(b, k) linearly between these)."""
+    grid, b = [], 1
+    while b < batch_size:
+        grid.append(b)
+        b *= 2
+    return grid + [batch_size]
+
+
+def calibrate_rows(target: torch.nn.Module, prompts: list[list[int]], *, rows: int, k_max: int,
+                   max_new_tokens: int, max_positions: int | None, draft: torch.nn.Module | None = None,
+                   repeats: int = DEFAULT_REPEATS) -> dict:
+    """t(b, k), k = 1..k_max, for one row count b: ms of one batched target pass over k new tokens per row
+    (and, for a model draft, ms of one batched draft token) after a context of the task's typical length."""
     n_ctx = typical_context([len(p) for p in prompts], max_new_tokens, max_positions, k_max)
     ctx = context_ids(prompts, n_ctx)
     clock = Clock(next(target.parameters()).device).now
     ks = list(range(1, k_max + 1))
-    step = batch_pass_step(target, ctx, batch_size, k_max)
+    step = batch_pass_step(target, ctx, rows, k_max)
     time_passes(step, ks, 1, clock)  # warm-up
     med, spread = median_and_spread(time_passes(step, ks, repeats, clock))
     draft_ms = None
     if draft is not None and not getattr(draft.config, "is_encoder_decoder", False):
-        draft_step = batch_pass_step(draft, ctx, batch_size, 1)
+        draft_step = batch_pass_step(draft, ctx, rows, 1)
         time_passes(draft_step, [1], 2, clock)
         draft_ms = statistics.median(time_passes(draft_step, [1], 2 * repeats, clock)[1])
-    return {"batch_size": batch_size, "context_tokens": n_ctx, "repeats": repeats,
-            "target_ms": {str(k): v for k, v in med.items()}, "target_spread": {str(k): v for k, v in spread.items()},
-            "verify_cost": {str(k - 1): v / med[1] for k, v in med.items() if k > 1},
-            "draft_ms": draft_ms, "draft_cost": None if draft_ms is None else draft_ms / med[1],
-            "seconds": time.perf_counter() - t_start}
+    return {"rows": rows, "context_tokens": n_ctx, "repeats": repeats, "target_ms": med, "target_spread": spread,
+            "draft_ms": draft_ms}
+
+
+def batch_calibration_dict(batch_size: int, per_rows: list[dict], seconds: float) -> dict:
+    """The manifest's `batch_calibration` from calibrate_rows at each row count of batch_row_grid(B): the
+    batch's own t(B, k) as before (`target_ms`, `verify_cost` maps γ → t(B, γ+1)/t(B, 1), `draft_cost`), and
+    the whole table (`rows`: b → k → ms, `draft_rows_ms`: b → ms) that batch_model prices passes with."""
+    own = next(c for c in per_rows if c["rows"] == batch_size)
+    med, t1 = own["target_ms"], own["target_ms"][1]
+    return {"batch_size": batch_size, "context_tokens": own["context_tokens"], "repeats": own["repeats"],
+            "target_ms": {str(k): v for k, v in med.items()},
+            "target_spread": {str(k): v for k, v in own["target_spread"].items()},
+            "verify_cost": {str(k - 1): v / t1 for k, v in med.items() if k > 1},
+            "draft_ms": own["draft_ms"], "draft_cost": None if own["draft_ms"] is None else own["draft_ms"] / t1,
+            "rows": {str(c["rows"]): {str(k): v for k, v in c["target_ms"].items()} for c in per_rows},
+            "draft_rows_ms": ({str(c["rows"]): c["draft_ms"] for c in per_rows}
+                              if own["draft_ms"] is not None else None),
+            "seconds": seconds}

@@ -49,7 +49,12 @@ the batch's shared ones, so a batch counts its rows' largest). Beside them:
   alpha_row_mean, alpha_row_range  each row's own α (accepted / trials), averaged and its [min, max];
                         `alpha` stays the pooled one
   tokens_per_batch_pass  Σ decode tokens of all rows ÷ Σ batched target passes
-  batch_verify_cost, batch_draft_cost, predicted_speedup_batch  from the calibrated t(B, k) (batch_prediction)
+  batch_verify_cost, batch_draft_cost  the calibrated t(B, γ+1)/t(B, 1) and batched draft token (batch_prediction)
+  predicted_speedup_batch  the batch cost model's decode speedup (measure/batch_model.py): each row's own
+                        measured steps drawn at random, rows leaving as they finish, every pass priced by
+                        the calibrated t(b, k) at its live rows b and widest draft; compare with decode_speedup
+  replayed_speedup_batch  both engines' measured pass shapes priced by the same t(b, k): the share of the
+                        measured time that target passes explain
 Peers' names for the same runs (spec_bench_metrics; README maps them onto alpha and acceptance_rate):
   mean_accepted_tokens  Spec-Bench's "#Mean accepted tokens" (#MAT), as its evaluation/speed.py computes it:
                         the mean of accept_lengths, where every target pass, prefill's included, logs the
@@ -296,20 +301,19 @@ def batch_metrics(records: list[dict]) -> dict:
     }
 
 
-def batch_prediction(alpha: float, gamma: int, calibration: dict | None, policy: str) -> dict:
+def batch_prediction(records: list[dict], gamma: int, calibration: dict | None, policy: str) -> dict:
     """batch_verify_cost t(B, γ+1)/t(B, 1) and batch_draft_cost from a run's batch calibration
-    (calibration.calibrate_batch), and the cost model's speedup at that batch (theory.batch_walltime_factor)."""
-    from specbench.measure import theory
+    (calibration.calibrate_rows), and the batch cost model's predicted and replayed decode speedups
+    (measure/batch_model.py: each row's own steps, rows leaving as they finish, t(b, k) at every b)."""
+    from specbench.measure.batch_model import batch_cost_figures
 
-    nan = {"batch_verify_cost": NAN, "batch_draft_cost": NAN, "predicted_speedup_batch": NAN}
+    out = {"batch_verify_cost": NAN, "batch_draft_cost": NAN, "predicted_speedup_batch": NAN,
+           "replayed_speedup_batch": NAN}
     if not calibration or str(gamma) not in calibration.get("verify_cost", {}):
-        return nan
-    verify = float(calibration["verify_cost"][str(gamma)])
-    draft = float(calibration.get("draft_cost") or 0.0)
-    out = {"batch_verify_cost": verify, "batch_draft_cost": draft, "predicted_speedup_batch": NAN}
-    if not math.isnan(alpha):
-        out["predicted_speedup_batch"] = theory.batch_walltime_factor(alpha, gamma, draft, verify,
-                                                                      calibration["batch_size"], policy)
+        return out
+    out["batch_verify_cost"] = float(calibration["verify_cost"][str(gamma)])
+    out["batch_draft_cost"] = float(calibration.get("draft_cost") or 0.0)
+    out.update(batch_cost_figures(batches(records), calibration, gamma, policy))
     return out
 
 

@@ -191,7 +191,8 @@ class Summary:
     tokens_per_batch_pass: float | None = None  # B > 1: Σ decode tokens of all rows ÷ Σ batched target passes (a batch's passes: its longest row's)
     batch_verify_cost: float | None = None  # B > 1: calibrated t(B, γ+1) ÷ t(B, 1), a batched pass over γ+1 tokens per row in one-token batched passes
     batch_draft_cost: float | None = None  # B > 1: calibrated batched draft-model token ÷ batched one-token target pass (0: model-free)
-    predicted_speedup_batch: float | None = None  # B > 1: the cost model at batch B from the pooled α, batch_draft_cost, batch_verify_cost and the policy (theory.batch_walltime_factor)
+    predicted_speedup_batch: float | None = None  # B > 1: the batch cost model's decode speedup (measure/batch_model.py): each row's measured steps drawn at random, rows leaving as they finish, passes priced by the calibrated t(b, k)
+    replayed_speedup_batch: float | None = None  # B > 1: both engines' measured pass shapes priced by the calibrated t(b, k): what target passes alone explain of decode_speedup
     # --- the run's context (runner.write_summary)
     baseline_drift: float | None = None  # a sweep cell: re-timed ÷ stored seconds of a shared baseline (worst)
     auto: dict | None = None  # auto choices: requested, reasons, pilot_alpha, predicted speedups

@@ -105,14 +105,23 @@ class Session:
 
     def calibrate_batch(self, draft_spec: str, prompts: list[list[int]], batch_size: int, k_max: int,
                         max_new_tokens: int) -> dict | None:
-        """t(B, k) of the target (and the draft model's batched token, if any), measured once per session."""
-        key = ("batch", draft_spec, batch_size, k_max, max_new_tokens, hashlib.sha256(repr(prompts).encode()).hexdigest())
-        if key not in self.calibrations:
-            caches = self.proposer(draft_spec, prompts).model_caches()
-            self.calibrations[key] = cal.calibrate_batch(
-                self.target.model, prompts, batch_size=batch_size, k_max=k_max, max_new_tokens=max_new_tokens,
-                max_positions=self.target.max_positions, draft=caches[0].model if caches else None)
-        return self.calibrations[key]
+        """t(b, k) of the target (and the draft model's batched token, if any) at every row count b of
+        calibration.batch_row_grid(B), each measured once per session (a sweep's B = 2, 4, 8, 16 cells share
+        theirs); None for an encoder-decoder target (no batched pass to time here)."""
+        if getattr(self.target.model.config, "is_encoder_decoder", False):
+            return None
+        t_start = time.perf_counter()
+        caches = self.proposer(draft_spec, prompts).model_caches()
+        digest = hashlib.sha256(repr(prompts).encode()).hexdigest()
+        per_rows = []
+        for rows in cal.batch_row_grid(batch_size):
+            key = ("batch", draft_spec, rows, k_max, max_new_tokens, digest)
+            if key not in self.calibrations:
+                self.calibrations[key] = cal.calibrate_rows(
+                    self.target.model, prompts, rows=rows, k_max=k_max, max_new_tokens=max_new_tokens,
+                    max_positions=self.target.max_positions, draft=caches[0].model if caches else None)
+            per_rows.append(self.calibrations[key])
+        return cal.batch_calibration_dict(batch_size, per_rows, time.perf_counter() - t_start)
 
     def proposer(self, draft_spec: str, corpus: list[list[int]] | None = None) -> Proposer:
         """The draft for `draft_spec`, built once; frequency drafts are fitted on `corpus` (once per corpus)."""
@@ -761,8 +770,8 @@ def write_summary(files: RunFiles, config: RunConfig, spec: TaskSpec, records: l
     drift = baseline_drift(files)
     metrics = summarize(records, config.draft_gamma, config.sampling.greedy, read_probes(files.root), drift)
     if config.batch_size > 1:
-        metrics.update(batch_prediction(metrics.get("alpha", float("nan")), config.draft_gamma,
-                                        manifest.get("batch_calibration"), config.batch_policy))
+        metrics.update(batch_prediction(records, config.draft_gamma, manifest.get("batch_calibration"),
+                                        config.batch_policy))
     summary = summary_dict({  # every key declared in records.Summary
         "schema_version": SCHEMA_VERSION,
         "run_id": files.root.name,

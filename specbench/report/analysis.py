@@ -10,6 +10,8 @@ import math
 
 from specbench.report.collect import fixed_gamma, isnull, num
 
+NAN = float("nan")
+
 
 def _empty_prediction(row: dict) -> None:
     row["thm_gamma"] = row["thm_factor"] = row["ext_gamma"] = row["ext_factor"] = None
@@ -159,9 +161,23 @@ def _batch_of(value) -> int:
     return 1 if math.isnan(x) else int(x)
 
 
+def batch_point(row) -> dict:
+    """One batch size of a curve: the measured speedup and its 95 % interval, the measured decode speedup, and the
+    cost model's prediction of the decode speedup (predicted_speedup_batch at B > 1, predicted_decode_speedup
+    at B = 1) with the pass-shape replay beside it."""
+    ci = row.get("speedup_ci95")
+    low, high = (num(ci[0]), num(ci[1])) if isinstance(ci, (list, tuple)) and len(ci) == 2 else (NAN, NAN)
+    batched = row["b"] > 1
+    return {"batch_size": int(row["b"]), "speedup": num(row["speedup"]), "ci_low": low, "ci_high": high,
+            "decode_speedup": num(row.get("decode_speedup")),
+            "predicted": num(row.get("predicted_speedup_batch") if batched else row.get("predicted_decode_speedup")),
+            "replayed": num(row.get("replayed_speedup_batch")) if batched else NAN,
+            "suspect": bool(row.get("timing_suspect")) if not isnull(row.get("timing_suspect")) else False}
+
+
 def batch_curves(runs) -> list[dict]:
-    """Per task, draft, γ, temperature and batch policy: the measured speedup and the cost model's prediction at
-    each batch size (predicted_speedup_batch; at B = 1 the extended model), B = 1 shared by both policies.
+    """Per task, draft, γ, temperature and batch policy: the measured speedups (with intervals) and the cost
+    model's decode-speedup prediction at each batch size (batch_point), B = 1 shared by both policies.
     [] unless some configuration ran at two batch sizes."""
     frame = fixed_gamma(runs)
     if "batch_size" not in frame or frame["batch_size"].map(_batch_of).nunique() < 2:
@@ -175,9 +191,7 @@ def batch_curves(runs) -> list[dict]:
             sub = g[(g["policy"] == policy) | (g["b"] == 1)].drop_duplicates(subset=["b"]).sort_values("b")
             if len(sub) < 2 or not (sub["b"] > 1).any():
                 continue
-            points = [{"batch_size": int(r["b"]), "speedup": num(r["speedup"]),
-                       "predicted": num(r.get("predicted_speedup_batch") if r["b"] > 1
-                                        else r.get("predicted_speedup_extended"))} for _, r in sub.iterrows()]
+            points = [batch_point(r) for _, r in sub.iterrows()]
             out.append({"task": task, "label": f"{draft}, γ={int(gamma)}, T={float(temp):g}, {policy}",
                         "policy": policy, "points": points})
     return out

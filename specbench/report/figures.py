@@ -153,23 +153,37 @@ def fig_axis(groups: list[list], column: str, label: str) -> object:
 
 
 def fig_batch(curves: list[dict]) -> object:
-    """Speedup against batch size per task: one line per draft, γ and policy, the cost model's prediction dashed."""
+    """Speedup against batch size per task: one colour per draft, γ and policy; the measured speedup with its
+    95 % interval (solid, suspect points hollow), the measured decode speedup (dotted) and the cost model's
+    prediction of it (dashed)."""
+    import pandas as pd
+    from matplotlib.lines import Line2D
+
     tasks = sorted({c["task"] for c in curves})
     colors = _colors(sorted({c["label"] for c in curves}))
-    fig = _new_figure(7.5, 3.8 * len(tasks) + 0.25 * len(colors))
+    fig = _new_figure(7.5, 3.8 * len(tasks) + 0.25 * (len(colors) + 4))
+    sizes = sorted({p["batch_size"] for c in curves for p in c["points"]})
     for ax, task in zip(_panels(fig, len(tasks), 1), tasks):
         for c in (c for c in curves if c["task"] == task):
             xs = [p["batch_size"] for p in c["points"]]
-            ax.plot(xs, [p["speedup"] for p in c["points"]], "o-", color=colors[c["label"]], label=c["label"], lw=1.8)
-            ax.plot(xs, [p["predicted"] for p in c["points"]], "--", color=colors[c["label"]], lw=1.0, alpha=0.8)
+            pts = pd.DataFrame(c["points"])
+            pts["err_lo"] = (pts["speedup"] - pts["ci_low"]).fillna(0.0).clip(lower=0.0)
+            pts["err_hi"] = (pts["ci_high"] - pts["speedup"]).fillna(0.0).clip(lower=0.0)
+            draw_speedups(ax, xs, pts, colors[c["label"]], None)
+            ax.plot(xs, pts["decode_speedup"], ":", color=colors[c["label"]], lw=1.2)
+            ax.plot(xs, pts["predicted"], "--", color=colors[c["label"]], lw=1.0, alpha=0.8)
         ax.axhline(1.0, color="0.4", lw=0.8)
         ax.set_xscale("log", base=2)
-        ax.set_xticks(sorted({p["batch_size"] for c in curves for p in c["points"]}),
-                      [str(b) for b in sorted({p["batch_size"] for c in curves for p in c["points"]})])
+        ax.set_xticks(sizes, [str(b) for b in sizes])
         ax.set_title(f"Speedup vs batch size: {task}")
         ax.set_xlabel("batch size B (examples decoded together)")
         ax.set_ylabel("walltime speedup (× batched target alone)")
-    fig.legend(*fig.axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=1, fontsize=7)
+    handles = [Line2D([], [], color=colors[label], ls="-", marker="o", label=label) for label in colors]
+    handles += [Line2D([], [], color="0.2", ls="-", marker="o", label="measured, 95% CI bars"),
+                Line2D([], [], color="0.55", ls="none", marker="o", mfc="white", label="suspect timing (hollow)"),
+                Line2D([], [], color="0.2", ls=":", label="measured decode speedup (prefill excluded)"),
+                Line2D([], [], color="0.2", ls="--", label="batch cost model's decode speedup")]
+    fig.legend(handles=handles, loc="outside lower center", ncol=2, fontsize=7)
     return fig
 
 
@@ -438,9 +452,11 @@ QUALITY_CAPTION = (
 
 BATCH_CAPTION = (
     "Solid: measured walltime speedup at each batch size (total tokens/s of batched speculative decoding ÷ the "
-    "batched baseline's), per draft, γ and batch policy (ragged: each row keeps its own accepted prefix; min: every "
-    "row advances by the batch's minimum). Dashed: the cost model at that batch, from the pooled α and the "
-    "calibrated t(B, γ+1)/t(B, 1) (α^B under min advance). Grey line: no speedup.")
+    "batched baseline's) with its 95 % bootstrap interval over batches, per draft, γ and batch policy (ragged: each "
+    "row keeps its own accepted prefix; min: every row advances by the batch's minimum); hollow grey points had "
+    "suspect timings. Dotted: the measured decode speedup (prefill excluded). Dashed: the batch cost model's "
+    "decode speedup (each row's own measured steps, rows leaving as they finish, every pass priced by the "
+    "calibrated t(b, k) of its live rows b; at B = 1 the batch-1 model). Grey line: no speedup.")
 
 
 def flagged_caption(runs) -> str:
