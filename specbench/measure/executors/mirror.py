@@ -55,14 +55,18 @@ class Mirror:
         """{"rows": {rel: [new whole JSONL rows]}, "json": {rel: object}} since the previous call."""
         rows, docs = {}, {}
         for rel in self._files():
-            data = (self.scratch / rel).read_bytes()
             if rel.endswith(".jsonl"):
                 start = self.offsets.get(rel, 0)
+                with open(self.scratch / rel, "rb") as f:  # only what was appended since the last call
+                    f.seek(start)
+                    data = f.read()
                 end = data.rfind(b"\n") + 1  # whole lines only: a line being written is sent next time
-                if end > start:
-                    rows[rel] = [json.loads(line) for line in data[start:end].splitlines() if line.strip()]
-                    self.offsets[rel] = end
-            elif rel.endswith(".json") and self.json_seen.get(rel) != data:
+                if end > 0:
+                    rows[rel] = [json.loads(line) for line in data[:end].splitlines() if line.strip()]
+                    self.offsets[rel] = start + end
+                continue
+            data = (self.scratch / rel).read_bytes()
+            if rel.endswith(".json") and self.json_seen.get(rel) != data:
                 docs[rel] = json.loads(data)
                 self.json_seen[rel] = data
         return {"rows": rows, "json": docs}

@@ -2,11 +2,13 @@
 
 Why actors and not plain tasks: an actor keeps its `Session` (models loaded once) between the
 cells it runs. Each cell is one streaming call on an actor holding --cpus-per-cell CPUs and
---gpus-per-cell GPUs; Ray decides where that actor lives. The actor runs the ordinary
-run_sweep for that one cell in a scratch copy of the cell's folder (mirror.py) and yields
-what each example added; the driver appends it under the same per-cell lock a local sweep
-takes. Ordering we keep ourselves: the first unfinished cell of a (task, sampling) group
-measures the group's shared baseline, and the group's other cells start once it is done, so
+--gpus-per-cell GPUs; Ray decides where that actor lives. The actor runs the cell exactly as
+run_sweep's loop does (execute_run with the group's baseline store) in a scratch copy of the
+cell's folder (mirror.py) and yields what each example added; the driver, which planned the
+sweep and checked the cell is unfinished, appends it under the same per-cell lock a local
+sweep takes. The worker plans nothing again per cell, so a cell's fixed cost beyond a local
+cell's is Ray's own: one call, one message per example (bench/ray_overhead.py measures it).
+Ordering we keep ourselves: the first unfinished cell of a (task, sampling) group measures the group's shared baseline, and the group's other cells start once it is done, so
 every cell compares against one baseline measured once, on one worker (the drift probe then
 runs on whichever worker measures the later cell, as in a local sweep). A worker that dies
 mid-cell loses the example it was measuring; its cell is started again on a fresh actor
@@ -119,7 +121,8 @@ class CellWorker:
                 "pid": os.getpid()}
 
     def run_cell(self, request: dict):
-        """Yield {"kind": "where" | "change" | "done" | "error", ...} messages while measuring one cell."""
+        """Yield {"kind": "where" | "change" | "done" | "error", ...} messages while measuring one cell (done and
+        error carry the cell's last change under "change")."""
         if request.get("cwd") and os.path.isdir(request["cwd"]):
             os.chdir(request["cwd"])  # relative task and model paths, where the driver's folder is visible
         try:
@@ -133,8 +136,12 @@ class CellWorker:
 
 
 def measure_in_scratch(scratch: Path, session, request: dict):
-    """run_sweep for the one cell in `scratch` on a thread; yield the mirror's changes after each example."""
-    from specbench.measure.sweep import run_sweep
+    """The cell's execute_run in `scratch` on a thread; yield the mirror's changes after each example.
+
+    What run_sweep's loop does for one unfinished cell, without re-planning the sweep (task loading,
+    sweep.json writes) in the scratch folder: the driver planned it and sends the cell's config."""
+    from specbench.measure.runner import execute_run
+    from specbench.measure.sweep import BaselineStore
 
     root = scratch / request["sweep_id"]
     seed(root, request["files"])
@@ -143,11 +150,10 @@ def measure_in_scratch(scratch: Path, session, request: dict):
 
     def work() -> None:
         try:
-            out = run_sweep(request["grid"], scratch, sweep_id=request["sweep_id"], session=session,
-                            only=frozenset([request["cell_id"]]),
-                            on_example=lambda cid, record: messages.put({"kind": "change", **mirror.changes()}))
-            cell = out.cells[0]
-            messages.put({"kind": "done", "summary": cell.summary, "new_examples": cell.new_examples})
+            run = execute_run(request["config"], root, run_id=request["cell_id"], session=session,
+                              baseline_store=BaselineStore(root / request["baseline"]),
+                              on_example=lambda record: messages.put({"kind": "change", **mirror.changes()}))
+            messages.put({"kind": "done", "summary": run.summary, "new_examples": run.new_examples})
         except Exception as exc:  # noqa: BLE001  (any failure goes back to the driver as one line)
             messages.put({"kind": "error", "message": str(exc) if isinstance(exc, SpecbenchError)
                           else f"{type(exc).__name__}: {str(exc)[:300]}"})
@@ -157,11 +163,10 @@ def measure_in_scratch(scratch: Path, session, request: dict):
     while True:
         message = messages.get()
         if message["kind"] != "change":
-            thread.join()
-            yield {"kind": "change", **mirror.changes()}  # the last summary (and anything after the last example)
-        yield message
-        if message["kind"] != "change":
+            thread.join()  # the last summary (and anything after the last example) rides on the final message
+            yield {**message, "change": mirror.changes()}
             return
+        yield message
 
 
 # --------------------------------------------------------------------------- the driver
@@ -286,8 +291,8 @@ class Driver:
         files = folder_files(self.root, [cell_id, rel])
         rows, _ = scan_jsonl(self.root / cell_id / "examples.jsonl", example_problem)
         self.on_cell(cell_id, self.tasks[config.task]["n_examples"], len({r["example_id"] for r in rows}))
-        request = {"grid": self.grid, "sweep_id": self.root.name, "cell_id": cell_id, "baseline": rel,
-                   "files": files, "cwd": os.getcwd()}
+        request = {"grid": self.grid, "config": config, "sweep_id": self.root.name, "cell_id": cell_id,
+                   "baseline": rel, "files": files, "cwd": os.getcwd()}
         stream = actor.run_cell.remote(request)
         self.running[stream] = Running(cell_id, config, actor, stream, lock)
 
@@ -305,11 +310,15 @@ class Driver:
             run.placement = message
             append_jsonl(self.root / PLACEMENT_FILE, asdict(CellPlacement(cell_id=run.cell_id, executor="ray", **message)))
         elif kind == "change":
-            for rel, row in apply(self.root, message, self.stores):
-                if rel == f"{run.cell_id}/examples.jsonl":
-                    self.on_example(run.cell_id, row)
-        else:
+            self.write_change(run, message)
+        else:  # done or error: what the cell wrote last comes with it (none when the worker could not start)
+            self.write_change(run, message.pop("change", {"rows": {}, "json": {}}))
             self.finish(run, kind, message)
+
+    def write_change(self, run: Running, change: dict) -> None:
+        for rel, row in apply(self.root, change, self.stores):
+            if rel == f"{run.cell_id}/examples.jsonl":
+                self.on_example(run.cell_id, row)
 
     def finish(self, run: Running, kind: str, message: dict) -> None:
         from specbench.measure.sweep import CellOutcome
