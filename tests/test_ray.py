@@ -67,8 +67,16 @@ def strip(row):
 def test_four_cells_under_ray_equal_the_local_sweep(cluster, tiny, tmp_path):
     g = grid(tiny)
     local = run_sweep(g, tmp_path / "local")
-    remote = run_sweep(g, tmp_path / "ray", executor=make_executor("ray", cpus_per_cell=1))
+    niceness = {}
+
+    def worker_niceness(cell_id: str, record: dict) -> None:  # while the worker is alive
+        pid = read_placements(tmp_path / "ray" / local.root.name)[cell_id][-1]["pid"]
+        niceness[cell_id] = os.getpriority(os.PRIO_PROCESS, pid)
+
+    remote = run_sweep(g, tmp_path / "ray", executor=make_executor("ray", cpus_per_cell=1), on_example=worker_niceness)
     assert len(local.cells) == len(remote.cells) == 4
+    # a cell's worker competes for the CPU as the local cell would (Ray's default niceness, 15, yields to anything)
+    assert set(niceness.values()) == {os.getpriority(os.PRIO_PROCESS, 0)}, niceness
     assert records(local.root) == records(remote.root)
     assert all(c.summary["complete"] for c in remote.cells)
     for name in ("sweep.json",):
@@ -114,6 +122,41 @@ def test_a_killed_worker_loses_only_its_unfinished_examples(cluster, tiny, tmp_p
         ids = [r["example_id"] for r in rows]
         assert len(ids) == len(set(ids)) == 3, cell  # every example once: none lost, none measured twice
     assert len(read_placements(out.root)[killed[0]]) == 2  # started, killed, started again elsewhere
+
+
+def test_the_worker_measures_its_cell_without_planning_the_sweep_again(tiny, tmp_path, monkeypatch):
+    """measure_in_scratch (the actor's body, run here without Ray): one message per example, then done carrying
+    the cell's last change; the driver planned the sweep, so the worker loads no task list and writes no sweep.json
+    (each of those was a fixed cost per cell under Ray)."""
+    import specbench.measure.sweep as sweep_module
+    from specbench.measure.executors.mirror import apply, folder_files
+    from specbench.measure.executors.ray_cluster import measure_in_scratch
+    from specbench.measure.runner import Session
+    from specbench.measure.sweep import BaselineStore, baseline_file, cell_ids
+
+    g = grid(tiny, draft="prompt-lookup", gamma="2")
+    local = run_sweep(g, tmp_path / "local")
+    (cell_id, config), = cell_ids(g)
+    root = tmp_path / "driver" / local.root.name
+    root.mkdir(parents=True)
+    rel = str(baseline_file(root, g, config).relative_to(root))
+
+    def no_planning(*args, **kwargs):
+        raise AssertionError("the worker planned the sweep again")
+
+    monkeypatch.setattr(sweep_module, "_task_info", no_planning)
+    monkeypatch.setattr(sweep_module, "write_sweep_file", no_planning)
+    request = {"grid": g, "config": config, "sweep_id": root.name, "cell_id": cell_id, "baseline": rel,
+               "files": folder_files(root, [cell_id, rel])}
+    scratch = tmp_path / "scratch"
+    messages = list(measure_in_scratch(scratch, Session(g.target, "cpu", "float32"), request))
+    assert [m["kind"] for m in messages] == ["change"] * 3 + ["done"], messages[-1]
+    assert messages[-1]["change"]["json"], "the final summary comes with done"
+    assert not (scratch / root.name / "sweep.json").exists()
+    stores = {rel: BaselineStore(root / rel)}
+    for m in messages:
+        apply(root, m.get("change", m), stores)
+    assert records(root) == records(local.root)
 
 
 def test_ray_missing_is_one_line(monkeypatch):

@@ -35,6 +35,12 @@ from specbench.measure.executors.mirror import Mirror, apply, folder_files, seed
 from specbench.measure.records import PLACEMENT_FILE, CellPlacement, example_problem, run_lock, scan_jsonl
 
 ADDRESS_TIMEOUT_S = 3.0  # a head that does not accept a TCP connection in this long is reported unreachable
+# Ray starts its workers at niceness 15, so that its own daemons stay responsive. A cell is a timed benchmark:
+# at 15 anything else runnable on the node (another process, the driver writing records, Ray's daemons) takes
+# the CPU first, and the cell's times swing with the node's load (+1 % to +71 % over a local cell on a shared
+# 2-core machine, issue 17). Its actor starts at the driver's niceness instead, as a local cell runs; Ray's
+# job supervisor sets the same variable for its driver.
+WORKER_NICENESS_ENV = "RAY_worker_niceness"
 
 
 # --------------------------------------------------------------------------- connecting
@@ -211,8 +217,10 @@ class Driver:
     def __init__(self, ray, executor: RayExecutor, grid, root: Path, tasks: dict, slots: int, on_cell, on_example):
         self.ray, self.ex, self.grid, self.root, self.tasks, self.slots = ray, executor, grid, root, tasks, slots
         self.on_cell, self.on_example = on_cell, on_example
+        niceness = str(os.getpriority(os.PRIO_PROCESS, 0)) if hasattr(os, "getpriority") else "0"
         self.actor_class = ray.remote(CellWorker).options(num_cpus=executor.cpus_per_cell,
-                                                          num_gpus=executor.gpus_per_cell)
+                                                          num_gpus=executor.gpus_per_cell,
+                                                          runtime_env={"env_vars": {WORKER_NICENESS_ENV: niceness}})
         self.actors: list = []  # every live actor
         self.idle: list = []
         self.running: dict = {}  # message stream → Running
