@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.specbench-setup
 
-.PHONY: setup run test test-wheel bench bench-auto bench-noise clean
+.PHONY: setup run test test-wheel claims bench bench-auto bench-noise clean
 
 $(STAMP): pyproject.toml scripts/setup.sh
 	scripts/setup.sh
@@ -33,6 +33,12 @@ test: $(VENV)/.specbench-packages
 # Measured: 12 min wall, 4 min of CPU, on a 2-core machine shared with other jobs (load ~6); most of it is the run.
 test-wheel: $(VENV)/.specbench-packages
 	scripts/test_wheel.sh
+
+# The seed paper's claims, measured here (batch sizes, model size with the Qwen2.5-Coder-1.5B tier, sequence and
+# prompt lengths, perplexity at T = 1), then the report whose claims table answers them: results/claims/report/.
+# Needs `specbench setup --target qwen2.5-coder-1.5b` and `--target qwen2.5-coder-0.5b` first (~7 min, once).
+claims: $(STAMP)
+	scripts/claims.sh
 
 # Our engines against HF's on the shipped draft pair, under the default eager backend (like for like
 # with HF) and under the compiled one (static cache + torch.compile, which HF's generate() does not

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# `make claims`: measure each claim of the seed paper on this machine, then write the report whose claims table
+# answers them. Every sweep resumes (rerun after a kill and only the missing examples are measured).
+#   batch sizes        the batch curve B = 1..16, ragged and min advance (float32: exact at every B)
+#   model size + tier  SmolLM2-135M vs Qwen2.5-Coder-1.5B with prompt lookup, and the Qwen tier's model and
+#                      hybrid drafts (bfloat16 where the CPU has it natively, else float32: said below)
+#   sequence lengths   16 / 64 / 256 new tokens;  prompt lengths: the task's short / medium / long tertiles
+#   quality            perplexity of T = 1 samples under the target, both engines (N = 160 each)
+# Set-up first (once): make setup; specbench setup --target qwen2.5-coder-1.5b; specbench setup --target
+# qwen2.5-coder-0.5b. Budget: under 60 minutes on a 2-core CPU (README gives the measured figure).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SB="${SPECBENCH:-.venv/bin/specbench}"
+OUT="${CLAIMS_DIR:-results/claims}"
+TASKS="ding-de-en,aclsum"
+SECONDS=0
+step() { echo "== $(date +%H:%M:%S) (+$((SECONDS / 60)) min) $*"; }
+
+if grep -q -E 'avx512_bf16|amx_bf16' /proc/cpuinfo 2>/dev/null || "${SB%specbench}python" -c \
+    "import torch, sys; sys.exit(0 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else 1)" 2>/dev/null; then
+  DTYPE=bfloat16
+else
+  DTYPE=float32
+  echo "this machine has no native bfloat16 (no avx512_bf16/AMX, no CUDA bf16): the model-size sweeps run float32"
+fi
+
+step "batch sizes: the speedup-vs-B curve (16 examples, 32 new tokens, float32, prompt lookup γ 3)"
+$SB sweep --results-dir "$OUT" --sweep-id claims-batch --task "$TASKS" --draft prompt-lookup --gamma 3 \
+  --batch-size 1,2,4,8,16 --batch-policy ragged,min --limit 16 --max-new-tokens 32 --dtype float32
+
+step "model size and the Qwen2.5-Coder-1.5B tier: prompt lookup on both targets ($DTYPE, 4 examples, 48 tokens)"
+$SB sweep --results-dir "$OUT" --sweep-id claims-targets --task "$TASKS" --gamma 4,8 --limit 4 \
+  --max-new-tokens 48 --dtype "$DTYPE" \
+  --pair smollm2-135m:prompt-lookup --pair qwen2.5-coder-1.5b:prompt-lookup
+
+step "the Qwen tier's model drafts: qwen2.5-coder-0.5b alone and behind prompt lookup"
+$SB sweep --results-dir "$OUT" --sweep-id claims-qwen-drafts --task "$TASKS" --gamma 4 --limit 4 \
+  --max-new-tokens 48 --dtype "$DTYPE" \
+  --pair qwen2.5-coder-1.5b:qwen2.5-coder-0.5b --pair qwen2.5-coder-1.5b:lookup+qwen2.5-coder-0.5b
+
+step "sequence lengths: 16 / 64 / 256 new tokens"
+$SB sweep --results-dir "$OUT" --sweep-id claims-lengths --task "$TASKS" --draft prompt-lookup --gamma 4 \
+  --limit 6 --max-new-tokens 16,64,256 --dtype "$DTYPE"
+
+step "prompt lengths: the tasks' short / medium / long tertiles"
+$SB sweep --results-dir "$OUT" --sweep-id claims-prompts --task "$TASKS" --draft prompt-lookup --gamma 4 \
+  --limit 6 --max-new-tokens 64 --prompt-length short,medium,long --dtype "$DTYPE"
+
+step "quality at T = 1: perplexity of 160 samples per engine under the target"
+$SB sweep --results-dir "$OUT" --sweep-id claims-perplexity --task ding-de-en --draft prompt-lookup --gamma 4 \
+  --temperature 1 --limit 160 --max-new-tokens 32 --dtype "$DTYPE"
+
+step "the report"
+$SB report "$OUT" --out "$OUT/report"
+step "make claims done in $((SECONDS / 60)) min $((SECONDS % 60)) s; the claims table opens $OUT/report/report.md"
