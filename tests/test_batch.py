@@ -31,6 +31,7 @@ All seeds are fixed: the outcomes are deterministic.
 from __future__ import annotations
 
 import copy
+import functools
 from collections import Counter
 
 import pytest
@@ -117,6 +118,16 @@ def divergences(model, rows: list[int], outs: list[list[int]], baselines: list[l
     return kinds
 
 
+def make_draft(kind: str, close_draft):
+    """One proposer for every row of a batch: the close model draft, prompt lookup, or lookup then the model
+    (one HybridDraft for all rows: the batch looks up per row and drafts the rest in one batched pass)."""
+    if kind == "model":
+        return ModelDraft(close_draft, "close")
+    if kind == "lookup":
+        return PromptLookupDraft(VOCAB, CPU)
+    return HybridDraft(PromptLookupDraft(VOCAB, CPU), ModelDraft(close_draft, "close"), "hybrid")
+
+
 def subsets(size: int) -> list[list[int]]:
     """Which prompts form the batches of this size: consecutive groups, all 8 prompts covered."""
     return [list(range(i, min(i + size, len(PROMPTS)))) for i in range(0, len(PROMPTS), size)][:3 if size < 3 else 8]
@@ -140,12 +151,12 @@ def test_batched_baseline_rows_equal_batch1_greedy(target, eos_ids, baselines, s
 @pytest.mark.parametrize("size", [1, 2, 3, 8])
 @pytest.mark.parametrize("gamma", [1, 3, 5])
 @pytest.mark.parametrize("policy", ["ragged", "min"])
-@pytest.mark.parametrize("draft", ["model", "lookup"])
+@pytest.mark.parametrize("draft", ["model", "lookup", "hybrid"])
 def test_batched_speculative_rows_equal_batch1_greedy(target, close_draft, eos_ids, baselines, size, gamma, policy,
                                                       draft):
     kinds, accepts = Counter(), Counter()
     for rows in subsets(size):
-        proposer = ModelDraft(close_draft, "close") if draft == "model" else PromptLookupDraft(VOCAB, CPU)
+        proposer = make_draft(draft, close_draft)
         res = decode_speculative_batch(target, proposer, [PROMPTS[r] for r in rows], gamma=gamma, policy=policy,
                                        max_new_tokens=[BUDGETS[r] for r in rows], sampling=GREEDY, eos_ids=eos_ids)
         kinds += divergences(target, rows, [x.token_ids for x in res], baselines)
@@ -153,7 +164,7 @@ def test_batched_speculative_rows_equal_batch1_greedy(target, close_draft, eos_i
             accepts.update(x.accept_lengths)
             assert sum(x.kept_lengths) >= len(x.token_ids) - 1  # every emitted token was kept by some step
     assert kinds["unexplained"] == 0 and set(kinds) == {"identical"}, kinds
-    if draft == "model":  # acceptance is partial: rows advance by different amounts within one step
+    if draft != "lookup":  # acceptance is partial: rows advance by different amounts within one step
         assert accepts[0] > 0 and accepts[gamma] > 0, accepts
 
 
@@ -250,8 +261,8 @@ def test_sampled_rows_reproduce_batch1_under_their_seeds(target, close_draft, eo
     gens = lambda: [torch.Generator().manual_seed(100 + r) for r in rows]  # noqa: E731
     base = decode_autoregressive_batch(target, prompts, max_new_tokens=budgets, sampling=sampling, eos_ids=eos_ids,
                                        generators=gens())
-    for draft in ("model", "lookup"):
-        make = (lambda: ModelDraft(close_draft, "c")) if draft == "model" else (lambda: PromptLookupDraft(VOCAB, CPU))
+    for draft in ("model", "lookup", "hybrid"):
+        make = functools.partial(make_draft, draft, close_draft)
         spec = decode_speculative_batch(target, make(), prompts, gamma=3, max_new_tokens=budgets, sampling=sampling,
                                         eos_ids=eos_ids, generators=gens())
         for i, (p, b, g) in enumerate(zip(prompts, budgets, gens())):
@@ -368,8 +379,6 @@ def test_bad_inputs_fail_in_one_line(target, close_draft):
         lambda: decode_autoregressive_batch(target, [[1], []], **kw),
         lambda: decode_autoregressive_batch(target, [[1], [2]], max_new_tokens=[3], sampling=GREEDY, eos_ids=frozenset()),
         lambda: decode_autoregressive_batch(tiny_t5(0), [[1], [2]], **kw),
-        lambda: decode_speculative_batch(target, HybridDraft(PromptLookupDraft(VOCAB, CPU), ModelDraft(close_draft, "c"),
-                                                             "h"), [[1], [2]], gamma=2, **kw),
     ]
     for call in bad:
         with pytest.raises(SpecbenchError) as err:
@@ -422,3 +431,30 @@ def test_a_sliding_window_target_is_refused_at_batch_above_one():
     one = decode_speculative_batch(target, PromptLookupDraft(VOCAB, torch.device("cpu")), prompts[:1], gamma=3,
                                    max_new_tokens=8, sampling=SamplingConfig(temperature=0.0), eos_ids=frozenset())
     assert len(one[0].token_ids) == 8
+
+
+def test_one_hybrid_for_all_rows_mixes_lookup_and_batched_model_tokens(target, close_draft, eos_ids, baselines,
+                                                                       monkeypatch):
+    """The batched hybrid really does both in one step: some row takes lookup tokens while others get model
+    tokens from the one batched pass (and a row's proposal can join both), and the rows stay exact."""
+    from specbench.decoding.batched import drafts
+
+    seen = Counter()
+    real = drafts.BatchedHybridDraft.propose
+
+    def spy(self, rows, gammas, sampling):
+        out = real(self, rows, gammas, sampling)
+        for g, p in zip(gammas, out):
+            seen["model" if p.forward_calls else "lookup"] += g > 0 and p.tokens.shape[0] > 0
+            seen["joined"] += 0 < p.forward_calls < p.tokens.shape[0]
+        return out
+
+    monkeypatch.setattr(drafts.BatchedHybridDraft, "propose", spy)
+    rows = list(range(8))
+    prompts = [PROMPTS[r] + PROMPTS[r][:6] for r in rows]  # each prompt repeats its start: lookup has matches
+    res = decode_speculative_batch(target, make_draft("hybrid", close_draft), prompts, gamma=4,
+                                   max_new_tokens=[BUDGETS[r] for r in rows], sampling=GREEDY, eos_ids=eos_ids)
+    alone = [decode_autoregressive(CachedModel(target), p, max_new_tokens=BUDGETS[r], sampling=GREEDY, generator=None,
+                                   eos_ids=eos_ids).token_ids for p, r in zip(prompts, rows)]
+    assert [x.token_ids for x in res] == alone
+    assert seen["model"] > 0 and seen["lookup"] > 0 and seen["joined"] > 0, seen

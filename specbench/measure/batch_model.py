@@ -16,7 +16,8 @@ The model prices all three from measured inputs only:
 `predicted`: a Monte Carlo of the batch (seeded, `replicates` runs): at each step every live row
 draws one of its own measured steps at random, the policy decides how far each row advances
 (ragged: accepted + 1; min: the least of those over the live rows), the pass costs
-t(b, widest + 1) plus the draft model's passes; the baseline's steps cost t(b, 1) with b the rows
+t(b, widest + 1) plus the draft model's passes (widest × its batched token at b: exact for a model
+draft, an upper bound for a hybrid, whose lookup tokens cost no pass); the baseline's steps cost t(b, 1) with b the rows
 still short of their length. The prediction is Σ baseline ms ÷ Σ speculative ms over batches (per
 token; both engines' own token counts).
 `replayed`: the measured pass shapes of both engines (batch_pass_rows, batch_pass_widths) priced

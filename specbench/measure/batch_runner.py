@@ -55,7 +55,7 @@ def decode_batch(engines: Engines, engine: str, items: list[Prepared], seeds: li
     if engine == "baseline":
         return decode_autoregressive_batch(t.model, prompts, **common)
     # one proposer for every row: a model draft's network drafts all rows in one pass, a model-free one is
-    # copied per row by the engine (a hybrid's per-row state is refused there, in one line)
+    # copied per row by the engine, and a hybrid looks up per row and drafts the rest in one batched pass
     return decode_speculative_batch(t.model, engines.proposer, prompts, gamma=cfg.gamma,
                                     policy=cfg.batch_policy, **common)
 

@@ -19,8 +19,9 @@ API (what the runner calls; both return one DecodeResult per prompt, in prompt o
   engine's for the same generator seed (up to float rounding), and rows are independent.
 - proposers: one Proposer for all rows, or one per row. Plain model drafts (ModelDraft) sharing
   one network draft in one batched pass (their own caches are not used); model-free drafts
-  (prompt lookup, unigram/bigram) propose per row (a single one is shallow-copied per row); a
-  hybrid draft needs one object per row.
+  (prompt lookup, unigram/bigram) propose per row (a single one is shallow-copied per row); one
+  hybrid draft for all rows looks up per row and drafts the rest in one batched model pass (one
+  hybrid per row also works, row by row).
 - policy: "ragged" (each row keeps its own n + 1) or "min" (every row advances by the batch's
   min of n + 1: the ablation). Exactness arguments in speculative.py.
 

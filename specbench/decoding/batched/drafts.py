@@ -10,10 +10,14 @@ Two ways, chosen by `row_drafts` from what the caller hands over:
   tokens, each drawn with the row's own generator from the processed law q it reports. A row that
   drafts fewer tokens than the widest (near its budget's end) rides along masked: its extra
   columns are holes, and it draws nothing, so its generator sees exactly the batch-1 draws.
-- `PerRowDrafts`: anything else (prompt lookup, the frequency laws, the hybrid) proposes row by row
-  on the host, one proposer object per row. A single model-free proposer is copied per row (a
-  shallow copy: the fitted tables are shared read-only, begin() rebinds the per-example state); a
-  single stateful proposer that is not a plain model draft (the hybrid) needs one object per row.
+- `BatchedHybridDraft`: one hybrid (prompt lookup, then a draft model for what lookup did not find)
+  for every row: each row looks up on the host with its own copy of the lookup, then the rows that
+  still need tokens draft them in one batched pass of the model, each continuing from its own
+  sequence extended by its lookup tokens (the batch-1 HybridDraft, row-wise).
+- `PerRowDrafts`: anything else (prompt lookup, the frequency laws, hybrids given one per row)
+  proposes row by row on the host, one proposer object per row. A single model-free proposer is
+  copied per row (a shallow copy: the fitted tables are shared read-only, begin() rebinds the
+  per-example state).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from specbench.config import SamplingConfig
 from specbench.decoding.base import ModelFreeDraft, Proposal, Proposer
 from specbench.decoding.batched.cache import BatchedCachedModel
 from specbench.decoding.batched.rows import Row
+from specbench.decoding.drafts.hybrid import HybridDraft
 from specbench.decoding.drafts.model import ModelDraft, common_prefix_length
 from specbench.decoding.sampling import processed_probs, sample
 from specbench.errors import SpecbenchError
@@ -69,23 +74,25 @@ class BatchedModelDraft:
         self.lm.select(keep)
         self.cached = [self.cached[i] for i in keep.tolist()]
 
-    def _feed(self, rows: list[Row]) -> torch.Tensor:
+    def _feed(self, seqs: list[list[int]]) -> torch.Tensor:
         """Roll every row back to what still agrees with its sequence and feed what is new → logits [b, V]."""
-        keep = [min(common_prefix_length(c, row.tokens), len(row.tokens) - 1) for c, row in zip(self.cached, rows)]
+        keep = [min(common_prefix_length(c, seq), len(seq) - 1) for c, seq in zip(self.cached, seqs)]
         self.lm.truncate(torch.tensor(keep))
-        feeds = [row.tokens[k:] for k, row in zip(keep, rows)]
+        feeds = [seq[k:] for k, seq in zip(keep, seqs)]
         width = max(len(f) for f in feeds)
-        ids = torch.zeros(len(rows), width, dtype=torch.long)
-        valid = torch.zeros(len(rows), width, dtype=torch.bool)
+        ids = torch.zeros(len(seqs), width, dtype=torch.long)
+        valid = torch.zeros(len(seqs), width, dtype=torch.bool)
         for i, f in enumerate(feeds):  # right-aligned: every row's newest token in the last column
             ids[i, width - len(f):] = torch.tensor(f, dtype=torch.long)
             valid[i, width - len(f):] = True
-        self.cached = [list(row.tokens) for row in rows]
+        self.cached = [list(seq) for seq in seqs]
         return self.lm.forward(ids.to(self.lm.device), valid.to(self.lm.device))
 
-    def propose(self, rows: list[Row], gammas: list[int], sampling: SamplingConfig) -> list[Proposal]:
-        """Row i drafts gammas[i] tokens (0: none); one forward per drafted position for all rows."""
-        logits = self._feed(rows)  # [b, V]
+    def propose(self, rows: list[Row], gammas: list[int], sampling: SamplingConfig,
+                seqs: list[list[int]] | None = None) -> list[Proposal]:
+        """Row i drafts gammas[i] tokens (0: none) after seqs[i] (default: its tokens); one forward per drafted
+        position for all rows."""
+        logits = self._feed([row.tokens for row in rows] if seqs is None else seqs)  # [b, V]
         most = max(gammas)
         drafted, laws = [], [[] for _ in rows]
         for step in range(most):
@@ -119,6 +126,44 @@ class BatchedModelDraft:
         return out
 
 
+class BatchedHybridDraft:
+    """One hybrid for every row: per-row lookup on the host, then one batched model pass for the rest."""
+
+    def __init__(self, hybrid: HybridDraft, size: int):
+        self.lookups = [row_copy(hybrid.lookup) for _ in range(size)]  # found by row index
+        self.model = BatchedModelDraft(hybrid.model.lm.model)
+
+    def begin(self, rows: list[Row], pad_id: int) -> None:
+        for row in rows:
+            self.lookups[row.index].begin(list(row.tokens), row.budget)
+        self.model.begin(rows, pad_id)
+
+    def select(self, keep: torch.Tensor) -> None:
+        self.model.select(keep)
+
+    def propose(self, rows: list[Row], gammas: list[int], sampling: SamplingConfig) -> list[Proposal]:
+        """Lookup first, row by row (deterministic, q one-hot); the model drafts each row's γ_r − found_r after
+        its tokens + found tokens, all rows in one batched pass (rows lookup filled ride along, drafting none)."""
+        found = [self.lookups[row.index].propose(row.tokens, g, sampling, row.generator) if g > 0
+                 else empty_proposal(self.model.lm.device) for row, g in zip(rows, gammas)]
+        rest_gammas = [g - f.tokens.shape[0] for g, f in zip(gammas, found)]
+        if not any(rest_gammas):
+            return found
+        seqs = [row.tokens + f.tokens.tolist() for row, f in zip(rows, found)]
+        rest = self.model.propose(rows, rest_gammas, sampling, seqs)
+        return [joined(f, r, sampling) for f, r in zip(found, rest)]
+
+
+def joined(found: Proposal, rest: Proposal, sampling: SamplingConfig) -> Proposal:
+    """Lookup tokens then model tokens as one proposal (HybridDraft.propose's join)."""
+    if rest.tokens.shape[0] == 0:
+        return found
+    if found.tokens.shape[0] == 0:
+        return rest
+    q = None if sampling.greedy else torch.cat([found.q_probs, rest.q_probs])  # [γ', V]
+    return Proposal(tokens=torch.cat([found.tokens, rest.tokens]), q_probs=q, forward_calls=rest.forward_calls)
+
+
 def shared_network(proposers: list[Proposer]) -> torch.nn.Module | None:
     """The one network all proposers draft with, when they are plain model drafts sharing it; else None."""
     if not all(type(p) is ModelDraft for p in proposers):
@@ -135,6 +180,8 @@ def row_drafts(proposer: Proposer | list[Proposer], size: int, device: torch.dev
     network = shared_network(many)
     if network is not None:
         return BatchedModelDraft(network)
+    if isinstance(many[0], HybridDraft) and len({id(p) for p in many}) == 1:
+        return BatchedHybridDraft(many[0], size)
     if len({id(p) for p in many}) == size:
         return PerRowDrafts(many, device)
     if all(isinstance(p, ModelFreeDraft) for p in many) and len({id(p) for p in many}) == 1:
