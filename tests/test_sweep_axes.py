@@ -218,3 +218,15 @@ def test_buckets_under_ray_are_one_line(tmp_path, task_file):
     result = CliRunner().invoke(app, ["sweep", "--prompt-length", "short,long", "--executor", "ray", "--task",
                                       task_file, "--results-dir", str(tmp_path)])
     assert result.exit_code == 1 and "run with --executor local only" in result.output
+
+
+def test_a_draft_list_keeps_each_drafts_own_options():
+    from specbench.measure.sweep import parse_draft_list
+
+    assert parse_draft_list("prompt-lookup:rule=hf,max_ngram=2,distilled") == ["distilled",
+                                                                               "prompt-lookup:rule=hf,max_ngram=2"]
+    assert parse_draft_list("prompt-lookup,lookup+distilled") == ["lookup+distilled", "prompt-lookup"]
+    # key=value with no draft before it is not an option of anything: it stays an item (and fails as a draft later)
+    assert parse_draft_list("max_ngram=2,prompt-lookup") == ["max_ngram=2", "prompt-lookup"]
+    with pytest.raises(SpecbenchError, match="empty value"):
+        parse_draft_list("prompt-lookup,,distilled")

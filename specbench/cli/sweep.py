@@ -23,7 +23,8 @@ from specbench.models import DEFAULT_DRAFT, DEFAULT_TARGET
 Targets = Annotated[Optional[str], typer.Option("--target", help=f"Target model: preset, hub id, local dir or .gguf "
                                                 f"file (default {DEFAULT_TARGET}; for several targets use --pair).")]
 Drafts = Annotated[Optional[str], typer.Option("--draft", help=f"Drafts, comma-separated (e.g. prompt-lookup,<model>; "
-                                               f"default {DEFAULT_DRAFT}).")]
+                                               f"a draft's own options stay with it: prompt-lookup:rule=hf,"
+                                               f"max_ngram=2,distilled; default {DEFAULT_DRAFT}).")]
 Pairs = Annotated[Optional[list[str]], typer.Option(
     "--pair", metavar="TARGET:DRAFT", help="TARGET:DRAFT, repeatable: each pair's target with its own draft (split on the first ':'; the "
     "draft is never split on ','). Replaces --target/--draft; cells are grouped so each target loads once.")]

@@ -144,6 +144,18 @@ def parse_str_list(spec: str, option: str) -> list[str]:
     return sorted(set(_items(spec, option)))
 
 
+def parse_draft_list(spec: str) -> list[str]:
+    """--draft 'a,b' → sorted unique draft specs, where a draft's own options stay with it: an item of the form
+    key=value after a draft with options ('prompt-lookup:rule=hf,max_ngram=2,distilled') continues that draft."""
+    drafts: list[str] = []
+    for item in _items(spec, "--draft"):
+        if drafts and ":" in drafts[-1] and re.fullmatch(r"[A-Za-z_]\w*=[^:+]*", item):
+            drafts[-1] += "," + item
+        else:
+            drafts.append(item)
+    return sorted(set(drafts))
+
+
 # --------------------------------------------------------------------------- the grid
 
 
@@ -183,7 +195,7 @@ class SweepGrid:
         SpecbenchError. With pairs, target and draft are not used (the CLI refuses both at once)."""
         parsed = tuple(sorted(set(parse_pair(p) for p in pairs)))
         grid = SweepGrid(target="" if parsed else target,
-                         drafts=() if parsed else tuple(parse_str_list(draft, "--draft")), pairs=parsed,
+                         drafts=() if parsed else tuple(parse_draft_list(draft)), pairs=parsed,
                          gammas=tuple(parse_gamma_list(gamma)),
                          temperatures=tuple(parse_float_list(temperature, "--temperature")),
                          tasks=tuple(parse_str_list(task, "--task")), **shared)
