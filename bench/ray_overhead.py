@@ -3,9 +3,11 @@
 Overhead per cell = (the cell's seconds under Ray − the same cell's seconds locally), in ms and as a
 fraction of the local seconds; the goal (issue 17) is ≤ 5 % at --limit 4 on the tiny model. Each mode
 runs the same grid into a fresh folder, --repeats times, alternating which mode goes first (a machine
-that warms up or slows down during the bench then favours neither). A cell's seconds run from the
-previous cell's last record reaching the sweep folder to this cell's last record reaching it, as the
-driver sees them: so each cell's time holds, in both modes, one planning of a cell (task, manifest,
+that warms up or slows down during the bench then favours neither), after one untimed local sweep
+(the first sweep of a process runs slower). A cell's seconds run from the previous cell's last
+record reaching the sweep folder to this cell's last record reaching it, as the driver sees them
+(not from on_cell, which a local sweep fires after planning the cell and Ray's driver before): so
+each cell's time holds, in both modes, one planning of a cell (task, manifest,
 calibration lookup), its warm-up, probes and examples, and under Ray also the call to the worker and
 the streaming of its records. The first cell of each sweep also loads the models (under Ray it also
 starts the actor) and is reported apart; the goal is judged on the median over the other cells and
@@ -23,7 +25,7 @@ Timings on a shared machine are disturbed by whatever else runs there: the "nois
 same local cell differs between repeats) says how far apart two runs of the same thing already are.
 Usage: python bench/ray_overhead.py [--target DIR|preset] [--task NAME|FILE] [--limit 4] [--cells 4]
        [--repeats 3] [--cpus-per-cell N] [--json]
-(default target: a tiny random Llama saved to a temporary folder; about 1-2 minutes per repeat on 2 cores.)
+(default target: a tiny random Llama saved to a temporary folder; about 20 s per repeat on 2 quiet cores.)
 """
 
 from __future__ import annotations
@@ -107,6 +109,7 @@ def main() -> None:
     # a cluster of one cell's CPUs: one cell at a time under Ray too, as in the local sweep
     ray.init(num_cpus=args.cpus_per_cell, include_dashboard=False, log_to_driver=False)
     runs: dict[str, list] = {"local": [], "ray": []}
+    timed_sweep(grid, tmp / "warm-up", None)  # untimed: the first sweep of a process runs slower (first calls, caches)
     try:
         for repeat in range(args.repeats):
             for mode in ("local", "ray") if repeat % 2 == 0 else ("ray", "local"):

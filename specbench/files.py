@@ -92,12 +92,16 @@ def append_jsonl(path: Path, row: dict) -> None:
     """Append one JSON line and fsync it (a kill leaves at most a partial last line, which readers repair).
 
     A failed append (disk full) is truncated back to the last whole line, so a resume never sees it."""
-    line = json.dumps(finite(row), allow_nan=False) + "\n"
+    append_jsonl_text(path, json.dumps(finite(row), allow_nan=False) + "\n")
+
+
+def append_jsonl_text(path: Path, lines: str) -> None:
+    """Append whole JSON lines already encoded by append_jsonl (a Ray worker's, copied verbatim), as append_jsonl."""
     try:
         with path.open("a", encoding="utf-8") as fh:
             start = fh.tell()
             try:
-                fh.write(line)
+                fh.write(lines)
                 fh.flush()
                 os.fsync(fh.fileno())
             except OSError:

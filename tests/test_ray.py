@@ -157,6 +157,8 @@ def test_the_worker_measures_its_cell_without_planning_the_sweep_again(tiny, tmp
     for m in messages:
         apply(root, m.get("change", m), stores)
     assert records(root) == records(local.root)
+    for name in ("examples.jsonl", "summary.json", "manifest.json"):  # the driver copies the worker's bytes
+        assert (root / cell_id / name).read_bytes() == (scratch / root.name / cell_id / name).read_bytes(), name
 
 
 def test_ray_missing_is_one_line(monkeypatch):

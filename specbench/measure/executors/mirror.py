@@ -3,9 +3,9 @@
 Workers share no file system with the driver. The driver sends the cell's folder as it is on
 disk (torn last lines repaired first) plus the baselines its group shares; the worker measures
 into that copy with the ordinary runner, and after each example sends what changed: the new
-whole lines of every JSONL file (parsed) and the new contents of every JSON file. The driver
-appends and replaces them through files.py, so its folder holds exactly what a local sweep
-would have written, and a worker that dies costs only the lines it had not sent yet.
+whole lines of every JSONL file and the new contents of every JSON file, as text. The driver
+appends and replaces them verbatim through files.py, so its folder holds exactly what a local
+sweep would have written, and a worker that dies costs only the lines it had not sent yet.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from specbench.files import append_jsonl, atomic_write_json
+from specbench.files import append_jsonl_text, atomic_write_text
 from specbench.measure.records import repair_jsonl
 
 SKIPPED = (".lock",)  # the worker's own lock; hidden temporaries start with '.' too
@@ -52,7 +52,11 @@ class Mirror:
         self.json_seen: dict[str, bytes] = {rel: data for rel, data in seeded.items() if rel.endswith(".json")}
 
     def changes(self) -> dict:
-        """{"rows": {rel: [new whole JSONL rows]}, "json": {rel: object}} since the previous call."""
+        """{"rows": {rel: new whole JSONL lines}, "json": {rel: new text}} since the previous call, as written.
+
+        Text, not parsed objects: the driver writes it verbatim (re-encoding a summary with indent runs
+        json's pure-Python encoder, the driver's largest CPU cost per example, competing with the worker
+        for the node's cores) and parses only the lines it must read."""
         rows, docs = {}, {}
         for rel in self._files():
             if rel.endswith(".jsonl"):
@@ -62,12 +66,12 @@ class Mirror:
                     data = f.read()
                 end = data.rfind(b"\n") + 1  # whole lines only: a line being written is sent next time
                 if end > 0:
-                    rows[rel] = [json.loads(line) for line in data[:end].splitlines() if line.strip()]
+                    rows[rel] = data[:end].decode("utf-8")
                     self.offsets[rel] = start + end
                 continue
             data = (self.scratch / rel).read_bytes()
             if rel.endswith(".json") and self.json_seen.get(rel) != data:
-                docs[rel] = json.loads(data)
+                docs[rel] = data.decode("utf-8")
                 self.json_seen[rel] = data
         return {"rows": rows, "json": docs}
 
@@ -84,26 +88,29 @@ def apply(root: Path, change: dict, stores: dict[str, dict]) -> list[tuple[str, 
     """Write a worker's changes into the sweep folder → the (rel, row) pairs appended.
 
     The manifest goes first and the summary last, so the folder never describes records it lacks.
-    Baseline rows go through the group's BaselineStore (`stores`: rel → store), whose first
-    write for an example wins, exactly as when a local cell fills it."""
-    manifests = {rel: doc for rel, doc in change["json"].items() if Path(rel).name == "manifest.json"}
-    for rel, doc in manifests.items():
-        _write_json(root / rel, doc)
+    Lines and documents are written as the worker wrote them (by the same files.py writers, so the
+    bytes are what a local cell writes). Baseline rows go through the group's BaselineStore
+    (`stores`: rel → store), whose first write for an example wins, exactly as when a local cell
+    fills it."""
+    manifests = {rel: text for rel, text in change["json"].items() if Path(rel).name == "manifest.json"}
+    for rel, text in manifests.items():
+        _write_json(root / rel, text)
     appended = []
-    for rel, rows in change["rows"].items():
+    for rel, lines in change["rows"].items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        for row in rows:
-            if rel in stores:
+        rows = [json.loads(line) for line in lines.splitlines() if line.strip()]
+        if rel in stores:
+            for row in rows:
                 stores[rel][row["example_id"]] = row["baseline"]
-            else:
-                append_jsonl(root / rel, row)
-            appended.append((rel, row))
-    for rel, doc in change["json"].items():
+        else:
+            append_jsonl_text(root / rel, lines)
+        appended += [(rel, row) for row in rows]
+    for rel, text in change["json"].items():
         if rel not in manifests:
-            _write_json(root / rel, doc)
+            _write_json(root / rel, text)
     return appended
 
 
-def _write_json(path: Path, doc) -> None:
+def _write_json(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(path, doc)
+    atomic_write_text(path, text)
