@@ -225,6 +225,7 @@ class Driver:
         self.idle: list = []
         self.running: dict = {}  # message stream → Running
         self.stores: dict[str, object] = {}  # baseline file (relative) → the driver's BaselineStore
+        self.rels: dict[str, str] = {}  # cell id → its baseline file (relative)
         self.leaders: dict[str, str | None] = {}  # baseline file → the cell measuring it (None: stored already)
         self.attempts: dict[str, int] = {}
         self.lost: list[str] = []
@@ -260,7 +261,9 @@ class Driver:
         """The cell's shared baseline file; the first unfinished cell of a group not yet stored measures it."""
         from specbench.measure.sweep import BaselineStore, baseline_file
 
-        rel = str(baseline_file(self.root, self.grid, config).relative_to(self.root))
+        if cell_id not in self.rels:  # asked for every pending cell after every message: named once per cell
+            self.rels[cell_id] = str(baseline_file(self.root, self.grid, config).relative_to(self.root))
+        rel = self.rels[cell_id]
         if rel not in self.stores:
             self.stores[rel] = BaselineStore(self.root / rel)
             complete = len(self.stores[rel]) >= self.tasks[config.task]["n_examples"]
