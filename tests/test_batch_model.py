@@ -111,3 +111,22 @@ def test_prediction_is_nan_without_a_calibration_and_old_manifests_use_their_one
     old = {"batch_size": 2, "target_ms": {"1": 10.0, "2": 12.0, "3": 14.0, "4": 16.0}, "verify_cost": {"3": 1.6}}
     out = bm.batch_cost_figures([batch], old, 3, "ragged")
     assert out["predicted_speedup_batch"] == pytest.approx((3 * 10.0) / 14.0)  # room 3: 2 offered, one pass 3 wide
+
+
+def test_a_batch_is_calibrated_at_the_context_of_its_longest_prompt():
+    from specbench.measure.calibration import batch_context
+
+    # batches of 2 in the run's order: longest 50, 30, 5 → median 30, plus half of 8 new tokens
+    assert batch_context([10, 50, 20, 30, 5], 2, 8, None, 4) == 34
+    assert batch_context([10, 50, 20, 30, 5], 1, 8, None, 4) == 20 + 4  # batch 1: the median prompt
+    assert batch_context([10, 50, 20, 30, 5], 2, 8, 30, 4) == 30 - 4 - 1  # within the model's positions
+
+
+def test_the_grid_calibration_times_every_row_count_and_width():
+    from specbench.measure.calibration import calibrate_batch_grid
+    from conftest import tiny_llama
+
+    per_rows = calibrate_batch_grid(tiny_llama(0), [[5, 6, 7, 8], [9, 10]], batch_size=3, k_max=2, max_new_tokens=4,
+                                    max_positions=None, draft=tiny_llama(1), repeats=2)
+    assert [c["rows"] for c in per_rows] == [1, 2, 3]
+    assert all(sorted(c["target_ms"]) == [1, 2] and c["draft_ms"] > 0 and c["context_tokens"] == 6 for c in per_rows)

@@ -195,29 +195,45 @@ def batch_row_grid(batch_size: int) -> list[int]:
     return grid + [batch_size]
 
 
-def calibrate_rows(target: torch.nn.Module, prompts: list[list[int]], *, rows: int, k_max: int,
-                   max_new_tokens: int, max_positions: int | None, draft: torch.nn.Module | None = None,
-                   repeats: int = DEFAULT_REPEATS) -> dict:
-    """t(b, k), k = 1..k_max, for one row count b: ms of one batched target pass over k new tokens per row
-    (and, for a model draft, ms of one batched draft token) after a context of the task's typical length."""
-    n_ctx = typical_context([len(p) for p in prompts], max_new_tokens, max_positions, k_max)
+def batch_context(prompt_lengths: list[int], batch_size: int, max_new_tokens: int, max_positions: int | None,
+                  k_max: int) -> int:
+    """The context a batch's passes attend over: its rows are left-padded to its longest prompt (and rows that
+    finish keep their columns), so the median over the run's batches (B consecutive prompts in the run's order)
+    of the longest prompt, plus half the output budget."""
+    longest = [max(prompt_lengths[i:i + batch_size]) for i in range(0, len(prompt_lengths), batch_size)]
+    return typical_context(longest, max_new_tokens, max_positions, k_max)
+
+
+def calibrate_batch_grid(target: torch.nn.Module, prompts: list[list[int]], *, batch_size: int, k_max: int,
+                         max_new_tokens: int, max_positions: int | None, draft: torch.nn.Module | None = None,
+                         repeats: int = DEFAULT_REPEATS) -> list[dict]:
+    """t(b, k) for every row count b of batch_row_grid(B) and k = 1..k_max (and, for a model draft, ms of one
+    batched draft token at each b), after batch_context tokens; one dict per b. Every repeat visits every
+    (b, k) once in a rotated order, so a drift of the machine during the calibration is shared by all shapes
+    instead of landing on the last row counts (this 2-core VM drifted by 10–20 % within a minute)."""
+    n_ctx = batch_context([len(p) for p in prompts], batch_size, max_new_tokens, max_positions, k_max)
     ctx = context_ids(prompts, n_ctx)
     clock = Clock(next(target.parameters()).device).now
-    ks = list(range(1, k_max + 1))
-    step = batch_pass_step(target, ctx, rows, k_max)
-    time_passes(step, ks, 1, clock)  # warm-up
-    med, spread = median_and_spread(time_passes(step, ks, repeats, clock))
-    draft_ms = None
+    grid = batch_row_grid(batch_size)
+    steps = {b: batch_pass_step(target, ctx, b, k_max) for b in grid}
+    shapes = [(b, k) for b in grid for k in range(1, k_max + 1)]
+    time_passes(lambda shape: steps[shape[0]](shape[1]), shapes, 1, clock)  # warm-up
+    med, spread = median_and_spread(time_passes(lambda shape: steps[shape[0]](shape[1]), shapes, repeats, clock))
+    draft_ms: dict[int, float | None] = {b: None for b in grid}
     if draft is not None and not getattr(draft.config, "is_encoder_decoder", False):
-        draft_step = batch_pass_step(draft, ctx, rows, 1)
-        time_passes(draft_step, [1], 2, clock)
-        draft_ms = statistics.median(time_passes(draft_step, [1], 2 * repeats, clock)[1])
-    return {"rows": rows, "context_tokens": n_ctx, "repeats": repeats, "target_ms": med, "target_spread": spread,
-            "draft_ms": draft_ms}
+        del steps  # the target's caches
+        draft_steps = {b: batch_pass_step(draft, ctx, b, 1) for b in grid}
+        time_passes(lambda b: draft_steps[b](1), grid, 2, clock)
+        draft_ms = {b: statistics.median(v) for b, v in
+                    time_passes(lambda b: draft_steps[b](1), grid, 2 * repeats, clock).items()}
+    return [{"rows": b, "context_tokens": n_ctx, "repeats": repeats,
+             "target_ms": {k: med[(b, k)] for k in range(1, k_max + 1)},
+             "target_spread": {k: spread[(b, k)] for k in range(1, k_max + 1)}, "draft_ms": draft_ms[b]}
+            for b in grid]
 
 
 def batch_calibration_dict(batch_size: int, per_rows: list[dict], seconds: float) -> dict:
-    """The manifest's `batch_calibration` from calibrate_rows at each row count of batch_row_grid(B): the
+    """The manifest's `batch_calibration` from calibrate_batch_grid (one dict per row count of batch_row_grid(B)): the
     batch's own t(B, k) as before (`target_ms`, `verify_cost` maps γ → t(B, γ+1)/t(B, 1), `draft_cost`), and
     the whole table (`rows`: b → k → ms, `draft_rows_ms`: b → ms) that batch_model prices passes with."""
     own = next(c for c in per_rows if c["rows"] == batch_size)

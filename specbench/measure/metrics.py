@@ -303,7 +303,7 @@ def batch_metrics(records: list[dict]) -> dict:
 
 def batch_prediction(records: list[dict], gamma: int, calibration: dict | None, policy: str) -> dict:
     """batch_verify_cost t(B, γ+1)/t(B, 1) and batch_draft_cost from a run's batch calibration
-    (calibration.calibrate_rows), and the batch cost model's predicted and replayed decode speedups
+    (calibration.calibrate_batch_grid), and the batch cost model's predicted and replayed decode speedups
     (measure/batch_model.py: each row's own steps, rows leaving as they finish, t(b, k) at every b)."""
     from specbench.measure.batch_model import batch_cost_figures
 

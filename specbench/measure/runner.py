@@ -106,22 +106,19 @@ class Session:
     def calibrate_batch(self, draft_spec: str, prompts: list[list[int]], batch_size: int, k_max: int,
                         max_new_tokens: int) -> dict | None:
         """t(b, k) of the target (and the draft model's batched token, if any) at every row count b of
-        calibration.batch_row_grid(B), each measured once per session (a sweep's B = 2, 4, 8, 16 cells share
-        theirs); None for an encoder-decoder target (no batched pass to time here)."""
+        calibration.batch_row_grid(B), timed interleaved, once per session and batch size (a sweep's ragged and
+        min cells share it); None for an encoder-decoder target (no batched pass to time here)."""
         if getattr(self.target.model.config, "is_encoder_decoder", False):
             return None
-        t_start = time.perf_counter()
-        caches = self.proposer(draft_spec, prompts).model_caches()
-        digest = hashlib.sha256(repr(prompts).encode()).hexdigest()
-        per_rows = []
-        for rows in cal.batch_row_grid(batch_size):
-            key = ("batch", draft_spec, rows, k_max, max_new_tokens, digest)
-            if key not in self.calibrations:
-                self.calibrations[key] = cal.calibrate_rows(
-                    self.target.model, prompts, rows=rows, k_max=k_max, max_new_tokens=max_new_tokens,
-                    max_positions=self.target.max_positions, draft=caches[0].model if caches else None)
-            per_rows.append(self.calibrations[key])
-        return cal.batch_calibration_dict(batch_size, per_rows, time.perf_counter() - t_start)
+        key = ("batch", draft_spec, batch_size, k_max, max_new_tokens, hashlib.sha256(repr(prompts).encode()).hexdigest())
+        if key not in self.calibrations:
+            t_start = time.perf_counter()
+            caches = self.proposer(draft_spec, prompts).model_caches()
+            per_rows = cal.calibrate_batch_grid(
+                self.target.model, prompts, batch_size=batch_size, k_max=k_max, max_new_tokens=max_new_tokens,
+                max_positions=self.target.max_positions, draft=caches[0].model if caches else None)
+            self.calibrations[key] = cal.batch_calibration_dict(batch_size, per_rows, time.perf_counter() - t_start)
+        return self.calibrations[key]
 
     def proposer(self, draft_spec: str, corpus: list[list[int]] | None = None) -> Proposer:
         """The draft for `draft_spec`, built once; frequency drafts are fitted on `corpus` (once per corpus)."""
