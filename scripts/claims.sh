@@ -33,6 +33,10 @@ $SB sweep --results-dir "$OUT" --sweep-id claims-targets --task "$TASKS" --gamma
   --max-new-tokens 48 --dtype "$DTYPE" \
   --pair smollm2-135m:prompt-lookup --pair qwen2.5-coder-1.5b:prompt-lookup
 
+step "the Qwen tier at 128 new tokens on aclsum (prefill weighs less on longer outputs), prompt lookup γ 8"
+$SB sweep --results-dir "$OUT" --sweep-id claims-qwen-long --task aclsum --gamma 8 --limit 4 \
+  --max-new-tokens 128 --dtype "$DTYPE" --pair qwen2.5-coder-1.5b:prompt-lookup
+
 step "the Qwen tier's model drafts: qwen2.5-coder-0.5b alone and behind prompt lookup"
 $SB sweep --results-dir "$OUT" --sweep-id claims-qwen-drafts --task "$TASKS" --gamma 4 --limit 4 \
   --max-new-tokens 48 --dtype "$DTYPE" \
