@@ -175,3 +175,21 @@ def test_runs_at_other_budgets_or_buckets_are_other_series(tmp_path):
             varied_run(root, f"n{n}-{bucket}", speedup=1.3, summary_extra={"max_new_tokens": n, "prompt_length": bucket})
     series = set(collect([root]).runs["series"])
     assert len(series) == 4 and any("max_new_tokens=16" in s and "prompt_length=long" in s for s in series)
+
+
+def test_an_underpowered_perplexity_test_says_how_many_examples_would_do(tmp_path):
+    """σ = 1 nat per example, N = 40 per engine: the U test's power against 0.1 nats is far below 0.8. The verdict
+    names the sample size that would reach it, about 2 (z(0.995) + z(0.8))² σ² / 0.1² ≈ 2,300 by the normal
+    approximation (U's efficiency is ≈ 0.95 of the t test's on normal scores, and the redraws are noisy: ±40 %)."""
+    import re
+
+    rng = np.random.default_rng(5)
+    spread = tuple(1.0 + 0.01 * (i % 5) for i in range(40))
+    root = tmp_path / "weak"
+    varied_run(root, "t1", speedup=1.2, temperature=1.0, spread=spread,
+               nll=(rng.normal(3.0, 1.0, 40), rng.normal(3.0, 1.0, 40)))
+    c = by_claim(root)["Quality"]
+    assert c.verdict.startswith(UNSURE), c
+    need = int(re.search(r"about ([\d,]+) examples per engine", c.verdict).group(1).replace(",", ""))
+    assert 1_400 < need < 3_300, c.verdict
+    assert f"--limit {need}" in c.verdict.replace(",", "")

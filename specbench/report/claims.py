@@ -242,9 +242,25 @@ def perplexity_claim(rows: list[dict]) -> Claim:
         return Claim(claim, f"{FAILS}: the perplexity distributions differ in {', '.join(failed)}", numbers,
                      "perplexity")
     if weakest < ENOUGH_POWER:
-        return Claim(claim, f"{UNSURE}: no difference found, but power {weakest:.2f} < {ENOUGH_POWER}; run more "
-                            f"examples ({COMMANDS['perplexity']})", numbers, "perplexity")
+        weak = rows[[c.power for c in checks].index(weakest)]["check"]
+        return Claim(claim, f"{UNSURE}: no difference found, but power {weakest:.2f} < {ENOUGH_POWER}; "
+                            f"{examples_needed(weak)}", numbers, "perplexity")
     return Claim(claim, f"{HOLDS}: no difference at power ≥ {ENOUGH_POWER}", numbers, "perplexity")
+
+
+def examples_needed(check) -> str:
+    """What to run for power 0.8 against the stated shift: the shift a U test detects with power 0.8 falls as 1/√N,
+    so N × (detectable shift ÷ stated shift)² examples per engine would do (the run's own spread of NLL)."""
+    from specbench.evidence.perplexity import SHIFT as shift
+
+    d = check.detail or {}
+    found, n = num(d.get("detectable_shift")), num(d.get("n_baseline"))
+    if math.isnan(found) or math.isnan(n) or found <= 0:
+        return f"run more examples ({COMMANDS['perplexity']})"
+    need = int(math.ceil(n * (found / shift) ** 2))
+    return (f"with this run's spread it detects {found:.2f} nats/token at power 0.8; about {need:,} examples per "
+            f"engine would detect {shift:g} (the shift falls as 1/√N; longer outputs lower the spread): "
+            f"{COMMANDS['perplexity'].replace('--limit 32', f'--limit {need}')}")
 
 
 def _ci_text(ci) -> str:
