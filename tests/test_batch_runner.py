@@ -177,18 +177,8 @@ def test_batch_throughput_counts_each_batch_once():
     assert s["tokens_per_batch_pass"] == pytest.approx(18 / 4)  # 18 decode tokens over the batch's 4 passes
 
 
-def test_batch_cost_model_min_policy_wastes_acceptance():
-    ragged = theory.batch_walltime_factor(0.8, 3, 0.0, 1.2, 4, "ragged")
-    assert ragged == pytest.approx(theory.walltime_factor_extended(0.8, 3, 0.0, 1.2))
-    least = theory.batch_walltime_factor(0.8, 3, 0.0, 1.2, 4, "min")
-    assert least == pytest.approx(theory.expected_tokens_per_step(0.8**4, 3) / 1.2) and least < ragged
-    assert theory.batch_walltime_factor(0.8, 3, 0.0, 1.2, 1, "min") == pytest.approx(ragged)
-    with pytest.raises(SpecbenchError):
-        theory.batch_walltime_factor(0.8, 3, 0.0, 1.2, 4, "max")
-
-
 def test_min_policy_law_matches_a_simulation():
-    """E[min over B rows of (accepted + 1)] by Monte Carlo equals Eq. 1 with α^B (the law the prediction uses)."""
+    """E[min over B rows of (accepted + 1)] by Monte Carlo equals Eq. 1 with α^B: what min advance costs independent rows."""
     import numpy as np
 
     rng, alpha, gamma, b = np.random.default_rng(0), 0.7, 4, 3

@@ -159,6 +159,11 @@ def parse_draft_list(spec: str) -> list[str]:
 # --------------------------------------------------------------------------- the grid
 
 
+def as_axis(value) -> tuple:
+    """A grid field's values: the tuple an axis holds, or the one value a fixed setting holds."""
+    return value if isinstance(value, tuple) else (value,)
+
+
 @dataclass(frozen=True)
 class SweepGrid:
     """One `specbench sweep`: the axes swept and the settings every cell shares."""
@@ -235,23 +240,23 @@ class SweepGrid:
 
     @property
     def budgets(self) -> tuple[int | None, ...]:
-        return self.max_new_tokens if isinstance(self.max_new_tokens, tuple) else (self.max_new_tokens,)
+        return as_axis(self.max_new_tokens)
 
     @property
     def prompt_lengths(self) -> tuple[str, ...]:
-        return self.prompt_length if isinstance(self.prompt_length, tuple) else (self.prompt_length,)
+        return as_axis(self.prompt_length)
 
     @property
     def confidences(self) -> tuple[float, ...]:
-        return self.draft_confidence if isinstance(self.draft_confidence, tuple) else (self.draft_confidence,)
+        return as_axis(self.draft_confidence)
 
     @property
     def batch_sizes(self) -> tuple[int, ...]:
-        return self.batch_size if isinstance(self.batch_size, tuple) else (self.batch_size,)
+        return as_axis(self.batch_size)
 
     @property
     def batch_policies(self) -> tuple[str, ...]:
-        return self.batch_policy if isinstance(self.batch_policy, tuple) else (self.batch_policy,)
+        return as_axis(self.batch_policy)
 
     def to_dict(self) -> dict:
         d = asdict(self)

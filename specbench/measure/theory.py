@@ -267,24 +267,3 @@ def best_gamma_from_curve(alpha: float | Sequence[float], c: float, pass_cost: M
     factors = [pass_cost_curve_speedup(alpha, g, c, pass_cost, lookup_law, model_fills) for g in grid]
     best = int(np.argmax(factors))
     return Optimum(gamma=grid[best], factor=factors[best])
-
-
-def min_policy_alpha(alpha: A, batch_size: int) -> A:
-    """The per-position survival of the min-advance policy: every row advances by L = min over B rows of
-    (accepted + 1), and with rows independent P(L > j) = P(every row accepted j+1) = α^(B(j+1)), so L
-    follows Eq. (1)'s law with α^B in place of α (ragged acceptance keeps each row's own α)."""
-    _check_gamma(batch_size, low=1)
-    return _out(np.asarray(_check_alpha(alpha)) ** batch_size, alpha)
-
-
-def batch_walltime_factor(alpha: A, gamma: int, draft_cost: float, verify_cost: float, batch_size: int,
-                          policy: str = "ragged") -> A:
-    """Speedup per row at batch B, the extended factor with batched costs: a step costs γ batched draft
-    passes (draft_cost each, in batched one-token target passes) plus one batched verify pass over γ+1
-    tokens per row (verify_cost = t(B, γ+1)/t(B, 1), measured), and each row gains Eq. (1)'s tokens:
-    with α under ragged acceptance, with α^B under min advance. The baseline's batched step emits one
-    token per row for t(B, 1). Rows that stop early idle in both engines alike and are not modelled."""
-    if policy not in ("ragged", "min"):
-        raise SpecbenchError(f"batch policy must be ragged or min (got {policy!r})")
-    a = min_policy_alpha(alpha, batch_size) if policy == "min" else alpha
-    return walltime_factor_extended(a, gamma, draft_cost, verify_cost)
