@@ -136,22 +136,22 @@ def batch_cost_figures(batches: Sequence[Sequence[Mapping]], calibration: Mappin
     draft = calibration.get("draft_rows_ms") or ({calibration["batch_size"]: calibration["draft_ms"]}
                                                  if calibration.get("draft_ms") else None)
     dms = draft_ms_row({int(b): float(v) for b, v in (draft or {}).items()}, max_rows)
-    sums = np.zeros(5)  # decode tokens: baseline, speculative; ms: baseline (model), speculative (model, replay)
-    base_replay = 0.0  # the baseline's measured pass shapes, priced
+    tokens = {"baseline": 0, "speculative": 0}  # decode tokens: the first comes with prefill
+    ms = {"baseline": 0.0, "speculative": 0.0, "baseline_replay": 0.0, "speculative_replay": 0.0}
     for i, rows in enumerate(batches):
-        base_len = [r["baseline"]["n_tokens"] for r in rows]
-        spec_len = [r["speculative"]["n_tokens"] for r in rows]
-        sums[0] += sum(base_len) - len(rows)  # decode tokens: the first comes with prefill
-        sums[1] += sum(spec_len) - len(rows)
-        sums[2] += baseline_ms(base_len, table)
-        sums[3] += simulate_speculative_ms([row_steps(r["speculative"]) for r in rows], spec_len, table, dms,
-                                           policy, seed=i)
-        spec0, base0 = rows[0]["speculative"], rows[0]["baseline"]
-        sums[4] += replay_ms(spec0.get("batch_pass_rows") or [], spec0.get("batch_pass_widths") or [], table)
-        base_replay += replay_ms(base0.get("batch_pass_rows") or [], base0.get("batch_pass_widths") or [], table)
-    out["predicted_speedup_batch"] = per_token_ratio(sums[1], sums[3], sums[0], sums[2])
-    if base_replay > 0:
-        out["replayed_speedup_batch"] = per_token_ratio(sums[1], sums[4], sums[0], base_replay)
+        lengths = {e: [r[e]["n_tokens"] for r in rows] for e in tokens}
+        for engine in tokens:
+            tokens[engine] += sum(lengths[engine]) - len(rows)
+            shapes = rows[0][engine]  # the batch's pass shapes, shared by its rows
+            ms[f"{engine}_replay"] += replay_ms(shapes.get("batch_pass_rows") or [],
+                                                shapes.get("batch_pass_widths") or [], table)
+        ms["baseline"] += baseline_ms(lengths["baseline"], table)
+        ms["speculative"] += simulate_speculative_ms([row_steps(r["speculative"]) for r in rows],
+                                                     lengths["speculative"], table, dms, policy, seed=i)
+    out["predicted_speedup_batch"] = per_token_ratio(tokens["speculative"], ms["speculative"], tokens["baseline"],
+                                                     ms["baseline"])
+    out["replayed_speedup_batch"] = per_token_ratio(tokens["speculative"], ms["speculative_replay"],
+                                                    tokens["baseline"], ms["baseline_replay"])
     return out
 
 
