@@ -124,6 +124,39 @@ def test_a_killed_worker_loses_only_its_unfinished_examples(cluster, tiny, tmp_p
     assert len(read_placements(out.root)[killed[0]]) == 2  # started, killed, started again elsewhere
 
 
+def test_pairs_and_prompt_length_buckets_under_ray_equal_the_local_sweep(cluster, tiny, tmp_path):
+    """Every sweep axis runs under Ray: two targets (--pair) × two prompt-length buckets, 4 cells, each counted by
+    its own bucket's examples, against the same sweep run locally."""
+    words = CORPUS[0].split()
+    task = tmp_path / "lengths.jsonl"  # prompts of 2..10 words: the short and long thirds differ
+    task.write_text("".join(json.dumps({"prompt": " ".join(words[:n]), "reference": "x"}) + "\n"
+                            for n in range(2, 11)))
+    pairs = (f"{tiny['target']}:prompt-lookup", f"{tiny['draft']}:prompt-lookup")
+    g = SweepGrid.from_specs(target="", draft="", pairs=pairs, gamma="1", temperature="0", task=str(task), limit=9, max_new_tokens=4, device="cpu",
+                             prompt_length=("short", "long"))
+    local = run_sweep(g, tmp_path / "local")
+    remote = run_sweep(g, tmp_path / "ray", executor=make_executor("ray", cpus_per_cell=1))
+    assert len(remote.cells) == 4 and all(c.summary["complete"] for c in remote.cells)
+    assert records(local.root) == records(remote.root)
+    assert {c.summary["n_examples"] for c in remote.cells} == {3}  # a third of 9 prompts each, not the task's 9
+    assert {(c.summary["target"], c.summary["prompt_length"]) for c in remote.cells} == \
+        {(t, b) for t in (tiny["target"], tiny["draft"]) for b in ("short", "long")}
+
+
+def test_a_worker_holds_one_target_at_a_time(monkeypatch):
+    """A worker keeps its last target for the next cell of that target and frees it before loading another."""
+    import specbench.measure.runner as runner
+    from specbench.measure.executors.ray_cluster import CellWorker
+    from specbench.measure.runner import RunConfig
+
+    loaded = []
+    monkeypatch.setattr(runner, "Session", lambda target, *rest: loaded.append(target) or f"session:{target}")
+    worker, g = CellWorker(), SweepGrid.from_specs(target="a", draft="prompt-lookup", gamma="1", temperature="0",
+                                                           task="t")
+    sessions = [worker.session(g, RunConfig(target, "prompt-lookup", "t")) for target in ("a", "a", "b", "b", "a")]
+    assert loaded == ["a", "b", "a"] and sessions[-1] == worker.loaded == "session:a"
+
+
 def test_the_worker_measures_its_cell_without_planning_the_sweep_again(tiny, tmp_path, monkeypatch):
     """measure_in_scratch (the actor's body, run here without Ray): one message per example, then done carrying
     the cell's last change; the driver planned the sweep, so the worker loads no task list and writes no sweep.json

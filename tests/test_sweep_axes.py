@@ -203,7 +203,6 @@ def test_pairs_load_each_target_once_and_keep_baselines_apart(tmp_path, task_fil
 @pytest.mark.parametrize("extra, needle", [
     (["--target", "smollm2-135m"], "drop --target/--draft, or drop --pair"),
     (["--draft", "prompt-lookup"], "drop --target/--draft, or drop --pair"),
-    (["--executor", "ray"], "run with --executor local only"),
     (["--pair", "nocolon"], "must be TARGET:DRAFT"),
 ])
 def test_pair_misuse_is_one_line(tmp_path, task_file, extra, needle):
@@ -212,12 +211,6 @@ def test_pair_misuse_is_one_line(tmp_path, task_file, extra, needle):
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 1 and needle in result.output and len(result.output.strip().splitlines()) == 1, \
         result.output
-
-
-def test_buckets_under_ray_are_one_line(tmp_path, task_file):
-    result = CliRunner().invoke(app, ["sweep", "--prompt-length", "short,long", "--executor", "ray", "--task",
-                                      task_file, "--results-dir", str(tmp_path)])
-    assert result.exit_code == 1 and "run with --executor local only" in result.output
 
 
 def test_a_draft_list_keeps_each_drafts_own_options():

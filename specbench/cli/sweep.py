@@ -93,7 +93,7 @@ def sweep(
     """
     from specbench.errors import SpecbenchError
     from specbench.measure.executors import make_executor
-    from specbench.measure.sweep import (SweepGrid, check_executor_axes, parse_budgets, parse_float_list,
+    from specbench.measure.sweep import (SweepGrid, parse_budgets, parse_float_list,
                                          parse_int_list, parse_policy_list, parse_prompt_lengths)
 
     if pair and (target is not None or draft is not None):
@@ -110,7 +110,6 @@ def sweep(
                                 batch_size=tuple(parse_int_list(batch_size, "--batch-size")),
                                 batch_policy=tuple(parse_policy_list(batch_policy)), device_map=device_map,
                                 max_memory=max_memory)
-    check_executor_axes(grid, executor)
     cells_on = make_executor(executor, address=address, gpus_per_cell=gpus_per_cell, cpus_per_cell=cpus_per_cell)
     quiet_transformers()
     outcome = sweep_with_progress(grid, results_dir, sweep_id, cells_on)

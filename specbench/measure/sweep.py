@@ -526,14 +526,6 @@ def write_sweep_file(root: Path, sweep_id: str, grid: SweepGrid, cells: list[tup
     return doc
 
 
-def check_executor_axes(grid: SweepGrid, executor: str) -> None:
-    """--executor ray ships one target and the task-wide example counts to its workers: pairs and prompt-length
-    buckets run locally (one line says so, before a cluster starts)."""
-    if executor == "ray" and (grid.pairs or grid.prompt_lengths != ("all",)):
-        raise SpecbenchError("--pair and --prompt-length run with --executor local only (a Ray worker holds one target "
-                             "and the task's examples); drop --executor ray, or run one sweep per pair or bucket")
-
-
 def release_memory() -> None:
     """Return a dropped session's memory before the next target loads (the GPU's cache too, where there is one)."""
     gc.collect()
@@ -567,8 +559,6 @@ def run_sweep(
     from specbench.measure.runner import Session, execute_run
 
     grid.validate()
-    if executor is not None:
-        check_executor_axes(grid, "ray")
     results_dir = check_results_dir(results_dir)
     if sweep_id is not None:
         check_id(sweep_id, "--sweep-id")
@@ -585,7 +575,8 @@ def run_sweep(
     stores: dict[tuple, BaselineStore] = {}
     outcome = SweepOutcome(root)
     if executor is not None:  # the cells run on its workers; every file of the sweep is still written here
-        outcome.cells = executor.run_cells(grid, root, cells, tasks, on_cell=on_cell, on_example=on_example)
+        counts = {cid: cell_examples(tasks, buckets, cfg) for cid, cfg in cells}
+        outcome.cells = executor.run_cells(grid, root, cells, counts, on_cell=on_cell, on_example=on_example)
     for cell_id, config in cells if executor is None else []:
         if only is not None and cell_id not in only:
             continue

@@ -108,16 +108,22 @@ class CellWorker:
     """A Ray actor: sessions loaded once per worker, one cell at a time measured in a scratch folder."""
 
     def __init__(self):
-        self.sessions: dict[tuple, object] = {}
+        self.key: tuple | None = None
+        self.loaded = None  # the Session of the target this worker measured last
 
-    def session(self, grid):
+    def session(self, grid, config):
+        """The cell's target loaded once: kept for the next cell of the same target, freed before another loads
+        (a sweep of --pair holds one target per worker at a time, as a local sweep does)."""
         from specbench.measure.runner import Session
+        from specbench.measure.sweep import release_memory
 
-        key = (grid.target, grid.device, grid.dtype, grid.trust_remote_code, grid.backend, grid.device_map,
+        key = (config.target, grid.device, grid.dtype, grid.trust_remote_code, grid.backend, grid.device_map,
                grid.max_memory)
-        if key not in self.sessions:
-            self.sessions[key] = Session(*key)
-        return self.sessions[key]
+        if key != self.key:
+            self.key, self.loaded = None, None
+            release_memory()
+            self.loaded, self.key = Session(*key), key
+        return self.loaded
 
     def where(self, session) -> dict:
         import ray
@@ -132,7 +138,7 @@ class CellWorker:
         if request.get("cwd") and os.path.isdir(request["cwd"]):
             os.chdir(request["cwd"])  # relative task and model paths, where the driver's folder is visible
         try:
-            session = self.session(request["grid"])
+            session = self.session(request["grid"], request["config"])
         except SpecbenchError as exc:
             yield {"kind": "error", "message": str(exc)}
             return
@@ -199,12 +205,13 @@ class RayExecutor:
     cpus_per_cell: float = 1.0
     max_cell_retries: int = 1  # a cell whose worker dies is started again this many times
 
-    def run_cells(self, grid, root: Path, cells: list, tasks: dict, *, on_cell, on_example) -> list:
+    def run_cells(self, grid, root: Path, cells: list, n_examples: dict[str, int], *, on_cell, on_example) -> list:
+        """cells: (cell id, RunConfig) in the sweep's order; n_examples: cell id → how many examples it measures."""
         ray = import_ray()
         owns = connect(ray, self.address)
         try:
             slots = cell_slots(ray, self.gpus_per_cell, self.cpus_per_cell)
-            driver = Driver(ray, self, grid, root, tasks, slots, on_cell, on_example)
+            driver = Driver(ray, self, grid, root, n_examples, slots, on_cell, on_example)
             return driver.run(cells)
         finally:
             if owns:
@@ -214,8 +221,10 @@ class RayExecutor:
 class Driver:
     """One sweep's cells over a pool of actors: dispatch, stream, write, retry."""
 
-    def __init__(self, ray, executor: RayExecutor, grid, root: Path, tasks: dict, slots: int, on_cell, on_example):
-        self.ray, self.ex, self.grid, self.root, self.tasks, self.slots = ray, executor, grid, root, tasks, slots
+    def __init__(self, ray, executor: RayExecutor, grid, root: Path, n_examples: dict[str, int], slots: int, on_cell,
+                 on_example):
+        self.ray, self.ex, self.grid, self.root, self.slots = ray, executor, grid, root, slots
+        self.n_examples = n_examples
         self.on_cell, self.on_example = on_cell, on_example
         niceness = str(os.getpriority(os.PRIO_PROCESS, 0)) if hasattr(os, "getpriority") else "0"
         self.actor_class = ray.remote(CellWorker).options(num_cpus=executor.cpus_per_cell,
@@ -223,6 +232,7 @@ class Driver:
                                                           runtime_env={"env_vars": {WORKER_NICENESS_ENV: niceness}})
         self.actors: list = []  # every live actor
         self.idle: list = []
+        self.holds: dict[int, str] = {}  # id(actor) → the target it has loaded (a --pair sweep has several)
         self.running: dict = {}  # message stream → Running
         self.stores: dict[str, object] = {}  # baseline file (relative) → the driver's BaselineStore
         self.rels: dict[str, str] = {}  # cell id → its baseline file (relative)
@@ -236,7 +246,7 @@ class Driver:
 
         pending = []
         for cell_id, config in cells:
-            n = self.tasks[config.task]["n_examples"]
+            n = self.n_examples[cell_id]
             finished = _cell_done(self.root / cell_id, config, n)
             if finished is not None:
                 self.on_cell(cell_id, n, n)
@@ -266,7 +276,7 @@ class Driver:
         rel = self.rels[cell_id]
         if rel not in self.stores:
             self.stores[rel] = BaselineStore(self.root / rel)
-            complete = len(self.stores[rel]) >= self.tasks[config.task]["n_examples"]
+            complete = len(self.stores[rel]) >= self.n_examples[cell_id]
             self.leaders[rel] = None if complete else cell_id
         return rel
 
@@ -292,7 +302,14 @@ class Driver:
             if not self.idle:
                 return
             pending.remove((cell_id, config))
-            self.start(cell_id, config, self.idle.pop())
+            self.start(cell_id, config, self.idle_actor_for(config.target))
+
+    def idle_actor_for(self, target: str):
+        """An idle actor that holds `target` already (no reload), else the most recently idle one."""
+        actor = next((a for a in self.idle if self.holds.get(id(a)) == target), self.idle[-1])
+        self.idle.remove(actor)
+        self.holds[id(actor)] = target
+        return actor
 
     def start(self, cell_id: str, config, actor) -> None:
         (self.root / cell_id).mkdir(parents=True, exist_ok=True)
@@ -301,7 +318,7 @@ class Driver:
         rel = self.baseline_rel(cell_id, config)
         files = folder_files(self.root, [cell_id, rel])
         rows, _ = scan_jsonl(self.root / cell_id / "examples.jsonl", example_problem)
-        self.on_cell(cell_id, self.tasks[config.task]["n_examples"], len({r["example_id"] for r in rows}))
+        self.on_cell(cell_id, self.n_examples[cell_id], len({r["example_id"] for r in rows}))
         request = {"grid": self.grid, "config": config, "sweep_id": self.root.name, "cell_id": cell_id,
                    "baseline": rel, "files": files, "cwd": os.getcwd()}
         stream = actor.run_cell.remote(request)
