@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.specbench-setup
 
-.PHONY: setup run test test-wheel claims bench bench-auto bench-noise clean
+.PHONY: setup run test test-wheel claims bench bench-auto bench-noise bench-ray clean
 
 $(STAMP): pyproject.toml scripts/setup.sh
 	scripts/setup.sh
@@ -54,6 +54,12 @@ bench-auto: $(STAMP)
 # A CPU hog started half-way through a run must be flagged (suspect_timing), an idle run must not.
 bench-noise: $(STAMP)
 	$(BIN)/python bench/noise.py
+
+# Ray's own cost per sweep cell (issue 17): each cell under Ray beside its twin in a plain local process,
+# at every CPU per cell and at one (~7 min each on 2 cores); needs the ray extra.
+bench-ray: $(STAMP)
+	$(BIN)/python bench/ray_overhead.py --interleave --repeats 5 --cells 24
+	$(BIN)/python bench/ray_overhead.py --interleave --repeats 5 --cells 24 --cpus-per-cell 1
 
 clean:
 	rm -rf $(VENV) reports
