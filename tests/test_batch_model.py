@@ -126,7 +126,21 @@ def test_the_grid_calibration_times_every_row_count_and_width():
     from specbench.measure.calibration import calibrate_batch_grid
     from conftest import tiny_llama
 
-    per_rows = calibrate_batch_grid(tiny_llama(0), [[5, 6, 7, 8], [9, 10]], batch_size=3, k_max=2, max_new_tokens=4,
-                                    max_positions=None, draft=tiny_llama(1), repeats=2)
+    import warnings
+
+    with warnings.catch_warnings():  # the cache goes by the name the model takes (past_key_values warns since 5.x)
+        warnings.simplefilter("error", FutureWarning)
+        per_rows = calibrate_batch_grid(tiny_llama(0), [[5, 6, 7, 8], [9, 10]], batch_size=3, k_max=2,
+                                        max_new_tokens=4, max_positions=None, draft=tiny_llama(1), repeats=2)
     assert [c["rows"] for c in per_rows] == [1, 2, 3]
     assert all(sorted(c["target_ms"]) == [1, 2] and c["draft_ms"] > 0 and c["context_tokens"] == 6 for c in per_rows)
+
+
+def test_the_cache_goes_by_the_name_each_model_takes():
+    from specbench.decoding.cached_model import cache_keyword
+
+    def renamed(input_ids=None, cache=None, use_cache=None): ...
+
+    def old(input_ids=None, past_key_values=None, use_cache=None): ...
+
+    assert cache_keyword(renamed) == "cache" and cache_keyword(old) == "past_key_values"

@@ -18,6 +18,13 @@ from specbench.decoding.backend import ForwardBackend
 from specbench.measure.timing import used_devices
 
 
+
+def cache_keyword(forward) -> str:
+    """The name a model's forward takes its KV cache by: transformers 5 renamed past_key_values to cache (the old
+    name warns, and goes in 5.40); models not yet moved keep the old one."""
+    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
+
+
 class CachedModel:
     """Wraps `model(...)` with a per-example KV cache; `length` counts the tokens it covers."""
 
@@ -32,10 +39,8 @@ class CachedModel:
         self._cache = None
         self._encoder_outputs = None
         self.length = 0
-        params = inspect.signature(model.forward).parameters
-        # transformers 5 renamed past_key_values to cache; accept either generation of the API
-        self._cache_kw = "cache" if "cache" in params else "past_key_values"
-        self._can_trim_logits = "logits_to_keep" in params
+        self._cache_kw = cache_keyword(model.forward)
+        self._can_trim_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
 
     def set_timer(self, clock) -> None:
         """Profile each forward with `clock` (None: stop), into a fresh `forward_times` list."""

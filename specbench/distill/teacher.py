@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import inspect
 import json
 import time
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from specbench.decoding.cached_model import cache_keyword
 from specbench.distill.config import WORK, DistillConfig, Event, Progress, pad_id
 from specbench.distill.plan import Job, Plan, Row, make_plan
 from specbench.distill.shards import KIND_ON_POLICY, KIND_PREFIX, KIND_REFERENCE, KIND_SAMPLED, Docs
@@ -54,8 +54,7 @@ class Teacher:
         self.eos = torch.tensor(sorted(eos_ids) or [-1])
         self.pad_id = pad_id
         self.device = next(model.parameters()).device
-        params = inspect.signature(self.base.forward).parameters
-        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._cache_kw = cache_keyword(self.base.forward)
 
     def _hidden(self, ids: torch.Tensor, mask: torch.Tensor | None, pos: torch.Tensor | None, cache) -> torch.Tensor:
         out = self.base(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **{self._cache_kw: cache})

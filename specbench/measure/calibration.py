@@ -22,7 +22,7 @@ from typing import Callable
 
 import torch
 
-from specbench.decoding.cached_model import CachedModel
+from specbench.decoding.cached_model import CachedModel, cache_keyword
 from specbench.measure.timing import Clock
 
 DEFAULT_REPEATS = 7  # medians over 7 passes per k: ~3 % spread on an idle 2-core CPU
@@ -171,14 +171,15 @@ def batch_pass_step(model: torch.nn.Module, context: list[int], batch_size: int,
     device = next(model.parameters()).device
     ids = torch.tensor([context] * batch_size, device=device)  # [B, n]
     cache = DynamicCache()
+    kw = cache_keyword(model.forward)
     with torch.inference_mode():
-        model(input_ids=ids, past_key_values=cache, use_cache=True)
+        model(input_ids=ids, use_cache=True, **{kw: cache})
     n = ids.shape[1]
     new = ids[:, -k_max:] if n >= k_max else ids[:, :1].repeat(1, k_max)  # [B, k_max]
 
     def step(k: int) -> None:
         with torch.inference_mode():
-            logits = model(input_ids=new[:, :k], past_key_values=cache, use_cache=True).logits  # [B, k, V]
+            logits = model(input_ids=new[:, :k], use_cache=True, **{kw: cache}).logits  # [B, k, V]
             logits.argmax(-1).tolist()  # the host sync a decode step pays
         cache.crop(-k)  # back to `base` tokens (this transformers crops by a negative count)
 

@@ -31,7 +31,7 @@ import inspect
 import torch
 from transformers import DynamicCache
 
-from specbench.decoding.cached_model import CachedModel
+from specbench.decoding.cached_model import CachedModel, cache_keyword
 from specbench.errors import SpecbenchError
 
 COMPACT_MIN = 64  # narrower rectangles are never compacted: the copy would cost more than the holes
@@ -81,9 +81,8 @@ class BatchedCachedModel:
             raise SpecbenchError("batch size > 1 supports decoder-only models; use --batch-size 1 for encoder-decoder")
         self.model = model
         self.device = next(model.parameters()).device
-        params = inspect.signature(model.forward).parameters
-        self._cache_kw = "cache" if "cache" in params else "past_key_values"  # transformers 5 renamed it
-        self._can_trim_logits = "logits_to_keep" in params
+        self._cache_kw = cache_keyword(model.forward)
+        self._can_trim_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
         self.cache: DynamicCache | None = None
         self.mask = torch.zeros(0, 0, dtype=torch.bool)  # [B, C] True where a row holds a token
         self.timer = None  # a Clock to profile forwards into forward_times (bench only: it syncs)
