@@ -585,3 +585,17 @@ def test_sample_outputs_differ_per_row(tmp_path):
     section = md.split("## Sample outputs")[1].split("\n## ")[0]
     lines = [ln for ln in section.splitlines() if ln.startswith("| g")]
     assert len(lines) == 3 and len({ln.split(" | ", 1)[1] for ln in lines}) == 3, lines
+
+
+def test_a_pair_sweep_is_described_by_its_pairs_and_its_baselines():
+    from specbench.report.render import _sweep_line
+
+    doc = {"sweep_id": "s", "cells": [{}] * 4, "complete_cells": ["a"] * 4,
+           "grid": {"drafts": [], "pairs": [["smollm2-135m", "prompt-lookup"], ["qwen", "prompt-lookup"]],
+                    "gammas": [3], "temperatures": [0.0], "tasks": ["aclsum"]},
+           "baselines": ["baselines/a.jsonl", "baselines/b.jsonl", "baselines/c.jsonl", "baselines/d.jsonl"]}
+    line = _sweep_line(doc)
+    assert "pairs smollm2-135m:prompt-lookup, qwen:prompt-lookup" in line and "drafts []" not in line
+    assert "4 baseline(s), one per target" in line
+    old = {**doc, "grid": {**doc["grid"], "pairs": [], "drafts": ["distilled"]}, "baselines": None}
+    assert "drafts ['distilled']" in _sweep_line(old) and "one baseline per task and temperature" in _sweep_line(old)

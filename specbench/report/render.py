@@ -286,10 +286,15 @@ def _manifest_facts(m: dict) -> list[tuple[str, str | None]]:
 
 def _sweep_line(doc: dict) -> str:
     grid = doc.get("grid", {}) if isinstance(doc.get("grid"), dict) else {}
+    pairs = grid.get("pairs") if isinstance(grid.get("pairs"), list) else []
+    models = (f"pairs {', '.join(':'.join(map(str, p)) for p in pairs if isinstance(p, list))}" if pairs
+              else f"drafts {grid.get('drafts')}")
+    baselines = doc.get("baselines") if isinstance(doc.get("baselines"), list) else []
+    shared = (f"{len(baselines)} baseline(s), one per target, task, sampling, budget, batch size and prompt-length "
+              f"bucket, each shared by its cells" if baselines else "one baseline per task and temperature, shared by its cells")
     return (f"sweep {doc.get('sweep_id')}: {len(doc.get('cells', []))} cells, "
-            f"{len(doc.get('complete_cells', []) or [])} complete; drafts {grid.get('drafts')}, γ {grid.get('gammas')}, "
-            f"T {grid.get('temperatures')}, tasks {grid.get('tasks')}; one baseline per task and temperature, "
-            f"shared by its cells" + _placement_text(doc.get("placement")))
+            f"{len(doc.get('complete_cells', []) or [])} complete; {models}, γ {grid.get('gammas')}, "
+            f"T {grid.get('temperatures')}, tasks {grid.get('tasks')}; {shared}" + _placement_text(doc.get("placement")))
 
 
 def _placement_text(placement) -> str:

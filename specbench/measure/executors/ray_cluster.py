@@ -18,6 +18,7 @@ from what the driver holds (max_cell_retries times), so no example is measured t
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import platform
@@ -75,10 +76,12 @@ def connect(ray, address: str | None) -> bool:
         return False
     check_address(address)
     try:
+        # Ray's own start-up lines (a local instance started, token authentication on) would break the CLI's
+        # one-line output; its errors still show
         if address is None:
-            ray.init(include_dashboard=False, log_to_driver=False)
+            ray.init(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
         else:
-            ray.init(address=address, log_to_driver=False)
+            ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
     except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise SpecbenchError(f"--address {address}: cannot join the Ray cluster ({first})") from None
