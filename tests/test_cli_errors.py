@@ -216,6 +216,18 @@ def test_importing_the_cli_loads_neither_the_trainer_nor_the_report():
     assert loaded == []
 
 
+@pytest.mark.parametrize("args", [["--help"], ["run", "--gamma", "abc"], ["sweep", "--temperature", "inf"],
+                                  ["list", "tasks"]])
+def test_help_listing_and_bad_options_start_without_torch(args):
+    """torch takes a second or more to import: --help, the task list and a refused option answer without it
+    (specbench.models loads its torch-side names on first use; run checks its options before the runner loads)."""
+    probe = ("import sys\nfrom specbench.cli import main\nsys.argv = ['specbench', *sys.argv[1:]]\n"
+             "try:\n    main()\nexcept SystemExit:\n    pass\n"
+             "print('torch loaded' if 'torch' in sys.modules else 'no torch', file=sys.stderr)\n")
+    result = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True)
+    assert result.stderr.strip().splitlines()[-1] == "no torch", result.stderr
+
+
 def test_a_missing_draft_fails_before_the_target_loads(tmp_path, task_file, monkeypatch):
     import specbench.measure.runner as runner
 

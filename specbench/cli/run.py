@@ -88,8 +88,6 @@ def run(
     Example: specbench run --draft prompt-lookup --gamma 3 --batch-size 8 --limit 16   (two batches of 8)
     Example: specbench run --task aclsum --draft prompt-lookup --gamma 4 --prompt-length long   (the longest third)
     """
-    from specbench.measure.runner import prepare_run
-
     config = RunConfig(target=target, draft=draft, task=task, gamma=parse_gamma(gamma),
                        sampling=SamplingConfig(temperature, top_k, top_p), limit=limit, seed=seed,
                        max_new_tokens=max_new_tokens, device=device, dtype=dtype, engine=engine, backend=backend,
@@ -97,6 +95,8 @@ def run(
                        repeats=repeats, exact_shapes=exact_shapes, batch_size=batch_size,
                        batch_policy=batch_policy, device_map=device_map, max_memory=max_memory,
                        prompt_length=prompt_length.strip().lower()).validate()
+    from specbench.measure.runner import prepare_run  # torch: after the options are checked, so bad ones fail fast
+
     quiet_transformers()
     with console.status("loading task and models") as status:
         plan = prepare_run(config, results_dir, run_id=run_id, on_status=status.update)

@@ -12,12 +12,24 @@ specbench.decoding.drafts.factory's job; this package never imports the drafts.
 
 from __future__ import annotations
 
-from specbench.models.assets import ensure_wheels, setup_assets
+import importlib
+
 from specbench.models.gguf import (cache_root, convert_gguf, find_parts, gguf_cache_dir, is_verified, join_parts,
                                    joined_path, part_number)
-from specbench.models.loading import TORCH_DTYPES, LoadedModel, load_model, resolve_device, resolve_source, wrap_model
 from specbench.models.presets import (DATA_WHEELS, DEFAULT_DRAFT, DEFAULT_TARGET, PAIRED_DRAFTS, PRESETS, Preset,
                                       SplitPreset, Wheel, model_rows, preset_gguf, preset_installed)
+
+# loading.py (and assets.py, which resolves sources through it) import torch, a second or more at every start:
+# their names load on first use, so a command that names a preset, lists tasks or renders a report starts
+# without torch (PEP 562 module __getattr__)
+LAZY = {"ensure_wheels": "assets", "setup_assets": "assets", "TORCH_DTYPES": "loading", "LoadedModel": "loading",
+        "load_model": "loading", "resolve_device": "loading", "resolve_source": "loading", "wrap_model": "loading"}
+
+
+def __getattr__(name: str):
+    if name in LAZY:
+        return getattr(importlib.import_module(f"specbench.models.{LAZY[name]}"), name)
+    raise AttributeError(f"module 'specbench.models' has no attribute {name!r}")
 
 __all__ = [
     "DATA_WHEELS", "DEFAULT_DRAFT", "DEFAULT_TARGET", "PAIRED_DRAFTS", "PRESETS", "TORCH_DTYPES", "LoadedModel",
