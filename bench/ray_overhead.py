@@ -199,8 +199,9 @@ def interleaved(args, folder: Path) -> dict:
     the twin run in between. The two times of a pair lie within a second of each other, so this VM's drift
     (tens of % over tens of seconds) is shared. What the pair's difference holds: Ray's call, streaming and
     the driver's writes, and the worker's decodes beside them. What it leaves out: the idle cluster's own
-    processes (GCS, raylet, agents, the idle actor) run beside both twins, so they are measured apart
-    (`idle_background_cpu_ms_per_s`, on the settled cluster before any cell)."""
+    processes (GCS, raylet, agents) run beside both twins, so they are measured apart
+    (`idle_background_cpu_ms_per_s`, on the settled cluster before any actor starts); the Ray worker, idle
+    while its twin runs, is not in that figure."""
     import ray
     import torch
 
