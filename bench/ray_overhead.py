@@ -91,9 +91,9 @@ def ray_started() -> bool:
 
 
 def timed_sweep(grid, results: Path, executor) -> dict:
-    """Per cell, in cell order: seconds (see the module docstring), CPU seconds of the whole process tree over the
-    same span, the torch threads its manifest records, and the seconds of its timed speculative decodes (prefill +
-    decode, summed over its examples, from its records)."""
+    """Per cell, in cell order: seconds (see the module docstring), CPU seconds over the same span (the cells' own
+    and Ray's other processes', tree_cpu_s), the torch threads its manifest records, and the seconds of its timed
+    speculative decodes (prefill + decode, summed over its examples, from its records)."""
     from specbench.measure.sweep import run_sweep
 
     done: dict[str, int] = {}  # cell id → records seen
@@ -123,11 +123,12 @@ def parse_args():
     ap.add_argument("--limit", type=int, default=4)
     ap.add_argument("--cells", type=int, default=4, help="γ = 1..cells, one cell each")
     ap.add_argument("--max-new-tokens", type=int, default=32)
-    ap.add_argument("--repeats", type=int, default=8, help="sweeps per mode, alternating which mode goes first")
+    ap.add_argument("--repeats", type=int, default=8, help="sweeps per mode, alternating which mode goes first "
+                    "(--interleave: runs of --cells pairs, pooled)")
     ap.add_argument("--cpus-per-cell", type=int, default=os.cpu_count() or 1,
                     help="Ray's --cpus-per-cell and the local sweep's torch threads (default: every CPU here)")
     ap.add_argument("--interleave", action="store_true",
-                    help="one process: each cell under Ray, then its local twin at once (--cells pairs; see interleaved)")
+                    help="each cell under Ray, then its twin in a plain local process at once (see interleaved)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--one", nargs=2, metavar=("MODE", "FOLDER"), help=argparse.SUPPRESS)  # one sweep, in a child
     ap.add_argument("--twin-server", metavar="FOLDER", help=argparse.SUPPRESS)  # --interleave's local process
@@ -140,11 +141,9 @@ def one_sweep(args) -> None:
     import torch
 
     from specbench.measure.executors import make_executor
-    from specbench.measure.sweep import SweepGrid
 
     mode, folder = args.one[0], Path(args.one[1])
-    grid = SweepGrid.from_specs(target=args.target, draft="prompt-lookup", gamma=f"1-{args.cells}", temperature="0",
-                                task=args.task, limit=args.limit, max_new_tokens=args.max_new_tokens, device="cpu")
+    grid = bench_grid(args)
     torch.set_num_threads(args.cpus_per_cell)  # the local side's threads = what Ray gives a cell's worker
     executor = None
     if mode == "ray":  # a cluster of one cell's CPUs: one cell at a time under Ray too, as in the local sweep
@@ -183,6 +182,7 @@ def twin_server(args) -> None:
 
 
 def bench_grid(args):
+    """The grid both modes measure: prompt lookup at γ = 1..--cells, greedy, on CPU."""
     from specbench.measure.sweep import SweepGrid
 
     return SweepGrid.from_specs(target=args.target, draft="prompt-lookup", gamma=f"1-{args.cells}", temperature="0",
@@ -209,11 +209,10 @@ def interleaved(args, folder: Path) -> dict:
     from specbench.measure.sweep import run_sweep
 
     grid = bench_grid(args)
-    twin = subprocess.Popen([sys.executable, __file__, "--twin-server", str(folder / "local"), "--target", args.target,
-                             "--task", args.task, "--limit", str(args.limit), "--cells", str(args.cells),
-                             "--max-new-tokens", str(args.max_new_tokens), "--cpus-per-cell", str(args.cpus_per_cell)],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert twin.stdout.readline().strip() == "ready"  # its models are loaded before any timing
+    twin = subprocess.Popen(child(args, "--twin-server", str(folder / "local")), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    if twin.stdout.readline().strip() != "ready":  # its models are loaded before any timing
+        raise SystemExit("the local twin process did not start; its error is above")
     torch.set_num_threads(args.cpus_per_cell)
     ray.init(num_cpus=args.cpus_per_cell, include_dashboard=False, log_to_driver=False)
     try:
@@ -253,8 +252,9 @@ def interleaved(args, folder: Path) -> dict:
 def report_interleaved(result: dict, args) -> None:
     pairs = list(zip(result["local"], result["ray"]))
     ratios = [r / lo - 1 for lo, r in pairs]
-    print(f"interleaved, {len(pairs)} cell pairs (Ray, then its twin in a local process once the Ray worker is idle; {args.repeats} run(s) of "
-          f"{args.cells} cells, each run's first pair left out), --cpus-per-cell {args.cpus_per_cell}:")
+    print(f"interleaved, {len(pairs)} cell pairs (Ray, then its twin in a local process once the Ray worker is "
+          f"idle; {args.repeats} run(s) of {args.cells} cells, each run's first pair left out), "
+          f"--cpus-per-cell {args.cpus_per_cell}:")
     print("  local s: " + " ".join(f"{x:.3f}" for x in result["local"]))
     print("  Ray   s: " + " ".join(f"{x:.3f}" for x in result["ray"]))
     low, high = bootstrap_ci(ratios)
@@ -290,11 +290,16 @@ def main() -> None:
     for repeat in range(args.repeats):
         for mode in ("local", "ray") if repeat % 2 == 0 else ("ray", "local"):
             folder = tmp / f"{mode}-{repeat}"
-            subprocess.run([sys.executable, __file__, "--one", mode, str(folder), "--target", args.target, "--task",
-                            args.task, "--limit", str(args.limit), "--cells", str(args.cells), "--max-new-tokens",
-                            str(args.max_new_tokens), "--cpus-per-cell", str(args.cpus_per_cell)], check=True)
+            subprocess.run(child(args, "--one", mode, str(folder)), check=True)
             runs[mode].append(json.loads((folder / "times.json").read_text()))
     report(runs, args)
+
+
+def child(args, *role: str) -> list[str]:
+    """The command line of a child of this bench (one sweep, or the twin process) measuring the same grid."""
+    return [sys.executable, __file__, *role, "--target", args.target, "--task", args.task, "--limit", str(args.limit),
+            "--cells", str(args.cells), "--max-new-tokens", str(args.max_new_tokens),
+            "--cpus-per-cell", str(args.cpus_per_cell)]
 
 
 def paired_overheads(runs: dict, key: str) -> list[float]:
@@ -304,7 +309,7 @@ def paired_overheads(runs: dict, key: str) -> list[float]:
 
 
 def bootstrap_ci(values: list[float], draws: int = 10_000, seed: int = 0) -> tuple[float, float]:
-    """95 % percentile interval of the mean over repeats (resampling whole repeats)."""
+    """95 % percentile interval of the mean (resampling the values: whole repeats, or cell pairs)."""
     import random
 
     rng = random.Random(seed)

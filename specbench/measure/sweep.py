@@ -545,7 +545,6 @@ def run_sweep(
     on_cell: Callable[[str, int, int], None] = lambda cell_id, total, done: None,
     on_example: Callable[[str, dict], None] = lambda cell_id, record: None,
     executor=None,
-    only: frozenset[str] | None = None,
 ) -> SweepOutcome:
     """Run every cell of the grid not finished yet; resume per example; share models and baselines.
 
@@ -553,8 +552,7 @@ def run_sweep(
     (cell id, its examples, those already done) before each cell; on_example(cell id, record)
     after each example is on disk (an exception there stops the sweep with nothing lost).
     executor: None runs the cells here, one after another; an executor from measure/executors
-    (Ray) runs them on its workers and streams their records back to be written here. only: the
-    cell ids to run (a Ray worker runs one cell of the grid into its scratch folder).
+    (Ray) runs them on its workers and streams their records back to be written here.
     """
     from specbench.measure.runner import Session, execute_run
 
@@ -567,20 +565,18 @@ def run_sweep(
     sweep_id = sweep_id or sweep_id_for(grid)
     root = prepare_run_dir(results_dir / sweep_id)
     write_sweep_file(root, sweep_id, grid, cells, tasks, buckets=buckets)
-    if grid.skipped_gammas() and only is None:
+    if grid.skipped_gammas():
         warnings.warn("skipped cells whose γ exceeds their --max-new-tokens (a step never drafts past the budget): "
                       + ", ".join(f"γ {g} at {b}" for g, b in grid.skipped_gammas()), stacklevel=2)
-    on_plan(sum(cell_examples(tasks, buckets, cfg) for _, cfg in cells), len(cells))
+    counts = {cid: cell_examples(tasks, buckets, cfg) for cid, cfg in cells}  # cell id → examples it measures
+    on_plan(sum(counts.values()), len(cells))
 
     stores: dict[tuple, BaselineStore] = {}
     outcome = SweepOutcome(root)
     if executor is not None:  # the cells run on its workers; every file of the sweep is still written here
-        counts = {cid: cell_examples(tasks, buckets, cfg) for cid, cfg in cells}
         outcome.cells = executor.run_cells(grid, root, cells, counts, on_cell=on_cell, on_example=on_example)
     for cell_id, config in cells if executor is None else []:
-        if only is not None and cell_id not in only:
-            continue
-        n = cell_examples(tasks, buckets, config)
+        n = counts[cell_id]
         finished = _cell_done(root / cell_id, config, n)
         if finished is not None:
             on_cell(cell_id, n, n)
