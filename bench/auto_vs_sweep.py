@@ -46,13 +46,22 @@ def main() -> None:
     parser.add_argument("--drafts", default="prompt-lookup,distilled,lookup+distilled")
     parser.add_argument("--dtypes", default="float32,bfloat16")
     parser.add_argument("--out", default="results/bench-auto")
-    parser.add_argument("--sweep-repeats", default=None,
-                        help="repeats per sweep cell (default: the job's; 1 halves the sweep's time, same expectation)")
+    parser.add_argument(
+        "--sweep-repeats",
+        default=None,
+        help="repeats per sweep cell (default: the job's; 1 halves the sweep's time, same expectation)",
+    )
     args = parser.parse_args()
     job = shlex.split(args.job)
     out = Path(args.out) / time.strftime("%Y%m%d-%H%M%S")
-    shared = ["--limit", option(job, "--limit", "8"),
-              "--repeats", args.sweep_repeats or option(job, "--repeats", "1"), "--results-dir", str(out)]
+    shared = [
+        "--limit",
+        option(job, "--limit", "8"),
+        "--repeats",
+        args.sweep_repeats or option(job, "--repeats", "1"),
+        "--results-dir",
+        str(out),
+    ]
     t0 = time.perf_counter()
     default = {}
     for task in args.tasks.split(","):
@@ -62,8 +71,9 @@ def main() -> None:
     cells = []
     for dtype in args.dtypes.split(","):
         print(f"sweep in {dtype}")
-        cells += cli("sweep", "--task", args.tasks, "--gamma", args.gammas, "--draft", args.drafts, "--dtype", dtype,
-                     *shared)
+        cells += cli(
+            "sweep", "--task", args.tasks, "--gamma", args.gammas, "--draft", args.drafts, "--dtype", dtype, *shared
+        )
     rows = []
     for task, s in default.items():
         mine = [c["summary"] for c in cells if c["summary"]["task"] == task and c["summary"].get("speedup")]
@@ -72,10 +82,12 @@ def main() -> None:
         ok = ratio >= 0.95 and not (best["speedup"] >= 1.05 and s["speedup"] < 1.0)
         rows.append({"task": task, "default": s, "best": best, "ratio": ratio, "goal_met": ok})
         ci, bci = s.get("speedup_ci95") or [None, None], best.get("speedup_ci95") or [None, None]
-        print(f"{task}: default job {s['speedup']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}] ({s['draft']}, γ {s['gamma']}, "
-              f"{s['dtype']}; suspect={s['suspect_timing']}) | best cell {best['speedup']:.3f} "
-              f"[{bci[0]:.3f}, {bci[1]:.3f}] ({best['draft']}, γ {best['gamma']}, {best['dtype']}) | "
-              f"ratio {ratio:.3f} (goal ≥ 0.95): {'met' if ok else 'NOT met'}")
+        print(
+            f"{task}: default job {s['speedup']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}] ({s['draft']}, γ {s['gamma']}, "
+            f"{s['dtype']}; suspect={s['suspect_timing']}) | best cell {best['speedup']:.3f} "
+            f"[{bci[0]:.3f}, {bci[1]:.3f}] ({best['draft']}, γ {best['gamma']}, {best['dtype']}) | "
+            f"ratio {ratio:.3f} (goal ≥ 0.95): {'met' if ok else 'NOT met'}"
+        )
     print(f"default job took {t_default:.0f} s for {len(default)} tasks; everything {time.perf_counter() - t0:.0f} s")
     print(f"hardware: {next(iter(default.values())).get('hardware')}")
     (out / "bench-auto.json").write_text(json.dumps(rows, indent=2))

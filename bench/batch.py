@@ -68,18 +68,27 @@ def peak_rss_mib() -> float:
 
 
 def batches(prompts: list[list[int]], size: int) -> list[list[list[int]]]:
-    return [prompts[i:i + size] for i in range(0, len(prompts), size)]
+    return [prompts[i : i + size] for i in range(0, len(prompts), size)]
 
 
-def hf_batch(model, prompts: list[list[int]], max_new: int, eos_ids: frozenset[int], pad_id: int) -> tuple[list[list[int]], float]:
+def hf_batch(
+    model, prompts: list[list[int]], max_new: int, eos_ids: frozenset[int], pad_id: int
+) -> tuple[list[list[int]], float]:
     """HF generate() greedy on the left-padded batch → (each row's tokens cut at its EOS and budget, seconds)."""
     ids, valid = left_pad(prompts, pad_id, model.device)
     t0 = time.perf_counter()
     with torch.inference_mode():
-        out = model.generate(input_ids=ids, attention_mask=valid.long(), max_new_tokens=max_new, min_new_tokens=1,
-                             do_sample=False, eos_token_id=sorted(eos_ids), pad_token_id=pad_id)
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=valid.long(),
+            max_new_tokens=max_new,
+            min_new_tokens=1,
+            do_sample=False,
+            eos_token_id=sorted(eos_ids),
+            pad_token_id=pad_id,
+        )
     secs = time.perf_counter() - t0
-    return [clip_at_stop(row, eos_ids, max_new)[0] for row in out[:, ids.shape[1]:].tolist()], secs
+    return [clip_at_stop(row, eos_ids, max_new)[0] for row in out[:, ids.shape[1] :].tolist()], secs
 
 
 def run_engine(name: str, session: Session, args, group: list[list[int]], pad_id: int) -> tuple[list, float]:
@@ -89,13 +98,22 @@ def run_engine(name: str, session: Session, args, group: list[list[int]], pad_id
         return hf_batch(t.model, group, args.max_new_tokens, t.eos_ids, pad_id)
     t0 = time.perf_counter()
     if name == "base":
-        res = decode_autoregressive_batch(t.model, group, max_new_tokens=args.max_new_tokens, sampling=GREEDY,
-                                          eos_ids=t.eos_ids, pad_id=pad_id)
+        res = decode_autoregressive_batch(
+            t.model, group, max_new_tokens=args.max_new_tokens, sampling=GREEDY, eos_ids=t.eos_ids, pad_id=pad_id
+        )
     else:
         draft, policy = name.split("|")
-        res = decode_speculative_batch(t.model, session.proposer(draft), group, gamma=args.gamma, policy=policy,
-                                       max_new_tokens=args.max_new_tokens, sampling=GREEDY, eos_ids=t.eos_ids,
-                                       pad_id=pad_id)
+        res = decode_speculative_batch(
+            t.model,
+            session.proposer(draft),
+            group,
+            gamma=args.gamma,
+            policy=policy,
+            max_new_tokens=args.max_new_tokens,
+            sampling=GREEDY,
+            eos_ids=t.eos_ids,
+            pad_id=pad_id,
+        )
     return res, time.perf_counter() - t0
 
 
@@ -105,7 +123,9 @@ def tokens_of(result) -> list[int]:
 
 def measure_size(session: Session, args, prompts: list[list[int]], size: int, engines: list[str], pad_id: int) -> dict:
     """Every batch of this size through every engine, interleaved → per-engine totals and mismatches vs base."""
-    totals = {e: {"tokens": 0, "seconds": 0.0, "accepted": 0, "drafted": 0, "passes": 0, "mismatches": 0} for e in engines}
+    totals = {
+        e: {"tokens": 0, "seconds": 0.0, "accepted": 0, "drafted": 0, "passes": 0, "mismatches": 0} for e in engines
+    }
     for i, group in enumerate(batches(prompts, size)):
         order = engines if i % 2 == 0 else list(reversed(engines))
         done = {e: run_engine(e, session, args, group, pad_id) for e in order}
@@ -127,17 +147,21 @@ def measure_size(session: Session, args, prompts: list[list[int]], size: int, en
 
 def print_size(size: int, totals: dict, drafts: list[str]) -> None:
     base, hf = totals["base"], totals["hf"]
-    print(f"B={size:<3d} baseline {base['tokens_per_s']:7.1f} tok/s | HF generate {hf['tokens_per_s']:7.1f} tok/s | "
-          f"ours ÷ HF {base['tokens_per_s'] / hf['tokens_per_s']:.3f} | rows differing from HF {hf['mismatches']} | "
-          f"peak RSS {totals['peak_rss_mib']:.0f} MiB")
+    print(
+        f"B={size:<3d} baseline {base['tokens_per_s']:7.1f} tok/s | HF generate {hf['tokens_per_s']:7.1f} tok/s | "
+        f"ours ÷ HF {base['tokens_per_s'] / hf['tokens_per_s']:.3f} | rows differing from HF {hf['mismatches']} | "
+        f"peak RSS {totals['peak_rss_mib']:.0f} MiB"
+    )
     for draft in drafts:
         for policy in ("ragged", "min"):
             t = totals[f"{draft}|{policy}"]
             alpha = t["accepted"] / t["drafted"] if t["drafted"] else float("nan")
             per_pass = t["tokens"] / t["passes"] if t["passes"] else float("nan")
-            print(f"      {draft:>22s} {policy:6s} {t['tokens_per_s']:7.1f} tok/s  speedup "
-                  f"{t['tokens_per_s'] / base['tokens_per_s']:.3f}  acceptance {alpha:.3f}  tokens/pass {per_pass:5.2f}  "
-                  f"mismatches {t['mismatches']}")
+            print(
+                f"      {draft:>22s} {policy:6s} {t['tokens_per_s']:7.1f} tok/s  speedup "
+                f"{t['tokens_per_s'] / base['tokens_per_s']:.3f}  acceptance {alpha:.3f}  tokens/pass {per_pass:5.2f}  "
+                f"mismatches {t['mismatches']}"
+            )
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -147,16 +171,22 @@ def main(argv: list[str] | None = None) -> dict:
     transformers.utils.logging.set_verbosity_error()
     session = Session(args.target, args.device, args.dtype)
     spec = load_task(args.task)
-    prompts = [p.prompt_ids for p in prepare_examples(spec, select_examples(spec, args.limit, 0), session.target,
-                                                       args.max_new_tokens)]
+    prompts = [
+        p.prompt_ids
+        for p in prepare_examples(spec, select_examples(spec, args.limit, 0), session.target, args.max_new_tokens)
+    ]
     tok = session.target.tokenizer
-    pad_id = tok.pad_token_id if getattr(tok, "pad_token_id", None) is not None else min(session.target.eos_ids, default=0)
+    pad_id = (
+        tok.pad_token_id if getattr(tok, "pad_token_id", None) is not None else min(session.target.eos_ids, default=0)
+    )
     drafts = [d for d in args.drafts.split(",") if d]
     engines = ["base", "hf"] + [f"{d}|{p}" for d in drafts for p in ("ragged", "min")]
     for engine in engines:  # warm-up, untimed
         run_engine(engine, session, args, prompts[:2], pad_id)
-    print(f"\n{args.target}, drafts {', '.join(drafts)}, γ={args.gamma}, task {args.task}, {len(prompts)} prompts, "
-          f"max_new_tokens {args.max_new_tokens}, greedy, {session.target.device}, torch threads {torch.get_num_threads()}")
+    print(
+        f"\n{args.target}, drafts {', '.join(drafts)}, γ={args.gamma}, task {args.task}, {len(prompts)} prompts, "
+        f"max_new_tokens {args.max_new_tokens}, greedy, {session.target.device}, torch threads {torch.get_num_threads()}"
+    )
     table = {}
     for size in args.batch_sizes:
         if size > len(prompts):

@@ -47,19 +47,31 @@ from specbench.tasks.specs import load_task, select_examples
 HF_COUNTERPARTS = ("prompt-lookup", "model")  # draft kinds HF generate() has: prompt_lookup_num_tokens, assistant_model
 
 
-def hf_generate(session: Session, prompt_ids: list[int], max_new: int, gamma: int, draft: str | None,
-                min_confidence: float = 0.0):
+def hf_generate(
+    session: Session, prompt_ids: list[int], max_new: int, gamma: int, draft: str | None, min_confidence: float = 0.0
+):
     """HF generate() greedy: plain (draft None), prompt lookup, or assisted by the draft model; → (tokens, seconds)."""
     t = session.target
     kind = parse_draft(draft).kind if draft is not None else None
     assistant = session.proposer(draft).hf_assistant() if kind == "model" else None
-    res = decode_hf(t.model, prompt_ids, max_new_tokens=max_new, sampling=SamplingConfig(), seed=0, eos_ids=t.eos_ids,
-                    assistant=assistant, prompt_lookup=kind == "prompt-lookup", gamma=gamma,
-                    min_confidence=min_confidence)
+    res = decode_hf(
+        t.model,
+        prompt_ids,
+        max_new_tokens=max_new,
+        sampling=SamplingConfig(),
+        seed=0,
+        eos_ids=t.eos_ids,
+        assistant=assistant,
+        prompt_lookup=kind == "prompt-lookup",
+        gamma=gamma,
+        min_confidence=min_confidence,
+    )
     return res.token_ids, res.decode_s
 
 
-def loop_overhead(session: Session, draft: str, gamma: int, prepared, max_new: int, min_confidence: float = 0.0) -> float:
+def loop_overhead(
+    session: Session, draft: str, gamma: int, prepared, max_new: int, min_confidence: float = 0.0
+) -> float:
     """Share of speculative decode time spent outside model forwards (target and draft), profiled."""
     t = session.target
     proposer = session.proposer(draft, corpus=[p.prompt_ids for p in prepared])
@@ -68,9 +80,18 @@ def loop_overhead(session: Session, draft: str, gamma: int, prepared, max_new: i
     for item in prepared:
         target = CachedModel(t.model, timer=clock, backend=session.target_backend)
         proposer.set_timer(clock)  # a fresh forward_times list on each of the draft's model caches
-        res = decode_speculative(target, proposer, item.prompt_ids, gamma=gamma, max_new_tokens=max_new,
-                                 sampling=SamplingConfig(), generator=None, eos_ids=t.eos_ids,
-                                 decoder_start_id=t.decoder_start_id, min_confidence=min_confidence)
+        res = decode_speculative(
+            target,
+            proposer,
+            item.prompt_ids,
+            gamma=gamma,
+            max_new_tokens=max_new,
+            sampling=SamplingConfig(),
+            generator=None,
+            eos_ids=t.eos_ids,
+            decoder_start_id=t.decoder_start_id,
+            min_confidence=min_confidence,
+        )
         # the first forward of each model is its prompt prefill, outside the decode time
         inside += sum(forward_seconds(lm) for lm in [target, *proposer.model_caches()])
         total += res.decode_s
@@ -97,8 +118,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--backend", default="eager", help="eager, static or compiled (ours only)")
     ap.add_argument("--device-map", default=None, help="the target over several devices: auto, balanced or JSON")
     ap.add_argument("--max-memory", default=None, help="per-device caps for --device-map, e.g. 0=20GiB,1=20GiB")
-    ap.add_argument("--draft-confidence", type=float, default=0.0,
-                    help="model drafts stop early below this confidence, ours and HF's alike (0 = constant γ)")
+    ap.add_argument(
+        "--draft-confidence",
+        type=float,
+        default=0.0,
+        help="model drafts stop early below this confidence, ours and HF's alike (0 = constant γ)",
+    )
     ap.add_argument("--out", default="results/bench")
     args = ap.parse_args(argv)
     if parse_draft(args.draft).kind not in HF_COUNTERPARTS:
@@ -119,8 +144,9 @@ def interleaved_runs(args, session: Session, engines: Engines, prepared) -> tupl
                 "base": lambda: engines.baseline(item.prompt_ids, 0, max_new),
                 "hf": lambda: hf_generate(session, item.prompt_ids, max_new, args.gamma, None),
                 "spec": lambda: engines.speculative(item.prompt_ids, 0, max_new),
-                "hf_spec": lambda: hf_generate(session, item.prompt_ids, max_new, args.gamma, args.draft,
-                                               args.draft_confidence),
+                "hf_spec": lambda: hf_generate(
+                    session, item.prompt_ids, max_new, args.gamma, args.draft, args.draft_confidence
+                ),
             }
             names = list(jobs) if (rep + i) % 2 == 0 else list(reversed(jobs))
             done = {name: jobs[name]() for name in names}
@@ -128,32 +154,57 @@ def interleaved_runs(args, session: Session, engines: Engines, prepared) -> tupl
             hf_spec_tokens, hf_spec_s = done["hf_spec"]
             n = len(base.token_ids)
             mismatches += (hf_tokens[:n] != base.token_ids) + (spec_res.token_ids != base.token_ids)
-            for key, (count, secs) in {"ours_base": (n, base.prefill_s + base.decode_s), "hf_base": (len(hf_tokens), hf_s),
-                                       "ours_spec": (len(spec_res.token_ids), spec_res.prefill_s + spec_res.decode_s),
-                                       "hf_spec": (len(hf_spec_tokens), hf_spec_s)}.items():
+            for key, (count, secs) in {
+                "ours_base": (n, base.prefill_s + base.decode_s),
+                "hf_base": (len(hf_tokens), hf_s),
+                "ours_spec": (len(spec_res.token_ids), spec_res.prefill_s + spec_res.decode_s),
+                "hf_spec": (len(hf_spec_tokens), hf_spec_s),
+            }.items():
                 totals[key][0] += count
                 totals[key][1] += secs
             if rep == 0:
                 b, s = engine_record(base, tok), engine_record(spec_res, tok)
-                records.append({"baseline": b.__dict__, "speculative": s.__dict__, "identical": b.token_ids == s.token_ids,
-                                "first_divergence": None, "reference": None, "example_id": item.example.id})
+                records.append(
+                    {
+                        "baseline": b.__dict__,
+                        "speculative": s.__dict__,
+                        "identical": b.token_ids == s.token_ids,
+                        "first_divergence": None,
+                        "reference": None,
+                        "example_id": item.example.id,
+                    }
+                )
         print(f"repeat {rep + 1}/{args.repeats} done", file=sys.stderr)
     return totals, records, mismatches
 
 
-def print_report(args, session: Session, n_prompts: int, warm_up_s: float, tps: dict, summary: dict,
-                 mismatches: int, figures: list[tuple]) -> None:
+def print_report(
+    args,
+    session: Session,
+    n_prompts: int,
+    warm_up_s: float,
+    tps: dict,
+    summary: dict,
+    mismatches: int,
+    figures: list[tuple],
+) -> None:
     stop = f" (early stop below {args.draft_confidence:g})" if args.draft_confidence else ""
-    print(f"\n{args.target} + {args.draft}, γ={args.gamma}{stop}, task {args.task}, {n_prompts} prompts × {args.repeats} repeats, "
-          f"max_new_tokens {args.max_new_tokens}, greedy, {session.target.device}, backend {args.backend}, "
-          f"torch threads {torch.get_num_threads()}; our warm-up {warm_up_s:.0f} s (untimed)")
-    print(f"tokens/s: ours baseline {tps['ours_base']:.1f} | HF generate {tps['hf_base']:.1f} | "
-          f"ours speculative {tps['ours_spec']:.1f} | HF {args.draft} {tps['hf_spec']:.1f}")
-    print(f"α {summary['alpha']:.3f}, c {summary['c']:.4f}, verify cost {summary['verify_cost']:.3f}, "
-          f"speedup {summary['speedup']:.3f} (decode only {summary['decode_speedup']:.3f}), predicted: decode, these "
-          f"output lengths {summary['predicted_decode_speedup']:.3f}; endless stream (extended) "
-          f"{summary['predicted_speedup_extended']:.3f}; target passes measured {summary['target_calls']}, predicted "
-          f"{summary['predicted_target_calls']:.1f}")
+    print(
+        f"\n{args.target} + {args.draft}, γ={args.gamma}{stop}, task {args.task}, {n_prompts} prompts × {args.repeats} repeats, "
+        f"max_new_tokens {args.max_new_tokens}, greedy, {session.target.device}, backend {args.backend}, "
+        f"torch threads {torch.get_num_threads()}; our warm-up {warm_up_s:.0f} s (untimed)"
+    )
+    print(
+        f"tokens/s: ours baseline {tps['ours_base']:.1f} | HF generate {tps['hf_base']:.1f} | "
+        f"ours speculative {tps['ours_spec']:.1f} | HF {args.draft} {tps['hf_spec']:.1f}"
+    )
+    print(
+        f"α {summary['alpha']:.3f}, c {summary['c']:.4f}, verify cost {summary['verify_cost']:.3f}, "
+        f"speedup {summary['speedup']:.3f} (decode only {summary['decode_speedup']:.3f}), predicted: decode, these "
+        f"output lengths {summary['predicted_decode_speedup']:.3f}; endless stream (extended) "
+        f"{summary['predicted_speedup_extended']:.3f}; target passes measured {summary['target_calls']}, predicted "
+        f"{summary['predicted_target_calls']:.1f}"
+    )
     print(f"token mismatches against our baseline (should be 0): {mismatches}")
     print(f"{'figure':58s} {'value':>8s}  goal     met")
     for name, value, goal in figures:
@@ -170,11 +221,25 @@ def main(argv: list[str] | None = None) -> dict:
     import transformers
 
     transformers.utils.logging.set_verbosity_error()
-    config = RunConfig(target=args.target, draft=args.draft, task=args.task, gamma=args.gamma, limit=args.limit,
-                       device=args.device, dtype=args.dtype, backend=args.backend,
-                       draft_confidence=args.draft_confidence).validate()
-    session = Session(args.target, args.device, args.dtype, backend=args.backend, device_map=args.device_map,
-                      max_memory=args.max_memory)
+    config = RunConfig(
+        target=args.target,
+        draft=args.draft,
+        task=args.task,
+        gamma=args.gamma,
+        limit=args.limit,
+        device=args.device,
+        dtype=args.dtype,
+        backend=args.backend,
+        draft_confidence=args.draft_confidence,
+    ).validate()
+    session = Session(
+        args.target,
+        args.device,
+        args.dtype,
+        backend=args.backend,
+        device_map=args.device_map,
+        max_memory=args.max_memory,
+    )
     spec = load_task(args.task)
     prepared = prepare_examples(spec, select_examples(spec, args.limit, 0), session.target, args.max_new_tokens)
     engines = Engines(session, config, session.proposer(args.draft, corpus=[p.prompt_ids for p in prepared]))
@@ -194,17 +259,40 @@ def main(argv: list[str] | None = None) -> dict:
     figures = [
         ("(a) our baseline ÷ HF generate() tokens/s", tps["ours_base"] / tps["hf_base"], ">= 1.0"),
         (f"(b) our speculative ÷ HF {args.draft} tokens/s", tps["ours_spec"] / tps["hf_spec"], ">= 1.2"),
-        ("(c) measured ÷ predicted decode speedup (cost model)", summary["decode_speedup"] / summary["predicted_decode_speedup"], ">= 0.9"),
-        ("    the same, end to end ÷ endless-stream formula (no goal)", summary["speedup"] / summary["predicted_speedup_extended"], "-"),
-        ("(d) decode time outside model forwards (profiled pass)", loop_overhead(session, args.draft, args.gamma, prepared, max_new, args.draft_confidence), "<= 0.05"),
+        (
+            "(c) measured ÷ predicted decode speedup (cost model)",
+            summary["decode_speedup"] / summary["predicted_decode_speedup"],
+            ">= 0.9",
+        ),
+        (
+            "    the same, end to end ÷ endless-stream formula (no goal)",
+            summary["speedup"] / summary["predicted_speedup_extended"],
+            "-",
+        ),
+        (
+            "(d) decode time outside model forwards (profiled pass)",
+            loop_overhead(session, args.draft, args.gamma, prepared, max_new, args.draft_confidence),
+            "<= 0.05",
+        ),
     ]
     print_report(args, session, len(prepared), warm_up_s, tps, summary, mismatches, figures)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"bench-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    atomic_write_json(path, json_safe({"args": vars(args), "tokens_per_s": tps, "mismatches": mismatches, "warm_up_s": warm_up_s,
-                                       "figures": [{"name": n, "value": v, "goal": g} for n, v, g in figures],
-                                       "summary": summary, **environment_info()}))
+    atomic_write_json(
+        path,
+        json_safe(
+            {
+                "args": vars(args),
+                "tokens_per_s": tps,
+                "mismatches": mismatches,
+                "warm_up_s": warm_up_s,
+                "figures": [{"name": n, "value": v, "goal": g} for n, v, g in figures],
+                "summary": summary,
+                **environment_info(),
+            }
+        ),
+    )
     print(f"written {path}")
     return {"tokens_per_s": tps, "figures": figures, "summary": summary, "path": str(path)}
 

@@ -48,29 +48,61 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"CUDA GPU: {torch.cuda.get_device_name(0)}; bf16, CUDA-synchronized timing")
     else:
         device, dtype, limit, max_new, repeats = "cpu", "float32", args.limit or 2, args.max_new_tokens or 16, 1
-        print("no CUDA GPU: running the CPU path in float32 on a small workload; "
-              "skipped: bf16, CUDA timing, GPU-sized workload")
+        print(
+            "no CUDA GPU: running the CPU path in float32 on a small workload; "
+            "skipped: bf16, CUDA timing, GPU-sized workload"
+        )
         print("skipped: the compiled backend (CUDA graphs); the static backend stands in for it")
     results = {"device": device, "dtype": dtype, "target": target, "draft": draft, "bench": {}}
     backends = ("eager", "compiled") if cuda else ("eager", "static")
     for backend in backends:
         print(f"\n=== backend {backend} ===")
-        results["bench"][backend] = bench.main([
-            "--target", target, "--draft", draft, "--gamma", str(args.gamma), "--task", args.task, "--limit", str(limit),
-            "--max-new-tokens", str(max_new), "--repeats", str(repeats), "--device", device, "--dtype", dtype,
-            "--backend", backend, "--out", args.out])
+        results["bench"][backend] = bench.main(
+            [
+                "--target",
+                target,
+                "--draft",
+                draft,
+                "--gamma",
+                str(args.gamma),
+                "--task",
+                args.task,
+                "--limit",
+                str(limit),
+                "--max-new-tokens",
+                str(max_new),
+                "--repeats",
+                str(repeats),
+                "--device",
+                device,
+                "--dtype",
+                dtype,
+                "--backend",
+                backend,
+                "--out",
+                args.out,
+            ]
+        )
     fast, eager = (results["bench"][b]["tokens_per_s"] for b in (backends[1], "eager"))
     results["backend_ratio"] = {engine: fast[engine] / eager[engine] for engine in ("ours_base", "ours_spec")}
-    print(f"\n{backends[1]} ÷ eager tokens/s: baseline {results['backend_ratio']['ours_base']:.3f}, "
-          f"speculative {results['backend_ratio']['ours_spec']:.3f}")
+    print(
+        f"\n{backends[1]} ÷ eager tokens/s: baseline {results['backend_ratio']['ours_base']:.3f}, "
+        f"speculative {results['backend_ratio']['ours_spec']:.3f}"
+    )
 
     session = Session(target, device, dtype)
     spec = load_task(args.task)
     prepared = prepare_examples(spec, select_examples(spec, limit, 0), session.target, max_new)
     corpus = [p.prompt_ids for p in prepared]
-    checks = greedy_checks(session.target.model, lambda: session.proposer(draft, corpus), corpus,
-                           gammas=(1, args.gamma), max_new_tokens=max_new, eos_ids=session.target.eos_ids,
-                           decoder_start_id=session.target.decoder_start_id)
+    checks = greedy_checks(
+        session.target.model,
+        lambda: session.proposer(draft, corpus),
+        corpus,
+        gammas=(1, args.gamma),
+        max_new_tokens=max_new,
+        eos_ids=session.target.eos_ids,
+        decoder_start_id=session.target.decoder_start_id,
+    )
     print(f"greedy identity in {dtype} over {len(corpus)} prompts × {max_new} tokens:")
     for c in checks:
         print(f"  {c.name:40s} {'pass' if c.passed else 'FAIL'}  {c.detail}")

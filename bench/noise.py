@@ -30,8 +30,23 @@ def busy_loop() -> None:
 
 def specbench_run(results: Path, args, hog_after: float | None) -> tuple[dict, str, float]:
     """One `specbench run` in a subprocess; a hog of one busy process per core from `hog_after` s to its end."""
-    cmd = [sys.executable, "-m", "specbench.cli", "run", "--task", args.task, "--limit", str(args.limit),
-           "--draft", "prompt-lookup", "--gamma", "3", "--results-dir", str(results), "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "specbench.cli",
+        "run",
+        "--task",
+        args.task,
+        "--limit",
+        str(args.limit),
+        "--draft",
+        "prompt-lookup",
+        "--gamma",
+        "3",
+        "--results-dir",
+        str(results),
+        "--json",
+    ]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     hogs: list[mp.Process] = []
@@ -48,7 +63,9 @@ def specbench_run(results: Path, args, hog_after: float | None) -> tuple[dict, s
         h.terminate()
         h.join()
     if proc.returncode != 0:
-        raise SystemExit(f"specbench run failed ({proc.returncode}): {err.strip().splitlines()[-1] if err.strip() else ''}")
+        raise SystemExit(
+            f"specbench run failed ({proc.returncode}): {err.strip().splitlines()[-1] if err.strip() else ''}"
+        )
     return json.loads(out), err, time.perf_counter() - t0
 
 
@@ -56,9 +73,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", default="ding-de-en")
     parser.add_argument("--limit", type=int, default=6)
-    parser.add_argument("--hog-after", type=float, default=None,
-                        help="seconds into the hog run to start the hog (default: 60 %% of the control run's duration, "
-                             "i.e. after loading and calibration, half-way through the examples)")
+    parser.add_argument(
+        "--hog-after",
+        type=float,
+        default=None,
+        help="seconds into the hog run to start the hog (default: 60 %% of the control run's duration, "
+        "i.e. after loading and calibration, half-way through the examples)",
+    )
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="specbench-noise-"))
     try:
@@ -68,13 +89,17 @@ def main() -> None:
             summary, err, secs = specbench_run(root / label.split()[0], args, hog)
             warned = "timings look disturbed" in err
             rows.append((label, summary, warned, secs))
-            print(f"{label:22s} speedup {summary['speedup']:.3f}  suspect_timing={summary['suspect_timing']}  "
-                  f"warning printed={warned}  ({secs:.0f} s)")
+            print(
+                f"{label:22s} speedup {summary['speedup']:.3f}  suspect_timing={summary['suspect_timing']}  "
+                f"warning printed={warned}  ({secs:.0f} s)"
+            )
             for note in summary.get("timing_notes") or []:
                 print(f"{'':22s} - {note}")
         control, hogged = rows[0][1]["suspect_timing"], rows[1][1]["suspect_timing"]
-        print(f"goal: control not flagged ({'met' if not control else 'NOT met'}), hog flagged "
-              f"({'met' if hogged and rows[1][2] else 'NOT met'})")
+        print(
+            f"goal: control not flagged ({'met' if not control else 'NOT met'}), hog flagged "
+            f"({'met' if hogged and rows[1][2] else 'NOT met'})"
+        )
         print(f"hardware: {rows[0][1].get('hardware')}")
     finally:
         shutil.rmtree(root, ignore_errors=True)

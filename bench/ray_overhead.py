@@ -43,8 +43,13 @@ import tempfile
 import time
 from pathlib import Path
 
-CORPUS = ["the cat sat on the mat", "a dog ran in the park", "the bird sang a song in the tree",
-          "we read the book and the cat sat", "the sun is up and the dog ran home"]
+CORPUS = [
+    "the cat sat on the mat",
+    "a dog ran in the park",
+    "the bird sang a song in the tree",
+    "we read the book and the cat sat",
+    "the sun is up and the dog ran home",
+]
 
 
 def tiny_target(folder: Path) -> str:
@@ -58,9 +63,17 @@ def tiny_target(folder: Path) -> str:
     tok.train_from_iterator(CORPUS, trainers.WordLevelTrainer(special_tokens=["<unk>", "<s>", "</s>"]))
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(fast), hidden_size=128, intermediate_size=256, num_hidden_layers=4,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                      bos_token_id=1, eos_token_id=2)
+    cfg = LlamaConfig(
+        vocab_size=len(fast),
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     LlamaForCausalLM(cfg).save_pretrained(folder)
     fast.save_pretrained(folder)
     return str(folder)
@@ -107,13 +120,20 @@ def timed_sweep(grid, results: Path, executor) -> dict:
     start = (time.perf_counter(), tree_cpu_s())
     out = run_sweep(grid, results, executor=executor, on_example=on_example)
     marks = [start] + [ends[c.cell_id] for c in out.cells]
-    threads = [json.loads((out.root / c.cell_id / "manifest.json").read_text())["hardware"]["torch_threads"]
-               for c in out.cells]
-    timed = [sum(r["speculative"]["prefill_s"] + r["speculative"]["decode_s"] for r in map(json.loads, lines))
-             for lines in ((out.root / c.cell_id / "examples.jsonl").read_text().splitlines() for c in out.cells)]
-    return {"seconds": [b[0] - a[0] for a, b in zip(marks, marks[1:])],
-            "cpu": [b[1][0] - a[1][0] for a, b in zip(marks, marks[1:])],
-            "other_cpu": [b[1][1] - a[1][1] for a, b in zip(marks, marks[1:])], "threads": threads, "timed": timed}
+    threads = [
+        json.loads((out.root / c.cell_id / "manifest.json").read_text())["hardware"]["torch_threads"] for c in out.cells
+    ]
+    timed = [
+        sum(r["speculative"]["prefill_s"] + r["speculative"]["decode_s"] for r in map(json.loads, lines))
+        for lines in ((out.root / c.cell_id / "examples.jsonl").read_text().splitlines() for c in out.cells)
+    ]
+    return {
+        "seconds": [b[0] - a[0] for a, b in zip(marks, marks[1:])],
+        "cpu": [b[1][0] - a[1][0] for a, b in zip(marks, marks[1:])],
+        "other_cpu": [b[1][1] - a[1][1] for a, b in zip(marks, marks[1:])],
+        "threads": threads,
+        "timed": timed,
+    }
 
 
 def parse_args():
@@ -123,12 +143,23 @@ def parse_args():
     ap.add_argument("--limit", type=int, default=4)
     ap.add_argument("--cells", type=int, default=4, help="γ = 1..cells, one cell each")
     ap.add_argument("--max-new-tokens", type=int, default=32)
-    ap.add_argument("--repeats", type=int, default=8, help="sweeps per mode, alternating which mode goes first "
-                    "(--interleave: runs of --cells pairs, pooled)")
-    ap.add_argument("--cpus-per-cell", type=int, default=os.cpu_count() or 1,
-                    help="Ray's --cpus-per-cell and the local sweep's torch threads (default: every CPU here)")
-    ap.add_argument("--interleave", action="store_true",
-                    help="each cell under Ray, then its twin in a plain local process at once (see interleaved)")
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=8,
+        help="sweeps per mode, alternating which mode goes first (--interleave: runs of --cells pairs, pooled)",
+    )
+    ap.add_argument(
+        "--cpus-per-cell",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="Ray's --cpus-per-cell and the local sweep's torch threads (default: every CPU here)",
+    )
+    ap.add_argument(
+        "--interleave",
+        action="store_true",
+        help="each cell under Ray, then its twin in a plain local process at once (see interleaved)",
+    )
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--one", nargs=2, metavar=("MODE", "FOLDER"), help=argparse.SUPPRESS)  # one sweep, in a child
     ap.add_argument("--twin-server", metavar="FOLDER", help=argparse.SUPPRESS)  # --interleave's local process
@@ -176,8 +207,13 @@ def twin_server(args) -> None:
     for line in sys.stdin:
         cell_id = line.strip()
         start = time.perf_counter()
-        execute_run(cells[cell_id], root, run_id=cell_id, session=session,
-                    baseline_store=BaselineStore(baseline_file(root, grid, cells[cell_id])))
+        execute_run(
+            cells[cell_id],
+            root,
+            run_id=cell_id,
+            session=session,
+            baseline_store=BaselineStore(baseline_file(root, grid, cells[cell_id])),
+        )
         print(time.perf_counter() - start, flush=True)
 
 
@@ -185,8 +221,16 @@ def bench_grid(args):
     """The grid both modes measure: prompt lookup at γ = 1..--cells, greedy, on CPU."""
     from specbench.measure.sweep import SweepGrid
 
-    return SweepGrid.from_specs(target=args.target, draft="prompt-lookup", gamma=f"1-{args.cells}", temperature="0",
-                                task=args.task, limit=args.limit, max_new_tokens=args.max_new_tokens, device="cpu")
+    return SweepGrid.from_specs(
+        target=args.target,
+        draft="prompt-lookup",
+        gamma=f"1-{args.cells}",
+        temperature="0",
+        task=args.task,
+        limit=args.limit,
+        max_new_tokens=args.max_new_tokens,
+        device="cpu",
+    )
 
 
 def interleaved(args, folder: Path) -> dict:
@@ -209,8 +253,9 @@ def interleaved(args, folder: Path) -> dict:
     from specbench.measure.sweep import run_sweep
 
     grid = bench_grid(args)
-    twin = subprocess.Popen(child(args, "--twin-server", str(folder / "local")), stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+    twin = subprocess.Popen(
+        child(args, "--twin-server", str(folder / "local")), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     if twin.stdout.readline().strip() != "ready":  # its models are loaded before any timing
         raise SystemExit("the local twin process did not start; its error is above")
     torch.set_num_threads(args.cpus_per_cell)
@@ -238,8 +283,13 @@ def interleaved(args, folder: Path) -> dict:
                 twin_s.append(float(twin.stdout.readline()))
 
         start = time.perf_counter()
-        run_sweep(grid, folder / "ray", executor=make_executor("ray", cpus_per_cell=args.cpus_per_cell),
-                  on_cell=run_twins, on_example=on_example)
+        run_sweep(
+            grid,
+            folder / "ray",
+            executor=make_executor("ray", cpus_per_cell=args.cpus_per_cell),
+            on_cell=run_twins,
+            on_example=on_example,
+        )
         run_twins()
     finally:
         ray.shutdown()
@@ -252,19 +302,25 @@ def interleaved(args, folder: Path) -> dict:
 def report_interleaved(result: dict, args) -> None:
     pairs = list(zip(result["local"], result["ray"]))
     ratios = [r / lo - 1 for lo, r in pairs]
-    print(f"interleaved, {len(pairs)} cell pairs (Ray, then its twin in a local process once the Ray worker is "
-          f"idle; {args.repeats} run(s) of {args.cells} cells, each run's first pair left out), "
-          f"--cpus-per-cell {args.cpus_per_cell}:")
+    print(
+        f"interleaved, {len(pairs)} cell pairs (Ray, then its twin in a local process once the Ray worker is "
+        f"idle; {args.repeats} run(s) of {args.cells} cells, each run's first pair left out), "
+        f"--cpus-per-cell {args.cpus_per_cell}:"
+    )
     print("  local s: " + " ".join(f"{x:.3f}" for x in result["local"]))
     print("  Ray   s: " + " ".join(f"{x:.3f}" for x in result["ray"]))
     low, high = bootstrap_ci(ratios)
-    print(f"Ray's overhead per cell beside its twin: mean {statistics.fmean(ratios):+.1%}, median "
-          f"{statistics.median(ratios):+.1%} (95 % CI of the mean [{low:+.1%}, {high:+.1%}]); "
-          f"{statistics.median(r - lo for lo, r in pairs) * 1000:+.0f} ms on a local cell of "
-          f"{statistics.median(lo for lo, _ in pairs) * 1000:.0f} ms (medians) → {verdict(low, high, 0.05)} the ≤ 5 % goal")
-    print(f"not in that figure: the idle cluster's own processes use {result['idle_background_cpu_ms_per_s']:.0f} ms "
-          f"of CPU per second ({result['idle_background_cpu_ms_per_s'] / 10 / (os.cpu_count() or 1):.1f} % of this "
-          f"machine's {os.cpu_count()} CPUs), beside both twins")
+    print(
+        f"Ray's overhead per cell beside its twin: mean {statistics.fmean(ratios):+.1%}, median "
+        f"{statistics.median(ratios):+.1%} (95 % CI of the mean [{low:+.1%}, {high:+.1%}]); "
+        f"{statistics.median(r - lo for lo, r in pairs) * 1000:+.0f} ms on a local cell of "
+        f"{statistics.median(lo for lo, _ in pairs) * 1000:.0f} ms (medians) → {verdict(low, high, 0.05)} the ≤ 5 % goal"
+    )
+    print(
+        f"not in that figure: the idle cluster's own processes use {result['idle_background_cpu_ms_per_s']:.0f} ms "
+        f"of CPU per second ({result['idle_background_cpu_ms_per_s'] / 10 / (os.cpu_count() or 1):.1f} % of this "
+        f"machine's {os.cpu_count()} CPUs), beside both twins"
+    )
 
 
 def main() -> None:
@@ -297,9 +353,23 @@ def main() -> None:
 
 def child(args, *role: str) -> list[str]:
     """The command line of a child of this bench (one sweep, or the twin process) measuring the same grid."""
-    return [sys.executable, __file__, *role, "--target", args.target, "--task", args.task, "--limit", str(args.limit),
-            "--cells", str(args.cells), "--max-new-tokens", str(args.max_new_tokens),
-            "--cpus-per-cell", str(args.cpus_per_cell)]
+    return [
+        sys.executable,
+        __file__,
+        *role,
+        "--target",
+        args.target,
+        "--task",
+        args.task,
+        "--limit",
+        str(args.limit),
+        "--cells",
+        str(args.cells),
+        "--max-new-tokens",
+        str(args.max_new_tokens),
+        "--cpus-per-cell",
+        str(args.cpus_per_cell),
+    ]
 
 
 def paired_overheads(runs: dict, key: str) -> list[float]:
@@ -336,20 +406,30 @@ def summarize(runs: dict, args) -> dict:
     noise = [abs(sum(a["seconds"][1:]) / sum(b["seconds"][1:]) - 1) for a, b in zip(local, local[1:])]
     other = [x for ra in remote for x in ra["other_cpu"][1:]]
     result = {
-        "cells": args.cells, "limit": args.limit, "repeats": args.repeats, "cpus_per_cell": args.cpus_per_cell,
+        "cells": args.cells,
+        "limit": args.limit,
+        "repeats": args.repeats,
+        "cpus_per_cell": args.cpus_per_cell,
         "torch_threads": {mode: sorted({t for r in runs[mode] for t in r["threads"]}) for mode in runs},
-        "local_s": [r["seconds"] for r in local], "ray_s": [r["seconds"] for r in remote],
-        "local_cpu_s": [r["cpu"] for r in local], "ray_cpu_s": [r["cpu"] for r in remote],
+        "local_s": [r["seconds"] for r in local],
+        "ray_s": [r["seconds"] for r in remote],
+        "local_cpu_s": [r["cpu"] for r in local],
+        "ray_cpu_s": [r["cpu"] for r in remote],
         "ray_other_cpu_s": [r["other_cpu"] for r in remote],
-        "first_cell_overhead_s": statistics.median(ra["seconds"][0] - lo["seconds"][0] for lo, ra in zip(local, remote)),
-        "wall_overhead_per_repeat": wall, "cpu_overhead_per_repeat": cpu,
-        "wall_overhead": statistics.fmean(wall), "wall_overhead_median": statistics.median(wall),
+        "first_cell_overhead_s": statistics.median(
+            ra["seconds"][0] - lo["seconds"][0] for lo, ra in zip(local, remote)
+        ),
+        "wall_overhead_per_repeat": wall,
+        "cpu_overhead_per_repeat": cpu,
+        "wall_overhead": statistics.fmean(wall),
+        "wall_overhead_median": statistics.median(wall),
         "cpu_overhead": statistics.fmean(cpu),
         "ray_other_cpu_per_cell_ms": statistics.median(other) * 1000 if other else None,
         "overhead_per_cell_ms": statistics.median((r - lo) * 1000 for lo, r in cells) if cells else None,
         "local_cell_s": statistics.median(lo for lo, _ in cells) if cells else None,
         "timed_decodes_difference_ms": statistics.median((r - lo) * 1000 for lo, r in timed) if timed else None,
-        "noise_local_repeats": statistics.median(noise) if noise else None, "goal": 0.05,
+        "noise_local_repeats": statistics.median(noise) if noise else None,
+        "goal": 0.05,
     }
     if len(wall) >= 2:
         result["wall_overhead_ci95"], result["cpu_overhead_ci95"] = bootstrap_ci(wall), bootstrap_ci(cpu)
@@ -363,26 +443,33 @@ def report(runs: dict, args) -> None:
         return
     for mode, label in (("local", "local"), ("ray", "Ray  ")):
         for i, (cells, cpu) in enumerate(zip(result[f"{mode}_s"], result[f"{mode}_cpu_s"])):
-            print(f"{label} repeat {i + 1}: cell seconds {' '.join(f'{x:.3f}' for x in cells)} | "
-                  f"the cells' CPU seconds {' '.join(f'{x:.2f}' for x in cpu)}")
+            print(
+                f"{label} repeat {i + 1}: cell seconds {' '.join(f'{x:.3f}' for x in cells)} | "
+                f"the cells' CPU seconds {' '.join(f'{x:.2f}' for x in cpu)}"
+            )
     t = result["torch_threads"]
     print(f"torch threads per cell: local {t['local']}, Ray {t['ray']} (--cpus-per-cell {args.cpus_per_cell})")
     print(f"first cell (models load; Ray also starts its actor): {result['first_cell_overhead_s']:+.2f} s under Ray")
     if args.cells < 2:
         return
-    print(f"per cell after the first (median of {args.repeats * (args.cells - 1)}): "
-          f"{result['overhead_per_cell_ms']:+.0f} ms on a local cell of {result['local_cell_s'] * 1000:.0f} ms, "
-          f"{result['timed_decodes_difference_ms']:+.0f} ms of it inside the timed decodes; Ray's other processes "
-          f"(driver, GCS, raylet, agents) used {result['ray_other_cpu_per_cell_ms']:.0f} ms of CPU per cell")
+    print(
+        f"per cell after the first (median of {args.repeats * (args.cells - 1)}): "
+        f"{result['overhead_per_cell_ms']:+.0f} ms on a local cell of {result['local_cell_s'] * 1000:.0f} ms, "
+        f"{result['timed_decodes_difference_ms']:+.0f} ms of it inside the timed decodes; Ray's other processes "
+        f"(driver, GCS, raylet, agents) used {result['ray_other_cpu_per_cell_ms']:.0f} ms of CPU per cell"
+    )
     if result["noise_local_repeats"] is not None:
-        print(f"noise: the local cells' time differs between consecutive repeats by "
-              f"{result['noise_local_repeats']:.1%} (median)")
+        print(
+            f"noise: the local cells' time differs between consecutive repeats by "
+            f"{result['noise_local_repeats']:.1%} (median)"
+        )
     if t["local"] != t["ray"]:
         print("no verdict: the two sides decoded with different torch threads")
         return
     for key, what in (("wall", "wall time"), ("cpu", "the cell's own CPU time")):
-        line = (f"Ray's overhead per cell, {what}: {result[f'{key}_overhead']:+.1%} "
-                f"(mean of {args.repeats} paired repeats")
+        line = (
+            f"Ray's overhead per cell, {what}: {result[f'{key}_overhead']:+.1%} (mean of {args.repeats} paired repeats"
+        )
         if key == "wall":
             line += f"; median {result['wall_overhead_median']:+.1%}"
         if f"{key}_overhead_ci95" in result:

@@ -25,12 +25,25 @@ ENGINES = ("specbench", "hf-assisted")
 BACKENDS = ("eager", "static", "compiled")  # see decoding/backend.py
 BATCH_POLICIES = ("ragged", "min")  # per-row advance, or every row by the batch's minimum (decoding/batched.py)
 MAX_BATCH_SIZE = 1024  # a batch beyond this is a typo; caches and masks are sized by it
-PROMPT_LENGTHS = ("all", "short", "medium", "long")  # --prompt-length: every example, or a tertile of prompt tokens (measure/buckets.py)
+PROMPT_LENGTHS = (
+    "all",
+    "short",
+    "medium",
+    "long",
+)  # --prompt-length: every example, or a tertile of prompt tokens (measure/buckets.py)
 
 
-LATER_DEFAULTS = {"draft_confidence": 0.0, "gamma_max": 8, "repeats": 1, "exact_shapes": False, "batch_size": 1,
-                  "batch_policy": "ragged", "device_map": None, "max_memory": None,
-                  "prompt_length": "all"}  # fields added after results existed → their defaults
+LATER_DEFAULTS = {
+    "draft_confidence": 0.0,
+    "gamma_max": 8,
+    "repeats": 1,
+    "exact_shapes": False,
+    "batch_size": 1,
+    "batch_policy": "ragged",
+    "device_map": None,
+    "max_memory": None,
+    "prompt_length": "all",
+}  # fields added after results existed → their defaults
 
 
 def omit_later_defaults(fields: dict) -> dict:
@@ -45,7 +58,9 @@ def parse_gamma(text: str | int) -> int | str:
     try:
         return int(value)
     except ValueError:
-        raise SpecbenchError(f"--gamma must be an integer or one of {', '.join(GAMMA_POLICIES)} (got {text!r})") from None
+        raise SpecbenchError(
+            f"--gamma must be an integer or one of {', '.join(GAMMA_POLICIES)} (got {text!r})"
+        ) from None
 
 
 # one folder name (255 bytes at most): no separator, no leading dot
@@ -59,8 +74,10 @@ def check_id(value: str, option: str) -> str:
     starting with '.' (so no '..', no hidden folder); a slash, an absolute path or an empty id would put
     results somewhere else."""
     if not isinstance(value, str) or not FOLDER_ID.fullmatch(value):
-        raise SpecbenchError(f"{option} {value!r} must be a folder name of letters, digits, '.', '_' or '-' (at most "
-                             f"255, not starting with '.'); it names one folder inside --results-dir")
+        raise SpecbenchError(
+            f"{option} {value!r} must be a folder name of letters, digits, '.', '_' or '-' (at most "
+            f"255, not starting with '.'); it names one folder inside --results-dir"
+        )
     return value
 
 
@@ -89,15 +106,19 @@ def check_gamma_budget(gamma: int | str, max_new_tokens: int) -> None:
     still to come (γ' = min(γ, room - 1)), so such a γ measures the same run as γ = max_new_tokens
     under a misleading label; the fix is in the message."""
     if isinstance(gamma, int) and not isinstance(gamma, bool) and gamma > max_new_tokens:
-        raise SpecbenchError(f"--gamma {gamma} is more than the {max_new_tokens} new tokens of the run: a step never "
-                             f"drafts past the budget; pass --gamma {max_new_tokens} or less, or raise --max-new-tokens")
+        raise SpecbenchError(
+            f"--gamma {gamma} is more than the {max_new_tokens} new tokens of the run: a step never "
+            f"drafts past the budget; pass --gamma {max_new_tokens} or less, or raise --max-new-tokens"
+        )
 
 
 def check_gamma_context(k_max: int, max_positions: int | None) -> None:
     """The largest pass the run makes (γ + 1 tokens, or gamma_max + 1 under a policy) must fit the target's context."""
     if max_positions and k_max >= max_positions:
-        raise SpecbenchError(f"passes of {k_max} tokens (γ + 1) do not fit the target's context of {max_positions}; "
-                             f"lower --gamma / --gamma-max below {max_positions - 1}")
+        raise SpecbenchError(
+            f"passes of {k_max} tokens (γ + 1) do not fit the target's context of {max_positions}; "
+            f"lower --gamma / --gamma-max below {max_positions - 1}"
+        )
 
 
 def check_batch_size(batch_size: int, n_examples: int | None = None) -> int:
@@ -106,15 +127,19 @@ def check_batch_size(batch_size: int, n_examples: int | None = None) -> int:
     A batch larger than the run's examples is refused, not clamped: a clamped run would measure
     batch n under the label of batch B, and a speedup-against-batch curve would plot it at the wrong B."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= MAX_BATCH_SIZE:
-        raise SpecbenchError(f"--batch-size must be an integer between 1 and {MAX_BATCH_SIZE} (got {batch_size!r}); "
-                             f"1 decodes one example at a time")
+        raise SpecbenchError(
+            f"--batch-size must be an integer between 1 and {MAX_BATCH_SIZE} (got {batch_size!r}); "
+            f"1 decodes one example at a time"
+        )
     if n_examples is not None and batch_size > n_examples:
-        raise SpecbenchError(f"--batch-size {batch_size} is more than the {n_examples} examples of the run; raise "
-                             f"--limit to at least {batch_size} or lower --batch-size")
+        raise SpecbenchError(
+            f"--batch-size {batch_size} is more than the {n_examples} examples of the run; raise "
+            f"--limit to at least {batch_size} or lower --batch-size"
+        )
     return batch_size
 
 
-def check_batch_options(config: "RunConfig") -> None:
+def check_batch_options(config: RunConfig) -> None:
     """What a batch of B > 1 rules out: HF's assisted generation (it refuses batches) and the γ choices made
     per example (auto's pilot and calibration, the adaptive and heuristic per-row schedules)."""
     check_batch_size(config.batch_size)
@@ -123,26 +148,36 @@ def check_batch_options(config: "RunConfig") -> None:
     if config.batch_size == 1:
         return
     if config.engine == "hf-assisted":
-        raise SpecbenchError("--engine hf-assisted decodes one sequence at a time: HF's assisted generation does not "
-                             "support batches (use --batch-size 1, or the specbench engine)")
+        raise SpecbenchError(
+            "--engine hf-assisted decodes one sequence at a time: HF's assisted generation does not "
+            "support batches (use --batch-size 1, or the specbench engine)"
+        )
     if config.backend != "eager":
-        raise SpecbenchError(f"--backend {config.backend} is for one sequence at a time; batches run eager "
-                             f"(drop --backend, or use --batch-size 1)")
+        raise SpecbenchError(
+            f"--backend {config.backend} is for one sequence at a time; batches run eager "
+            f"(drop --backend, or use --batch-size 1)"
+        )
     if isinstance(config.gamma, str):
-        raise SpecbenchError(f"--gamma {config.gamma} chooses γ per example at batch 1; with --batch-size "
-                             f"{config.batch_size} pass an integer γ (a sweep over --gamma at this batch size finds "
-                             f"the best)")
+        raise SpecbenchError(
+            f"--gamma {config.gamma} chooses γ per example at batch 1; with --batch-size "
+            f"{config.batch_size} pass an integer γ (a sweep over --gamma at this batch size finds "
+            f"the best)"
+        )
     if AUTO in (config.draft, config.dtype):
-        raise SpecbenchError(f"--draft auto and --dtype auto are chosen at batch 1; with --batch-size "
-                             f"{config.batch_size} name the draft and dtype (a sweep compares them)")
+        raise SpecbenchError(
+            f"--draft auto and --dtype auto are chosen at batch 1; with --batch-size "
+            f"{config.batch_size} name the draft and dtype (a sweep compares them)"
+        )
     if config.exact_shapes:
         raise SpecbenchError("--exact-shapes pads single-sequence passes; it does not apply to --batch-size > 1")
     if config.draft_confidence:
-        raise SpecbenchError("--draft-confidence stops one sequence's proposal early; the batched engine drafts γ for "
-                             "every row (drop the option at --batch-size > 1)")
+        raise SpecbenchError(
+            "--draft-confidence stops one sequence's proposal early; the batched engine drafts γ for "
+            "every row (drop the option at --batch-size > 1)"
+        )
 
 
-def batch_suffix(config: "RunConfig") -> str:
+def batch_suffix(config: RunConfig) -> str:
     """'-b<B>' (and '-min' under the min-advance policy) in run and cell ids; '' at batch 1, so old ids stay."""
     if config.batch_size == 1:
         return ""
@@ -152,12 +187,14 @@ def batch_suffix(config: "RunConfig") -> str:
 def check_prompt_length(value: str) -> str:
     """--prompt-length: all (every example, as before buckets) or one tertile bucket of prompt token counts."""
     if value not in PROMPT_LENGTHS:
-        raise SpecbenchError(f"--prompt-length must be one of {', '.join(PROMPT_LENGTHS)} (got {value!r}); short, "
-                             f"medium and long are the task's prompt-token tertiles, all is every example")
+        raise SpecbenchError(
+            f"--prompt-length must be one of {', '.join(PROMPT_LENGTHS)} (got {value!r}); short, "
+            f"medium and long are the task's prompt-token tertiles, all is every example"
+        )
     return value
 
 
-def prompt_length_suffix(config: "RunConfig") -> str:
+def prompt_length_suffix(config: RunConfig) -> str:
     """'-p<bucket>' in run and cell ids for a bucketed run; '' for all, so old ids stay."""
     return "" if config.prompt_length == "all" else f"-p{config.prompt_length}"
 
@@ -179,7 +216,7 @@ class SamplingConfig:
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
-    def validate(self) -> "SamplingConfig":
+    def validate(self) -> SamplingConfig:
         check_temperature(self.temperature)
         if self.top_k < 0:
             raise SpecbenchError(f"--top-k must be >= 0 (got {self.top_k}); use 0 to disable it")
@@ -208,35 +245,51 @@ class RunConfig:
     draft_confidence: float = 0.0  # > 0: a model draft stops a proposal early below this confidence (γ is the most)
     gamma_max: int = 8  # the largest γ that auto / adaptive / heuristic consider (calibrated up to γ+1 tokens)
     repeats: int = 1  # timed decodes per engine and example, interleaved A B B A …; times are their median
-    exact_shapes: bool = False  # pad every target pass of both engines to γ+1 tokens: identical kernels, identity in bf16
-    device_map: str | None = None  # the target's layers placed by accelerate: auto, balanced, … or JSON (specbench/placement.py)
+    exact_shapes: bool = (
+        False  # pad every target pass of both engines to γ+1 tokens: identical kernels, identity in bf16
+    )
+    device_map: str | None = (
+        None  # the target's layers placed by accelerate: auto, balanced, … or JSON (specbench/placement.py)
+    )
     max_memory: str | None = None  # per-device caps for device_map, e.g. 0=20GiB,cpu=60GiB
     batch_size: int = 1  # examples decoded together, in the task's seeded order (1: one at a time, as before batches)
-    batch_policy: str = "ragged"  # B > 1: each row keeps its own accepted prefix (ragged) or all advance by the minimum (min)
-    prompt_length: str = "all"  # all examples, or the short / medium / long tertile of prompt tokens (measure/buckets.py)
+    batch_policy: str = (
+        "ragged"  # B > 1: each row keeps its own accepted prefix (ragged) or all advance by the minimum (min)
+    )
+    prompt_length: str = (
+        "all"  # all examples, or the short / medium / long tertile of prompt tokens (measure/buckets.py)
+    )
 
     @property
     def draft_gamma(self) -> int:
         """The most tokens a step may draft: γ itself, or gamma_max under a policy (before auto is resolved)."""
         return self.gamma if isinstance(self.gamma, int) else self.gamma_max
 
-    def validate(self) -> "RunConfig":
+    def validate(self) -> RunConfig:
         self.sampling.validate()
         if isinstance(self.gamma, bool) or not (isinstance(self.gamma, int) or self.gamma in GAMMA_POLICIES):
-            raise SpecbenchError(f"--gamma must be an integer or one of {', '.join(GAMMA_POLICIES)} (got {self.gamma!r})")
+            raise SpecbenchError(
+                f"--gamma must be an integer or one of {', '.join(GAMMA_POLICIES)} (got {self.gamma!r})"
+            )
         if isinstance(self.gamma, int) and not 1 <= self.gamma <= MAX_GAMMA:
-            raise SpecbenchError(f"--gamma must be between 1 and {MAX_GAMMA} (got {self.gamma}); the draft proposes "
-                                 f"gamma tokens per step")
+            raise SpecbenchError(
+                f"--gamma must be between 1 and {MAX_GAMMA} (got {self.gamma}); the draft proposes "
+                f"gamma tokens per step"
+            )
         if not 1 <= self.gamma_max <= 32:
             raise SpecbenchError(f"--gamma-max must be between 1 and 32 (got {self.gamma_max})")
         if not 1 <= self.repeats <= 20:
             raise SpecbenchError(f"--repeats must be between 1 and 20 (got {self.repeats})")
         if self.exact_shapes and self.engine == "hf-assisted":
-            raise SpecbenchError("--exact-shapes pads our engines' passes; HF's assisted generation cannot be padded "
-                                 "(drop one of the two options)")
+            raise SpecbenchError(
+                "--exact-shapes pads our engines' passes; HF's assisted generation cannot be padded "
+                "(drop one of the two options)"
+            )
         if self.engine == "hf-assisted" and self.gamma in ("adaptive", "heuristic"):
-            raise SpecbenchError(f"--gamma {self.gamma} drives our decode loop; --engine hf-assisted runs HF's own "
-                                 f"(pass an integer or auto for --gamma, or drop --engine)")
+            raise SpecbenchError(
+                f"--gamma {self.gamma} drives our decode loop; --engine hf-assisted runs HF's own "
+                f"(pass an integer or auto for --gamma, or drop --engine)"
+            )
         if self.limit < 1:
             raise SpecbenchError(f"--limit must be >= 1 (got {self.limit})")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
@@ -252,15 +305,19 @@ class RunConfig:
         check_batch_options(self)
         check_prompt_length(self.prompt_length)
         if not 0.0 <= self.draft_confidence < 1.0:
-            raise SpecbenchError(f"--draft-confidence must be in [0, 1) (got {self.draft_confidence}); "
-                                 f"0 turns early stopping off")
+            raise SpecbenchError(
+                f"--draft-confidence must be in [0, 1) (got {self.draft_confidence}); 0 turns early stopping off"
+            )
         draft = parse_draft(self.draft) if self.draft != AUTO else None  # a malformed spec fails here, before any load
         if draft is not None and self.engine == "hf-assisted" and not draft.uses_model:
-            raise SpecbenchError("--engine hf-assisted needs a model draft (HF's assistant_model); pick a model for "
-                                 "--draft")
+            raise SpecbenchError(
+                "--engine hf-assisted needs a model draft (HF's assistant_model); pick a model for --draft"
+            )
         if self.draft_confidence and draft is not None and draft.model_free:
-            raise SpecbenchError(f"--draft-confidence needs a model draft; {self.draft!r} has no confidence to check "
-                                 f"(drop the option, or use a model or lookup+<model>)")
+            raise SpecbenchError(
+                f"--draft-confidence needs a model draft; {self.draft!r} has no confidence to check "
+                f"(drop the option, or use a model or lookup+<model>)"
+            )
         return self
 
     def to_dict(self) -> dict:
@@ -270,7 +327,7 @@ class RunConfig:
         return omit_later_defaults(dataclasses.asdict(self))
 
     @staticmethod
-    def from_dict(d: dict) -> "RunConfig":
+    def from_dict(d: dict) -> RunConfig:
         d = dict(d)
         d["sampling"] = SamplingConfig(**d["sampling"])
         return RunConfig(**d)

@@ -27,10 +27,12 @@ def disk_error(exc: OSError, path: Path) -> SpecbenchError:
     """One line naming the file, the disk problem and the fix, for an OSError raised while writing `path`."""
     reason = DISK_ERRNOS.get(exc.errno or 0)
     if reason:
-        return SpecbenchError(f"cannot write {path}: {reason} on the disk that holds it; free space there or "
-                              f"pass another --results-dir")
-    return SpecbenchError(f"cannot write {path}: {exc.strerror or exc}; check the folder's permissions or pass "
-                          f"another --results-dir")
+        return SpecbenchError(
+            f"cannot write {path}: {reason} on the disk that holds it; free space there or pass another --results-dir"
+        )
+    return SpecbenchError(
+        f"cannot write {path}: {exc.strerror or exc}; check the folder's permissions or pass another --results-dir"
+    )
 
 
 def temp_path(path: Path) -> Path:

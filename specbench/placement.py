@@ -31,22 +31,28 @@ def parse_device_map(text: str | None) -> str | dict[str, str | int] | None:
     if value in DEVICE_MAP_STRATEGIES:
         return value
     if not value.startswith("{"):
-        raise SpecbenchError(f"--device-map must be one of {', '.join(DEVICE_MAP_STRATEGIES)} or a JSON object "
-                             f"{{\"module\": device}} (got {text!r})")
+        raise SpecbenchError(
+            f"--device-map must be one of {', '.join(DEVICE_MAP_STRATEGIES)} or a JSON object "
+            f'{{"module": device}} (got {text!r})'
+        )
     try:
         raw = json.loads(value)
     except json.JSONDecodeError as exc:
-        raise SpecbenchError(f"--device-map is not valid JSON ({exc.msg} at character {exc.pos}); write e.g. "
-                             f"'{{\"model.embed_tokens\": 0, \"model.layers\": 1, \"lm_head\": 1}}'") from None
+        raise SpecbenchError(
+            f"--device-map is not valid JSON ({exc.msg} at character {exc.pos}); write e.g. "
+            f'\'{{"model.embed_tokens": 0, "model.layers": 1, "lm_head": 1}}\''
+        ) from None
     if not isinstance(raw, dict) or not raw:
-        raise SpecbenchError("--device-map JSON must be a non-empty object {\"module prefix\": device}")
+        raise SpecbenchError('--device-map JSON must be a non-empty object {"module prefix": device}')
     return {str(k): _device(v, "--device-map") for k, v in raw.items()}
 
 
 def _device(value, option: str) -> str | int:
     text = str(value).strip()
     if isinstance(value, bool) or not DEVICE_NAME.fullmatch(text):
-        raise SpecbenchError(f"{option}: {value!r} is not a device; use a GPU index (0, 1, …), cuda:N, cpu, mps or disk")
+        raise SpecbenchError(
+            f"{option}: {value!r} is not a device; use a GPU index (0, 1, …), cuda:N, cpu, mps or disk"
+        )
     return int(text) if text.isdigit() else text
 
 
@@ -58,7 +64,9 @@ def parse_max_memory(text: str | None) -> dict[str | int, str] | None:
     try:
         raw = json.loads(value) if value.startswith("{") else dict(_pair(p) for p in value.split(","))
     except json.JSONDecodeError as exc:
-        raise SpecbenchError(f"--max-memory is not valid JSON ({exc.msg}); write e.g. 0=20GiB,1=20GiB,cpu=60GiB") from None
+        raise SpecbenchError(
+            f"--max-memory is not valid JSON ({exc.msg}); write e.g. 0=20GiB,1=20GiB,cpu=60GiB"
+        ) from None
     if not isinstance(raw, dict) or not raw:
         raise SpecbenchError("--max-memory must name at least one device, e.g. 0=20GiB,cpu=60GiB")
     out: dict[str | int, str] = {}

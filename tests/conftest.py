@@ -6,7 +6,14 @@ import shutil
 
 import pytest
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, T5Config, T5ForConditionalGeneration
+from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    T5Config,
+    T5ForConditionalGeneration,
+)
 
 VOCAB = 512
 
@@ -16,18 +23,36 @@ torch.set_num_threads(1)
 
 def tiny_llama(seed: int, vocab: int = VOCAB, layers: int = 2) -> LlamaForCausalLM:
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                      bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
+    cfg = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        bos_token_id=1,
+        eos_token_id=2,
+        tie_word_embeddings=False,
+    )
     return LlamaForCausalLM(cfg).eval()
 
 
 def small_llama(seed: int, sharpen: float = 1.0, vocab: int = 24) -> LlamaForCausalLM:
     """A one-layer, 16-wide Llama over a small vocabulary (laws enumerable), its output layer scaled by `sharpen`."""
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                      num_key_value_heads=1, max_position_embeddings=64, bos_token_id=1, eos_token_id=2,
-                      tie_word_embeddings=False)
+    cfg = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+        bos_token_id=1,
+        eos_token_id=2,
+        tie_word_embeddings=False,
+    )
     model = LlamaForCausalLM(cfg).eval()
     with torch.no_grad():
         model.lm_head.weight.mul_(sharpen)
@@ -36,15 +61,33 @@ def small_llama(seed: int, sharpen: float = 1.0, vocab: int = 24) -> LlamaForCau
 
 def tiny_gpt2(seed: int, vocab: int = VOCAB) -> GPT2LMHeadModel:
     torch.manual_seed(seed)
-    cfg = GPT2Config(vocab_size=vocab, n_embd=32, n_layer=2, n_head=2, n_positions=512, bos_token_id=1, eos_token_id=2,
-                     tie_word_embeddings=False)  # tied embeddings make a random GPT-2 repeat one token
+    cfg = GPT2Config(
+        vocab_size=vocab,
+        n_embd=32,
+        n_layer=2,
+        n_head=2,
+        n_positions=512,
+        bos_token_id=1,
+        eos_token_id=2,
+        tie_word_embeddings=False,
+    )  # tied embeddings make a random GPT-2 repeat one token
     return GPT2LMHeadModel(cfg).eval()
 
 
 def tiny_t5(seed: int, vocab: int = VOCAB) -> T5ForConditionalGeneration:
     torch.manual_seed(seed)
-    cfg = T5Config(vocab_size=vocab, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4,
-                   decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
+    cfg = T5Config(
+        vocab_size=vocab,
+        d_model=32,
+        d_kv=8,
+        d_ff=64,
+        num_layers=2,
+        num_decoder_layers=2,
+        num_heads=4,
+        decoder_start_token_id=0,
+        pad_token_id=0,
+        eos_token_id=1,
+    )
     model = T5ForConditionalGeneration(cfg).eval()
     with torch.no_grad():  # T5's default init collapses a random model onto one repeated token
         for param in model.parameters():
@@ -53,8 +96,9 @@ def tiny_t5(seed: int, vocab: int = VOCAB) -> T5ForConditionalGeneration:
 
 
 # torch.compile on a CPU (inductor) builds C++ kernels: without a compiler those tests cannot run here
-needs_cxx = pytest.mark.skipif(not (shutil.which("g++") or shutil.which("c++")),
-                               reason="torch.compile on CPU needs a C++ compiler (g++)")
+needs_cxx = pytest.mark.skipif(
+    not (shutil.which("g++") or shutil.which("c++")), reason="torch.compile on CPU needs a C++ compiler (g++)"
+)
 
 
 def sharpen(model: torch.nn.Module, factor: float = 20.0) -> torch.nn.Module:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import VOCAB, needs_cxx, tiny_llama, tiny_t5
 from typer.testing import CliRunner
 
-from conftest import VOCAB, needs_cxx, tiny_llama, tiny_t5
 from specbench.cli import app
 from specbench.config import SamplingConfig
 from specbench.decoding.autoregressive import decode_autoregressive
@@ -24,13 +24,27 @@ MAX_NEW = 40
 
 
 def baseline(model, prompt, backend=None, max_new=MAX_NEW):
-    return decode_autoregressive(CachedModel(model, backend=backend), prompt, max_new_tokens=max_new, sampling=GREEDY,
-                                 generator=None, eos_ids=EOS).token_ids
+    return decode_autoregressive(
+        CachedModel(model, backend=backend),
+        prompt,
+        max_new_tokens=max_new,
+        sampling=GREEDY,
+        generator=None,
+        eos_ids=EOS,
+    ).token_ids
 
 
 def speculative(model, proposer, prompt, gamma, backend=None, max_new=MAX_NEW):
-    return decode_speculative(CachedModel(model, backend=backend), proposer, prompt, gamma=gamma, max_new_tokens=max_new,
-                              sampling=GREEDY, generator=None, eos_ids=EOS).token_ids
+    return decode_speculative(
+        CachedModel(model, backend=backend),
+        proposer,
+        prompt,
+        gamma=gamma,
+        max_new_tokens=max_new,
+        sampling=GREEDY,
+        generator=None,
+        eos_ids=EOS,
+    ).token_ids
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +65,10 @@ def test_static_cache_greedy_identity_with_rollbacks(models, gamma):
     for prompt in PROMPTS:
         ref = baseline(target, prompt)
         assert baseline(target, prompt, backend) == ref
-        for proposer in (ModelDraft(draft, "unrelated", backend="static"),
-                         PromptLookupDraft(VOCAB, torch.device("cpu"))):
+        for proposer in (
+            ModelDraft(draft, "unrelated", backend="static"),
+            PromptLookupDraft(VOCAB, torch.device("cpu")),
+        ):
             assert speculative(target, proposer, prompt, gamma, backend) == ref, proposer
 
 
@@ -115,7 +131,7 @@ def test_primed_shapes_leave_no_compilation_inside_a_decode(models):
 def test_compiled_backend_raises_the_recompile_limit_only_inside_its_own_calls(models):
     """Our γ+1 step shapes need more graphs than dynamo's default limit, but other compiled code in the
     process must keep its limit: the raise is scoped to our compiled calls (no compiler needed here)."""
-    (knob, raised), = dynamo_limits().items()
+    ((knob, raised),) = dynamo_limits().items()
     before = getattr(torch._dynamo.config, knob)
     assert before < RECOMPILE_LIMIT == raised  # else this test could not tell scoped from global
     backend = ForwardBackend(models[0], "compiled")

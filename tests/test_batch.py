@@ -36,8 +36,8 @@ from collections import Counter
 
 import pytest
 import torch
-
 from conftest import VOCAB, sharpen, small_llama, tiny_gpt2, tiny_llama, tiny_t5
+
 from specbench.config import SamplingConfig
 from specbench.decoding.autoregressive import decode_autoregressive
 from specbench.decoding.batched import BatchedCachedModel, decode_autoregressive_batch, decode_speculative_batch
@@ -50,14 +50,22 @@ from specbench.decoding.drafts.model import ModelDraft
 from specbench.decoding.drafts.prompt_lookup import PromptLookupDraft
 from specbench.decoding.sampling import processed_probs
 from specbench.decoding.speculative import decode_speculative
-from specbench.evidence.equality import gof_check, rejection_step, residual_abs
 from specbench.errors import SpecbenchError
+from specbench.evidence.equality import gof_check, rejection_step, residual_abs
 
 GREEDY = SamplingConfig()
 CPU = torch.device("cpu")
 NEAR_TIE = 1e-4  # a top-2 logit gap below this is within float32 rounding of batched kernels
-PROMPTS = [[5, 17, 99, 3, 250, 31, 7, 64, 12, 400], [8], [40, 41, 42, 40, 41], [300, 12, 300, 12, 300, 12, 7],
-           [9, 9], [77, 401, 23, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14], [222, 100], [1, 60, 61, 62]]
+PROMPTS = [
+    [5, 17, 99, 3, 250, 31, 7, 64, 12, 400],
+    [8],
+    [40, 41, 42, 40, 41],
+    [300, 12, 300, 12, 300, 12, 7],
+    [9, 9],
+    [77, 401, 23, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14],
+    [222, 100],
+    [1, 60, 61, 62],
+]
 BUDGETS = [30, 12, 1, 25, 7, 30, 18, 2]
 
 
@@ -82,15 +90,23 @@ def close_draft(target):
 @pytest.fixture(scope="module")
 def eos_ids(target):
     """EOS ids chosen so that some rows stop at EOS before their budget and others run to it."""
-    free = [decode_autoregressive(CachedModel(target), p, max_new_tokens=b, sampling=GREEDY, generator=None,
-                                  eos_ids=frozenset()).token_ids for p, b in zip(PROMPTS, BUDGETS)]
+    free = [
+        decode_autoregressive(
+            CachedModel(target), p, max_new_tokens=b, sampling=GREEDY, generator=None, eos_ids=frozenset()
+        ).token_ids
+        for p, b in zip(PROMPTS, BUDGETS)
+    ]
     return frozenset({free[0][9], free[5][4]})
 
 
 @pytest.fixture(scope="module")
 def baselines(target, eos_ids):
-    out = [decode_autoregressive(CachedModel(target), p, max_new_tokens=b, sampling=GREEDY, generator=None,
-                                 eos_ids=eos_ids) for p, b in zip(PROMPTS, BUDGETS)]
+    out = [
+        decode_autoregressive(
+            CachedModel(target), p, max_new_tokens=b, sampling=GREEDY, generator=None, eos_ids=eos_ids
+        )
+        for p, b in zip(PROMPTS, BUDGETS)
+    ]
     stops = Counter(r.stop_reason for r, b in zip(out, BUDGETS) if b > 2)
     assert stops["eos"] >= 2 and stops["length"] >= 2, stops  # both ways of stopping happen inside a batch
     return [r.token_ids for r in out]
@@ -130,7 +146,7 @@ def make_draft(kind: str, close_draft):
 
 def subsets(size: int) -> list[list[int]]:
     """Which prompts form the batches of this size: consecutive groups, all 8 prompts covered."""
-    return [list(range(i, min(i + size, len(PROMPTS)))) for i in range(0, len(PROMPTS), size)][:3 if size < 3 else 8]
+    return [list(range(i, min(i + size, len(PROMPTS)))) for i in range(0, len(PROMPTS), size)][: 3 if size < 3 else 8]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -141,8 +157,14 @@ def subsets(size: int) -> list[list[int]]:
 def test_batched_baseline_rows_equal_batch1_greedy(target, eos_ids, baselines, size):
     kinds = Counter()
     for rows in subsets(size):
-        res = decode_autoregressive_batch(target, [PROMPTS[r] for r in rows], max_new_tokens=[BUDGETS[r] for r in rows],
-                                          sampling=GREEDY, eos_ids=eos_ids, pad_id=0)
+        res = decode_autoregressive_batch(
+            target,
+            [PROMPTS[r] for r in rows],
+            max_new_tokens=[BUDGETS[r] for r in rows],
+            sampling=GREEDY,
+            eos_ids=eos_ids,
+            pad_id=0,
+        )
         kinds += divergences(target, rows, [x.token_ids for x in res], baselines)
         assert all(x.batch_size == len(rows) and x.target_calls == len(x.token_ids) - 1 for x in res)
     assert kinds["unexplained"] == 0 and set(kinds) == {"identical"}, kinds
@@ -152,13 +174,22 @@ def test_batched_baseline_rows_equal_batch1_greedy(target, eos_ids, baselines, s
 @pytest.mark.parametrize("gamma", [1, 3, 5])
 @pytest.mark.parametrize("policy", ["ragged", "min"])
 @pytest.mark.parametrize("draft", ["model", "lookup", "hybrid"])
-def test_batched_speculative_rows_equal_batch1_greedy(target, close_draft, eos_ids, baselines, size, gamma, policy,
-                                                      draft):
+def test_batched_speculative_rows_equal_batch1_greedy(
+    target, close_draft, eos_ids, baselines, size, gamma, policy, draft
+):
     kinds, accepts = Counter(), Counter()
     for rows in subsets(size):
         proposer = make_draft(draft, close_draft)
-        res = decode_speculative_batch(target, proposer, [PROMPTS[r] for r in rows], gamma=gamma, policy=policy,
-                                       max_new_tokens=[BUDGETS[r] for r in rows], sampling=GREEDY, eos_ids=eos_ids)
+        res = decode_speculative_batch(
+            target,
+            proposer,
+            [PROMPTS[r] for r in rows],
+            gamma=gamma,
+            policy=policy,
+            max_new_tokens=[BUDGETS[r] for r in rows],
+            sampling=GREEDY,
+            eos_ids=eos_ids,
+        )
         kinds += divergences(target, rows, [x.token_ids for x in res], baselines)
         for x in res:
             accepts.update(x.accept_lengths)
@@ -170,9 +201,19 @@ def test_batched_speculative_rows_equal_batch1_greedy(target, close_draft, eos_i
 
 def test_ragged_rows_advance_by_their_own_acceptance_and_min_by_the_batchs(target, close_draft, eos_ids):
     prompts = [PROMPTS[0], PROMPTS[3], PROMPTS[5]]
-    ragged, least = (decode_speculative_batch(target, ModelDraft(close_draft, "c"), prompts, gamma=3, policy=p,
-                                              max_new_tokens=30, sampling=GREEDY, eos_ids=frozenset())
-                     for p in ("ragged", "min"))
+    ragged, least = (
+        decode_speculative_batch(
+            target,
+            ModelDraft(close_draft, "c"),
+            prompts,
+            gamma=3,
+            policy=p,
+            max_new_tokens=30,
+            sampling=GREEDY,
+            eos_ids=frozenset(),
+        )
+        for p in ("ragged", "min")
+    )
     # ragged: each row keeps n + 1 at every verify step, so rows differ within a step
     for x in ragged:
         assert [k for k, w in zip(x.kept_lengths, x.pass_lengths) if w > 1] == [n + 1 for n in x.accept_lengths]
@@ -187,11 +228,16 @@ def test_ragged_rows_advance_by_their_own_acceptance_and_min_by_the_batchs(targe
 def test_greedy_identity_holds_for_gpt2_absolute_positions():
     model = sharpen(tiny_gpt2(0), 4.0)
     prompts = [PROMPTS[0], PROMPTS[1], PROMPTS[5]]
-    base = [decode_autoregressive(CachedModel(model), p, max_new_tokens=20, sampling=GREEDY, generator=None,
-                                  eos_ids=frozenset()).token_ids for p in prompts]
+    base = [
+        decode_autoregressive(
+            CachedModel(model), p, max_new_tokens=20, sampling=GREEDY, generator=None, eos_ids=frozenset()
+        ).token_ids
+        for p in prompts
+    ]
     res = decode_autoregressive_batch(model, prompts, max_new_tokens=20, sampling=GREEDY, eos_ids=frozenset())
-    spec = decode_speculative_batch(model, PromptLookupDraft(VOCAB, CPU), prompts, gamma=3, max_new_tokens=20,
-                                    sampling=GREEDY, eos_ids=frozenset())
+    spec = decode_speculative_batch(
+        model, PromptLookupDraft(VOCAB, CPU), prompts, gamma=3, max_new_tokens=20, sampling=GREEDY, eos_ids=frozenset()
+    )
     assert [x.token_ids for x in res] == base and [x.token_ids for x in spec] == base
 
 
@@ -204,11 +250,13 @@ def test_compaction_keeps_outputs_and_removes_holes(target, close_draft, eos_ids
         before = self.lengths.clone()
         original(self)
         assert torch.equal(self.lengths, before) and self.mask[:, -1].all()  # same tokens, right-aligned
+
     monkeypatch.setattr(batch_cache, "COMPACT_MIN", 4)
     monkeypatch.setattr(BatchedCachedModel, "compact", counted)
     rows = list(range(8))
-    res = decode_speculative_batch(target, ModelDraft(close_draft, "c"), PROMPTS, gamma=5, max_new_tokens=BUDGETS,
-                                   sampling=GREEDY, eos_ids=eos_ids)
+    res = decode_speculative_batch(
+        target, ModelDraft(close_draft, "c"), PROMPTS, gamma=5, max_new_tokens=BUDGETS, sampling=GREEDY, eos_ids=eos_ids
+    )
     assert calls["compact"] > 0
     assert set(divergences(target, rows, [x.token_ids for x in res], baselines)) == {"identical"}
 
@@ -226,14 +274,18 @@ def seen_padding(prompts, pad_id, device):
 
 
 @pytest.mark.parametrize("control", ["rejected-slots-visible", "padding-visible"])
-def test_negative_controls_hole_and_padding_leaks_are_caught(target, close_draft, eos_ids, baselines, control,
-                                                             monkeypatch):
-    broken = {"rejected-slots-visible": ("keep_first", lambda mask, keep: mask),
-              "padding-visible": ("left_pad", seen_padding)}[control]
+def test_negative_controls_hole_and_padding_leaks_are_caught(
+    target, close_draft, eos_ids, baselines, control, monkeypatch
+):
+    broken = {
+        "rejected-slots-visible": ("keep_first", lambda mask, keep: mask),
+        "padding-visible": ("left_pad", seen_padding),
+    }[control]
     monkeypatch.setattr(batch_cache, *broken)
     rows = list(range(8))
-    res = decode_speculative_batch(target, ModelDraft(close_draft, "c"), PROMPTS, gamma=3, max_new_tokens=BUDGETS,
-                                   sampling=GREEDY, eos_ids=eos_ids)
+    res = decode_speculative_batch(
+        target, ModelDraft(close_draft, "c"), PROMPTS, gamma=3, max_new_tokens=BUDGETS, sampling=GREEDY, eos_ids=eos_ids
+    )
     kinds = divergences(target, rows, [x.token_ids for x in res], baselines)
     assert kinds["unexplained"] >= 3, kinds
 
@@ -241,12 +293,17 @@ def test_negative_controls_hole_and_padding_leaks_are_caught(target, close_draft
 def test_negative_control_positions_that_count_padding_are_caught(monkeypatch):
     """GPT-2's learned absolute positions show a position error that RoPE's shift invariance would hide."""
     model = sharpen(tiny_gpt2(0), 4.0)
-    base = [decode_autoregressive(CachedModel(model), p, max_new_tokens=20, sampling=GREEDY, generator=None,
-                                  eos_ids=frozenset()).token_ids for p in PROMPTS]
+    base = [
+        decode_autoregressive(
+            CachedModel(model), p, max_new_tokens=20, sampling=GREEDY, generator=None, eos_ids=frozenset()
+        ).token_ids
+        for p in PROMPTS
+    ]
     monkeypatch.setattr(batch_cache, "new_positions", broken_positions)
     res = decode_autoregressive_batch(model, PROMPTS, max_new_tokens=20, sampling=GREEDY, eos_ids=frozenset())
-    kinds = Counter((explain_divergence(model, p, b, x.token_ids) or (0, "identical"))[1]
-                    for p, b, x in zip(PROMPTS, base, res))
+    kinds = Counter(
+        (explain_divergence(model, p, b, x.token_ids) or (0, "identical"))[1] for p, b, x in zip(PROMPTS, base, res)
+    )
     assert kinds["unexplained"] >= 3, kinds
 
 
@@ -259,20 +316,42 @@ def test_sampled_rows_reproduce_batch1_under_their_seeds(target, close_draft, eo
     rows = [0, 2, 3, 5, 6]
     prompts, budgets = [PROMPTS[r] for r in rows], [BUDGETS[r] for r in rows]
     gens = lambda: [torch.Generator().manual_seed(100 + r) for r in rows]  # noqa: E731
-    base = decode_autoregressive_batch(target, prompts, max_new_tokens=budgets, sampling=sampling, eos_ids=eos_ids,
-                                       generators=gens())
+    base = decode_autoregressive_batch(
+        target, prompts, max_new_tokens=budgets, sampling=sampling, eos_ids=eos_ids, generators=gens()
+    )
     for draft in ("model", "lookup", "hybrid"):
         make = functools.partial(make_draft, draft, close_draft)
-        spec = decode_speculative_batch(target, make(), prompts, gamma=3, max_new_tokens=budgets, sampling=sampling,
-                                        eos_ids=eos_ids, generators=gens())
+        spec = decode_speculative_batch(
+            target,
+            make(),
+            prompts,
+            gamma=3,
+            max_new_tokens=budgets,
+            sampling=sampling,
+            eos_ids=eos_ids,
+            generators=gens(),
+        )
         for i, (p, b, g) in enumerate(zip(prompts, budgets, gens())):
-            one = decode_speculative(CachedModel(target), make(), p, gamma=3, max_new_tokens=b, sampling=sampling,
-                                     generator=g, eos_ids=eos_ids)
-            assert (spec[i].token_ids, spec[i].accept_lengths, spec[i].pass_lengths, spec[i].draft_lengths) == \
-                (one.token_ids, one.accept_lengths, one.pass_lengths, one.draft_lengths), (draft, i)
+            one = decode_speculative(
+                CachedModel(target),
+                make(),
+                p,
+                gamma=3,
+                max_new_tokens=b,
+                sampling=sampling,
+                generator=g,
+                eos_ids=eos_ids,
+            )
+            assert (spec[i].token_ids, spec[i].accept_lengths, spec[i].pass_lengths, spec[i].draft_lengths) == (
+                one.token_ids,
+                one.accept_lengths,
+                one.pass_lengths,
+                one.draft_lengths,
+            ), (draft, i)
     for i, (p, b, g) in enumerate(zip(prompts, budgets, gens())):
-        one = decode_autoregressive(CachedModel(target), p, max_new_tokens=b, sampling=sampling, generator=g,
-                                    eos_ids=eos_ids)
+        one = decode_autoregressive(
+            CachedModel(target), p, max_new_tokens=b, sampling=sampling, generator=g, eos_ids=eos_ids
+        )
         assert base[i].token_ids == one.token_ids, i
 
 
@@ -293,7 +372,11 @@ def chain_law(model, prompt: list[int], length: int) -> dict[tuple[int, ...], fl
         with torch.no_grad():
             logits = model(input_ids=torch.tensor([prompt + list(p) for p in prefixes])).logits[:, -1]
         probs = processed_probs(logits, LAW_SAMPLING)
-        law = {p + (t,): law[p] * float(row[t]) for p, row in zip(prefixes, probs) for t in row.nonzero().flatten().tolist()}
+        law = {
+            p + (t,): law[p] * float(row[t])
+            for p, row in zip(prefixes, probs)
+            for t in row.nonzero().flatten().tolist()
+        }
     return law
 
 
@@ -308,8 +391,17 @@ def row_counts(target, draft, policy: str, n: int, seed: int) -> tuple[list[Coun
     lm, proposer = BatchedCachedModel(target), ModelDraft(draft, "d")
     for b in range(n):
         gens = [torch.Generator().manual_seed(seed + 10 * b + r) for r in range(len(LAW_PROMPTS))]
-        res = decode_speculative_batch(lm, proposer, LAW_PROMPTS, gamma=2, policy=policy, max_new_tokens=LAW_NEW,
-                                       sampling=LAW_SAMPLING, eos_ids=frozenset(), generators=gens)
+        res = decode_speculative_batch(
+            lm,
+            proposer,
+            LAW_PROMPTS,
+            gamma=2,
+            policy=policy,
+            max_new_tokens=LAW_NEW,
+            sampling=LAW_SAMPLING,
+            eos_ids=frozenset(),
+            generators=gens,
+        )
         for c, x in zip(counts, res):
             c[tuple(x.token_ids)] += 1
             kept.update(k - 1 - n for k, n in zip(x.kept_lengths, x.accept_lengths))  # < 0: min cut the row short
@@ -317,8 +409,10 @@ def row_counts(target, draft, policy: str, n: int, seed: int) -> tuple[list[Coun
 
 
 def law_checks(label: str, counts: list[Counter], laws: list[dict]):
-    return [gof_check(f"{label}/row{r}", c, law, level=LAW_LEVEL, alt_tv=ALT_TV) for r, (c, law) in
-            enumerate(zip(counts, laws))]
+    return [
+        gof_check(f"{label}/row{r}", c, law, level=LAW_LEVEL, alt_tv=ALT_TV)
+        for r, (c, law) in enumerate(zip(counts, laws))
+    ]
 
 
 @pytest.mark.parametrize("policy", ["ragged", "min"])
@@ -337,7 +431,7 @@ def kept_wrongly(verdicts, policy):
     """Control: L = the batch's min of n + 1, but each row keeps its first L − 1 tokens then its OWN
     correction/bonus token, which was drawn for position n + 1, not L."""
     cap = min(v.n_accepted + 1 for _, v in verdicts)
-    return [drafted[:cap - 1] + [v.next_token] for drafted, v in verdicts]
+    return [drafted[: cap - 1] + [v.next_token] for drafted, v in verdicts]
 
 
 @pytest.mark.parametrize("control", ["abs-residual", "min-keeps-own-correction"])
@@ -377,7 +471,9 @@ def test_bad_inputs_fail_in_one_line(target, close_draft):
         lambda: decode_speculative_batch(target, ModelDraft(close_draft, "c"), [[1]], gamma=0, **kw),
         lambda: decode_autoregressive_batch(target, [], **kw),
         lambda: decode_autoregressive_batch(target, [[1], []], **kw),
-        lambda: decode_autoregressive_batch(target, [[1], [2]], max_new_tokens=[3], sampling=GREEDY, eos_ids=frozenset()),
+        lambda: decode_autoregressive_batch(
+            target, [[1], [2]], max_new_tokens=[3], sampling=GREEDY, eos_ids=frozenset()
+        ),
         lambda: decode_autoregressive_batch(tiny_t5(0), [[1], [2]], **kw),
     ]
     for call in bad:
@@ -389,8 +485,15 @@ def test_bad_inputs_fail_in_one_line(target, close_draft):
 def test_one_hybrid_per_row_is_accepted_and_exact(target, close_draft, baselines, eos_ids):
     rows = [0, 3, 5]
     hybrids = [HybridDraft(PromptLookupDraft(VOCAB, CPU), ModelDraft(close_draft, "c"), "h") for _ in rows]
-    res = decode_speculative_batch(target, hybrids, [PROMPTS[r] for r in rows], gamma=3,
-                                   max_new_tokens=[BUDGETS[r] for r in rows], sampling=GREEDY, eos_ids=eos_ids)
+    res = decode_speculative_batch(
+        target,
+        hybrids,
+        [PROMPTS[r] for r in rows],
+        gamma=3,
+        max_new_tokens=[BUDGETS[r] for r in rows],
+        sampling=GREEDY,
+        eos_ids=eos_ids,
+    )
     assert set(divergences(target, rows, [x.token_ids for x in res], baselines)) == {"identical"}
 
 
@@ -406,13 +509,27 @@ def test_one_unfitted_frequency_draft_copied_per_row_keeps_rows_apart(order):
     target = sharpen(tiny_llama(0), 4.0)
     sampling = SamplingConfig(temperature=1.0)
     prompts = [[5, 17, 99, 3, 250, 31, 7, 64, 12, 400], [300, 12, 300, 12, 300, 12, 7]]
-    batch = decode_speculative_batch(target, FrequencyDraft(order, VOCAB, torch.device("cpu")), prompts, gamma=3,
-                                     max_new_tokens=20, sampling=sampling, eos_ids=frozenset(),
-                                     generators=[torch.Generator().manual_seed(i) for i in range(2)])
+    batch = decode_speculative_batch(
+        target,
+        FrequencyDraft(order, VOCAB, torch.device("cpu")),
+        prompts,
+        gamma=3,
+        max_new_tokens=20,
+        sampling=sampling,
+        eos_ids=frozenset(),
+        generators=[torch.Generator().manual_seed(i) for i in range(2)],
+    )
     for i, prompt in enumerate(prompts):
-        alone = decode_speculative(CachedModel(target), FrequencyDraft(order, VOCAB, torch.device("cpu")), prompt,
-                                   gamma=3, max_new_tokens=20, sampling=sampling, eos_ids=frozenset(),
-                                   generator=torch.Generator().manual_seed(i))
+        alone = decode_speculative(
+            CachedModel(target),
+            FrequencyDraft(order, VOCAB, torch.device("cpu")),
+            prompt,
+            gamma=3,
+            max_new_tokens=20,
+            sampling=sampling,
+            eos_ids=frozenset(),
+            generator=torch.Generator().manual_seed(i),
+        )
         assert (batch[i].token_ids, batch[i].accept_lengths) == (alone.token_ids, alone.accept_lengths), i
 
 
@@ -421,20 +538,43 @@ def test_a_sliding_window_target_is_refused_at_batch_above_one():
     from transformers import MistralConfig, MistralForCausalLM
 
     torch.manual_seed(0)
-    cfg = MistralConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                        num_attention_heads=4, num_key_value_heads=2, sliding_window=6, max_position_embeddings=128)
+    cfg = MistralConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        sliding_window=6,
+        max_position_embeddings=128,
+    )
     target = MistralForCausalLM(cfg).eval()
     prompts = [[5, 6, 7, 8], [9, 10, 11]]
     with pytest.raises(SpecbenchError, match="sliding window"):
-        decode_speculative_batch(target, PromptLookupDraft(VOCAB, torch.device("cpu")), prompts, gamma=3,
-                                 max_new_tokens=8, sampling=SamplingConfig(temperature=0.0), eos_ids=frozenset())
-    one = decode_speculative_batch(target, PromptLookupDraft(VOCAB, torch.device("cpu")), prompts[:1], gamma=3,
-                                   max_new_tokens=8, sampling=SamplingConfig(temperature=0.0), eos_ids=frozenset())
+        decode_speculative_batch(
+            target,
+            PromptLookupDraft(VOCAB, torch.device("cpu")),
+            prompts,
+            gamma=3,
+            max_new_tokens=8,
+            sampling=SamplingConfig(temperature=0.0),
+            eos_ids=frozenset(),
+        )
+    one = decode_speculative_batch(
+        target,
+        PromptLookupDraft(VOCAB, torch.device("cpu")),
+        prompts[:1],
+        gamma=3,
+        max_new_tokens=8,
+        sampling=SamplingConfig(temperature=0.0),
+        eos_ids=frozenset(),
+    )
     assert len(one[0].token_ids) == 8
 
 
-def test_one_hybrid_for_all_rows_mixes_lookup_and_batched_model_tokens(target, close_draft, eos_ids, baselines,
-                                                                       monkeypatch):
+def test_one_hybrid_for_all_rows_mixes_lookup_and_batched_model_tokens(
+    target, close_draft, eos_ids, baselines, monkeypatch
+):
     """The batched hybrid really does both in one step: some row takes lookup tokens while others get model
     tokens from the one batched pass (and a row's proposal can join both), and the rows stay exact."""
     from specbench.decoding.batched import drafts
@@ -452,9 +592,20 @@ def test_one_hybrid_for_all_rows_mixes_lookup_and_batched_model_tokens(target, c
     monkeypatch.setattr(drafts.BatchedHybridDraft, "propose", spy)
     rows = list(range(8))
     prompts = [PROMPTS[r] + PROMPTS[r][:6] for r in rows]  # each prompt repeats its start: lookup has matches
-    res = decode_speculative_batch(target, make_draft("hybrid", close_draft), prompts, gamma=4,
-                                   max_new_tokens=[BUDGETS[r] for r in rows], sampling=GREEDY, eos_ids=eos_ids)
-    alone = [decode_autoregressive(CachedModel(target), p, max_new_tokens=BUDGETS[r], sampling=GREEDY, generator=None,
-                                   eos_ids=eos_ids).token_ids for p, r in zip(prompts, rows)]
+    res = decode_speculative_batch(
+        target,
+        make_draft("hybrid", close_draft),
+        prompts,
+        gamma=4,
+        max_new_tokens=[BUDGETS[r] for r in rows],
+        sampling=GREEDY,
+        eos_ids=eos_ids,
+    )
+    alone = [
+        decode_autoregressive(
+            CachedModel(target), p, max_new_tokens=BUDGETS[r], sampling=GREEDY, generator=None, eos_ids=eos_ids
+        ).token_ids
+        for p, r in zip(prompts, rows)
+    ]
     assert [x.token_ids for x in res] == alone
     assert seen["model"] > 0 and seen["lookup"] > 0 and seen["joined"] > 0, seen

@@ -49,7 +49,8 @@ def test_a_deterministic_batch_is_priced_pass_by_pass_under_both_policies():
     # a model draft's passes are priced at the live rows: 3 per step for the widest row
     draft = np.arange(5) * 100.0
     assert bm.simulate_speculative_ms(steps, [9, 3], t, draft, "ragged", replicates=3) == pytest.approx(
-        2 * t[2, 4] + 2 * 3 * 200.0)
+        2 * t[2, 4] + 2 * 3 * 200.0
+    )
 
 
 def test_a_straggler_row_sets_the_batchs_passes():
@@ -78,18 +79,30 @@ def records_for(lengths, steps, shapes):
     """Synthetic batch records: each row's speculative steps and both engines' pass shapes."""
     rows = []
     for n, row_steps in zip(lengths, steps):
-        spec = {"n_tokens": n, "pass_lengths": [g + 1 for g, _ in row_steps],
-                "accept_lengths": [a for g, a in row_steps if g], "batch_pass_rows": shapes["spec"][0],
-                "batch_pass_widths": shapes["spec"][1]}
+        spec = {
+            "n_tokens": n,
+            "pass_lengths": [g + 1 for g, _ in row_steps],
+            "accept_lengths": [a for g, a in row_steps if g],
+            "batch_pass_rows": shapes["spec"][0],
+            "batch_pass_widths": shapes["spec"][1],
+        }
         base = {"n_tokens": n, "batch_pass_rows": shapes["base"][0], "batch_pass_widths": shapes["base"][1]}
         rows.append({"baseline": base, "speculative": spec})
     return rows
 
 
 def calibration_for(fn, batch_size, k_max):
-    per_rows = [{"rows": b, "context_tokens": 10, "repeats": 1, "target_ms": {k: fn(b, k) for k in range(1, k_max + 1)},
-                 "target_spread": {k: 0.0 for k in range(1, k_max + 1)}, "draft_ms": None}
-                for b in batch_row_grid(batch_size)]
+    per_rows = [
+        {
+            "rows": b,
+            "context_tokens": 10,
+            "repeats": 1,
+            "target_ms": {k: fn(b, k) for k in range(1, k_max + 1)},
+            "target_spread": {k: 0.0 for k in range(1, k_max + 1)},
+            "draft_ms": None,
+        }
+        for b in batch_row_grid(batch_size)
+    ]
     return batch_calibration_dict(batch_size, per_rows, 0.1)
 
 
@@ -100,7 +113,10 @@ def test_prediction_equals_the_replay_when_the_run_did_what_the_model_draws():
     out = bm.batch_cost_figures([batch], cal, 3, "ragged")
     assert out["predicted_speedup_batch"] == pytest.approx(out["replayed_speedup_batch"])
     assert out["predicted_speedup_batch"] == pytest.approx((8 * (5 + 6)) / (2 * (5 + 24)))
-    assert cal["rows"] == {"1": {str(k): 5.0 + 3 * k for k in range(1, 5)}, "2": {str(k): 5.0 + 6 * k for k in range(1, 5)}}
+    assert cal["rows"] == {
+        "1": {str(k): 5.0 + 3 * k for k in range(1, 5)},
+        "2": {str(k): 5.0 + 6 * k for k in range(1, 5)},
+    }
     assert cal["verify_cost"]["3"] == pytest.approx((5 + 24) / (5 + 6))
 
 
@@ -123,15 +139,24 @@ def test_a_batch_is_calibrated_at_the_context_of_its_longest_prompt():
 
 
 def test_the_grid_calibration_times_every_row_count_and_width():
-    from specbench.measure.calibration import calibrate_batch_grid
+    import warnings
+
     from conftest import tiny_llama
 
-    import warnings
+    from specbench.measure.calibration import calibrate_batch_grid
 
     with warnings.catch_warnings():  # the cache goes by the name the model takes (past_key_values warns since 5.x)
         warnings.simplefilter("error", FutureWarning)
-        per_rows = calibrate_batch_grid(tiny_llama(0), [[5, 6, 7, 8], [9, 10]], batch_size=3, k_max=2,
-                                        max_new_tokens=4, max_positions=None, draft=tiny_llama(1), repeats=2)
+        per_rows = calibrate_batch_grid(
+            tiny_llama(0),
+            [[5, 6, 7, 8], [9, 10]],
+            batch_size=3,
+            k_max=2,
+            max_new_tokens=4,
+            max_positions=None,
+            draft=tiny_llama(1),
+            repeats=2,
+        )
     assert [c["rows"] for c in per_rows] == [1, 2, 3]
     assert all(sorted(c["target_ms"]) == [1, 2] and c["draft_ms"] > 0 and c["context_tokens"] == 6 for c in per_rows)
 

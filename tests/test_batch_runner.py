@@ -6,6 +6,7 @@ import json
 import math
 
 import pytest
+from test_sweep import MAX_NEW, PROMPTS, FakeSession
 from typer.testing import CliRunner
 
 import specbench.measure.runner as runner
@@ -16,7 +17,6 @@ from specbench.measure import metrics, theory
 from specbench.measure.batch_runner import batch_groups
 from specbench.measure.records import read_records
 from specbench.measure.sweep import SweepGrid, cell_ids, run_sweep
-from test_sweep import MAX_NEW, PROMPTS, FakeSession
 
 MORE = PROMPTS + ["Fifth prompt, a little longer than the others here.", "Six."]
 
@@ -29,8 +29,9 @@ def task_file(tmp_path) -> str:
 
 
 def config(task: str, **over) -> RunConfig:
-    kw = dict(target="tiny-target", draft="tiny-draft", task=task, gamma=3, limit=5, max_new_tokens=MAX_NEW,
-              device="cpu")
+    kw = dict(
+        target="tiny-target", draft="tiny-draft", task=task, gamma=3, limit=5, max_new_tokens=MAX_NEW, device="cpu"
+    )
     kw.update(over)
     return RunConfig(**kw)
 
@@ -52,18 +53,21 @@ def test_batch_1_keeps_todays_run_ids_and_manifest_config(task_file):
     assert RunConfig.from_dict(batched.to_dict()) == batched
 
 
-@pytest.mark.parametrize("over, needle", [
-    (dict(batch_size=0), "--batch-size must be an integer between 1"),
-    (dict(batch_size=-3), "--batch-size must be an integer between 1"),
-    (dict(batch_size=2, batch_policy="max"), "--batch-policy must be one of ragged, min"),
-    (dict(batch_size=2, engine="hf-assisted"), "HF's assisted generation does not support batches"),
-    (dict(batch_size=2, backend="static"), "batches run eager"),
-    (dict(batch_size=2, gamma="adaptive"), "pass an integer γ"),
-    (dict(batch_size=2, gamma="heuristic"), "pass an integer γ"),
-    (dict(batch_size=2, gamma="auto"), "pass an integer γ"),
-    (dict(batch_size=2, draft="auto"), "--draft auto and --dtype auto"),
-    (dict(batch_size=2, draft_confidence=0.5), "--draft-confidence"),
-])
+@pytest.mark.parametrize(
+    "over, needle",
+    [
+        (dict(batch_size=0), "--batch-size must be an integer between 1"),
+        (dict(batch_size=-3), "--batch-size must be an integer between 1"),
+        (dict(batch_size=2, batch_policy="max"), "--batch-policy must be one of ragged, min"),
+        (dict(batch_size=2, engine="hf-assisted"), "HF's assisted generation does not support batches"),
+        (dict(batch_size=2, backend="static"), "batches run eager"),
+        (dict(batch_size=2, gamma="adaptive"), "pass an integer γ"),
+        (dict(batch_size=2, gamma="heuristic"), "pass an integer γ"),
+        (dict(batch_size=2, gamma="auto"), "pass an integer γ"),
+        (dict(batch_size=2, draft="auto"), "--draft auto and --dtype auto"),
+        (dict(batch_size=2, draft_confidence=0.5), "--draft-confidence"),
+    ],
+)
 def test_bad_batch_options_are_one_line(task_file, over, needle):
     with pytest.raises(SpecbenchError, match=needle) as err:
         config(task_file, **over).validate()
@@ -92,8 +96,13 @@ def test_a_batched_run_writes_one_record_per_example_with_its_batch(tmp_path, ta
     single = run(config(task_file), tmp_path)
     order = [r["example_id"] for r in read_records(single.files.examples)]
     assert [r["example_id"] for r in records] == order  # the task's seeded order, batch by batch
-    assert [(r["batch_index"], r["row"], r["batch_rows"]) for r in records] == [(0, 0, 2), (0, 1, 2), (1, 0, 2),
-                                                                                 (1, 1, 2), (2, 0, 1)]
+    assert [(r["batch_index"], r["row"], r["batch_rows"]) for r in records] == [
+        (0, 0, 2),
+        (0, 1, 2),
+        (1, 0, 2),
+        (1, 1, 2),
+        (2, 0, 1),
+    ]
     for r in records:
         assert r["batch_size"] == 2
         for engine in ("baseline", "speculative"):
@@ -158,12 +167,35 @@ def test_sampled_rows_do_not_depend_on_the_batch(tmp_path, task_file):
 
 def fake_record(batch_index: int, row: int, tokens: int, batch_s: float, prefill: float, accepted: int) -> dict:
     def engine(n, s):
-        return {"n_tokens": n, "prefill_s": prefill, "decode_s": s - prefill, "target_calls": 4, "draft_calls": 0,
-                "drafted": 8, "accepted": accepted, "trials": 8, "draft_s": 0.1, "verify_s": 0.2, "batch_s": batch_s,
-                "accept_lengths": [], "draft_lengths": [], "expected_accept": [], "token_ids": [0] * n,
-                "stop_reason": "length", "repeat_s": []}
-    return {"batch_size": 2, "batch_index": batch_index, "row": row, "identical": True, "first_divergence": None,
-            "baseline": {**engine(tokens, 2.0), "batch_s": 2.0}, "speculative": engine(tokens, batch_s)}
+        return {
+            "n_tokens": n,
+            "prefill_s": prefill,
+            "decode_s": s - prefill,
+            "target_calls": 4,
+            "draft_calls": 0,
+            "drafted": 8,
+            "accepted": accepted,
+            "trials": 8,
+            "draft_s": 0.1,
+            "verify_s": 0.2,
+            "batch_s": batch_s,
+            "accept_lengths": [],
+            "draft_lengths": [],
+            "expected_accept": [],
+            "token_ids": [0] * n,
+            "stop_reason": "length",
+            "repeat_s": [],
+        }
+
+    return {
+        "batch_size": 2,
+        "batch_index": batch_index,
+        "row": row,
+        "identical": True,
+        "first_divergence": None,
+        "baseline": {**engine(tokens, 2.0), "batch_s": 2.0},
+        "speculative": engine(tokens, batch_s),
+    }
 
 
 def test_batch_throughput_counts_each_batch_once():
@@ -191,9 +223,18 @@ def test_min_policy_law_matches_a_simulation():
 
 
 def test_sweep_batch_axis_runs_b1_once_and_shares_baselines_per_batch_size(tmp_path, task_file):
-    grid = SweepGrid.from_specs(target="tiny-target", draft="tiny-draft", gamma="2", temperature="0", task=task_file,
-                                limit=4, max_new_tokens=MAX_NEW, device="cpu", batch_size=(1, 2),
-                                batch_policy=("ragged", "min"))
+    grid = SweepGrid.from_specs(
+        target="tiny-target",
+        draft="tiny-draft",
+        gamma="2",
+        temperature="0",
+        task=task_file,
+        limit=4,
+        max_new_tokens=MAX_NEW,
+        device="cpu",
+        batch_size=(1, 2),
+        batch_policy=("ragged", "min"),
+    )
     ids = [cid for cid, _ in cell_ids(grid)]
     assert ids == ["prompts-tiny-draft-g2-t0", "prompts-tiny-draft-g2-t0-b2", "prompts-tiny-draft-g2-t0-b2-min"]
     out = run_sweep(grid, tmp_path, session=FakeSession())
@@ -201,18 +242,29 @@ def test_sweep_batch_axis_runs_b1_once_and_shares_baselines_per_batch_size(tmp_p
     assert names == ["prompts-t0-k0-p1-b2.jsonl", "prompts-t0-k0-p1.jsonl"]
     b2 = [c.summary for c in out.cells if c.cell_id.endswith("-b2")][0]
     assert b2["batch_size"] == 2 and b2["complete"]
-    single = SweepGrid.from_specs(target="tiny-target", draft="tiny-draft", gamma="2", temperature="0", task=task_file,
-                                  limit=4, max_new_tokens=MAX_NEW, device="cpu")
+    single = SweepGrid.from_specs(
+        target="tiny-target",
+        draft="tiny-draft",
+        gamma="2",
+        temperature="0",
+        task=task_file,
+        limit=4,
+        max_new_tokens=MAX_NEW,
+        device="cpu",
+    )
     assert "batch_size" not in single.to_dict() and "batch_policy" not in single.to_dict()
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["run", "--batch-size", "0"], "--batch-size must be an integer between 1"),
-    (["run", "--batch-size", "2", "--engine", "hf-assisted"], "HF's assisted generation does not support batches"),
-    (["run", "--batch-size", "2", "--gamma", "adaptive"], "pass an integer γ"),
-    (["sweep", "--batch-size", "0,2"], "--batch-size: values must be >= 1"),
-    (["sweep", "--batch-policy", "ragged,max"], "--batch-policy: 'max' is not one of"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["run", "--batch-size", "0"], "--batch-size must be an integer between 1"),
+        (["run", "--batch-size", "2", "--engine", "hf-assisted"], "HF's assisted generation does not support batches"),
+        (["run", "--batch-size", "2", "--gamma", "adaptive"], "pass an integer γ"),
+        (["sweep", "--batch-size", "0,2"], "--batch-size: values must be >= 1"),
+        (["sweep", "--batch-policy", "ragged,max"], "--batch-policy: 'max' is not one of"),
+    ],
+)
 def test_cli_bad_batch_input_is_one_line(tmp_path, args, needle):
     result = CliRunner().invoke(app, args + ["--results-dir", str(tmp_path)])
     assert result.exit_code == 1
@@ -227,13 +279,29 @@ def test_report_draws_speedup_against_batch_size_with_a_verdict(tmp_path, task_f
 
     from specbench.report.analysis import batch_curves, batch_sentence
 
-    rows = [{"task": "t", "draft": "d", "gamma": 3, "temperature": 0.0, "batch_size": b, "batch_policy": p,
-             "speedup": s, "predicted_speedup_batch": s * 1.05, "predicted_decode_speedup": 1.5, "run_id": f"r{b}{p}",
-             "speedup_ci95": [s - 0.1, s + 0.1], "decode_speedup": s + 0.05, "replayed_speedup_batch": s}
-            for b, p, s in [(1, "ragged", 1.5), (2, "ragged", 1.4), (4, "ragged", 1.3), (2, "min", 1.2), (4, "min", 0.9)]]
+    rows = [
+        {
+            "task": "t",
+            "draft": "d",
+            "gamma": 3,
+            "temperature": 0.0,
+            "batch_size": b,
+            "batch_policy": p,
+            "speedup": s,
+            "predicted_speedup_batch": s * 1.05,
+            "predicted_decode_speedup": 1.5,
+            "run_id": f"r{b}{p}",
+            "speedup_ci95": [s - 0.1, s + 0.1],
+            "decode_speedup": s + 0.05,
+            "replayed_speedup_batch": s,
+        }
+        for b, p, s in [(1, "ragged", 1.5), (2, "ragged", 1.4), (4, "ragged", 1.3), (2, "min", 1.2), (4, "min", 0.9)]
+    ]
     curves = batch_curves(pd.DataFrame(rows))
-    assert [(c["policy"], [p["batch_size"] for p in c["points"]]) for c in curves] == [("ragged", [1, 2, 4]),
-                                                                                        ("min", [1, 2, 4])]
+    assert [(c["policy"], [p["batch_size"] for p in c["points"]]) for c in curves] == [
+        ("ragged", [1, 2, 4]),
+        ("min", [1, 2, 4]),
+    ]
     assert curves[0]["points"][0]["predicted"] == 1.5 and curves[0]["points"][1]["predicted"] == pytest.approx(1.47)
     assert curves[0]["points"][1]["ci_low"] == pytest.approx(1.3) and curves[0]["points"][1]["decode_speedup"] == 1.45
     assert math.isnan(curves[0]["points"][0]["replayed"]) and curves[0]["points"][1]["replayed"] == 1.4

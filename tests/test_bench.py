@@ -17,8 +17,24 @@ def test_gpu_script_runs_on_cpu_and_says_what_it_skipped(tmp_path, capsys):
     target, draft = save_tiny(tmp_path / "t", 0), save_tiny(tmp_path / "d", 1)
     task = tmp_path / "task.jsonl"
     task.write_text("\n".join(json.dumps({"prompt": p}) for p in CORPUS[:3]) + "\n")
-    results = gpu.main(["--target", target, "--draft", draft, "--task", str(task), "--gamma", "2", "--limit", "2",
-                        "--max-new-tokens", "6", "--out", str(tmp_path / "out")])
+    results = gpu.main(
+        [
+            "--target",
+            target,
+            "--draft",
+            draft,
+            "--task",
+            str(task),
+            "--gamma",
+            "2",
+            "--limit",
+            "2",
+            "--max-new-tokens",
+            "6",
+            "--out",
+            str(tmp_path / "out"),
+        ]
+    )
     printed = capsys.readouterr().out
     assert "no CUDA GPU" in printed and "skipped" in printed
     assert set(results["bench"]) == {"eager", "static"}

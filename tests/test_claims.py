@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import numpy as np
-
 from test_report import make_run
+
 from specbench.report.claims import FAILS, HOLDS, UNSURE, UNTESTED, claims, headline
 from specbench.report.collect import collect
 from specbench.report.render import write_report
@@ -24,8 +24,12 @@ def varied_run(root: Path, run_id: str, *, speedup: float, spread=SPREAD, summar
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     rows = [dict(rows[0], example_id=f"ex{i}") for i in range(len(spread))]
     for i, (row, f) in enumerate(zip(rows, spread)):
-        row["speculative"] = dict(row["speculative"], decode_s=row["speculative"]["decode_s"] * f,
-                                  verify_s=row["speculative"]["verify_s"] * f, draft_s=row["speculative"]["draft_s"] * f)
+        row["speculative"] = dict(
+            row["speculative"],
+            decode_s=row["speculative"]["decode_s"] * f,
+            verify_s=row["speculative"]["verify_s"] * f,
+            draft_s=row["speculative"]["draft_s"] * f,
+        )
         if nll is not None:
             row["nll"] = {"baseline": nll[0][i], "speculative": nll[1][i]}
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -37,8 +41,9 @@ def varied_run(root: Path, run_id: str, *, speedup: float, spread=SPREAD, summar
 
 def by_claim(root: Path) -> dict[str, object]:
     data = collect([root])
-    return {c.claim.split()[0] + ("-" + c.claim.split()[-1] if c.claim.startswith("Gains") else ""): c
-            for c in claims(data)}
+    return {
+        c.claim.split()[0] + ("-" + c.claim.split()[-1] if c.claim.startswith("Gains") else ""): c for c in claims(data)
+    }
 
 
 def test_every_claim_is_untested_with_a_command_when_the_axes_are_missing(tmp_path):
@@ -71,7 +76,9 @@ def test_speedup_claim_is_judged_by_the_interval(tmp_path):
     varied_run(root, "fast", speedup=2.6, gamma=3)
     varied_run(root, "slow", speedup=1.2, gamma=1)
     c = claims(collect([root]))[0]
-    assert c.verdict.startswith(HOLDS) and "best 2." in c.numbers and "γ 3" in c.numbers and c.figure == "speedup_vs_gamma"
+    assert (
+        c.verdict.startswith(HOLDS) and "best 2." in c.numbers and "γ 3" in c.numbers and c.figure == "speedup_vs_gamma"
+    )
     lo, hi = (float(x) for x in c.numbers.split("[")[1].split("]")[0].split(", "))
     assert 2.0 <= lo < hi  # the interval is real, and above the claim's low end
 
@@ -138,8 +145,16 @@ def test_perplexity_claim_holds_for_equal_scores_and_fails_for_a_different_sampl
 
 def test_claims_table_heads_the_report_with_links_and_the_headline(tmp_path):
     root = tmp_path / "runs"
-    hw = {"cpu_model": "AMD EPYC 7B13", "isa_flags": ["avx2"], "cpu_count": 2, "usable_cpus": 2, "torch_threads": 2,
-          "memory_gib": 8.0, "gpus": [], "machine": "x86_64"}
+    hw = {
+        "cpu_model": "AMD EPYC 7B13",
+        "isa_flags": ["avx2"],
+        "cpu_count": 2,
+        "usable_cpus": 2,
+        "torch_threads": 2,
+        "memory_gib": 8.0,
+        "gpus": [],
+        "machine": "x86_64",
+    }
     for n, s in ((16, 1.2), (64, 1.5)):
         varied_run(root, f"n{n}", speedup=s, summary_extra={"max_new_tokens": n}, manifest_extra={"hardware": hw})
     out = write_report([root], tmp_path / "rep").out
@@ -172,7 +187,9 @@ def test_runs_at_other_budgets_or_buckets_are_other_series(tmp_path):
     root = tmp_path / "runs"
     for n in (16, 64):
         for bucket in ("short", "long"):
-            varied_run(root, f"n{n}-{bucket}", speedup=1.3, summary_extra={"max_new_tokens": n, "prompt_length": bucket})
+            varied_run(
+                root, f"n{n}-{bucket}", speedup=1.3, summary_extra={"max_new_tokens": n, "prompt_length": bucket}
+            )
     series = set(collect([root]).runs["series"])
     assert len(series) == 4 and any("max_new_tokens=16" in s and "prompt_length=long" in s for s in series)
 
@@ -186,8 +203,14 @@ def test_an_underpowered_perplexity_test_says_how_many_examples_would_do(tmp_pat
     rng = np.random.default_rng(5)
     spread = tuple(1.0 + 0.01 * (i % 5) for i in range(40))
     root = tmp_path / "weak"
-    varied_run(root, "t1", speedup=1.2, temperature=1.0, spread=spread,
-               nll=(rng.normal(3.0, 1.0, 40), rng.normal(3.0, 1.0, 40)))
+    varied_run(
+        root,
+        "t1",
+        speedup=1.2,
+        temperature=1.0,
+        spread=spread,
+        nll=(rng.normal(3.0, 1.0, 40), rng.normal(3.0, 1.0, 40)),
+    )
     c = by_claim(root)["Quality"]
     assert c.verdict.startswith(UNSURE), c
     need = int(re.search(r"about ([\d,]+) examples per engine", c.verdict).group(1).replace(",", ""))

@@ -6,16 +6,18 @@ import json
 
 import pytest
 import torch
+from conftest import needs_cxx
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from typer.testing import CliRunner
 
-from conftest import needs_cxx
 from specbench.cli import app
 
-CORPUS = ["the cat sat on the mat and the dog sat on the log",
-          "speculative decoding drafts tokens and the target verifies them",
-          "a small draft model proposes and a large target model checks"] * 5
+CORPUS = [
+    "the cat sat on the mat and the dog sat on the log",
+    "speculative decoding drafts tokens and the target verifies them",
+    "a small draft model proposes and a large target model checks",
+] * 5
 
 
 def save_tiny(path, seed: int, vocab: int | None = None, max_positions: int = 256):
@@ -24,9 +26,17 @@ def save_tiny(path, seed: int, vocab: int | None = None, max_positions: int = 25
     tok.train_from_iterator(CORPUS, trainers.WordLevelTrainer(special_tokens=["<unk>", "<s>", "</s>"]))
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab or len(fast), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_positions,
-                      bos_token_id=1, eos_token_id=2)
+    cfg = LlamaConfig(
+        vocab_size=vocab or len(fast),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_positions,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     LlamaForCausalLM(cfg).save_pretrained(path)
     fast.save_pretrained(path)
     return str(path)
@@ -35,8 +45,12 @@ def save_tiny(path, seed: int, vocab: int | None = None, max_positions: int = 25
 @pytest.fixture(scope="module")
 def models_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
-    return {"target": save_tiny(root / "target", 0), "draft": save_tiny(root / "draft", 1),
-            "wide": save_tiny(root / "wide", 2, vocab=100), "short": save_tiny(root / "short", 0, max_positions=16)}
+    return {
+        "target": save_tiny(root / "target", 0),
+        "draft": save_tiny(root / "draft", 1),
+        "wide": save_tiny(root / "wide", 2, vocab=100),
+        "short": save_tiny(root / "short", 0, max_positions=16),
+    }
 
 
 @pytest.fixture()
@@ -51,8 +65,24 @@ def invoke(*args):
 
 
 def run_args(models_dir, task_file, tmp_path, *extra):
-    return ("run", "--target", models_dir["target"], "--draft", models_dir["draft"], "--task", task_file,
-            "--limit", "3", "--max-new-tokens", "12", "--device", "cpu", "--results-dir", str(tmp_path / "res"), *extra)
+    return (
+        "run",
+        "--target",
+        models_dir["target"],
+        "--draft",
+        models_dir["draft"],
+        "--task",
+        task_file,
+        "--limit",
+        "3",
+        "--max-new-tokens",
+        "12",
+        "--device",
+        "cpu",
+        "--results-dir",
+        str(tmp_path / "res"),
+        *extra,
+    )
 
 
 def test_run_writes_manifest_examples_summary_and_resumes(models_dir, task_file, tmp_path):
@@ -108,9 +138,30 @@ def test_a_run_folder_in_use_refuses_a_second_process(models_dir, task_file, tmp
 
 
 def test_sampling_run_with_prompt_lookup(models_dir, task_file, tmp_path):
-    result = invoke("run", "--target", models_dir["target"], "--draft", "prompt-lookup", "--task", task_file,
-                    "--limit", "2", "--max-new-tokens", "8", "--temperature", "0.7", "--top-k", "20", "--top-p", "0.9",
-                    "--device", "cpu", "--results-dir", str(tmp_path / "r2"), "--json")
+    result = invoke(
+        "run",
+        "--target",
+        models_dir["target"],
+        "--draft",
+        "prompt-lookup",
+        "--task",
+        task_file,
+        "--limit",
+        "2",
+        "--max-new-tokens",
+        "8",
+        "--temperature",
+        "0.7",
+        "--top-k",
+        "20",
+        "--top-p",
+        "0.9",
+        "--device",
+        "cpu",
+        "--results-dir",
+        str(tmp_path / "r2"),
+        "--json",
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["greedy_identity"] is None
 
@@ -164,21 +215,40 @@ def test_unknown_model_and_files(models_dir, task_file, tmp_path, monkeypatch):
 
 
 def test_vocabulary_mismatch_names_both_sizes(models_dir, task_file, tmp_path):
-    msg = bad_run("--target", models_dir["target"], "--draft", models_dir["wide"], "--task", task_file,
-                  "--results-dir", str(tmp_path / "r"))
+    msg = bad_run(
+        "--target",
+        models_dir["target"],
+        "--draft",
+        models_dir["wide"],
+        "--task",
+        task_file,
+        "--results-dir",
+        str(tmp_path / "r"),
+    )
     assert "vocabularies differ" in msg and "100" in msg
 
 
 def test_empty_prompt(models_dir, tmp_path):
     task = tmp_path / "empty.jsonl"
     task.write_text(json.dumps({"prompt": "the cat"}) + "\n" + json.dumps({"prompt": "  "}) + "\n")
-    assert "is empty" in bad_run("--target", models_dir["target"], "--task", str(task), "--limit", "2",
-                                     "--results-dir", str(tmp_path / "r"))
+    assert "is empty" in bad_run(
+        "--target", models_dir["target"], "--task", str(task), "--limit", "2", "--results-dir", str(tmp_path / "r")
+    )
 
 
 def test_prompt_longer_than_context(models_dir, task_file, tmp_path):
-    msg = bad_run("--target", models_dir["short"], "--draft", "prompt-lookup", "--task", task_file,
-                  "--results-dir", str(tmp_path / "r"), "--max-new-tokens", "8")
+    msg = bad_run(
+        "--target",
+        models_dir["short"],
+        "--draft",
+        "prompt-lookup",
+        "--task",
+        task_file,
+        "--results-dir",
+        str(tmp_path / "r"),
+        "--max-new-tokens",
+        "8",
+    )
     assert "exceeds the context of 16" in msg
 
 
@@ -217,9 +287,32 @@ def test_run_under_static_and_compiled_backends(models_dir, task_file, tmp_path,
 
 
 def test_verify_writes_checks_and_passes_on_an_exact_pair(models_dir, task_file, tmp_path):
-    result = invoke("verify", "--target", models_dir["target"], "--draft", models_dir["draft"], "--task", task_file,
-                    "--limit", "2", "--temperature", "1.0", "--top-k", "2", "--n-samples", "150", "--length", "2",
-                    "--step-samples", "5000", "--device", "cpu", "--results-dir", str(tmp_path / "v"), "--json")
+    result = invoke(
+        "verify",
+        "--target",
+        models_dir["target"],
+        "--draft",
+        models_dir["draft"],
+        "--task",
+        task_file,
+        "--limit",
+        "2",
+        "--temperature",
+        "1.0",
+        "--top-k",
+        "2",
+        "--n-samples",
+        "150",
+        "--length",
+        "2",
+        "--step-samples",
+        "5000",
+        "--device",
+        "cpu",
+        "--results-dir",
+        str(tmp_path / "v"),
+        "--json",
+    )
     assert result.exit_code == 0, result.output
     checks = json.loads(result.stdout)
     assert checks["passed"] and checks["n_checks"] >= 5
@@ -229,14 +322,34 @@ def test_verify_writes_checks_and_passes_on_an_exact_pair(models_dir, task_file,
 
 
 def test_verify_bad_gamma_is_a_one_line_error(models_dir, task_file, tmp_path):
-    result = CliRunner().invoke(app, ["verify", "--target", models_dir["target"], "--task", task_file, "--gamma", "0",
-                                      "--results-dir", str(tmp_path)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "verify",
+            "--target",
+            models_dir["target"],
+            "--task",
+            task_file,
+            "--gamma",
+            "0",
+            "--results-dir",
+            str(tmp_path),
+        ],
+    )
     assert result.exit_code == 1 and "Traceback" not in result.output
 
 
 def test_a_failed_run_leaves_no_folder(models_dir, task_file, tmp_path):
-    bad_run("--target", models_dir["target"], "--draft", models_dir["wide"], "--task", task_file,
-            "--results-dir", str(tmp_path / "r"))
+    bad_run(
+        "--target",
+        models_dir["target"],
+        "--draft",
+        models_dir["wide"],
+        "--task",
+        task_file,
+        "--results-dir",
+        str(tmp_path / "r"),
+    )
     assert not any((tmp_path / "r").iterdir())
 
 
@@ -259,8 +372,20 @@ def test_auto_choices_are_recorded_printed_and_kept_on_resume(models_dir, task_f
     recorded (manifest.auto, summary.auto), and a rerun resumes with the same choice instead of re-choosing."""
     import specbench.measure.runner as runner
 
-    args = run_args(models_dir, task_file, tmp_path, "--gamma", "auto", "--dtype", "auto", "--gamma-max", "4",
-                    "--repeats", "2", "--json")
+    args = run_args(
+        models_dir,
+        task_file,
+        tmp_path,
+        "--gamma",
+        "auto",
+        "--dtype",
+        "auto",
+        "--gamma-max",
+        "4",
+        "--repeats",
+        "2",
+        "--json",
+    )
     result = CliRunner().invoke(app, list(args))
     assert result.exit_code == 0, result.output
     assert "auto: γ " in result.stderr and "hardware: " in result.stderr
@@ -284,10 +409,30 @@ def test_auto_choices_are_recorded_printed_and_kept_on_resume(models_dir, task_f
 
 
 def test_policies_and_confidence_axis_in_one_sweep(models_dir, task_file, tmp_path):
-    result = invoke("sweep", "--target", models_dir["target"], "--draft", models_dir["draft"] + ",prompt-lookup",
-                    "--task", task_file, "--gamma", "2,adaptive,heuristic", "--gamma-max", "4",
-                    "--draft-confidence", "0,0.4", "--limit", "2", "--max-new-tokens", "10", "--device", "cpu",
-                    "--results-dir", str(tmp_path / "res"), "--json")
+    result = invoke(
+        "sweep",
+        "--target",
+        models_dir["target"],
+        "--draft",
+        models_dir["draft"] + ",prompt-lookup",
+        "--task",
+        task_file,
+        "--gamma",
+        "2,adaptive,heuristic",
+        "--gamma-max",
+        "4",
+        "--draft-confidence",
+        "0,0.4",
+        "--limit",
+        "2",
+        "--max-new-tokens",
+        "10",
+        "--device",
+        "cpu",
+        "--results-dir",
+        str(tmp_path / "res"),
+        "--json",
+    )
     assert result.exit_code == 0, result.output
     cells = json.loads(result.stdout)
     # model draft: 3 γ settings × 2 confidences; prompt lookup: 3 γ settings at confidence 0 only

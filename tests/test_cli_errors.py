@@ -40,7 +40,10 @@ USAGE_ERRORS = [
     (["sweep", "--top-k", "1.5"], "invalid value for --top-k"),
     (["nosuch"], "no such command 'nosuch'; see specbench --help"),
     (["list", "foo"], "no such command 'foo'; see specbench list --help"),
-    (["report"], "missing argument RESULTS (Run folders, sweep folders or a results/ folder); see specbench report --help"),
+    (
+        ["report"],
+        "missing argument RESULTS (Run folders, sweep folders or a results/ folder); see specbench report --help",
+    ),
     (["export"], "missing argument RESULTS"),
     (["distill"], "missing --out (Folder of the draft"),
     (["run", "--nope"], "no such option: --nope"),
@@ -122,8 +125,9 @@ def test_a_python_warning_during_a_command_is_one_line(monkeypatch):
 
 
 def test_verify_bad_sizes_fail_before_the_folder_is_made(tmp_path):
-    line = one_line_error("verify", "--target", "t", "--draft", "d", "--n-samples", "0",
-                          "--results-dir", str(tmp_path / "v"))
+    line = one_line_error(
+        "verify", "--target", "t", "--draft", "d", "--n-samples", "0", "--results-dir", str(tmp_path / "v")
+    )
     assert "--n-samples and --length must be >= 1" in line
     assert not (tmp_path / "v").exists()
 
@@ -137,8 +141,21 @@ def task_file(tmp_path):
 
 def test_sweep_with_an_escaping_id_prints_only_the_error(tmp_path, task_file):
     results = tmp_path / "res"
-    line = one_line_error("sweep", "--target", "nobody/model", "--draft", "prompt-lookup", "--task", task_file,
-                          "--gamma", "1", "--results-dir", str(results), "--sweep-id", "../x")
+    line = one_line_error(
+        "sweep",
+        "--target",
+        "nobody/model",
+        "--draft",
+        "prompt-lookup",
+        "--task",
+        task_file,
+        "--gamma",
+        "1",
+        "--results-dir",
+        str(results),
+        "--sweep-id",
+        "../x",
+    )
     assert "--sweep-id" in line
     assert not (tmp_path / "x").exists()
 
@@ -146,8 +163,19 @@ def test_sweep_with_an_escaping_id_prints_only_the_error(tmp_path, task_file):
 def test_sweep_onto_an_unwritable_folder_prints_only_the_error(tmp_path, task_file):
     blocker = tmp_path / "a-file"  # a file where a folder should be: unwritable even for root
     blocker.write_text("")
-    line = one_line_error("sweep", "--target", "nobody/model", "--draft", "prompt-lookup", "--task", task_file,
-                          "--gamma", "1", "--results-dir", str(blocker / "res"))
+    line = one_line_error(
+        "sweep",
+        "--target",
+        "nobody/model",
+        "--draft",
+        "prompt-lookup",
+        "--task",
+        task_file,
+        "--gamma",
+        "1",
+        "--results-dir",
+        str(blocker / "res"),
+    )
     assert "cannot write" in line
 
 
@@ -156,9 +184,25 @@ def test_hf_assisted_with_a_model_free_draft_leaves_no_run_folder(tmp_path, task
 
     target = save_tiny(tmp_path / "target", 0)
     results = tmp_path / "res"
-    line = one_line_error("run", "--target", target, "--draft", "prompt-lookup", "--engine", "hf-assisted",
-                          "--task", task_file, "--limit", "2", "--max-new-tokens", "4", "--device", "cpu",
-                          "--results-dir", str(results))
+    line = one_line_error(
+        "run",
+        "--target",
+        target,
+        "--draft",
+        "prompt-lookup",
+        "--engine",
+        "hf-assisted",
+        "--task",
+        task_file,
+        "--limit",
+        "2",
+        "--max-new-tokens",
+        "4",
+        "--device",
+        "cpu",
+        "--results-dir",
+        str(results),
+    )
     assert "--engine hf-assisted needs a model draft" in line
     assert not results.exists() or not any(results.iterdir())
 
@@ -199,8 +243,9 @@ def test_export_examples_to_parquet(tmp_path):
     import pandas as pd
 
     out = tmp_path / "examples.parquet"
-    result = CliRunner().invoke(app, ["export", str(FIXTURE_RESULTS), "--examples", "--format", "parquet",
-                                      "--out", str(out)])
+    result = CliRunner().invoke(
+        app, ["export", str(FIXTURE_RESULTS), "--examples", "--format", "parquet", "--out", str(out)]
+    )
     assert result.exit_code == 0, result.output
     frame = pd.read_parquet(out)
     n_records = sum(len(p.read_text().splitlines()) for p in FIXTURE_RESULTS.rglob("examples.jsonl"))
@@ -209,21 +254,25 @@ def test_export_examples_to_parquet(tmp_path):
 
 
 def test_importing_the_cli_loads_neither_the_trainer_nor_the_report():
-    times = subprocess.run([sys.executable, "-X", "importtime", "-c", "import specbench.cli"],
-                           capture_output=True, text=True, check=True).stderr
+    times = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import specbench.cli"], capture_output=True, text=True, check=True
+    ).stderr
     assert " specbench.cli" in times  # the probe itself works
     loaded = [line for line in times.splitlines() if "specbench.distill" in line or "specbench.report" in line]
     assert loaded == []
 
 
-@pytest.mark.parametrize("args", [["--help"], ["run", "--gamma", "abc"], ["sweep", "--temperature", "inf"],
-                                  ["list", "tasks"]])
+@pytest.mark.parametrize(
+    "args", [["--help"], ["run", "--gamma", "abc"], ["sweep", "--temperature", "inf"], ["list", "tasks"]]
+)
 def test_help_listing_and_bad_options_start_without_torch(args):
     """torch takes a second or more to import: --help, the task list and a refused option answer without it
     (specbench.models loads its torch-side names on first use; run checks its options before the runner loads)."""
-    probe = ("import sys\nfrom specbench.cli import main\nsys.argv = ['specbench', *sys.argv[1:]]\n"
-             "try:\n    main()\nexcept SystemExit:\n    pass\n"
-             "print('torch loaded' if 'torch' in sys.modules else 'no torch', file=sys.stderr)\n")
+    probe = (
+        "import sys\nfrom specbench.cli import main\nsys.argv = ['specbench', *sys.argv[1:]]\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print('torch loaded' if 'torch' in sys.modules else 'no torch', file=sys.stderr)\n"
+    )
     result = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True)
     assert result.stderr.strip().splitlines()[-1] == "no torch", result.stderr
 
@@ -236,7 +285,16 @@ def test_a_missing_draft_fails_before_the_target_loads(tmp_path, task_file, monk
     target = tmp_path / "target"
     target.mkdir()
     (target / "config.json").write_text("{}")
-    line = one_line_error("run", "--target", str(target), "--draft", "./no-such-draft", "--task", task_file,
-                          "--results-dir", str(tmp_path / "res"))
+    line = one_line_error(
+        "run",
+        "--target",
+        str(target),
+        "--draft",
+        "./no-such-draft",
+        "--task",
+        task_file,
+        "--results-dir",
+        str(tmp_path / "res"),
+    )
     assert "no-such-draft" in line
     assert not (tmp_path / "res").exists() or list((tmp_path / "res").iterdir()) == []

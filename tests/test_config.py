@@ -6,13 +6,22 @@ from __future__ import annotations
 import math
 
 import pytest
+from test_cli import run_args, save_tiny
 from typer.testing import CliRunner
 
 from specbench.cli import app
-from specbench.config import (MAX_GAMMA, RunConfig, SamplingConfig, check_gamma_budget, check_gamma_context, check_id,
-                              check_results_dir, check_temperature, parse_gamma)
+from specbench.config import (
+    MAX_GAMMA,
+    RunConfig,
+    SamplingConfig,
+    check_gamma_budget,
+    check_gamma_context,
+    check_id,
+    check_results_dir,
+    check_temperature,
+    parse_gamma,
+)
 from specbench.errors import SpecbenchError
-from test_cli import run_args, save_tiny
 
 BAD_IDS = ["../escaped", "/abs/path", "a/b", "", ".", "..", ".hidden", "a\\b", "a b", "x" * 256, "a\0b"]
 
@@ -24,7 +33,9 @@ def test_check_id_refuses_anything_but_one_folder_name(value):
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("value", ["run1", "sweep-ding-de-en-10cells-1a2b3c4d", "a.b_c-d", "_x", "x" * 255, "task-g3-t0.7"])
+@pytest.mark.parametrize(
+    "value", ["run1", "sweep-ding-de-en-10cells-1a2b3c4d", "a.b_c-d", "_x", "x" * 255, "task-g3-t0.7"]
+)
 def test_check_id_accepts_folder_names(value):
     assert check_id(value, "--run-id") == value
 
@@ -68,15 +79,20 @@ def test_gamma_is_bounded_by_config_budget_and_context():
 @pytest.fixture(scope="module")
 def models_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
-    return {"target": save_tiny(root / "target", 0), "draft": save_tiny(root / "draft", 1),
-            "short": save_tiny(root / "short", 0, max_positions=16)}
+    return {
+        "target": save_tiny(root / "target", 0),
+        "draft": save_tiny(root / "draft", 1),
+        "short": save_tiny(root / "short", 0, max_positions=16),
+    }
 
 
 @pytest.fixture()
 def task_file(tmp_path):
     path = tmp_path / "task.jsonl"
-    path.write_text('{"prompt": "the cat sat on the mat"}\n{"prompt": "the dog sat on the log"}\n'
-                    '{"prompt": "a small draft model proposes"}\n')
+    path.write_text(
+        '{"prompt": "the cat sat on the mat"}\n{"prompt": "the dog sat on the log"}\n'
+        '{"prompt": "a small draft model proposes"}\n'
+    )
     return str(path)
 
 
@@ -107,9 +123,30 @@ def test_bad_run_ids_are_refused_and_write_nothing(models_dir, task_file, tmp_pa
 def test_bad_sweep_ids_are_refused_and_write_nothing(task_file, tmp_path, monkeypatch, sweep_id):
     sweep_id = str(tmp_path / "abs-sweep") if sweep_id == "/ABS" else sweep_id
     before = tree(tmp_path)
-    result = CliRunner().invoke(app, ["sweep", "--target", "tiny", "--draft", "prompt-lookup", "--gamma", "1",
-                                      "--task", task_file, "--limit", "2", "--max-new-tokens", "4", "--device", "cpu",
-                                      "--results-dir", str(tmp_path / "res"), "--sweep-id", sweep_id])
+    result = CliRunner().invoke(
+        app,
+        [
+            "sweep",
+            "--target",
+            "tiny",
+            "--draft",
+            "prompt-lookup",
+            "--gamma",
+            "1",
+            "--task",
+            task_file,
+            "--limit",
+            "2",
+            "--max-new-tokens",
+            "4",
+            "--device",
+            "cpu",
+            "--results-dir",
+            str(tmp_path / "res"),
+            "--sweep-id",
+            sweep_id,
+        ],
+    )
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert result.output.strip().splitlines()[-1].startswith("error: --sweep-id")
     assert tree(tmp_path) == before
@@ -131,9 +168,27 @@ def test_gamma_above_the_token_budget_is_refused_before_models_load(models_dir, 
 
 
 def test_gamma_beyond_the_target_context_is_refused(models_dir, task_file, tmp_path):
-    text = one_line_error(["run", "--target", models_dir["short"], "--draft", "prompt-lookup", "--task", task_file,
-                           "--limit", "1", "--gamma", "15", "--max-new-tokens", "15", "--device", "cpu",
-                           "--results-dir", str(tmp_path / "res")])
+    text = one_line_error(
+        [
+            "run",
+            "--target",
+            models_dir["short"],
+            "--draft",
+            "prompt-lookup",
+            "--task",
+            task_file,
+            "--limit",
+            "1",
+            "--gamma",
+            "15",
+            "--max-new-tokens",
+            "15",
+            "--device",
+            "cpu",
+            "--results-dir",
+            str(tmp_path / "res"),
+        ]
+    )
     assert "context of 16" in text
     assert not any((tmp_path / "res").iterdir())  # --results-dir was created, no run folder in it
 
@@ -147,8 +202,24 @@ def test_non_finite_temperature_is_one_line(models_dir, task_file, tmp_path, val
 
 @pytest.mark.parametrize("command", ["run", "sweep"])
 def test_empty_results_dir_is_one_line_and_writes_nothing(models_dir, task_file, tmp_path, monkeypatch, command):
-    args = ["--target", models_dir["target"], "--draft", "prompt-lookup", "--gamma", "1", "--task", task_file,
-            "--limit", "1", "--max-new-tokens", "4", "--device", "cpu", "--results-dir", ""]
+    args = [
+        "--target",
+        models_dir["target"],
+        "--draft",
+        "prompt-lookup",
+        "--gamma",
+        "1",
+        "--task",
+        task_file,
+        "--limit",
+        "1",
+        "--max-new-tokens",
+        "4",
+        "--device",
+        "cpu",
+        "--results-dir",
+        "",
+    ]
     before = tree(tmp_path)
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(app, [command, *args])

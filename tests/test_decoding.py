@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import VOCAB, sharpen, tiny_gpt2, tiny_llama, tiny_t5
+
 from specbench.config import SamplingConfig
 from specbench.decoding.autoregressive import clip_at_stop, decode_autoregressive
 from specbench.decoding.cached_model import CachedModel
@@ -26,20 +26,30 @@ def seq2seq_kwargs(model):
 
 def baseline(model, sampling=GREEDY, generator=None, max_new=MAX_NEW, **kw):
     kw = {**seq2seq_kwargs(model), **kw}
-    return decode_autoregressive(CachedModel(model), PROMPT, max_new_tokens=max_new, sampling=sampling,
-                                 generator=generator, **kw)
+    return decode_autoregressive(
+        CachedModel(model), PROMPT, max_new_tokens=max_new, sampling=sampling, generator=generator, **kw
+    )
 
 
 def speculative(model, proposer, gamma, sampling=GREEDY, generator=None, max_new=MAX_NEW, **kw):
     kw = {**seq2seq_kwargs(model), **kw}
-    return decode_speculative(CachedModel(model), proposer, PROMPT, gamma=gamma, max_new_tokens=max_new,
-                              sampling=sampling, generator=generator, **kw)
+    return decode_speculative(
+        CachedModel(model),
+        proposer,
+        PROMPT,
+        gamma=gamma,
+        max_new_tokens=max_new,
+        sampling=sampling,
+        generator=generator,
+        **kw,
+    )
 
 
 def hf_greedy(model, max_new=MAX_NEW):
     eos = sorted(seq2seq_kwargs(model)["eos_ids"])
-    out = model.generate(torch.tensor([PROMPT]), max_new_tokens=max_new, do_sample=False, eos_token_id=eos,
-                         pad_token_id=0)
+    out = model.generate(
+        torch.tensor([PROMPT]), max_new_tokens=max_new, do_sample=False, eos_token_id=eos, pad_token_id=0
+    )
     start = 1 if model.config.is_encoder_decoder else len(PROMPT)
     tokens = out[0, start:].tolist()
     return clip_at_stop(tokens, frozenset(eos), max_new)[0]
@@ -69,8 +79,11 @@ def test_baseline_matches_hf_generate(pair):
 def test_greedy_speculative_identical_to_baseline(pair, gamma):
     target, draft = pair
     ref = baseline(target).token_ids
-    for proposer in (ModelDraft(draft, "unrelated"), ModelDraft(target, "same"),
-                     PromptLookupDraft(VOCAB, torch.device("cpu"), search_source=target.config.is_encoder_decoder)):
+    for proposer in (
+        ModelDraft(draft, "unrelated"),
+        ModelDraft(target, "same"),
+        PromptLookupDraft(VOCAB, torch.device("cpu"), search_source=target.config.is_encoder_decoder),
+    ):
         result = speculative(target, proposer, gamma)
         assert result.token_ids == ref, proposer.name
 
@@ -170,8 +183,9 @@ def test_sampling_is_reproducible_under_a_seed():
     cfg = SamplingConfig(temperature=0.8, top_k=50, top_p=0.9)
 
     def draw(seed):
-        return speculative(target, ModelDraft(draft, "d"), 4, sampling=cfg,
-                           generator=torch.Generator().manual_seed(seed)).token_ids
+        return speculative(
+            target, ModelDraft(draft, "d"), 4, sampling=cfg, generator=torch.Generator().manual_seed(seed)
+        ).token_ids
 
     assert draw(3) == draw(3)
     assert draw(3) != draw(4)
@@ -225,8 +239,9 @@ def test_hf_assisted_drafts_exactly_gamma_tokens_per_step():
 
     target.forward = recording
     gamma = 3
-    res = decode_hf(target, PROMPT, max_new_tokens=30, sampling=GREEDY, seed=0, eos_ids=frozenset(), assistant=draft,
-                    gamma=gamma)
+    res = decode_hf(
+        target, PROMPT, max_new_tokens=30, sampling=GREEDY, seed=0, eos_ids=frozenset(), assistant=draft, gamma=gamma
+    )
     steps = widths[1:]  # after the prefill
     assert steps and max(steps) <= gamma + 1
     # a step is shorter only where the draft emits its own EOS or the length limit is near

@@ -11,6 +11,7 @@ import json
 
 import pytest
 import torch
+from test_cli import CORPUS, save_tiny
 
 from specbench.config import RunConfig, SamplingConfig
 from specbench.errors import SpecbenchError
@@ -19,10 +20,14 @@ from specbench.measure.runner import execute_run
 from specbench.models import load_model
 from specbench.placement import check_placement, parse_device_map, parse_max_memory
 
-from test_cli import CORPUS, save_tiny
-
-SPLIT = {"model.embed_tokens": "cpu", "model.layers.0": "cpu", "model.layers.1": "disk", "model.norm": "cpu",
-         "model.rotary_emb": "cpu", "lm_head": "cpu"}
+SPLIT = {
+    "model.embed_tokens": "cpu",
+    "model.layers.0": "cpu",
+    "model.layers.1": "disk",
+    "model.norm": "cpu",
+    "model.rotary_emb": "cpu",
+    "lm_head": "cpu",
+}
 
 
 @pytest.fixture(scope="module")
@@ -30,17 +35,28 @@ def tiny(tmp_path_factory):
     root = tmp_path_factory.mktemp("dm")
     task = root / "task.jsonl"
     task.write_text("\n".join(json.dumps({"prompt": p, "reference": p}) for p in CORPUS[:2]) + "\n")
-    return {"target": save_tiny(root / "target", 0), "draft": save_tiny(root / "draft", 1), "task": str(task),
-            "root": root}
+    return {
+        "target": save_tiny(root / "target", 0),
+        "draft": save_tiny(root / "draft", 1),
+        "task": str(task),
+        "root": root,
+    }
 
 
 def test_specs_parse_or_fail_in_one_line():
     assert parse_device_map("auto") == "auto"
-    assert parse_device_map('{"model.layers": 1, "lm_head": "cuda:0", "x": "disk"}') == \
-        {"model.layers": 1, "lm_head": "cuda:0", "x": "disk"}
+    assert parse_device_map('{"model.layers": 1, "lm_head": "cuda:0", "x": "disk"}') == {
+        "model.layers": 1,
+        "lm_head": "cuda:0",
+        "x": "disk",
+    }
     assert parse_max_memory("0=20GiB,cpu=60GiB") == {0: "20GiB", "cpu": "60GiB"}
-    for bad, needle in [("everywhere", "must be one of auto"), ("{not json", "not valid JSON"),
-                        ('{"lm_head": "gpu7"}', "not a device"), ("{}", "non-empty")]:
+    for bad, needle in [
+        ("everywhere", "must be one of auto"),
+        ("{not json", "not valid JSON"),
+        ('{"lm_head": "gpu7"}', "not a device"),
+        ("{}", "non-empty"),
+    ]:
         with pytest.raises(SpecbenchError, match=needle):
             parse_device_map(bad)
     with pytest.raises(SpecbenchError, match="add --device-map auto"):
@@ -50,8 +66,17 @@ def test_specs_parse_or_fail_in_one_line():
 
 
 def run(tiny, tmp_path, draft: str, **over):
-    cfg = RunConfig(target=tiny["target"], draft=draft, task=tiny["task"], gamma=2, sampling=SamplingConfig(0.0),
-                    limit=2, max_new_tokens=6, device="cpu", **over).validate()
+    cfg = RunConfig(
+        target=tiny["target"],
+        draft=draft,
+        task=tiny["task"],
+        gamma=2,
+        sampling=SamplingConfig(0.0),
+        limit=2,
+        max_new_tokens=6,
+        device="cpu",
+        **over,
+    ).validate()
     out = execute_run(cfg, tmp_path)
     return [json.loads(line) for line in out.files.examples.read_text().splitlines()]
 
@@ -87,8 +112,8 @@ def test_embedding_on_disk_is_one_line(tiny):
 
 def test_encoder_decoder_target_is_refused(tmp_path):
     from conftest import tiny_t5
-    from transformers import PreTrainedTokenizerFast
     from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
 
     tiny_t5(0).save_pretrained(tmp_path)
     tok = Tokenizer(models.WordLevel({"<pad>": 0, "</s>": 1, "<unk>": 2}, unk_token="<unk>"))

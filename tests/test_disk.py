@@ -12,12 +12,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from test_cli import run_args, save_tiny
 from typer.testing import CliRunner
 
 import specbench.files
 from specbench.cli import app
 from specbench.errors import SpecbenchError
-from test_cli import run_args, save_tiny
 
 ENOSPC = OSError(errno.ENOSPC, "No space left on device")
 
@@ -31,8 +31,10 @@ def models_dir(tmp_path_factory):
 @pytest.fixture()
 def task_file(tmp_path):
     path = tmp_path / "task.jsonl"
-    path.write_text('{"prompt": "the cat sat on the mat"}\n{"prompt": "the dog sat on the log"}\n'
-                    '{"prompt": "a small draft model proposes"}\n')
+    path.write_text(
+        '{"prompt": "the cat sat on the mat"}\n{"prompt": "the dog sat on the log"}\n'
+        '{"prompt": "a small draft model proposes"}\n'
+    )
     return str(path)
 
 
@@ -122,8 +124,16 @@ def test_no_space_for_sweep_json(tmp_path, monkeypatch):
 
     task = tmp_path / "task.jsonl"
     task.write_text('{"prompt": "the cat"}\n')
-    grid = SweepGrid.from_specs(target="t", draft="prompt-lookup", gamma="1", temperature="0", task=str(task), limit=1,
-                                max_new_tokens=4, device="cpu")
+    grid = SweepGrid.from_specs(
+        target="t",
+        draft="prompt-lookup",
+        gamma="1",
+        temperature="0",
+        task=str(task),
+        limit=1,
+        max_new_tokens=4,
+        device="cpu",
+    )
     full_while_writing(monkeypatch, ".sweep.json.tmp")
     with pytest.raises(SpecbenchError, match="sweep.json: no space left on the disk") as err:
         run_sweep(grid, tmp_path / "res", sweep_id="s", session=object())
@@ -138,8 +148,9 @@ def tiny_tmpfs(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
     try:
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(disk)], check=True, capture_output=True,
-                       timeout=10)
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(disk)], check=True, capture_output=True, timeout=10
+        )
     except (OSError, subprocess.SubprocessError):
         pytest.skip("this machine does not allow mounting a tmpfs")
     yield disk
@@ -147,8 +158,23 @@ def tiny_tmpfs(tmp_path):
 
 
 def test_a_real_full_disk_then_more_space(models_dir, task_file, tmp_path, tiny_tmpfs):
-    args = ["run", "--target", models_dir["target"], "--draft", models_dir["draft"], "--task", task_file,
-            "--limit", "3", "--max-new-tokens", "12", "--device", "cpu", "--results-dir", str(tiny_tmpfs / "res")]
+    args = [
+        "run",
+        "--target",
+        models_dir["target"],
+        "--draft",
+        models_dir["draft"],
+        "--task",
+        task_file,
+        "--limit",
+        "3",
+        "--max-new-tokens",
+        "12",
+        "--device",
+        "cpu",
+        "--results-dir",
+        str(tiny_tmpfs / "res"),
+    ]
     disk_full_error(CliRunner().invoke(app, args))
     assert temp_files(tiny_tmpfs) == []
     subprocess.run(["mount", "-o", "remount,size=1m", str(tiny_tmpfs)], check=True, capture_output=True, timeout=10)

@@ -23,28 +23,43 @@ from specbench.distill.training import checkpoint_path, load_checkpoint
 from specbench.errors import SpecbenchError
 from specbench.models import load_model
 
-WORDS = ("the cat dog bird sat ran flew on under over a mat log tree and then quickly slowly big small red "
-         "green house garden river near far").split()
+WORDS = (
+    "the cat dog bird sat ran flew on under over a mat log tree and then quickly slowly big small red "
+    "green house garden river near far"
+).split()
 
 
 def sentence(i: int, n: int) -> str:
     return " ".join(WORDS[(i * 7 + j * 3 + j * j) % len(WORDS)] for j in range(n))
 
 
-ROWS = [{"id": f"r{i}", "prompt": f"translate : {sentence(i, 4 + i % 5)}", "reference": sentence(i + 3, 3 + i % 4)}
-        for i in range(24)]
+ROWS = [
+    {"id": f"r{i}", "prompt": f"translate : {sentence(i, 4 + i % 5)}", "reference": sentence(i + 3, 3 + i % 4)}
+    for i in range(24)
+]
 
 
 def save_target(path) -> str:
     """A tiny random Llama with a word-level tokenizer (ids 0..2 are <unk>, <s>, </s>; </s> ends a turn)."""
     tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.train_from_iterator([" ".join(WORDS) + " translate :"], trainers.WordLevelTrainer(special_tokens=["<unk>", "<s>", "</s>"]))
+    tok.train_from_iterator(
+        [" ".join(WORDS) + " translate :"], trainers.WordLevelTrainer(special_tokens=["<unk>", "<s>", "</s>"])
+    )
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(fast), hidden_size=48, intermediate_size=96, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                      bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
+    cfg = LlamaConfig(
+        vocab_size=len(fast),
+        hidden_size=48,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        bos_token_id=1,
+        eos_token_id=2,
+        tie_word_embeddings=False,
+    )
     model = LlamaForCausalLM(cfg)
     with torch.no_grad():  # peaked laws, like a trained model's, so agreement is learnable and meaningful
         model.lm_head.weight.mul_(30)
@@ -83,8 +98,22 @@ def read_weights(folder) -> dict[str, torch.Tensor]:
 def trained(target, task_file, tmp_path_factory):
     """One uninterrupted small-preset run through the CLI, shared by the tests that only read it."""
     out = tmp_path_factory.mktemp("distill") / "draft"
-    result = invoke("distill", "--target", target, "--out", str(out), "--preset", "small", "--task", task_file,
-                    "--device", "cpu", "--steps", "40", "--json")
+    result = invoke(
+        "distill",
+        "--target",
+        target,
+        "--out",
+        str(out),
+        "--preset",
+        "small",
+        "--task",
+        task_file,
+        "--device",
+        "cpu",
+        "--steps",
+        "40",
+        "--json",
+    )
     assert result.exit_code == 0, result.output
     return out, json.loads(result.stdout)
 
@@ -93,8 +122,9 @@ def test_cli_small_preset_writes_a_loadable_draft_and_manifest(trained, target, 
     out, manifest = trained
     assert manifest == json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "done" and manifest["steps"] == {"done": 40, "total": 40}
-    assert manifest["command"] == (f"specbench distill --target {target} --out {out} --preset small "
-                                   f"--task {task_file} --steps 40 --seed 0")
+    assert manifest["command"] == (
+        f"specbench distill --target {target} --out {out} --preset small --task {task_file} --steps 40 --seed 0"
+    )
     data = manifest["data"]
     assert data["rows"]["toy"] == {"train": 12, "heldout": 3, "max_new_tokens": 8}
     assert data["labels"] == data["score_tokens"] + data["gen_tokens"] > 100
@@ -124,13 +154,27 @@ def test_distilled_draft_passes_greedy_identity_against_its_target(trained, targ
     assert draft.model.config.tie_word_embeddings
     prompts = [t.tokenizer(r["prompt"])["input_ids"] for r in ROWS[:3]]
     for prompt in prompts:
-        base = decode_autoregressive(CachedModel(t.model), prompt, max_new_tokens=16, sampling=SamplingConfig(),
-                                     generator=None, eos_ids=t.eos_ids)
+        base = decode_autoregressive(
+            CachedModel(t.model),
+            prompt,
+            max_new_tokens=16,
+            sampling=SamplingConfig(),
+            generator=None,
+            eos_ids=t.eos_ids,
+        )
         for gamma in (1, 3):
             proposer = make_proposer(str(out), t, device="cpu")
             assert isinstance(proposer, ModelDraft)
-            spec = decode_speculative(CachedModel(t.model), proposer, prompt, gamma=gamma, max_new_tokens=16,
-                                      sampling=SamplingConfig(), generator=None, eos_ids=t.eos_ids)
+            spec = decode_speculative(
+                CachedModel(t.model),
+                proposer,
+                prompt,
+                gamma=gamma,
+                max_new_tokens=16,
+                sampling=SamplingConfig(),
+                generator=None,
+                eos_ids=t.eos_ids,
+            )
             assert spec.token_ids == base.token_ids
 
 
@@ -149,7 +193,7 @@ def test_teacher_labels_are_the_targets_laws_and_continuations_its_greedy_output
     checked = 0
     for d in range(len(kinds)):
         s, n = int(data.doc_start[d]), int(data.doc_len[d])
-        tokens = data.tokens[s:s + n].long()
+        tokens = data.tokens[s : s + n].long()
         with torch.no_grad():
             logp = t.model(tokens[None]).logits[0].float().log_softmax(-1)  # [n, V]
         ls, le = int(data.label_start[d]), int(data.label_end[d])
@@ -159,9 +203,15 @@ def test_teacher_labels_are_the_targets_laws_and_continuations_its_greedy_output
         torch.testing.assert_close(lp, logp[ls:le].gather(1, idx), atol=2e-2, rtol=1e-2)
         if kinds[d] == KIND_ON_POLICY:
             r = int(data.reply_start[d])
-            greedy = decode_autoregressive(CachedModel(t.model), tokens[:r + 1].tolist(), max_new_tokens=8,
-                                           sampling=SamplingConfig(), generator=None, eos_ids=t.eos_ids)
-            assert greedy.token_ids == tokens[r + 1:].tolist()
+            greedy = decode_autoregressive(
+                CachedModel(t.model),
+                tokens[: r + 1].tolist(),
+                max_new_tokens=8,
+                sampling=SamplingConfig(),
+                generator=None,
+                eos_ids=t.eos_ids,
+            )
+            assert greedy.token_ids == tokens[r + 1 :].tolist()
             checked += 1
     assert checked == 15  # 12 training rows + 3 held-out rows
 
@@ -203,8 +253,21 @@ def test_a_killed_run_resumes_to_the_same_weights(target, task_file, tmp_path):
 
 
 def test_cli_session_limit_stops_then_the_same_command_continues(target, task_file, tmp_path):
-    args = ("distill", "--target", target, "--out", str(tmp_path / "d"), "--preset", "small", "--task", task_file,
-            "--device", "cpu", "--steps", "12")
+    args = (
+        "distill",
+        "--target",
+        target,
+        "--out",
+        str(tmp_path / "d"),
+        "--preset",
+        "small",
+        "--task",
+        task_file,
+        "--device",
+        "cpu",
+        "--steps",
+        "12",
+    )
     first = invoke(*args, "--max-session-steps", "5")
     assert first.exit_code == 0, first.output
     assert "stopped at step 5 of 12" in first.stdout
@@ -275,7 +338,7 @@ def test_svd_init_starts_the_draft_head_in_the_targets_principal_subspace(target
     # D ∝ E V_16: D Dᵀ is, up to scale, the Gram matrix of E's best rank-16 approximation
     U, S, _ = torch.linalg.svd(E, full_matrices=False)
     best = (U[:, :16] * S[:16]) @ (U[:, :16] * S[:16]).T
-    torch.testing.assert_close(D @ D.T / (D ** 2).sum(), best / best.trace(), atol=1e-4, rtol=1e-3)
+    torch.testing.assert_close(D @ D.T / (D**2).sum(), best / best.trace(), atol=1e-4, rtol=1e-3)
     assert float(D.std()) == pytest.approx(draft.config.initializer_range, rel=1e-3)  # the usual init scale
 
 
@@ -283,8 +346,8 @@ def test_draft_alias_distilled_finds_the_shipped_draft_and_lists_it(trained, tar
     import shutil
 
     import specbench.models.shipped as shipped_module
-    from specbench.decoding.drafts.hybrid import HybridDraft
     from specbench.decoding.drafts.factory import draft_rows, make_proposer
+    from specbench.decoding.drafts.hybrid import HybridDraft
 
     t = load_model(target, device="cpu")
     monkeypatch.setattr(shipped_module, "DRAFTS_DIR", tmp_path / "drafts")

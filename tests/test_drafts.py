@@ -23,24 +23,24 @@ from collections import Counter
 
 import pytest
 import torch
-
 from conftest import VOCAB, small_llama, tiny_llama, tiny_t5
+
 from specbench.config import SamplingConfig
 from specbench.decoding.autoregressive import decode_autoregressive
 from specbench.decoding.base import Proposal
 from specbench.decoding.cached_model import CachedModel
+from specbench.decoding.drafts.factory import make_proposer
 from specbench.decoding.drafts.hybrid import HybridDraft
 from specbench.decoding.drafts.model import ModelDraft
 from specbench.decoding.drafts.ngram import FrequencyDraft, make_frequency_draft
 from specbench.decoding.drafts.prompt_lookup import PromptLookupDraft
 from specbench.decoding.drafts.spec import DraftSpec, parse_draft
+from specbench.decoding.sampling import processed_probs, sample
 from specbench.decoding.speculative import decode_speculative
 from specbench.decoding.verify import verify_sampling
-from specbench.evidence.equality import gof_check
 from specbench.errors import SpecbenchError
-from specbench.decoding.drafts.factory import make_proposer
+from specbench.evidence.equality import gof_check
 from specbench.models import wrap_model
-from specbench.decoding.sampling import processed_probs, sample
 
 GREEDY = SamplingConfig()
 SAMPLING = SamplingConfig(temperature=0.9, top_k=16, top_p=0.95)  # every filter on, as the target gets them
@@ -140,18 +140,21 @@ def test_make_proposer_dispatches_specs():
         make_proposer("lookup+bigram", target)
 
 
-@pytest.mark.parametrize("text, kind, options, model", [
-    ("prompt-lookup", "prompt-lookup", (), None),
-    ("unigram", "unigram", (), None),
-    ("unigram:k=0.5", "unigram", (("k", 0.5),), None),
-    ("bigram:k=0.01, backoff=2", "bigram", (("k", 0.01), ("backoff", 2.0)), None),
-    ("lookup+org/model", "hybrid", (), "org/model"),
-    ("hybrid:org/model", "hybrid", (), "org/model"),
-    ("lookup+distilled", "hybrid", (), "distilled"),
-    ("distilled", "model", (), "distilled"),
-    ("org/model", "model", (), "org/model"),
-    ("drafts/x.gguf", "model", (), "drafts/x.gguf"),
-])
+@pytest.mark.parametrize(
+    "text, kind, options, model",
+    [
+        ("prompt-lookup", "prompt-lookup", (), None),
+        ("unigram", "unigram", (), None),
+        ("unigram:k=0.5", "unigram", (("k", 0.5),), None),
+        ("bigram:k=0.01, backoff=2", "bigram", (("k", 0.01), ("backoff", 2.0)), None),
+        ("lookup+org/model", "hybrid", (), "org/model"),
+        ("hybrid:org/model", "hybrid", (), "org/model"),
+        ("lookup+distilled", "hybrid", (), "distilled"),
+        ("distilled", "model", (), "distilled"),
+        ("org/model", "model", (), "org/model"),
+        ("drafts/x.gguf", "model", (), "drafts/x.gguf"),
+    ],
+)
 def test_a_draft_spec_is_parsed_in_one_place(text, kind, options, model):
     spec = parse_draft(text)
     assert spec == DraftSpec(text, kind, options, model)
@@ -159,19 +162,22 @@ def test_a_draft_spec_is_parsed_in_one_place(text, kind, options, model):
     assert spec.fits_corpus == (kind in ("unigram", "bigram"))
 
 
-@pytest.mark.parametrize("text, message", [
-    ("lookup+bigram", "after lookup\\+ comes a draft model"),
-    ("hybrid:prompt-lookup", "after lookup\\+ comes a draft model"),
-    ("lookup+", "after lookup\\+ comes a draft model"),
-    ("lookup+lookup+m", "after lookup\\+ comes a draft model"),
-    ("prompt-lookup:n=3", "prompt-lookup takes rule=recent\\|hf, max_ngram=<n>, min_ngram=<n>"),
-    ("prompt-lookup:rule=left", "rule must be recent"),
-    ("prompt-lookup:max_ngram=0", "max_ngram must be an integer >= 1"),
-    ("prompt-lookup:min_ngram=4", "min_ngram is above max_ngram"),
-    ("unigram:backoff=2", "unigram takes k=<number>$"),
-    ("bigram:k", "bigram takes k=<number>, backoff=<number>"),
-    ("", "--draft is empty"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("lookup+bigram", "after lookup\\+ comes a draft model"),
+        ("hybrid:prompt-lookup", "after lookup\\+ comes a draft model"),
+        ("lookup+", "after lookup\\+ comes a draft model"),
+        ("lookup+lookup+m", "after lookup\\+ comes a draft model"),
+        ("prompt-lookup:n=3", "prompt-lookup takes rule=recent\\|hf, max_ngram=<n>, min_ngram=<n>"),
+        ("prompt-lookup:rule=left", "rule must be recent"),
+        ("prompt-lookup:max_ngram=0", "max_ngram must be an integer >= 1"),
+        ("prompt-lookup:min_ngram=4", "min_ngram is above max_ngram"),
+        ("unigram:backoff=2", "unigram takes k=<number>$"),
+        ("bigram:k", "bigram takes k=<number>, backoff=<number>"),
+        ("", "--draft is empty"),
+    ],
+)
 def test_malformed_draft_specs_fail_in_one_line(text, message):
     with pytest.raises(SpecbenchError, match=message) as err:
         parse_draft(text)
@@ -222,9 +228,17 @@ def test_every_draft_answers_the_proposer_hooks_without_attribute_sniffing():
 
     model = tiny_llama(1)
     free = [PromptLookupDraft(VOCAB, CPU), FrequencyDraft(1, VOCAB, CPU), FrequencyDraft(2, VOCAB, CPU)]
-    single, hybrid = ModelDraft(model, "m"), HybridDraft(PromptLookupDraft(VOCAB, CPU), ModelDraft(model, "m"), "lookup+m")
+    single, hybrid = (
+        ModelDraft(model, "m"),
+        HybridDraft(PromptLookupDraft(VOCAB, CPU), ModelDraft(model, "m"), "lookup+m"),
+    )
     for draft in free:
-        assert (draft.is_model, draft.model_caches(), draft.hf_assistant(), draft.lookup_history()) == (False, [], None, None)
+        assert (draft.is_model, draft.model_caches(), draft.hf_assistant(), draft.lookup_history()) == (
+            False,
+            [],
+            None,
+            None,
+        )
     assert single.model_caches() == [single.lm] and single.hf_assistant() is model and single.lookup_history() is None
     assert hybrid.model_caches() == [hybrid.model.lm] and hybrid.hf_assistant() is None  # HF has no hybrid
     for draft in (single, hybrid):
@@ -240,13 +254,22 @@ def test_every_draft_answers_the_proposer_hooks_without_attribute_sniffing():
 
 
 def run_baseline(model, max_new=40):
-    return decode_autoregressive(CachedModel(model), PROMPT, max_new_tokens=max_new, sampling=GREEDY,
-                                 generator=None, **eos_kwargs(model)).token_ids
+    return decode_autoregressive(
+        CachedModel(model), PROMPT, max_new_tokens=max_new, sampling=GREEDY, generator=None, **eos_kwargs(model)
+    ).token_ids
 
 
 def run_speculative(model, proposer, gamma, max_new=40):
-    return decode_speculative(CachedModel(model), proposer, PROMPT, gamma=gamma, max_new_tokens=max_new,
-                              sampling=GREEDY, generator=None, **eos_kwargs(model))
+    return decode_speculative(
+        CachedModel(model),
+        proposer,
+        PROMPT,
+        gamma=gamma,
+        max_new_tokens=max_new,
+        sampling=GREEDY,
+        generator=None,
+        **eos_kwargs(model),
+    )
 
 
 def eos_kwargs(model):
@@ -255,8 +278,11 @@ def eos_kwargs(model):
     return {"eos_ids": frozenset([2])}
 
 
-@pytest.mark.parametrize("make_target,make_draft", [(lambda: tiny_llama(0), lambda: tiny_llama(1)),
-                                                    (lambda: tiny_t5(2), lambda: tiny_t5(5))], ids=["llama", "t5"])
+@pytest.mark.parametrize(
+    "make_target,make_draft",
+    [(lambda: tiny_llama(0), lambda: tiny_llama(1)), (lambda: tiny_t5(2), lambda: tiny_t5(5))],
+    ids=["llama", "t5"],
+)
 def test_greedy_identity_for_every_draft_kind(make_target, make_draft):
     target, model = make_target(), make_draft()
     seq2seq = target.config.is_encoder_decoder
@@ -265,8 +291,11 @@ def test_greedy_identity_for_every_draft_kind(make_target, make_draft):
     used = Counter()
     for gamma in range(1, 9) if not seq2seq else (1, 3, 8):  # T5: the seq2seq paths, fewer γ (slower model)
         hybrid = HybridDraft(PromptLookupDraft(VOCAB, CPU, search_source=seq2seq), ModelDraft(model, "m"), "lookup+m")
-        proposers = [FrequencyDraft(1, VOCAB, CPU),  # fitted on the prompt in begin()
-                     FrequencyDraft(2, VOCAB, CPU).fit(CORPUS + [ref[:10]]), hybrid]
+        proposers = [
+            FrequencyDraft(1, VOCAB, CPU),  # fitted on the prompt in begin()
+            FrequencyDraft(2, VOCAB, CPU).fit(CORPUS + [ref[:10]]),
+            hybrid,
+        ]
         for proposer in proposers:
             result = run_speculative(target, proposer, gamma)
             assert result.token_ids == ref, (proposer.name, gamma)
@@ -309,8 +338,16 @@ class TargetLaws:
         return {(a, b): float(joint[a, b]) for a in range(V) for b in range(V) if joint[a, b] > 0}
 
 
-def one_step_draws(proposer, laws: TargetLaws, tokens: list[int], n: int, seed: int, gamma: int = 2,
-                   min_confidence: float = 0.0, lengths: Counter | None = None) -> Counter:
+def one_step_draws(
+    proposer,
+    laws: TargetLaws,
+    tokens: list[int],
+    n: int,
+    seed: int,
+    gamma: int = 2,
+    min_confidence: float = 0.0,
+    lengths: Counter | None = None,
+) -> Counter:
     """N independent speculative steps from `tokens` through the real propose + verify_sampling → Counter of (e1, e2)."""
     gen = torch.Generator().manual_seed(seed)
     proposer.begin(tokens[:-1], 16)
@@ -321,7 +358,7 @@ def one_step_draws(proposer, laws: TargetLaws, tokens: list[int], n: int, seed: 
             lengths[prop.tokens.shape[0]] += 1
         drafted = prop.tokens.tolist()
         verdict = verify_sampling(prop.tokens, prop.q_probs, laws.rows(drafted), gen)
-        emitted = drafted[:verdict.n_accepted] + [verdict.next_token]
+        emitted = drafted[: verdict.n_accepted] + [verdict.next_token]
         e1 = emitted[0]
         e2 = emitted[1] if len(emitted) > 1 else int(sample(laws.after_a[e1], gen))  # the next step, exactly
         counts[(e1, e2)] += 1
@@ -333,8 +370,10 @@ def law_checks(label: str, counts: Counter, laws: TargetLaws, alt_tv: float):
     for (a, _), k in counts.items():
         first[a] += k
     p1 = {a: float(laws.root[a]) for a in range(V) if laws.root[a] > 0}
-    return (gof_check(f"{label}/e1", first, p1, level=LEVEL, alt_tv=alt_tv),
-            gof_check(f"{label}/e1e2", counts, laws.pair_law(), level=LEVEL, alt_tv=alt_tv))
+    return (
+        gof_check(f"{label}/e1", first, p1, level=LEVEL, alt_tv=alt_tv),
+        gof_check(f"{label}/e1e2", counts, laws.pair_law(), level=LEVEL, alt_tv=alt_tv),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -363,8 +402,9 @@ class MisreportedQ:
         return Proposal(prop.tokens, torch.full_like(prop.q_probs, 1.0 / V), 0)
 
 
-@pytest.mark.parametrize("kind", ["unigram", "bigram", "hybrid-lookup", "hybrid-model", "model-early-stop",
-                                  "misreported-q"])
+@pytest.mark.parametrize(
+    "kind", ["unigram", "bigram", "hybrid-lookup", "hybrid-model", "model-early-stop", "misreported-q"]
+)
 def test_one_step_emits_the_target_law(step_setup, kind):
     target, laws, corpus = step_setup
     tokens, n, min_confidence, lengths = STEP_PROMPT, 20_000, 0.0, Counter()
@@ -406,10 +446,12 @@ def test_models_never_import_the_drafts_and_decoding_never_imports_the_trainer()
     import subprocess
     import sys
 
-    probe = ("import sys, pkgutil, importlib, specbench.models, specbench.decoding as d\n"
-             "assert not [m for m in sys.modules if m.startswith('specbench.decoding.drafts')], 'models imports drafts'\n"
-             "for m in pkgutil.walk_packages(d.__path__, 'specbench.decoding.'): importlib.import_module(m.name)\n"
-             "assert 'specbench.decoding.drafts.factory' in sys.modules\n"
-             "assert not [m for m in sys.modules if m.startswith('specbench.distill')], 'decoding imports distill'\n")
+    probe = (
+        "import sys, pkgutil, importlib, specbench.models, specbench.decoding as d\n"
+        "assert not [m for m in sys.modules if m.startswith('specbench.decoding.drafts')], 'models imports drafts'\n"
+        "for m in pkgutil.walk_packages(d.__path__, 'specbench.decoding.'): importlib.import_module(m.name)\n"
+        "assert 'specbench.decoding.drafts.factory' in sys.modules\n"
+        "assert not [m for m in sys.modules if m.startswith('specbench.distill')], 'decoding imports distill'\n"
+    )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-500:]

@@ -61,8 +61,14 @@ def law_pairs(cfg: SamplingConfig, vocab: int = 50, seed: int = 0):
     far = processed_probs(2.0 * torch.randn(vocab, generator=g), cfg)
     disjoint = processed_probs(torch.where(p > 0, -30.0, 0.0), cfg)  # q lives where p is 0
     one_hot = torch.nn.functional.one_hot(torch.tensor(int(p.argmin())), vocab).float()  # prompt lookup's q
-    return {"close": (p, close), "far": (p, far), "equal": (p, p.clone()), "disjoint": (p, disjoint),
-            "one-hot-q": (p, one_hot), "one-hot-p": (torch.nn.functional.one_hot(p.argmax(), vocab).float(), close)}
+    return {
+        "close": (p, close),
+        "far": (p, far),
+        "equal": (p, p.clone()),
+        "disjoint": (p, disjoint),
+        "one-hot-q": (p, one_hot),
+        "one-hot-p": (torch.nn.functional.one_hot(p.argmax(), vocab).float(), close),
+    }
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"T{c.temperature}-k{c.top_k}-p{c.top_p}")
@@ -92,8 +98,10 @@ def test_closed_form_and_implemented_law_agree_and_differ_from_p_when_broken():
     assert float((emitted_law(p, q, residual_fn=wrong) - p).abs().max()) > 1e-3
 
 
-@pytest.mark.parametrize("gamma,cfg", [(1, SAMPLING), (2, SAMPLING), (2, SamplingConfig(temperature=1.0)),
-                                       (3, SamplingConfig(temperature=0.8, top_k=3))])
+@pytest.mark.parametrize(
+    "gamma,cfg",
+    [(1, SAMPLING), (2, SAMPLING), (2, SamplingConfig(temperature=1.0)), (3, SamplingConfig(temperature=0.8, top_k=3))],
+)
 def test_joint_law_of_first_two_tokens_is_targets(gamma, cfg):
     target, draft = StepSetup(vocab=5).models()
     p_fn, d_fn = target_laws(target, cfg), honest_draft(draft, cfg)
@@ -169,7 +177,7 @@ def _law(k: int, seed: int) -> dict:
 def _shift(law: dict, tv: float) -> dict:
     """Move mass tv from the lower half of the cells (by index) to the upper half, proportionally."""
     cells = sorted(law)
-    lo, hi = cells[: len(cells) // 2], cells[len(cells) // 2:]
+    lo, hi = cells[: len(cells) // 2], cells[len(cells) // 2 :]
     mlo, mhi = sum(law[c] for c in lo), sum(law[c] for c in hi)
     return {**{c: law[c] * (1 - tv / mlo) for c in lo}, **{c: law[c] * (1 + tv / mhi) for c in hi}}
 

@@ -12,17 +12,35 @@ import warnings
 from pathlib import Path
 
 import pytest
+from test_cli import CORPUS, save_tiny
 from typer.testing import CliRunner
 
 from specbench.cli import app
 from specbench.measure.export import export_frames
 from specbench.measure.records import EngineRecord, ExampleRecord, Summary, load_examples, load_runs, read_examples
-from test_cli import CORPUS, save_tiny
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results_v0_1"
 OLD_RUN = "task-draft-g3-t0-0caf17bc"
-RUN_ARGS = ["run", "--target", "target", "--draft", "draft", "--task", "task.jsonl", "--limit", "3",
-            "--max-new-tokens", "12", "--device", "cpu", "--results-dir", "res", "--gamma", "3", "--json"]
+RUN_ARGS = [
+    "run",
+    "--target",
+    "target",
+    "--draft",
+    "draft",
+    "--task",
+    "task.jsonl",
+    "--limit",
+    "3",
+    "--max-new-tokens",
+    "12",
+    "--device",
+    "cpu",
+    "--results-dir",
+    "res",
+    "--gamma",
+    "3",
+    "--json",
+]
 
 
 def quietly(fn, *args):
@@ -36,7 +54,9 @@ def test_old_runs_and_sweep_cells_load():
     runs = quietly(load_runs, [FIXTURE])
     assert sorted(runs["run_id"]) == ["task-draft-g1-t0", "task-draft-g2-t0", OLD_RUN]
     old = runs[runs["run_id"] == OLD_RUN].iloc[0]
-    assert old["n_examples"] == 3 and old["complete"] and old["speedup_ci95"] == pytest.approx([0.2992, 0.3695], abs=1e-4)
+    assert (
+        old["n_examples"] == 3 and old["complete"] and old["speedup_ci95"] == pytest.approx([0.2992, 0.3695], abs=1e-4)
+    )
     assert set(runs.columns) - {"run_dir"} <= {f.name for f in Summary.__dataclass_fields__.values()}
 
 
@@ -46,7 +66,11 @@ def test_load_examples_on_a_run_and_on_a_sweep_folder():
     assert run["sweep_id"].isna().all() and (run["speculative.n_tokens"] == 12).all()
     sweep = quietly(load_examples, FIXTURE / "old-sweep")
     assert sorted(zip(sweep["run_id"], sweep["example_id"])) == [
-        ("task-draft-g1-t0", "0"), ("task-draft-g1-t0", "2"), ("task-draft-g2-t0", "0"), ("task-draft-g2-t0", "2")]
+        ("task-draft-g1-t0", "0"),
+        ("task-draft-g1-t0", "2"),
+        ("task-draft-g2-t0", "0"),
+        ("task-draft-g2-t0", "2"),
+    ]
     assert set(sweep["sweep_id"]) == {"old-sweep"}
     everything = quietly(load_examples, FIXTURE)  # a results folder holding both
     assert len(everything) == 7
@@ -58,7 +82,11 @@ def test_export_one_row_per_run_and_per_example():
     cell = runs.set_index("run_id").loc["task-draft-g2-t0"]
     assert cell["sweep_id"] == "old-sweep" and cell["gamma"] == 2 and cell["device"] == "cpu"
     assert cell["backend"] == "eager" and cell["dtype"] == "float32" and cell["cpu"] == "AMD EPYC"
-    assert cell["suspect"] and "re-timed" in cell["timing_notes"] and cell["baseline_drift"] == pytest.approx(0.6757, abs=1e-4)
+    assert (
+        cell["suspect"]
+        and "re-timed" in cell["timing_notes"]
+        and cell["baseline_drift"] == pytest.approx(0.6757, abs=1e-4)
+    )
     old = runs.set_index("run_id").loc[OLD_RUN]
     assert old["speedup_ci95_low"] < old["speedup"] < old["speedup_ci95_high"]
     assert old["tokens_per_target_call"] == pytest.approx(1.03125) and old["hardware"].startswith("AMD EPYC")

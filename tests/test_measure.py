@@ -29,22 +29,28 @@ from collections import Counter
 
 import pytest
 import torch
-
 from conftest import small_llama, tiny_llama
-from specbench.measure import theory
+
 from specbench.config import SamplingConfig
 from specbench.decoding.autoregressive import decode_autoregressive
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.drafts.model import ModelDraft
 from specbench.decoding.gamma_policy import AdaptiveGamma, FixedGamma, HeuristicGamma
+from specbench.decoding.sampling import processed_probs
 from specbench.decoding.speculative import decode_speculative
 from specbench.evidence.equality import gof_check
-from specbench.measure import hardware, noise
-from specbench.measure.calibration import (Calibration, calibrate, context_ids, draft_token_ms, median_and_spread,
-                                           time_passes, typical_context)
+from specbench.measure import hardware, noise, theory
+from specbench.measure.calibration import (
+    Calibration,
+    calibrate,
+    context_ids,
+    draft_token_ms,
+    median_and_spread,
+    time_passes,
+    typical_context,
+)
 from specbench.measure.choose import PilotResult, rank_candidates
 from specbench.measure.metrics import bootstrap_speedup_ci, median_example_speedup, timing_noise
-from specbench.decoding.sampling import processed_probs
 
 GREEDY = SamplingConfig()
 PROMPTS = [[5, 17, 99, 3, 250, 31, 7, 64, 12, 400], [9, 8, 7, 6, 5], [300, 301, 302, 42]]
@@ -54,8 +60,14 @@ EPYC_FP32_MS = {1: 43.4, 2: 73.6, 3: 90.3, 4: 59.1, 5: 52.4, 8: 57.3, 16: 68.0}
 
 
 def curve_calibration(target_ms: dict[int, float], dtype: str = "float32") -> Calibration:
-    return Calibration(dtype=dtype, device="cpu", context_tokens=100, target_ms=dict(target_ms),
-                       target_spread={k: 0.02 for k in target_ms}, repeats=7)
+    return Calibration(
+        dtype=dtype,
+        device="cpu",
+        context_tokens=100,
+        target_ms=dict(target_ms),
+        target_spread={k: 0.02 for k in target_ms},
+        repeats=7,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -85,7 +97,8 @@ def test_curve_speedup_on_a_flat_curve_is_theorem_3_8(alpha):
     for gamma in (1, 3, 8):
         for c in (0.0, 0.06, 0.3):
             assert theory.pass_cost_curve_speedup(alpha, gamma, c, flat) == pytest.approx(
-                theory.walltime_factor(alpha, gamma, c), rel=1e-12)
+                theory.walltime_factor(alpha, gamma, c), rel=1e-12
+            )
 
 
 def test_curve_speedup_of_lookup_and_hybrid_drafts():
@@ -100,7 +113,8 @@ def test_curve_speedup_of_lookup_and_hybrid_drafts():
     assert theory.pass_cost_curve_speedup(0.65, 4, 0.5, cost) < hybrid  # a model draft pays 4·c
     # lookup finds nothing: the hybrid is the model draft
     assert theory.pass_cost_curve_speedup(0.65, 4, 0.5, cost, {0: 1.0}, model_fills=True) == pytest.approx(
-        theory.pass_cost_curve_speedup(0.65, 4, 0.5, cost), rel=1e-12)
+        theory.pass_cost_curve_speedup(0.65, 4, 0.5, cost), rel=1e-12
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -185,15 +199,21 @@ def test_timing_noise_on_records_and_sweep_drift():
 
 def test_bootstrap_speedup_ci():
     rng = random.Random(3)
-    exact = [record(engine(n, s, 0.1), engine(n, s / 2, 0.05)) for n, s in
-             ((rng.randint(5, 60), rng.uniform(0.5, 4.0)) for _ in range(12))]
+    exact = [
+        record(engine(n, s, 0.1), engine(n, s / 2, 0.05))
+        for n, s in ((rng.randint(5, 60), rng.uniform(0.5, 4.0)) for _ in range(12))
+    ]
     lo, hi = bootstrap_speedup_ci(exact)
     assert abs(lo - 2.0) < 1e-12 and abs(hi - 2.0) < 1e-12
     assert median_example_speedup(exact) == pytest.approx(2.0, rel=1e-12)
-    varied = [record(engine(n, s, 0.1), engine(rng.randint(5, 60), s / rng.uniform(0.8, 3.0), 0.05))
-              for n, s in ((rng.randint(5, 60), rng.uniform(0.5, 4.0)) for _ in range(12))]
-    tot = {e: [sum(r[e]["n_tokens"] for r in varied), sum(r[e]["decode_s"] + r[e]["prefill_s"] for r in varied)]
-           for e in ("baseline", "speculative")}
+    varied = [
+        record(engine(n, s, 0.1), engine(rng.randint(5, 60), s / rng.uniform(0.8, 3.0), 0.05))
+        for n, s in ((rng.randint(5, 60), rng.uniform(0.5, 4.0)) for _ in range(12))
+    ]
+    tot = {
+        e: [sum(r[e]["n_tokens"] for r in varied), sum(r[e]["decode_s"] + r[e]["prefill_s"] for r in varied)]
+        for e in ("baseline", "speculative")
+    }
     point = (tot["speculative"][0] / tot["speculative"][1]) / (tot["baseline"][0] / tot["baseline"][1])
     ci = bootstrap_speedup_ci(varied)
     assert ci[0] < point < ci[1] and ci[1] - ci[0] > 0.05, (ci, point)
@@ -254,10 +274,17 @@ def test_calibrate_a_tiny_llama():
     assert cal.context_tokens == typical_context([len(p) for p in PROMPTS], 16, 512, 4)
     assert (cal.repeats, cal.device, cal.extra) == (3, "cpu", {"backend": "eager"}) and cal.seconds > 0
     # calibration leaves the cache in any state: the next decode starts its own
-    after = decode_autoregressive(lm, PROMPTS[0], max_new_tokens=12, sampling=GREEDY, generator=None,
-                                  eos_ids=frozenset([2])).token_ids
-    fresh = decode_autoregressive(CachedModel(tiny_llama(0)), PROMPTS[0], max_new_tokens=12, sampling=GREEDY,
-                                  generator=None, eos_ids=frozenset([2])).token_ids
+    after = decode_autoregressive(
+        lm, PROMPTS[0], max_new_tokens=12, sampling=GREEDY, generator=None, eos_ids=frozenset([2])
+    ).token_ids
+    fresh = decode_autoregressive(
+        CachedModel(tiny_llama(0)),
+        PROMPTS[0],
+        max_new_tokens=12,
+        sampling=GREEDY,
+        generator=None,
+        eos_ids=frozenset([2]),
+    ).token_ids
     assert after == fresh
     assert draft_token_ms(CachedModel(tiny_llama(1)), PROMPTS, max_new_tokens=16, max_positions=512, repeats=3) > 0
 
@@ -326,11 +353,20 @@ def test_policies_keep_greedy_identity():
     curve = {k: 1.0 + 0.1 * (k - 1) for k in range(1, 8)}
     steps = Counter()
     for prompt in PROMPTS:
-        ref = decode_autoregressive(CachedModel(target), prompt, max_new_tokens=24, sampling=GREEDY, generator=None,
-                                    eos_ids=frozenset([2])).token_ids
+        ref = decode_autoregressive(
+            CachedModel(target), prompt, max_new_tokens=24, sampling=GREEDY, generator=None, eos_ids=frozenset([2])
+        ).token_ids
         for policy in (HeuristicGamma(max_gamma=6, start=1), AdaptiveGamma(6, curve, 0.05, 0.5)):
-            res = decode_speculative(CachedModel(target), ModelDraft(draft, "m"), prompt, gamma=policy,
-                                     max_new_tokens=24, sampling=GREEDY, generator=None, eos_ids=frozenset([2]))
+            res = decode_speculative(
+                CachedModel(target),
+                ModelDraft(draft, "m"),
+                prompt,
+                gamma=policy,
+                max_new_tokens=24,
+                sampling=GREEDY,
+                generator=None,
+                eos_ids=frozenset([2]),
+            )
             assert res.token_ids == ref, (type(policy).__name__, prompt)
             steps.update(("full" if n == g else "partial", g) for g, n in zip(res.draft_lengths, res.accept_lengths))
     # both kinds of verdict happened, at several γ: the policies really changed γ mid-example
@@ -352,8 +388,9 @@ def sequence_law(model, prompt: list[int], sampling: SamplingConfig, length: int
         with torch.no_grad():
             logits = model(input_ids=torch.tensor([prompt + list(p) for p in prefixes])).logits[:, -1]
         rows = processed_probs(logits, sampling)
-        law = {p + (t,): law[p] * float(row[t])
-               for p, row in zip(prefixes, rows) for t in row.nonzero().flatten().tolist()}
+        law = {
+            p + (t,): law[p] * float(row[t]) for p, row in zip(prefixes, rows) for t in row.nonzero().flatten().tolist()
+        }
     return law
 
 
@@ -366,9 +403,16 @@ def test_past_dependent_gamma_keeps_the_sampling_law():
     assert len(law) == 64 and set(draft_law) == set(law) and tv > 0.5, tv  # the control's law is far from the target's
     lm, proposer, counts, second = CachedModel(target), ModelDraft(draft, "m"), Counter(), Counter()
     for seed in range(LAW_N):
-        res = decode_speculative(lm, proposer, LAW_PROMPT, gamma=HeuristicGamma(max_gamma=3, start=1),
-                                 max_new_tokens=LAW_NEW, sampling=LAW_SAMPLING,
-                                 generator=torch.Generator().manual_seed(seed), eos_ids=frozenset())
+        res = decode_speculative(
+            lm,
+            proposer,
+            LAW_PROMPT,
+            gamma=HeuristicGamma(max_gamma=3, start=1),
+            max_new_tokens=LAW_NEW,
+            sampling=LAW_SAMPLING,
+            generator=torch.Generator().manual_seed(seed),
+            eos_ids=frozenset(),
+        )
         counts[tuple(res.token_ids)] += 1
         # step 1 drafts 1 token (room 5); step 2 drafts 2 after a full accept (γ 3, room 3), else 1
         assert res.draft_lengths[1] == (2 if res.accept_lengths[0] == 1 else 1)
@@ -380,8 +424,14 @@ def test_past_dependent_gamma_keeps_the_sampling_law():
     # negative control: the draft's own samples must fail the same test
     dlm, control = CachedModel(draft), Counter()
     for seed in range(CONTROL_N):
-        out = decode_autoregressive(dlm, LAW_PROMPT, max_new_tokens=LAW_NEW, sampling=LAW_SAMPLING,
-                                    generator=torch.Generator().manual_seed(seed), eos_ids=frozenset())
+        out = decode_autoregressive(
+            dlm,
+            LAW_PROMPT,
+            max_new_tokens=LAW_NEW,
+            sampling=LAW_SAMPLING,
+            generator=torch.Generator().manual_seed(seed),
+            eos_ids=frozenset(),
+        )
         control[tuple(out.token_ids)] += 1
     bad = gof_check("draft-alone/6 tokens", control, law, level=1e-3, alt_tv=0.1)
     assert not bad.passed and bad.p_value < 1e-6 and not bad.detail["impossible"], bad  # wrong weights, not support
@@ -390,21 +440,37 @@ def test_past_dependent_gamma_keeps_the_sampling_law():
 # ---------------------------------------------------------------------------------------------
 # 10. Hardware identity
 
-EPYC_HW = {"cpu_model": "AMD EPYC 7B13", "isa_flags": ["avx2", "avx512f", "avx512_bf16"], "cpu_count": 2,
-           "usable_cpus": 2, "torch_threads": 2, "memory_gib": 23.4, "gpus": [], "cuda": None, "gpu_driver": None,
-           "machine": "x86_64"}
+EPYC_HW = {
+    "cpu_model": "AMD EPYC 7B13",
+    "isa_flags": ["avx2", "avx512f", "avx512_bf16"],
+    "cpu_count": 2,
+    "usable_cpus": 2,
+    "torch_threads": 2,
+    "memory_gib": 23.4,
+    "gpus": [],
+    "cuda": None,
+    "gpu_driver": None,
+    "machine": "x86_64",
+}
 
 
 def test_hardware_sentence_and_bf16():
     epyc = hardware.describe(EPYC_HW)
     assert epyc.startswith("AMD EPYC 7B13, 2 CPUs (avx2, avx512f, avx512_bf16; no AMX)") and epyc.endswith("no GPU")
-    xeon = hardware.describe(EPYC_HW | {"cpu_model": "Intel Xeon Platinum 8481C",
-                                        "isa_flags": ["avx512f", "amx_tile", "amx_bf16"]})
+    xeon = hardware.describe(
+        EPYC_HW | {"cpu_model": "Intel Xeon Platinum 8481C", "isa_flags": ["avx512f", "amx_tile", "amx_bf16"]}
+    )
     assert "Intel Xeon Platinum 8481C" in xeon and "no AMX" not in xeon and "amx_tile" not in xeon
     arm = hardware.describe(EPYC_HW | {"cpu_model": "Neoverse-V2", "isa_flags": ["asimd", "sve"], "machine": "aarch64"})
     assert "no AMX" not in arm  # AMX is an x86 question
-    gpu = hardware.describe(EPYC_HW | {"gpus": [{"name": "NVIDIA H200", "memory_gib": 139.8, "capability": "9.0"}],
-                                       "cuda": "12.4", "gpu_driver": "550.54"})
+    gpu = hardware.describe(
+        EPYC_HW
+        | {
+            "gpus": [{"name": "NVIDIA H200", "memory_gib": 139.8, "capability": "9.0"}],
+            "cuda": "12.4",
+            "gpu_driver": "550.54",
+        }
+    )
     assert gpu.endswith("1× NVIDIA H200 (CUDA 12.4, driver 550.54)") and "no GPU" not in gpu
     assert hardware.describe(None).startswith("unknown hardware")
     assert hardware.bf16_support("cpu", {"isa_flags": ["avx2"]})[0] is False

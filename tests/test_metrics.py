@@ -22,17 +22,23 @@ def test_prediction_by_hand():
     recs = [record(10, "eos", [3, 3, 3], 3, [3, 3, 3])]
     c, v = 0.1, 1.2
     assert predicted_decode(recs, 1.0, 3, c, v) == pytest.approx(
-        {"predicted_target_calls": 3.0, "predicted_decode_speedup": 9 / (3 * (3 * c + v))})
+        {"predicted_target_calls": 3.0, "predicted_decode_speedup": 9 / (3 * (3 * c + v))}
+    )
     # the same length at the budget: 4 + 4 then one pass of room 1 (no draft)
     recs = [record(10, "length", [3, 3], 3, [3, 3])]
     assert predicted_decode(recs, 1.0, 3, c, v) == pytest.approx(
-        {"predicted_target_calls": 3.0, "predicted_decode_speedup": 9 / (2 * (3 * c + v) + v)})
+        {"predicted_target_calls": 3.0, "predicted_decode_speedup": 9 / (2 * (3 * c + v) + v)}
+    )
     # both kinds in one run: one table per ending, summed
-    both = [record(10, "eos", [3, 3, 3], 3, [3, 3, 3]), record(10, "length", [3, 3], 3, [3, 3]),
-            record(1, "eos", [], 0, [])]  # a 1-token output has no decode phase
+    both = [
+        record(10, "eos", [3, 3, 3], 3, [3, 3, 3]),
+        record(10, "length", [3, 3], 3, [3, 3]),
+        record(1, "eos", [], 0, []),
+    ]  # a 1-token output has no decode phase
     assert predicted_decode(both, 1.0, 3, c, v)["predicted_target_calls"] == pytest.approx(6.0)
     assert predicted_decode(both, 1.0, 3, c, v)["predicted_decode_speedup"] == pytest.approx(
-        18 / (3 * (3 * c + v) + 2 * (3 * c + v) + v))
+        18 / (3 * (3 * c + v) + 2 * (3 * c + v) + v)
+    )
     assert all(x != x for x in predicted_decode(recs, float("nan"), 3, c, v).values())  # NaN in, NaN out
 
 
@@ -46,13 +52,34 @@ def test_proposal_law_from_records_and_the_fallback_for_older_ones():
 def full_record(accept: list[int], drafts: list[int]) -> dict:
     """An example record whose speculative engine verified steps with these accepted / drafted counts."""
     n = sum(accept) + len(accept) + 1
-    engine = {"text": "", "token_ids": [4] * n, "n_tokens": n, "stop_reason": "length", "prefill_s": 0.01,
-              "decode_s": 0.1, "target_calls": len(accept), "draft_calls": sum(drafts), "drafted": sum(drafts),
-              "accepted": sum(accept), "trials": sum(min(a + 1, g) for a, g in zip(accept, drafts)),
-              "accept_lengths": accept, "draft_lengths": drafts, "expected_accept": [0.5] * len(accept),
-              "draft_s": 0.04, "verify_s": 0.05}
-    return {"schema_version": 1, "example_id": "e", "prompt_tokens": 3, "reference": None, "baseline": dict(engine),
-            "speculative": engine, "identical": True, "first_divergence": None}
+    engine = {
+        "text": "",
+        "token_ids": [4] * n,
+        "n_tokens": n,
+        "stop_reason": "length",
+        "prefill_s": 0.01,
+        "decode_s": 0.1,
+        "target_calls": len(accept),
+        "draft_calls": sum(drafts),
+        "drafted": sum(drafts),
+        "accepted": sum(accept),
+        "trials": sum(min(a + 1, g) for a, g in zip(accept, drafts)),
+        "accept_lengths": accept,
+        "draft_lengths": drafts,
+        "expected_accept": [0.5] * len(accept),
+        "draft_s": 0.04,
+        "verify_s": 0.05,
+    }
+    return {
+        "schema_version": 1,
+        "example_id": "e",
+        "prompt_tokens": 3,
+        "reference": None,
+        "baseline": dict(engine),
+        "speculative": engine,
+        "identical": True,
+        "first_divergence": None,
+    }
 
 
 def test_summarize_writes_only_declared_summary_fields():
@@ -77,6 +104,9 @@ def test_batch_draft_positions_take_each_steps_longest_draft():
     """Rows whose longest drafts fall on different steps: the batch drafted 3 + 3 + 2 positions, not max(5, 5)."""
     from specbench.measure.metrics import batch_draft_positions
 
-    rows = [{"speculative": {"draft_lengths": [3, 0, 2]}}, {"speculative": {"draft_lengths": [2, 3]}},
-            {"speculative": {"draft_lengths": []}}]
+    rows = [
+        {"speculative": {"draft_lengths": [3, 0, 2]}},
+        {"speculative": {"draft_lengths": [2, 3]}},
+        {"speculative": {"draft_lengths": []}},
+    ]
     assert batch_draft_positions(rows) == 8

@@ -18,16 +18,16 @@ from __future__ import annotations
 
 import pytest
 import torch
+from transformers import LlamaConfig, LlamaForCausalLM
 
 import specbench.decoding.speculative as speculative_module
-from transformers import LlamaConfig, LlamaForCausalLM
 from specbench.config import SamplingConfig
 from specbench.decoding.autoregressive import decode_autoregressive
 from specbench.decoding.base import Verdict
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.drafts.model import ModelDraft
 from specbench.decoding.speculative import decode_speculative
-from specbench.evidence.numerics import (explain_example, identity_line, replay, speculative_passes, step_passes)
+from specbench.evidence.numerics import explain_example, identity_line, replay, speculative_passes, step_passes
 from specbench.measure.metrics import first_divergence
 
 GREEDY = SamplingConfig()
@@ -41,9 +41,18 @@ def wide_llama(seed: int, hidden: int = 128) -> LlamaForCausalLM:
     """Wide enough (128) that bf16 matmuls of 1 and γ+1 rows round differently: the 32-wide test models
     never diverge in bf16, so they could not exercise the classifier."""
     torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=512, hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, bos_token_id=1,
-                      eos_token_id=2, tie_word_embeddings=False)
+    cfg = LlamaConfig(
+        vocab_size=512,
+        hidden_size=hidden,
+        intermediate_size=4 * hidden,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        bos_token_id=1,
+        eos_token_id=2,
+        tie_word_embeddings=False,
+    )
     return LlamaForCausalLM(cfg).eval()
 
 
@@ -59,10 +68,20 @@ def pair(dtype: torch.dtype, noise: float = 0.1):
 
 
 def run(target, draft, prompt, pad_to: int = 1):
-    base = decode_autoregressive(CachedModel(target), prompt, max_new_tokens=MAX_NEW, sampling=GREEDY, generator=None,
-                                 eos_ids=EOS, pad_to=pad_to)
-    spec = decode_speculative(CachedModel(target), ModelDraft(draft, "d"), prompt, gamma=GAMMA, max_new_tokens=MAX_NEW,
-                              sampling=GREEDY, generator=None, eos_ids=EOS, pad_to=pad_to)
+    base = decode_autoregressive(
+        CachedModel(target), prompt, max_new_tokens=MAX_NEW, sampling=GREEDY, generator=None, eos_ids=EOS, pad_to=pad_to
+    )
+    spec = decode_speculative(
+        CachedModel(target),
+        ModelDraft(draft, "d"),
+        prompt,
+        gamma=GAMMA,
+        max_new_tokens=MAX_NEW,
+        sampling=GREEDY,
+        generator=None,
+        eos_ids=EOS,
+        pad_to=pad_to,
+    )
     return base, spec
 
 
@@ -90,7 +109,9 @@ def test_replays_reproduce_both_runs(dtype):
         rows = replay(target, prompt, spec.token_ids, passes, len(spec.token_ids) - 1)
         assert [int(rows[j].argmax()) for j in range(len(spec.token_ids))] == spec.token_ids
         seen += passes
-    assert any(fed > 1 and kept == fed for fed, kept in seen) and any(kept < fed for fed, kept in seen)  # full + partial
+    assert any(fed > 1 and kept == fed for fed, kept in seen) and any(
+        kept < fed for fed, kept in seen
+    )  # full + partial
 
 
 def test_correct_verifier_in_bf16_only_numerics():
@@ -105,8 +126,11 @@ def test_correct_verifier_in_bf16_only_numerics():
 
 def always_accept(draft_tokens: list[int], target_best: list[int]) -> Verdict:
     """A wrong verifier: every drafted token is kept, the bonus token follows."""
-    return Verdict(n_accepted=len(draft_tokens), next_token=target_best[len(draft_tokens)],
-                   expected_accept=[1.0] * len(draft_tokens))
+    return Verdict(
+        n_accepted=len(draft_tokens),
+        next_token=target_best[len(draft_tokens)],
+        expected_accept=[1.0] * len(draft_tokens),
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])

@@ -25,10 +25,15 @@ def wheel_names(tmp_path_factory) -> list[str]:
     src = tmp_path_factory.mktemp("src")
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, src / name)
-    shutil.copytree(ROOT / "specbench", src / "specbench", ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "work"))
+    shutil.copytree(
+        ROOT / "specbench", src / "specbench", ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "work")
+    )
     out = tmp_path_factory.mktemp("wheel")
-    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out),
-                           str(src)], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(src)],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     (wheel,) = out.glob("specbench-*.whl")
     with zipfile.ZipFile(wheel) as z:
@@ -41,7 +46,9 @@ def test_the_wheel_carries_the_builtin_tasks(wheel_names):
 
 
 def test_the_wheel_carries_the_shipped_draft(wheel_names):
-    inside = {n.rsplit("/", 1)[1] for n in wheel_names if n.startswith("specbench/models/drafts/smollm2-135m-distilled/")}
+    inside = {
+        n.rsplit("/", 1)[1] for n in wheel_names if n.startswith("specbench/models/drafts/smollm2-135m-distilled/")
+    }
     assert {"model.safetensors", "config.json", "tokenizer.json", "manifest.json"} <= inside
     assert {p.name for p in DRAFT.iterdir() if p.is_file()} <= inside  # every file of the folder, nothing left out
     assert not any("/work/" in n for n in wheel_names)  # the trainer's scratch never ships

@@ -10,15 +10,23 @@ import math
 import numpy as np
 import pytest
 import torch
-
 from conftest import sharpen, tiny_llama, tiny_t5
+
 from specbench.config import SamplingConfig
 from specbench.decoding.autoregressive import decode_autoregressive
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.drafts.model import ModelDraft
 from specbench.decoding.speculative import decode_speculative
-from specbench.evidence.perplexity import (LEVEL, detectable_shift, example_nll, finite, mean_nll, mw_power,
-                                           nll_check, token_nlls)
+from specbench.evidence.perplexity import (
+    LEVEL,
+    detectable_shift,
+    example_nll,
+    finite,
+    mean_nll,
+    mw_power,
+    nll_check,
+    token_nlls,
+)
 
 PROMPT = [5, 17, 99, 3, 250, 31, 7, 64]
 
@@ -30,7 +38,7 @@ def direct_nlls(model, prompt, tokens, decoder_start_id=None) -> list[float]:
             dec = torch.tensor([[decoder_start_id] + tokens[:-1]])
             logits = model(input_ids=torch.tensor([prompt]), decoder_input_ids=dec).logits[0]
         else:
-            logits = model(input_ids=torch.tensor([prompt + tokens[:-1]])).logits[0, len(prompt) - 1:]
+            logits = model(input_ids=torch.tensor([prompt + tokens[:-1]])).logits[0, len(prompt) - 1 :]
     logp = torch.log_softmax(logits.float(), -1)
     return [-float(logp[i, t]) for i, t in enumerate(tokens)]
 
@@ -94,18 +102,32 @@ def scored():
     eos = frozenset([2])
 
     def base(sampling):
-        return lambda seed: decode_autoregressive(CachedModel(target), PROMPT, max_new_tokens=NEW_TOKENS,
-                                                  sampling=sampling, generator=torch.Generator().manual_seed(seed),
-                                                  eos_ids=eos)
+        return lambda seed: decode_autoregressive(
+            CachedModel(target),
+            PROMPT,
+            max_new_tokens=NEW_TOKENS,
+            sampling=sampling,
+            generator=torch.Generator().manual_seed(seed),
+            eos_ids=eos,
+        )
 
     def spec(seed):
-        return decode_speculative(CachedModel(target), ModelDraft(draft, "tiny"), PROMPT, gamma=3,
-                                  max_new_tokens=NEW_TOKENS, sampling=SamplingConfig(temperature=1.0),
-                                  generator=torch.Generator().manual_seed(10_000 + seed), eos_ids=eos)
+        return decode_speculative(
+            CachedModel(target),
+            ModelDraft(draft, "tiny"),
+            PROMPT,
+            gamma=3,
+            max_new_tokens=NEW_TOKENS,
+            sampling=SamplingConfig(temperature=1.0),
+            generator=torch.Generator().manual_seed(10_000 + seed),
+            eos_ids=eos,
+        )
 
-    outputs = {"baseline": _samples(base(SamplingConfig(temperature=1.0)), N_SAMPLES),
-               "speculative": _samples(spec, N_SAMPLES),
-               "control": _samples(base(SamplingConfig(temperature=0.7)), N_SAMPLES)}
+    outputs = {
+        "baseline": _samples(base(SamplingConfig(temperature=1.0)), N_SAMPLES),
+        "speculative": _samples(spec, N_SAMPLES),
+        "control": _samples(base(SamplingConfig(temperature=0.7)), N_SAMPLES),
+    }
     return {k: [mean_nll(target, PROMPT, t) for t in v] for k, v in outputs.items()}
 
 

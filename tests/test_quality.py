@@ -4,16 +4,30 @@ from __future__ import annotations
 
 import pytest
 
-from specbench.tasks import quality
 from specbench.errors import SpecbenchError
+from specbench.tasks import quality
 from specbench.tasks.quality import bootstrap_ci, score
 
-HYPS = ["the cat sat on the mat", "a dog ran in the park today", "it is raining again", "we like green tea",
-        "the train was late this morning", "she reads a book every week", "he plays the guitar badly",
-        "the shop closes at six"]
-REFS = ["the cat is on the mat", "a dog runs in the park", "it rains again today", "we love green tea",
-        "the train was late in the morning", "she reads one book each week", "he plays guitar very badly",
-        "the store closes at six"]
+HYPS = [
+    "the cat sat on the mat",
+    "a dog ran in the park today",
+    "it is raining again",
+    "we like green tea",
+    "the train was late this morning",
+    "she reads a book every week",
+    "he plays the guitar badly",
+    "the shop closes at six",
+]
+REFS = [
+    "the cat is on the mat",
+    "a dog runs in the park",
+    "it rains again today",
+    "we love green tea",
+    "the train was late in the morning",
+    "she reads one book each week",
+    "he plays guitar very badly",
+    "the store closes at six",
+]
 
 
 def test_bleu_identical_is_100_with_signature():
@@ -31,7 +45,7 @@ def test_bleu_disjoint_is_zero_and_partial_is_between():
 def test_bleu_hand_checked_single_sentence():
     # hyp 'a b c d e' vs ref 'a b c d f': no n-gram order has zero matches, so smoothing plays no part;
     # precisions 4/5, 3/4, 2/3, 1/2; BP = 1 → BLEU = (4/5 · 3/4 · 2/3 · 1/2)^(1/4) = 0.2^(1/4) = 66.87
-    assert score("bleu", ["a b c d e"], ["a b c d f"])["bleu"] == pytest.approx(100 * 0.2 ** 0.25, abs=0.01)
+    assert score("bleu", ["a b c d e"], ["a b c d f"])["bleu"] == pytest.approx(100 * 0.2**0.25, abs=0.01)
 
 
 def test_rouge_hand_checked():
@@ -52,7 +66,9 @@ def test_rouge_uses_the_stemmer_and_averages_examples():
     assert two["rouge1"] == pytest.approx((500 / 6 + 100) / 2) and two["rouge2"] == pytest.approx(80.0)
 
 
-@pytest.mark.parametrize("metric, key", [("bleu", "bleu"), ("rouge", "rouge1"), ("rouge", "rouge2"), ("rouge", "rougeL")])
+@pytest.mark.parametrize(
+    "metric, key", [("bleu", "bleu"), ("rouge", "rouge1"), ("rouge", "rouge2"), ("rouge", "rougeL")]
+)
 def test_bootstrap_ci_contains_point_estimate(metric, key):
     point = score(metric, HYPS, REFS)[key]
     lo, hi = bootstrap_ci(metric, HYPS, REFS, key, n_resamples=500, seed=0)
@@ -78,14 +94,17 @@ def test_bleu_bootstrap_statistics_reproduce_corpus_bleu():
     assert bleu._compute_score_from_stats(total).score == pytest.approx(score("bleu", HYPS, REFS)["bleu"])
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda: score("meteor", ["a"], ["a"]), r"unknown metric 'meteor'; use one of bleu, rouge"),
-    (lambda: score("bleu", ["a", "b"], ["a"]), r"2 hypotheses but 1 references"),
-    (lambda: score("rouge", [], []), r"no hypotheses to score"),
-    (lambda: bootstrap_ci("rouge", ["a"], ["a"], "bleu"), r"metric rouge has no key 'bleu'"),
-    (lambda: bootstrap_ci("bleu", ["a"], ["a"], "bleu", n_resamples=0), r"n_resamples must be an integer >= 1"),
-    (lambda: bootstrap_ci("bleu", ["a"], ["a"], "bleu", level=1.0), r"level must be in \(0, 1\)"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: score("meteor", ["a"], ["a"]), r"unknown metric 'meteor'; use one of bleu, rouge"),
+        (lambda: score("bleu", ["a", "b"], ["a"]), r"2 hypotheses but 1 references"),
+        (lambda: score("rouge", [], []), r"no hypotheses to score"),
+        (lambda: bootstrap_ci("rouge", ["a"], ["a"], "bleu"), r"metric rouge has no key 'bleu'"),
+        (lambda: bootstrap_ci("bleu", ["a"], ["a"], "bleu", n_resamples=0), r"n_resamples must be an integer >= 1"),
+        (lambda: bootstrap_ci("bleu", ["a"], ["a"], "bleu", level=1.0), r"level must be in \(0, 1\)"),
+    ],
+)
 def test_bad_inputs(call, message):
     with pytest.raises(SpecbenchError, match=message):
         call()

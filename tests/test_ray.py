@@ -30,8 +30,13 @@ TIMING = {"prefill_s", "decode_s", "draft_s", "verify_s", "repeat_s"}
 
 @pytest.fixture(scope="module")
 def cluster():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1",
-             runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}})
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        _node_ip_address="127.0.0.1",
+        runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}},
+    )
     yield ray
     ray.shutdown()
 
@@ -45,8 +50,16 @@ def tiny(tmp_path_factory):
 
 
 def grid(tiny, **over) -> SweepGrid:
-    spec = dict(target=tiny["target"], draft=f"prompt-lookup,{tiny['draft']}", gamma="1,2", temperature="0",
-                task=tiny["task"], limit=3, max_new_tokens=6, device="cpu")
+    spec = dict(
+        target=tiny["target"],
+        draft=f"prompt-lookup,{tiny['draft']}",
+        gamma="1,2",
+        temperature="0",
+        task=tiny["task"],
+        limit=3,
+        max_new_tokens=6,
+        device="cpu",
+    )
     spec.update(over)
     return SweepGrid.from_specs(**spec)
 
@@ -82,11 +95,15 @@ def test_four_cells_under_ray_equal_the_local_sweep(cluster, tiny, tmp_path):
     assert records(local.root) == records(remote.root)
     assert all(c.summary["complete"] for c in remote.cells)
     for name in ("sweep.json",):
-        assert json.loads((local.root / name).read_text())["cells"] == json.loads((remote.root / name).read_text())["cells"]
+        assert (
+            json.loads((local.root / name).read_text())["cells"]
+            == json.loads((remote.root / name).read_text())["cells"]
+        )
     base = sorted(local.root.glob("baselines/*.jsonl"))
     assert [p.name for p in base] == [p.name for p in sorted(remote.root.glob("baselines/*.jsonl"))]
-    assert [json.loads(x)["example_id"] for x in base[0].read_text().splitlines()] == \
-        [json.loads(x)["example_id"] for x in (remote.root / "baselines" / base[0].name).read_text().splitlines()]
+    assert [json.loads(x)["example_id"] for x in base[0].read_text().splitlines()] == [
+        json.loads(x)["example_id"] for x in (remote.root / "baselines" / base[0].name).read_text().splitlines()
+    ]
     placed = read_placements(remote.root)
     assert sorted(placed) == sorted(c.cell_id for c in remote.cells)
     assert all(p[0]["device"] == "cpu" and p[0]["executor"] == "ray" for p in placed.values())
@@ -111,6 +128,7 @@ def test_a_killed_worker_loses_only_its_unfinished_examples(cluster, tiny, tmp_p
             killed.append(cell_id)
 
     from specbench.measure.sweep import sweep_id_for
+
     out_id = sweep_id_for(g)
     executor = make_executor("ray", max_cell_retries=retries)
     if retries:
@@ -131,18 +149,28 @@ def test_pairs_and_prompt_length_buckets_under_ray_equal_the_local_sweep(cluster
     its own bucket's examples, against the same sweep run locally."""
     words = CORPUS[0].split()
     task = tmp_path / "lengths.jsonl"  # prompts of 2..10 words: the short and long thirds differ
-    task.write_text("".join(json.dumps({"prompt": " ".join(words[:n]), "reference": "x"}) + "\n"
-                            for n in range(2, 11)))
+    task.write_text("".join(json.dumps({"prompt": " ".join(words[:n]), "reference": "x"}) + "\n" for n in range(2, 11)))
     pairs = (f"{tiny['target']}:prompt-lookup", f"{tiny['draft']}:prompt-lookup")
-    g = SweepGrid.from_specs(target="", draft="", pairs=pairs, gamma="1", temperature="0", task=str(task), limit=9, max_new_tokens=4, device="cpu",
-                             prompt_length=("short", "long"))
+    g = SweepGrid.from_specs(
+        target="",
+        draft="",
+        pairs=pairs,
+        gamma="1",
+        temperature="0",
+        task=str(task),
+        limit=9,
+        max_new_tokens=4,
+        device="cpu",
+        prompt_length=("short", "long"),
+    )
     local = run_sweep(g, tmp_path / "local")
     remote = run_sweep(g, tmp_path / "ray", executor=make_executor("ray", cpus_per_cell=1))
     assert len(remote.cells) == 4 and all(c.summary["complete"] for c in remote.cells)
     assert records(local.root) == records(remote.root)
     assert {c.summary["n_examples"] for c in remote.cells} == {3}  # a third of 9 prompts each, not the task's 9
-    assert {(c.summary["target"], c.summary["prompt_length"]) for c in remote.cells} == \
-        {(t, b) for t in (tiny["target"], tiny["draft"]) for b in ("short", "long")}
+    assert {(c.summary["target"], c.summary["prompt_length"]) for c in remote.cells} == {
+        (t, b) for t in (tiny["target"], tiny["draft"]) for b in ("short", "long")
+    }
 
 
 def test_a_worker_holds_one_target_at_a_time(monkeypatch):
@@ -153,8 +181,10 @@ def test_a_worker_holds_one_target_at_a_time(monkeypatch):
 
     loaded = []
     monkeypatch.setattr(runner, "Session", lambda target, *rest: loaded.append(target) or f"session:{target}")
-    worker, g = CellWorker(), SweepGrid.from_specs(target="a", draft="prompt-lookup", gamma="1", temperature="0",
-                                                           task="t")
+    worker, g = (
+        CellWorker(),
+        SweepGrid.from_specs(target="a", draft="prompt-lookup", gamma="1", temperature="0", task="t"),
+    )
     sessions = [worker.session(g, RunConfig(target, "prompt-lookup", "t")) for target in ("a", "a", "b", "b", "a")]
     assert loaded == ["a", "b", "a"] and sessions[-1] == worker.loaded == "session:a"
 
@@ -171,7 +201,7 @@ def test_the_worker_measures_its_cell_without_planning_the_sweep_again(tiny, tmp
 
     g = grid(tiny, draft="prompt-lookup", gamma="2")
     local = run_sweep(g, tmp_path / "local")
-    (cell_id, config), = cell_ids(g)
+    ((cell_id, config),) = cell_ids(g)
     root = tmp_path / "driver" / local.root.name
     root.mkdir(parents=True)
     rel = str(baseline_file(root, g, config).relative_to(root))
@@ -181,8 +211,14 @@ def test_the_worker_measures_its_cell_without_planning_the_sweep_again(tiny, tmp
 
     monkeypatch.setattr(sweep_module, "_task_info", no_planning)
     monkeypatch.setattr(sweep_module, "write_sweep_file", no_planning)
-    request = {"grid": g, "config": config, "sweep_id": root.name, "cell_id": cell_id, "baseline": rel,
-               "files": folder_files(root, [cell_id, rel])}
+    request = {
+        "grid": g,
+        "config": config,
+        "sweep_id": root.name,
+        "cell_id": cell_id,
+        "baseline": rel,
+        "files": folder_files(root, [cell_id, rel]),
+    }
     scratch = tmp_path / "scratch"
     messages = list(measure_in_scratch(scratch, Session(g.target, "cpu", "float32"), request, ThreadPoolExecutor(1)))
     assert [m["kind"] for m in messages] == ["change"] * 3 + ["done"], messages[-1]
@@ -225,8 +261,7 @@ def test_every_torch_call_of_a_worker_runs_on_one_thread(tiny, tmp_path, monkeyp
     worker = CellWorker()
     for cell_id, config in cell_ids(g):
         rel = str(baseline_file(root, g, config).relative_to(root))
-        request = {"grid": g, "config": config, "sweep_id": root.name, "cell_id": cell_id, "baseline": rel,
-                   "files": {}}
+        request = {"grid": g, "config": config, "sweep_id": root.name, "cell_id": cell_id, "baseline": rel, "files": {}}
         assert list(worker.run_cell(request))[-1]["kind"] == "done"
     assert [kind for kind, _ in threads] == ["load", "cell", "cell"]
     assert len({ident for _, ident in threads}) == 1 and threads[0][1] != threading.get_ident()
@@ -247,7 +282,9 @@ def test_unreachable_address_is_one_line():
 
 def test_gpus_on_a_cluster_without_them_is_one_line(cluster, tiny, tmp_path):
     with pytest.raises(SpecbenchError, match="--gpus-per-cell 1: no node of the Ray cluster has that many GPUs"):
-        run_sweep(grid(tiny, draft="prompt-lookup", gamma="1"), tmp_path, executor=make_executor("ray", gpus_per_cell=1))
+        run_sweep(
+            grid(tiny, draft="prompt-lookup", gamma="1"), tmp_path, executor=make_executor("ray", gpus_per_cell=1)
+        )
 
 
 def test_local_executor_is_run_sweeps_own_loop():

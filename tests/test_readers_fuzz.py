@@ -23,8 +23,15 @@ from specbench.errors import SpecbenchError
 from specbench.measure import runner, sweep
 from specbench.measure.export import export_frames
 from specbench.measure.metrics import summarize
-from specbench.measure.records import (EngineRecord, RunFiles, load_examples, load_runs, read_manifest, read_summary,
-                                       scan_examples)
+from specbench.measure.records import (
+    EngineRecord,
+    RunFiles,
+    load_examples,
+    load_runs,
+    read_manifest,
+    read_summary,
+    scan_examples,
+)
 from specbench.tasks.specs import load_task, select_examples
 
 SEED = 19
@@ -34,8 +41,25 @@ BAD_VALUES = (None, 5, "x", [], {})
 READERS = 9
 FIXTURE = Path(__file__).parent / "fixtures" / "results_v0_1"
 OLD_RUN = FIXTURE / "task-draft-g3-t0-0caf17bc"
-SCHEMA_WORDS = ["example_id", "baseline", "speculative", "n_tokens", "token_ids", "accept_lengths", "draft_lengths",
-                "config", "task", "gamma", "ratio", "ms", "grid", "tasks", "n_examples", "speedup_ci95", "prompt"]
+SCHEMA_WORDS = [
+    "example_id",
+    "baseline",
+    "speculative",
+    "n_tokens",
+    "token_ids",
+    "accept_lengths",
+    "draft_lengths",
+    "config",
+    "task",
+    "gamma",
+    "ratio",
+    "ms",
+    "grid",
+    "tasks",
+    "n_examples",
+    "speedup_ci95",
+    "prompt",
+]
 counted: dict[str, int] = {}
 
 
@@ -83,7 +107,7 @@ def case(rng: random.Random, kind: str, valid: bytes, jsonl: bool) -> bytes:
     if kind == "random bytes":
         return random_bytes(rng)
     if kind == "truncated JSON":
-        return valid[:rng.randrange(1, len(valid))]
+        return valid[: rng.randrange(1, len(valid))]
     if not jsonl:
         return json.dumps(mutated(rng, json.loads(valid))).encode()
     lines = valid.decode().splitlines()
@@ -134,8 +158,13 @@ def test_task_jsonl(tmp_path):
 def test_task_yaml(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a mutated source must never reach the network
     (tmp_path / "rows.jsonl").write_text('{"text": "a b"}\n{"text": "c d"}\n')
-    task = {"name": "fz", "source": {"type": "jsonl", "path": "rows.jsonl"}, "fields": {"t": "text"},
-            "template": "{t}", "chat_template": False}
+    task = {
+        "name": "fz",
+        "source": {"type": "jsonl", "path": "rows.jsonl"},
+        "fields": {"t": "text"},
+        "template": "{t}",
+        "chat_template": False,
+    }
     valid = json.dumps(task).encode()
     path = tmp_path / "task.yaml"
     path.write_text(yaml.safe_dump(task))
@@ -205,8 +234,16 @@ def test_manifest_json(tmp_path):
 
 
 def sweep_setup(tmp_path: Path):
-    grid = sweep.SweepGrid(target="target", drafts=("draft",), gammas=(1,), temperatures=(0.0,), tasks=("task.jsonl",),
-                           device="cpu", limit=2, max_new_tokens=8)
+    grid = sweep.SweepGrid(
+        target="target",
+        drafts=("draft",),
+        gammas=(1,),
+        temperatures=(0.0,),
+        tasks=("task.jsonl",),
+        device="cpu",
+        limit=2,
+        max_new_tokens=8,
+    )
     return grid, sweep.cell_ids(grid), {"task.jsonl": {"n_examples": 2, "examples_hash": "x"}}
 
 
@@ -239,8 +276,11 @@ def test_baselines(tmp_path):
 @pytest.mark.parametrize("name", ["noise_probes.jsonl", "baseline_probes.jsonl"])
 def test_probe_files(tmp_path, name):
     run = run_copy(tmp_path)
-    source = OLD_RUN / "noise_probes.jsonl" if name == "noise_probes.jsonl" else \
-        FIXTURE / "old-sweep" / "task-draft-g2-t0" / "baseline_probes.jsonl"
+    source = (
+        OLD_RUN / "noise_probes.jsonl"
+        if name == "noise_probes.jsonl"
+        else FIXTURE / "old-sweep" / "task-draft-g2-t0" / "baseline_probes.jsonl"
+    )
     valid = source.read_bytes()
     for kind, i, data in each_case(name, valid, jsonl=True):
         where = f"{name} {kind} #{i}"

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from specbench.measure import theory
 from specbench.cli import app
 from specbench.errors import SpecbenchError
-from specbench.measure.metrics import json_safe, summarize
+from specbench.measure import theory
 from specbench.measure.hardware import describe
+from specbench.measure.metrics import json_safe, summarize
 from specbench.report.analysis import best_gamma_rows
 from specbench.report.collect import DRIFT_CONSEQUENCE, calibration_curves, collect
 from specbench.report.figures import fig_histograms, fig_pass_cost, fig_speedup, fig_time_split
@@ -21,22 +21,54 @@ from specbench.report.render import PAPER_TABLE2, with_ci, write_report
 N_EXAMPLES = 3
 
 
-def engine(n_tokens: int, decode_s: float, gamma: int = 0, accept_lengths: tuple = (), text: str = "out",
-           draft_share: float = 0.0) -> dict:
+def engine(
+    n_tokens: int,
+    decode_s: float,
+    gamma: int = 0,
+    accept_lengths: tuple = (),
+    text: str = "out",
+    draft_share: float = 0.0,
+) -> dict:
     """An EngineRecord dict; a speculative one derives drafted/accepted/trials from its accepted lengths."""
     accepted = sum(accept_lengths)
     trials = sum(min(a + 1, gamma) for a in accept_lengths)
     calls = len(accept_lengths) if gamma else n_tokens - 1
-    return {"text": text, "token_ids": list(range(n_tokens)), "n_tokens": n_tokens, "stop_reason": "length",
-            "prefill_s": 0.01, "decode_s": decode_s, "target_calls": calls, "draft_calls": gamma * len(accept_lengths),
-            "drafted": gamma * len(accept_lengths), "accepted": accepted, "trials": trials,
-            "accept_lengths": list(accept_lengths), "draft_lengths": [gamma] * len(accept_lengths),
-            "expected_accept": [0.6] * trials,
-            "draft_s": decode_s * draft_share, "verify_s": decode_s * (0.9 - draft_share) if gamma else 0.0}
+    return {
+        "text": text,
+        "token_ids": list(range(n_tokens)),
+        "n_tokens": n_tokens,
+        "stop_reason": "length",
+        "prefill_s": 0.01,
+        "decode_s": decode_s,
+        "target_calls": calls,
+        "draft_calls": gamma * len(accept_lengths),
+        "drafted": gamma * len(accept_lengths),
+        "accepted": accepted,
+        "trials": trials,
+        "accept_lengths": list(accept_lengths),
+        "draft_lengths": [gamma] * len(accept_lengths),
+        "expected_accept": [0.6] * trials,
+        "draft_s": decode_s * draft_share,
+        "verify_s": decode_s * (0.9 - draft_share) if gamma else 0.0,
+    }
 
 
-def make_run(root: Path, run_id: str, *, draft="small", task="ende", gamma=2, temperature=0.0, speedup=1.5,
-             text="hello", reference="hallo", quality=None, target="tiny", policy=None, manifest_extra=None) -> Path:
+def make_run(
+    root: Path,
+    run_id: str,
+    *,
+    draft="small",
+    task="ende",
+    gamma=2,
+    temperature=0.0,
+    speedup=1.5,
+    text="hello",
+    reference="hallo",
+    quality=None,
+    target="tiny",
+    policy=None,
+    manifest_extra=None,
+) -> Path:
     """A run folder as execute_run writes it: manifest.json, examples.jsonl, summary.json (via metrics.summarize).
     policy: a γ policy (adaptive, heuristic) drafting up to `gamma` (= gamma_max); manifest_extra: manifest keys
     to add or replace (hardware, calibration, auto)."""
@@ -47,34 +79,81 @@ def make_run(root: Path, run_id: str, *, draft="small", task="ende", gamma=2, te
     for i in range(N_EXAMPLES):
         base = engine(20, 1.0, text=text)
         spec = engine(20, 1.01 / speedup - 0.01, gamma, lengths, text=text, draft_share=0.3)
-        records.append({"schema_version": 1, "example_id": f"ex{i}", "prompt_tokens": 7, "reference": reference,
-                        "baseline": base, "speculative": spec, "identical": True, "first_divergence": None})
-    config = {"target": target, "draft": draft, "task": task, "gamma": policy or gamma,
-              "sampling": {"temperature": temperature, "top_k": 0, "top_p": 1.0}, "limit": N_EXAMPLES, "seed": 0}
+        records.append(
+            {
+                "schema_version": 1,
+                "example_id": f"ex{i}",
+                "prompt_tokens": 7,
+                "reference": reference,
+                "baseline": base,
+                "speculative": spec,
+                "identical": True,
+                "first_divergence": None,
+            }
+        )
+    config = {
+        "target": target,
+        "draft": draft,
+        "task": task,
+        "gamma": policy or gamma,
+        "sampling": {"temperature": temperature, "top_k": 0, "top_p": 1.0},
+        "limit": N_EXAMPLES,
+        "seed": 0,
+    }
     if policy:
         config["gamma_max"] = gamma
-    (run / "manifest.json").write_text(json.dumps({
-        "schema_version": 1, "run_id": run_id, "config": config, "task": {"name": task, "n_examples": N_EXAMPLES},
-        "models": {"target": {"spec": target, "params": 1000, "dtype": "torch.float32", "device": "cpu"}},
-        "hardware": {"cpu_count": 2}, "versions": {"torch": "x"}, "git_commit": "abc", **(manifest_extra or {})}))
+    (run / "manifest.json").write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "run_id": run_id,
+                "config": config,
+                "task": {"name": task, "n_examples": N_EXAMPLES},
+                "models": {"target": {"spec": target, "params": 1000, "dtype": "torch.float32", "device": "cpu"}},
+                "hardware": {"cpu_count": 2},
+                "versions": {"torch": "x"},
+                "git_commit": "abc",
+                **(manifest_extra or {}),
+            }
+        )
+    )
     (run / "examples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    summary = {"schema_version": 1, "run_id": run_id, "target": target, "draft": draft, "engine": "specbench",
-               "task": task, "gamma": policy or gamma, "temperature": temperature, "top_k": 0, "top_p": 1.0, "seed": 0,
-               "max_new_tokens": 20, "complete": True, **summarize(records, gamma, temperature == 0.0),
-               "quality": quality}
+    summary = {
+        "schema_version": 1,
+        "run_id": run_id,
+        "target": target,
+        "draft": draft,
+        "engine": "specbench",
+        "task": task,
+        "gamma": policy or gamma,
+        "temperature": temperature,
+        "top_k": 0,
+        "top_p": 1.0,
+        "seed": 0,
+        "max_new_tokens": 20,
+        "complete": True,
+        **summarize(records, gamma, temperature == 0.0),
+        "quality": quality,
+    }
     (run / "summary.json").write_text(json.dumps(json_safe(summary)))
     return run
 
 
-SPEEDUPS = {("small", 0.0): {1: 1.2, 2: 1.5, 4: 1.3}, ("small", 1.0): {1: 1.1, 2: 1.2, 4: 1.25},
-            ("big", 0.0): {1: 0.9, 2: 0.8, 4: 0.7}, ("big", 1.0): {1: 0.8, 2: 0.7, 4: 0.6}}
+SPEEDUPS = {
+    ("small", 0.0): {1: 1.2, 2: 1.5, 4: 1.3},
+    ("small", 1.0): {1: 1.1, 2: 1.2, 4: 1.25},
+    ("big", 0.0): {1: 0.9, 2: 0.8, 4: 0.7},
+    ("big", 1.0): {1: 0.8, 2: 0.7, 4: 0.6},
+}
 
 
 def fake_sweep(base: Path) -> Path:
     root = base / "results" / "sweep-fake"
     for (draft, temp), by_gamma in SPEEDUPS.items():
         for gamma, speedup in by_gamma.items():
-            make_run(root, f"ende-{draft}-g{gamma}-t{temp:g}", draft=draft, gamma=gamma, temperature=temp, speedup=speedup)
+            make_run(
+                root, f"ende-{draft}-g{gamma}-t{temp:g}", draft=draft, gamma=gamma, temperature=temp, speedup=speedup
+            )
     return root
 
 
@@ -108,7 +187,7 @@ def test_report_writes_md_html_and_figures(shared_report):
             assert (outcome.out / "figures" / f"{stem}.{ext}").stat().st_size > 1000
         assert f"figures/{stem}.png" in md
     assert page.count("data:image/png;base64,") == 4  # self-contained: figures inline, nothing fetched
-    assert "src=\"figures" not in page and "<link" not in page and "<script" not in page.lower()
+    assert 'src="figures' not in page and "<link" not in page and "<script" not in page.lower()
     assert "ende-small-g2-t0" in md and "Skipped (0)" in md
     assert "## Quality" not in md  # no quality in these summaries
 
@@ -183,19 +262,45 @@ def test_time_split_bars_add_up_to_speculative_time_per_token(shared_report):
 
 def test_quality_and_checks_sections(tmp_path):
     root = tmp_path / "runs"
-    q = {"metric": "bleu", "baseline": {"bleu": 30.0, "signature": "x", "bleu_ci95": [28.0, 32.0]},
-         "speculative": {"bleu": 29.5, "signature": "x", "bleu_ci95": [27.0, 31.0]}}
+    q = {
+        "metric": "bleu",
+        "baseline": {"bleu": 30.0, "signature": "x", "bleu_ci95": [28.0, 32.0]},
+        "speculative": {"bleu": 29.5, "signature": "x", "bleu_ci95": [27.0, 31.0]},
+    }
     make_run(root, "r1", quality=q)
-    checks = [{"name": "step/T=1/gof", "kind": "gof", "statistic": 3.2, "p_value": 0.52, "n": 20000, "threshold": 0.001,
-               "power": 0.99, "alternative": "TV>=0.01", "passed": True},
-              {"name": "negative-control", "statistic": 80.0, "p_value": 1e-9, "n": 20000, "threshold": 0.001,
-               "power": 0.99, "passed": False}]
+    checks = [
+        {
+            "name": "step/T=1/gof",
+            "kind": "gof",
+            "statistic": 3.2,
+            "p_value": 0.52,
+            "n": 20000,
+            "threshold": 0.001,
+            "power": 0.99,
+            "alternative": "TV>=0.01",
+            "passed": True,
+        },
+        {
+            "name": "negative-control",
+            "statistic": 80.0,
+            "p_value": 1e-9,
+            "n": 20000,
+            "threshold": 0.001,
+            "power": 0.99,
+            "passed": False,
+        },
+    ]
     (root / "checks.json").write_text(json.dumps(checks))
     (root / "verify").mkdir()  # the shape verification.write_checks writes: an object holding the list
-    (root / "verify" / "checks.json").write_text(json.dumps({"schema_version": 1, "passed": True, "checks": checks[:1]}))
+    (root / "verify" / "checks.json").write_text(
+        json.dumps({"schema_version": 1, "passed": True, "checks": checks[:1]})
+    )
     out = write_report([root], tmp_path / "rep")
     md, _ = read(out.out)
-    assert "Verification checks (1/2 passed)" in md and "| negative-control | 80.000 | 1.00e-09 | 20000 | 0.001 | 0.990 | no |" in md
+    assert (
+        "Verification checks (1/2 passed)" in md
+        and "| negative-control | 80.000 | 1.00e-09 | 20000 | 0.001 | 0.990 | no |" in md
+    )
     assert "Verification checks (1/1 passed)" in md and out.skipped == []
     assert "Quality: baseline vs speculative" in md and "| r1 | bleu | 30.000 | [28.00, 32.00] | 29.500 |" in md
     assert (out.out / "figures" / "quality.png").exists()
@@ -206,8 +311,11 @@ def test_every_user_and_model_string_is_escaped(tmp_path):
     root = tmp_path / "runs"
     make_run(root, "r1", draft=f"d{evil}", task=f"t{evil}", text=f"output {evil} & more", reference=f"ref {evil}")
     make_run(root, "r2", draft="cost$\\frac{$", gamma=3)  # mathtext would fail on this; it must be literal text
-    (root / "checks.json").write_text(json.dumps([{"name": evil, "statistic": 1.0, "p_value": 0.5, "n": 1,
-                                                    "threshold": 0.1, "power": None, "passed": True}]))
+    (root / "checks.json").write_text(
+        json.dumps(
+            [{"name": evil, "statistic": 1.0, "p_value": 0.5, "n": 1, "threshold": 0.1, "power": None, "passed": True}]
+        )
+    )
     md, page = read(write_report([root], tmp_path / "rep").out)
     assert "<script" not in page.lower() and "<script" not in md.lower()
     assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in page  # jinja2 autoescape (markupsafe) spells ' as &#39;
@@ -216,17 +324,37 @@ def test_every_user_and_model_string_is_escaped(tmp_path):
 
 # --------------------------------------------------------------------------- calibration, timing, policies
 
-HW = {"cpu_model": "AMD EPYC 7B13", "isa_flags": ["avx2", "avx512f", "avx512_bf16"], "cpu_count": 4, "usable_cpus": 2,
-      "torch_threads": 2, "memory_gib": 23.4, "gpus": [], "cuda": None, "gpu_driver": None,
-      "platform": "Linux-6.1-x86_64", "machine": "x86_64"}
+HW = {
+    "cpu_model": "AMD EPYC 7B13",
+    "isa_flags": ["avx2", "avx512f", "avx512_bf16"],
+    "cpu_count": 4,
+    "usable_cpus": 2,
+    "torch_threads": 2,
+    "memory_gib": 23.4,
+    "gpus": [],
+    "cuda": None,
+    "gpu_driver": None,
+    "platform": "Linux-6.1-x86_64",
+    "machine": "x86_64",
+}
 
 
 def calibration(dtype: str, ms: list[float], context: int = 40, draft_ms: float | None = 5.0) -> dict:
     """A Calibration.to_dict() as the runner records it: t(k) for k = 1..len(ms)."""
     target_ms = {str(k): v for k, v in enumerate(ms, 1)}
-    return {"dtype": dtype, "device": "cpu", "context_tokens": context, "target_ms": target_ms,
-            "target_spread": {k: 0.03 for k in target_ms}, "pass_cost": {k: v / ms[0] for k, v in target_ms.items()},
-            "repeats": 7, "draft": "small", "draft_ms": draft_ms, "seconds": 1.5, "extra": {}}
+    return {
+        "dtype": dtype,
+        "device": "cpu",
+        "context_tokens": context,
+        "target_ms": target_ms,
+        "target_spread": {k: 0.03 for k in target_ms},
+        "pass_cost": {k: v / ms[0] for k, v in target_ms.items()},
+        "repeats": 7,
+        "draft": "small",
+        "draft_ms": draft_ms,
+        "seconds": 1.5,
+        "extra": {},
+    }
 
 
 FP32 = calibration("float32", [43.0, 60.0, 90.0, 59.0, 70.0])
@@ -236,14 +364,25 @@ BF16 = calibration("bfloat16", [22.0, 23.0, 24.0, 24.5, 26.0])
 def test_pass_cost_curve_figure_and_auto_reasons(tmp_path):
     root = tmp_path / "runs"
     make_run(root, "fixed", manifest_extra={"hardware": HW, "calibration": FP32})
-    auto = {"requested": {"dtype": "auto"}, "dtype": "bfloat16", "draft": "small", "gamma": 3, "policy_gamma": 3,
-            "reasons": ["dtype bfloat16: 9.1 ms/token predicted <b>bold</b>", "γ 3: predicted speedup 1.2"],
-            "calibrations": {"float32": FP32, "bfloat16": BF16}, "draft_ms": {}, "pilots": {}, "candidates": []}
+    auto = {
+        "requested": {"dtype": "auto"},
+        "dtype": "bfloat16",
+        "draft": "small",
+        "gamma": 3,
+        "policy_gamma": 3,
+        "reasons": ["dtype bfloat16: 9.1 ms/token predicted <b>bold</b>", "γ 3: predicted speedup 1.2"],
+        "calibrations": {"float32": FP32, "bfloat16": BF16},
+        "draft_ms": {},
+        "pilots": {},
+        "candidates": [],
+    }
     make_run(root, "chosen", gamma=3, manifest_extra={"hardware": HW, "calibration": BF16, "auto": auto})
     data = collect([root])
     curves = calibration_curves(data)
-    assert sorted(c["label"] for c in curves) == ["bfloat16, 40-token context, AMD EPYC 7B13",
-                                                   "float32, 40-token context, AMD EPYC 7B13"]  # shared curves: one line
+    assert sorted(c["label"] for c in curves) == [
+        "bfloat16, 40-token context, AMD EPYC 7B13",
+        "float32, 40-token context, AMD EPYC 7B13",
+    ]  # shared curves: one line
     fp32 = next(c for c in curves if c["dtype"] == "float32")
     assert fp32["curve"][3] == pytest.approx(90 / 43) and fp32["runs"] == ["chosen", "fixed"]
     ax = fig_pass_cost(curves).axes[0]
@@ -272,7 +411,9 @@ def test_hardware_is_a_sentence_not_json(tmp_path):
     make_run(root, "r1", manifest_extra={"hardware": HW})
     md, page = read(write_report([root], tmp_path / "rep").out)
     setup = md.split("## Setup")[1].split("\n## ")[0]
-    assert f"hardware: {describe(HW)}" in setup and "AMD EPYC 7B13, 2 CPUs (avx2, avx512f, avx512_bf16; no AMX)" in setup
+    assert (
+        f"hardware: {describe(HW)}" in setup and "AMD EPYC 7B13, 2 CPUs (avx2, avx512f, avx512_bf16; no AMX)" in setup
+    )
     assert "cpu_model" not in md and "cpu_model" not in page and "isa_flags" not in page
 
 
@@ -299,9 +440,17 @@ def test_suspect_timing_runs_are_listed_at_the_top(tmp_path):
     root = tmp_path / "runs"
     make_run(root, "quiet", gamma=1)
     noisy = make_run(root, "noisy", gamma=2)
-    (noisy / "noise_probes.jsonl").write_text("".join(json.dumps(p) + "\n" for p in (
-        {"after": None, "ms": 10.0}, {"after": "ex0", "ms": 11.0}, {"after": "ex1", "ms": 30.0},
-        {"after": "ex2", "ms": 32.0})))
+    (noisy / "noise_probes.jsonl").write_text(
+        "".join(
+            json.dumps(p) + "\n"
+            for p in (
+                {"after": None, "ms": 10.0},
+                {"after": "ex0", "ms": 11.0},
+                {"after": "ex1", "ms": 30.0},
+                {"after": "ex2", "ms": 32.0},
+            )
+        )
+    )
     drifted = make_run(root, "drifted", gamma=4)
     (drifted / "baseline_probes.jsonl").write_text(json.dumps({"ratio": 1.3}) + "\n")
     data = collect([root])
@@ -314,8 +463,10 @@ def test_suspect_timing_runs_are_listed_at_the_top(tmp_path):
     assert md.index("## Timing warnings (2 of 3 runs)") < md.index("## Setup") < md.index("## Runs")
     warnings = md.split("## Timing warnings")[1].split("\n## ")[0]
     assert "- noisy: 2 of 4 probes of a one-token target pass took up to 32.0 ms" in warnings
-    assert "- drifted: the shared baseline, re-timed before this cell, took 1.30× its stored time; " \
-           + DRIFT_CONSEQUENCE in warnings
+    assert (
+        "- drifted: the shared baseline, re-timed before this cell, took 1.30× its stored time; " + DRIFT_CONSEQUENCE
+        in warnings
+    )
     assert "- quiet" not in warnings
     runs_section = md.split("## Runs")[1].split("\n## ")[0]
     assert runs_section.count("| SUSPECT |") == 2
@@ -359,7 +510,10 @@ def test_theory_gamma_beyond_the_measured_range_is_not_recommended(tmp_path):
     assert row["thm_factor_in_range"] == pytest.approx(theory.walltime_factor_extended(alpha, 8, c, 1.0))
     md, _ = read(write_report([root], tmp_path / "rep").out)
     section = md.split("## Recommended γ")[1].split("\n## ")[0]
-    assert f"| 8 (best within the measured 8–10; the optimum over 1..64, γ = {optimum.gamma}, is extrapolated) |" in section
+    assert (
+        f"| 8 (best within the measured 8–10; the optimum over 1..64, γ = {optimum.gamma}, is extrapolated) |"
+        in section
+    )
 
 
 # --------------------------------------------------------------------------- malformed input
@@ -383,19 +537,26 @@ def test_malformed_and_partial_results_are_listed_not_fatal(sweep_dir, tmp_path)
     with torn_line.open("a") as fh:
         fh.write('{"schema_version": 1, "example_id": "ex9", "bas\n')
     (bad / "checks.json").write_text("not json")
-    (sweep_dir / "sweep.json").write_text(json.dumps({"sweep_id": "sweep-fake", "cells": [
-        {"cell_id": "ende-small-g2-t0"}, {"cell_id": "ende-small-g8-t0"}]}))
+    (sweep_dir / "sweep.json").write_text(
+        json.dumps(
+            {"sweep_id": "sweep-fake", "cells": [{"cell_id": "ende-small-g2-t0"}, {"cell_id": "ende-small-g8-t0"}]}
+        )
+    )
 
     outcome = write_report([tmp_path / "results"], tmp_path / "rep")
     assert outcome.n_runs == 12  # the good runs, the one with a torn line included
     reasons = {Path(s.path).name.split(":")[0]: s.reason for s in outcome.skipped}
     assert "without summary.json" in reasons["no-summary"]
     skipped_text = "\n".join(f"{s.path}: {s.reason}" for s in outcome.skipped)
-    for needle in ("missing-fields/summary.json: summary.json lacks field(s) alpha, speedup",
-                   "torn-summary/summary.json: unreadable JSON", "empty/summary.json: no examples measured",
-                   "list-summary/summary.json: summary.json is not a JSON object",
-                   "ende-small-g2-t0/examples.jsonl:4: skipped a malformed line", "checks.json: unreadable JSON",
-                   "ende-small-g8-t0: cell of sweep sweep-fake has no results yet"):
+    for needle in (
+        "missing-fields/summary.json: summary.json lacks field(s) alpha, speedup",
+        "torn-summary/summary.json: unreadable JSON",
+        "empty/summary.json: no examples measured",
+        "list-summary/summary.json: summary.json is not a JSON object",
+        "ende-small-g2-t0/examples.jsonl:4: skipped a malformed line",
+        "checks.json: unreadable JSON",
+        "ende-small-g8-t0: cell of sweep sweep-fake has no results yet",
+    ):
         assert needle in skipped_text, needle
     assert len(outcome.skipped) == 8, skipped_text  # the seven above and the run without summary.json
     md, page = read(outcome.out)
@@ -544,9 +705,17 @@ def test_speedup_figure_has_error_bars_and_draws_flagged_cells_hollow(tmp_path):
     make_run(root, "g1", gamma=1)
     make_run(root, "g2", gamma=2)
     noisy = make_run(root, "g4", gamma=4)
-    (noisy / "noise_probes.jsonl").write_text("".join(json.dumps(p) + "\n" for p in (
-        {"after": None, "ms": 10.0}, {"after": "ex0", "ms": 11.0}, {"after": "ex1", "ms": 30.0},
-        {"after": "ex2", "ms": 32.0})))
+    (noisy / "noise_probes.jsonl").write_text(
+        "".join(
+            json.dumps(p) + "\n"
+            for p in (
+                {"after": None, "ms": 10.0},
+                {"after": "ex0", "ms": 11.0},
+                {"after": "ex1", "ms": 30.0},
+                {"after": "ex2", "ms": 32.0},
+            )
+        )
+    )
     runs = collect([root]).runs
     ax = fig_speedup(runs).axes[0]
     assert ax.containers and all(type(c).__name__ == "ErrorbarContainer" for c in ax.containers)  # the CIs
@@ -560,8 +729,16 @@ def test_speedup_figure_has_error_bars_and_draws_flagged_cells_hollow(tmp_path):
 def test_quality_axis_reads_bleu_and_versions_read_as_words(tmp_path):
     from specbench.report.figures import fig_quality
 
-    rows = [{"run_id": "r1", "metric": "bleu", "baseline": 30.0, "speculative": 29.0, "baseline_ci": [28.0, 32.0],
-             "speculative_ci": [27.0, 31.0]}]
+    rows = [
+        {
+            "run_id": "r1",
+            "metric": "bleu",
+            "baseline": 30.0,
+            "speculative": 29.0,
+            "baseline_ci": [28.0, 32.0],
+            "speculative_ci": [27.0, 31.0],
+        }
+    ]
     ax = fig_quality(rows).axes[0]
     assert ax.get_ylabel() == "BLEU" and "×100" not in ax.get_title()
     root = tmp_path / "runs"
@@ -590,10 +767,19 @@ def test_sample_outputs_differ_per_row(tmp_path):
 def test_a_pair_sweep_is_described_by_its_pairs_and_its_baselines():
     from specbench.report.render import _sweep_line
 
-    doc = {"sweep_id": "s", "cells": [{}] * 4, "complete_cells": ["a"] * 4,
-           "grid": {"drafts": [], "pairs": [["smollm2-135m", "prompt-lookup"], ["qwen", "prompt-lookup"]],
-                    "gammas": [3], "temperatures": [0.0], "tasks": ["aclsum"]},
-           "baselines": ["baselines/a.jsonl", "baselines/b.jsonl", "baselines/c.jsonl", "baselines/d.jsonl"]}
+    doc = {
+        "sweep_id": "s",
+        "cells": [{}] * 4,
+        "complete_cells": ["a"] * 4,
+        "grid": {
+            "drafts": [],
+            "pairs": [["smollm2-135m", "prompt-lookup"], ["qwen", "prompt-lookup"]],
+            "gammas": [3],
+            "temperatures": [0.0],
+            "tasks": ["aclsum"],
+        },
+        "baselines": ["baselines/a.jsonl", "baselines/b.jsonl", "baselines/c.jsonl", "baselines/d.jsonl"],
+    }
     line = _sweep_line(doc)
     assert "pairs smollm2-135m:prompt-lookup, qwen:prompt-lookup" in line and "drafts []" not in line
     assert "4 baseline(s), one per target" in line

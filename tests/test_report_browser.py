@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from test_claims import varied_run
+
 from specbench.report.render import write_report
 
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
@@ -54,10 +54,22 @@ class Browser:
             os.dup2(cmd_r, 3)
             os.dup2(out_w, 4)
 
-        self.proc = subprocess.Popen([CHROMIUM, "--headless", "--disable-gpu", "--no-sandbox", "--no-first-run",
-                                      "--remote-debugging-pipe", f"--user-data-dir={profile}", "about:blank"],
-                                     preexec_fn=fds, close_fds=False, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [
+                CHROMIUM,
+                "--headless",
+                "--disable-gpu",
+                "--no-sandbox",
+                "--no-first-run",
+                "--remote-debugging-pipe",
+                f"--user-data-dir={profile}",
+                "about:blank",
+            ],
+            preexec_fn=fds,
+            close_fds=False,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         os.close(cmd_r)
         os.close(out_w)
         self._buf, self._id, self.events = b"", 0, []
@@ -127,12 +139,16 @@ def load(page: Path, profile: Path) -> tuple[list[str], dict, bytes]:
         session = browser.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         for domain in ("Page", "Runtime", "Log"):
             browser.send(f"{domain}.enable", session=session)
-        browser.send("Emulation.setDeviceMetricsOverride", {"width": WIDTH, "height": HEIGHT, "deviceScaleFactor": 1,
-                                                             "mobile": False}, session=session)
+        browser.send(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": WIDTH, "height": HEIGHT, "deviceScaleFactor": 1, "mobile": False},
+            session=session,
+        )
         browser.send("Page.navigate", {"url": page.resolve().as_uri()}, session=session)
         browser.wait_for("Page.loadEventFired")
-        geometry = browser.send("Runtime.evaluate", {"expression": VISIBLE_JS, "returnByValue": True},
-                                session=session)["result"].get("value", {})
+        geometry = browser.send("Runtime.evaluate", {"expression": VISIBLE_JS, "returnByValue": True}, session=session)[
+            "result"
+        ].get("value", {})
         shot = browser.send("Page.captureScreenshot", {"format": "png"}, session=session)["data"]
         return console_errors(browser.events), geometry, base64.b64decode(shot)
     finally:
@@ -141,27 +157,84 @@ def load(page: Path, profile: Path) -> tuple[list[str], dict, bytes]:
 
 def rich_results(root: Path) -> None:
     """Runs that fill most claim rows: lengths, two targets of known size, T = 1 with NLL scores, one suspect run."""
-    model = lambda spec, n: {"models": {"target": {"spec": spec, "params": n, "dtype": "bfloat16", "device": "cpu"}},
-                             "hardware": {"cpu_model": "AMD EPYC 7B13", "isa_flags": ["avx2", "avx512_bf16"],
-                                          "cpu_count": 2, "usable_cpus": 2, "torch_threads": 2, "memory_gib": 23.4,
-                                          "gpus": [], "machine": "x86_64"}}
+    model = lambda spec, n: {
+        "models": {"target": {"spec": spec, "params": n, "dtype": "bfloat16", "device": "cpu"}},
+        "hardware": {
+            "cpu_model": "AMD EPYC 7B13",
+            "isa_flags": ["avx2", "avx512_bf16"],
+            "cpu_count": 2,
+            "usable_cpus": 2,
+            "torch_threads": 2,
+            "memory_gib": 23.4,
+            "gpus": [],
+            "machine": "x86_64",
+        },
+    }
     small, big = model("smollm2-135m", 135e6), model("qwen2.5-coder-1.5b", 1.54e9)
     for n, s in ((16, 1.2), (64, 1.35), (256, 1.5)):
-        varied_run(root, f"smol-n{n}", speedup=s, target="smollm2-135m", draft="prompt-lookup", task="aclsum",
-                   gamma=4, summary_extra={"max_new_tokens": n}, manifest_extra=small, text=f"summary at {n} <b>tokens</b>")
+        varied_run(
+            root,
+            f"smol-n{n}",
+            speedup=s,
+            target="smollm2-135m",
+            draft="prompt-lookup",
+            task="aclsum",
+            gamma=4,
+            summary_extra={"max_new_tokens": n},
+            manifest_extra=small,
+            text=f"summary at {n} <b>tokens</b>",
+        )
     for g, s in ((2, 1.8), (4, 2.3)):
-        varied_run(root, f"qwen-g{g}", speedup=s, target="qwen2.5-coder-1.5b", draft="prompt-lookup", task="aclsum",
-                   gamma=g, manifest_extra=big, text=f"qwen output γ={g}")
+        varied_run(
+            root,
+            f"qwen-g{g}",
+            speedup=s,
+            target="qwen2.5-coder-1.5b",
+            draft="prompt-lookup",
+            task="aclsum",
+            gamma=g,
+            manifest_extra=big,
+            text=f"qwen output γ={g}",
+        )
     rng = np.random.default_rng(0)
     spread = tuple(1.0 + 0.02 * (i % 5) for i in range(40))
-    varied_run(root, "smol-t1", speedup=1.1, target="smollm2-135m", draft="prompt-lookup", task="aclsum", gamma=3,
-               temperature=1.0, spread=spread, nll=(rng.normal(2.1, 0.3, 40), rng.normal(2.1, 0.3, 40)),
-               manifest_extra=small, text="sampled text")
-    noisy = varied_run(root, "smol-noisy", speedup=1.4, target="smollm2-135m", draft="prompt-lookup", task="aclsum",
-                       gamma=1, manifest_extra=small)
-    (noisy / "noise_probes.jsonl").write_text("".join(json.dumps(p) + "\n" for p in (
-        {"after": None, "ms": 10.0}, {"after": "ex0", "ms": 11.0}, {"after": "ex1", "ms": 30.0},
-        {"after": "ex2", "ms": 32.0}, {"after": "ex3", "ms": 31.0}, {"after": "ex4", "ms": 30.0})))
+    varied_run(
+        root,
+        "smol-t1",
+        speedup=1.1,
+        target="smollm2-135m",
+        draft="prompt-lookup",
+        task="aclsum",
+        gamma=3,
+        temperature=1.0,
+        spread=spread,
+        nll=(rng.normal(2.1, 0.3, 40), rng.normal(2.1, 0.3, 40)),
+        manifest_extra=small,
+        text="sampled text",
+    )
+    noisy = varied_run(
+        root,
+        "smol-noisy",
+        speedup=1.4,
+        target="smollm2-135m",
+        draft="prompt-lookup",
+        task="aclsum",
+        gamma=1,
+        manifest_extra=small,
+    )
+    (noisy / "noise_probes.jsonl").write_text(
+        "".join(
+            json.dumps(p) + "\n"
+            for p in (
+                {"after": None, "ms": 10.0},
+                {"after": "ex0", "ms": 11.0},
+                {"after": "ex1", "ms": 30.0},
+                {"after": "ex2", "ms": 32.0},
+                {"after": "ex3", "ms": 31.0},
+                {"after": "ex4", "ms": 30.0},
+            )
+        )
+    )
 
 
 def test_report_loads_in_chromium_without_errors_and_shows_the_claims(tmp_path):
@@ -181,8 +254,10 @@ def test_report_loads_in_chromium_without_errors_and_shows_the_claims(tmp_path):
 def test_a_console_error_is_caught(tmp_path):
     """Negative control: a page that logs an error and throws must not read as clean."""
     page = tmp_path / "bad.html"
-    page.write_text("<!DOCTYPE html><html><body><h2 id='claims'>Claims</h2><table><tr><td>x</td></tr></table>"
-                    "<script>console.error('deliberate'); throw new Error('also deliberate');</script></body></html>")
+    page.write_text(
+        "<!DOCTYPE html><html><body><h2 id='claims'>Claims</h2><table><tr><td>x</td></tr></table>"
+        "<script>console.error('deliberate'); throw new Error('also deliberate');</script></body></html>"
+    )
     errors, geometry, _ = load(page, tmp_path / "profile")
     assert any("deliberate" in e for e in errors) and len(errors) >= 2, errors
     assert geometry["rows"] == 1

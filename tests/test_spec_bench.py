@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import tiny_llama
 from typer.testing import CliRunner
 
 import specbench.measure.runner as runner
-from conftest import tiny_llama
 from specbench.cli import app
 from specbench.config import RunConfig, SamplingConfig
 from specbench.decoding.backend import ForwardBackend
@@ -55,8 +55,10 @@ def fixture_as_pinned(monkeypatch):
 def yaml_task(tmp_path, **source) -> str:
     path = tmp_path / "sb.yaml"
     src = ", ".join(f"{k}: {v}" for k, v in {"type": "spec-bench", "path": str(FIXTURE), **source}.items())
-    path.write_text(f"source: {{{src}}}\nfields: {{prompt: prompt}}\ntemplate: '{{prompt}}'\nturns: turns\n"
-                    f"reference: reference\nmetric: none\nmax_new_tokens: {MAX_NEW}\n")
+    path.write_text(
+        f"source: {{{src}}}\nfields: {{prompt: prompt}}\ntemplate: '{{prompt}}'\nturns: turns\n"
+        f"reference: reference\nmetric: none\nmax_new_tokens: {MAX_NEW}\n"
+    )
     return str(path)
 
 
@@ -79,7 +81,11 @@ def test_category_tasks_and_their_metrics(fixture_as_pinned):
     for name in ("spec-bench:qa", "spec-bench:math_reasoning", "spec-bench:writing", "spec-bench:mt_bench"):
         spec = load_task(name)
         assert spec.metric is None and "none" in spec.description
-    assert {e.id for e in select_examples(load_task("spec-bench:mt_bench"), 9, 0)} == {"writing:1", "writing:2", "math:3"}
+    assert {e.id for e in select_examples(load_task("spec-bench:mt_bench"), 9, 0)} == {
+        "writing:1",
+        "writing:2",
+        "math:3",
+    }
     assert len(select_examples(load_task("spec-bench:translation"), 9, 0)) == 3
 
 
@@ -87,7 +93,7 @@ def test_limit_counts_per_category_and_a_smaller_sample_is_a_prefix(fixture_as_p
     spec = load_task("spec-bench")
     one, two = select_examples(spec, 1, 0), select_examples(spec, 2, 0)
     assert sorted(e.id.split(":")[0] for e in one) == sorted(spec_bench.CATEGORIES[i] for i in (0, 3, 8, 9, 10, 11, 12))
-    assert [e.id for e in two[:len(one)]] == [e.id for e in one]
+    assert [e.id for e in two[: len(one)]] == [e.id for e in one]
     assert len(two) == 11  # two of each category, or all of one that has fewer (math, math_reasoning, rag: 1)
 
 
@@ -187,14 +193,29 @@ def test_the_second_turn_carries_the_engines_own_first_answer():
     def decode(prompt_ids, seed, max_new):
         seen.append((list(prompt_ids), seed))
         answer = [40 + len(seen), 41]
-        return DecodeResult(answer, "length", 0.5, 1.0 * len(seen), target_calls=1, accept_lengths=[1],
-                            draft_lengths=[2], drafted=2, accepted=1, trials=2, pass_lengths=[3])
+        return DecodeResult(
+            answer,
+            "length",
+            0.5,
+            1.0 * len(seen),
+            target_calls=1,
+            accept_lengths=[1],
+            draft_lengths=[2],
+            drafted=2,
+            accepted=1,
+            trials=2,
+            pass_lengths=[3],
+        )
 
     log = []
     total = turns_mod.ask_turns(decode, item, 100, 4, spec, FakeTarget(tok), log)
-    assert tok.conversations == [[{"role": "user", "content": "first question"},
-                                  {"role": "assistant", "content": "t41 t41"},
-                                  {"role": "user", "content": "second question"}]]
+    assert tok.conversations == [
+        [
+            {"role": "user", "content": "first question"},
+            {"role": "assistant", "content": "t41 t41"},
+            {"role": "user", "content": "second question"},
+        ]
+    ]
     assert seen[0] == ([1, 5, 6], 100) and seen[1][1] == 101
     assert seen[1][0][-16:-14] == [41, 41]  # the first answer, then "second" and "question" (14 characters)
     assert total.token_ids == [41, 41, 42, 41] and total.decode_s == 3.0 and total.prefill_s == 1.0
@@ -221,9 +242,17 @@ def test_batches_refuse_multi_turn_questions():
 
 def engine(tokens, passes, accepts, calls=None, **kw):
     drafted = [p - 1 for p in passes if p > 1]
-    return {"n_tokens": tokens, "token_ids": [5] * tokens, "pass_lengths": passes, "accept_lengths": accepts,
-            "draft_lengths": drafted, "target_calls": len(passes) if calls is None else calls,
-            "accepted": sum(accepts), "drafted": sum(drafted), **kw}
+    return {
+        "n_tokens": tokens,
+        "token_ids": [5] * tokens,
+        "pass_lengths": passes,
+        "accept_lengths": accepts,
+        "draft_lengths": drafted,
+        "target_calls": len(passes) if calls is None else calls,
+        "accepted": sum(accepts),
+        "drafted": sum(drafted),
+        **kw,
+    }
 
 
 def test_pass_tokens_count_the_bonus_token_and_prefill():
@@ -236,8 +265,10 @@ def test_pass_tokens_count_the_bonus_token_and_prefill():
 
 def test_mat_draft_acceptance_rate_and_mean_of_rates_speedup():
     def rec(spec_tokens, spec_s, base_tokens, base_s, passes, accepts):
-        return {"speculative": {**engine(spec_tokens, passes, accepts), "prefill_s": 0.0, "decode_s": spec_s},
-                "baseline": {"n_tokens": base_tokens, "prefill_s": 0.0, "decode_s": base_s}}
+        return {
+            "speculative": {**engine(spec_tokens, passes, accepts), "prefill_s": 0.0, "decode_s": spec_s},
+            "baseline": {"n_tokens": base_tokens, "prefill_s": 0.0, "decode_s": base_s},
+        }
 
     records = [rec(5, 1.0, 5, 2.0, [4], [3]), rec(2, 1.0, 2, 1.0, [1], [])]
     out = spec_bench_metrics(records)
@@ -265,15 +296,25 @@ def speed_py(answers: Path, baseline: Path, tokenizer) -> tuple[float, float]:
     base = [json.loads(line) for line in baseline.read_text().splitlines()]
     accept = [n for d in spec for n in d["choices"][0]["accept_lengths"]]
     speeds = [sum(d["choices"][0]["new_tokens"]) / sum(d["choices"][0]["wall_time"]) for d in spec]
-    speeds0 = [sum(len(tokenizer(t)["input_ids"]) - 1 for t in d["choices"][0]["turns"]) / sum(d["choices"][0]["wall_time"])
-               for d in base]
+    speeds0 = [
+        sum(len(tokenizer(t)["input_ids"]) - 1 for t in d["choices"][0]["turns"]) / sum(d["choices"][0]["wall_time"])
+        for d in base
+    ]
     return float(np.mean(accept)), float(np.array(speeds).mean() / np.array(speeds0).mean())
 
 
 def test_a_run_exports_answers_that_speed_py_reads_back_to_the_summary(tmp_path):
-    config = RunConfig(target="tiny-target", draft="prompt-lookup:rule=hf,max_ngram=2", task=yaml_task(tmp_path),
-                       gamma=3, limit=2, seed=0, max_new_tokens=MAX_NEW, device="cpu",
-                       sampling=SamplingConfig(temperature=0.0))
+    config = RunConfig(
+        target="tiny-target",
+        draft="prompt-lookup:rule=hf,max_ngram=2",
+        task=yaml_task(tmp_path),
+        gamma=3,
+        limit=2,
+        seed=0,
+        max_new_tokens=MAX_NEW,
+        device="cpu",
+        sampling=SamplingConfig(temperature=0.0),
+    )
     outcome = runner.execute_run(config, tmp_path / "results", session=FakeSession())
     summary, records = outcome.summary, read_examples(outcome.files.examples)
     assert summary["n_examples"] == 11 and summary["draft"] == "prompt-lookup:rule=hf,max_ngram=2"
@@ -300,8 +341,9 @@ def test_a_run_exports_answers_that_speed_py_reads_back_to_the_summary(tmp_path)
     assert overall["category"] == "overall" and overall["mean_accepted_tokens"] == pytest.approx(mat)
     assert [r["category"] for r in table][:2] == ["writing", "math"] and "mt_bench" in [r["category"] for r in table]
 
-    result = CliRunner().invoke(app, ["export", str(outcome.files.root), "--format", "spec-bench",
-                                      "--out", str(tmp_path / "cli")])
+    result = CliRunner().invoke(
+        app, ["export", str(outcome.files.root), "--format", "spec-bench", "--out", str(tmp_path / "cli")]
+    )
     assert result.exit_code == 0, result.output
     assert "overall" in result.output and len(list((tmp_path / "cli").glob("*.jsonl"))) == 2
 

@@ -6,23 +6,35 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import tiny_llama
 from typer.testing import CliRunner
 
 import specbench.measure.runner as runner
-from conftest import tiny_llama
 from specbench.cli import app
 from specbench.decoding.backend import ForwardBackend
+from specbench.decoding.drafts.factory import make_proposer
 from specbench.decoding.drafts.model import ModelDraft
 from specbench.errors import SpecbenchError
-from specbench.decoding.drafts.factory import make_proposer
-from specbench.models import wrap_model
 from specbench.measure.records import read_records
-from specbench.measure.sweep import (BaselineStore, SweepGrid, cell_ids, parse_float_list, parse_int_list, parse_str_list,
-                             run_sweep, sweep_id_for)
+from specbench.measure.sweep import (
+    BaselineStore,
+    SweepGrid,
+    cell_ids,
+    parse_float_list,
+    parse_int_list,
+    parse_str_list,
+    run_sweep,
+    sweep_id_for,
+)
+from specbench.models import wrap_model
 
 MAX_NEW = 5  # differs from runner.WARMUP_TOKENS (8), so warm-up calls are told apart from measured ones
-PROMPTS = ["The quick brown fox jumps over the lazy dog.", "Speculative decoding drafts and verifies.",
-           "One two three four five six seven.", "A fourth prompt that no cell should see."]
+PROMPTS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Speculative decoding drafts and verifies.",
+    "One two three four five six seven.",
+    "A fourth prompt that no cell should see.",
+]
 
 
 class StubTokenizer:
@@ -48,8 +60,10 @@ class FakeSession(runner.Session):
         self.target = wrap_model("tiny-target", tiny_llama(0), StubTokenizer())
         self.backend, self.target_backend = "eager", ForwardBackend(self.target.model)
         self.dtype, self.calibrations, self.draft_ms, self.pilots = "float32", {}, {}, {}
-        self.drafts = {"tiny-draft": ModelDraft(tiny_llama(1), "tiny-draft"),
-                       "prompt-lookup": make_proposer("prompt-lookup", self.target)}
+        self.drafts = {
+            "tiny-draft": ModelDraft(tiny_llama(1), "tiny-draft"),
+            "prompt-lookup": make_proposer("prompt-lookup", self.target),
+        }
 
     def proposer(self, spec, corpus=None):
         return self.drafts[spec]
@@ -86,8 +100,17 @@ def baseline_calls(monkeypatch) -> list:
 
 
 def make_grid(task: str, **over) -> SweepGrid:
-    kw = dict(target="tiny-target", draft="tiny-draft,prompt-lookup", gamma="1,3", temperature="0", task=task,
-              limit=3, seed=0, max_new_tokens=MAX_NEW, device="cpu")
+    kw = dict(
+        target="tiny-target",
+        draft="tiny-draft,prompt-lookup",
+        gamma="1,3",
+        temperature="0",
+        task=task,
+        limit=3,
+        seed=0,
+        max_new_tokens=MAX_NEW,
+        device="cpu",
+    )
     kw.update(over)
     return SweepGrid.from_specs(**kw)
 
@@ -107,9 +130,19 @@ def test_int_lists_and_ranges():
     assert parse_str_list("b,a,b", "--draft") == ["a", "b"]
 
 
-@pytest.mark.parametrize("spec, needle", [("0", ">= 1"), ("3-1", "empty"), ("x", "not an integer"), ("", "empty"),
-                                          ("1,,2", "empty"), ("-1", ">= 1"), ("1.5", "not an integer"),
-                                          ("1-x", "not an integer")])
+@pytest.mark.parametrize(
+    "spec, needle",
+    [
+        ("0", ">= 1"),
+        ("3-1", "empty"),
+        ("x", "not an integer"),
+        ("", "empty"),
+        ("1,,2", "empty"),
+        ("-1", ">= 1"),
+        ("1.5", "not an integer"),
+        ("1-x", "not an integer"),
+    ],
+)
 def test_bad_gamma_specs_are_one_line_errors(spec, needle):
     with pytest.raises(SpecbenchError, match=needle) as err:
         parse_int_list(spec, "--gamma")
@@ -245,10 +278,12 @@ def test_killed_sweep_resumes_without_loss_or_duplicates(tmp_path, task_file, ba
 
 def test_no_state_carries_over_between_cells(tmp_path, task_file):
     """A cell's sampled outputs are the same whether other cells ran before it in the same session or not."""
-    shared = run_sweep(make_grid(task_file, draft="tiny-draft", gamma="1,3", temperature="1"), tmp_path / "a",
-                       session=FakeSession())
-    alone = run_sweep(make_grid(task_file, draft="tiny-draft", gamma="3", temperature="1"), tmp_path / "b",
-                      session=FakeSession())
+    shared = run_sweep(
+        make_grid(task_file, draft="tiny-draft", gamma="1,3", temperature="1"), tmp_path / "a", session=FakeSession()
+    )
+    alone = run_sweep(
+        make_grid(task_file, draft="tiny-draft", gamma="3", temperature="1"), tmp_path / "b", session=FakeSession()
+    )
     cell = "prompts-tiny-draft-g3-t1"
     after_other = {r["example_id"]: r["speculative"]["token_ids"] for r in cell_records(shared.root, cell)}
     fresh = {r["example_id"]: r["speculative"]["token_ids"] for r in cell_records(alone.root, cell)}
@@ -265,25 +300,45 @@ def test_finished_sweep_reruns_without_loading_models(tmp_path, task_file, monke
 
     monkeypatch.setattr(runner, "Session", no_models)
     plan, cells = [], []
-    out = run_sweep(grid, tmp_path, on_plan=lambda total, n: plan.append((total, n)),
-                    on_cell=lambda cid, total, done: cells.append((total, done)))
+    out = run_sweep(
+        grid,
+        tmp_path,
+        on_plan=lambda total, n: plan.append((total, n)),
+        on_cell=lambda cid, total, done: cells.append((total, done)),
+    )
     assert out.new_examples == 0 and plan == [(6, 2)] and cells == [(3, 3), (3, 3)]
 
 
 def test_same_sweep_id_with_another_grid_is_refused(tmp_path, task_file):
     run_sweep(make_grid(task_file, draft="prompt-lookup", gamma="1"), tmp_path, sweep_id="mine", session=FakeSession())
     with pytest.raises(SpecbenchError, match="different grid"):
-        run_sweep(make_grid(task_file, draft="prompt-lookup", gamma="2"), tmp_path, sweep_id="mine",
-                  session=FakeSession())
+        run_sweep(
+            make_grid(task_file, draft="prompt-lookup", gamma="2"), tmp_path, sweep_id="mine", session=FakeSession()
+        )
     with pytest.raises(SpecbenchError, match="folder name"):
         run_sweep(make_grid(task_file, draft="prompt-lookup", gamma="2"), tmp_path, sweep_id="../x")
 
 
 def stored_baseline(n: int) -> dict:
     """A whole baseline EngineRecord of n tokens (the store skips lines that are not one)."""
-    return {"text": "", "token_ids": [5] * n, "n_tokens": n, "stop_reason": "length", "prefill_s": 0.1, "decode_s": 0.2,
-            "target_calls": n, "draft_calls": 0, "drafted": 0, "accepted": 0, "trials": 0, "accept_lengths": [],
-            "draft_lengths": [], "expected_accept": [], "draft_s": 0.0, "verify_s": 0.2}
+    return {
+        "text": "",
+        "token_ids": [5] * n,
+        "n_tokens": n,
+        "stop_reason": "length",
+        "prefill_s": 0.1,
+        "decode_s": 0.2,
+        "target_calls": n,
+        "draft_calls": 0,
+        "drafted": 0,
+        "accepted": 0,
+        "trials": 0,
+        "accept_lengths": [],
+        "draft_lengths": [],
+        "expected_accept": [],
+        "draft_s": 0.0,
+        "verify_s": 0.2,
+    }
 
 
 def test_baseline_store_persists_first_write_wins(tmp_path):
@@ -315,9 +370,28 @@ def test_cli_bad_grid_is_one_line(gamma, tmp_path):
 
 def test_cli_sweep_runs_and_resumes(tmp_path, task_file, monkeypatch):
     monkeypatch.setattr(runner, "Session", FakeSession)
-    args = ["sweep", "--target", "tiny-target", "--draft", "prompt-lookup,tiny-draft", "--gamma", "1-2",
-            "--temperature", "0", "--task", task_file, "--limit", "2", "--max-new-tokens", str(MAX_NEW),
-            "--device", "cpu", "--results-dir", str(tmp_path), "--json"]
+    args = [
+        "sweep",
+        "--target",
+        "tiny-target",
+        "--draft",
+        "prompt-lookup,tiny-draft",
+        "--gamma",
+        "1-2",
+        "--temperature",
+        "0",
+        "--task",
+        task_file,
+        "--limit",
+        "2",
+        "--max-new-tokens",
+        str(MAX_NEW),
+        "--device",
+        "cpu",
+        "--results-dir",
+        str(tmp_path),
+        "--json",
+    ]
     FakeSession.instances = 0
     first = CliRunner().invoke(app, args)
     assert first.exit_code == 0, first.output
@@ -348,7 +422,9 @@ def test_a_finished_cell_with_damaged_records_is_repaired(tmp_path, task_file, d
         path.write_bytes(data[:last_start])
     else:
         path.unlink()
-    assert json.loads((first.root / damaged / "summary.json").read_text())["n_examples"] == 3  # the summary still says done
+    assert (
+        json.loads((first.root / damaged / "summary.json").read_text())["n_examples"] == 3
+    )  # the summary still says done
 
     again = run_sweep(grid, tmp_path, session=FakeSession())
     by_id = {c.cell_id: c for c in again.cells}
@@ -364,7 +440,9 @@ def test_a_finished_cell_with_damaged_records_is_repaired(tmp_path, task_file, d
 def test_an_intact_finished_cell_is_not_rerun(tmp_path, task_file, monkeypatch):
     grid = make_grid(task_file, draft="prompt-lookup", gamma="1")
     run_sweep(grid, tmp_path, session=FakeSession())
-    monkeypatch.setattr("specbench.measure.runner.execute_run", lambda *a, **k: pytest.fail("a finished cell ran again"))
+    monkeypatch.setattr(
+        "specbench.measure.runner.execute_run", lambda *a, **k: pytest.fail("a finished cell ran again")
+    )
     assert run_sweep(grid, tmp_path, session=FakeSession()).new_examples == 0
 
 
@@ -375,8 +453,9 @@ def test_an_intact_finished_cell_is_not_rerun(tmp_path, task_file, monkeypatch):
 def test_bad_sweep_ids_write_nothing(tmp_path, task_file, sweep_id):
     results = tmp_path / "res"
     with pytest.raises(SpecbenchError, match="--sweep-id .* folder name") as err:
-        run_sweep(make_grid(task_file, draft="prompt-lookup", gamma="1"), results, sweep_id=sweep_id,
-                  session=FakeSession())
+        run_sweep(
+            make_grid(task_file, draft="prompt-lookup", gamma="1"), results, sweep_id=sweep_id, session=FakeSession()
+        )
     assert "\n" not in str(err.value)
     assert not results.exists() and not Path("/abs/path").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["prompts.jsonl"]
@@ -395,8 +474,13 @@ def test_gamma_beyond_the_token_budget_is_refused_before_any_write(tmp_path, tas
         run_sweep(grid, tmp_path / "res", session=FakeSession())
     assert not (tmp_path / "res").exists()
     # γ up to the budget is accepted (the last step drafts what is left)
-    assert run_sweep(make_grid(task_file, draft="prompt-lookup", gamma=str(MAX_NEW)), tmp_path / "ok",
-                     session=FakeSession()).cells[0].summary["complete"]
+    assert (
+        run_sweep(
+            make_grid(task_file, draft="prompt-lookup", gamma=str(MAX_NEW)), tmp_path / "ok", session=FakeSession()
+        )
+        .cells[0]
+        .summary["complete"]
+    )
 
 
 @pytest.mark.parametrize("spec", ["inf", "nan", "-inf", "1,inf"])

@@ -9,6 +9,7 @@ import json
 
 import numpy as np
 import pytest
+from test_sweep import MAX_NEW, PROMPTS, FakeSession, StubTokenizer, make_grid, task_file  # noqa: F401 (fixture)
 from typer.testing import CliRunner
 
 import specbench.measure.runner as runner
@@ -19,9 +20,16 @@ from specbench.errors import SpecbenchError
 from specbench.measure.buckets import bucket_of, bucket_thresholds, choose_bucket, short_bucket_note
 from specbench.measure.records import read_records
 from specbench.measure.runner import run_id_for
-from specbench.measure.sweep import (SweepGrid, baseline_key, cell_ids, parse_budgets, parse_pair, parse_prompt_lengths,
-                                     run_sweep, sweep_id_for)
-from test_sweep import MAX_NEW, PROMPTS, FakeSession, StubTokenizer, make_grid, task_file  # noqa: F401 (fixture)
+from specbench.measure.sweep import (
+    SweepGrid,
+    baseline_key,
+    cell_ids,
+    parse_budgets,
+    parse_pair,
+    parse_prompt_lengths,
+    run_sweep,
+    sweep_id_for,
+)
 
 
 class TargetSession(FakeSession):
@@ -45,16 +53,39 @@ def stub_tokenizer(monkeypatch):
 
 
 def test_grids_and_runs_without_the_new_axes_keep_their_ids():
-    kw = dict(target="smollm2-135m", draft="prompt-lookup,lookup+distilled", gamma="1-4", temperature="0,1",
-              task="ding-de-en,aclsum", limit=8, seed=0, device="cpu")
+    kw = dict(
+        target="smollm2-135m",
+        draft="prompt-lookup,lookup+distilled",
+        gamma="1-4",
+        temperature="0,1",
+        task="ding-de-en,aclsum",
+        limit=8,
+        seed=0,
+        device="cpu",
+    )
     # golden values: sweep_id_for / run_id_for of commit 9aaf41f, before the axes existed
     assert sweep_id_for(SweepGrid.from_specs(max_new_tokens=64, **kw)) == "sweep-aclsum_ding-de-en-32cells-49cb28fd"
     grid = SweepGrid.from_specs(max_new_tokens=parse_budgets(None), **kw)
     assert sweep_id_for(grid) == "sweep-aclsum_ding-de-en-32cells-b2f830a8"
     assert run_id_for(grid.configs()[0]) == "aclsum-lookup_distilled-g1-t0-128927b0"
     assert "prompt_length" not in RunConfig("t", "d", "x").to_dict()  # at its default: out of ids
-    assert set(grid.to_dict()) == {"target", "drafts", "gammas", "temperatures", "tasks", "top_k", "top_p", "limit",
-                                   "seed", "max_new_tokens", "device", "dtype", "engine", "trust_remote_code", "backend"}
+    assert set(grid.to_dict()) == {
+        "target",
+        "drafts",
+        "gammas",
+        "temperatures",
+        "tasks",
+        "top_k",
+        "top_p",
+        "limit",
+        "seed",
+        "max_new_tokens",
+        "device",
+        "dtype",
+        "engine",
+        "trust_remote_code",
+        "backend",
+    }
 
 
 def test_one_budget_is_not_an_axis():
@@ -98,7 +129,12 @@ def test_thresholds_are_the_33rd_and_67th_percentiles():
     lengths = [5, 80, 12, 40, 41, 7, 100, 13, 60]
     assert bucket_thresholds(lengths) == pytest.approx(tuple(np.percentile(lengths, [33, 67])))
     low, high = bucket_thresholds(lengths)
-    assert [bucket_of(n, (low, high)) for n in (low, low + 0.5, high, high + 1)] == ["short", "medium", "medium", "long"]
+    assert [bucket_of(n, (low, high)) for n in (low, low + 0.5, high, high + 1)] == [
+        "short",
+        "medium",
+        "medium",
+        "long",
+    ]
 
 
 def test_a_bucket_takes_its_first_examples_in_the_seeded_order():
@@ -107,8 +143,9 @@ def test_a_bucket_takes_its_first_examples_in_the_seeded_order():
     assert long.indices == [2, 5] and long.available == 3 and long.token_range == (90, 99) and long.pool == 9
     assert choose_bucket(lengths, "short", limit=8).indices == [1, 3, 6]  # fewer than --limit: all of them
     assert choose_bucket(lengths, "medium", limit=8).indices == [0, 4, 7]
-    assert short_bucket_note(choose_bucket(lengths, "short", 8), 8).startswith("--prompt-length short: the bucket "
-                                                                               "holds 3 of the 9")
+    assert short_bucket_note(choose_bucket(lengths, "short", 8), 8).startswith(
+        "--prompt-length short: the bucket holds 3 of the 9"
+    )
     assert short_bucket_note(long, 2) is None
     assert choose_bucket(lengths, "long", 2).to_dict()["thresholds"] == pytest.approx([33.8, 70.8])
 
@@ -153,13 +190,32 @@ def test_bucket_axis_measures_each_bucket_and_records_thresholds(tmp_path, task_
 def test_run_prompt_length_long_on_the_cli(tmp_path, task_file, stub_tokenizer, monkeypatch):
     monkeypatch.setattr(runner, "Session", FakeSession)
     monkeypatch.setattr(runner, "check_model_sources", lambda config: None)
-    args = ["run", "--target", "tiny-target", "--draft", "prompt-lookup", "--gamma", "2", "--task", task_file,
-            "--limit", "4", "--max-new-tokens", str(MAX_NEW), "--device", "cpu", "--prompt-length", "long",
-            "--results-dir", str(tmp_path), "--json"]
+    args = [
+        "run",
+        "--target",
+        "tiny-target",
+        "--draft",
+        "prompt-lookup",
+        "--gamma",
+        "2",
+        "--task",
+        task_file,
+        "--limit",
+        "4",
+        "--max-new-tokens",
+        str(MAX_NEW),
+        "--device",
+        "cpu",
+        "--prompt-length",
+        "long",
+        "--results-dir",
+        str(tmp_path),
+        "--json",
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "fewer than --limit 4" in result.output  # one line says the bucket is short of examples
-    summary = json.loads(result.stdout[result.stdout.index("{"):])
+    summary = json.loads(result.stdout[result.stdout.index("{") :])
     assert summary["prompt_length"] == "long" and summary["n_examples"] == 1
     assert summary["run_id"].startswith("prompts-prompt-lookup-g2-t0-plong-")
 
@@ -168,8 +224,10 @@ def test_run_prompt_length_long_on_the_cli(tmp_path, task_file, stub_tokenizer, 
 
 
 def test_a_pair_splits_on_its_first_colon_only():
-    assert parse_pair("smollm2-135m:prompt-lookup:rule=hf,max_ngram=2") == ("smollm2-135m",
-                                                                            "prompt-lookup:rule=hf,max_ngram=2")
+    assert parse_pair("smollm2-135m:prompt-lookup:rule=hf,max_ngram=2") == (
+        "smollm2-135m",
+        "prompt-lookup:rule=hf,max_ngram=2",
+    )
     assert parse_pair(" a : lookup+distilled ") == ("a", "lookup+distilled")
     for bad in ("smollm2-135m", ":prompt-lookup", "smollm2-135m:"):
         with pytest.raises(SpecbenchError, match="must be TARGET:DRAFT"):
@@ -178,8 +236,9 @@ def test_a_pair_splits_on_its_first_colon_only():
 
 def test_pairs_load_each_target_once_and_keep_baselines_apart(tmp_path, task_file):
     TargetSession.loaded = []
-    grid = make_grid(task_file, gamma="1,2", pairs=("tiny-b:prompt-lookup", "tiny-a:tiny-draft",
-                                                    "tiny-a:prompt-lookup"))
+    grid = make_grid(
+        task_file, gamma="1,2", pairs=("tiny-b:prompt-lookup", "tiny-a:tiny-draft", "tiny-a:prompt-lookup")
+    )
     assert grid.targets == ("tiny-a", "tiny-b") and grid.target == ""
     targets_in_order = [c.target for c in grid.configs()]
     assert targets_in_order == sorted(targets_in_order)  # grouped by target
@@ -196,28 +255,45 @@ def test_pairs_load_each_target_once_and_keep_baselines_apart(tmp_path, task_fil
     assert "tiny-a-prompts-tiny-draft-g1-t0" in ids and "tiny-b-prompts-prompt-lookup-g2-t0" in ids and len(ids) == 6
     assert {c.summary["target"] for c in out.cells} == {"tiny-a", "tiny-b"}
     doc = json.loads((out.root / "sweep.json").read_text())
-    assert sorted(doc["baselines"]) == ["baselines/tiny-a-prompts-t0-k0-p1.jsonl", "baselines/tiny-b-prompts-t0-k0-p1.jsonl"]
+    assert sorted(doc["baselines"]) == [
+        "baselines/tiny-a-prompts-t0-k0-p1.jsonl",
+        "baselines/tiny-b-prompts-t0-k0-p1.jsonl",
+    ]
     assert doc["grid"]["pairs"] == [["tiny-a", "prompt-lookup"], ["tiny-a", "tiny-draft"], ["tiny-b", "prompt-lookup"]]
 
 
-@pytest.mark.parametrize("extra, needle", [
-    (["--target", "smollm2-135m"], "drop --target/--draft, or drop --pair"),
-    (["--draft", "prompt-lookup"], "drop --target/--draft, or drop --pair"),
-    (["--pair", "nocolon"], "must be TARGET:DRAFT"),
-])
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (["--target", "smollm2-135m"], "drop --target/--draft, or drop --pair"),
+        (["--draft", "prompt-lookup"], "drop --target/--draft, or drop --pair"),
+        (["--pair", "nocolon"], "must be TARGET:DRAFT"),
+    ],
+)
 def test_pair_misuse_is_one_line(tmp_path, task_file, extra, needle):
-    args = ["sweep", "--pair", "smollm2-135m:prompt-lookup", "--task", task_file, "--results-dir", str(tmp_path),
-            *extra]
+    args = [
+        "sweep",
+        "--pair",
+        "smollm2-135m:prompt-lookup",
+        "--task",
+        task_file,
+        "--results-dir",
+        str(tmp_path),
+        *extra,
+    ]
     result = CliRunner().invoke(app, args)
-    assert result.exit_code == 1 and needle in result.output and len(result.output.strip().splitlines()) == 1, \
+    assert result.exit_code == 1 and needle in result.output and len(result.output.strip().splitlines()) == 1, (
         result.output
+    )
 
 
 def test_a_draft_list_keeps_each_drafts_own_options():
     from specbench.measure.sweep import parse_draft_list
 
-    assert parse_draft_list("prompt-lookup:rule=hf,max_ngram=2,distilled") == ["distilled",
-                                                                               "prompt-lookup:rule=hf,max_ngram=2"]
+    assert parse_draft_list("prompt-lookup:rule=hf,max_ngram=2,distilled") == [
+        "distilled",
+        "prompt-lookup:rule=hf,max_ngram=2",
+    ]
     assert parse_draft_list("prompt-lookup,lookup+distilled") == ["lookup+distilled", "prompt-lookup"]
     # key=value with no draft before it is not an option of anything: it stays an item (and fails as a draft later)
     assert parse_draft_list("max_ngram=2,prompt-lookup") == ["max_ngram=2", "prompt-lookup"]

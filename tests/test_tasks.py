@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from specbench.errors import SpecbenchError
 from specbench.tasks import sources as data
 from specbench.tasks import specs as tasks
-from specbench.errors import SpecbenchError
 from specbench.tasks.specs import Example, TaskSpec, examples_hash, load_task, render_for_model, select_examples
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -29,12 +29,21 @@ def isolated_caches(tmp_path, monkeypatch):
 
 def write_task(tmp_path: Path, **overrides) -> Path:
     """A valid JSONL-backed YAML task with `overrides` applied (a value of ... deletes the key)."""
-    rows = [{"id": f"r{i}", "text": f"sentence number {i}", "meta": {"lang": "en", "gold": f"gold {i}"}}
-            for i in range(20)]
+    rows = [
+        {"id": f"r{i}", "text": f"sentence number {i}", "meta": {"lang": "en", "gold": f"gold {i}"}} for i in range(20)
+    ]
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    task = {"name": "t", "description": "a test task", "source": {"type": "jsonl", "path": "rows.jsonl"},
-            "fields": {"x": "text"}, "template": "Say: {x}", "chat_template": False, "reference": "meta.gold",
-            "metric": "bleu", "max_new_tokens": 16}
+    task = {
+        "name": "t",
+        "description": "a test task",
+        "source": {"type": "jsonl", "path": "rows.jsonl"},
+        "fields": {"x": "text"},
+        "template": "Say: {x}",
+        "chat_template": False,
+        "reference": "meta.gold",
+        "metric": "bleu",
+        "max_new_tokens": 16,
+    }
     for key, value in overrides.items():
         if value is ...:
             task.pop(key, None)
@@ -93,29 +102,40 @@ def test_valid_yaml_task(tmp_path):
     assert spec.path == str(tmp_path / "t.yaml")
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"colour": "red"}, r"unknown key\(s\) colour; allowed keys: name, description, source"),
-    ({"template": "Say: {x} and {y}"}, r"template variable \{y\} is not in fields \(x\)"),
-    ({"fields": {"x": "text", "z": "text"}}, r"fields maps 'z' but the template never uses \{z\}"),
-    ({"metric": "meteor"}, r"unknown metric 'meteor'; use one of bleu, rouge or none"),
-    ({"reference": ...}, r"metric bleu needs a 'reference'"),
-    ({"max_new_tokens": 0}, r"'max_new_tokens' must be an integer >= 1 \(got 0\)"),
-    ({"max_new_tokens": "8"}, r"'max_new_tokens' must be an integer >= 1"),
-    ({"max_new_tokens": True}, r"'max_new_tokens' must be an integer >= 1"),
-    ({"max_examples": -1}, r"'max_examples' must be an integer >= 1"),
-    ({"chat_template": "yes"}, r"'chat_template' must be true or false"),
-    ({"template": ...}, r"missing required key\(s\) template"),
-    ({"template": "Say: {}"}, r"placeholder \{\} must be a plain name"),
-    ({"template": "Say: {x.y}", "fields": {"x": "text"}}, r"placeholder \{x.y\} must be a plain name"),
-    ({"template": "Say: {x"}, r"not a valid format string"),
-    ({"source": {"type": "ftp", "path": "x"}}, r"source type 'ftp' is unknown; use one of hub, jsonl, offline"),
-    ({"source": {"type": "hub", "path": "wmt14", "subset": "de-en"}},
-     r"unknown source key\(s\) subset for type hub; allowed: config, data_files, path, revision, split, type"),
-    ({"source": {"type": "hub"}}, r"a hub source needs 'path'"),
-    ({"source": {"type": "offline", "name": "europarl"}}, r"offline source 'europarl' is unknown; use one of ding-de-en, aclsum"),
-    ({"source": {"type": "offline", "name": "aclsum", "split": "dev"}}, r"no split 'dev'; use one of test, val, train, all"),
-    ({"source": "rows.jsonl"}, r"'source' must be a mapping"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"colour": "red"}, r"unknown key\(s\) colour; allowed keys: name, description, source"),
+        ({"template": "Say: {x} and {y}"}, r"template variable \{y\} is not in fields \(x\)"),
+        ({"fields": {"x": "text", "z": "text"}}, r"fields maps 'z' but the template never uses \{z\}"),
+        ({"metric": "meteor"}, r"unknown metric 'meteor'; use one of bleu, rouge or none"),
+        ({"reference": ...}, r"metric bleu needs a 'reference'"),
+        ({"max_new_tokens": 0}, r"'max_new_tokens' must be an integer >= 1 \(got 0\)"),
+        ({"max_new_tokens": "8"}, r"'max_new_tokens' must be an integer >= 1"),
+        ({"max_new_tokens": True}, r"'max_new_tokens' must be an integer >= 1"),
+        ({"max_examples": -1}, r"'max_examples' must be an integer >= 1"),
+        ({"chat_template": "yes"}, r"'chat_template' must be true or false"),
+        ({"template": ...}, r"missing required key\(s\) template"),
+        ({"template": "Say: {}"}, r"placeholder \{\} must be a plain name"),
+        ({"template": "Say: {x.y}", "fields": {"x": "text"}}, r"placeholder \{x.y\} must be a plain name"),
+        ({"template": "Say: {x"}, r"not a valid format string"),
+        ({"source": {"type": "ftp", "path": "x"}}, r"source type 'ftp' is unknown; use one of hub, jsonl, offline"),
+        (
+            {"source": {"type": "hub", "path": "wmt14", "subset": "de-en"}},
+            r"unknown source key\(s\) subset for type hub; allowed: config, data_files, path, revision, split, type",
+        ),
+        ({"source": {"type": "hub"}}, r"a hub source needs 'path'"),
+        (
+            {"source": {"type": "offline", "name": "europarl"}},
+            r"offline source 'europarl' is unknown; use one of ding-de-en, aclsum",
+        ),
+        (
+            {"source": {"type": "offline", "name": "aclsum", "split": "dev"}},
+            r"no split 'dev'; use one of test, val, train, all",
+        ),
+        ({"source": "rows.jsonl"}, r"'source' must be a mapping"),
+    ],
+)
 def test_yaml_validation_errors(tmp_path, overrides, message):
     path = write_task(tmp_path, **overrides)
     with pytest.raises(SpecbenchError, match=message) as err:
@@ -144,7 +164,9 @@ def test_metric_none_needs_no_reference(tmp_path):
 
 def test_mapped_field_missing_in_data_names_it_and_the_available_ones(tmp_path):
     spec = load_task(str(write_task(tmp_path, fields={"x": "txt"})))
-    with pytest.raises(SpecbenchError, match=r"data field 'txt' is missing; available fields: id, text, meta.lang, meta.gold"):
+    with pytest.raises(
+        SpecbenchError, match=r"data field 'txt' is missing; available fields: id, text, meta.lang, meta.gold"
+    ):
         select_examples(spec, 2, 0)
     spec = load_task(str(write_task(tmp_path, reference="meta.golden")))
     with pytest.raises(SpecbenchError, match=r"data field 'meta.golden' is missing"):
@@ -165,7 +187,9 @@ def test_get_field_nested_and_exact_dotted_key():
     assert tasks.get_field(row, "translation.de") == "Hallo"
     assert tasks.get_field(row, "a.b") == "exact"
     assert tasks.flat_fields(row) == ["translation.de", "translation.en", "a.b", "a.b"]
-    with pytest.raises(SpecbenchError, match=r"'translation.fr' is missing; available fields: translation.de, translation.en"):
+    with pytest.raises(
+        SpecbenchError, match=r"'translation.fr' is missing; available fields: translation.de, translation.en"
+    ):
         tasks.get_field(row, "translation.fr")
 
 
@@ -227,21 +251,29 @@ def test_empty_field_or_prompt_is_an_error(tmp_path):
 
 def test_jsonl_prompt_file_task():
     spec = load_task(str(FIXTURES / "prompts.jsonl"))
-    assert (spec.name, spec.template, spec.metric, spec.max_new_tokens, spec.reference) == \
-        ("prompts", "{prompt}", None, 64, "reference")
+    assert (spec.name, spec.template, spec.metric, spec.max_new_tokens, spec.reference) == (
+        "prompts",
+        "{prompt}",
+        None,
+        64,
+        "reference",
+    )
     exs = select_examples(spec, 10, 0)
     assert len(exs) == 4
     by_id = {e.id: e for e in exs}
     assert by_id["2"] == Example("2", "What is the capital of France?", "Paris")
 
 
-@pytest.mark.parametrize("lines, message", [
-    (['{"prompt": "a"}', '{"text": "b"}'], r"line 2 has no 'prompt' key \(keys: text\)"),
-    (['{"prompt": "a", "reference": "x"}', '{"prompt": "b"}'], r"line 2 has no 'reference' while others do"),
-    (['{"prompt": "a"}', '{"prompt": '], r":2: not valid JSON"),
-    (['["prompt"]'], r":1: expected a JSON object, got list"),
-    ([], r"no prompts"),
-])
+@pytest.mark.parametrize(
+    "lines, message",
+    [
+        (['{"prompt": "a"}', '{"text": "b"}'], r"line 2 has no 'prompt' key \(keys: text\)"),
+        (['{"prompt": "a", "reference": "x"}', '{"prompt": "b"}'], r"line 2 has no 'reference' while others do"),
+        (['{"prompt": "a"}', '{"prompt": '], r":2: not valid JSON"),
+        (['["prompt"]'], r":1: expected a JSON object, got list"),
+        ([], r"no prompts"),
+    ],
+)
 def test_jsonl_prompt_file_errors(tmp_path, lines, message):
     path = tmp_path / "p.jsonl"
     path.write_text("\n".join(lines) + "\n")
@@ -326,8 +358,11 @@ def test_hub_unreachable_becomes_one_line_error(monkeypatch):
         raise ConnectionError("Couldn't reach 'wmt/wmt14' on the Hub (LocalEntryNotFoundError)")
 
     monkeypatch.setattr(datasets, "load_dataset", offline)
-    with pytest.raises(SpecbenchError, match=r"cannot reach the Hugging Face hub for dataset wmt/wmt14 \(de-en\).*"
-                                             r"use an offline task: ding-de-en, aclsum") as err:
+    with pytest.raises(
+        SpecbenchError,
+        match=r"cannot reach the Hugging Face hub for dataset wmt/wmt14 \(de-en\).*"
+        r"use an offline task: ding-de-en, aclsum",
+    ) as err:
         select_examples(load_task("wmt14-de-en"), 2, 0)
     assert "\n" not in str(err.value)
 
@@ -344,11 +379,19 @@ def test_hub_loader_bad_split_and_missing_file(tmp_path):
 
 EXPECTED_DING = [
     {"id": "L4.2", "de": "Der Zug hat heute zehn Minuten Verspätung.", "en": "The train is ten minutes late today."},
-    {"id": "L5.1", "de": "Es regnet schon den ganzen Tag ohne Pause.", "en": "It has been raining all day without a break."},
+    {
+        "id": "L5.1",
+        "de": "Es regnet schon den ganzen Tag ohne Pause.",
+        "en": "It has been raining all day without a break.",
+    },
     {"id": "L5.2", "de": "Bei Regen bleiben wir lieber zu Hause.", "en": "When it rains we prefer to stay at home."},
     {"id": "L6.1", "de": "Mach bitte das Fenster zu, es ist kalt.", "en": "Please close the window, it is cold."},
     {"id": "L10.1", "de": "Die Katze schläft auf dem Sofa.", "en": "The cat is asleep on the sofa."},
-    {"id": "L12.1", "de": "Sie schrieb ihm einen langen Brief aus Italien.", "en": "She wrote him a long letter from Italy."},
+    {
+        "id": "L12.1",
+        "de": "Sie schrieb ihm einen langen Brief aus Italien.",
+        "en": "She wrote him a long letter from Italy.",
+    },
 ]
 
 
@@ -385,8 +428,11 @@ def test_fetch_offline_data_reports_each_source(monkeypatch):
     assert messages[0].startswith("ding-de-en: unavailable: ding-de-en needs apt-get")
     assert messages[1] == "aclsum: ready from the installed package (train 100, val 50, test 100)"
 
-    monkeypatch.setattr(data, "fetch_ding", lambda dest=None: data.build_ding_jsonl(
-        FIXTURES / "ding_sample.txt", dest or data.ding_path()))
+    monkeypatch.setattr(
+        data,
+        "fetch_ding",
+        lambda dest=None: data.build_ding_jsonl(FIXTURES / "ding_sample.txt", dest or data.ding_path()),
+    )
     assert data.fetch_offline_data(console_print=lambda m: None)[0].startswith("ding-de-en: 6 sentence pairs written")
     assert data.fetch_offline_data(console_print=lambda m: None)[0].startswith("ding-de-en: already fetched (6 ")
 
@@ -409,8 +455,10 @@ def test_aclsum_missing_package_says_how_to_install(monkeypatch):
 
 
 def test_detokenize():
-    assert data.detokenize('a user \'s " big " model ( MT ) , that is n\'t bad / good .') == \
-        'a user\'s "big" model (MT), that isn\'t bad/good.'
+    assert (
+        data.detokenize("a user 's \" big \" model ( MT ) , that is n't bad / good .")
+        == "a user's \"big\" model (MT), that isn't bad/good."
+    )
 
 
 # --------------------------------------------------------------------------- chat template
@@ -442,7 +490,9 @@ def test_render_for_model_with_a_real_tokenizer(tmp_path):
     from transformers import PreTrainedTokenizerFast
 
     tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(WordLevel({"[UNK]": 0}, unk_token="[UNK]")))
-    tok.chat_template = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
-                         "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+    tok.chat_template = (
+        "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+    )
     spec = load_task(str(write_task(tmp_path, chat_template=True)))
     assert render_for_model(spec, "Übersetze das.", tok) == "<|user|>Übersetze das.\n<|assistant|>"

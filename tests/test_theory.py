@@ -73,8 +73,12 @@ def test_bigram_draft_bound():
 
 def test_vectorised_matches_scalar():
     arr = np.array(ALPHAS)
-    for fn, args in [(expected_tokens_per_step, (5,)), (walltime_factor, (5, 0.05)),
-                     (arithmetic_ops_factor, (5, 0.05)), (walltime_factor_extended, (5, 0.05, 1.4))]:
+    for fn, args in [
+        (expected_tokens_per_step, (5,)),
+        (walltime_factor, (5, 0.05)),
+        (arithmetic_ops_factor, (5, 0.05)),
+        (walltime_factor_extended, (5, 0.05, 1.4)),
+    ]:
         out = fn(arr, *args)
         assert isinstance(out, np.ndarray)
         np.testing.assert_allclose(out, [fn(a, *args) for a in ALPHAS], rtol=1e-14)
@@ -166,22 +170,25 @@ def test_alpha_inversion_round_trips():
             assert alpha_from_tokens_per_step(expected_tokens_per_step(a, g), g) == pytest.approx(a, abs=1e-9)
 
 
-@pytest.mark.parametrize("call", [
-    lambda: expected_tokens_per_step(1.1, 3),
-    lambda: expected_tokens_per_step(np.array([0.5, -0.1]), 3),
-    lambda: expected_tokens_per_step(0.5, -1),
-    lambda: expected_tokens_per_step(0.5, 2.5),
-    lambda: walltime_factor(0.5, 3, -0.1),
-    lambda: arithmetic_ops_factor(0.5, 3, -0.1),
-    lambda: optimal_gamma(0.5, 0.1, max_gamma=0),
-    lambda: alpha_from_tokens_per_step(5.5, 4),
-    lambda: alpha_from_tokens_per_step(0.9, 4),
-    lambda: alpha_from_tokens_per_step(1.0, 0),
-    lambda: expected_decode_cost(-1, 0.5, 0.1, 1.0, {3: 1.0}),
-    lambda: expected_decode_cost(10, 0.5, 0.1, 1.0, {3: 0.5}),
-    lambda: expected_decode_cost(10, 0.5, 0.1, 1.0, {3: 1.0}, room=9),
-    lambda: expected_decode_cost(10, 1.5, 0.1, 1.0, {3: 1.0}),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: expected_tokens_per_step(1.1, 3),
+        lambda: expected_tokens_per_step(np.array([0.5, -0.1]), 3),
+        lambda: expected_tokens_per_step(0.5, -1),
+        lambda: expected_tokens_per_step(0.5, 2.5),
+        lambda: walltime_factor(0.5, 3, -0.1),
+        lambda: arithmetic_ops_factor(0.5, 3, -0.1),
+        lambda: optimal_gamma(0.5, 0.1, max_gamma=0),
+        lambda: alpha_from_tokens_per_step(5.5, 4),
+        lambda: alpha_from_tokens_per_step(0.9, 4),
+        lambda: alpha_from_tokens_per_step(1.0, 0),
+        lambda: expected_decode_cost(-1, 0.5, 0.1, 1.0, {3: 1.0}),
+        lambda: expected_decode_cost(10, 0.5, 0.1, 1.0, {3: 0.5}),
+        lambda: expected_decode_cost(10, 0.5, 0.1, 1.0, {3: 1.0}, room=9),
+        lambda: expected_decode_cost(10, 1.5, 0.1, 1.0, {3: 1.0}),
+    ],
+)
 def test_bad_inputs_raise_one_error_type(call):
     with pytest.raises(SpecbenchError):
         call()

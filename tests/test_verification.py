@@ -15,14 +15,14 @@ from collections import Counter
 
 import pytest
 import torch
-
 from conftest import sharpen, tiny_llama
+
 from specbench.config import SamplingConfig
 from specbench.decoding.base import Proposal
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.drafts.model import ModelDraft
-from specbench.errors import SpecbenchError
 from specbench.decoding.sampling import processed_probs
+from specbench.errors import SpecbenchError
 from specbench.evidence.verification import (
     first_divergence,
     greedy_checks,
@@ -60,8 +60,19 @@ def pair():
 @pytest.fixture(scope="module")
 def checks(pair):
     target, draft = pair
-    return run_checks(target, lambda: ModelDraft(draft, "draft"), PROMPTS, SAMPLING, gammas=(1, 3), n_samples=K,
-                      sample_length=4, greedy_tokens=10, eos_ids=EOS, step_samples=2_000, seed=0)
+    return run_checks(
+        target,
+        lambda: ModelDraft(draft, "draft"),
+        PROMPTS,
+        SAMPLING,
+        gammas=(1, 3),
+        n_samples=K,
+        sample_length=4,
+        greedy_tokens=10,
+        eos_ids=EOS,
+        step_samples=2_000,
+        seed=0,
+    )
 
 
 def by_name(checks):
@@ -70,9 +81,16 @@ def by_name(checks):
 
 def test_run_checks_covers_every_kind(checks):
     names = set(by_name(checks))
-    assert {"sequence/baseline/exact", "sequence/γ=1/exact", "sequence/γ=3/exact",
-            "sequence/γ=1/vs-baseline", "sequence/γ=3/vs-baseline",
-            "greedy/hf-generate/identity", "greedy/γ=1/identity", "greedy/γ=3/identity"} <= names
+    assert {
+        "sequence/baseline/exact",
+        "sequence/γ=1/exact",
+        "sequence/γ=3/exact",
+        "sequence/γ=1/vs-baseline",
+        "sequence/γ=3/vs-baseline",
+        "greedy/hf-generate/identity",
+        "greedy/γ=1/identity",
+        "greedy/γ=3/identity",
+    } <= names
     assert any(n.startswith("step/") and n.endswith("exact/joint2") for n in names)
     assert {c.kind for c in checks} == {"exact", "gof", "tv", "homogeneity", "identity"}
 
@@ -101,8 +119,9 @@ def test_model_law_sums_to_one_and_respects_top_k(pair):
     law = model_sequence_law(pair[0], PROMPTS[0], 3, SAMPLING, eos_ids=EOS)
     assert sum(law.values()) == pytest.approx(1.0, abs=1e-6)
     assert len(law) <= 2**3
-    assert model_sequence_law(pair[0], PROMPTS[0], 3, SamplingConfig(temperature=1.0), eos_ids=EOS,
-                              max_cells=1000) is None
+    assert (
+        model_sequence_law(pair[0], PROMPTS[0], 3, SamplingConfig(temperature=1.0), eos_ids=EOS, max_cells=1000) is None
+    )
 
 
 class GreedyDraftControl:
@@ -124,13 +143,24 @@ class GreedyDraftControl:
             q = processed_probs(self.model(input_ids=torch.tensor([ids])).logits[0, -1], sampling)
             laws.append(q)
             ids.append(int(q.argmax()))
-        return Proposal(tokens=torch.tensor(ids[len(tokens):]), q_probs=torch.stack(laws), forward_calls=gamma)
+        return Proposal(tokens=torch.tensor(ids[len(tokens) :]), q_probs=torch.stack(laws), forward_calls=gamma)
 
 
 def test_greedy_draft_control_fails_sequence_level(pair):
     target, draft = pair
-    res = by_name(sequence_checks(target, lambda: GreedyDraftControl(draft), PROMPTS[0], SAMPLING, gammas=(3,),
-                                  n_samples=K, length=4, eos_ids=EOS, seed=1))
+    res = by_name(
+        sequence_checks(
+            target,
+            lambda: GreedyDraftControl(draft),
+            PROMPTS[0],
+            SAMPLING,
+            gammas=(3,),
+            n_samples=K,
+            length=4,
+            eos_ids=EOS,
+            seed=1,
+        )
+    )
     assert res["sequence/baseline/exact"].passed  # the baseline still samples the target
     assert not res["sequence/γ=3/exact"].passed, res["sequence/γ=3/exact"]
     assert not res["sequence/γ=3/vs-baseline"].passed, res["sequence/γ=3/vs-baseline"]
@@ -150,6 +180,7 @@ def tie_break_high(model: torch.nn.Module, max_new_tokens: int):
                 break
             logits = cm.forward(torch.tensor([tok]))
         return out
+
     return run
 
 
@@ -160,10 +191,12 @@ def corrupt_at(model: torch.nn.Module, max_new_tokens: int, position: int):
     cm = CachedModel(model)
 
     def run(prompt, _gen):
-        out = decode_autoregressive(cm, prompt, max_new_tokens=max_new_tokens, sampling=SamplingConfig(),
-                                    generator=None, eos_ids=frozenset()).token_ids
+        out = decode_autoregressive(
+            cm, prompt, max_new_tokens=max_new_tokens, sampling=SamplingConfig(), generator=None, eos_ids=frozenset()
+        ).token_ids
         logits = model(input_ids=torch.tensor([prompt + out[:position]])).logits[0, -1]
-        return out[:position] + [int(logits.argmin())] + out[position + 1:]
+        return out[:position] + [int(logits.argmin())] + out[position + 1 :]
+
     return run
 
 
@@ -171,9 +204,17 @@ def test_bf16_greedy_reports_mismatch_rate_and_margins():
     target = tiny_llama(0, layers=1).to(torch.bfloat16)  # unsharpened: bf16 ties are common
     draft = perturbed(target, 0.5, seed=6)
     prompts = [[i, 3 * i + 1, 7] for i in range(3, 15)]
-    res = by_name(greedy_checks(target, lambda: ModelDraft(draft, "draft"), prompts, gammas=(2,), max_new_tokens=10,
-                                eos_ids=frozenset(), extra_engines={"tie-high": tie_break_high(target, 10),
-                                                                     "corrupt": corrupt_at(target, 10, 3)}))
+    res = by_name(
+        greedy_checks(
+            target,
+            lambda: ModelDraft(draft, "draft"),
+            prompts,
+            gammas=(2,),
+            max_new_tokens=10,
+            eos_ids=frozenset(),
+            extra_engines={"tie-high": tie_break_high(target, 10), "corrupt": corrupt_at(target, 10, 3)},
+        )
+    )
     for c in res.values():
         assert c.detail["dtype"] == "bfloat16" and 0.0 <= c.detail["mismatch_rate"] <= 1.0
         for d in c.detail["divergences"]:
@@ -230,8 +271,15 @@ def test_seq2seq_greedy_identity_and_law(t5_pair):
     # sharpened copies: an unsharpened random T5 repeats one token, which would make identity trivial
     target, draft = (sharpen(copy.deepcopy(m), 20.0) for m in t5_pair)
     prompts = [[5, 17, 33, 4], [9, 120, 7]]
-    res = greedy_checks(target, lambda: ModelDraft(draft, "draft", decoder_start_id=0), prompts, gammas=(2,),
-                        max_new_tokens=6, eos_ids=frozenset({1}), decoder_start_id=0)
+    res = greedy_checks(
+        target,
+        lambda: ModelDraft(draft, "draft", decoder_start_id=0),
+        prompts,
+        gammas=(2,),
+        max_new_tokens=6,
+        eos_ids=frozenset({1}),
+        decoder_start_id=0,
+    )
     assert [c.name for c in res] == ["greedy/hf-generate/identity", "greedy/γ=2/identity"]
     assert all(c.passed and c.statistic == 0.0 for c in res), res
     assert len(set(hf_greedy(target, prompts[0], 6, frozenset({1})))) > 2  # varied, not one repeated token

@@ -75,7 +75,11 @@ def usage_line(exc) -> str:
     """click's usage error as "<problem> (<what the parameter takes>); see <command> --help"."""
     if isinstance(exc, (click_errors.MissingParameter, click_errors.BadParameter)) and exc.param is not None:
         name = parameter_name(exc.param)
-        problem = f"missing {name}" if isinstance(exc, click_errors.MissingParameter) else f"invalid value for {name}: {exc.message}"
+        problem = (
+            f"missing {name}"
+            if isinstance(exc, click_errors.MissingParameter)
+            else f"invalid value for {name}: {exc.message}"
+        )
         problem = f"{problem.rstrip('.')} ({first_sentence(exc.param)})" if first_sentence(exc.param) else problem
     else:
         problem = exc.format_message()
@@ -106,8 +110,14 @@ def sentence_case(text: str) -> str:
     return text[:1].lower() + text[1:] if text[1:2].islower() else text
 
 
-app = typer.Typer(cls=OneLineErrors, name="specbench", add_completion=False, no_args_is_help=True, rich_markup_mode=None,
-                  help="Benchmark and verify speculative decoding (Leviathan et al., ICML 2023).")
+app = typer.Typer(
+    cls=OneLineErrors,
+    name="specbench",
+    add_completion=False,
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help="Benchmark and verify speculative decoding (Leviathan et al., ICML 2023).",
+)
 app.command("run")(run.run)
 app.command("sweep")(sweep.sweep)
 app.command("report")(report.report)

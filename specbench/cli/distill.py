@@ -17,17 +17,30 @@ from specbench.cli.output import out, progress_bar, quiet_transformers
 from specbench.errors import SpecbenchError
 from specbench.models import DEFAULT_TARGET
 
-DraftDir = Annotated[Path, typer.Option("--out", show_default=False, help="Folder of the draft: model, tokenizer, "
-                                        "manifest.json (work/ holds teacher data and the checkpoint).")]
-Preset = Annotated[str, typer.Option("--preset", help="small (tests, about a minute) or full (the shipped draft, "
-                                     "hours on a 2-core CPU).")]
+DraftDir = Annotated[
+    Path,
+    typer.Option(
+        "--out",
+        show_default=False,
+        help="Folder of the draft: model, tokenizer, manifest.json (work/ holds teacher data and the checkpoint).",
+    ),
+]
+Preset = Annotated[
+    str,
+    typer.Option("--preset", help="small (tests, about a minute) or full (the shipped draft, hours on a 2-core CPU)."),
+]
 Steps = Annotated[Optional[int], typer.Option("--steps", help="Training steps (default: the preset's).")]
 DistillSeed = Annotated[int, typer.Option("--seed", help="Seed for the draft's initialisation and the data order.")]
-TeacherTasks = Annotated[str, typer.Option("--task", help="Tasks whose text the target scores, comma-separated "
-                                           "(names or JSONL files).")]
-Resume = Annotated[bool, typer.Option("--resume", help="Require a checkpoint in --out (one is always resumed when present).")]
-SessionSteps = Annotated[Optional[int], typer.Option("--max-session-steps", help="Stop after this many steps "
-                                                     "(checkpointed); rerun to continue.")]
+TeacherTasks = Annotated[
+    str, typer.Option("--task", help="Tasks whose text the target scores, comma-separated (names or JSONL files).")
+]
+Resume = Annotated[
+    bool, typer.Option("--resume", help="Require a checkpoint in --out (one is always resumed when present).")
+]
+SessionSteps = Annotated[
+    Optional[int],
+    typer.Option("--max-session-steps", help="Stop after this many steps (checkpointed); rerun to continue."),
+]
 Threads = Annotated[int, typer.Option("--threads", help="torch CPU threads (0 = torch's default).")]
 
 PHASE_NAMES = {"teacher": "teacher data (shards)", "train": "training (steps)", "export": "export + checks"}
@@ -54,9 +67,17 @@ def distill(
 
     if threads < 0:
         raise SpecbenchError(f"--threads must be >= 0 (got {threads})")
-    config = DistillConfig(target=target, out=out_dir, preset=get_preset(preset),
-                           tasks=tuple(t.strip() for t in task.split(",") if t.strip()), steps=steps, seed=seed,
-                           device=device, resume=resume, max_session_steps=max_session_steps).validate()
+    config = DistillConfig(
+        target=target,
+        out=out_dir,
+        preset=get_preset(preset),
+        tasks=tuple(t.strip() for t in task.split(",") if t.strip()),
+        steps=steps,
+        seed=seed,
+        device=device,
+        resume=resume,
+        max_session_steps=max_session_steps,
+    ).validate()
     if threads:
         import torch
 
@@ -89,6 +110,8 @@ def outcome_line(outcome, out_dir: Path) -> str:
         steps = outcome.manifest["steps"]
         return f"stopped at step {steps['done']} of {steps['total']} (checkpointed); rerun the same command to continue"
     checks = outcome.manifest["checks"]
-    return (f"draft: {out_dir}  (c = {checks['cost']['c']:.3f}, "
-            f"held-out α≈{checks['heldout_after_export']['agreement_reply']:.3f}, "
-            f"α(γ={checks['speculative']['gamma']}) = {checks['speculative']['alpha']:.3f}; manifest.json)")
+    return (
+        f"draft: {out_dir}  (c = {checks['cost']['c']:.3f}, "
+        f"held-out α≈{checks['heldout_after_export']['agreement_reply']:.3f}, "
+        f"α(γ={checks['speculative']['gamma']}) = {checks['speculative']['alpha']:.3f}; manifest.json)"
+    )

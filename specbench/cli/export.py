@@ -19,13 +19,25 @@ from specbench.files import atomic_write_bytes
 
 FORMATS = ("csv", "parquet", "spec-bench")
 
-Results = Annotated[list[Path], typer.Argument(help="Run folders, sweep folders or a results/ folder.",
-                                               show_default=False)]
-Format = Annotated[str, typer.Option("--format", help="csv, parquet (needs pyarrow) or spec-bench (Spec-Bench's "
-                                                      "answer files, for its evaluation/speed.py and equal.py).")]
+Results = Annotated[
+    list[Path], typer.Argument(help="Run folders, sweep folders or a results/ folder.", show_default=False)
+]
+Format = Annotated[
+    str,
+    typer.Option(
+        "--format",
+        help="csv, parquet (needs pyarrow) or spec-bench (Spec-Bench's "
+        "answer files, for its evaluation/speed.py and equal.py).",
+    ),
+]
 Examples = Annotated[bool, typer.Option("--examples", help="One row per example instead of one per run.")]
-OutFile = Annotated[Optional[Path], typer.Option("--out", help="File to write (default for csv: stdout; "
-                                                 "parquet needs a file; spec-bench: a folder, default the run's).")]
+OutFile = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--out",
+        help="File to write (default for csv: stdout; parquet needs a file; spec-bench: a folder, default the run's).",
+    ),
+]
 
 
 def export(results: Results, table_format: Format = "csv", examples: Examples = False, out_file: OutFile = None):
@@ -45,8 +57,10 @@ def export(results: Results, table_format: Format = "csv", examples: Examples = 
     for note in skipped:
         warn(f"skipped {note}")
     if frame.empty:
-        raise SpecbenchError(f"no results to export under {', '.join(map(str, results))}; pass run folders, sweep "
-                             f"folders or a results/ folder")
+        raise SpecbenchError(
+            f"no results to export under {', '.join(map(str, results))}; pass run folders, sweep "
+            f"folders or a results/ folder"
+        )
     if out_file is None:
         typer.echo(frame.to_csv(index=False), nl=False)
         return
@@ -69,9 +83,11 @@ def export_spec_bench(results: list[Path], out_dir: Path | None) -> None:
         say(f"{engine}: {path}")
     say(f"{'category':<15}{'n':>4}{'α':>7}{'#MAT':>7}{'accept':>8}{'speedup':>9}  quality (baseline → speculative)")
     for row in table:
-        quality = (f"{row['metric']} {row['baseline']:.1f} → {row['speculative']:.1f}" if row["metric"] else "none")
-        say(f"{row['category']:<15}{row['n']:>4}{_num(row['alpha'], 3):>7}{_num(row['mean_accepted_tokens'], 2):>7}"
-            f"{_num(row['draft_acceptance_rate'], 3):>8}{_num(row['spec_bench_speedup'], 2):>9}  {quality}")
+        quality = f"{row['metric']} {row['baseline']:.1f} → {row['speculative']:.1f}" if row["metric"] else "none"
+        say(
+            f"{row['category']:<15}{row['n']:>4}{_num(row['alpha'], 3):>7}{_num(row['mean_accepted_tokens'], 2):>7}"
+            f"{_num(row['draft_acceptance_rate'], 3):>8}{_num(row['spec_bench_speedup'], 2):>9}  {quality}"
+        )
 
 
 def _num(x, digits: int) -> str:

@@ -14,51 +14,136 @@ import typer
 DEFAULT_TASK = "ding-de-en"
 
 Target = Annotated[str, typer.Option("--target", help="Target model: preset, hub id, local dir or .gguf file.")]
-Draft = Annotated[str, typer.Option("--draft", help="Draft: a model spec as for --target, prompt-lookup, unigram, bigram, "
-                                    "lookup+<model spec>, or auto (the fastest available for the target, measured here).")]
-Gamma = Annotated[str, typer.Option("--gamma", help="Draft tokens per target pass: an integer >= 1; auto (the best γ "
-                                    "predicted from this machine's calibrated pass costs and a pilot's α); adaptive (each "
-                                    "step's γ from the example's running α and the same costs); heuristic (HF's +2/−1 schedule).")]
+Draft = Annotated[
+    str,
+    typer.Option(
+        "--draft",
+        help="Draft: a model spec as for --target, prompt-lookup, unigram, bigram, "
+        "lookup+<model spec>, or auto (the fastest available for the target, measured here).",
+    ),
+]
+Gamma = Annotated[
+    str,
+    typer.Option(
+        "--gamma",
+        help="Draft tokens per target pass: an integer >= 1; auto (the best γ "
+        "predicted from this machine's calibrated pass costs and a pilot's α); adaptive (each "
+        "step's γ from the example's running α and the same costs); heuristic (HF's +2/−1 schedule).",
+    ),
+]
 GammaMax = Annotated[int, typer.Option("--gamma-max", help="Largest γ that auto, adaptive and heuristic consider.")]
-Repeats = Annotated[int, typer.Option("--repeats", help="Timed decodes per engine and example, interleaved A B B A; "
-                                      "times are their medians (2 cancels drift between the engines).")]
+Repeats = Annotated[
+    int,
+    typer.Option(
+        "--repeats",
+        help="Timed decodes per engine and example, interleaved A B B A; "
+        "times are their medians (2 cancels drift between the engines).",
+    ),
+]
 Temperature = Annotated[float, typer.Option("--temperature", help="0 = greedy; > 0 samples.")]
 TopK = Annotated[int, typer.Option("--top-k", help="Keep the k most likely tokens (0 = off).")]
 TopP = Annotated[float, typer.Option("--top-p", help="Nucleus mass in (0, 1] (1 = off).")]
-Task = Annotated[str, typer.Option("--task", help="Task name (see `specbench list tasks`) or a JSONL file of {\"prompt\": ...}.")]
+Task = Annotated[
+    str, typer.Option("--task", help='Task name (see `specbench list tasks`) or a JSONL file of {"prompt": ...}.')
+]
 Limit = Annotated[int, typer.Option("--limit", help="Number of examples.")]
 Seed = Annotated[int, typer.Option("--seed", help="Seed for example choice and sampling.")]
 MaxNew = Annotated[Optional[int], typer.Option("--max-new-tokens", help="Tokens to generate (default: the task's).")]
 Device = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or mps.")]
-Dtype = Annotated[str, typer.Option("--dtype", help="float32, bfloat16, float16, or auto (float32 vs bfloat16 "
-                                    "where the hardware has native bf16, chosen by calibrated speed; printed, never silent).")]
-Backend = Annotated[str, typer.Option("--backend", help="How every model's forward runs: eager (dynamic KV cache), "
-                                      "static (preallocated KV cache) or compiled (static + torch.compile; CUDA graphs on a GPU).")]
-DraftConfidence = Annotated[float, typer.Option(
-    "--draft-confidence", help="A model draft stops a proposal early once its probability of the token it just "
-    "drafted is below this (γ stays the most; 0 = always γ). Exact either way; as HF's assistant_confidence_threshold.")]
-BatchSize = Annotated[int, typer.Option("--batch-size", help="Examples decoded together, in the task's seeded order "
-                                        "(left-padded, each row stopping on its own; 1 = one at a time). Larger than "
-                                        "the examples is refused; at > 1 γ must be an integer.")]
-BatchPolicy = Annotated[str, typer.Option("--batch-policy", help="At --batch-size > 1: ragged (each row keeps its own "
-                                          "accepted prefix) or min (every row advances by the batch's minimum; an ablation).")]
-PromptLength = Annotated[str, typer.Option("--prompt-length", help="all (every example; the default), or short, "
-                                           "medium or long: the first --limit examples whose prompt falls in that "
-                                           "tertile of the task's prompt tokens under the target's tokenizer.")]
-ResultsDir = Annotated[str, typer.Option("--results-dir", help="Where run folders are written.")]  # str: '' must reach config.check_results_dir (a Path would be '.')
+Dtype = Annotated[
+    str,
+    typer.Option(
+        "--dtype",
+        help="float32, bfloat16, float16, or auto (float32 vs bfloat16 "
+        "where the hardware has native bf16, chosen by calibrated speed; printed, never silent).",
+    ),
+]
+Backend = Annotated[
+    str,
+    typer.Option(
+        "--backend",
+        help="How every model's forward runs: eager (dynamic KV cache), "
+        "static (preallocated KV cache) or compiled (static + torch.compile; CUDA graphs on a GPU).",
+    ),
+]
+DraftConfidence = Annotated[
+    float,
+    typer.Option(
+        "--draft-confidence",
+        help="A model draft stops a proposal early once its probability of the token it just "
+        "drafted is below this (γ stays the most; 0 = always γ). Exact either way; as HF's assistant_confidence_threshold.",
+    ),
+]
+BatchSize = Annotated[
+    int,
+    typer.Option(
+        "--batch-size",
+        help="Examples decoded together, in the task's seeded order "
+        "(left-padded, each row stopping on its own; 1 = one at a time). Larger than "
+        "the examples is refused; at > 1 γ must be an integer.",
+    ),
+]
+BatchPolicy = Annotated[
+    str,
+    typer.Option(
+        "--batch-policy",
+        help="At --batch-size > 1: ragged (each row keeps its own "
+        "accepted prefix) or min (every row advances by the batch's minimum; an ablation).",
+    ),
+]
+PromptLength = Annotated[
+    str,
+    typer.Option(
+        "--prompt-length",
+        help="all (every example; the default), or short, "
+        "medium or long: the first --limit examples whose prompt falls in that "
+        "tertile of the task's prompt tokens under the target's tokenizer.",
+    ),
+]
+ResultsDir = Annotated[
+    str, typer.Option("--results-dir", help="Where run folders are written.")
+]  # str: '' must reach config.check_results_dir (a Path would be '.')
 AsJson = Annotated[bool, typer.Option("--json", help="Print the result as JSON (for machines).")]
 TrustRemote = Annotated[bool, typer.Option("--trust-remote-code", help="Allow model repos to run their own code.")]
-DeviceMap = Annotated[Optional[str], typer.Option(
-    "--device-map", help="Place the target over several devices with accelerate: auto, balanced, balanced_low_0, "
-    "sequential, or JSON {\"module prefix\": device} (device: GPU index, cpu, mps or disk). Decoder-only targets.")]
-MaxMemory = Annotated[Optional[str], typer.Option(
-    "--max-memory", help="Per-device caps for --device-map: 0=20GiB,1=20GiB,cpu=60GiB (or the same as JSON).")]
-Executor = Annotated[str, typer.Option("--executor", help="Where sweep cells run: local (here, one after another) or "
-                                       "ray (each cell on a Ray worker; pip install specbench[ray]).")]
-Address = Annotated[Optional[str], typer.Option(
-    "--address", help="--executor ray: the cluster, auto (the one `ray start` made on this machine) or "
-    "ray://host:port / host:port (default: a one-node cluster started for this sweep).")]
-GpusPerCell = Annotated[float, typer.Option("--gpus-per-cell", help="--executor ray: GPUs each cell's worker holds "
-                                            "(0 = CPU only; fractions share a GPU).")]
-CpusPerCell = Annotated[float, typer.Option("--cpus-per-cell", help="--executor ray: CPUs each cell's worker holds "
-                                            "(Ray sets its torch threads to match).")]
+DeviceMap = Annotated[
+    Optional[str],
+    typer.Option(
+        "--device-map",
+        help="Place the target over several devices with accelerate: auto, balanced, balanced_low_0, "
+        'sequential, or JSON {"module prefix": device} (device: GPU index, cpu, mps or disk). Decoder-only targets.',
+    ),
+]
+MaxMemory = Annotated[
+    Optional[str],
+    typer.Option(
+        "--max-memory", help="Per-device caps for --device-map: 0=20GiB,1=20GiB,cpu=60GiB (or the same as JSON)."
+    ),
+]
+Executor = Annotated[
+    str,
+    typer.Option(
+        "--executor",
+        help="Where sweep cells run: local (here, one after another) or "
+        "ray (each cell on a Ray worker; pip install specbench[ray]).",
+    ),
+]
+Address = Annotated[
+    Optional[str],
+    typer.Option(
+        "--address",
+        help="--executor ray: the cluster, auto (the one `ray start` made on this machine) or "
+        "ray://host:port / host:port (default: a one-node cluster started for this sweep).",
+    ),
+]
+GpusPerCell = Annotated[
+    float,
+    typer.Option(
+        "--gpus-per-cell", help="--executor ray: GPUs each cell's worker holds (0 = CPU only; fractions share a GPU)."
+    ),
+]
+CpusPerCell = Annotated[
+    float,
+    typer.Option(
+        "--cpus-per-cell", help="--executor ray: CPUs each cell's worker holds (Ray sets its torch threads to match)."
+    ),
+]

@@ -15,8 +15,9 @@ import typer
 from specbench.cli.options import AsJson
 from specbench.cli.output import out, warn
 
-Results = Annotated[list[Path], typer.Argument(help="Run folders, sweep folders or a results/ folder.",
-                                               show_default=False)]
+Results = Annotated[
+    list[Path], typer.Argument(help="Run folders, sweep folders or a results/ folder.", show_default=False)
+]
 ReportDir = Annotated[Optional[Path], typer.Option("--out", help="Report folder (default: reports/<name>/).")]
 
 
@@ -31,8 +32,16 @@ def report(results: Results, out_dir: ReportDir = None, as_json: AsJson = False)
     for s in outcome.skipped:
         warn(f"skipped {s.path}: {s.reason}")
     if as_json:
-        out.print_json(json.dumps({"out": str(outcome.out), "runs": outcome.n_runs, "files": [str(f) for f in outcome.files],
-                                   "skipped": [{"path": s.path, "reason": s.reason} for s in outcome.skipped],
-                                   "notes": outcome.notes}))
+        out.print_json(
+            json.dumps(
+                {
+                    "out": str(outcome.out),
+                    "runs": outcome.n_runs,
+                    "files": [str(f) for f in outcome.files],
+                    "skipped": [{"path": s.path, "reason": s.reason} for s in outcome.skipped],
+                    "notes": outcome.notes,
+                }
+            )
+        )
     else:
         out.print(f"report of {outcome.n_runs} run(s), {len(outcome.skipped)} skipped: {outcome.out / 'report.html'}")

@@ -13,19 +13,50 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from specbench.cli.options import (DEFAULT_TASK, AsJson, Backend, DeviceMap, MaxMemory, BatchPolicy, BatchSize, Device, Draft, DraftConfidence, Dtype, Gamma, GammaMax,
-                                   Limit, MaxNew, PromptLength, Repeats, ResultsDir, Seed, Target, Task, Temperature, TopK, TopP,
-                                   TrustRemote)
+from specbench.cli.options import (
+    DEFAULT_TASK,
+    AsJson,
+    Backend,
+    BatchPolicy,
+    BatchSize,
+    Device,
+    DeviceMap,
+    Draft,
+    DraftConfidence,
+    Dtype,
+    Gamma,
+    GammaMax,
+    Limit,
+    MaxMemory,
+    MaxNew,
+    PromptLength,
+    Repeats,
+    ResultsDir,
+    Seed,
+    Target,
+    Task,
+    Temperature,
+    TopK,
+    TopP,
+    TrustRemote,
+)
 from specbench.cli.output import console, fmt, out, progress_bar, quiet_transformers, say, warn_if_noisy
 from specbench.config import RunConfig, SamplingConfig, parse_gamma
 from specbench.models import DEFAULT_DRAFT, DEFAULT_TARGET
 
 Engine = Annotated[str, typer.Option("--engine", help="specbench (ours) or hf-assisted (HF assisted generation).")]
-ExactShapes = Annotated[bool, typer.Option(
-    "--exact-shapes", help="Pad every target pass of both engines to γ+1 tokens, so both compute every logit with the "
-    "same kernels: greedy identity then holds in bf16 too; the baseline is slower, so do not read the speedup.")]
-RunId = Annotated[Optional[str], typer.Option(
-    "--run-id", help="Run folder name (default: derived from the config; a rerun resumes it).")]
+ExactShapes = Annotated[
+    bool,
+    typer.Option(
+        "--exact-shapes",
+        help="Pad every target pass of both engines to γ+1 tokens, so both compute every logit with the "
+        "same kernels: greedy identity then holds in bf16 too; the baseline is slower, so do not read the speedup.",
+    ),
+]
+RunId = Annotated[
+    Optional[str],
+    typer.Option("--run-id", help="Run folder name (default: derived from the config; a rerun resumes it)."),
+]
 
 SUMMARY_ROWS = [
     ("alpha", "α empirical: accepted / acceptance trials"),
@@ -88,13 +119,30 @@ def run(
     Example: specbench run --draft prompt-lookup --gamma 3 --batch-size 8 --limit 16   (two batches of 8)
     Example: specbench run --task aclsum --draft prompt-lookup --gamma 4 --prompt-length long   (the longest third)
     """
-    config = RunConfig(target=target, draft=draft, task=task, gamma=parse_gamma(gamma),
-                       sampling=SamplingConfig(temperature, top_k, top_p), limit=limit, seed=seed,
-                       max_new_tokens=max_new_tokens, device=device, dtype=dtype, engine=engine, backend=backend,
-                       draft_confidence=draft_confidence, trust_remote_code=trust_remote_code, gamma_max=gamma_max,
-                       repeats=repeats, exact_shapes=exact_shapes, batch_size=batch_size,
-                       batch_policy=batch_policy, device_map=device_map, max_memory=max_memory,
-                       prompt_length=prompt_length.strip().lower()).validate()
+    config = RunConfig(
+        target=target,
+        draft=draft,
+        task=task,
+        gamma=parse_gamma(gamma),
+        sampling=SamplingConfig(temperature, top_k, top_p),
+        limit=limit,
+        seed=seed,
+        max_new_tokens=max_new_tokens,
+        device=device,
+        dtype=dtype,
+        engine=engine,
+        backend=backend,
+        draft_confidence=draft_confidence,
+        trust_remote_code=trust_remote_code,
+        gamma_max=gamma_max,
+        repeats=repeats,
+        exact_shapes=exact_shapes,
+        batch_size=batch_size,
+        batch_policy=batch_policy,
+        device_map=device_map,
+        max_memory=max_memory,
+        prompt_length=prompt_length.strip().lower(),
+    ).validate()
     from specbench.measure.runner import prepare_run  # torch: after the options are checked, so bad ones fail fast
 
     quiet_transformers()
@@ -111,7 +159,7 @@ def print_context(plan) -> None:
     from specbench.measure.hardware import describe
 
     say(f"hardware: {describe(plan.manifest.get('hardware'))}")
-    for reason in (plan.choice.reasons if plan.choice else []):
+    for reason in plan.choice.reasons if plan.choice else []:
         say(f"auto: {reason}")
 
 
@@ -140,17 +188,26 @@ def print_summary(outcome, as_json: bool) -> None:
     out.print(summary_table(summary))
     if summary.get("identity_line"):
         floor = summary.get("numerics_floor")
-        out.print(f"greedy identity: {summary['identity_line']}"
-                  + (f" (numerics floor: {floor:.1%} of positions flip under verify-shaped passes)"
-                     if floor is not None else ""), highlight=False)
+        out.print(
+            f"greedy identity: {summary['identity_line']}"
+            + (
+                f" (numerics floor: {floor:.1%} of positions flip under verify-shaped passes)"
+                if floor is not None
+                else ""
+            ),
+            highlight=False,
+        )
     out.print(f"results: {outcome.files.root}")
 
 
 def summary_table(summary: dict) -> Table:
-    batch = (f", batch {summary['batch_size']} {summary.get('batch_policy')}"
-             if (summary.get("batch_size") or 1) > 1 else "")
-    title = (f"{summary['run_id']}  ({summary['n_examples']} examples; {summary.get('draft')}, "
-             f"γ {summary.get('gamma')}, {summary.get('dtype')}{batch})")
+    batch = (
+        f", batch {summary['batch_size']} {summary.get('batch_policy')}" if (summary.get("batch_size") or 1) > 1 else ""
+    )
+    title = (
+        f"{summary['run_id']}  ({summary['n_examples']} examples; {summary.get('draft')}, "
+        f"γ {summary.get('gamma')}, {summary.get('dtype')}{batch})"
+    )
     table = Table(title=title, show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -158,7 +215,7 @@ def summary_table(summary: dict) -> Table:
     for key, meaning in SUMMARY_ROWS:
         table.add_row(key, fmt(summary.get(key)), meaning)
     quality = summary.get("quality")
-    for key, value in (quality["baseline"].items() if quality else []):
+    for key, value in quality["baseline"].items() if quality else []:
         if isinstance(value, float):
             table.add_row(f"{key} (base / spec)", f"{value:.2f} / {quality['speculative'][key]:.2f}", quality["metric"])
     return table

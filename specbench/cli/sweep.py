@@ -14,38 +14,111 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from specbench.cli.options import (DEFAULT_TASK, Address, AsJson, Backend, CpusPerCell, DeviceMap, Executor, GpusPerCell,
-                                   MaxMemory, Device, Dtype, GammaMax, Limit, Repeats,
-                                   ResultsDir, Seed, TopK, TopP, TrustRemote)
+from specbench.cli.options import (
+    DEFAULT_TASK,
+    Address,
+    AsJson,
+    Backend,
+    CpusPerCell,
+    Device,
+    DeviceMap,
+    Dtype,
+    Executor,
+    GammaMax,
+    GpusPerCell,
+    Limit,
+    MaxMemory,
+    Repeats,
+    ResultsDir,
+    Seed,
+    TopK,
+    TopP,
+    TrustRemote,
+)
 from specbench.cli.output import console, fmt, out, progress_bar, quiet_transformers, warn_if_noisy
 from specbench.models import DEFAULT_DRAFT, DEFAULT_TARGET
 
-Targets = Annotated[Optional[str], typer.Option("--target", help=f"Target model: preset, hub id, local dir or .gguf "
-                                                f"file (default {DEFAULT_TARGET}; for several targets use --pair).")]
-Drafts = Annotated[Optional[str], typer.Option("--draft", help=f"Drafts, comma-separated (e.g. prompt-lookup,<model>; "
-                                               f"a draft's own options stay with it: prompt-lookup:rule=hf,"
-                                               f"max_ngram=2,distilled; default {DEFAULT_DRAFT}).")]
-Pairs = Annotated[Optional[list[str]], typer.Option(
-    "--pair", metavar="TARGET:DRAFT", help="TARGET:DRAFT, repeatable: each pair's target with its own draft (split on the first ':'; the "
-    "draft is never split on ','). Replaces --target/--draft; cells are grouped so each target loads once.")]
-Budgets = Annotated[Optional[str], typer.Option("--max-new-tokens", help="Tokens to generate (default: the task's); "
-                                                "a list 16,64,256 is an axis (cells whose integer γ exceeds their "
-                                                "budget are skipped, with one line naming them).")]
-PromptLengths = Annotated[str, typer.Option("--prompt-length", help="Prompt-length buckets, an axis: short, medium, "
-                                            "long (tertiles of the task's prompt tokens under the target's tokenizer) "
-                                            "or all (every example; the default).")]
-Gammas = Annotated[str, typer.Option("--gamma", help="γ values: a list 1,2,3,5,7 or a range 1-8 (or both), and the "
-                                     "policies auto, adaptive, heuristic (e.g. 1-8,adaptive,heuristic).")]
+Targets = Annotated[
+    Optional[str],
+    typer.Option(
+        "--target",
+        help=f"Target model: preset, hub id, local dir or .gguf "
+        f"file (default {DEFAULT_TARGET}; for several targets use --pair).",
+    ),
+]
+Drafts = Annotated[
+    Optional[str],
+    typer.Option(
+        "--draft",
+        help=f"Drafts, comma-separated (e.g. prompt-lookup,<model>; "
+        f"a draft's own options stay with it: prompt-lookup:rule=hf,"
+        f"max_ngram=2,distilled; default {DEFAULT_DRAFT}).",
+    ),
+]
+Pairs = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--pair",
+        metavar="TARGET:DRAFT",
+        help="TARGET:DRAFT, repeatable: each pair's target with its own draft (split on the first ':'; the "
+        "draft is never split on ','). Replaces --target/--draft; cells are grouped so each target loads once.",
+    ),
+]
+Budgets = Annotated[
+    Optional[str],
+    typer.Option(
+        "--max-new-tokens",
+        help="Tokens to generate (default: the task's); "
+        "a list 16,64,256 is an axis (cells whose integer γ exceeds their "
+        "budget are skipped, with one line naming them).",
+    ),
+]
+PromptLengths = Annotated[
+    str,
+    typer.Option(
+        "--prompt-length",
+        help="Prompt-length buckets, an axis: short, medium, "
+        "long (tertiles of the task's prompt tokens under the target's tokenizer) "
+        "or all (every example; the default).",
+    ),
+]
+Gammas = Annotated[
+    str,
+    typer.Option(
+        "--gamma",
+        help="γ values: a list 1,2,3,5,7 or a range 1-8 (or both), and the "
+        "policies auto, adaptive, heuristic (e.g. 1-8,adaptive,heuristic).",
+    ),
+]
 Temperatures = Annotated[str, typer.Option("--temperature", help="Temperatures, comma-separated (0 = greedy).")]
 Tasks = Annotated[str, typer.Option("--task", help="Tasks, comma-separated (names or JSONL files).")]
-Confidences = Annotated[str, typer.Option("--draft-confidence", help="Early-stop confidences of model drafts, "
-                                          "comma-separated (an axis; 0 = off; model-free drafts run at 0 only).")]
-BatchSizes = Annotated[str, typer.Option("--batch-size", help="Batch sizes, an axis: a list 1,2,4,8,16 or a range "
-                                         "1-4 (each at most the examples; γ must be integers at > 1).")]
-BatchPolicies = Annotated[str, typer.Option("--batch-policy", help="Batch policies, an axis: ragged, min or ragged,min "
-                                            "(batch 1 runs once: the policies agree there).")]
-SweepId = Annotated[Optional[str], typer.Option(
-    "--sweep-id", help="Sweep folder name (default: derived from the grid; a rerun resumes it).")]
+Confidences = Annotated[
+    str,
+    typer.Option(
+        "--draft-confidence",
+        help="Early-stop confidences of model drafts, "
+        "comma-separated (an axis; 0 = off; model-free drafts run at 0 only).",
+    ),
+]
+BatchSizes = Annotated[
+    str,
+    typer.Option(
+        "--batch-size",
+        help="Batch sizes, an axis: a list 1,2,4,8,16 or a range "
+        "1-4 (each at most the examples; γ must be integers at > 1).",
+    ),
+]
+BatchPolicies = Annotated[
+    str,
+    typer.Option(
+        "--batch-policy",
+        help="Batch policies, an axis: ragged, min or ragged,min (batch 1 runs once: the policies agree there).",
+    ),
+]
+SweepId = Annotated[
+    Optional[str],
+    typer.Option("--sweep-id", help="Sweep folder name (default: derived from the grid; a rerun resumes it)."),
+]
 
 # columns of the cell table; Thm 3.8 and extended are predictions from the measured α, c (+ verify cost)
 CELL_COLUMNS = ("n", "α", "speedup", "95% CI", "Thm 3.8", "extended", "timing")
@@ -93,29 +166,55 @@ def sweep(
     """
     from specbench.errors import SpecbenchError
     from specbench.measure.executors import make_executor
-    from specbench.measure.sweep import (SweepGrid, parse_budgets, parse_float_list,
-                                         parse_int_list, parse_policy_list, parse_prompt_lengths)
+    from specbench.measure.sweep import (
+        SweepGrid,
+        parse_budgets,
+        parse_float_list,
+        parse_int_list,
+        parse_policy_list,
+        parse_prompt_lengths,
+    )
 
     if pair and (target is not None or draft is not None):
         raise SpecbenchError("--pair names each target with its draft; drop --target/--draft, or drop --pair")
     prompt_lengths = tuple(parse_prompt_lengths(prompt_length))
-    grid = SweepGrid.from_specs(target=target or DEFAULT_TARGET, draft=draft or DEFAULT_DRAFT, gamma=gamma,
-                                temperature=temperature, task=task, pairs=tuple(pair or ()),
-                                top_k=top_k, top_p=top_p, limit=limit, seed=seed,
-                                max_new_tokens=parse_budgets(max_new_tokens),
-                                prompt_length=prompt_lengths[0] if len(prompt_lengths) == 1 else prompt_lengths,
-                                device=device, dtype=dtype, trust_remote_code=trust_remote_code, backend=backend,
-                                draft_confidence=tuple(parse_float_list(draft_confidence, "--draft-confidence")),
-                                gamma_max=gamma_max, repeats=repeats,
-                                batch_size=tuple(parse_int_list(batch_size, "--batch-size")),
-                                batch_policy=tuple(parse_policy_list(batch_policy)), device_map=device_map,
-                                max_memory=max_memory)
+    grid = SweepGrid.from_specs(
+        target=target or DEFAULT_TARGET,
+        draft=draft or DEFAULT_DRAFT,
+        gamma=gamma,
+        temperature=temperature,
+        task=task,
+        pairs=tuple(pair or ()),
+        top_k=top_k,
+        top_p=top_p,
+        limit=limit,
+        seed=seed,
+        max_new_tokens=parse_budgets(max_new_tokens),
+        prompt_length=prompt_lengths[0] if len(prompt_lengths) == 1 else prompt_lengths,
+        device=device,
+        dtype=dtype,
+        trust_remote_code=trust_remote_code,
+        backend=backend,
+        draft_confidence=tuple(parse_float_list(draft_confidence, "--draft-confidence")),
+        gamma_max=gamma_max,
+        repeats=repeats,
+        batch_size=tuple(parse_int_list(batch_size, "--batch-size")),
+        batch_policy=tuple(parse_policy_list(batch_policy)),
+        device_map=device_map,
+        max_memory=max_memory,
+    )
     cells_on = make_executor(executor, address=address, gpus_per_cell=gpus_per_cell, cpus_per_cell=cpus_per_cell)
     quiet_transformers()
     outcome = sweep_with_progress(grid, results_dir, sweep_id, cells_on)
     if as_json:
-        out.print_json(json.dumps([{"cell_id": c.cell_id, "run_dir": str(outcome.root / c.cell_id), "summary": c.summary}
-                                   for c in outcome.cells]))
+        out.print_json(
+            json.dumps(
+                [
+                    {"cell_id": c.cell_id, "run_dir": str(outcome.root / c.cell_id), "summary": c.summary}
+                    for c in outcome.cells
+                ]
+            )
+        )
         return
     out.print(cells_table(outcome))
     out.print(f"results: {outcome.root}   (report: specbench report {outcome.root})")
@@ -144,8 +243,15 @@ def sweep_with_progress(grid, results_dir: Path, sweep_id: str | None, executor=
 
     status.start()
     try:
-        return run_sweep(grid, results_dir, sweep_id=sweep_id, on_plan=on_plan, on_cell=on_cell, on_example=on_example,
-                         executor=executor)
+        return run_sweep(
+            grid,
+            results_dir,
+            sweep_id=sweep_id,
+            on_plan=on_plan,
+            on_cell=on_cell,
+            on_example=on_example,
+            executor=executor,
+        )
     finally:
         status.stop()
         if bar.live.is_started:  # stopping a bar that never started would still print an empty line
@@ -153,13 +259,22 @@ def sweep_with_progress(grid, results_dir: Path, sweep_id: str | None, executor=
 
 
 def cells_table(outcome) -> Table:
-    table = Table(title=f"{outcome.root.name}  ({len(outcome.cells)} cells, {outcome.new_examples} examples measured now)")
+    table = Table(
+        title=f"{outcome.root.name}  ({len(outcome.cells)} cells, {outcome.new_examples} examples measured now)"
+    )
     table.add_column("cell", overflow="fold")
     for col in CELL_COLUMNS:
         table.add_column(col, justify="right", no_wrap=True)
     for c in outcome.cells:
         s = c.summary
-        table.add_row(c.cell_id, fmt(s.get("n_examples")), fmt(s.get("alpha")), fmt(s.get("speedup")),
-                      fmt(s.get("speedup_ci95"), 2), fmt(s.get("predicted_speedup")),
-                      fmt(s.get("predicted_speedup_extended")), "suspect" if s.get("suspect_timing") else "ok")
+        table.add_row(
+            c.cell_id,
+            fmt(s.get("n_examples")),
+            fmt(s.get("alpha")),
+            fmt(s.get("speedup")),
+            fmt(s.get("speedup_ci95"), 2),
+            fmt(s.get("predicted_speedup")),
+            fmt(s.get("predicted_speedup_extended")),
+            "suspect" if s.get("suspect_timing") else "ok",
+        )
     return table

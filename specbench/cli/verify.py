@@ -13,8 +13,21 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from specbench.cli.options import (DEFAULT_TASK, AsJson, Device, Draft, Dtype, ResultsDir, Seed, Target, Task,
-                                   Temperature, TopK, TopP, TrustRemote)
+from specbench.cli.options import (
+    DEFAULT_TASK,
+    AsJson,
+    Device,
+    Draft,
+    Dtype,
+    ResultsDir,
+    Seed,
+    Target,
+    Task,
+    Temperature,
+    TopK,
+    TopP,
+    TrustRemote,
+)
 from specbench.cli.output import console, fmt, out, quiet_transformers
 from specbench.config import SamplingConfig
 from specbench.models import DEFAULT_DRAFT, DEFAULT_TARGET
@@ -54,10 +67,21 @@ def verify(
     from specbench.evidence.verification import VerifyRequest, verify_pair
     from specbench.measure.sweep import parse_int_list
 
-    request = VerifyRequest(target=target, draft=draft, sampling=SamplingConfig(temperature, top_k, top_p),
-                            gammas=tuple(parse_int_list(gammas, "--gamma")), task=task, limit=limit,
-                            n_samples=n_samples, length=length, step_samples=step_samples, seed=seed, device=device,
-                            dtype=dtype, trust_remote_code=trust_remote_code)
+    request = VerifyRequest(
+        target=target,
+        draft=draft,
+        sampling=SamplingConfig(temperature, top_k, top_p),
+        gammas=tuple(parse_int_list(gammas, "--gamma")),
+        task=task,
+        limit=limit,
+        n_samples=n_samples,
+        length=length,
+        step_samples=step_samples,
+        seed=seed,
+        device=device,
+        dtype=dtype,
+        trust_remote_code=trust_remote_code,
+    )
     quiet_transformers()
     with console.status("checking the output folder") as status:
         outcome = verify_pair(request, results_dir, on_status=status.update)
@@ -71,18 +95,29 @@ def verify(
 
 def print_checks(request, outcome) -> None:
     s = request.sampling
-    table = Table(title=f"verify: {request.target} + {request.draft}, T={s.temperature:g}, top-k {s.top_k}, "
-                        f"top-p {s.top_p:g}")
+    table = Table(
+        title=f"verify: {request.target} + {request.draft}, T={s.temperature:g}, top-k {s.top_k}, top-p {s.top_p:g}"
+    )
     for col in TABLE_COLUMNS:
         table.add_column(col, justify="left" if col == "check" else "right", no_wrap=col == "check")
     for c in outcome.checks:
-        table.add_row(c.name, fmt(c.statistic, 4), fmt(c.p_value, 4), fmt(c.n), fmt(c.threshold, 4), fmt(c.power, 3),
-                      "[green]pass[/green]" if c.passed else "[red]FAIL[/red]")
+        table.add_row(
+            c.name,
+            fmt(c.statistic, 4),
+            fmt(c.p_value, 4),
+            fmt(c.n),
+            fmt(c.threshold, 4),
+            fmt(c.power, 3),
+            "[green]pass[/green]" if c.passed else "[red]FAIL[/red]",
+        )
     out.print(table)
     for c in outcome.checks:
         if c.kind == "identity" and c.detail.get("divergences"):
             d = c.detail
-            out.print(f"{c.name}: {c.n - len(d['divergences'])}/{c.n} identical; {len(d['divergences'])} diverged: "
-                      f"{d.get('numerics', 0)} numerics (a near-tie the verify-shaped pass flips by itself), "
-                      f"{d.get('unexplained', 0)} unexplained", highlight=False)
+            out.print(
+                f"{c.name}: {c.n - len(d['divergences'])}/{c.n} identical; {len(d['divergences'])} diverged: "
+                f"{d.get('numerics', 0)} numerics (a near-tie the verify-shaped pass flips by itself), "
+                f"{d.get('unexplained', 0)} unexplained",
+                highlight=False,
+            )
     out.print(f"checks: {outcome.json_path}")

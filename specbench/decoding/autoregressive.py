@@ -16,7 +16,9 @@ from specbench.decoding.sampling import next_token
 from specbench.measure.timing import Clock
 
 
-def prompt_split(model: CachedModel, prompt_ids: list[int], decoder_start_id: int | None) -> tuple[list[int] | None, list[int]]:
+def prompt_split(
+    model: CachedModel, prompt_ids: list[int], decoder_start_id: int | None
+) -> tuple[list[int] | None, list[int]]:
     """(encoder ids or None, initial decoder tokens) for one prompt."""
     if model.is_seq2seq:
         return prompt_ids, [decoder_start_id]

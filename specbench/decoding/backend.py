@@ -48,12 +48,15 @@ class ForwardBackend:
     def __init__(self, model: torch.nn.Module, kind: str = "eager"):
         check_backend(kind)
         if kind != "eager" and getattr(model.config, "is_encoder_decoder", False):
-            raise SpecbenchError(f"--backend {kind} supports decoder-only models; use --backend eager for "
-                                 f"encoder-decoder models")
+            raise SpecbenchError(
+                f"--backend {kind} supports decoder-only models; use --backend eager for encoder-decoder models"
+            )
         places = {str(v) for v in (getattr(model, "hf_device_map", None) or {}).values()}  # set by --device-map
         if kind == "compiled" and (len(places) > 1 or "disk" in places):
-            raise SpecbenchError(f"--backend compiled needs the whole model on one device; --device-map put it on "
-                                 f"{', '.join(sorted(places))}: use --backend static or eager")
+            raise SpecbenchError(
+                f"--backend compiled needs the whole model on one device; --device-map put it on "
+                f"{', '.join(sorted(places))}: use --backend static or eager"
+            )
         self.model, self.kind = model, kind
         self.device = next(model.parameters()).device
         self._static: StaticCache | None = None
@@ -95,8 +98,10 @@ class ForwardBackend:
     def check_room(self, cached: int, new: int) -> None:
         """Fail clearly (not with an index error deep in a kernel) when a write would overflow a static cache."""
         if self._static is not None and cached + new > self._capacity:
-            raise SpecbenchError(f"static cache of {self._capacity} tokens overflowed ({cached} + {new}); "
-                                 f"this is a bug in the caller's capacity; use --backend eager meanwhile")
+            raise SpecbenchError(
+                f"static cache of {self._capacity} tokens overflowed ({cached} + {new}); "
+                f"this is a bug in the caller's capacity; use --backend eager meanwhile"
+            )
 
     def __call__(self, n_new: int, **kwargs):
         if self._compiled is not None and n_new <= self.compile_up_to:

@@ -51,7 +51,11 @@ class Proposer(Protocol):
         """
 
     def propose(
-        self, tokens: list[int], gamma: int, sampling: SamplingConfig, generator: torch.Generator | None,
+        self,
+        tokens: list[int],
+        gamma: int,
+        sampling: SamplingConfig,
+        generator: torch.Generator | None,
         min_confidence: float = 0.0,
     ) -> Proposal:
         """Draft up to `gamma` tokens continuing `tokens` (the decoder sequence so far, last = newest).
@@ -114,15 +118,25 @@ class DecodeResult:
     accepted: int = 0  # of those, accepted by the rejection rule
     trials: int = 0  # Bernoulli acceptance trials: Σ over steps of min(n_accepted + 1, γ')
     accept_lengths: list[int] = field(default_factory=list)  # n_accepted of every verification step
-    draft_lengths: list[int] = field(default_factory=list)  # γ' drafted at every verification step (< γ near the budget's end or for short lookups)
-    proposal_lengths: list[int] = field(default_factory=list)  # what the proposer offered at every pass the budget did not shorten (0 = nothing)
+    draft_lengths: list[int] = field(
+        default_factory=list
+    )  # γ' drafted at every verification step (< γ near the budget's end or for short lookups)
+    proposal_lengths: list[int] = field(
+        default_factory=list
+    )  # what the proposer offered at every pass the budget did not shorten (0 = nothing)
     expected_accept: list[float] = field(default_factory=list)  # Σ min(p, q) of every verified position
-    pass_lengths: list[int] = field(default_factory=list)  # tokens fed to each target pass after prefill (1 = a plain step; g+1 = a verify pass), in order
+    pass_lengths: list[int] = field(
+        default_factory=list
+    )  # tokens fed to each target pass after prefill (1 = a plain step; g+1 = a verify pass), in order
     draft_s: float = 0.0  # decode time spent proposing
     verify_s: float = 0.0  # decode time spent in target passes and verification
     # batched engines (decoding/batched/): the batch this row was decoded in; batch-1 engines leave the defaults
     batch_size: int = 1  # rows decoded together (1: one sequence at a time)
     batch_s: float = 0.0  # wall seconds of the whole batch, its prefill to its last row's stop (0: not batched)
     batch_pass_rows: list[int] = field(default_factory=list)  # live rows in each batched target pass after prefill
-    batch_pass_widths: list[int] = field(default_factory=list)  # tokens per row fed to each such pass (the rectangle's width)
-    kept_lengths: list[int] = field(default_factory=list)  # tokens each verify step kept for this row: n + 1, or fewer under the min policy
+    batch_pass_widths: list[int] = field(
+        default_factory=list
+    )  # tokens per row fed to each such pass (the rectangle's width)
+    kept_lengths: list[int] = field(
+        default_factory=list
+    )  # tokens each verify step kept for this row: n + 1, or fewer under the min policy

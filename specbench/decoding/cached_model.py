@@ -18,7 +18,6 @@ from specbench.decoding.backend import ForwardBackend
 from specbench.measure.timing import used_devices
 
 
-
 def cache_keyword(forward) -> str:
     """The name a model's forward takes its KV cache by: transformers 5 renamed past_key_values to cache (the old
     name warns, and goes in 5.40); models not yet moved keep the old one."""
@@ -66,8 +65,13 @@ class CachedModel:
         t0 = self.timer.now() if self.timer else 0.0
         ids = new_ids.view(1, -1)
         if self.is_seq2seq:
-            out = self.backend(ids.shape[1], encoder_outputs=self._encoder_outputs, decoder_input_ids=ids,
-                             use_cache=True, **{self._cache_kw: self._cache})
+            out = self.backend(
+                ids.shape[1],
+                encoder_outputs=self._encoder_outputs,
+                decoder_input_ids=ids,
+                use_cache=True,
+                **{self._cache_kw: self._cache},
+            )
         else:
             extra = {}
             if self._can_trim_logits and not all_logits and ids.shape[1] > 1:
@@ -97,8 +101,11 @@ class CachedModel:
         with torch.inference_mode():
             # a fresh StaticCache allocates its tensors at its first write; make that write eagerly,
             # or the first graph would be compiled for the uninitialised cache and never run again
-            self.model(input_ids=torch.zeros(1, 1, dtype=torch.long, device=self.device), use_cache=True,
-                       **{self._cache_kw: self._cache})
+            self.model(
+                input_ids=torch.zeros(1, 1, dtype=torch.long, device=self.device),
+                use_cache=True,
+                **{self._cache_kw: self._cache},
+            )
             self._cache.reset()
         for k in range(1, max_tokens + 1):
             self.forward(torch.zeros(k, dtype=torch.long, device=self.device), all_logits)

@@ -10,8 +10,9 @@ running α, a grown γ) leaks from one example, cell or benchmark to the next.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping, Protocol
+from typing import Protocol
 
 from specbench.measure import theory
 

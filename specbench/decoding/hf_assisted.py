@@ -19,14 +19,20 @@ from specbench.decoding.base import DecodeResult
 from specbench.measure.timing import Clock
 
 
-def generation_config(sampling: SamplingConfig, max_new_tokens: int, eos_ids: frozenset[int], pad_id: int | None) -> GenerationConfig:
+def generation_config(
+    sampling: SamplingConfig, max_new_tokens: int, eos_ids: frozenset[int], pad_id: int | None
+) -> GenerationConfig:
     """A GenerationConfig equivalent to our sampling settings, nothing else switched on."""
-    kwargs = dict(max_new_tokens=max_new_tokens, eos_token_id=sorted(eos_ids) or None,
-                  pad_token_id=pad_id if pad_id is not None else (min(eos_ids) if eos_ids else 0))
+    kwargs = dict(
+        max_new_tokens=max_new_tokens,
+        eos_token_id=sorted(eos_ids) or None,
+        pad_token_id=pad_id if pad_id is not None else (min(eos_ids) if eos_ids else 0),
+    )
     if sampling.greedy:
         return GenerationConfig(do_sample=False, **kwargs)
-    return GenerationConfig(do_sample=True, temperature=sampling.temperature, top_k=sampling.top_k or None,
-                            top_p=sampling.top_p, **kwargs)
+    return GenerationConfig(
+        do_sample=True, temperature=sampling.temperature, top_k=sampling.top_k or None, top_p=sampling.top_p, **kwargs
+    )
 
 
 @contextlib.contextmanager
@@ -89,5 +95,6 @@ def decode_hf(
     tokens = out[0, start:].tolist()
     stop = next((i for i, t in enumerate(tokens) if t in eos_ids), None)
     tokens = tokens if stop is None else tokens[: stop + 1]
-    return DecodeResult(token_ids=tokens, stop_reason="eos" if stop is not None else "length",
-                        prefill_s=0.0, decode_s=t1 - t0)
+    return DecodeResult(
+        token_ids=tokens, stop_reason="eos" if stop is not None else "length", prefill_s=0.0, decode_s=t1 - t0
+    )

@@ -19,8 +19,8 @@ from specbench.decoding.autoregressive import clip_at_stop, prompt_split
 from specbench.decoding.base import DecodeResult, Proposal, Proposer, Verdict
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.gamma_policy import FixedGamma, GammaPolicy
-from specbench.decoding.verify import verify_greedy, verify_sampling
 from specbench.decoding.sampling import next_token, processed_probs
+from specbench.decoding.verify import verify_greedy, verify_sampling
 from specbench.measure.timing import Clock
 
 
@@ -77,8 +77,15 @@ def decode_speculative(
     return res
 
 
-def prefill(target: CachedModel, proposer: Proposer, prompt_ids: list[int], max_new_tokens: int,
-            sampling: SamplingConfig, generator: torch.Generator | None, decoder_start_id: int | None) -> list[int]:
+def prefill(
+    target: CachedModel,
+    proposer: Proposer,
+    prompt_ids: list[int],
+    max_new_tokens: int,
+    sampling: SamplingConfig,
+    generator: torch.Generator | None,
+    decoder_start_id: int | None,
+) -> list[int]:
     """Start both sides on the prompt; → the decoder tokens, ending with the first generated one."""
     encoder_ids, tokens = prompt_split(target, prompt_ids, decoder_start_id)
     target.start(encoder_ids, capacity=len(tokens) + max_new_tokens)

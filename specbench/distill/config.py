@@ -56,11 +56,36 @@ class DistillPreset:
 PRESETS: dict[str, DistillPreset] = {
     # Tests and smoke runs: a few rows, a tiny draft, ~1 minute even on the real target.
     "small": DistillPreset(
-        name="small", heldout_rows=3, exclude_seeds=1, exclude_limit=3, max_train_rows=12, max_new_tokens=8,
-        reference_docs=True, sampled_docs=True, top_k=8, job_tokens=512, gen_batch=8,
-        layers=2, hidden=32, intermediate=64, heads=4, kv_heads=2, svd_init=True,
-        steps=24, batch_tokens=256, max_len=512, lr=3e-3, warmup=4, weight_decay=0.01, eval_every=8,
-        checkpoint_every=8, save_dtype="float32", c_reps=2, check_prompts=2, check_gamma=3),
+        name="small",
+        heldout_rows=3,
+        exclude_seeds=1,
+        exclude_limit=3,
+        max_train_rows=12,
+        max_new_tokens=8,
+        reference_docs=True,
+        sampled_docs=True,
+        top_k=8,
+        job_tokens=512,
+        gen_batch=8,
+        layers=2,
+        hidden=32,
+        intermediate=64,
+        heads=4,
+        kv_heads=2,
+        svd_init=True,
+        steps=24,
+        batch_tokens=256,
+        max_len=512,
+        lr=3e-3,
+        warmup=4,
+        weight_decay=0.01,
+        eval_every=8,
+        checkpoint_every=8,
+        save_dtype="float32",
+        c_reps=2,
+        check_prompts=2,
+        check_gamma=3,
+    ),
     # The shipped draft: all rows of the offline tasks (~1.2M teacher positions for SmolLM2) and a 3-layer
     # width-128 draft. Its cost is the 49k × 128 head plus ~0.3 ms of overhead per layer, while FFN width
     # is nearly free: c = 0.044 against SmolLM2 on one CPU thread (4 layers: 0.048-0.050; 2: 0.035);
@@ -68,11 +93,36 @@ PRESETS: dict[str, DistillPreset] = {
     # 4,000 steps the build took ~3.4 h on this 2-core CPU; the default runs are greedy, where the
     # greedy continuations are exactly what gets drafted.
     "full": DistillPreset(
-        name="full", heldout_rows=48, exclude_seeds=4, exclude_limit=128, max_train_rows=None, max_new_tokens=None,
-        reference_docs=True, sampled_docs=False, top_k=32, job_tokens=3072, gen_batch=64,
-        layers=3, hidden=128, intermediate=1024, heads=4, kv_heads=2, svd_init=True,
-        steps=3000, batch_tokens=4096, max_len=512, lr=2e-3, warmup=100, weight_decay=0.01, eval_every=100,
-        checkpoint_every=50, save_dtype="float16", c_reps=5, check_prompts=8, check_gamma=3),
+        name="full",
+        heldout_rows=48,
+        exclude_seeds=4,
+        exclude_limit=128,
+        max_train_rows=None,
+        max_new_tokens=None,
+        reference_docs=True,
+        sampled_docs=False,
+        top_k=32,
+        job_tokens=3072,
+        gen_batch=64,
+        layers=3,
+        hidden=128,
+        intermediate=1024,
+        heads=4,
+        kv_heads=2,
+        svd_init=True,
+        steps=3000,
+        batch_tokens=4096,
+        max_len=512,
+        lr=2e-3,
+        warmup=100,
+        weight_decay=0.01,
+        eval_every=100,
+        checkpoint_every=50,
+        save_dtype="float16",
+        c_reps=5,
+        check_prompts=8,
+        check_gamma=3,
+    ),
 }
 
 
@@ -113,20 +163,30 @@ class DistillConfig:
 
     def command(self) -> str:
         """The command line that rebuilds this draft from nothing."""
-        return (f"specbench distill --target {self.target} --out {self.out} --preset {self.preset.name} "
-                f"--task {','.join(self.tasks)} --steps {self.total_steps} --seed {self.seed}")
+        return (
+            f"specbench distill --target {self.target} --out {self.out} --preset {self.preset.name} "
+            f"--task {','.join(self.tasks)} --steps {self.total_steps} --seed {self.seed}"
+        )
 
     def training_key(self) -> dict:
         """What must match for a checkpoint to be resumed (the step count may grow)."""
-        return {"target": self.target, "tasks": list(self.tasks), "seed": self.seed,
-                "preset": {k: v for k, v in dataclasses.asdict(self.preset).items() if k != "steps"}}
+        return {
+            "target": self.target,
+            "tasks": list(self.tasks),
+            "seed": self.seed,
+            "preset": {k: v for k, v in dataclasses.asdict(self.preset).items() if k != "steps"},
+        }
 
 
 def pad_id(target) -> int:
     """The id teacher and draft batches pad with: the tokenizer's pad, else the model config's, else EOS, else 0."""
     tok = target.tokenizer
-    for cand in (getattr(tok, "pad_token_id", None), getattr(target.model.config, "pad_token_id", None),
-                 tok.eos_token_id, 0):
+    for cand in (
+        getattr(tok, "pad_token_id", None),
+        getattr(target.model.config, "pad_token_id", None),
+        tok.eos_token_id,
+        0,
+    ):
         if isinstance(cand, int):
             return cand
     return 0

@@ -51,8 +51,9 @@ def _export_copy(model: torch.nn.Module, target, dtype: str) -> torch.nn.Module:
     from specbench.models import TORCH_DTYPES
 
     export = copy.deepcopy(model).to("cpu", TORCH_DTYPES[dtype]).eval()
-    export.generation_config.eos_token_id = sorted(target.eos_ids) if len(target.eos_ids) > 1 else \
-        (next(iter(target.eos_ids)) if target.eos_ids else None)
+    export.generation_config.eos_token_id = (
+        sorted(target.eos_ids) if len(target.eos_ids) > 1 else (next(iter(target.eos_ids)) if target.eos_ids else None)
+    )
     return export
 
 
@@ -85,8 +86,14 @@ def measure_c(draft: torch.nn.Module, target: torch.nn.Module, context: list[int
         t_times.append(_per_token_seconds(target, context, n))
         d_times.append(_per_token_seconds(draft, context, n))
     d, t = min(d_times), min(t_times)
-    return {"c": d / t, "draft_ms": d * 1e3, "target_ms": t * 1e3, "context_tokens": len(context), "reps": reps,
-            "threads": torch.get_num_threads()}
+    return {
+        "c": d / t,
+        "draft_ms": d * 1e3,
+        "target_ms": t * 1e3,
+        "context_tokens": len(context),
+        "reps": reps,
+        "threads": torch.get_num_threads(),
+    }
 
 
 def speculative_check(target, draft_model, prompts: list[tuple[list[int], int]], gamma: int) -> dict:
@@ -98,30 +105,48 @@ def speculative_check(target, draft_model, prompts: list[tuple[list[int], int]],
 
     accepted = trials = drafted = emitted = 0
     for ids, max_new in prompts:
-        res = decode_speculative(CachedModel(target.model), ModelDraft(draft_model, "distilled"), ids, gamma=gamma,
-                                 max_new_tokens=max_new, sampling=SamplingConfig(), generator=None,
-                                 eos_ids=target.eos_ids)
+        res = decode_speculative(
+            CachedModel(target.model),
+            ModelDraft(draft_model, "distilled"),
+            ids,
+            gamma=gamma,
+            max_new_tokens=max_new,
+            sampling=SamplingConfig(),
+            generator=None,
+            eos_ids=target.eos_ids,
+        )
         accepted += res.accepted
         trials += res.trials
         drafted += res.drafted
         emitted += len(res.token_ids)
-    return {"gamma": gamma, "prompts": len(prompts), "accepted": accepted, "trials": trials, "drafted": drafted,
-            "emitted": emitted, "alpha": accepted / trials if trials else float("nan")}
+    return {
+        "gamma": gamma,
+        "prompts": len(prompts),
+        "accepted": accepted,
+        "trials": trials,
+        "drafted": drafted,
+        "emitted": emitted,
+        "alpha": accepted / trials if trials else float("nan"),
+    }
 
 
-def _check_prompts(cfg: DistillConfig, data: TeacherData, heldout_docs: list[int], index: dict) -> list[tuple[list[int], int]]:
+def _check_prompts(
+    cfg: DistillConfig, data: TeacherData, heldout_docs: list[int], index: dict
+) -> list[tuple[list[int], int]]:
     """(prompt ids, max_new_tokens) of `check_prompts` held-out on-policy documents, spread evenly over them."""
     p = cfg.preset
     on_policy = [d for d in heldout_docs if int(data.kind[d]) == KIND_ON_POLICY]
     prompts = []
-    for d in on_policy[:: max(1, len(on_policy) // max(1, p.check_prompts))][:p.check_prompts]:
+    for d in on_policy[:: max(1, len(on_policy) // max(1, p.check_prompts))][: p.check_prompts]:
         s, r = int(data.doc_start[d]), int(data.reply_start[d])
         task_name = index["plan"]["tasks"][int(data.task[d])]
-        prompts.append((data.tokens[s:s + r + 1].tolist(), index["plan"]["rows"][task_name]["max_new_tokens"]))
+        prompts.append((data.tokens[s : s + r + 1].tolist(), index["plan"]["rows"][task_name]["max_new_tokens"]))
     return prompts
 
 
-def final_checks(cfg: DistillConfig, target, data: TeacherData, heldout_docs: list[int], index: dict, pad_id: int) -> dict:
+def final_checks(
+    cfg: DistillConfig, target, data: TeacherData, heldout_docs: list[int], index: dict, pad_id: int
+) -> dict:
     """Reload the export through load_model, measure c, held-out agreement after export, and α at T = 0."""
     from specbench.models import load_model
 
@@ -133,15 +158,21 @@ def final_checks(cfg: DistillConfig, target, data: TeacherData, heldout_docs: li
     cost = measure_c(draft.model, target.model, context, p.c_reps)
     spec = speculative_check(target, draft.model, prompts, p.check_gamma)
     size = (cfg.out / "model.safetensors").stat().st_size
-    return {"heldout_after_export": ev, "cost": cost, "speculative": spec, "model_bytes": size,
-            "n_params": draft.n_params}
+    return {
+        "heldout_after_export": ev,
+        "cost": cost,
+        "speculative": spec,
+        "model_bytes": size,
+        "n_params": draft.n_params,
+    }
 
 
 # --------------------------------------------------------------------------- manifest.json
 
 
-def build_manifest(cfg: DistillConfig, index: dict, target, model, state: dict, step: int, checks: dict | None,
-                   status: str) -> dict:
+def build_manifest(
+    cfg: DistillConfig, index: dict, target, model, state: dict, step: int, checks: dict | None, status: str
+) -> dict:
     """manifest.json: what was trained on (and its hash), how, how far, and what it measured."""
     import transformers
 
@@ -152,19 +183,32 @@ def build_manifest(cfg: DistillConfig, index: dict, target, model, state: dict, 
         "schema_version": SCHEMA_VERSION,
         "status": status,  # "training" (a checkpoint exists; rerun the command to continue) or "done"
         "command": cfg.command(),
-        "target": {"spec": cfg.target, "vocab_size": target.vocab_size,
-                   "fingerprint_sha256": index["plan"]["target_fingerprint"]},
+        "target": {
+            "spec": cfg.target,
+            "vocab_size": target.vocab_size,
+            "fingerprint_sha256": index["plan"]["target_fingerprint"],
+        },
         "seed": cfg.seed,
         "steps": {"done": step, "total": cfg.total_steps},
         "preset": dataclasses.asdict(p),
         "data": _data_section(cfg, index),
-        "model": {"architecture": "LlamaForCausalLM, tied embeddings", "layers": p.layers, "hidden": p.hidden,
-                  "intermediate": p.intermediate, "heads": p.heads, "kv_heads": p.kv_heads,
-                  "n_params": sum(x.numel() for x in model.parameters()), "saved_dtype": p.save_dtype},
+        "model": {
+            "architecture": "LlamaForCausalLM, tied embeddings",
+            "layers": p.layers,
+            "hidden": p.hidden,
+            "intermediate": p.intermediate,
+            "heads": p.heads,
+            "kv_heads": p.kv_heads,
+            "n_params": sum(x.numel() for x in model.parameters()),
+            "saved_dtype": p.save_dtype,
+        },
         "training": _training_section(state, step),
         "checks": checks,
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
-                     "python": platform.python_version()},
+        "versions": {
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "python": platform.python_version(),
+        },
         "git_commit": git_commit(),
         "argv": sys.argv,
     }
@@ -174,13 +218,22 @@ def _data_section(cfg: DistillConfig, index: dict) -> dict:
     p = cfg.preset
     rates = index["rates"]
     return {
-        "tasks": index["plan"]["tasks"], "rows": index["plan"]["rows"],
-        "excluded": (f"training excludes what `specbench run --seed 0..{p.exclude_seeds - 1} --limit <= "
-                     f"{p.exclude_limit}` picks, and benchmark splits when the source has other splits"),
-        "prefix_tokens": index["plan"]["prefix_tokens"], "top_k": p.top_k,
-        "labels": rates["labels"], "score_tokens": rates["score_tokens"], "gen_tokens": rates["gen_tokens"],
-        "build_seconds": rates["seconds"], "tokens_per_s": rates["tok_s"],
-        "shards": len(index["shards"]), "sha256": index["sha256"], "plan_sha256": index["plan_sha256"],
+        "tasks": index["plan"]["tasks"],
+        "rows": index["plan"]["rows"],
+        "excluded": (
+            f"training excludes what `specbench run --seed 0..{p.exclude_seeds - 1} --limit <= "
+            f"{p.exclude_limit}` picks, and benchmark splits when the source has other splits"
+        ),
+        "prefix_tokens": index["plan"]["prefix_tokens"],
+        "top_k": p.top_k,
+        "labels": rates["labels"],
+        "score_tokens": rates["score_tokens"],
+        "gen_tokens": rates["gen_tokens"],
+        "build_seconds": rates["seconds"],
+        "tokens_per_s": rates["tok_s"],
+        "shards": len(index["shards"]),
+        "sha256": index["sha256"],
+        "plan_sha256": index["plan_sha256"],
         "folder": index["folder"],
     }
 
@@ -191,12 +244,17 @@ def _training_section(state: dict, step: int) -> dict:
     every = max(1, len(curve) // 200)
     seconds = state["train_seconds"]
     return {
-        "seconds": seconds, "steps_per_s": step / seconds if seconds else None,
-        "loss_curve": [[s, round(l, 5), round(a, 4)] for s, l, a, _ in curve[::every]] + (
-            [[s, round(l, 5), round(a, 4)] for s, l, a, _ in curve[-1:]] if curve and (len(curve) - 1) % every else []),
+        "seconds": seconds,
+        "steps_per_s": step / seconds if seconds else None,
+        "loss_curve": [[s, round(l, 5), round(a, 4)] for s, l, a, _ in curve[::every]]
+        + ([[s, round(l, 5), round(a, 4)] for s, l, a, _ in curve[-1:]] if curve and (len(curve) - 1) % every else []),
         "loss_curve_columns": ["step", "KL(teacher top-k || draft)", "train top-1 agreement"],
         "heldout": [[s, round(a, 4), round(b, 4), round(k, 5)] for s, a, b, k in state["heldout"]],
-        "heldout_columns": ["step", "top-1 agreement on on-policy reply positions (greedy-α proxy)",
-                            "top-1 agreement on all positions", "KL"],
+        "heldout_columns": [
+            "step",
+            "top-1 agreement on on-policy reply positions (greedy-α proxy)",
+            "top-1 agreement on all positions",
+            "KL",
+        ],
         "epochs": curve[-1][3] + 1 if curve else 0,
     }

@@ -18,8 +18,18 @@ from specbench.distill.config import WORK, DistillConfig, Event, Progress, pad_i
 from specbench.distill.export import build_manifest, export_draft, final_checks
 from specbench.distill.shards import TeacherData, load_teacher_data
 from specbench.distill.teacher import build_teacher_data
-from specbench.distill.training import (Schedule, checkpoint_path, evaluate, load_checkpoint, lr_at, make_batch,
-                                        make_optimizer, new_draft, save_checkpoint, train_step)
+from specbench.distill.training import (
+    Schedule,
+    checkpoint_path,
+    evaluate,
+    load_checkpoint,
+    lr_at,
+    make_batch,
+    make_optimizer,
+    new_draft,
+    save_checkpoint,
+    train_step,
+)
 from specbench.errors import SpecbenchError
 from specbench.files import atomic_write_json
 
@@ -30,8 +40,9 @@ class Outcome:
     finished: bool  # False when this session stopped early (--max-session-steps); rerun to continue
 
 
-def distill(cfg: DistillConfig, progress: Progress = lambda e: None,
-            on_step: Callable[[int], None] | None = None) -> Outcome:
+def distill(
+    cfg: DistillConfig, progress: Progress = lambda e: None, on_step: Callable[[int], None] | None = None
+) -> Outcome:
     """Build (or resume) the teacher data, train (or resume) the draft, export and check it.
 
     `on_step(step)` runs after every optimizer step (tests use it to simulate a kill).
@@ -59,8 +70,10 @@ def _open_checkpoint(cfg: DistillConfig) -> dict | None:
     if cfg.resume and ckpt is None:
         raise SpecbenchError(f"--resume: no checkpoint in {out / WORK}; drop --resume to start a new run there")
     if ckpt is not None and ckpt["key"] != json.loads(json.dumps(cfg.training_key())):
-        raise SpecbenchError(f"{out} holds a run with other settings (target, tasks, seed or preset); "
-                             f"use a new --out, or the settings in {out / 'manifest.json'}")
+        raise SpecbenchError(
+            f"{out} holds a run with other settings (target, tasks, seed or preset); "
+            f"use a new --out, or the settings in {out / 'manifest.json'}"
+        )
     return ckpt
 
 
@@ -93,12 +106,16 @@ class TrainingRun:
         self.model = new_draft(p, target, cfg.seed).to(self.device)
         self.opt = make_optimizer(self.model, p)
         self.step, self.curve, self.heldout_curve, self.seconds = 0, [], [], 0.0
-        self.consistent = True  # model, optimizer and `step` agree (False inside a step): only then is a checkpoint exact
+        self.consistent = (
+            True  # model, optimizer and `step` agree (False inside a step): only then is a checkpoint exact
+        )
         if ckpt is not None:
             self._restore(ckpt)
         if self.step > cfg.total_steps:
-            raise SpecbenchError(f"{cfg.out} is already trained to step {self.step} > --steps {cfg.total_steps}; "
-                                 f"pass --steps >= {self.step}")
+            raise SpecbenchError(
+                f"{cfg.out} is already trained to step {self.step} > --steps {cfg.total_steps}; "
+                f"pass --steps >= {self.step}"
+            )
         self.schedule = Schedule(data, self.train_docs, p, cfg.seed)
 
     def _restore(self, ckpt: dict) -> None:
@@ -110,8 +127,13 @@ class TrainingRun:
 
     def state(self) -> dict:
         """Progress, as the checkpoint stores it beside the model, optimizer and RNG (and the manifest reads it)."""
-        return {"key": self.cfg.training_key(), "curve": self.curve, "heldout": self.heldout_curve,
-                "train_seconds": self.seconds, "data_sha256": self.index["sha256"]}
+        return {
+            "key": self.cfg.training_key(),
+            "curve": self.curve,
+            "heldout": self.heldout_curve,
+            "train_seconds": self.seconds,
+            "data_sha256": self.index["sha256"],
+        }
 
     def info(self) -> str:
         last = self.curve[-1] if self.curve else None
@@ -148,8 +170,9 @@ class TrainingRun:
             g["lr"] = lr_at(self.step, p, self.cfg.total_steps)
         epoch, docs = self.schedule.docs_at(self.step)
         self.consistent = False
-        loss, agree = train_step(self.model, self.opt, self.data, make_batch(self.data, docs, p.max_len, self.pad_id),
-                                 self.device)
+        loss, agree = train_step(
+            self.model, self.opt, self.data, make_batch(self.data, docs, p.max_len, self.pad_id), self.device
+        )
         self.step += 1
         self.curve.append([self.step, loss, agree, epoch])
         self.consistent = True
@@ -173,7 +196,9 @@ class TrainingRun:
         return self.write_manifest(None, "training")
 
     def write_manifest(self, checks: dict | None, status: str) -> dict:
-        manifest = build_manifest(self.cfg, self.index, self.target, self.model, self.state(), self.step, checks, status)
+        manifest = build_manifest(
+            self.cfg, self.index, self.target, self.model, self.state(), self.step, checks, status
+        )
         atomic_write_json(self.cfg.out / "manifest.json", manifest)
         return manifest
 
@@ -186,6 +211,12 @@ def _export_and_check(run: TrainingRun, progress: Progress, t_start: float) -> O
     checks = final_checks(cfg, run.target, run.data, run.heldout_docs, run.index, run.pad_id)
     checks["total_seconds_this_session"] = time.perf_counter() - t_start
     manifest = run.write_manifest(checks, "done")
-    progress(Event("export", 1, 1, f"c = {checks['cost']['c']:.3f}, "
-                                   f"α(γ={cfg.preset.check_gamma}) = {checks['speculative']['alpha']:.3f}"))
+    progress(
+        Event(
+            "export",
+            1,
+            1,
+            f"c = {checks['cost']['c']:.3f}, α(γ={cfg.preset.check_gamma}) = {checks['speculative']['alpha']:.3f}",
+        )
+    )
     return Outcome(manifest, finished=True)

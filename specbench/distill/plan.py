@@ -103,15 +103,17 @@ def task_rows(spec, preset: DistillPreset, task_index: int, tokenizer, eos_id: i
     candidates = _training_candidates(spec, rows, preset)
     order = _row_order(len(candidates), f"distill:{spec.name}")
     if preset.max_train_rows is not None:
-        order = order[:preset.max_train_rows]
+        order = order[: preset.max_train_rows]
     train = []
     for k in order:
         key, raw = candidates[k]
         example = make_example(spec, raw, int(key.split(":")[-1]))
         train.append(dataclasses.replace(to_row(example), row_id=f"{key}/{example.id}"))
     if not train:
-        raise SpecbenchError(f"task {spec.name}: no rows left for training after holding out the benchmark's "
-                             f"picks ({n} rows); use a larger task or the small preset")
+        raise SpecbenchError(
+            f"task {spec.name}: no rows left for training after holding out the benchmark's "
+            f"picks ({n} rows); use a larger task or the small preset"
+        )
     return train, heldout
 
 
@@ -184,11 +186,20 @@ def make_plan(cfg: DistillConfig, target) -> Plan:
     jobs, prefixes = make_jobs(rows_by_task, cfg.preset)
     p = cfg.preset
     record = {
-        "target": cfg.target, "target_fingerprint": target_fingerprint(target.model), "vocab_size": target.vocab_size,
-        "tasks": [s.name for s in specs], "prefix_tokens": prefixes, "top_k": p.top_k,
-        "reference_docs": p.reference_docs, "sampled_docs": p.sampled_docs, "job_tokens": p.job_tokens, "gen_batch": p.gen_batch,
+        "target": cfg.target,
+        "target_fingerprint": target_fingerprint(target.model),
+        "vocab_size": target.vocab_size,
+        "tasks": [s.name for s in specs],
+        "prefix_tokens": prefixes,
+        "top_k": p.top_k,
+        "reference_docs": p.reference_docs,
+        "sampled_docs": p.sampled_docs,
+        "job_tokens": p.job_tokens,
+        "gen_batch": p.gen_batch,
         "jobs": [[j.task, j.heldout, j.prefix_doc, [r.row_id for r in j.rows]] for j in jobs],
-        "rows": {s.name: {"train": len(tr), "heldout": len(he), "max_new_tokens": (tr or he)[0].max_new}
-                 for s, (tr, he) in zip(specs, rows_by_task)},
+        "rows": {
+            s.name: {"train": len(tr), "heldout": len(he), "max_new_tokens": (tr or he)[0].max_new}
+            for s, (tr, he) in zip(specs, rows_by_task)
+        },
     }
     return Plan([s.name for s in specs], jobs, prefixes, record)

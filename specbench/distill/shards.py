@@ -29,8 +29,16 @@ class Docs:
     def __init__(self):
         self.tokens, self.lens, self.meta, self.idx, self.lp = [], [], [], [], []
 
-    def add(self, tokens: list[int], kind: int, label_start: int, label_end: int, reply_start: int,
-            idx: torch.Tensor, lp: torch.Tensor) -> None:
+    def add(
+        self,
+        tokens: list[int],
+        kind: int,
+        label_start: int,
+        label_end: int,
+        reply_start: int,
+        idx: torch.Tensor,
+        lp: torch.Tensor,
+    ) -> None:
         assert idx.shape[0] == label_end - label_start, (idx.shape, label_start, label_end)
         self.tokens.extend(tokens)
         self.lens.append(len(tokens))
@@ -45,8 +53,10 @@ class Docs:
         return {
             "tokens": torch.tensor(self.tokens, dtype=torch.int32),  # [N] all documents back to back
             "doc_len": torch.tensor(self.lens, dtype=torch.int32),  # [D]
-            "label_start": meta[:, 0].contiguous(), "label_end": meta[:, 1].contiguous(),  # [D]
-            "reply_start": meta[:, 2].contiguous(), "kind": meta[:, 3].to(torch.int8),  # [D]
+            "label_start": meta[:, 0].contiguous(),
+            "label_end": meta[:, 1].contiguous(),  # [D]
+            "reply_start": meta[:, 2].contiguous(),
+            "kind": meta[:, 3].to(torch.int8),  # [D]
             "task": torch.full((n,), task, dtype=torch.int32),  # [D]
             "heldout": torch.full((n,), int(heldout), dtype=torch.int8),  # [D]
             "topk_idx": torch.cat(self.idx) if self.idx else torch.zeros(0, k, dtype=torch.int32),  # [M, k]
@@ -85,15 +95,25 @@ def load_teacher_data(index: dict) -> TeacherData:
     for s in index["shards"]:
         path = folder / s["file"]
         if file_sha256(path) != s["sha256"]:
-            raise SpecbenchError(f"teacher shard {path} does not match its recorded sha256; delete it and rerun "
-                                 f"the same command to rebuild it")
+            raise SpecbenchError(
+                f"teacher shard {path} does not match its recorded sha256; delete it and rerun "
+                f"the same command to rebuild it"
+            )
         parts.append(load_file(str(path)))
     cat = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
     doc_len = cat["doc_len"].long()
     n_labels = (cat["label_end"] - cat["label_start"]).long()
     zero = torch.zeros(1, dtype=torch.long)
-    return TeacherData(tokens=cat["tokens"], doc_start=torch.cat([zero, doc_len.cumsum(0)]),
-                       label_start=cat["label_start"], label_end=cat["label_end"], reply_start=cat["reply_start"],
-                       kind=cat["kind"], task=cat["task"], heldout=cat["heldout"].bool(),
-                       label_off=torch.cat([zero, n_labels.cumsum(0)]), topk_idx=cat["topk_idx"],
-                       topk_logp=cat["topk_logp"])
+    return TeacherData(
+        tokens=cat["tokens"],
+        doc_start=torch.cat([zero, doc_len.cumsum(0)]),
+        label_start=cat["label_start"],
+        label_end=cat["label_end"],
+        reply_start=cat["reply_start"],
+        kind=cat["kind"],
+        task=cat["task"],
+        heldout=cat["heldout"].bool(),
+        label_off=torch.cat([zero, n_labels.cumsum(0)]),
+        topk_idx=cat["topk_idx"],
+        topk_logp=cat["topk_logp"],
+    )

@@ -60,18 +60,23 @@ class Teacher:
         out = self.base(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **{self._cache_kw: cache})
         return out.last_hidden_state
 
-    def labels(self, hidden: torch.Tensor, chunk: int = 1024, generator: torch.Generator | None = None,
-               sample: torch.Tensor | None = None):
+    def labels(
+        self,
+        hidden: torch.Tensor,
+        chunk: int = 1024,
+        generator: torch.Generator | None = None,
+        sample: torch.Tensor | None = None,
+    ):
         """hidden [M, H] → (top-k ids [M, k] int32, top-k log-probs [M, k] fp16, next [M]) via the output layer
         in chunks; next is the argmax, except rows flagged in `sample` [M] bool, drawn from the full law."""
         ids, logps, nxt = [], [], []
         for c in range(0, hidden.shape[0], chunk):
-            logits = self.head(hidden[c:c + chunk]).float()  # [m, V]
+            logits = self.head(hidden[c : c + chunk]).float()  # [m, V]
             vals, idx = logits.topk(self.top_k, dim=-1)
             logps.append((vals - logits.logsumexp(-1, keepdim=True)).half())
             ids.append(idx.int())
             pick = idx[:, 0].clone()
-            rows = sample[c:c + chunk].to(pick.device) if sample is not None else None
+            rows = sample[c : c + chunk].to(pick.device) if sample is not None else None
             if rows is not None and rows.any():  # multinomial on a CPU generator: the same draws on every machine
                 probs = logits[rows].softmax(-1).cpu()
                 pick[rows] = torch.multinomial(probs, 1, generator=generator)[:, 0].to(pick.device)
@@ -82,7 +87,9 @@ class Teacher:
         return torch.cat(ids).cpu(), torch.cat(logps).cpu(), torch.cat(nxt).long()
 
     @torch.inference_mode()
-    def run_job(self, job: Job, prefix_len: int, with_reference: bool, sampled: bool) -> tuple[dict[str, torch.Tensor], dict]:
+    def run_job(
+        self, job: Job, prefix_len: int, with_reference: bool, sampled: bool
+    ) -> tuple[dict[str, torch.Tensor], dict]:
         """Score one job → shard tensors (see `Docs`) and counts {score_tokens, gen_tokens, score_seconds, gen_seconds}.
 
         Documents come in a fixed order: the shared prefix (once per task), the references, then each
@@ -98,8 +105,12 @@ class Teacher:
             score_tokens += self._score_references(job.rows, prompts, cache, docs)
         t1 = time.perf_counter()
         gen_tokens = self._add_continuations(job, prefix_len, prompts, cache, docs, sampled)
-        counts = {"score_tokens": score_tokens, "gen_tokens": gen_tokens, "score_seconds": t1 - t0,
-                  "gen_seconds": time.perf_counter() - t1}
+        counts = {
+            "score_tokens": score_tokens,
+            "gen_tokens": gen_tokens,
+            "score_seconds": t1 - t0,
+            "gen_seconds": time.perf_counter() - t1,
+        }
         return docs.tensors(job.task, job.heldout, self.top_k), counts
 
     def _score_prefix(self, job: Job, P: int, cache, docs: Docs) -> int:
@@ -126,8 +137,8 @@ class Teacher:
         mask = torch.zeros(B, P + S, dtype=torch.long)
         mask[:, :P] = 1
         for i, s in enumerate(suffixes):
-            ids[i, S - len(s):] = torch.tensor(s)
-            mask[i, P + S - len(s):] = 1
+            ids[i, S - len(s) :] = torch.tensor(s)
+            mask[i, P + S - len(s) :] = 1
         ids, mask = ids.to(dev), mask.to(dev)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
         h = self._hidden(ids, mask, pos[:, P:], cache)  # [B, S, H]
@@ -147,8 +158,8 @@ class Teacher:
         rids = torch.full((B, R), self.pad_id, dtype=torch.long)
         rmask = torch.zeros(B, R, dtype=torch.long)
         for i, r in enumerate(rows):
-            rids[i, :len(r.reply)] = torch.tensor(r.reply, dtype=torch.long)
-            rmask[i, :len(r.reply)] = 1
+            rids[i, : len(r.reply)] = torch.tensor(r.reply, dtype=torch.long)
+            rmask[i, : len(r.reply)] = 1
         rpos = prompts.last + 1 + torch.arange(R, device=dev)
         hr = self._hidden(rids.to(dev), torch.cat([prompts.mask, rmask.to(dev)], 1), rpos, rcache)  # [B, R, H]
         keep = [(i, len(r.reply) - 1) for i, r in enumerate(rows) if len(r.reply) > 1]
@@ -158,7 +169,7 @@ class Teacher:
         for i, n in keep:
             r = rows[i]
             L = len(r.prompt)
-            docs.add(r.prompt + r.reply, KIND_REFERENCE, L, L + n, L - 1, r_idx[off:off + n], r_lp[off:off + n])
+            docs.add(r.prompt + r.reply, KIND_REFERENCE, L, L + n, L - 1, r_idx[off : off + n], r_lp[off : off + n])
             off += n
         return len(sel)
 
@@ -178,19 +189,27 @@ class Teacher:
             cache.batch_repeat_interleave(2)
             mask, last = mask.repeat_interleave(2, 0), last.repeat_interleave(2, 0)
         reps = 2 if sampled else 1
-        tokens, gidx, glp, gen_tokens = self._continue(cache, mask, last, first, [r for r in rows for _ in range(reps)],
-                                                       g, sample)
+        tokens, gidx, glp, gen_tokens = self._continue(
+            cache, mask, last, first, [r for r in rows for _ in range(reps)], g, sample
+        )
         for i, r in enumerate(rows):
             L = len(r.prompt)
             k = i * reps
             n_i = len(tokens[k])
-            idx = torch.cat([prompts.idx[bounds[i]:bounds[i + 1]], *gidx[k]])
-            lp = torch.cat([prompts.lp[bounds[i]:bounds[i + 1]], *glp[k]])
+            idx = torch.cat([prompts.idx[bounds[i] : bounds[i + 1]], *gidx[k]])
+            lp = torch.cat([prompts.lp[bounds[i] : bounds[i + 1]], *glp[k]])
             docs.add(r.prompt + tokens[k], KIND_ON_POLICY, P, L + n_i - 1, L - 1, idx, lp)
             if sampled and len(tokens[k + 1]) > 1:
                 n_s = len(tokens[k + 1])
-                docs.add(r.prompt + tokens[k + 1], KIND_SAMPLED, L, L + n_s - 1, L - 1, torch.cat(gidx[k + 1]),
-                         torch.cat(glp[k + 1]))
+                docs.add(
+                    r.prompt + tokens[k + 1],
+                    KIND_SAMPLED,
+                    L,
+                    L + n_s - 1,
+                    L - 1,
+                    torch.cat(gidx[k + 1]),
+                    torch.cat(glp[k + 1]),
+                )
         return gen_tokens
 
     def _continue(self, cache, mask, last, nxt, rows: list[Row], generator: torch.Generator, sample: torch.Tensor):
@@ -223,8 +242,8 @@ class Teacher:
             idx, lp, nxt = self.labels(h, generator=generator, sample=sample)
             n += len(active)
             for j, a in enumerate(active.tolist()):
-                gidx[a].append(idx[j:j + 1])
-                glp[a].append(lp[j:j + 1])
+                gidx[a].append(idx[j : j + 1])
+                glp[a].append(lp[j : j + 1])
             nxt = nxt.to(dev)
 
 
@@ -240,8 +259,14 @@ def build_teacher_data(cfg: DistillConfig, target, progress: Progress) -> dict:
     _run_missing_jobs(cfg, target, plan, folder, index, progress)
     shards = [index["shards"][str(j.index)] for j in plan.jobs]
     combined = hashlib.sha256("".join(s["sha256"] for s in shards).encode()).hexdigest()
-    return {"folder": str(folder), "plan_sha256": plan.sha256, "sha256": combined, "shards": shards,
-            "plan": {k: v for k, v in plan.record.items() if k != "jobs"}, "rates": _teacher_rates(index)}
+    return {
+        "folder": str(folder),
+        "plan_sha256": plan.sha256,
+        "sha256": combined,
+        "shards": shards,
+        "plan": {k: v for k, v in plan.record.items() if k != "jobs"},
+        "rates": _teacher_rates(index),
+    }
 
 
 def _open_index(folder: Path, plan: Plan) -> dict:
@@ -249,8 +274,9 @@ def _open_index(folder: Path, plan: Plan) -> dict:
     index_path = folder / "index.json"
     index = json.loads(index_path.read_text()) if index_path.exists() else {}
     if index and index.get("plan_sha256") != plan.sha256:
-        raise SpecbenchError(f"{folder} holds teacher data for another target, task set or preset; "
-                             f"use a new --out or delete {folder}")
+        raise SpecbenchError(
+            f"{folder} holds teacher data for another target, task set or preset; use a new --out or delete {folder}"
+        )
     if not index:
         index = {"plan_sha256": plan.sha256, "shards": {}}
         atomic_write_text(folder / "plan.json", json.dumps(plan.record) + "\n")
@@ -269,13 +295,24 @@ def _run_missing_jobs(cfg: DistillConfig, target, plan: Plan, folder: Path, inde
         t0 = time.perf_counter()
         tensors, counts = teacher.run_job(job, plan.prefixes[job.task], p.reference_docs, p.sampled_docs)
         entry = _write_shard(folder, job, tensors)
-        index["shards"][str(job.index)] = {**entry, "heldout": job.heldout, "task": plan.task_names[job.task],
-                                           "seconds": time.perf_counter() - t0, **counts}
+        index["shards"][str(job.index)] = {
+            **entry,
+            "heldout": job.heldout,
+            "task": plan.task_names[job.task],
+            "seconds": time.perf_counter() - t0,
+            **counts,
+        }
         atomic_write_json(folder / "index.json", index)
         done += 1
         tps = _teacher_rates(index)
-        progress(Event("teacher", done, len(jobs),
-                       f"{tps['labels']:,} labels; {tps['score_tok_s']:.0f} scored tok/s, {tps['gen_tok_s']:.0f} generated tok/s"))
+        progress(
+            Event(
+                "teacher",
+                done,
+                len(jobs),
+                f"{tps['labels']:,} labels; {tps['score_tok_s']:.0f} scored tok/s, {tps['gen_tok_s']:.0f} generated tok/s",
+            )
+        )
 
 
 def _write_shard(folder: Path, job: Job, tensors: dict[str, torch.Tensor]) -> dict:
@@ -285,8 +322,12 @@ def _write_shard(folder: Path, job: Job, tensors: dict[str, torch.Tensor]) -> di
     name = f"shard-{job.index:05d}.safetensors"
     # no metadata: its key order varies, and the same data must hash the same
     atomic_write_bytes(folder / name, lambda tmp: save_file(tensors, str(tmp)))
-    return {"file": name, "sha256": file_sha256(folder / name), "docs": int(tensors["doc_len"].numel()),
-            "labels": int(tensors["topk_idx"].shape[0])}
+    return {
+        "file": name,
+        "sha256": file_sha256(folder / name),
+        "docs": int(tensors["doc_len"].numel()),
+        "labels": int(tensors["topk_idx"].shape[0]),
+    }
 
 
 def _shard_ok(folder: Path, entry: dict | None) -> bool:
@@ -300,6 +341,12 @@ def _teacher_rates(index: dict) -> dict:
     score_s, gen_s = sum(s["score_seconds"] for s in shards), sum(s["gen_seconds"] for s in shards)
     nan = float("nan")
     # scoring = batched forwards over prompts and references; generation = batched greedy steps
-    return {"labels": sum(s["labels"] for s in shards), "score_tokens": score, "gen_tokens": gen, "seconds": secs,
-            "tok_s": (score + gen) / secs if secs else nan, "score_tok_s": score / score_s if score_s else nan,
-            "gen_tok_s": gen / gen_s if gen_s else nan}
+    return {
+        "labels": sum(s["labels"] for s in shards),
+        "score_tokens": score,
+        "gen_tokens": gen,
+        "seconds": secs,
+        "tok_s": (score + gen) / secs if secs else nan,
+        "score_tok_s": score / score_s if score_s else nan,
+        "gen_tok_s": gen / gen_s if gen_s else nan,
+    }

@@ -48,7 +48,7 @@ def make_batch(data: TeacherData, docs: list[int], max_len: int, pad_id: int) ->
     rows, cols, labels, reply = [], [], [], []
     for b, (d, n) in enumerate(zip(docs, lens)):
         s = int(data.doc_start[d])
-        ids[b, :n] = data.tokens[s:s + n]
+        ids[b, :n] = data.tokens[s : s + n]
         ls, le = int(data.label_start[d]), min(int(data.label_end[d]), n)
         if le <= ls:
             continue
@@ -58,12 +58,18 @@ def make_batch(data: TeacherData, docs: list[int], max_len: int, pad_id: int) ->
         labels.append(int(data.label_off[d]) + t - ls)
         reply.append((t >= int(data.reply_start[d])) & (int(data.kind[d]) == KIND_ON_POLICY))
     empty = torch.zeros(0, dtype=torch.long)
-    return Batch(ids, torch.cat(rows) if rows else empty, torch.cat(cols) if cols else empty,
-                 torch.cat(labels) if labels else empty, torch.cat(reply) if reply else empty.bool())
+    return Batch(
+        ids,
+        torch.cat(rows) if rows else empty,
+        torch.cat(cols) if cols else empty,
+        torch.cat(labels) if labels else empty,
+        torch.cat(reply) if reply else empty.bool(),
+    )
 
 
-def epoch_batches(data: TeacherData, train_docs: torch.Tensor, batch_tokens: int, max_len: int, seed: int,
-                  epoch: int) -> list[list[int]]:
+def epoch_batches(
+    data: TeacherData, train_docs: torch.Tensor, batch_tokens: int, max_len: int, seed: int, epoch: int
+) -> list[list[int]]:
     """The batches of one epoch: a seeded shuffle, length-sorted within windows of 512 documents (little
     padding), packed to at most batch_tokens padded tokens, in a seeded order. Pure in (seed, epoch)."""
     g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
@@ -71,7 +77,7 @@ def epoch_batches(data: TeacherData, train_docs: torch.Tensor, batch_tokens: int
     lens = data.doc_len.clamp(max=max_len)
     batches: list[list[int]] = []
     for w in range(0, len(perm), 512):
-        window = sorted(perm[w:w + 512], key=lambda d: (int(lens[d]), d))
+        window = sorted(perm[w : w + 512], key=lambda d: (int(lens[d]), d))
         batch: list[int] = []
         for d in window:
             if batch and (len(batch) + 1) * int(lens[d]) > batch_tokens:
@@ -101,7 +107,9 @@ class Schedule:
         return self._epoch, self._batches[step - self._start]
 
     def _epoch_batches(self, epoch: int) -> list[list[int]]:
-        return epoch_batches(self.data, self.train_docs, self.preset.batch_tokens, self.preset.max_len, self.seed, epoch)
+        return epoch_batches(
+            self.data, self.train_docs, self.preset.batch_tokens, self.preset.max_len, self.seed, epoch
+        )
 
 
 # --------------------------------------------------------------------------- the draft
@@ -112,11 +120,18 @@ def draft_config(preset: DistillPreset, target):
 
     tcfg = target.model.config
     return LlamaConfig(
-        vocab_size=target.vocab_size, hidden_size=preset.hidden, intermediate_size=preset.intermediate,
-        num_hidden_layers=preset.layers, num_attention_heads=preset.heads, num_key_value_heads=preset.kv_heads,
+        vocab_size=target.vocab_size,
+        hidden_size=preset.hidden,
+        intermediate_size=preset.intermediate,
+        num_hidden_layers=preset.layers,
+        num_attention_heads=preset.heads,
+        num_key_value_heads=preset.kv_heads,
         max_position_embeddings=getattr(tcfg, "max_position_embeddings", 2048) or 2048,
-        tie_word_embeddings=True, bos_token_id=getattr(tcfg, "bos_token_id", None),
-        eos_token_id=getattr(tcfg, "eos_token_id", None), pad_token_id=pad_id(target))
+        tie_word_embeddings=True,
+        bos_token_id=getattr(tcfg, "bos_token_id", None),
+        eos_token_id=getattr(tcfg, "eos_token_id", None),
+        pad_token_id=pad_id(target),
+    )
 
 
 def new_draft(preset: DistillPreset, target, seed: int) -> torch.nn.Module:
@@ -129,7 +144,7 @@ def new_draft(preset: DistillPreset, target, seed: int) -> torch.nn.Module:
     E = target.model.get_output_embeddings().weight.detach().float().cpu()  # [V, H]
     if preset.svd_init and E.shape[1] >= preset.hidden:
         _, vecs = torch.linalg.eigh(E.T @ E)  # ascending eigenvalues of the H × H Gram matrix
-        proj = E @ vecs[:, -preset.hidden:].flip(-1)  # [V, h]
+        proj = E @ vecs[:, -preset.hidden :].flip(-1)  # [V, h]
         # keep the geometry (which tokens are alike), not the scale: at the usual init scale the first
         # logits are near zero (KL ~ log V − H(p)) instead of spread over tens of nats
         proj = proj * (model.config.initializer_range / proj.std())
@@ -137,7 +152,7 @@ def new_draft(preset: DistillPreset, target, seed: int) -> torch.nn.Module:
             model.get_input_embeddings().weight.copy_(proj)
             # the final norm's gain is the head's logit scale; Adam moves it ~lr per step, so a gain of 1
             # takes thousands of steps to reach a peaked law. Start where logits have unit spread instead.
-            model.base_model.norm.weight.fill_(1.0 / (preset.hidden ** 0.5 * float(proj.std())))
+            model.base_model.norm.weight.fill_(1.0 / (preset.hidden**0.5 * float(proj.std())))
     model.tie_weights()
     return model
 
@@ -145,8 +160,14 @@ def new_draft(preset: DistillPreset, target, seed: int) -> torch.nn.Module:
 # --------------------------------------------------------------------------- loss, step, evaluation
 
 
-def kl_loss(head: torch.nn.Module, hidden: torch.Tensor, idx: torch.Tensor, logp: torch.Tensor,
-            backward: bool, chunk: int = 1024) -> tuple[float, torch.Tensor, torch.Tensor]:
+def kl_loss(
+    head: torch.nn.Module,
+    hidden: torch.Tensor,
+    idx: torch.Tensor,
+    logp: torch.Tensor,
+    backward: bool,
+    chunk: int = 1024,
+) -> tuple[float, torch.Tensor, torch.Tensor]:
     """Mean KL(p̃ ‖ q) over M positions, p̃ = the teacher's top-k law renormalised, q = the draft's full law.
 
     hidden [M, h]; idx [M, k] int; logp [M, k]. The vocabulary product runs in chunks; with
@@ -158,11 +179,11 @@ def kl_loss(head: torch.nn.Module, hidden: torch.Tensor, idx: torch.Tensor, logp
     total, argmax, kls = 0.0, [], []
     for c in range(0, M, chunk):
         with torch.set_grad_enabled(backward):
-            logits = head(h[c:c + chunk]).float()  # [m, V]
+            logits = head(h[c : c + chunk]).float()  # [m, V]
             logq = logits.log_softmax(-1)
-            lp = logp[c:c + chunk].float()
+            lp = logp[c : c + chunk].float()
             p = lp.softmax(-1)  # [m, k] renormalised teacher
-            kl = (p * (p.clamp_min(1e-30).log() - logq.gather(1, idx[c:c + chunk].long()))).sum(-1)  # [m]
+            kl = (p * (p.clamp_min(1e-30).log() - logq.gather(1, idx[c : c + chunk].long()))).sum(-1)  # [m]
             if backward:
                 (kl.sum() / M).backward()
         total += float(kl.detach().sum())
@@ -170,8 +191,11 @@ def kl_loss(head: torch.nn.Module, hidden: torch.Tensor, idx: torch.Tensor, logp
         argmax.append(logits.detach().argmax(-1))
     if backward and M:
         hidden.backward(h.grad)
-    return total / max(M, 1), torch.cat(argmax) if argmax else torch.zeros(0, dtype=torch.long), \
-        torch.cat(kls) if kls else torch.zeros(0)
+    return (
+        total / max(M, 1),
+        torch.cat(argmax) if argmax else torch.zeros(0, dtype=torch.long),
+        torch.cat(kls) if kls else torch.zeros(0),
+    )
 
 
 def _body(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
@@ -206,8 +230,9 @@ def evaluate(model, data: TeacherData, docs: list[int], preset: DistillPreset, p
             b = make_batch(data, batch, preset.max_len, pad_id)
             hidden = _body(model, b.ids.to(device))[b.rows.to(device), b.cols.to(device)]
             idx = data.topk_idx[b.labels].to(device)
-            _, argmax, kls = kl_loss(model.get_output_embeddings(), hidden, idx,
-                                     data.topk_logp[b.labels].to(device), backward=False)
+            _, argmax, kls = kl_loss(
+                model.get_output_embeddings(), hidden, idx, data.topk_logp[b.labels].to(device), backward=False
+            )
             hit = (argmax == idx[:, 0]).float()
             reply = b.reply.to(device)
             agree += float(hit.sum())
@@ -217,8 +242,13 @@ def evaluate(model, data: TeacherData, docs: list[int], preset: DistillPreset, p
             n_r += float(reply.sum())
         batch = [d] if d is not None else []
     nan = float("nan")
-    return {"agreement_reply": agree_r / n_r if n_r else nan, "agreement_all": agree / n if n else nan,
-            "kl": kl / n if n else nan, "positions": int(n), "reply_positions": int(n_r)}
+    return {
+        "agreement_reply": agree_r / n_r if n_r else nan,
+        "agreement_all": agree / n if n else nan,
+        "kl": kl / n if n else nan,
+        "positions": int(n),
+        "reply_positions": int(n_r),
+    }
 
 
 # --------------------------------------------------------------------------- optimizer and schedule
@@ -236,8 +266,11 @@ def make_optimizer(model: torch.nn.Module, preset: DistillPreset) -> torch.optim
     emb = model.get_input_embeddings().weight
     decay = [p for p in model.parameters() if p.ndim >= 2 and p is not emb]
     rest = [p for p in model.parameters() if p.ndim < 2 or p is emb]
-    return torch.optim.AdamW([{"params": decay, "weight_decay": preset.weight_decay},
-                              {"params": rest, "weight_decay": 0.0}], lr=preset.lr, betas=(0.9, 0.95))
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": preset.weight_decay}, {"params": rest, "weight_decay": 0.0}],
+        lr=preset.lr,
+        betas=(0.9, 0.95),
+    )
 
 
 # --------------------------------------------------------------------------- checkpoints
@@ -249,8 +282,13 @@ def checkpoint_path(out: Path) -> Path:
 
 def save_checkpoint(path: Path, model, opt, step: int, state: dict) -> None:
     """Model, optimizer, RNG and progress in one file, written aside then renamed (a kill leaves the old one)."""
-    checkpoint = {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step,
-                  "rng": torch.get_rng_state(), **state}
+    checkpoint = {
+        "model": model.state_dict(),
+        "optimizer": opt.state_dict(),
+        "step": step,
+        "rng": torch.get_rng_state(),
+        **state,
+    }
     atomic_write_bytes(path, lambda tmp: torch.save(checkpoint, tmp))
 
 
@@ -258,4 +296,6 @@ def load_checkpoint(path: Path) -> dict:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # a truncated or foreign file: say which and how to recover
-        raise SpecbenchError(f"cannot read checkpoint {path} ({type(exc).__name__}); delete it to restart training") from exc
+        raise SpecbenchError(
+            f"cannot read checkpoint {path} ({type(exc).__name__}); delete it to restart training"
+        ) from exc

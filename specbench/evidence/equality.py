@@ -37,8 +37,8 @@ from scipy import optimize, stats
 
 from specbench.config import SamplingConfig
 from specbench.decoding.base import Verdict
-from specbench.decoding.verify import accepted_count, expected_acceptance, residual, verify_sampling
 from specbench.decoding.sampling import processed_probs, sample
+from specbench.decoding.verify import accepted_count, expected_acceptance, residual, verify_sampling
 from specbench.measure.metrics import json_safe  # noqa: F401  (re-exported: verification imports it from here)
 
 Prefix = tuple[int, ...]
@@ -116,9 +116,11 @@ def target_laws(lm: TabulatedLM, cfg: SamplingConfig) -> LawFn:
 
 def honest_draft(lm: TabulatedLM, cfg: SamplingConfig) -> DraftFn:
     """A correct draft: draws from exactly the processed law q it reports."""
+
     def laws(prefix):
         q = processed_probs(lm.logits(prefix), cfg)
         return q, q
+
     return memo(laws)
 
 
@@ -132,8 +134,9 @@ def f64(law: torch.Tensor) -> torch.Tensor:
     return law / law.sum(-1, keepdim=True)
 
 
-def acceptance_measure(count: CountFn, token: int, p_row: torch.Tensor,
-                       q_row: torch.Tensor) -> tuple[float, float, float]:
+def acceptance_measure(
+    count: CountFn, token: int, p_row: torch.Tensor, q_row: torch.Tensor
+) -> tuple[float, float, float]:
     """(P(accept), a u in the accept region, a u in the reject region) of a one-token draft under `count`.
 
     `count` is evaluated as the runner calls it; u ↦ accepted is a step function of u ∈ [0, 1).
@@ -172,8 +175,14 @@ def closed_form_law(p: torch.Tensor, q: torch.Tensor, residual_fn: ResidualFn = 
     return torch.minimum(p, q) + (1.0 - beta) * residual_fn(p, q)
 
 
-def emitted_law(p: torch.Tensor, q: torch.Tensor, drawn: torch.Tensor | None = None, *,
-                count: CountFn = accepted_count, residual_fn: ResidualFn = residual) -> torch.Tensor:
+def emitted_law(
+    p: torch.Tensor,
+    q: torch.Tensor,
+    drawn: torch.Tensor | None = None,
+    *,
+    count: CountFn = accepted_count,
+    residual_fn: ResidualFn = residual,
+) -> torch.Tensor:
     """Law [V] of the token emitted at one position by the implemented rule.
 
     x ~ drawn (default q, the law reported to the verifier); accepted with the probability
@@ -222,8 +231,16 @@ def acceptance_regions(measures: list[tuple[float, float, float]]) -> list[tuple
     return [(math.prod(m for m, _ in r), torch.tensor([u for _, u in r], dtype=torch.float64)) for r in regions]
 
 
-def sequence_law(target: LawFn, draft: DraftFn, *, gamma: int, length: int, prefix: Prefix = (),
-                 count: CountFn = accepted_count, residual_fn: ResidualFn = residual) -> dict[Prefix, float]:
+def sequence_law(
+    target: LawFn,
+    draft: DraftFn,
+    *,
+    gamma: int,
+    length: int,
+    prefix: Prefix = (),
+    count: CountFn = accepted_count,
+    residual_fn: ResidualFn = residual,
+) -> dict[Prefix, float]:
     """Exact law of the first `length` tokens emitted by repeated speculative steps, by enumeration.
 
     Each step drafts x_1..x_γ from the draft's drawn laws, runs `count` on every combination of
@@ -282,27 +299,53 @@ def marginal(law: Mapping[Prefix, float], position: int) -> dict[Prefix, float]:
     return dict(out)
 
 
-def exact_check(name: str, law: Mapping[Hashable, float], reference: Mapping[Hashable, float], *,
-                tol: float = 1e-6, detail: dict | None = None) -> CheckResult:
+def exact_check(
+    name: str,
+    law: Mapping[Hashable, float],
+    reference: Mapping[Hashable, float],
+    *,
+    tol: float = 1e-6,
+    detail: dict | None = None,
+) -> CheckResult:
     """max_x |law(x) − reference(x)| ≤ tol, over the union of both supports."""
     cells = set(law) | set(reference)
     errs = {c: abs(law.get(c, 0.0) - reference.get(c, 0.0)) for c in cells}
     worst = max(errs, key=errs.get) if errs else None
     err = errs[worst] if errs else 0.0
-    info = {"cells": len(cells), "worst_cell": _cell_str(worst) if worst is not None else None,
-            "law_mass": sum(law.values()), **(detail or {})}
-    return CheckResult(name=name, kind="exact", statistic=err, p_value=None, n=0, threshold=tol, power=None,
-                       alternative="exact computation in float64: any error above the tolerance fails",
-                       passed=bool(err <= tol), detail=info)
+    info = {
+        "cells": len(cells),
+        "worst_cell": _cell_str(worst) if worst is not None else None,
+        "law_mass": sum(law.values()),
+        **(detail or {}),
+    }
+    return CheckResult(
+        name=name,
+        kind="exact",
+        statistic=err,
+        p_value=None,
+        n=0,
+        threshold=tol,
+        power=None,
+        alternative="exact computation in float64: any error above the tolerance fails",
+        passed=bool(err <= tol),
+        detail=info,
+    )
 
 
 def _vector_law(v: torch.Tensor) -> dict[Prefix, float]:
     return {(x,): float(v[x]) for x in v.nonzero().flatten().tolist()}
 
 
-def one_position_check(name: str, p: torch.Tensor, q: torch.Tensor, *, count: CountFn = accepted_count,
-                       residual_fn: ResidualFn = residual, drawn: torch.Tensor | None = None,
-                       tol: float = 1e-6) -> CheckResult:
+def one_position_check(
+    name: str,
+    p: torch.Tensor,
+    q: torch.Tensor,
+    *,
+    count: CountFn = accepted_count,
+    residual_fn: ResidualFn = residual,
+    drawn: torch.Tensor | None = None,
+    tol: float = 1e-6,
+) -> CheckResult:
     """The law of one emitted token equals p: closed form and implemented rule, compared in float64.
 
     Also checks that the implemented acceptance rate equals `expected_acceptance` (Σ min(p, q)),
@@ -320,8 +363,14 @@ def one_position_check(name: str, p: torch.Tensor, q: torch.Tensor, *, count: Co
     rate_err = abs(rate - beta)
     res.statistic = max(res.statistic, closed_err, rate_err)
     res.passed = bool(res.statistic <= tol)
-    res.detail.update({"closed_form_error": closed_err, "acceptance_rate": rate, "expected_acceptance": beta,
-                       "acceptance_rate_error": rate_err})
+    res.detail.update(
+        {
+            "closed_form_error": closed_err,
+            "acceptance_rate": rate,
+            "expected_acceptance": beta,
+            "acceptance_rate_error": rate_err,
+        }
+    )
     return res
 
 
@@ -329,9 +378,17 @@ def one_position_check(name: str, p: torch.Tensor, q: torch.Tensor, *, count: Co
 # Sampling the implemented step
 
 
-def sample_sequences(target: LawFn, draft: DraftFn, *, gamma: int, length: int, n: int,
-                     generator: torch.Generator, verify: VerifyFn = verify_sampling,
-                     prefix: Prefix = ()) -> Counter:
+def sample_sequences(
+    target: LawFn,
+    draft: DraftFn,
+    *,
+    gamma: int,
+    length: int,
+    n: int,
+    generator: torch.Generator,
+    verify: VerifyFn = verify_sampling,
+    prefix: Prefix = (),
+) -> Counter:
     """Counts of the first `length` tokens emitted in n independent runs of speculative steps.
 
     Every accept/reject decision and correction/bonus draw is one call of `verify` (the runner's
@@ -350,12 +407,15 @@ def sample_sequences(target: LawFn, draft: DraftFn, *, gamma: int, length: int, 
                 key = (pre, xs)
                 if key not in tensors:
                     ctx = [pre + xs[:i] for i in range(gamma + 1)]
-                    tensors[key] = (torch.tensor(xs), torch.stack([draft(x)[1] for x in ctx[:gamma]]),
-                                    torch.stack([target(x) for x in ctx]))
+                    tensors[key] = (
+                        torch.tensor(xs),
+                        torch.stack([draft(x)[1] for x in ctx[:gamma]]),
+                        torch.stack([target(x) for x in ctx]),
+                    )
                 tokens, q, p = tensors[key]
                 for _ in range(c):
                     v = verify(tokens, q, p, generator)
-                    out = emitted + xs[:v.n_accepted] + (v.next_token,)
+                    out = emitted + xs[: v.n_accepted] + (v.next_token,)
                     if len(out) >= length:
                         done[out[:length]] += 1
                     else:
@@ -417,7 +477,7 @@ def _pool(expected: Mapping[Hashable, float], min_expected: float) -> tuple[dict
     grown from the smallest remaining cells until it reaches min_expected itself (or holds everything)."""
     order = sorted(expected, key=lambda c: (expected[c], _cell_str(c)))
     rare = [c for c in order if expected[c] < min_expected]
-    rest = order[len(rare):]
+    rest = order[len(rare) :]
     while rare and sum(expected[c] for c in rare) < min_expected and rest:
         rare.append(rest.pop(0))
     bins = {c: 0 for c in rare}
@@ -426,8 +486,15 @@ def _pool(expected: Mapping[Hashable, float], min_expected: float) -> tuple[dict
     return bins, len(rare)
 
 
-def gof_check(name: str, counts: Mapping[Hashable, int], law: Mapping[Hashable, float], *, level: float = LEVEL,
-              alt_tv: float = ALT_TV, min_expected: float = MIN_EXPECTED) -> CheckResult:
+def gof_check(
+    name: str,
+    counts: Mapping[Hashable, int],
+    law: Mapping[Hashable, float],
+    *,
+    level: float = LEVEL,
+    alt_tv: float = ALT_TV,
+    min_expected: float = MIN_EXPECTED,
+) -> CheckResult:
     """G-test of counts against an exact law, rare cells pooled; a draw outside the law's support fails outright."""
     n = int(sum(counts.values()))
     support = {c: w for c, w in law.items() if w > 0}
@@ -448,19 +515,39 @@ def gof_check(name: str, counts: Mapping[Hashable, int], law: Mapping[Hashable, 
     else:
         g, p_value = 0.0, 1.0
     worst = sorted(((abs(counts.get(c, 0) / n - w), c) for c, w in support.items()), reverse=True)[:5] if n else []
-    detail = {"df": df, "cells": len(support), "bins": nb, "pooled_cells": pooled,
-              "impossible": {_cell_str(c): k for c, k in impossible.items()},
-              "tv_detectable_at_80pct_power": detectable_tv(df, n, level),
-              "largest_deviations": [{"cell": _cell_str(c), "observed": counts.get(c, 0) / n, "expected": law[c]}
-                                     for _, c in worst]}
-    return CheckResult(name=name, kind="gof", statistic=g, p_value=p_value, n=n, threshold=level,
-                       power=gof_power(df, n, alt_tv, level),
-                       alternative=f"any law at total variation >= {alt_tv:g} from the target's on the tested bins",
-                       passed=bool(p_value > level), detail=detail)
+    detail = {
+        "df": df,
+        "cells": len(support),
+        "bins": nb,
+        "pooled_cells": pooled,
+        "impossible": {_cell_str(c): k for c, k in impossible.items()},
+        "tv_detectable_at_80pct_power": detectable_tv(df, n, level),
+        "largest_deviations": [
+            {"cell": _cell_str(c), "observed": counts.get(c, 0) / n, "expected": law[c]} for _, c in worst
+        ],
+    }
+    return CheckResult(
+        name=name,
+        kind="gof",
+        statistic=g,
+        p_value=p_value,
+        n=n,
+        threshold=level,
+        power=gof_power(df, n, alt_tv, level),
+        alternative=f"any law at total variation >= {alt_tv:g} from the target's on the tested bins",
+        passed=bool(p_value > level),
+        detail=detail,
+    )
 
 
-def tv_check(name: str, counts: Mapping[Hashable, int], law: Mapping[Hashable, float], *, level: float = LEVEL,
-             min_expected: float = MIN_EXPECTED) -> CheckResult:
+def tv_check(
+    name: str,
+    counts: Mapping[Hashable, int],
+    law: Mapping[Hashable, float],
+    *,
+    level: float = LEVEL,
+    min_expected: float = MIN_EXPECTED,
+) -> CheckResult:
     """Total variation between the empirical and the exact law, against a distribution-free bound.
 
     Bretagnolle–Huber–Carol: P(‖p̂ − p‖₁ ≥ ε) ≤ 2^k·exp(−Nε²/2) over k bins, so TV(p̂, p) ≤
@@ -481,14 +568,29 @@ def tv_check(name: str, counts: Mapping[Hashable, int], law: Mapping[Hashable, f
     k = nb + 1
     bound = math.sqrt((k * math.log(2) + math.log(1 / level)) / (2 * n)) if n else math.inf
     p_value = math.exp(min(0.0, k * math.log(2) - 2 * n * tv * tv))
-    return CheckResult(name=name, kind="tv", statistic=tv, p_value=p_value, n=n, threshold=level, power=1.0 - level,
-                       alternative=f"any law at total variation >= {2 * bound:.4g} (twice the bound) "
-                                   "on the tested bins",
-                       passed=bool(tv <= bound), detail={"bound": bound, "bins": k})
+    return CheckResult(
+        name=name,
+        kind="tv",
+        statistic=tv,
+        p_value=p_value,
+        n=n,
+        threshold=level,
+        power=1.0 - level,
+        alternative=f"any law at total variation >= {2 * bound:.4g} (twice the bound) on the tested bins",
+        passed=bool(tv <= bound),
+        detail={"bound": bound, "bins": k},
+    )
 
 
-def homogeneity_check(name: str, counts_a: Mapping[Hashable, int], counts_b: Mapping[Hashable, int], *,
-                      level: float = LEVEL, alt_tv: float = ALT_TV, min_expected: float = MIN_EXPECTED) -> CheckResult:
+def homogeneity_check(
+    name: str,
+    counts_a: Mapping[Hashable, int],
+    counts_b: Mapping[Hashable, int],
+    *,
+    level: float = LEVEL,
+    alt_tv: float = ALT_TV,
+    min_expected: float = MIN_EXPECTED,
+) -> CheckResult:
     """Pearson chi-square test that two samples share one law (2 × bins table, rare cells pooled)."""
     na, nb_ = int(sum(counts_a.values())), int(sum(counts_b.values()))
     total = na + nb_
@@ -508,17 +610,37 @@ def homogeneity_check(name: str, counts_a: Mapping[Hashable, int], counts_b: Map
         x2, p_value = 0.0, 1.0
     n_eff = na * nb_ / total if total else 0.0
     tv = 0.5 * sum(abs(a / na - b / nb_) for a, b in zip(oa, ob)) if na and nb_ else 0.0
-    return CheckResult(name=name, kind="homogeneity", statistic=x2, p_value=p_value, n=total, threshold=level,
-                       power=gof_power(df, n_eff, alt_tv, level),
-                       alternative=f"two laws at total variation >= {alt_tv:g} on the tested bins",
-                       passed=bool(p_value > level),
-                       detail={"df": df, "cells": len(pooled), "bins": nbins, "pooled_cells": n_pooled,
-                               "n_a": na, "n_b": nb_,
-                               "empirical_tv": tv, "tv_detectable_at_80pct_power": detectable_tv(df, n_eff, level)})
+    return CheckResult(
+        name=name,
+        kind="homogeneity",
+        statistic=x2,
+        p_value=p_value,
+        n=total,
+        threshold=level,
+        power=gof_power(df, n_eff, alt_tv, level),
+        alternative=f"two laws at total variation >= {alt_tv:g} on the tested bins",
+        passed=bool(p_value > level),
+        detail={
+            "df": df,
+            "cells": len(pooled),
+            "bins": nbins,
+            "pooled_cells": n_pooled,
+            "n_a": na,
+            "n_b": nb_,
+            "empirical_tv": tv,
+            "tv_detectable_at_80pct_power": detectable_tv(df, n_eff, level),
+        },
+    )
 
 
-def sample_checks(label: str, counts: Mapping[Prefix, int], law: Mapping[Prefix, float], *, level: float = LEVEL,
-                  alt_tv: float = ALT_TV) -> list[CheckResult]:
+def sample_checks(
+    label: str,
+    counts: Mapping[Prefix, int],
+    law: Mapping[Prefix, float],
+    *,
+    level: float = LEVEL,
+    alt_tv: float = ALT_TV,
+) -> list[CheckResult]:
     """G-test and TV bound for every position and for the joint law of all positions."""
     length = max((len(s) for s in law), default=0)
     parts = [(f"pos{i + 1}", marginal(counts, i), marginal(law, i)) for i in range(length)] if length > 1 else []
@@ -553,28 +675,34 @@ def residual_abs(p_row, q_row) -> torch.Tensor:
 
 def greedy_draft(lm: TabulatedLM, cfg: SamplingConfig) -> DraftFn:
     """Control: the draft decodes greedily (argmax) but reports its processed law as q."""
+
     def laws(prefix):
         q = processed_probs(lm.logits(prefix), cfg)
         return torch.nn.functional.one_hot(q.argmax(), q.shape[-1]).float(), q
+
     return memo(laws)
 
 
 def raw_q_draft(lm: TabulatedLM, cfg: SamplingConfig) -> DraftFn:
     """Control: the draft samples the processed law but reports q from the unprocessed logits (softmax at T = 1)."""
+
     def laws(prefix):
         logits = lm.logits(prefix)
         return processed_probs(logits, cfg), torch.softmax(logits.float(), -1)
+
     return memo(laws)
 
 
 def rejection_step(count: CountFn = accepted_count, residual_fn: ResidualFn = residual) -> VerifyFn:
     """verify_sampling's body with its two pieces swappable: the form the verify-side controls take."""
+
     def verify(draft_tokens, q, p, generator):
         gamma = draft_tokens.shape[0]
         u = torch.rand(gamma, generator=generator, device=p.device)
         n = count(draft_tokens, q, p[:gamma], u)
         law = residual_fn(p[n], q[n]) if n < gamma else p[gamma]
         return Verdict(n_accepted=n, next_token=int(sample(law, generator)), expected_accept=[])
+
     return verify
 
 
@@ -620,9 +748,18 @@ class StepSetup:
         return target, TabulatedLM(self.vocab, self.seed + 1, base=target, noise=self.noise)
 
 
-def step_checks(sampling: SamplingConfig, *, setup: StepSetup = StepSetup(), gamma: int = 2, n: int = 100_000,
-                exact_vocab: int = 5, seed: int = 0, level: float = LEVEL, alt_tv: float = ALT_TV,
-                control: Control | None = None) -> list[CheckResult]:
+def step_checks(
+    sampling: SamplingConfig,
+    *,
+    setup: StepSetup = StepSetup(),
+    gamma: int = 2,
+    n: int = 100_000,
+    exact_vocab: int = 5,
+    seed: int = 0,
+    level: float = LEVEL,
+    alt_tv: float = ALT_TV,
+    control: Control | None = None,
+) -> list[CheckResult]:
     """Exact and statistical evidence for one sampling configuration, on tabulated laws.
 
     Exact: one-position law on `setup.vocab` tokens and the two-token joint law on
@@ -645,14 +782,18 @@ def step_checks(sampling: SamplingConfig, *, setup: StepSetup = StepSetup(), gam
     small = StepSetup(exact_vocab, setup.seed, setup.noise).models()
     sp, sd = target_laws(small[0], sampling), make_draft(small[1], sampling)
     law = sequence_law(sp, sd, gamma=gamma, length=2, count=count, residual_fn=residual_fn)
-    out.append(exact_check(f"{label}/exact/joint2", law, target_sequence_law(sp, 2),
-                           detail={"vocab": exact_vocab, "gamma": gamma}))
+    out.append(
+        exact_check(
+            f"{label}/exact/joint2", law, target_sequence_law(sp, 2), detail={"vocab": exact_vocab, "gamma": gamma}
+        )
+    )
     stat_detail = {"vocab": setup.vocab, "gamma": gamma}
 
     if n <= 0:
         return out
-    counts = sample_sequences(p_fn, d_fn, gamma=gamma, length=2, n=n, verify=verify,
-                              generator=torch.Generator().manual_seed(seed))
+    counts = sample_sequences(
+        p_fn, d_fn, gamma=gamma, length=2, n=n, verify=verify, generator=torch.Generator().manual_seed(seed)
+    )
     for r in sample_checks(label, counts, target_sequence_law(p_fn, 2), level=level, alt_tv=alt_tv):
         r.detail.update(stat_detail)
         out.append(r)

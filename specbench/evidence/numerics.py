@@ -48,7 +48,9 @@ class Divergence:
     baseline_token: int  # what the baseline emitted at d
     speculative_token: int | None  # what speculative decoding emitted at d (None: its output ended before d)
     step_argmax: int  # the target's argmax at d under 1-token passes (the baseline's token there)
-    verify_argmax: int | None  # the target's argmax at d under the speculative run's passes (replayed), or a flipping chunking
+    verify_argmax: (
+        int | None
+    )  # the target's argmax at d under the speculative run's passes (replayed), or a flipping chunking
     step_margin: float  # top1 − top2 logit there, a 1-token pass (prefix cached in one pass)
     verify_margin: float | None  # top1 − top2 logit there, verify-shaped passes
     floor_flips_here: bool  # whether the numerics floor (γ+1 chunks of the baseline's output) flips at d
@@ -65,8 +67,9 @@ def _top2(logits: torch.Tensor) -> tuple[int, float]:
 Prefilled = tuple  # (CachedModel holding the prompt, logits of the prefill's last position, cached length)
 
 
-def prefill(model: torch.nn.Module, prompt_ids: list[int], decoder_start_id: int | None = None,
-            backend=None) -> Prefilled:
+def prefill(
+    model: torch.nn.Module, prompt_ids: list[int], decoder_start_id: int | None = None, backend=None
+) -> Prefilled:
     """The prompt cached once; every replay of one example starts from it (cropped back to it)."""
     lm = CachedModel(model, backend=backend)  # the run's backend: the same kernels as the timed decodes
     encoder_ids, start = prompt_split(lm, prompt_ids, decoder_start_id)
@@ -75,9 +78,17 @@ def prefill(model: torch.nn.Module, prompt_ids: list[int], decoder_start_id: int
     return lm, first, lm.length
 
 
-def replay(model: torch.nn.Module, prompt_ids: list[int], tokens: list[int], passes: list[tuple[int, int]],
-           upto: int, decoder_start_id: int | None = None, backend=None, pad_to: int = 1,
-           prefilled: Prefilled | None = None) -> dict[int, torch.Tensor]:
+def replay(
+    model: torch.nn.Module,
+    prompt_ids: list[int],
+    tokens: list[int],
+    passes: list[tuple[int, int]],
+    upto: int,
+    decoder_start_id: int | None = None,
+    backend=None,
+    pad_to: int = 1,
+    prefilled: Prefilled | None = None,
+) -> dict[int, torch.Tensor]:
     """Run the target over prompt + `tokens` as the given passes and return the logits row that
     predicts each generated position j ≤ `upto` (position 0 comes from the prefill).
 
@@ -95,7 +106,7 @@ def replay(model: torch.nn.Module, prompt_ids: list[int], tokens: list[int], pas
     for fed, kept in passes:
         if a + 1 > upto:
             break
-        real = tokens[a:a + kept]
+        real = tokens[a : a + kept]
         fill = tokens[a + kept] if a + kept < len(tokens) else tokens[-1]
         ids = real + [fill] * (max(fed, pad_to) - len(real))
         cached = lm.length
@@ -141,22 +152,50 @@ def last_pass_only(passes: list[tuple[int, int]], d: int) -> list[tuple[int, int
     return None
 
 
-def numerics_floor(model: torch.nn.Module, prompt_ids: list[int], tokens: list[int], gamma: int,
-                   decoder_start_id: int | None = None, backend=None, pad_to: int = 1,
-                   prefilled: Prefilled | None = None) -> list[int]:
+def numerics_floor(
+    model: torch.nn.Module,
+    prompt_ids: list[int],
+    tokens: list[int],
+    gamma: int,
+    decoder_start_id: int | None = None,
+    backend=None,
+    pad_to: int = 1,
+    prefilled: Prefilled | None = None,
+) -> list[int]:
     """Positions where a teacher-forced (γ+1)-chunk pass over the baseline's greedy output picks
     another argmax than the baseline did (position 0, the prefill's, is shared and never counted)."""
     if len(tokens) < 2:
         return []
-    rows = replay(model, prompt_ids, tokens, chunk_passes(len(tokens), gamma + 1), len(tokens) - 1, decoder_start_id,
-                  backend, pad_to, prefilled)
+    rows = replay(
+        model,
+        prompt_ids,
+        tokens,
+        chunk_passes(len(tokens), gamma + 1),
+        len(tokens) - 1,
+        decoder_start_id,
+        backend,
+        pad_to,
+        prefilled,
+    )
     return [j for j in range(1, len(tokens)) if j in rows and int(rows[j].argmax()) != tokens[j]]
 
 
-def classify(model: torch.nn.Module, prompt_ids: list[int], baseline: list[int], speculative: list[int],
-             position: int, gamma: int, floor: list[int], *, pass_lengths: list[int] | None = None,
-             accept_lengths: list[int] | None = None, decoder_start_id: int | None = None, backend=None,
-             pad_to: int = 1, prefilled: Prefilled | None = None) -> Divergence:
+def classify(
+    model: torch.nn.Module,
+    prompt_ids: list[int],
+    baseline: list[int],
+    speculative: list[int],
+    position: int,
+    gamma: int,
+    floor: list[int],
+    *,
+    pass_lengths: list[int] | None = None,
+    accept_lengths: list[int] | None = None,
+    decoder_start_id: int | None = None,
+    backend=None,
+    pad_to: int = 1,
+    prefilled: Prefilled | None = None,
+) -> Divergence:
     """Classify the first divergence at `position` (see the module docstring)."""
     d = position
     spec_token = speculative[d] if d < len(speculative) else None
@@ -166,8 +205,17 @@ def classify(model: torch.nn.Module, prompt_ids: list[int], baseline: list[int],
     # tests); the step-shaped margin comes from one 1-token pass after the prefix filled in one pass,
     # which costs 2 forwards instead of d (the cache then differs from the decode's in rounding only)
     a = baseline[d]
-    rows = replay(model, prompt_ids, baseline, [(max(1, d - 1), max(1, d - 1)), (1, 1)] if d >= 2 else
-                  step_passes(d + 1), d, decoder_start_id, backend, pad_to, prefilled)
+    rows = replay(
+        model,
+        prompt_ids,
+        baseline,
+        [(max(1, d - 1), max(1, d - 1)), (1, 1)] if d >= 2 else step_passes(d + 1),
+        d,
+        decoder_start_id,
+        backend,
+        pad_to,
+        prefilled,
+    )
     margin_a = _top2(rows[d])[1]
     b = margin_b = None
     if pass_lengths:
@@ -189,22 +237,47 @@ def classify(model: torch.nn.Module, prompt_ids: list[int], baseline: list[int],
         method = "alignment-search"
         numerics = False
         for offset in range(gamma + 1):
-            rows = replay(model, prompt_ids, baseline, chunk_passes(len(baseline), gamma + 1, offset), d,
-                          decoder_start_id, backend, pad_to, prefilled)
+            rows = replay(
+                model,
+                prompt_ids,
+                baseline,
+                chunk_passes(len(baseline), gamma + 1, offset),
+                d,
+                decoder_start_id,
+                backend,
+                pad_to,
+                prefilled,
+            )
             if d in rows:
                 arg, margin = _top2(rows[d])
                 if arg != a and (spec_token is None or arg == spec_token):
                     b, margin_b, numerics = arg, margin, True
                     break
-    return Divergence(position=d, kind="numerics" if numerics else "unexplained",
-                      baseline_token=baseline[d] if d < len(baseline) else -1, speculative_token=spec_token,
-                      step_argmax=a, verify_argmax=b, step_margin=margin_a, verify_margin=margin_b,
-                      floor_flips_here=d in floor, method=method)
+    return Divergence(
+        position=d,
+        kind="numerics" if numerics else "unexplained",
+        baseline_token=baseline[d] if d < len(baseline) else -1,
+        speculative_token=spec_token,
+        step_argmax=a,
+        verify_argmax=b,
+        step_margin=margin_a,
+        verify_margin=margin_b,
+        floor_flips_here=d in floor,
+        method=method,
+    )
 
 
-def explain_example(model: torch.nn.Module, prompt_ids: list[int], baseline: dict, speculative: dict, gamma: int,
-                    first_divergence: int | None, decoder_start_id: int | None = None, backend=None,
-                    pad_to: int = 1) -> dict:
+def explain_example(
+    model: torch.nn.Module,
+    prompt_ids: list[int],
+    baseline: dict,
+    speculative: dict,
+    gamma: int,
+    first_divergence: int | None,
+    decoder_start_id: int | None = None,
+    backend=None,
+    pad_to: int = 1,
+) -> dict:
     """The `numerics` field of one greedy example record: its floor and, if it diverged, the classification
     (`seconds`: what this cost, to set beside the example's timed decodes)."""
     import time
@@ -214,10 +287,23 @@ def explain_example(model: torch.nn.Module, prompt_ids: list[int], baseline: dic
     floor = numerics_floor(model, prompt_ids, baseline["token_ids"], gamma, decoder_start_id, backend, pad_to, shared)
     out = {"floor_positions": max(0, len(baseline["token_ids"]) - 1), "floor_flips": len(floor), "divergence": None}
     if first_divergence is not None:
-        out["divergence"] = asdict(classify(
-            model, prompt_ids, baseline["token_ids"], speculative["token_ids"], first_divergence, gamma, floor,
-            pass_lengths=speculative.get("pass_lengths") or None, accept_lengths=speculative.get("accept_lengths"),
-            decoder_start_id=decoder_start_id, backend=backend, pad_to=pad_to, prefilled=shared))
+        out["divergence"] = asdict(
+            classify(
+                model,
+                prompt_ids,
+                baseline["token_ids"],
+                speculative["token_ids"],
+                first_divergence,
+                gamma,
+                floor,
+                pass_lengths=speculative.get("pass_lengths") or None,
+                accept_lengths=speculative.get("accept_lengths"),
+                decoder_start_id=decoder_start_id,
+                backend=backend,
+                pad_to=pad_to,
+                prefilled=shared,
+            )
+        )
     out["seconds"] = time.perf_counter() - t0
     return out
 
@@ -232,21 +318,34 @@ def identity_line(records: list[dict]) -> dict:
     unexplained = len(divs) - numerics
     positions = sum((r.get("numerics") or {}).get("floor_positions", 0) for r in records)
     cost = sum((r.get("numerics") or {}).get("seconds", 0.0) for r in records)
-    timed = sum(sum(r[e].get("repeat_s") or [r[e].get("prefill_s", 0.0) + r[e].get("decode_s", 0.0)])
-                for r in records for e in ("baseline", "speculative") if isinstance(r.get(e), dict))
+    timed = sum(
+        sum(r[e].get("repeat_s") or [r[e].get("prefill_s", 0.0) + r[e].get("decode_s", 0.0)])
+        for r in records
+        for e in ("baseline", "speculative")
+        if isinstance(r.get(e), dict)
+    )
     flips = sum((r.get("numerics") or {}).get("floor_flips", 0) for r in records)
     diverged = n - identical
     if diverged == 0:
         line = f"{identical}/{n} identical"
     elif unexplained == 0 and unclassified == 0:
-        line = (f"{identical}/{n} identical; {diverged} diverged, all at near-ties that the verify-shaped pass flips "
-                f"by itself (numerics), 0 unexplained")
+        line = (
+            f"{identical}/{n} identical; {diverged} diverged, all at near-ties that the verify-shaped pass flips "
+            f"by itself (numerics), 0 unexplained"
+        )
     else:
-        line = (f"{identical}/{n} identical; {diverged} diverged: {numerics} numerics, {unexplained} unexplained "
-                f"(candidate bugs)" + (f", {unclassified} not classified" if unclassified else ""))
-    return {"identity_line": line, "divergences_numerics": numerics, "divergences_unexplained": unexplained,
-            "divergences_unclassified": unclassified,
-            "numerics_explained_share": numerics / diverged if diverged else None,
-            "numerics_floor": flips / positions if positions else None,
-            "numerics_floor_flips": flips, "numerics_floor_positions": positions,
-            "numerics_cost_share": cost / timed if timed and cost else None}
+        line = (
+            f"{identical}/{n} identical; {diverged} diverged: {numerics} numerics, {unexplained} unexplained "
+            f"(candidate bugs)" + (f", {unclassified} not classified" if unclassified else "")
+        )
+    return {
+        "identity_line": line,
+        "divergences_numerics": numerics,
+        "divergences_unexplained": unexplained,
+        "divergences_unclassified": unclassified,
+        "numerics_explained_share": numerics / diverged if diverged else None,
+        "numerics_floor": flips / positions if positions else None,
+        "numerics_floor_flips": flips,
+        "numerics_floor_positions": positions,
+        "numerics_cost_share": cost / timed if timed and cost else None,
+    }

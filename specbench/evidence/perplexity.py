@@ -42,8 +42,9 @@ TARGET_POWER = 0.8  # power at which `detectable_shift` is read off
 # --------------------------------------------------------------------------- scoring under the target
 
 
-def token_nlls(model, prompt_ids: list[int], tokens: list[int], decoder_start_id: int | None = None,
-               backend=None) -> list[float]:
+def token_nlls(
+    model, prompt_ids: list[int], tokens: list[int], decoder_start_id: int | None = None, backend=None
+) -> list[float]:
     """−log p(x_j | prompt, x_<j) for each generated token x_j under the target's raw law (one teacher-forced pass)."""
     import torch
 
@@ -61,18 +62,22 @@ def token_nlls(model, prompt_ids: list[int], tokens: list[int], decoder_start_id
     return [-float(x) for x in picked]
 
 
-def mean_nll(model, prompt_ids: list[int], tokens: list[int], decoder_start_id: int | None = None,
-             backend=None) -> float | None:
+def mean_nll(
+    model, prompt_ids: list[int], tokens: list[int], decoder_start_id: int | None = None, backend=None
+) -> float | None:
     """Mean NLL per token of one output under the target; None for an empty output."""
     nlls = token_nlls(model, prompt_ids, tokens, decoder_start_id, backend)
     return float(np.mean(nlls)) if nlls else None
 
 
-def example_nll(model, prompt_ids: list[int], baseline: dict, speculative: dict, decoder_start_id: int | None = None,
-                backend=None) -> dict:
+def example_nll(
+    model, prompt_ids: list[int], baseline: dict, speculative: dict, decoder_start_id: int | None = None, backend=None
+) -> dict:
     """The `nll` field of an ExampleRecord: both engines' outputs scored under the target."""
-    return {engine: mean_nll(model, prompt_ids, rec["token_ids"], decoder_start_id, backend)
-            for engine, rec in (("baseline", baseline), ("speculative", speculative))}
+    return {
+        engine: mean_nll(model, prompt_ids, rec["token_ids"], decoder_start_id, backend)
+        for engine, rec in (("baseline", baseline), ("speculative", speculative))
+    }
 
 
 # --------------------------------------------------------------------------- the two-sample test
@@ -105,8 +110,9 @@ def _rejections(a: np.ndarray, b: np.ndarray, shift: float, level: float) -> flo
     return float(np.mean(p < level))
 
 
-def mw_power(pooled, n1: int, n2: int, shift: float = SHIFT, level: float = LEVEL, sims: int = POWER_SIMS,
-             seed: int = 0) -> float:
+def mw_power(
+    pooled, n1: int, n2: int, shift: float = SHIFT, level: float = LEVEL, sims: int = POWER_SIMS, seed: int = 0
+) -> float:
     """Power of the two-sided U test at `level` against a location shift of `shift`, by simulation
     (samples redrawn from the pooled scores; see the module docstring)."""
     pooled = finite(pooled)
@@ -116,8 +122,9 @@ def mw_power(pooled, n1: int, n2: int, shift: float = SHIFT, level: float = LEVE
     return _rejections(a, b, shift, level)
 
 
-def detectable_shift(pooled, n1: int, n2: int, level: float = LEVEL, power: float = TARGET_POWER,
-                     sims: int = POWER_SIMS, seed: int = 0) -> float | None:
+def detectable_shift(
+    pooled, n1: int, n2: int, level: float = LEVEL, power: float = TARGET_POWER, sims: int = POWER_SIMS, seed: int = 0
+) -> float | None:
     """The smallest location shift (nats per token) the test finds with `power`, by bisection over fixed redraws;
     None when even 20 pooled standard deviations are not found that often (too few samples)."""
     pooled = finite(pooled)
@@ -141,8 +148,16 @@ def mean_diff_ci(a: np.ndarray, b: np.ndarray, sims: int = 2000, seed: int = 0) 
     return [float(np.quantile(diffs, 0.025)), float(np.quantile(diffs, 0.975))]
 
 
-def nll_check(name: str, baseline, speculative, *, level: float = LEVEL, shift: float = SHIFT,
-              sims: int = POWER_SIMS, seed: int = 0) -> CheckResult:
+def nll_check(
+    name: str,
+    baseline,
+    speculative,
+    *,
+    level: float = LEVEL,
+    shift: float = SHIFT,
+    sims: int = POWER_SIMS,
+    seed: int = 0,
+) -> CheckResult:
     """Mann-Whitney U on per-example mean NLL: passes when equality is not rejected at `level`.
     `power` is against a shift of `shift` nats per token; `detail` holds the sizes, means, perplexities,
     the bootstrap interval of the mean difference and the shift detectable with power 0.8."""
@@ -151,14 +166,39 @@ def nll_check(name: str, baseline, speculative, *, level: float = LEVEL, shift: 
     a, b = finite(baseline), finite(speculative)
     alternative = f"mean NLL shifted by {shift:g} nats/token (perplexity ×{math.exp(shift):.3f})"
     if len(a) < 2 or len(b) < 2:
-        return CheckResult(name, "mann-whitney", float("nan"), None, len(a) + len(b), level, 0.0, alternative, False,
-                           {"n_baseline": len(a), "n_speculative": len(b), "why": "fewer than 2 scores per engine"})
+        return CheckResult(
+            name,
+            "mann-whitney",
+            float("nan"),
+            None,
+            len(a) + len(b),
+            level,
+            0.0,
+            alternative,
+            False,
+            {"n_baseline": len(a), "n_speculative": len(b), "why": "fewer than 2 scores per engine"},
+        )
     test = stats.mannwhitneyu(a, b, alternative="two-sided")
     pooled = np.concatenate([a, b])
-    detail = {"n_baseline": len(a), "n_speculative": len(b), "mean_nll_baseline": float(a.mean()),
-              "mean_nll_speculative": float(b.mean()), "perplexity_baseline": math.exp(a.mean()),
-              "perplexity_speculative": math.exp(b.mean()), "diff_ci95": mean_diff_ci(a, b, seed=seed),
-              "detectable_shift": detectable_shift(pooled, len(a), len(b), level, sims=sims, seed=seed)}
-    return CheckResult(name, "mann-whitney", float(test.statistic), float(test.pvalue), len(a) + len(b), level,
-                       mw_power(pooled, len(a), len(b), shift, level, sims, seed), alternative,
-                       bool(test.pvalue >= level), detail)
+    detail = {
+        "n_baseline": len(a),
+        "n_speculative": len(b),
+        "mean_nll_baseline": float(a.mean()),
+        "mean_nll_speculative": float(b.mean()),
+        "perplexity_baseline": math.exp(a.mean()),
+        "perplexity_speculative": math.exp(b.mean()),
+        "diff_ci95": mean_diff_ci(a, b, seed=seed),
+        "detectable_shift": detectable_shift(pooled, len(a), len(b), level, sims=sims, seed=seed),
+    }
+    return CheckResult(
+        name,
+        "mann-whitney",
+        float(test.statistic),
+        float(test.pvalue),
+        len(a) + len(b),
+        level,
+        mw_power(pooled, len(a), len(b), shift, level, sims, seed),
+        alternative,
+        bool(test.pvalue >= level),
+        detail,
+    )

@@ -34,14 +34,14 @@ from specbench.config import RunConfig, SamplingConfig, check_results_dir
 from specbench.decoding.autoregressive import clip_at_stop, decode_autoregressive, prompt_split
 from specbench.decoding.base import Proposer
 from specbench.decoding.cached_model import CachedModel
+from specbench.decoding.sampling import processed_probs
 from specbench.decoding.speculative import decode_speculative
-from specbench.evidence.equality import LEVEL, CheckResult, gof_check, homogeneity_check, json_safe, step_checks
 from specbench.errors import SpecbenchError
+from specbench.evidence.equality import LEVEL, CheckResult, gof_check, homogeneity_check, json_safe, step_checks
 from specbench.files import atomic_write_text
 from specbench.measure.metrics import first_divergence
 from specbench.measure.records import prepare_run_dir
 from specbench.measure.runner import Session, prepare_examples
-from specbench.decoding.sampling import processed_probs
 from specbench.tasks.specs import load_task, select_examples
 
 Engine = Callable[[list[int], torch.Generator | None], list[int]]  # (prompt ids, generator) → generated ids
@@ -50,9 +50,17 @@ ProposerFactory = Callable[[], Proposer]  # a fresh proposer; called once per en
 CHECKS_SCHEMA_VERSION = 1
 
 
-def engines(target_model: torch.nn.Module, proposer_factory: ProposerFactory, gammas: Sequence[int], *,
-            max_new_tokens: int, sampling: SamplingConfig, eos_ids: frozenset[int],
-            decoder_start_id: int | None = None, results: dict | None = None) -> dict[str, Engine]:
+def engines(
+    target_model: torch.nn.Module,
+    proposer_factory: ProposerFactory,
+    gammas: Sequence[int],
+    *,
+    max_new_tokens: int,
+    sampling: SamplingConfig,
+    eos_ids: frozenset[int],
+    decoder_start_id: int | None = None,
+    results: dict | None = None,
+) -> dict[str, Engine]:
     """{"baseline": ..., "γ=2": ...}: the runner's engines as prompt → tokens functions.
 
     `results`, when given, receives each speculative engine's last DecodeResult under its name
@@ -60,9 +68,11 @@ def engines(target_model: torch.nn.Module, proposer_factory: ProposerFactory, ga
     target = CachedModel(target_model)
     common = dict(max_new_tokens=max_new_tokens, sampling=sampling, eos_ids=eos_ids, decoder_start_id=decoder_start_id)
     out: dict[str, Engine] = {
-        "baseline": lambda prompt, gen: decode_autoregressive(target, prompt, generator=gen, **common).token_ids}
+        "baseline": lambda prompt, gen: decode_autoregressive(target, prompt, generator=gen, **common).token_ids
+    }
     for gamma in gammas:
         proposer = proposer_factory()
+
         def run(prompt, gen, pr=proposer, g=gamma, name=f"γ={gamma}"):
             res = decode_speculative(target, pr, prompt, gamma=g, generator=gen, **common)
             if results is not None:
@@ -83,8 +93,9 @@ def sample_continuations(engine: Engine, prompt_ids: list[int], k: int, generato
 
 
 @torch.inference_mode()
-def last_logits(model: torch.nn.Module, prompt_ids: list[int], continuations: list[list[int]],
-                decoder_start_id: int | None = None) -> torch.Tensor:
+def last_logits(
+    model: torch.nn.Module, prompt_ids: list[int], continuations: list[list[int]], decoder_start_id: int | None = None
+) -> torch.Tensor:
     """[B, V] logits after prompt + each continuation (all of one length), one full forward, no cache."""
     dev = model_device(model)
     if getattr(model.config, "is_encoder_decoder", False):
@@ -95,9 +106,17 @@ def last_logits(model: torch.nn.Module, prompt_ids: list[int], continuations: li
     return model(input_ids=ids).logits[:, -1]
 
 
-def model_sequence_law(model: torch.nn.Module, prompt_ids: list[int], length: int, sampling: SamplingConfig, *,
-                       eos_ids: frozenset[int], decoder_start_id: int | None = None, max_cells: int = 4096,
-                       batch: int = 64) -> dict[tuple[int, ...], float] | None:
+def model_sequence_law(
+    model: torch.nn.Module,
+    prompt_ids: list[int],
+    length: int,
+    sampling: SamplingConfig,
+    *,
+    eos_ids: frozenset[int],
+    decoder_start_id: int | None = None,
+    max_cells: int = 4096,
+    batch: int = 64,
+) -> dict[tuple[int, ...], float] | None:
     """Exact law of the first `length` generated tokens (stopping at EOS) under the processed target law;
     None when more than max_cells sequences have positive probability (top-k/top-p keep it small)."""
     done: dict[tuple[int, ...], float] = {}
@@ -106,7 +125,7 @@ def model_sequence_law(model: torch.nn.Module, prompt_ids: list[int], length: in
         seqs = list(live)
         nxt: dict[tuple[int, ...], float] = {}
         for i in range(0, len(seqs), batch):
-            chunk = seqs[i:i + batch]
+            chunk = seqs[i : i + batch]
             logits = last_logits(model, prompt_ids, [list(s) for s in chunk], decoder_start_id)  # [B, V]
             probs = processed_probs(logits, sampling)
             probs = probs.double().cpu()
@@ -121,11 +140,22 @@ def model_sequence_law(model: torch.nn.Module, prompt_ids: list[int], length: in
     return done
 
 
-def sequence_checks(target_model: torch.nn.Module, proposer_factory: ProposerFactory, prompt_ids: list[int],
-                    sampling: SamplingConfig, *, gammas: Sequence[int] = (1, 2, 4), n_samples: int = 2000,
-                    length: int = 4, eos_ids: frozenset[int] = frozenset(), decoder_start_id: int | None = None,
-                    level: float = LEVEL, alt_tv: float = 0.05, seed: int = 0,
-                    max_cells: int = 4096) -> list[CheckResult]:
+def sequence_checks(
+    target_model: torch.nn.Module,
+    proposer_factory: ProposerFactory,
+    prompt_ids: list[int],
+    sampling: SamplingConfig,
+    *,
+    gammas: Sequence[int] = (1, 2, 4),
+    n_samples: int = 2000,
+    length: int = 4,
+    eos_ids: frozenset[int] = frozenset(),
+    decoder_start_id: int | None = None,
+    level: float = LEVEL,
+    alt_tv: float = 0.05,
+    seed: int = 0,
+    max_cells: int = 4096,
+) -> list[CheckResult]:
     """(a) K = n_samples continuations of `length` tokens per engine; homogeneity of each γ against the
     baseline and, when enumerable, a G-test of every engine against the exact target law.
 
@@ -134,20 +164,41 @@ def sequence_checks(target_model: torch.nn.Module, proposer_factory: ProposerFac
     """
     if sampling.greedy:
         raise ValueError("sequence_checks needs a sampling configuration (temperature > 0); use greedy_checks at T = 0")
-    runs = engines(target_model, proposer_factory, gammas, max_new_tokens=length, sampling=sampling,
-                   eos_ids=eos_ids, decoder_start_id=decoder_start_id)
+    runs = engines(
+        target_model,
+        proposer_factory,
+        gammas,
+        max_new_tokens=length,
+        sampling=sampling,
+        eos_ids=eos_ids,
+        decoder_start_id=decoder_start_id,
+    )
     dev = model_device(target_model)
-    counts = {name: sample_continuations(run, prompt_ids, n_samples, torch.Generator(device=dev).manual_seed(seed + i))
-              for i, (name, run) in enumerate(runs.items())}
-    law = model_sequence_law(target_model, prompt_ids, length, sampling, eos_ids=eos_ids,
-                             decoder_start_id=decoder_start_id, max_cells=max_cells)
-    info = {"length": length, "sampling": _sampling_dict(sampling), "prompt_tokens": len(prompt_ids),
-            "exact_law": "enumerated" if law is not None else f"skipped: more than {max_cells} sequences"}
+    counts = {
+        name: sample_continuations(run, prompt_ids, n_samples, torch.Generator(device=dev).manual_seed(seed + i))
+        for i, (name, run) in enumerate(runs.items())
+    }
+    law = model_sequence_law(
+        target_model,
+        prompt_ids,
+        length,
+        sampling,
+        eos_ids=eos_ids,
+        decoder_start_id=decoder_start_id,
+        max_cells=max_cells,
+    )
+    info = {
+        "length": length,
+        "sampling": _sampling_dict(sampling),
+        "prompt_tokens": len(prompt_ids),
+        "exact_law": "enumerated" if law is not None else f"skipped: more than {max_cells} sequences",
+    }
     out = []
     for name, c in counts.items():
         if name != "baseline":
-            r = homogeneity_on_prefixes(f"sequence/{name}/vs-baseline", counts["baseline"], c, length,
-                                        level=level, alt_tv=alt_tv)
+            r = homogeneity_on_prefixes(
+                f"sequence/{name}/vs-baseline", counts["baseline"], c, length, level=level, alt_tv=alt_tv
+            )
             r.detail.update(info)
             out.append(r)
         if law is not None:
@@ -165,14 +216,16 @@ def truncated(counts: Counter, tokens: int) -> Counter:
     return out
 
 
-def homogeneity_on_prefixes(name: str, counts_a: Counter, counts_b: Counter, length: int, *, level: float,
-                            alt_tv: float) -> CheckResult:
+def homogeneity_on_prefixes(
+    name: str, counts_a: Counter, counts_b: Counter, length: int, *, level: float, alt_tv: float
+) -> CheckResult:
     """Homogeneity on the joint of the first ℓ tokens, ℓ the longest ≤ length that leaves ≥ 1 degree of
     freedom after pooling: full continuations of a large-vocabulary model are nearly all distinct, their
     beginnings are not. ℓ ≥ 2 (the first token comes from the prefill in both engines)."""
     for tokens in range(length, 1, -1):
-        r = homogeneity_check(name, truncated(counts_a, tokens), truncated(counts_b, tokens), level=level,
-                              alt_tv=alt_tv)
+        r = homogeneity_check(
+            name, truncated(counts_a, tokens), truncated(counts_b, tokens), level=level, alt_tv=alt_tv
+        )
         if r.detail["df"] >= 1:
             break
     r.detail["tokens_compared"] = tokens
@@ -187,17 +240,24 @@ def hf_greedy(model: torch.nn.Module, prompt_ids: list[int], max_new_tokens: int
     dev = model_device(model)
     ids = torch.tensor([list(prompt_ids)], device=dev)
     eos = sorted(eos_ids) or None
-    cfg = GenerationConfig(do_sample=False, num_beams=1, max_new_tokens=max_new_tokens, min_new_tokens=0,
-                           eos_token_id=eos, pad_token_id=eos[0] if eos else 0)
+    cfg = GenerationConfig(
+        do_sample=False,
+        num_beams=1,
+        max_new_tokens=max_new_tokens,
+        min_new_tokens=0,
+        eos_token_id=eos,
+        pad_token_id=eos[0] if eos else 0,
+    )
     out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=cfg)
     seq2seq = getattr(model.config, "is_encoder_decoder", False)
-    new = out[0, 1:] if seq2seq else out[0, ids.shape[1]:]
+    new = out[0, 1:] if seq2seq else out[0, ids.shape[1] :]
     return clip_at_stop(new.tolist(), eos_ids, max_new_tokens)[0]
 
 
 @torch.inference_mode()
-def margin_at(model: torch.nn.Module, prompt_ids: list[int], prefix: list[int],
-              decoder_start_id: int | None = None) -> dict:
+def margin_at(
+    model: torch.nn.Module, prompt_ids: list[int], prefix: list[int], decoder_start_id: int | None = None
+) -> dict:
     """The target's top1 − top2 logit margin after prompt + prefix, and the numerical noise there.
 
     noise: the largest logit difference between three kernel shapes of the same computation
@@ -222,14 +282,26 @@ def margin_at(model: torch.nn.Module, prompt_ids: list[int], prefix: list[int],
     noise = max(float((a - b).abs().max()) for a in variants for b in variants)
     top = full.topk(2).values
     eps = torch.finfo(next(model.parameters()).dtype).eps
-    return {"margin": float(top[0] - top[1]), "noise": noise,
-            "tolerance": max(2 * eps * float(top[0].abs()), 4 * noise)}
+    return {
+        "margin": float(top[0] - top[1]),
+        "noise": noise,
+        "tolerance": max(2 * eps * float(top[0].abs()), 4 * noise),
+    }
 
 
-def greedy_checks(target_model: torch.nn.Module, proposer_factory: ProposerFactory, prompts: Sequence[list[int]], *,
-                  gammas: Sequence[int] = (1, 2, 4), max_new_tokens: int = 16, eos_ids: frozenset[int] = frozenset(),
-                  decoder_start_id: int | None = None, hf_generate: bool = True, margin_tol: float | None = None,
-                  extra_engines: dict[str, Engine] | None = None) -> list[CheckResult]:
+def greedy_checks(
+    target_model: torch.nn.Module,
+    proposer_factory: ProposerFactory,
+    prompts: Sequence[list[int]],
+    *,
+    gammas: Sequence[int] = (1, 2, 4),
+    max_new_tokens: int = 16,
+    eos_ids: frozenset[int] = frozenset(),
+    decoder_start_id: int | None = None,
+    hf_generate: bool = True,
+    margin_tol: float | None = None,
+    extra_engines: dict[str, Engine] | None = None,
+) -> list[CheckResult]:
     """(b) Greedy token identity of every engine against the baseline, one check per engine.
 
     Passes when every divergence happens at a near-tie: the target's top1 − top2 logit margin
@@ -241,8 +313,16 @@ def greedy_checks(target_model: torch.nn.Module, proposer_factory: ProposerFacto
     """
     greedy = SamplingConfig(temperature=0.0)
     last: dict = {}
-    runs = engines(target_model, proposer_factory, gammas, max_new_tokens=max_new_tokens, sampling=greedy,
-                   eos_ids=eos_ids, decoder_start_id=decoder_start_id, results=last)
+    runs = engines(
+        target_model,
+        proposer_factory,
+        gammas,
+        max_new_tokens=max_new_tokens,
+        sampling=greedy,
+        eos_ids=eos_ids,
+        decoder_start_id=decoder_start_id,
+        results=last,
+    )
     base = runs.pop("baseline")
     if hf_generate:
         runs = {"hf-generate": lambda prompt, gen: hf_greedy(target_model, prompt, max_new_tokens, eos_ids), **runs}
@@ -258,15 +338,46 @@ def greedy_checks(target_model: torch.nn.Module, proposer_factory: ProposerFacto
             total += len(ref)
             matched += len(ref) if pos is None else pos
             if pos is not None:
-                divergences.append(explain_divergence(target_model, i, list(prompt), ref, got, pos, gamma,
-                                                      last.get(name), margin_tol, decoder_start_id))
-        out.append(identity_check(name, divergences, len(prompts), matched / max(1, total), margin_tol,
-                                  next(target_model.parameters()).dtype, max_new_tokens))
+                divergences.append(
+                    explain_divergence(
+                        target_model,
+                        i,
+                        list(prompt),
+                        ref,
+                        got,
+                        pos,
+                        gamma,
+                        last.get(name),
+                        margin_tol,
+                        decoder_start_id,
+                    )
+                )
+        out.append(
+            identity_check(
+                name,
+                divergences,
+                len(prompts),
+                matched / max(1, total),
+                margin_tol,
+                next(target_model.parameters()).dtype,
+                max_new_tokens,
+            )
+        )
     return out
 
 
-def explain_divergence(target_model: torch.nn.Module, index: int, prompt: list[int], ref: list[int], got: list[int],
-                       pos: int, gamma: int, record, margin_tol: float | None, decoder_start_id: int | None) -> dict:
+def explain_divergence(
+    target_model: torch.nn.Module,
+    index: int,
+    prompt: list[int],
+    ref: list[int],
+    got: list[int],
+    pos: int,
+    gamma: int,
+    record,
+    margin_tol: float | None,
+    decoder_start_id: int | None,
+) -> dict:
     """Where and why one engine's greedy output left the baseline's: the target's logit margin there and
     the numerics classifier's verdict, replayed exactly where the engine's pass record exists (our
     engines), by a search over verify-shaped chunkings otherwise (HF, test engines)."""
@@ -277,42 +388,90 @@ def explain_divergence(target_model: torch.nn.Module, index: int, prompt: list[i
     m = margin_at(target_model, prompt, ref[:pos], decoder_start_id)
     if margin_tol is not None:
         m["tolerance"] = margin_tol
-    kind = asdict(classify(target_model, prompt, ref, got, pos, gamma,
-                           numerics_floor(target_model, prompt, ref, gamma, decoder_start_id),
-                           pass_lengths=record.pass_lengths if record else None,
-                           accept_lengths=record.accept_lengths if record else None,
-                           decoder_start_id=decoder_start_id))
-    return {"prompt": index, "position": pos, "baseline_token": ref[pos] if pos < len(ref) else None,
-            "engine_token": got[pos] if pos < len(got) else None, **m,
-            "class": kind["kind"], "class_method": kind["method"]}
+    kind = asdict(
+        classify(
+            target_model,
+            prompt,
+            ref,
+            got,
+            pos,
+            gamma,
+            numerics_floor(target_model, prompt, ref, gamma, decoder_start_id),
+            pass_lengths=record.pass_lengths if record else None,
+            accept_lengths=record.accept_lengths if record else None,
+            decoder_start_id=decoder_start_id,
+        )
+    )
+    return {
+        "prompt": index,
+        "position": pos,
+        "baseline_token": ref[pos] if pos < len(ref) else None,
+        "engine_token": got[pos] if pos < len(got) else None,
+        **m,
+        "class": kind["kind"],
+        "class_method": kind["method"],
+    }
 
 
-def identity_check(name: str, divergences: list[dict], n_prompts: int, token_agreement: float,
-                   margin_tol: float | None, dtype: torch.dtype, max_new_tokens: int) -> CheckResult:
+def identity_check(
+    name: str,
+    divergences: list[dict],
+    n_prompts: int,
+    token_agreement: float,
+    margin_tol: float | None,
+    dtype: torch.dtype,
+    max_new_tokens: int,
+) -> CheckResult:
     """One engine's greedy identity verdict: it fails on a divergence above the margin tolerance, or on
     one the exact replay cannot explain."""
-    suspicious = [d for d in divergences if d["margin"] > d["tolerance"]
-                  or (d["class"] == "unexplained" and d["class_method"] == "replay")]
+    suspicious = [
+        d
+        for d in divergences
+        if d["margin"] > d["tolerance"] or (d["class"] == "unexplained" and d["class_method"] == "replay")
+    ]
     return CheckResult(
-        name=f"greedy/{name}/identity", kind="identity", statistic=len(divergences) / max(1, n_prompts),
-        p_value=None, n=n_prompts, threshold=(margin_tol if margin_tol is not None else math.nan),
-        power=None, alternative="any divergence at a logit margin above the dtype's tolerance",
+        name=f"greedy/{name}/identity",
+        kind="identity",
+        statistic=len(divergences) / max(1, n_prompts),
+        p_value=None,
+        n=n_prompts,
+        threshold=(margin_tol if margin_tol is not None else math.nan),
+        power=None,
+        alternative="any divergence at a logit margin above the dtype's tolerance",
         passed=not suspicious,
-        detail={"dtype": str(dtype).removeprefix("torch."),
-                "mismatch_rate": len(divergences) / max(1, n_prompts),
-                "token_agreement": token_agreement, "max_new_tokens": max_new_tokens,
-                "divergences": divergences, "suspicious": len(suspicious),
-                "numerics": sum(d["class"] == "numerics" for d in divergences),
-                "unexplained": sum(d["class"] == "unexplained" for d in divergences)})
+        detail={
+            "dtype": str(dtype).removeprefix("torch."),
+            "mismatch_rate": len(divergences) / max(1, n_prompts),
+            "token_agreement": token_agreement,
+            "max_new_tokens": max_new_tokens,
+            "divergences": divergences,
+            "suspicious": len(suspicious),
+            "numerics": sum(d["class"] == "numerics" for d in divergences),
+            "unexplained": sum(d["class"] == "unexplained" for d in divergences),
+        },
+    )
 
 
-def run_checks(target_model: torch.nn.Module, proposer_factory: ProposerFactory,
-               prompts_token_ids: Sequence[Sequence[int]], sampling: SamplingConfig, *,
-               gammas: Sequence[int] = (1, 2, 4), n_samples: int = 2000, sample_length: int | None = None,
-               greedy_tokens: int = 16, eos_ids: frozenset[int] = frozenset(), decoder_start_id: int | None = None,
-               level: float = LEVEL, alt_tv: float = 0.05, seed: int = 0, step_samples: int = 100_000,
-               hf_generate: bool = True, max_cells: int = 4096,
-               progress: Callable[[str], None] | None = None) -> list[CheckResult]:
+def run_checks(
+    target_model: torch.nn.Module,
+    proposer_factory: ProposerFactory,
+    prompts_token_ids: Sequence[Sequence[int]],
+    sampling: SamplingConfig,
+    *,
+    gammas: Sequence[int] = (1, 2, 4),
+    n_samples: int = 2000,
+    sample_length: int | None = None,
+    greedy_tokens: int = 16,
+    eos_ids: frozenset[int] = frozenset(),
+    decoder_start_id: int | None = None,
+    level: float = LEVEL,
+    alt_tv: float = 0.05,
+    seed: int = 0,
+    step_samples: int = 100_000,
+    hf_generate: bool = True,
+    max_cells: int = 4096,
+    progress: Callable[[str], None] | None = None,
+) -> list[CheckResult]:
     """Everything `specbench verify` runs, in this order.
 
     1. the model-free step battery (specbench.evidence.equality) under `sampling` (T = 1 when greedy),
@@ -332,13 +491,32 @@ def run_checks(target_model: torch.nn.Module, proposer_factory: ProposerFactory,
     if not sampling.greedy:
         length = sample_length or min(max(gammas) + 2, 6)
         say(f"sequence level ({n_samples} continuations × {len(gammas) + 1} engines)")
-        checks += sequence_checks(target_model, proposer_factory, prompts[0], sampling, gammas=gammas,
-                                  n_samples=n_samples, length=length, eos_ids=eos_ids,
-                                  decoder_start_id=decoder_start_id, level=level, alt_tv=alt_tv, seed=seed,
-                                  max_cells=max_cells)
+        checks += sequence_checks(
+            target_model,
+            proposer_factory,
+            prompts[0],
+            sampling,
+            gammas=gammas,
+            n_samples=n_samples,
+            length=length,
+            eos_ids=eos_ids,
+            decoder_start_id=decoder_start_id,
+            level=level,
+            alt_tv=alt_tv,
+            seed=seed,
+            max_cells=max_cells,
+        )
     say(f"greedy identity ({len(prompts)} prompts)")
-    checks += greedy_checks(target_model, proposer_factory, prompts, gammas=gammas, max_new_tokens=greedy_tokens,
-                            eos_ids=eos_ids, decoder_start_id=decoder_start_id, hf_generate=hf_generate)
+    checks += greedy_checks(
+        target_model,
+        proposer_factory,
+        prompts,
+        gammas=gammas,
+        max_new_tokens=greedy_tokens,
+        eos_ids=eos_ids,
+        decoder_start_id=decoder_start_id,
+        hf_generate=hf_generate,
+    )
     return checks
 
 
@@ -347,9 +525,15 @@ def write_checks(checks: Sequence[CheckResult], out_dir: str | Path, *, extra: d
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = [c.to_dict() for c in checks]
-    summary = {"schema_version": CHECKS_SCHEMA_VERSION, "passed": all(c.passed for c in checks),
-               "n_checks": len(rows), "n_failed": sum(not c.passed for c in checks),
-               "failed": [c.name for c in checks if not c.passed], **json_safe(extra or {}), "checks": rows}
+    summary = {
+        "schema_version": CHECKS_SCHEMA_VERSION,
+        "passed": all(c.passed for c in checks),
+        "n_checks": len(rows),
+        "n_failed": sum(not c.passed for c in checks),
+        "failed": [c.name for c in checks if not c.passed],
+        **json_safe(extra or {}),
+        "checks": rows,
+    }
     json_path, jsonl_path = out / "checks.json", out / "checks.jsonl"
     atomic_write_text(jsonl_path, "".join(json.dumps(r, allow_nan=False) + "\n" for r in rows))
     atomic_write_text(json_path, json.dumps(summary, indent=2, allow_nan=False) + "\n")
@@ -381,19 +565,26 @@ class VerifyRequest:
     dtype: str = "float32"
     trust_remote_code: bool = False
 
-    def validate(self) -> "VerifyRequest":
+    def validate(self) -> VerifyRequest:
         if not self.gammas:
             raise SpecbenchError("--gamma needs at least one value (e.g. 1,3)")
-        RunConfig(target=self.target, draft=self.draft, task=self.task, sampling=self.sampling, limit=self.limit,
-                  device=self.device, dtype=self.dtype, gamma=min(self.gammas)).validate()
+        RunConfig(
+            target=self.target,
+            draft=self.draft,
+            task=self.task,
+            sampling=self.sampling,
+            limit=self.limit,
+            device=self.device,
+            dtype=self.dtype,
+            gamma=min(self.gammas),
+        ).validate()
         if self.n_samples < 1 or self.length < 1 or self.step_samples < 0:
             raise SpecbenchError("--n-samples and --length must be >= 1 and --step-samples >= 0")
         return self
 
     def folder_name(self) -> str:
         s = self.sampling
-        return (f"verify-{Path(self.target).name}-{Path(self.draft).name}"
-                f"-t{s.temperature:g}-k{s.top_k}-p{s.top_p:g}")
+        return f"verify-{Path(self.target).name}-{Path(self.draft).name}-t{s.temperature:g}-k{s.top_k}-p{s.top_p:g}"
 
 
 @dataclass
@@ -406,8 +597,9 @@ class VerifyOutcome:
         return all(c.passed for c in self.checks)
 
 
-def verify_pair(request: VerifyRequest, results_dir: str | Path, *,
-                on_status: Callable[[str], None] = lambda msg: None) -> VerifyOutcome:
+def verify_pair(
+    request: VerifyRequest, results_dir: str | Path, *, on_status: Callable[[str], None] = lambda msg: None
+) -> VerifyOutcome:
     """Validate, check that results can be written (before any model loads or check runs), load the
     pair and the prompts, run every check, and write checks.json + checks.jsonl under results_dir."""
     request.validate()
@@ -415,13 +607,32 @@ def verify_pair(request: VerifyRequest, results_dir: str | Path, *,
     check_writable(out_dir)
     on_status("loading task and models")
     target, proposer_factory, prompts, task_name = load_pair(request)
-    checks = run_checks(target.model, proposer_factory, prompts, request.sampling, gammas=request.gammas,
-                        n_samples=request.n_samples, sample_length=request.length, eos_ids=target.eos_ids,
-                        decoder_start_id=target.decoder_start_id, seed=request.seed,
-                        step_samples=request.step_samples, progress=lambda msg: on_status(f"checking: {msg}"))
-    json_path, _ = write_checks(checks, out_dir, extra={
-        "target": request.target, "draft": request.draft, **_sampling_dict(request.sampling),
-        "gammas": list(request.gammas), "task": task_name, "seed": request.seed})
+    checks = run_checks(
+        target.model,
+        proposer_factory,
+        prompts,
+        request.sampling,
+        gammas=request.gammas,
+        n_samples=request.n_samples,
+        sample_length=request.length,
+        eos_ids=target.eos_ids,
+        decoder_start_id=target.decoder_start_id,
+        seed=request.seed,
+        step_samples=request.step_samples,
+        progress=lambda msg: on_status(f"checking: {msg}"),
+    )
+    json_path, _ = write_checks(
+        checks,
+        out_dir,
+        extra={
+            "target": request.target,
+            "draft": request.draft,
+            **_sampling_dict(request.sampling),
+            "gammas": list(request.gammas),
+            "task": task_name,
+            "seed": request.seed,
+        },
+    )
     return VerifyOutcome(checks, json_path)
 
 

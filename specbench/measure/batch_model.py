@@ -30,7 +30,7 @@ calibrated passes (host work per row, masks, cache compaction).
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -89,9 +89,15 @@ def replay_ms(pass_rows: Sequence[int], pass_widths: Sequence[int], table: np.nd
     return float(sum(table[b, w] for b, w in zip(pass_rows, pass_widths)))
 
 
-def simulate_speculative_ms(steps: Sequence[Sequence[tuple[int, int]]], lengths: Sequence[int], table: np.ndarray,
-                            draft_ms: np.ndarray, policy: str, replicates: int = REPLICATES,
-                            seed: int = 0) -> float:
+def simulate_speculative_ms(
+    steps: Sequence[Sequence[tuple[int, int]]],
+    lengths: Sequence[int],
+    table: np.ndarray,
+    draft_ms: np.ndarray,
+    policy: str,
+    replicates: int = REPLICATES,
+    seed: int = 0,
+) -> float:
     """Mean ms of one batch's speculative decode over `replicates` Monte Carlo runs (module docstring). A row
     offers min(its drawn offer, room − 1) tokens and keeps min(accepted + 1, room); a row with no steps on
     record (its output came whole from prefill) is done from the start."""
@@ -123,8 +129,9 @@ def simulate_speculative_ms(steps: Sequence[Sequence[tuple[int, int]]], lengths:
     return float(total.mean())
 
 
-def batch_cost_figures(batches: Sequence[Sequence[Mapping]], calibration: Mapping | None, gamma: int,
-                       policy: str) -> dict:
+def batch_cost_figures(
+    batches: Sequence[Sequence[Mapping]], calibration: Mapping | None, gamma: int, policy: str
+) -> dict:
     """predicted_speedup_batch and replayed_speedup_batch (decode only, per token) over a run's batches
     (each a list of example records), or NaN where the calibration is missing or does not cover a shape."""
     out = {"predicted_speedup_batch": NAN, "replayed_speedup_batch": NAN}
@@ -133,8 +140,9 @@ def batch_cost_figures(batches: Sequence[Sequence[Mapping]], calibration: Mappin
     rows_ms = calibrated_rows(calibration)
     max_rows = max(max(rows_ms), max(len(b) for b in batches))
     table = pass_ms_table(rows_ms, max_rows, gamma + 1)
-    draft = calibration.get("draft_rows_ms") or ({calibration["batch_size"]: calibration["draft_ms"]}
-                                                 if calibration.get("draft_ms") else None)
+    draft = calibration.get("draft_rows_ms") or (
+        {calibration["batch_size"]: calibration["draft_ms"]} if calibration.get("draft_ms") else None
+    )
     dms = draft_ms_row({int(b): float(v) for b, v in (draft or {}).items()}, max_rows)
     tokens = {"baseline": 0, "speculative": 0}  # decode tokens: the first comes with prefill
     ms = {"baseline": 0.0, "speculative": 0.0, "baseline_replay": 0.0, "speculative_replay": 0.0}
@@ -143,15 +151,19 @@ def batch_cost_figures(batches: Sequence[Sequence[Mapping]], calibration: Mappin
         for engine in tokens:
             tokens[engine] += sum(lengths[engine]) - len(rows)
             shapes = rows[0][engine]  # the batch's pass shapes, shared by its rows
-            ms[f"{engine}_replay"] += replay_ms(shapes.get("batch_pass_rows") or [],
-                                                shapes.get("batch_pass_widths") or [], table)
+            ms[f"{engine}_replay"] += replay_ms(
+                shapes.get("batch_pass_rows") or [], shapes.get("batch_pass_widths") or [], table
+            )
         ms["baseline"] += baseline_ms(lengths["baseline"], table)
-        ms["speculative"] += simulate_speculative_ms([row_steps(r["speculative"]) for r in rows],
-                                                     lengths["speculative"], table, dms, policy, seed=i)
-    out["predicted_speedup_batch"] = per_token_ratio(tokens["speculative"], ms["speculative"], tokens["baseline"],
-                                                     ms["baseline"])
-    out["replayed_speedup_batch"] = per_token_ratio(tokens["speculative"], ms["speculative_replay"],
-                                                    tokens["baseline"], ms["baseline_replay"])
+        ms["speculative"] += simulate_speculative_ms(
+            [row_steps(r["speculative"]) for r in rows], lengths["speculative"], table, dms, policy, seed=i
+        )
+    out["predicted_speedup_batch"] = per_token_ratio(
+        tokens["speculative"], ms["speculative"], tokens["baseline"], ms["baseline"]
+    )
+    out["replayed_speedup_batch"] = per_token_ratio(
+        tokens["speculative"], ms["speculative_replay"], tokens["baseline"], ms["baseline_replay"]
+    )
     return out
 
 

@@ -14,21 +14,32 @@ twice and no row is timed in a batch other than its own.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import asdict
-from typing import Callable
 
 from specbench.decoding.base import DecodeResult
 from specbench.evidence.numerics import explain_example
 from specbench.files import append_jsonl
 from specbench.measure.metrics import first_divergence
 from specbench.measure.records import SCHEMA_VERSION, EngineRecord, ExampleRecord, append_record, engine_dict
-from specbench.measure.runner import (WARMUP_TOKENS, Engines, Prepared, RunPlan, engine_order, engine_record,
-                                      example_seed, make_generator, merge_repeats, probe_target, write_summary)
+from specbench.measure.runner import (
+    WARMUP_TOKENS,
+    Engines,
+    Prepared,
+    RunPlan,
+    engine_order,
+    engine_record,
+    example_seed,
+    make_generator,
+    merge_repeats,
+    probe_target,
+    write_summary,
+)
 
 
 def batch_groups(prepared: list[Prepared], batch_size: int) -> list[list[Prepared]]:
     """The run's examples in batches of `batch_size`, in order; the last batch holds the remainder."""
-    return [prepared[i:i + batch_size] for i in range(0, len(prepared), batch_size)]
+    return [prepared[i : i + batch_size] for i in range(0, len(prepared), batch_size)]
 
 
 def pending_batches(groups: list[list[Prepared]], done: set[str]) -> list[tuple[int, list[Prepared]]]:
@@ -42,22 +53,25 @@ def pad_id(target) -> int:
     return pad if isinstance(pad, int) else min(target.eos_ids, default=0)
 
 
-def decode_batch(engines: Engines, engine: str, items: list[Prepared], seeds: list[int],
-                 max_new_tokens: int) -> list[DecodeResult]:
+def decode_batch(
+    engines: Engines, engine: str, items: list[Prepared], seeds: list[int], max_new_tokens: int
+) -> list[DecodeResult]:
     """One engine over one batch → one DecodeResult per row, in order (each row's own generator)."""
     from specbench.decoding.batched import decode_autoregressive_batch, decode_speculative_batch
 
     t, cfg = engines.session.target, engines.config
     prompts = [p.prompt_ids for p in items]
     generators = [make_generator(t.device, s) for s in seeds]
-    common = dict(max_new_tokens=max_new_tokens, sampling=cfg.sampling, eos_ids=t.eos_ids, generators=generators,
-                  pad_id=pad_id(t))
+    common = dict(
+        max_new_tokens=max_new_tokens, sampling=cfg.sampling, eos_ids=t.eos_ids, generators=generators, pad_id=pad_id(t)
+    )
     if engine == "baseline":
         return decode_autoregressive_batch(t.model, prompts, **common)
     # one proposer for every row: a model draft's network drafts all rows in one pass, a model-free one is
     # copied per row by the engine, and a hybrid looks up per row and drafts the rest in one batched pass
-    return decode_speculative_batch(t.model, engines.proposer, prompts, gamma=cfg.gamma,
-                                    policy=cfg.batch_policy, **common)
+    return decode_speculative_batch(
+        t.model, engines.proposer, prompts, gamma=cfg.gamma, policy=cfg.batch_policy, **common
+    )
 
 
 def merge_batch(runs: list[list[DecodeResult]], tokenizer) -> list[EngineRecord]:
@@ -73,8 +87,9 @@ def merge_batch(runs: list[list[DecodeResult]], tokenizer) -> list[EngineRecord]
     return out
 
 
-def measure_batch(engines: Engines, plan: RunPlan, index: int, items: list[Prepared],
-                  store: dict | None) -> tuple[list[dict], list[EngineRecord]]:
+def measure_batch(
+    engines: Engines, plan: RunPlan, index: int, items: list[Prepared], store: dict | None
+) -> tuple[list[dict], list[EngineRecord]]:
     """Both engines over one batch (a sweep's stored baselines reused when every row has one) →
     (baseline record dicts, speculative records), one per row."""
     cfg, tok = engines.config, engines.session.target.tokenizer
@@ -93,18 +108,40 @@ def measure_batch(engines: Engines, plan: RunPlan, index: int, items: list[Prepa
     return base, merge_batch(runs["speculative"], tok)
 
 
-def row_record(engines: Engines, plan: RunPlan, item: Prepared, base: dict, spec: EngineRecord, index: int,
-               row: int, rows: int) -> ExampleRecord:
+def row_record(
+    engines: Engines, plan: RunPlan, item: Prepared, base: dict, spec: EngineRecord, index: int, row: int, rows: int
+) -> ExampleRecord:
     """One row of a batch as the example's record; at T = 0 its divergence classified as in the batch-1 loop."""
     t = engines.session.target
     divergence = first_divergence(base["token_ids"], spec.token_ids)
     numerics = None
     if engines.config.sampling.greedy:
-        numerics = explain_example(t.model, item.prompt_ids, base, asdict(spec), engines.config.draft_gamma,
-                                   divergence, t.decoder_start_id, engines.session.target_backend, 1)
-    return ExampleRecord(SCHEMA_VERSION, item.example.id, len(item.prompt_ids), item.example.reference,
-                         EngineRecord(**base), spec, divergence is None, divergence, numerics,
-                         batch_size=engines.config.batch_size, batch_index=index, row=row, batch_rows=rows)
+        numerics = explain_example(
+            t.model,
+            item.prompt_ids,
+            base,
+            asdict(spec),
+            engines.config.draft_gamma,
+            divergence,
+            t.decoder_start_id,
+            engines.session.target_backend,
+            1,
+        )
+    return ExampleRecord(
+        SCHEMA_VERSION,
+        item.example.id,
+        len(item.prompt_ids),
+        item.example.reference,
+        EngineRecord(**base),
+        spec,
+        divergence is None,
+        divergence,
+        numerics,
+        batch_size=engines.config.batch_size,
+        batch_index=index,
+        row=row,
+        batch_rows=rows,
+    )
 
 
 def probe_shared_batch(engines: Engines, plan: RunPlan, index: int, items: list[Prepared], store: dict) -> None:
@@ -117,13 +154,26 @@ def probe_shared_batch(engines: Engines, plan: RunPlan, index: int, items: list[
     fresh = decode_batch(engines, "baseline", items, seeds, plan.max_new_tokens)
     same = [r.token_ids for r in fresh] == [s["token_ids"] for s in stored]
     stored_s, fresh_s = stored[0]["batch_s"], fresh[0].batch_s
-    append_jsonl(plan.files.root / "baseline_probes.jsonl",
-                 {"example_id": items[0].example.id, "stored_s": stored_s, "fresh_s": fresh_s,
-                  "ratio": fresh_s / stored_s if stored_s > 0 and same else None, "same_tokens": same})
+    append_jsonl(
+        plan.files.root / "baseline_probes.jsonl",
+        {
+            "example_id": items[0].example.id,
+            "stored_s": stored_s,
+            "fresh_s": fresh_s,
+            "ratio": fresh_s / stored_s if stored_s > 0 and same else None,
+            "same_tokens": same,
+        },
+    )
 
 
-def measure_batches(plan: RunPlan, engines: Engines, records: list[dict], store: dict | None,
-                    on_example: Callable[[dict], None], memory: Callable[[], dict] | None) -> None:
+def measure_batches(
+    plan: RunPlan,
+    engines: Engines,
+    records: list[dict],
+    store: dict | None,
+    on_example: Callable[[dict], None],
+    memory: Callable[[], dict] | None,
+) -> None:
     """Measure every batch with an example not on disk; append the missing rows' records (see the module docstring)."""
     files, cfg = plan.files, plan.config
     done = {r["example_id"] for r in records}
@@ -148,4 +198,6 @@ def measure_batches(plan: RunPlan, engines: Engines, records: list[dict], store:
             done.add(item.example.id)
             write_summary(files, cfg, plan.spec, records, plan.manifest, memory)
             on_example(records[-1])
-        append_jsonl(probe_file, {"after": items[-1].example.id, "ms": probe_target(plan.session, items[-1].prompt_ids)})
+        append_jsonl(
+            probe_file, {"after": items[-1].example.id, "ms": probe_target(plan.session, items[-1].prompt_ids)}
+        )

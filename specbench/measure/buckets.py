@@ -39,8 +39,13 @@ class BucketChoice:
     pool: int  # candidates the thresholds were computed from
 
     def to_dict(self) -> dict:
-        return {"bucket": self.bucket, "thresholds": list(self.thresholds), "token_range": list(self.token_range),
-                "available": self.available, "pool": self.pool}
+        return {
+            "bucket": self.bucket,
+            "thresholds": list(self.thresholds),
+            "token_range": list(self.token_range),
+            "available": self.available,
+            "pool": self.pool,
+        }
 
 
 def bucket_thresholds(lengths: list[int]) -> tuple[float, float]:
@@ -68,17 +73,22 @@ def choose_bucket(lengths: list[int], bucket: str, limit: int) -> BucketChoice:
     thresholds = bucket_thresholds(lengths)
     members = [i for i, n in enumerate(lengths) if bucket_of(n, thresholds) == bucket]
     if not members:
-        raise SpecbenchError(f"--prompt-length {bucket}: no prompt of this task falls in that bucket (thresholds "
-                             f"{thresholds[0]:g}/{thresholds[1]:g} tokens over {len(lengths)} prompts); pick another "
-                             f"bucket or a task whose prompts differ in length")
+        raise SpecbenchError(
+            f"--prompt-length {bucket}: no prompt of this task falls in that bucket (thresholds "
+            f"{thresholds[0]:g}/{thresholds[1]:g} tokens over {len(lengths)} prompts); pick another "
+            f"bucket or a task whose prompts differ in length"
+        )
     in_bucket = [lengths[i] for i in members]
-    return BucketChoice(bucket, members[:limit], thresholds, (min(in_bucket), max(in_bucket)), len(members),
-                        len(lengths))
+    return BucketChoice(
+        bucket, members[:limit], thresholds, (min(in_bucket), max(in_bucket)), len(members), len(lengths)
+    )
 
 
 def short_bucket_note(choice: BucketChoice, limit: int) -> str | None:
     """The one line printed when a bucket holds fewer examples than --limit (None when it holds enough)."""
     if choice.available >= limit:
         return None
-    return (f"--prompt-length {choice.bucket}: the bucket holds {choice.available} of the {choice.pool} candidate "
-            f"prompts, fewer than --limit {limit}; running those {choice.available}")
+    return (
+        f"--prompt-length {choice.bucket}: the bucket holds {choice.available} of the {choice.pool} candidate "
+        f"prompts, fewer than --limit {limit}; running those {choice.available}"
+    )

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Callable
 
 import torch
 
@@ -61,15 +61,16 @@ class Calibration:
         return d
 
     @staticmethod
-    def from_dict(d: dict) -> "Calibration":
+    def from_dict(d: dict) -> Calibration:
         d = {k: v for k, v in d.items() if k != "pass_cost"}
         d["target_ms"] = {int(k): float(v) for k, v in d["target_ms"].items()}
         d["target_spread"] = {int(k): float(v) for k, v in d.get("target_spread", {}).items()}
         return Calibration(**d)
 
 
-def time_passes(step: Callable[[int], None], ks: list[int], repeats: int,
-                clock: Callable[[], float] = time.perf_counter) -> dict[int, list[float]]:
+def time_passes(
+    step: Callable[[int], None], ks: list[int], repeats: int, clock: Callable[[], float] = time.perf_counter
+) -> dict[int, list[float]]:
     """Time `step(k)` (one pass over k new tokens, restoring its state) `repeats` times per k, in ms.
 
     Each repeat visits every k once, starting one place further along the list, so a slow
@@ -77,7 +78,7 @@ def time_passes(step: Callable[[int], None], ks: list[int], repeats: int,
     """
     times: dict[int, list[float]] = {k: [] for k in ks}
     for r in range(repeats):
-        for k in ks[r % len(ks):] + ks[: r % len(ks)]:
+        for k in ks[r % len(ks) :] + ks[: r % len(ks)]:
             t0 = clock()
             step(k)
             times[k].append((clock() - t0) * 1e3)
@@ -107,8 +108,9 @@ def typical_context(prompt_lengths: list[int], max_new_tokens: int, max_position
     return max(1, n)
 
 
-def pass_step(lm: CachedModel, context: list[int], k_max: int, all_logits: bool,
-               decoder_context: int) -> Callable[[int], None]:
+def pass_step(
+    lm: CachedModel, context: list[int], k_max: int, all_logits: bool, decoder_context: int
+) -> Callable[[int], None]:
     """A step(k) that runs one pass of k new tokens after `context` on `lm` and rolls it back
     (an encoder-decoder model encodes `context` and decodes after `decoder_context` tokens of it)."""
     if lm.is_seq2seq:
@@ -129,8 +131,16 @@ def pass_step(lm: CachedModel, context: list[int], k_max: int, all_logits: bool,
     return step
 
 
-def calibrate(target_lm: CachedModel, prompts: list[list[int]], *, k_max: int, max_new_tokens: int,
-              max_positions: int | None, dtype: str, repeats: int = DEFAULT_REPEATS) -> Calibration:
+def calibrate(
+    target_lm: CachedModel,
+    prompts: list[list[int]],
+    *,
+    k_max: int,
+    max_new_tokens: int,
+    max_positions: int | None,
+    dtype: str,
+    repeats: int = DEFAULT_REPEATS,
+) -> Calibration:
     """Measure t(k), k = 1..k_max, on the target after a context of the task's typical length.
 
     One unrecorded round first pays for allocations and kernel selection. The cache is left in
@@ -144,13 +154,26 @@ def calibrate(target_lm: CachedModel, prompts: list[list[int]], *, k_max: int, m
     step = pass_step(target_lm, ctx, k_max, True, max(1, max_new_tokens // 2))
     time_passes(step, ks, 1, clock)  # warm-up
     med, spread = median_and_spread(time_passes(step, ks, repeats, clock))
-    return Calibration(dtype=dtype, device=str(target_lm.device), context_tokens=n_ctx, target_ms=med,
-                       target_spread=spread, repeats=repeats, seconds=time.perf_counter() - t_start,
-                       extra={"backend": target_lm.backend.kind})
+    return Calibration(
+        dtype=dtype,
+        device=str(target_lm.device),
+        context_tokens=n_ctx,
+        target_ms=med,
+        target_spread=spread,
+        repeats=repeats,
+        seconds=time.perf_counter() - t_start,
+        extra={"backend": target_lm.backend.kind},
+    )
 
 
-def draft_token_ms(draft_lm: CachedModel, prompts: list[list[int]], *, max_new_tokens: int,
-                   max_positions: int | None, repeats: int = 2 * DEFAULT_REPEATS) -> float:
+def draft_token_ms(
+    draft_lm: CachedModel,
+    prompts: list[list[int]],
+    *,
+    max_new_tokens: int,
+    max_positions: int | None,
+    repeats: int = 2 * DEFAULT_REPEATS,
+) -> float:
     """Median ms of one draft token (a one-token pass of the draft model after a typical context)."""
     n_ctx = typical_context([len(p) for p in prompts], max_new_tokens, max_positions, 1)
     step = pass_step(draft_lm, context_ids(prompts, n_ctx), 1, False, max(1, max_new_tokens // 2))
@@ -196,18 +219,27 @@ def batch_row_grid(batch_size: int) -> list[int]:
     return grid + [batch_size]
 
 
-def batch_context(prompt_lengths: list[int], batch_size: int, max_new_tokens: int, max_positions: int | None,
-                  k_max: int) -> int:
+def batch_context(
+    prompt_lengths: list[int], batch_size: int, max_new_tokens: int, max_positions: int | None, k_max: int
+) -> int:
     """The context a batch's passes attend over: its rows are left-padded to its longest prompt (and rows that
     finish keep their columns), so the median over the run's batches (B consecutive prompts in the run's order)
     of the longest prompt, plus half the output budget."""
-    longest = [max(prompt_lengths[i:i + batch_size]) for i in range(0, len(prompt_lengths), batch_size)]
+    longest = [max(prompt_lengths[i : i + batch_size]) for i in range(0, len(prompt_lengths), batch_size)]
     return typical_context(longest, max_new_tokens, max_positions, k_max)
 
 
-def calibrate_batch_grid(target: torch.nn.Module, prompts: list[list[int]], *, batch_size: int, k_max: int,
-                         max_new_tokens: int, max_positions: int | None, draft: torch.nn.Module | None = None,
-                         repeats: int = DEFAULT_REPEATS) -> list[dict]:
+def calibrate_batch_grid(
+    target: torch.nn.Module,
+    prompts: list[list[int]],
+    *,
+    batch_size: int,
+    k_max: int,
+    max_new_tokens: int,
+    max_positions: int | None,
+    draft: torch.nn.Module | None = None,
+    repeats: int = DEFAULT_REPEATS,
+) -> list[dict]:
     """t(b, k) for every row count b of batch_row_grid(B) and k = 1..k_max (and, for a model draft, ms of one
     batched draft token at each b), after batch_context tokens; one dict per b. Every repeat visits every
     (b, k) once in a rotated order, so a drift of the machine during the calibration is shared by all shapes
@@ -225,12 +257,21 @@ def calibrate_batch_grid(target: torch.nn.Module, prompts: list[list[int]], *, b
         del steps  # the target's caches
         draft_steps = {b: batch_pass_step(draft, ctx, b, 1) for b in grid}
         time_passes(lambda b: draft_steps[b](1), grid, 2, clock)
-        draft_ms = {b: statistics.median(v) for b, v in
-                    time_passes(lambda b: draft_steps[b](1), grid, 2 * repeats, clock).items()}
-    return [{"rows": b, "context_tokens": n_ctx, "repeats": repeats,
-             "target_ms": {k: med[(b, k)] for k in range(1, k_max + 1)},
-             "target_spread": {k: spread[(b, k)] for k in range(1, k_max + 1)}, "draft_ms": draft_ms[b]}
-            for b in grid]
+        draft_ms = {
+            b: statistics.median(v)
+            for b, v in time_passes(lambda b: draft_steps[b](1), grid, 2 * repeats, clock).items()
+        }
+    return [
+        {
+            "rows": b,
+            "context_tokens": n_ctx,
+            "repeats": repeats,
+            "target_ms": {k: med[(b, k)] for k in range(1, k_max + 1)},
+            "target_spread": {k: spread[(b, k)] for k in range(1, k_max + 1)},
+            "draft_ms": draft_ms[b],
+        }
+        for b in grid
+    ]
 
 
 def batch_calibration_dict(batch_size: int, per_rows: list[dict], seconds: float) -> dict:
@@ -239,12 +280,16 @@ def batch_calibration_dict(batch_size: int, per_rows: list[dict], seconds: float
     the whole table (`rows`: b → k → ms, `draft_rows_ms`: b → ms) that batch_model prices passes with."""
     own = next(c for c in per_rows if c["rows"] == batch_size)
     med, t1 = own["target_ms"], own["target_ms"][1]
-    return {"batch_size": batch_size, "context_tokens": own["context_tokens"], "repeats": own["repeats"],
-            "target_ms": {str(k): v for k, v in med.items()},
-            "target_spread": {str(k): v for k, v in own["target_spread"].items()},
-            "verify_cost": {str(k - 1): v / t1 for k, v in med.items() if k > 1},
-            "draft_ms": own["draft_ms"], "draft_cost": None if own["draft_ms"] is None else own["draft_ms"] / t1,
-            "rows": {str(c["rows"]): {str(k): v for k, v in c["target_ms"].items()} for c in per_rows},
-            "draft_rows_ms": ({str(c["rows"]): c["draft_ms"] for c in per_rows}
-                              if own["draft_ms"] is not None else None),
-            "seconds": seconds}
+    return {
+        "batch_size": batch_size,
+        "context_tokens": own["context_tokens"],
+        "repeats": own["repeats"],
+        "target_ms": {str(k): v for k, v in med.items()},
+        "target_spread": {str(k): v for k, v in own["target_spread"].items()},
+        "verify_cost": {str(k - 1): v / t1 for k, v in med.items() if k > 1},
+        "draft_ms": own["draft_ms"],
+        "draft_cost": None if own["draft_ms"] is None else own["draft_ms"] / t1,
+        "rows": {str(c["rows"]): {str(k): v for k, v in c["target_ms"].items()} for c in per_rows},
+        "draft_rows_ms": ({str(c["rows"]): c["draft_ms"] for c in per_rows} if own["draft_ms"] is not None else None),
+        "seconds": seconds,
+    }

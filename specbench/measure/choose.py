@@ -18,12 +18,12 @@ the target's own numerics, so it is never silent.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
-from specbench.measure import theory
 from specbench.config import AUTO, RunConfig
 from specbench.errors import SpecbenchError
+from specbench.measure import theory
 from specbench.measure.calibration import Calibration
 
 
@@ -72,24 +72,54 @@ class AutoChoice:
         return (ms or 0.0) / self.calibrations[dtype].target_ms[1]
 
     def to_dict(self) -> dict:
-        return {"requested": self.requested, "dtype": self.dtype, "draft": self.draft, "gamma": self.gamma,
-                "policy_gamma": self.policy_gamma, "reasons": self.reasons,
-                "calibrations": {k: v.to_dict() for k, v in self.calibrations.items()},
-                "draft_ms": self.draft_ms,
-                "pilots": {k: dataclasses.asdict(v) | {"lookup_law": {str(a): b for a, b in (v.lookup_law or {}).items()}
-                                                        if v.lookup_law is not None else None}
-                           for k, v in self.pilots.items()},
-                "candidates": [dataclasses.asdict(c) for c in self.candidates]}
+        return {
+            "requested": self.requested,
+            "dtype": self.dtype,
+            "draft": self.draft,
+            "gamma": self.gamma,
+            "policy_gamma": self.policy_gamma,
+            "reasons": self.reasons,
+            "calibrations": {k: v.to_dict() for k, v in self.calibrations.items()},
+            "draft_ms": self.draft_ms,
+            "pilots": {
+                k: dataclasses.asdict(v)
+                | {
+                    "lookup_law": {str(a): b for a, b in (v.lookup_law or {}).items()}
+                    if v.lookup_law is not None
+                    else None
+                }
+                for k, v in self.pilots.items()
+            },
+            "candidates": [dataclasses.asdict(c) for c in self.candidates],
+        }
 
     @staticmethod
-    def from_dict(d: dict) -> "AutoChoice":
-        pilots = {k: PilotResult(**(v | {"lookup_law": None if v["lookup_law"] is None else
-                                         {int(a): b for a, b in v["lookup_law"].items()}}))
-                  for k, v in d["pilots"].items()}
-        return AutoChoice(requested=d["requested"], dtype=d["dtype"], draft=d["draft"], gamma=d["gamma"],
-                          policy_gamma=d["policy_gamma"], reasons=d["reasons"],
-                          calibrations={k: Calibration.from_dict(v) for k, v in d["calibrations"].items()},
-                          draft_ms=d["draft_ms"], pilots=pilots, candidates=[Candidate(**c) for c in d["candidates"]])
+    def from_dict(d: dict) -> AutoChoice:
+        pilots = {
+            k: PilotResult(
+                **(
+                    v
+                    | {
+                        "lookup_law": None
+                        if v["lookup_law"] is None
+                        else {int(a): b for a, b in v["lookup_law"].items()}
+                    }
+                )
+            )
+            for k, v in d["pilots"].items()
+        }
+        return AutoChoice(
+            requested=d["requested"],
+            dtype=d["dtype"],
+            draft=d["draft"],
+            gamma=d["gamma"],
+            policy_gamma=d["policy_gamma"],
+            reasons=d["reasons"],
+            calibrations={k: Calibration.from_dict(v) for k, v in d["calibrations"].items()},
+            draft_ms=d["draft_ms"],
+            pilots=pilots,
+            candidates=[Candidate(**c) for c in d["candidates"]],
+        )
 
 
 def needs_choice(config: RunConfig) -> bool:
@@ -97,8 +127,9 @@ def needs_choice(config: RunConfig) -> bool:
     return AUTO in (config.draft, config.dtype) or config.gamma in ("auto", "adaptive")
 
 
-def pilot_from_results(draft: str, results: list, hybrid_lookups: list[int] | None, lookup_only: bool,
-                       example_ids: list[str]) -> PilotResult:
+def pilot_from_results(
+    draft: str, results: list, hybrid_lookups: list[int] | None, lookup_only: bool, example_ids: list[str]
+) -> PilotResult:
     """α and the lookup law from pilot DecodeResults (pure: the counting the summary also does)."""
     accepted = sum(r.accepted for r in results)
     trials = sum(r.trials for r in results)
@@ -108,11 +139,21 @@ def pilot_from_results(draft: str, results: list, hybrid_lookups: list[int] | No
         lengths = [g for r in results for g in r.proposal_lengths]
         law = {g: lengths.count(g) / len(lengths) for g in sorted(set(lengths))} if lengths else {0: 1.0}
     elif hybrid_lookups is not None:
-        law = ({g: hybrid_lookups.count(g) / len(hybrid_lookups) for g in sorted(set(hybrid_lookups))}
-               if hybrid_lookups else {0: 1.0})
+        law = (
+            {g: hybrid_lookups.count(g) / len(hybrid_lookups) for g in sorted(set(hybrid_lookups))}
+            if hybrid_lookups
+            else {0: 1.0}
+        )
     alpha = accepted / trials if trials else 0.0
-    return PilotResult(draft=draft, alpha=alpha, steps=steps, lookup_law=law, model_fills=not lookup_only,
-                       examples=example_ids, alpha_by_position=positional_alpha(results, alpha))
+    return PilotResult(
+        draft=draft,
+        alpha=alpha,
+        steps=steps,
+        lookup_law=law,
+        model_fills=not lookup_only,
+        examples=example_ids,
+        alpha_by_position=positional_alpha(results, alpha),
+    )
 
 
 POSITION_PRIOR = 2.0  # pseudo-trials at the pooled α behind each position's estimate (deep positions are seen rarely)
@@ -139,8 +180,12 @@ def positional_alpha(results: list, pooled: float) -> list[float] | None:
     return [(a + POSITION_PRIOR * pooled) / (t + POSITION_PRIOR) for a, t in zip(accepted, reached)]
 
 
-def rank_candidates(calibrations: dict[str, Calibration], draft_ms: dict[str, dict[str, float]],
-                    pilots: dict[str, PilotResult], gammas: list[int]) -> list[Candidate]:
+def rank_candidates(
+    calibrations: dict[str, Calibration],
+    draft_ms: dict[str, dict[str, float]],
+    pilots: dict[str, PilotResult],
+    gammas: list[int],
+) -> list[Candidate]:
     """Every (draft, dtype, γ) with its predicted speedup and ms per token, fastest first (pure)."""
     rows = []
     for dtype, cal in calibrations.items():
@@ -164,16 +209,25 @@ def _fmt_curve(cal: Calibration, upto: int) -> str:
     return " ".join(f"{cost[k]:.2f}" for k in range(1, upto + 1) if k in cost)
 
 
-def explain(config: RunConfig, best: Candidate, ranked: list[Candidate], calibrations: dict[str, Calibration],
-            pilots: dict[str, PilotResult], bf16_note: str | None) -> list[str]:
+def explain(
+    config: RunConfig,
+    best: Candidate,
+    ranked: list[Candidate],
+    calibrations: dict[str, Calibration],
+    pilots: dict[str, PilotResult],
+    bf16_note: str | None,
+) -> list[str]:
     """One line per choice that was asked for (pure)."""
     lines = []
     if config.dtype == AUTO:
         others = {}
         for r in ranked:
             others.setdefault(r.dtype, r)
-        parts = [f"{d}: {r.ms_per_token:.1f} ms/token predicted ({r.draft} γ {r.gamma}), plain decoding "
-                 f"{calibrations[d].target_ms[1]:.1f} ms/token" for d, r in others.items()]
+        parts = [
+            f"{d}: {r.ms_per_token:.1f} ms/token predicted ({r.draft} γ {r.gamma}), plain decoding "
+            f"{calibrations[d].target_ms[1]:.1f} ms/token"
+            for d, r in others.items()
+        ]
         lines.append(f"dtype {best.dtype}: " + "; ".join(parts) + (f"; {bf16_note}" if bf16_note else ""))
     if config.draft == AUTO:
         per_draft = {}
@@ -186,17 +240,28 @@ def explain(config: RunConfig, best: Candidate, ranked: list[Candidate], calibra
         same = sorted((r for r in ranked if r.dtype == best.dtype and r.draft == best.draft), key=lambda r: r.gamma)
         preds = " ".join(f"{r.speedup:.2f}" for r in same)
         cal = calibrations[best.dtype]
-        head = (f"γ {best.gamma}" if config.gamma == "auto" else
-                f"γ adaptive (starts near {best.gamma}, follows each example's running α)")
-        lines.append(f"{head}: predicted speedup for γ {same[0].gamma}..{same[-1].gamma}: {preds}; measured "
-                     f"t(k)/t(1) for k = 1..{max(cal.target_ms)}: {_fmt_curve(cal, max(cal.target_ms))} "
-                     f"({best.dtype}, {cal.context_tokens}-token context)")
+        head = (
+            f"γ {best.gamma}"
+            if config.gamma == "auto"
+            else f"γ adaptive (starts near {best.gamma}, follows each example's running α)"
+        )
+        lines.append(
+            f"{head}: predicted speedup for γ {same[0].gamma}..{same[-1].gamma}: {preds}; measured "
+            f"t(k)/t(1) for k = 1..{max(cal.target_ms)}: {_fmt_curve(cal, max(cal.target_ms))} "
+            f"({best.dtype}, {cal.context_tokens}-token context)"
+        )
     return lines
 
 
-def choose(config: RunConfig, *, dtypes: list[str], drafts: list[str],
-           calibrate_dtype: Callable[[str, list[str]], tuple[Calibration, dict[str, float]]],
-           pilot: Callable[[str], PilotResult], bf16_note: str | None = None) -> AutoChoice:
+def choose(
+    config: RunConfig,
+    *,
+    dtypes: list[str],
+    drafts: list[str],
+    calibrate_dtype: Callable[[str, list[str]], tuple[Calibration, dict[str, float]]],
+    pilot: Callable[[str], PilotResult],
+    bf16_note: str | None = None,
+) -> AutoChoice:
     """Calibrate each dtype, pilot each draft, rank, choose. `calibrate_dtype(dtype, drafts)` returns
     the target's curve and ms per draft token of each model draft; `pilot(draft)` runs the pilot."""
     calibrations, draft_ms = {}, {}
@@ -208,9 +273,18 @@ def choose(config: RunConfig, *, dtypes: list[str], drafts: list[str],
     best = ranked[0]
     requested = {k: getattr(config, k) for k in ("gamma", "draft", "dtype") if getattr(config, k) in (AUTO, "adaptive")}
     gamma = best.gamma if config.gamma == "auto" else config.gamma
-    return AutoChoice(requested=requested, dtype=best.dtype, draft=best.draft, gamma=gamma, policy_gamma=best.gamma,
-                      reasons=explain(config, best, ranked, calibrations, pilots, bf16_note),
-                      calibrations=calibrations, draft_ms=draft_ms, pilots=pilots, candidates=ranked)
+    return AutoChoice(
+        requested=requested,
+        dtype=best.dtype,
+        draft=best.draft,
+        gamma=gamma,
+        policy_gamma=best.gamma,
+        reasons=explain(config, best, ranked, calibrations, pilots, bf16_note),
+        calibrations=calibrations,
+        draft_ms=draft_ms,
+        pilots=pilots,
+        candidates=ranked,
+    )
 
 
 def resolved_config(config: RunConfig, choice: AutoChoice) -> RunConfig:

@@ -14,14 +14,51 @@ from pathlib import Path
 from specbench.measure.records import read_json_object, run_identity, scan_examples, scan_runs, unsummarized_runs
 
 # run columns in order: identity, the grid's axes, the machine, then the measurements
-AXES = ("task", "target", "draft", "gamma", "temperature", "top_k", "top_p", "dtype", "device", "backend", "engine",
-        "confidence", "batch")
-MEASURES = ("n_examples", "complete", "alpha", "tokens_per_target_call", "speedup", "speedup_ci95_low",
-            "speedup_ci95_high", "decode_speedup", "decode_speedup_ci95_low", "decode_speedup_ci95_high",
-            "predicted_speedup_extended", "suspect_timing", "timing_notes", "baseline_drift")
+AXES = (
+    "task",
+    "target",
+    "draft",
+    "gamma",
+    "temperature",
+    "top_k",
+    "top_p",
+    "dtype",
+    "device",
+    "backend",
+    "engine",
+    "confidence",
+    "batch",
+)
+MEASURES = (
+    "n_examples",
+    "complete",
+    "alpha",
+    "tokens_per_target_call",
+    "speedup",
+    "speedup_ci95_low",
+    "speedup_ci95_high",
+    "decode_speedup",
+    "decode_speedup_ci95_low",
+    "decode_speedup_ci95_high",
+    "predicted_speedup_extended",
+    "suspect_timing",
+    "timing_notes",
+    "baseline_drift",
+)
 # per-example columns taken from each engine record (lists such as token_ids stay in examples.jsonl)
-ENGINE_FIELDS = ("n_tokens", "stop_reason", "prefill_s", "decode_s", "target_calls", "draft_calls", "drafted",
-                 "accepted", "trials", "draft_s", "verify_s")
+ENGINE_FIELDS = (
+    "n_tokens",
+    "stop_reason",
+    "prefill_s",
+    "decode_s",
+    "target_calls",
+    "draft_calls",
+    "drafted",
+    "accepted",
+    "trials",
+    "draft_s",
+    "verify_s",
+)
 
 
 def _config_axes(manifest: dict) -> dict:
@@ -65,8 +102,11 @@ def run_row(summary: dict) -> tuple[dict, str | None]:
     row.update(_gamma(summary, manifest))
     row["hardware"] = summary.get("hardware")
     row["cpu"] = _cpu(manifest)
-    measured = {**summary, **_pair(summary.get("speedup_ci95"), "speedup_ci95"),
-                **_pair(summary.get("decode_speedup_ci95"), "decode_speedup_ci95")}
+    measured = {
+        **summary,
+        **_pair(summary.get("speedup_ci95"), "speedup_ci95"),
+        **_pair(summary.get("decode_speedup_ci95"), "decode_speedup_ci95"),
+    }
     row.update({k: measured.get(k) for k in MEASURES})
     notes = row["timing_notes"]
     row["timing_notes"] = "; ".join(map(str, notes)) if isinstance(notes, list) else notes
@@ -133,8 +173,10 @@ def split_example_id(example_id: str) -> tuple[str, int | str]:
 
     category, colon, qid = str(example_id).rpartition(":")
     if not colon or not category or not qid:
-        raise SpecbenchError(f"example id {example_id!r} is not <category>:<question_id>; --format spec-bench "
-                             f"exports runs of the spec-bench tasks only")
+        raise SpecbenchError(
+            f"example id {example_id!r} is not <category>:<question_id>; --format spec-bench "
+            f"exports runs of the spec-bench tasks only"
+        )
     return category, int(qid) if qid.isdigit() else qid
 
 
@@ -166,8 +208,10 @@ def turn_records(record: dict, engine: str) -> list[dict]:
     if not turns:
         return [record[engine]]
     if any(t.get(engine) is None for t in turns):
-        raise SpecbenchError(f"example {record['example_id']!r} has no per-turn {engine} (a sweep's shared baseline); "
-                             f"export a `specbench run` of the task instead")
+        raise SpecbenchError(
+            f"example {record['example_id']!r} has no per-turn {engine} (a sweep's shared baseline); "
+            f"export a `specbench run` of the task instead"
+        )
     return [t[engine] for t in turns]
 
 
@@ -180,11 +224,22 @@ def answer_line(record: dict, engine: str, model_id: str, run_id: str, tstamp: f
     turns = turn_records(record, engine)
     steps = [[1] * t["n_tokens"] if engine == "baseline" else pass_tokens(t) for t in turns]
     digest = hashlib.sha256(f"{run_id}:{engine}:{record['example_id']}".encode()).hexdigest()[:22]
-    choice = {"index": 0, "turns": [t["text"].strip() for t in turns], "decoding_steps": [len(s) for s in steps],
-              "new_tokens": [t["n_tokens"] for t in turns], "wall_time": [t["prefill_s"] + t["decode_s"] for t in turns],
-              "accept_lengths": [n for s in steps for n in s]}
-    return {"question_id": qid, "category": category, "answer_id": digest, "model_id": model_id,
-            "choices": [choice], "tstamp": tstamp}
+    choice = {
+        "index": 0,
+        "turns": [t["text"].strip() for t in turns],
+        "decoding_steps": [len(s) for s in steps],
+        "new_tokens": [t["n_tokens"] for t in turns],
+        "wall_time": [t["prefill_s"] + t["decode_s"] for t in turns],
+        "accept_lengths": [n for s in steps for n in s],
+    }
+    return {
+        "question_id": qid,
+        "category": category,
+        "answer_id": digest,
+        "model_id": model_id,
+        "choices": [choice],
+        "tstamp": tstamp,
+    }
 
 
 def model_ids(summary: dict) -> dict[str, str]:
@@ -193,8 +248,10 @@ def model_ids(summary: dict) -> dict[str, str]:
 
     target = Path(str(summary.get("target"))).name
     tail = f"{summary.get('dtype')}-temp-{summary.get('temperature')}"
-    ids = {"speculative": f"{target}-specbench-{summary.get('draft')}-g{summary.get('gamma')}-{tail}",
-           "baseline": f"{target}-vanilla-{tail}"}
+    ids = {
+        "speculative": f"{target}-specbench-{summary.get('draft')}-g{summary.get('gamma')}-{tail}",
+        "baseline": f"{target}-vanilla-{tail}",
+    }
     return {k: re.sub(r"[^A-Za-z0-9._-]+", "_", v) for k, v in ids.items()}
 
 
@@ -258,9 +315,13 @@ def category_table(records: list[dict]) -> list[dict]:
     rows = []
     for name, rs in groups:
         spec = [r["speculative"] for r in rs]
-        row = {"category": name, "n": len(rs),
-               "alpha": ratio(sum(e["accepted"] for e in spec), sum(e["trials"] for e in spec)),
-               **spec_bench_metrics(rs), **category_quality(name, rs)}
+        row = {
+            "category": name,
+            "n": len(rs),
+            "alpha": ratio(sum(e["accepted"] for e in spec), sum(e["trials"] for e in spec)),
+            **spec_bench_metrics(rs),
+            **category_quality(name, rs),
+        }
         rows.append(row)
     return rows
 
@@ -275,5 +336,7 @@ def category_quality(category: str, records: list[dict]) -> dict:
     if metric is None or any(not ref for ref in refs):
         return {"metric": None}
     key = "bleu" if metric == "bleu" else "rougeL"
-    return {"metric": key, **{e: score(metric, [r[e]["text"] for r in records], refs)[key]
-                              for e in ("baseline", "speculative")}}
+    return {
+        "metric": key,
+        **{e: score(metric, [r[e]["text"] for r in records], refs)[key] for e in ("baseline", "speculative")},
+    }

@@ -13,8 +13,19 @@ import subprocess
 from pathlib import Path
 
 # the ISA flags that change fp32/bf16 matmul cost on x86 (and the Arm ones that do the same)
-ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni", "amx_tile", "amx_bf16", "amx_int8",
-             "asimd", "sve", "bf16")
+ISA_FLAGS = (
+    "avx2",
+    "avx512f",
+    "avx512_bf16",
+    "avx512_fp16",
+    "avx512_vnni",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+    "asimd",
+    "sve",
+    "bf16",
+)
 
 
 def _cpuinfo() -> dict[str, str]:
@@ -39,8 +50,9 @@ def cpu_model() -> str:
     name = info.get("model name") or info.get("Model") or info.get("Hardware")
     if not name and platform.system() == "Darwin":
         try:
-            name = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True,
-                                  timeout=5).stdout.strip()
+            name = subprocess.run(
+                ["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True, timeout=5
+            ).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             name = None
     return name or platform.processor() or platform.machine() or "unknown CPU"
@@ -65,8 +77,12 @@ def memory_gib() -> float | None:
 
 def gpu_driver() -> str | None:
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
     except (OSError, subprocess.SubprocessError):
         return None
@@ -80,8 +96,9 @@ def gpus() -> list[dict]:
     rows = []
     for i in range(torch.cuda.device_count()):
         p = torch.cuda.get_device_properties(i)
-        rows.append({"name": p.name, "memory_gib": round(p.total_memory / 2**30, 1),
-                     "capability": f"{p.major}.{p.minor}"})
+        rows.append(
+            {"name": p.name, "memory_gib": round(p.total_memory / 2**30, 1), "capability": f"{p.major}.{p.minor}"}
+        )
     return rows
 
 
@@ -131,7 +148,9 @@ def describe(hw: dict | None) -> str:
     if not hw:
         return "unknown hardware (no record in the manifest)"
     if "cpu_model" not in hw:  # manifests from before the identity was recorded
-        return f"{hw.get('processor') or hw.get('machine') or 'unknown CPU'}, {hw.get('cpu_count')} CPUs (no ISA record)"
+        return (
+            f"{hw.get('processor') or hw.get('machine') or 'unknown CPU'}, {hw.get('cpu_count')} CPUs (no ISA record)"
+        )
     flags = [f for f in hw.get("isa_flags", []) if f != "amx_tile"]
     amx = any(f.startswith("amx") for f in flags)
     isa = ", ".join(flags) or "no ISA flags read"

@@ -48,10 +48,15 @@ def _vm_hwm_mib() -> float | None:
 def peak_memory(device: torch.device | str) -> dict:
     """{"peak_memory_mb": MiB, "peak_memory_kind": what was read} since reset_peak_memory (see the module docstring)."""
     if torch.device(device).type == "cuda":
-        return {"peak_memory_mb": torch.cuda.max_memory_allocated(device) / 2**20,
-                "peak_memory_kind": "cuda_max_allocated"}
+        return {
+            "peak_memory_mb": torch.cuda.max_memory_allocated(device) / 2**20,
+            "peak_memory_kind": "cuda_max_allocated",
+        }
     hwm = _vm_hwm_mib() if _rss_reset else None
     if hwm is not None:
         return {"peak_memory_mb": hwm, "peak_memory_kind": "rss_since_start"}
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kB on Linux, bytes on macOS
-    return {"peak_memory_mb": peak / (2**20 if sys.platform == "darwin" else 1024), "peak_memory_kind": "rss_process_peak"}
+    return {
+        "peak_memory_mb": peak / (2**20 if sys.platform == "darwin" else 1024),
+        "peak_memory_kind": "rss_process_peak",
+    }

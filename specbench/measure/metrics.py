@@ -90,8 +90,18 @@ def _total(records: list[dict], engine: str, key: str) -> float:
 
 def engine_totals(records: list[dict], engine: str) -> dict:
     """Summed raw counts of one engine over the records."""
-    keys = ("n_tokens", "prefill_s", "decode_s", "target_calls", "draft_calls", "drafted", "accepted",
-            "trials", "draft_s", "verify_s")
+    keys = (
+        "n_tokens",
+        "prefill_s",
+        "decode_s",
+        "target_calls",
+        "draft_calls",
+        "drafted",
+        "accepted",
+        "trials",
+        "draft_s",
+        "verify_s",
+    )
     return {k: _total(records, engine, k) for k in keys}
 
 
@@ -123,8 +133,9 @@ def per_batch_speedups(records: list[dict], decode_only: bool = False):
     """(speculative tokens, seconds, baseline tokens, seconds) per batch as numpy arrays."""
     import numpy as np
 
-    units = [(*batch_unit(b, "speculative", decode_only), *batch_unit(b, "baseline", decode_only))
-             for b in batches(records)]
+    units = [
+        (*batch_unit(b, "speculative", decode_only), *batch_unit(b, "baseline", decode_only)) for b in batches(records)
+    ]
     return tuple(np.array(col, dtype=float) for col in zip(*units))
 
 
@@ -137,15 +148,21 @@ def per_example_speedups(records: list[dict], decode_only: bool = False):
 
     def arrays(engine):
         tok = np.array([r[engine]["n_tokens"] - (1 if decode_only else 0) for r in records], dtype=float)
-        sec = np.array([r[engine]["decode_s"] + (0.0 if decode_only else r[engine]["prefill_s"]) for r in records],
-                       dtype=float)
+        sec = np.array(
+            [r[engine]["decode_s"] + (0.0 if decode_only else r[engine]["prefill_s"]) for r in records], dtype=float
+        )
         return tok, sec
 
     return (*arrays("speculative"), *arrays("baseline"))
 
 
-def bootstrap_speedup_ci(records: list[dict], decode_only: bool = False, level: float = 0.95,
-                         resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> list[float]:
+def bootstrap_speedup_ci(
+    records: list[dict],
+    decode_only: bool = False,
+    level: float = 0.95,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = 0,
+) -> list[float]:
     """Percentile-bootstrap interval of the ratio-of-sums speedup, resampling examples with replacement."""
     import numpy as np
 
@@ -176,18 +193,26 @@ def timing_noise(records: list[dict], probes: list[float] | None = None, drift: 
     """suspect_timing and timing_notes from the noise checks (measure/noise.py) and a sweep's baseline drift."""
     from specbench.measure.noise import noise_verdict
 
-    token_ms = [1e3 * r["baseline"]["decode_s"] / (r["baseline"]["n_tokens"] - 1)
-                for r in records if r["baseline"]["n_tokens"] > 1]
-    repeats = [max(x) / min(x) for r in records for e in ("baseline", "speculative")
-               if len(x := r[e].get("repeat_s") or []) > 1 and min(x) > 0]
+    token_ms = [
+        1e3 * r["baseline"]["decode_s"] / (r["baseline"]["n_tokens"] - 1)
+        for r in records
+        if r["baseline"]["n_tokens"] > 1
+    ]
+    repeats = [
+        max(x) / min(x)
+        for r in records
+        for e in ("baseline", "speculative")
+        if len(x := r[e].get("repeat_s") or []) > 1 and min(x) > 0
+    ]
     notes = noise_verdict(probes or [], token_ms, repeats)
     if drift is not None and abs(drift - 1.0) > BASELINE_DRIFT_TOLERANCE:
         notes.append(f"the shared baseline, re-timed before this cell, took {drift:.2f}× its stored time")
     return {"suspect_timing": bool(notes), "timing_notes": notes}
 
 
-def summarize(records: list[dict], gamma: int, greedy: bool, probes: list[float] | None = None,
-              drift: float | None = None) -> dict:
+def summarize(
+    records: list[dict], gamma: int, greedy: bool, probes: list[float] | None = None, drift: float | None = None
+) -> dict:
     """Records of one run (ExampleRecord dicts that records.example_problem accepts) → the summary's metric
     fields, each declared in records.Summary (see the module docstring for their definitions)."""
     if not records:
@@ -203,8 +228,12 @@ def summarize(records: list[dict], gamma: int, greedy: bool, probes: list[float]
     expected = [x for r in records for x in r["speculative"]["expected_accept"]]
     lengths = [x for r in records for x in r["speculative"]["accept_lengths"]]
     steps_with_draft = len(lengths)
-    full = [n for r in records for n, g in zip(r["speculative"]["accept_lengths"], r["speculative"].get("draft_lengths", []))
-            if g == gamma]  # steps that drafted all γ tokens: the ones the theory's law describes
+    full = [
+        n
+        for r in records
+        for n, g in zip(r["speculative"]["accept_lengths"], r["speculative"].get("draft_lengths", []))
+        if g == gamma
+    ]  # steps that drafted all γ tokens: the ones the theory's law describes
     out = {
         "n_examples": n,
         "alpha": ratio(spec["accepted"], spec["trials"]),
@@ -220,7 +249,9 @@ def summarize(records: list[dict], gamma: int, greedy: bool, probes: list[float]
         "speedup_ci95": bootstrap_speedup_ci(records),
         "speedup_median_example": median_example_speedup(records),
         "decode_speedup_ci95": bootstrap_speedup_ci(records, decode_only=True),
-        "decode_speedup": ratio(ratio(spec_decode_tokens, spec["decode_s"]), ratio(base_decode_tokens, base["decode_s"])),
+        "decode_speedup": ratio(
+            ratio(spec_decode_tokens, spec["decode_s"]), ratio(base_decode_tokens, base["decode_s"])
+        ),
         "baseline_tokens_per_s": ratio(base["n_tokens"], base_time),
         "speculative_tokens_per_s": ratio(spec["n_tokens"], spec_time),
         "baseline_ttft_s": ratio(base["prefill_s"], n),
@@ -249,15 +280,19 @@ def summarize(records: list[dict], gamma: int, greedy: bool, probes: list[float]
 
 def row_metrics(records: list[dict]) -> dict:
     """Per-row throughput of each engine and each row's own α (see the module docstring)."""
+
     def row_rate(engine):
         rates = [ratio(r[engine]["n_tokens"], r[engine]["prefill_s"] + r[engine]["decode_s"]) for r in records]
         rates = [x for x in rates if not math.isnan(x)]
         return mean(rates) if rates else NAN
 
     alphas = [r["speculative"]["accepted"] / r["speculative"]["trials"] for r in records if r["speculative"]["trials"]]
-    return {"baseline_row_tokens_per_s": row_rate("baseline"), "speculative_row_tokens_per_s": row_rate("speculative"),
-            "alpha_row_mean": mean(alphas) if alphas else NAN,
-            "alpha_row_range": [min(alphas), max(alphas)] if alphas else [NAN, NAN]}
+    return {
+        "baseline_row_tokens_per_s": row_rate("baseline"),
+        "speculative_row_tokens_per_s": row_rate("speculative"),
+        "alpha_row_mean": mean(alphas) if alphas else NAN,
+        "alpha_row_range": [min(alphas), max(alphas)] if alphas else [NAN, NAN],
+    }
 
 
 def _batch_max(rows: list[dict], engine: str, key: str, minus: int = 0) -> float:
@@ -290,11 +325,16 @@ def batch_metrics(records: list[dict]) -> dict:
     t_step = ratio(dsec["baseline"], base_steps)  # baseline seconds per batched step
     return {
         "speedup": ratio(ratio(tok["speculative"], sec["speculative"]), ratio(tok["baseline"], sec["baseline"])),
-        "decode_speedup": ratio(ratio(dtok["speculative"], dsec["speculative"]), ratio(dtok["baseline"], dsec["baseline"])),
+        "decode_speedup": ratio(
+            ratio(dtok["speculative"], dsec["speculative"]), ratio(dtok["baseline"], dsec["baseline"])
+        ),
         "baseline_tokens_per_s": ratio(tok["baseline"], sec["baseline"]),
         "speculative_tokens_per_s": ratio(tok["speculative"], sec["speculative"]),
-        "baseline_s": sec["baseline"], "speculative_s": sec["speculative"],
-        "draft_s": draft_s, "verify_s": verify_s, "overhead_s": dsec["speculative"] - draft_s - verify_s,
+        "baseline_s": sec["baseline"],
+        "speculative_s": sec["speculative"],
+        "draft_s": draft_s,
+        "verify_s": verify_s,
+        "overhead_s": dsec["speculative"] - draft_s - verify_s,
         "c": ratio(ratio(draft_s, drafted), t_step),
         "verify_cost": ratio(ratio(verify_s, passes), t_step),
         "tokens_per_batch_pass": ratio(dtok["speculative"], passes),
@@ -307,8 +347,12 @@ def batch_prediction(records: list[dict], gamma: int, calibration: dict | None, 
     (measure/batch_model.py: each row's own steps, rows leaving as they finish, t(b, k) at every b)."""
     from specbench.measure.batch_model import batch_cost_figures
 
-    out = {"batch_verify_cost": NAN, "batch_draft_cost": NAN, "predicted_speedup_batch": NAN,
-           "replayed_speedup_batch": NAN}
+    out = {
+        "batch_verify_cost": NAN,
+        "batch_draft_cost": NAN,
+        "predicted_speedup_batch": NAN,
+        "replayed_speedup_batch": NAN,
+    }
     if not calibration or str(gamma) not in calibration.get("verify_cost", {}):
         return out
     out["batch_verify_cost"] = float(calibration["verify_cost"][str(gamma)])
@@ -317,8 +361,9 @@ def batch_prediction(records: list[dict], gamma: int, calibration: dict | None, 
     return out
 
 
-def predicted_and_checks(records: list[dict], measured: dict, gamma: int, greedy: bool, probes: list[float] | None,
-                         drift: float | None) -> dict:
+def predicted_and_checks(
+    records: list[dict], measured: dict, gamma: int, greedy: bool, probes: list[float] | None, drift: float | None
+) -> dict:
     """Beside the measured metrics: the cost model's predictions from them, the noise verdict and, at T = 0,
     the identity line."""
     alpha, c, verify_cost = measured["alpha"], measured["c"], measured["verify_cost"]
@@ -355,9 +400,11 @@ def spec_bench_metrics(records: list[dict]) -> dict:
     tokens = sum(r["speculative"]["n_tokens"] for r in records)
     passes = sum(r["speculative"]["target_calls"] + (len(r.get("turns") or []) or 1) for r in records)
     drafted = sum(r["speculative"]["drafted"] for r in records)
-    return {"mean_accepted_tokens": ratio(tokens, passes),
-            "draft_acceptance_rate": ratio(sum(r["speculative"]["accepted"] for r in records), drafted),
-            "spec_bench_speedup": ratio(question_rate(records, "speculative"), question_rate(records, "baseline"))}
+    return {
+        "mean_accepted_tokens": ratio(tokens, passes),
+        "draft_acceptance_rate": ratio(sum(r["speculative"]["accepted"] for r in records), drafted),
+        "spec_bench_speedup": ratio(question_rate(records, "speculative"), question_rate(records, "baseline")),
+    }
 
 
 def accepted_length_histogram(full: list[int], gamma: int) -> list[int]:
@@ -418,8 +465,14 @@ def predicted_decode(records: list[dict], alpha: float, gamma: int, c: float, ve
     return {"predicted_target_calls": passes, "predicted_decode_speedup": ratio(tokens, cost)} if tokens else nan
 
 
-def predictions(alpha: float, gamma: int, c: float, verify_cost: float,
-                draft_lengths: list[int] | None = None, target_calls: int = 0) -> dict:
+def predictions(
+    alpha: float,
+    gamma: int,
+    c: float,
+    verify_cost: float,
+    draft_lengths: list[int] | None = None,
+    target_calls: int = 0,
+) -> dict:
     """Predicted speedups from measured quantities.
 
     predicted_speedup: the paper's Theorem 3.8 from α and c (every step drafts γ, a target pass

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 PROBE_PASSES = 5  # one-token passes per probe (median taken)
 SHIFT_TOLERANCE = 1.5  # a probe or an example's baseline ms/token beyond 1.5× the series' lower quartile is "slow"
@@ -31,7 +31,9 @@ REPEAT_GROSS = 2.0  # one repeat pair this far apart is enough
 MIN_SHARE = 0.15  # otherwise at least 2 values and this share of the series must be off
 
 
-def probe_ms(step: Callable[[], None], passes: int = PROBE_PASSES, clock: Callable[[], float] = time.perf_counter) -> float:
+def probe_ms(
+    step: Callable[[], None], passes: int = PROBE_PASSES, clock: Callable[[], float] = time.perf_counter
+) -> float:
     """Median ms of `passes` calls of `step` (one target pass, rolled back)."""
     times = []
     for _ in range(passes):
@@ -70,16 +72,22 @@ def noise_verdict(probes: list[float], baseline_token_ms: list[float], repeat_ra
     slow = sustained(probes, SHIFT_TOLERANCE, GROSS_TOLERANCE)
     if slow:
         first = next(i for i, p in enumerate(probes) if p in slow)
-        reasons.append(f"{len(slow)} of {len(probes)} probes of a one-token target pass took up to {max(slow):.1f} ms "
-                       f"against {lower_quartile(probes):.1f} ms (lower quartile), from probe {first + 1} on: "
-                       f"the machine was busy")
+        reasons.append(
+            f"{len(slow)} of {len(probes)} probes of a one-token target pass took up to {max(slow):.1f} ms "
+            f"against {lower_quartile(probes):.1f} ms (lower quartile), from probe {first + 1} on: "
+            f"the machine was busy"
+        )
     times = [t for t in baseline_token_ms if t and t > 0]
     far = sustained(times, SHIFT_TOLERANCE, GROSS_TOLERANCE)
     if far:
-        reasons.append(f"{len(far)} of {len(times)} examples decoded at up to {max(far):.1f} ms/token against "
-                       f"{lower_quartile(times):.1f} (baseline, lower quartile): the machine's speed changed")
+        reasons.append(
+            f"{len(far)} of {len(times)} examples decoded at up to {max(far):.1f} ms/token against "
+            f"{lower_quartile(times):.1f} (baseline, lower quartile): the machine's speed changed"
+        )
     bad = [r for r in repeat_ratios if r > REPEAT_TOLERANCE]
     if any(r > REPEAT_GROSS for r in bad) or len(bad) >= max(2, MIN_SHARE * len(repeat_ratios)):
-        reasons.append(f"{len(bad)} of {len(repeat_ratios)} repeated decodes disagreed by up to {max(bad):.2f}× "
-                       f"(same engine, same example)")
+        reasons.append(
+            f"{len(bad)} of {len(repeat_ratios)} repeated decodes disagreed by up to {max(bad):.2f}× "
+            f"(same engine, same example)"
+        )
     return reasons

@@ -55,14 +55,28 @@ class EngineRecord:
     draft_s: float  # decode time spent proposing
     verify_s: float  # decode time spent in target passes and verification
     # added after results existed (older records, e.g. a sweep's stored baselines, lack it):
-    proposal_lengths: list[int] = field(default_factory=list)  # tokens offered at each pass the budget did not shorten (0 = none)
-    pass_lengths: list[int] = field(default_factory=list)  # tokens fed to each target pass after prefill (speculative: 1 or g+1), in order
-    repeat_s: list[float] = field(default_factory=list)  # prefill + decode seconds of each timed repeat (--repeats); the times above are their medians
+    proposal_lengths: list[int] = field(
+        default_factory=list
+    )  # tokens offered at each pass the budget did not shorten (0 = none)
+    pass_lengths: list[int] = field(
+        default_factory=list
+    )  # tokens fed to each target pass after prefill (speculative: 1 or g+1), in order
+    repeat_s: list[float] = field(
+        default_factory=list
+    )  # prefill + decode seconds of each timed repeat (--repeats); the times above are their medians
     # batches (--batch-size > 1) only; absent from records decoded one at a time:
-    batch_s: float | None = None  # wall seconds of this engine's whole batch (its prefill to its last row's stop); shared by the batch's rows
-    batch_pass_rows: list[int] = field(default_factory=list)  # live rows in each batched target pass after prefill (the batch's, shared)
-    batch_pass_widths: list[int] = field(default_factory=list)  # tokens per row fed to each such pass (the batch's, shared)
-    kept_lengths: list[int] = field(default_factory=list)  # tokens each verify step kept for this row: accepted + 1, or fewer under --batch-policy min
+    batch_s: float | None = (
+        None  # wall seconds of this engine's whole batch (its prefill to its last row's stop); shared by the batch's rows
+    )
+    batch_pass_rows: list[int] = field(
+        default_factory=list
+    )  # live rows in each batched target pass after prefill (the batch's, shared)
+    batch_pass_widths: list[int] = field(
+        default_factory=list
+    )  # tokens per row fed to each such pass (the batch's, shared)
+    kept_lengths: list[int] = field(
+        default_factory=list
+    )  # tokens each verify step kept for this row: accepted + 1, or fewer under --batch-policy min
 
 
 ENGINE_BATCH_FIELDS = ("batch_s", "batch_pass_rows", "batch_pass_widths", "kept_lengths")  # left out of batch-1 records
@@ -81,16 +95,24 @@ class ExampleRecord:
     identical: bool  # speculative token ids equal the baseline's (expected at T = 0 only)
     first_divergence: int | None  # index of the first differing token, None when identical
     # added later (older records lack it):
-    numerics: dict | None = None  # T = 0 only (evidence/numerics.py): floor_positions, floor_flips, seconds, divergence (its class, or null)
+    numerics: dict | None = (
+        None  # T = 0 only (evidence/numerics.py): floor_positions, floor_flips, seconds, divergence (its class, or null)
+    )
     # batches (--batch-size > 1) only; absent from records decoded one at a time:
     batch_size: int | None = None  # the run's --batch-size B
     batch_index: int | None = None  # which batch of the run (0, 1, …: examples grouped by B in the task's seeded order)
     row: int | None = None  # the example's row in its batch (0 .. batch_rows − 1)
-    batch_rows: int | None = None  # rows in this batch: B, or fewer in the last batch when B does not divide the examples
+    batch_rows: int | None = (
+        None  # rows in this batch: B, or fewer in the last batch when B does not divide the examples
+    )
     # T > 0 only (evidence/perplexity.py; older records and greedy runs lack it):
-    nll: dict | None = None  # {"baseline", "speculative"}: each output's mean negative log-likelihood per token under the target's raw law (null: empty output)
+    nll: dict | None = (
+        None  # {"baseline", "speculative"}: each output's mean negative log-likelihood per token under the target's raw law (null: empty output)
+    )
     # multi-turn questions only (measure/turns.py; null for one turn): the engine records above sum the turns
-    turns: list[dict] | None = None  # per turn: {"baseline", "speculative"}: that turn's EngineRecord (baseline null: a sweep's shared one), {"baseline_prompt_tokens", "speculative_prompt_tokens"}: the conversation's length
+    turns: list[dict] | None = (
+        None  # per turn: {"baseline", "speculative"}: that turn's EngineRecord (baseline null: a sweep's shared one), {"baseline_prompt_tokens", "speculative_prompt_tokens"}: the conversation's length
+    )
 
 
 BATCH_FIELDS = ("batch_size", "batch_index", "row", "batch_rows")  # ExampleRecord's batch fields, omitted while null
@@ -125,7 +147,9 @@ class Summary:
     batch_policy: str | None = None  # B > 1: ragged (each row its own accepted prefix) or min (all rows by the minimum)
     max_new_tokens: int | None = None  # the generation budget per example
     prompt_length: str | None = None  # --prompt-length: all, or the short / medium / long tertile of prompt tokens
-    prompt_length_thresholds: list[float] | None = None  # a bucket's [t33, t67]: prompt-token tertiles of the task's pool
+    prompt_length_thresholds: list[float] | None = (
+        None  # a bucket's [t33, t67]: prompt-token tertiles of the task's pool
+    )
     prompt_length_range: list[int] | None = None  # a bucket's [fewest, most] prompt tokens among its candidates
     complete: bool | None = None  # every selected example is measured (n_examples == the manifest's n_examples)
     # --- measured (metrics.summarize)
@@ -135,9 +159,13 @@ class Summary:
     acceptance_rate: float | None = None  # Σ accepted / Σ drafted
     mean_accepted_length: float | None = None  # mean accepted drafts per verification step
     # peers' names (metrics.spec_bench_metrics; README maps them onto alpha and acceptance_rate):
-    mean_accepted_tokens: float | None = None  # Spec-Bench's #MAT: tokens emitted per target pass, prefill's pass and the bonus/correction token counted
+    mean_accepted_tokens: float | None = (
+        None  # Spec-Bench's #MAT: tokens emitted per target pass, prefill's pass and the bonus/correction token counted
+    )
     draft_acceptance_rate: float | None = None  # vLLM's name for Σ accepted / Σ drafted (= acceptance_rate)
-    spec_bench_speedup: float | None = None  # Spec-Bench's speedup: mean over questions of speculative tokens/s ÷ that mean for the baseline
+    spec_bench_speedup: float | None = (
+        None  # Spec-Bench's speedup: mean over questions of speculative tokens/s ÷ that mean for the baseline
+    )
     tokens_per_target_call: float | None = None  # decode tokens / target passes
     c: float | None = None  # draft seconds per drafted token / baseline seconds per decoded token
     verify_cost: float | None = None  # seconds per verification pass / baseline seconds per decoded token
@@ -163,7 +191,9 @@ class Summary:
     trials: int | None = None  # Σ acceptance trials (the denominator of alpha)
     full_gamma_steps: int | None = None  # verification steps that drafted all γ tokens
     target_calls: int | None = None  # Σ speculative target passes after prefill
-    accepted_length_histogram: list[int] | None = None  # steps with 0..γ accepted among full_gamma_steps ([] without any)
+    accepted_length_histogram: list[int] | None = (
+        None  # steps with 0..γ accepted among full_gamma_steps ([] without any)
+    )
     identical_rate: float | None = None  # share of examples whose speculative tokens equal the baseline's
     greedy_identity: float | None = None  # identical_rate at T = 0 (must be 1.0); null when sampling
     first_divergences: list[int] | None = None  # first differing index of every non-identical example
@@ -184,22 +214,38 @@ class Summary:
     numerics_floor_positions: int | None = None  # the positions checked
     numerics_cost_share: float | None = None  # the classifier's seconds ÷ the timed seconds
     # --- batches (metrics.batch_metrics; null at batch size 1 except the row throughputs and row α)
-    baseline_row_tokens_per_s: float | None = None  # mean over examples of each one's tokens ÷ its own seconds, baseline
+    baseline_row_tokens_per_s: float | None = (
+        None  # mean over examples of each one's tokens ÷ its own seconds, baseline
+    )
     speculative_row_tokens_per_s: float | None = None  # the same for speculative decoding (what one request sees)
     alpha_row_mean: float | None = None  # mean over examples (rows) of each one's own α (alpha is the pooled one)
     alpha_row_range: list[float | None] | None = None  # [lowest, highest] α of one example (row)
-    tokens_per_batch_pass: float | None = None  # B > 1: Σ decode tokens of all rows ÷ Σ batched target passes (a batch's passes: its longest row's)
-    batch_verify_cost: float | None = None  # B > 1: calibrated t(B, γ+1) ÷ t(B, 1), a batched pass over γ+1 tokens per row in one-token batched passes
-    batch_draft_cost: float | None = None  # B > 1: calibrated batched draft-model token ÷ batched one-token target pass (0: model-free)
-    predicted_speedup_batch: float | None = None  # B > 1: the batch cost model's decode speedup (measure/batch_model.py): each row's measured steps drawn at random, rows leaving as they finish, passes priced by the calibrated t(b, k)
-    replayed_speedup_batch: float | None = None  # B > 1: both engines' measured pass shapes priced by the calibrated t(b, k): what target passes alone explain of decode_speedup
+    tokens_per_batch_pass: float | None = (
+        None  # B > 1: Σ decode tokens of all rows ÷ Σ batched target passes (a batch's passes: its longest row's)
+    )
+    batch_verify_cost: float | None = (
+        None  # B > 1: calibrated t(B, γ+1) ÷ t(B, 1), a batched pass over γ+1 tokens per row in one-token batched passes
+    )
+    batch_draft_cost: float | None = (
+        None  # B > 1: calibrated batched draft-model token ÷ batched one-token target pass (0: model-free)
+    )
+    predicted_speedup_batch: float | None = (
+        None  # B > 1: the batch cost model's decode speedup (measure/batch_model.py): each row's measured steps drawn at random, rows leaving as they finish, passes priced by the calibrated t(b, k)
+    )
+    replayed_speedup_batch: float | None = (
+        None  # B > 1: both engines' measured pass shapes priced by the calibrated t(b, k): what target passes alone explain of decode_speedup
+    )
     # --- the run's context (runner.write_summary)
     baseline_drift: float | None = None  # a sweep cell: re-timed ÷ stored seconds of a shared baseline (worst)
     auto: dict | None = None  # auto choices: requested, reasons, pilot_alpha, predicted speedups
     hardware: str | None = None  # one sentence naming the machine (measure/hardware.describe)
     quality: dict | None = None  # metric, baseline and speculative scores (BLEU or ROUGE), CIs at T > 0
-    peak_memory_mb: float | None = None  # peak memory while this call measured (MiB): CUDA max allocated, else resident set size
-    peak_memory_kind: str | None = None  # what peak_memory_mb is: cuda_max_allocated, rss_since_start (Linux, reset per run) or rss_process_peak
+    peak_memory_mb: float | None = (
+        None  # peak memory while this call measured (MiB): CUDA max allocated, else resident set size
+    )
+    peak_memory_kind: str | None = (
+        None  # what peak_memory_mb is: cuda_max_allocated, rss_since_start (Linux, reset per run) or rss_process_peak
+    )
 
 
 def summary_dict(values: dict) -> dict:
@@ -269,8 +315,10 @@ def run_lock(root: Path):
         except OSError:
             fh.seek(0)
             holder = fh.read().strip() or "another process"
-            raise SpecbenchError(f"{root} is being measured by {holder}; wait for it to finish, or give this run "
-                                 f"another --run-id (a sweep: another --sweep-id)") from None
+            raise SpecbenchError(
+                f"{root} is being measured by {holder}; wait for it to finish, or give this run "
+                f"another --run-id (a sweep: another --sweep-id)"
+            ) from None
         try:  # who holds the lock, for the message above; a full disk must not stop the run here
             fh.seek(0)
             fh.truncate()
@@ -313,13 +361,16 @@ def environment_info() -> dict:
     import transformers
 
     import specbench
-
     from specbench.measure.hardware import hardware_identity
 
     hw = hardware_identity()
     return {
-        "versions": {"python": sys.version.split()[0], "torch": torch.__version__,
-                     "transformers": transformers.__version__, "specbench": specbench.__version__},
+        "versions": {
+            "python": sys.version.split()[0],
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "specbench": specbench.__version__,
+        },
         "git_commit": git_commit(),
         "hardware": hw,
     }
@@ -422,9 +473,13 @@ def example_problem(row) -> str | None:
     """Why a line of examples.jsonl is not an ExampleRecord the metrics can use, or None."""
     if not isinstance(row, dict):
         return f"a JSON {type(row).__name__}, not an example record"
-    return (_field_problem(row, ExampleRecord) or engine_problem(row["baseline"], "baseline")
-            or engine_problem(row["speculative"], "speculative") or numerics_problem(row.get("numerics"))
-            or turns_problem(row.get("turns")))
+    return (
+        _field_problem(row, ExampleRecord)
+        or engine_problem(row["baseline"], "baseline")
+        or engine_problem(row["speculative"], "speculative")
+        or numerics_problem(row.get("numerics"))
+        or turns_problem(row.get("turns"))
+    )
 
 
 def turns_problem(value) -> str | None:
@@ -606,8 +661,12 @@ def scan_runs(paths: list[Path]) -> tuple[list[dict], list[str]]:
 def unsummarized_runs(paths: list[Path]) -> list[str]:
     """A note for every run folder under `paths` with a manifest but no summary.json."""
     have = {s.parent for s in _found(paths, "summary.json")}
-    return [f"{m.parent}: skipped, a run folder without summary.json (killed before its first example "
-            f"finished?); rerun its command to resume it" for m in _found(paths, "manifest.json") if m.parent not in have]
+    return [
+        f"{m.parent}: skipped, a run folder without summary.json (killed before its first example "
+        f"finished?); rerun its command to resume it"
+        for m in _found(paths, "manifest.json")
+        if m.parent not in have
+    ]
 
 
 def load_runs(paths: list[Path]):

@@ -18,17 +18,27 @@ import math
 import re
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 
-from specbench.config import (AUTO, RunConfig, SamplingConfig, batch_suffix, check_batch_size, check_gamma_budget,
-                              check_gamma_context, check_id, check_results_dir, prompt_length_suffix)
+from specbench.config import (
+    AUTO,
+    RunConfig,
+    SamplingConfig,
+    batch_suffix,
+    check_batch_size,
+    check_gamma_budget,
+    check_gamma_context,
+    check_id,
+    check_results_dir,
+    prompt_length_suffix,
+)
 from specbench.decoding.autoregressive import decode_autoregressive
-from specbench.decoding.base import DecodeResult, Proposer
 from specbench.decoding.backend import ForwardBackend
+from specbench.decoding.base import DecodeResult, Proposer
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.drafts.factory import make_proposer
 from specbench.decoding.drafts.spec import parse_draft
@@ -37,20 +47,34 @@ from specbench.decoding.speculative import decode_speculative
 from specbench.errors import SpecbenchError
 from specbench.evidence.numerics import explain_example
 from specbench.evidence.perplexity import example_nll
+from specbench.files import append_jsonl, atomic_write_json
 from specbench.measure import calibration as cal
+from specbench.measure import turns
 from specbench.measure.buckets import PROMPT_POOL, BucketChoice, choose_bucket, short_bucket_note
 from specbench.measure.choose import AutoChoice, PilotResult, choose, needs_choice, pilot_from_results, resolved_config
-from specbench.measure import turns
-from specbench.measure.noise import probe_ms
 from specbench.measure.memory import peak_memory, reset_peak_memory
 from specbench.measure.metrics import batch_prediction, first_divergence, json_safe, summarize
+from specbench.measure.noise import probe_ms
+from specbench.measure.records import (
+    SCHEMA_VERSION,
+    EngineRecord,
+    ExampleRecord,
+    RunFiles,
+    append_record,
+    baseline_probe_problem,
+    engine_dict,
+    environment_info,
+    noise_probe_problem,
+    prepare_run_dir,
+    read_examples,
+    read_json_object,
+    read_records,
+    repair_jsonl,
+    run_lock,
+    summary_dict,
+)
 from specbench.models import LoadedModel, load_model, resolve_source
 from specbench.models.shipped import shipped_draft_dir
-from specbench.files import append_jsonl, atomic_write_json
-from specbench.measure.records import (SCHEMA_VERSION, EngineRecord, ExampleRecord, RunFiles, append_record,
-                                       baseline_probe_problem, engine_dict, environment_info, noise_probe_problem,
-                                       prepare_run_dir, read_examples, read_json_object, read_records, repair_jsonl,
-                                       run_lock, summary_dict)
 from specbench.tasks.specs import Example, TaskSpec, examples_hash, load_task, render_for_model, select_examples
 
 PILOT_EXAMPLES = 6  # at most this many untimed examples per draft for the auto choices' α estimate …
@@ -70,8 +94,16 @@ class Prepared:
 class Session:
     """Models loaded once and reused across runs (and sweep cells)."""
 
-    def __init__(self, target_spec: str, device: str, dtype: str, trust_remote_code: bool = False,
-                 backend: str = "eager", device_map: str | None = None, max_memory: str | None = None):
+    def __init__(
+        self,
+        target_spec: str,
+        device: str,
+        dtype: str,
+        trust_remote_code: bool = False,
+        backend: str = "eager",
+        device_map: str | None = None,
+        max_memory: str | None = None,
+    ):
         self.device, self.dtype, self.trust_remote_code, self.backend = device, dtype, trust_remote_code, backend
         self.target_spec = target_spec  # --target as given: a sweep over pairs holds one session per target
         self.device_map = device_map  # the target's placement over devices (--device-map); drafts load on `device`
@@ -90,8 +122,14 @@ class Session:
         """The target's pass-cost curve for these prompts, measured once per session."""
         key = (k_max, max_new_tokens, hashlib.sha256(repr(prompts).encode()).hexdigest())
         if key not in self.calibrations:
-            self.calibrations[key] = cal.calibrate(self.target_lm(), prompts, k_max=k_max, max_new_tokens=max_new_tokens,
-                                                   max_positions=self.target.max_positions, dtype=self.dtype)
+            self.calibrations[key] = cal.calibrate(
+                self.target_lm(),
+                prompts,
+                k_max=k_max,
+                max_new_tokens=max_new_tokens,
+                max_positions=self.target.max_positions,
+                dtype=self.dtype,
+            )
         return self.calibrations[key]
 
     def draft_token_ms(self, draft_spec: str, prompts: list[list[int]], max_new_tokens: int) -> float | None:
@@ -99,24 +137,43 @@ class Session:
         key = (draft_spec, max_new_tokens, hashlib.sha256(repr(prompts).encode()).hexdigest())
         if key not in self.draft_ms:
             caches = self.proposer(draft_spec, prompts).model_caches()
-            self.draft_ms[key] = None if not caches else cal.draft_token_ms(
-                caches[0], prompts, max_new_tokens=max_new_tokens, max_positions=self.target.max_positions)
+            self.draft_ms[key] = (
+                None
+                if not caches
+                else cal.draft_token_ms(
+                    caches[0], prompts, max_new_tokens=max_new_tokens, max_positions=self.target.max_positions
+                )
+            )
         return self.draft_ms[key]
 
-    def calibrate_batch(self, draft_spec: str, prompts: list[list[int]], batch_size: int, k_max: int,
-                        max_new_tokens: int) -> dict | None:
+    def calibrate_batch(
+        self, draft_spec: str, prompts: list[list[int]], batch_size: int, k_max: int, max_new_tokens: int
+    ) -> dict | None:
         """t(b, k) of the target (and the draft model's batched token, if any) at every row count b of
         calibration.batch_row_grid(B), timed interleaved, once per session and batch size (a sweep's ragged and
         min cells share it); None for an encoder-decoder target (no batched pass to time here)."""
         if getattr(self.target.model.config, "is_encoder_decoder", False):
             return None
-        key = ("batch", draft_spec, batch_size, k_max, max_new_tokens, hashlib.sha256(repr(prompts).encode()).hexdigest())
+        key = (
+            "batch",
+            draft_spec,
+            batch_size,
+            k_max,
+            max_new_tokens,
+            hashlib.sha256(repr(prompts).encode()).hexdigest(),
+        )
         if key not in self.calibrations:
             t_start = time.perf_counter()
             caches = self.proposer(draft_spec, prompts).model_caches()
             per_rows = cal.calibrate_batch_grid(
-                self.target.model, prompts, batch_size=batch_size, k_max=k_max, max_new_tokens=max_new_tokens,
-                max_positions=self.target.max_positions, draft=caches[0].model if caches else None)
+                self.target.model,
+                prompts,
+                batch_size=batch_size,
+                k_max=k_max,
+                max_new_tokens=max_new_tokens,
+                max_positions=self.target.max_positions,
+                draft=caches[0].model if caches else None,
+            )
             self.calibrations[key] = cal.batch_calibration_dict(batch_size, per_rows, time.perf_counter() - t_start)
         return self.calibrations[key]
 
@@ -125,9 +182,15 @@ class Session:
         fits = parse_draft(draft_spec).fits_corpus
         key = (draft_spec, hashlib.sha256(repr(corpus).encode()).hexdigest() if fits and corpus else None)
         if key not in self._proposers:
-            self._proposers[key] = make_proposer(draft_spec, self.target, self.device, self.dtype,
-                                                 self.trust_remote_code, corpus=corpus if fits else None,
-                                                 backend=self.backend)
+            self._proposers[key] = make_proposer(
+                draft_spec,
+                self.target,
+                self.device,
+                self.dtype,
+                self.trust_remote_code,
+                corpus=corpus if fits else None,
+                backend=self.backend,
+            )
         return self._proposers[key]
 
 
@@ -158,25 +221,31 @@ def select_run_examples(spec: TaskSpec, config: RunConfig, tokenizer=None) -> tu
 
         tokenizer = load_tokenizer(config.target, config.trust_remote_code)
     pool = select_examples(spec, PROMPT_POOL, config.seed)
-    choice = choose_bucket([len(prompt_token_ids(spec, e.prompt, tokenizer)) for e in pool], config.prompt_length,
-                           config.limit)
+    choice = choose_bucket(
+        [len(prompt_token_ids(spec, e.prompt, tokenizer)) for e in pool], config.prompt_length, config.limit
+    )
     note = short_bucket_note(choice, config.limit)
     if note:
         warnings.warn(note, stacklevel=1)  # one line (CLI); issued here for every caller, so a repeat is shown once
     return [pool[i] for i in choice.indices], choice
 
 
-def prepare_examples(spec: TaskSpec, examples: list[Example], target: LoadedModel, max_new_tokens: int) -> list[Prepared]:
+def prepare_examples(
+    spec: TaskSpec, examples: list[Example], target: LoadedModel, max_new_tokens: int
+) -> list[Prepared]:
     """Render (chat template) and tokenize; reject empty prompts and prompts that overflow the context."""
     prepared = []
     for ex in examples:
         ids = prompt_token_ids(spec, ex.prompt, target.tokenizer)
         if not ex.prompt.strip() or not ids:
-            raise SpecbenchError(f"example {ex.id!r} of task {spec.name!r} has an empty prompt; remove it from the task data")
+            raise SpecbenchError(
+                f"example {ex.id!r} of task {spec.name!r} has an empty prompt; remove it from the task data"
+            )
         if target.max_positions and len(ids) + max_new_tokens > target.max_positions:
             raise SpecbenchError(
                 f"example {ex.id!r}: prompt of {len(ids)} tokens + {max_new_tokens} new tokens exceeds the "
-                f"context of {target.max_positions}; shorten the prompt or lower --max-new-tokens")
+                f"context of {target.max_positions}; shorten the prompt or lower --max-new-tokens"
+            )
         prepared.append(Prepared(ex, ids))
     return prepared
 
@@ -190,16 +259,21 @@ def run_id_for(config: RunConfig) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", f"{stem}-{digest}")
 
 
-def engine_record(result: DecodeResult, tokenizer, repeat_s: list[float] | None = None,
-                  batched: bool = False) -> EngineRecord:
+def engine_record(
+    result: DecodeResult, tokenizer, repeat_s: list[float] | None = None, batched: bool = False
+) -> EngineRecord:
     """A DecodeResult plus what the record adds: decoded text, token count, each repeat's seconds; the batch
     fields only for a run with --batch-size > 1 (`batched`; its last batch may hold a single row)."""
     fields = asdict(result)
     fields.pop("batch_size", None)  # the batch size goes into the ExampleRecord, once
     if not batched:  # a batch-1 engine's defaults: the record carries no batch fields (as before batches)
         fields.update(batch_s=None, batch_pass_rows=[], batch_pass_widths=[], kept_lengths=[])
-    return EngineRecord(text=tokenizer.decode(result.token_ids, skip_special_tokens=True),
-                        n_tokens=len(result.token_ids), repeat_s=list(repeat_s or []), **fields)
+    return EngineRecord(
+        text=tokenizer.decode(result.token_ids, skip_special_tokens=True),
+        n_tokens=len(result.token_ids),
+        repeat_s=list(repeat_s or []),
+        **fields,
+    )
 
 
 @dataclass
@@ -231,10 +305,15 @@ class Engines:
     def baseline(self, prompt_ids: list[int], seed: int, max_new_tokens: int) -> DecodeResult:
         t = self.session.target
         return decode_autoregressive(
-            CachedModel(t.model, backend=self.session.target_backend), prompt_ids, max_new_tokens=max_new_tokens,
+            CachedModel(t.model, backend=self.session.target_backend),
+            prompt_ids,
+            max_new_tokens=max_new_tokens,
             sampling=self.config.sampling,
-            generator=make_generator(t.device, seed), eos_ids=t.eos_ids, decoder_start_id=t.decoder_start_id,
-            pad_to=self.pad_to)
+            generator=make_generator(t.device, seed),
+            eos_ids=t.eos_ids,
+            decoder_start_id=t.decoder_start_id,
+            pad_to=self.pad_to,
+        )
 
     def speculative(self, prompt_ids: list[int], seed: int, max_new_tokens: int) -> DecodeResult:
         t, cfg = self.session.target, self.config
@@ -244,19 +323,39 @@ class Engines:
 
             assistant = proposer.hf_assistant()
             if assistant is None:
-                raise SpecbenchError("--engine hf-assisted needs a model draft (HF's assistant_model); pick a model for --draft")
-            return decode_hf(t.model, prompt_ids, max_new_tokens=max_new_tokens, sampling=cfg.sampling, seed=seed,
-                             eos_ids=t.eos_ids, assistant=assistant, gamma=cfg.gamma,
-                             min_confidence=cfg.draft_confidence)
+                raise SpecbenchError(
+                    "--engine hf-assisted needs a model draft (HF's assistant_model); pick a model for --draft"
+                )
+            return decode_hf(
+                t.model,
+                prompt_ids,
+                max_new_tokens=max_new_tokens,
+                sampling=cfg.sampling,
+                seed=seed,
+                eos_ids=t.eos_ids,
+                assistant=assistant,
+                gamma=cfg.gamma,
+                min_confidence=cfg.draft_confidence,
+            )
         return decode_speculative(
-            CachedModel(t.model, backend=self.session.target_backend), proposer, prompt_ids, gamma=self.gamma_policy(),
+            CachedModel(t.model, backend=self.session.target_backend),
+            proposer,
+            prompt_ids,
+            gamma=self.gamma_policy(),
             max_new_tokens=max_new_tokens,
-            sampling=cfg.sampling, generator=make_generator(t.device, seed), eos_ids=t.eos_ids,
-            decoder_start_id=t.decoder_start_id, min_confidence=cfg.draft_confidence, pad_to=self.pad_to)
+            sampling=cfg.sampling,
+            generator=make_generator(t.device, seed),
+            eos_ids=t.eos_ids,
+            decoder_start_id=t.decoder_start_id,
+            min_confidence=cfg.draft_confidence,
+            pad_to=self.pad_to,
+        )
 
     def model_caches(self) -> list[CachedModel]:
         """The target's and (if any) the draft model's cache wrappers, each with its backend."""
-        return [CachedModel(self.session.target.model, backend=self.session.target_backend)] + self.proposer.model_caches()
+        return [
+            CachedModel(self.session.target.model, backend=self.session.target_backend)
+        ] + self.proposer.model_caches()
 
     def warm_up(self, prompt_ids: list[int], capacity: int = 0) -> None:
         """Run both engines once, unrecorded: first calls pay for allocations and kernel selection.
@@ -296,7 +395,7 @@ class RunOutcome:
 def pilot_examples(spec: TaskSpec, config: RunConfig, examples: list[Example]) -> list[Example]:
     """The examples the auto choices pilot on: the next ones after the run's in the task's seeded
     order, so no timed example steers the choice; the run's first ones when the task has no more."""
-    more = select_examples(spec, config.limit + PILOT_EXAMPLES, config.seed)[len(examples):]
+    more = select_examples(spec, config.limit + PILOT_EXAMPLES, config.seed)[len(examples) :]
     return more or examples[:PILOT_EXAMPLES]
 
 
@@ -321,12 +420,19 @@ def prime_for_calibration(session: Session, proposer: Proposer, capacity: int, k
         draft.prime(k_max, all_logits=False)
 
 
-def run_pilot(session: Session, config: RunConfig, draft: str, pilot: list[Prepared], corpus: list[list[int]],
-              max_new_tokens: int) -> PilotResult:
+def run_pilot(
+    session: Session, config: RunConfig, draft: str, pilot: list[Prepared], corpus: list[list[int]], max_new_tokens: int
+) -> PilotResult:
     """Decode pilot examples with `draft` at γ = gamma_max (untimed by the run) until PILOT_MIN_STEPS verified
     steps were seen → α per position, the lookup law."""
-    key = (draft, tuple(p.example.id for p in pilot), config.sampling, max_new_tokens, config.gamma_max,
-           config.draft_confidence)
+    key = (
+        draft,
+        tuple(p.example.id for p in pilot),
+        config.sampling,
+        max_new_tokens,
+        config.gamma_max,
+        config.draft_confidence,
+    )
     if key in session.pilots:
         return session.pilots[key]
     proposer = session.proposer(draft, corpus)
@@ -335,17 +441,25 @@ def run_pilot(session: Session, config: RunConfig, draft: str, pilot: list[Prepa
     for item in pilot:
         if sum(len(r.accept_lengths) for r in results) >= PILOT_MIN_STEPS:
             break
-        res = decode_speculative(session.target_lm(), proposer, item.prompt_ids, gamma=config.gamma_max,
-                                 max_new_tokens=max_new_tokens, sampling=config.sampling,
-                                 generator=make_generator(t.device, example_seed(config.seed, item.example.id)),
-                                 eos_ids=t.eos_ids, decoder_start_id=t.decoder_start_id,
-                                 min_confidence=config.draft_confidence)
+        res = decode_speculative(
+            session.target_lm(),
+            proposer,
+            item.prompt_ids,
+            gamma=config.gamma_max,
+            max_new_tokens=max_new_tokens,
+            sampling=config.sampling,
+            generator=make_generator(t.device, example_seed(config.seed, item.example.id)),
+            eos_ids=t.eos_ids,
+            decoder_start_id=t.decoder_start_id,
+            min_confidence=config.draft_confidence,
+        )
         results.append(res)
         if lookups is not None:
             lookups.extend(proposer.lookup_history())
     lookup_only = parse_draft(draft).model_free
-    session.pilots[key] = pilot_from_results(draft, results, lookups, lookup_only,
-                                             [p.example.id for p in pilot[:len(results)]])
+    session.pilots[key] = pilot_from_results(
+        draft, results, lookups, lookup_only, [p.example.id for p in pilot[: len(results)]]
+    )
     return session.pilots[key]
 
 
@@ -366,8 +480,15 @@ def available_drafts(target_spec: str) -> list[str]:
     return drafts
 
 
-def choose_on_this_machine(config: RunConfig, spec: TaskSpec, examples: list[Example], pilot: list[Example],
-                           max_new: int, session: Session | None, on_status: Callable[[str], None]) -> tuple[AutoChoice, Session]:
+def choose_on_this_machine(
+    config: RunConfig,
+    spec: TaskSpec,
+    examples: list[Example],
+    pilot: list[Example],
+    max_new: int,
+    session: Session | None,
+    on_status: Callable[[str], None],
+) -> tuple[AutoChoice, Session]:
     """Load the target in each candidate dtype, calibrate, pilot each candidate draft, choose (measure/choose.py)."""
     from specbench.measure.hardware import bf16_support
     from specbench.models import resolve_device
@@ -383,9 +504,19 @@ def choose_on_this_machine(config: RunConfig, spec: TaskSpec, examples: list[Exa
     def session_for(dtype: str) -> Session:
         if dtype not in sessions:
             on_status(f"loading the target in {dtype}")
-            sessions[dtype] = (session if session is not None and session.dtype == dtype else
-                               Session(config.target, config.device, dtype, config.trust_remote_code, config.backend,
-                                       config.device_map, config.max_memory))
+            sessions[dtype] = (
+                session
+                if session is not None and session.dtype == dtype
+                else Session(
+                    config.target,
+                    config.device,
+                    dtype,
+                    config.trust_remote_code,
+                    config.backend,
+                    config.device_map,
+                    config.max_memory,
+                )
+            )
         return sessions[dtype]
 
     first = session_for(dtypes[-1])
@@ -408,18 +539,34 @@ def choose_on_this_machine(config: RunConfig, spec: TaskSpec, examples: list[Exa
         on_status(f"pilot: {draft} on {len(pilot_prepared)} untimed examples")
         return run_pilot(first, config, draft, pilot_prepared, corpus, max_new)
 
-    choice = choose(config, dtypes=dtypes, drafts=drafts, calibrate_dtype=calibrate_dtype, pilot=pilot_draft,
-                    bf16_note=bf16_note if config.dtype == AUTO else None)
+    choice = choose(
+        config,
+        dtypes=dtypes,
+        drafts=drafts,
+        calibrate_dtype=calibrate_dtype,
+        pilot=pilot_draft,
+        bf16_note=bf16_note if config.dtype == AUTO else None,
+    )
     return choice, sessions[choice.dtype]
 
 
-def prepare_run(config: RunConfig, results_dir: Path, *, run_id: str | None = None,
-                session: Session | None = None, on_status: Callable[[str], None] = lambda msg: None) -> RunPlan:
+def prepare_run(
+    config: RunConfig,
+    results_dir: Path,
+    *,
+    run_id: str | None = None,
+    session: Session | None = None,
+    on_status: Callable[[str], None] = lambda msg: None,
+) -> RunPlan:
     """Validate the config, load task and models, calibrate, resolve auto choices, check the run folder:
     every bad input fails here, fast, and nothing here is timed into the result."""
     spec, examples, max_new, files, bucket = check_run_inputs(
-        config, results_dir, run_id, check_sources=session is None,
-        tokenizer=session.target.tokenizer if session is not None and config.prompt_length != "all" else None)
+        config,
+        results_dir,
+        run_id,
+        check_sources=session is None,
+        tokenizer=session.target.tokenizer if session is not None and config.prompt_length != "all" else None,
+    )
     manifest = first_manifest(files, config, spec, examples, max_new, bucket)
     old = read_manifest(files)
     check_resumable(files, manifest, old)
@@ -428,24 +575,43 @@ def prepare_run(config: RunConfig, results_dir: Path, *, run_id: str | None = No
         if old.get("auto"):  # a resumed run keeps the choices its first examples were measured with
             choice = AutoChoice.from_dict(old["auto"])
             if session is None or session.dtype != choice.dtype:
-                session = Session(config.target, config.device, choice.dtype, config.trust_remote_code, config.backend,
-                                  config.device_map, config.max_memory)
+                session = Session(
+                    config.target,
+                    config.device,
+                    choice.dtype,
+                    config.trust_remote_code,
+                    config.backend,
+                    config.device_map,
+                    config.max_memory,
+                )
         else:
-            choice, session = choose_on_this_machine(config, spec, examples, pilot_examples(spec, config, examples),
-                                                     max_new, session, on_status)
+            choice, session = choose_on_this_machine(
+                config, spec, examples, pilot_examples(spec, config, examples), max_new, session, on_status
+            )
         run_config = resolved_config(config, choice)
     else:
         run_config = config
         if session is None:
             on_status("loading task and models")
-            session = Session(config.target, config.device, config.dtype, config.trust_remote_code, config.backend,
-                              config.device_map, config.max_memory)
+            session = Session(
+                config.target,
+                config.device,
+                config.dtype,
+                config.trust_remote_code,
+                config.backend,
+                config.device_map,
+                config.max_memory,
+            )
     if session.backend != config.backend:
-        raise SpecbenchError(f"this session runs --backend {session.backend}, the run asks for {config.backend}; "
-                             f"load a session per backend")
+        raise SpecbenchError(
+            f"this session runs --backend {session.backend}, the run asks for {config.backend}; "
+            f"load a session per backend"
+        )
     if session.dtype != run_config.dtype:
-        raise SpecbenchError(f"this session holds the target in {session.dtype}, the run asks for {run_config.dtype}; "
-                             f"load a session per dtype")
+        raise SpecbenchError(
+            f"this session holds the target in {session.dtype}, the run asks for {run_config.dtype}; "
+            f"load a session per dtype"
+        )
     target = session.target
     check_gamma_context(calibration_k_max(run_config), target.max_positions)
     prepared = prepare_examples(spec, examples, target, max_new)
@@ -453,7 +619,9 @@ def prepare_run(config: RunConfig, results_dir: Path, *, run_id: str | None = No
     # load (and check) the draft before any timing; frequency drafts fit on the run's prompts
     proposer = session.proposer(run_config.draft, corpus=corpus)
     if run_config.engine == "hf-assisted" and proposer.hf_assistant() is None:  # before the run folder exists
-        raise SpecbenchError("--engine hf-assisted needs a model draft (HF's assistant_model); pick a model for --draft")
+        raise SpecbenchError(
+            "--engine hf-assisted needs a model draft (HF's assistant_model); pick a model for --draft"
+        )
     if old.get("calibration"):
         calibration = old["calibration"]
     else:
@@ -461,12 +629,22 @@ def prepare_run(config: RunConfig, results_dir: Path, *, run_id: str | None = No
         prime_for_calibration(session, proposer, max(len(p.prompt_ids) for p in prepared) + max_new + k_max, k_max)
         on_status(f"calibrating: target passes over 1..{k_max} tokens")
         # the session's curve is shared by every cell of a sweep: this run's draft goes on a copy
-        curve = dataclasses.replace(session.calibrate(corpus, k_max, max_new), draft=run_config.draft,
-                                    draft_ms=session.draft_token_ms(run_config.draft, corpus, max_new))
+        curve = dataclasses.replace(
+            session.calibrate(corpus, k_max, max_new),
+            draft=run_config.draft,
+            draft_ms=session.draft_token_ms(run_config.draft, corpus, max_new),
+        )
         calibration = curve.to_dict()
-    manifest["models"] = {"target": {"spec": config.target, "params": target.n_params, "dtype": str(target.dtype),
-                                     "vocab_size": target.vocab_size, "device": str(target.device)},
-                          "draft": {"spec": run_config.draft}}
+    manifest["models"] = {
+        "target": {
+            "spec": config.target,
+            "params": target.n_params,
+            "dtype": str(target.dtype),
+            "vocab_size": target.vocab_size,
+            "device": str(target.device),
+        },
+        "draft": {"spec": run_config.draft},
+    }
     manifest["calibration"] = calibration
     if choice is not None:
         manifest["auto"] = choice.to_dict()
@@ -477,8 +655,14 @@ def prepare_run(config: RunConfig, results_dir: Path, *, run_id: str | None = No
     return RunPlan(run_config, spec, files, manifest, session, prepared, max_new, proposer, choice)
 
 
-def batch_calibration(session: Session, config: RunConfig, corpus: list[list[int]], max_new: int, old: dict,
-                      on_status: Callable[[str], None]) -> dict:
+def batch_calibration(
+    session: Session,
+    config: RunConfig,
+    corpus: list[list[int]],
+    max_new: int,
+    old: dict,
+    on_status: Callable[[str], None],
+) -> dict:
     """{"batch_calibration": t(B, k), k = 1..γ+1} for a run at --batch-size B > 1 (calibration.calibrate_batch, once
     per session; a resumed run keeps its first one); {} at batch 1, whose manifest is as before batches."""
     if config.batch_size == 1:
@@ -486,8 +670,9 @@ def batch_calibration(session: Session, config: RunConfig, corpus: list[list[int
     if old.get("batch_calibration"):
         return {"batch_calibration": old["batch_calibration"]}
     on_status(f"calibrating: batched target passes, {config.batch_size} rows × 1..{config.gamma + 1} tokens")
-    return {"batch_calibration": session.calibrate_batch(config.draft, corpus, config.batch_size, config.gamma + 1,
-                                                         max_new)}
+    return {
+        "batch_calibration": session.calibrate_batch(config.draft, corpus, config.batch_size, config.gamma + 1, max_new)
+    }
 
 
 def start_memory(device: torch.device) -> Callable[[], dict]:
@@ -525,7 +710,9 @@ def merge_repeats(results: list[DecodeResult]) -> tuple[DecodeResult, list[float
     import statistics
 
     first = results[0]
-    med = {k: statistics.median(getattr(r, k) for r in results) for k in ("prefill_s", "decode_s", "draft_s", "verify_s")}
+    med = {
+        k: statistics.median(getattr(r, k) for r in results) for k in ("prefill_s", "decode_s", "draft_s", "verify_s")
+    }
     return dataclasses.replace(first, **med), [r.prefill_s + r.decode_s for r in results]
 
 
@@ -565,8 +752,9 @@ def _measure_locked(plan: RunPlan, on_start, on_example, baseline_store: dict | 
             if engine == "baseline" and base is not None:
                 continue  # a sweep's shared baseline, measured once for every cell
             decode = engines.baseline if engine == "baseline" else engines.speculative
-            runs[engine].append(turns.ask_turns(decode, item, seed, plan.max_new_tokens, plan.spec, target,
-                                                log.runs[engine]))
+            runs[engine].append(
+                turns.ask_turns(decode, item, seed, plan.max_new_tokens, plan.spec, target, log.runs[engine])
+            )
         if base is None:
             merged, repeat_s = merge_repeats(runs["baseline"])
             base = engine_dict(engine_record(merged, target.tokenizer, repeat_s))
@@ -578,14 +766,39 @@ def _measure_locked(plan: RunPlan, on_start, on_example, baseline_store: dict | 
         numerics = None
         if config.sampling.greedy:  # after this example's timed decodes: the floor and the divergence's class
             t_prompt, t_base, t_spec, t_div = log.numerics_inputs(item.prompt_ids, base, asdict(spec_rec), divergence)
-            numerics = explain_example(target.model, t_prompt, t_base, t_spec, config.draft_gamma,
-                                       t_div, target.decoder_start_id, plan.session.target_backend, engines.pad_to)
-        record = ExampleRecord(SCHEMA_VERSION, item.example.id, len(item.prompt_ids), item.example.reference,
-                               EngineRecord(**base), spec_rec, divergence is None, divergence, numerics,
-                               nll=None if config.sampling.greedy else example_nll(  # after the timed decodes
-                                   target.model, item.prompt_ids, base, asdict(spec_rec), target.decoder_start_id,
-                                   plan.session.target_backend),
-                               turns=log.records(target.tokenizer))
+            numerics = explain_example(
+                target.model,
+                t_prompt,
+                t_base,
+                t_spec,
+                config.draft_gamma,
+                t_div,
+                target.decoder_start_id,
+                plan.session.target_backend,
+                engines.pad_to,
+            )
+        record = ExampleRecord(
+            SCHEMA_VERSION,
+            item.example.id,
+            len(item.prompt_ids),
+            item.example.reference,
+            EngineRecord(**base),
+            spec_rec,
+            divergence is None,
+            divergence,
+            numerics,
+            nll=None
+            if config.sampling.greedy
+            else example_nll(  # after the timed decodes
+                target.model,
+                item.prompt_ids,
+                base,
+                asdict(spec_rec),
+                target.decoder_start_id,
+                plan.session.target_backend,
+            ),
+            turns=log.records(target.tokenizer),
+        )
         append_record(files.examples, record)
         append_jsonl(probe_file, {"after": item.example.id, "ms": probe_target(plan.session, item.prompt_ids)})
         records.append(asdict(record))
@@ -595,8 +808,9 @@ def _measure_locked(plan: RunPlan, on_start, on_example, baseline_store: dict | 
     return RunOutcome(files, summary, len(todo))
 
 
-def probe_shared_baseline(engines: Engines, item: Prepared, seed: int, max_new_tokens: int, store: dict,
-                          files: RunFiles) -> None:
+def probe_shared_baseline(
+    engines: Engines, item: Prepared, seed: int, max_new_tokens: int, store: dict, files: RunFiles
+) -> None:
     """Re-time one shared baseline before a sweep cell measures against the stored ones.
 
     A sweep times each baseline once and compares every later cell with it; if the machine has
@@ -614,15 +828,21 @@ def probe_shared_baseline(engines: Engines, item: Prepared, seed: int, max_new_t
     stored_s = stored["prefill_s"] + stored["decode_s"]
     fresh_s = fresh.prefill_s + fresh.decode_s
     same = fresh.token_ids == stored["token_ids"]  # else (a non-deterministic kernel) the times are not comparable
-    row = {"example_id": item.example.id, "stored_s": stored_s, "fresh_s": fresh_s,
-           "ratio": fresh_s / stored_s if stored_s > 0 and same else None, "same_tokens": same}
+    row = {
+        "example_id": item.example.id,
+        "stored_s": stored_s,
+        "fresh_s": fresh_s,
+        "ratio": fresh_s / stored_s if stored_s > 0 and same else None,
+        "same_tokens": same,
+    }
     append_jsonl(files.root / "baseline_probes.jsonl", row)
 
 
 def baseline_drift(files: RunFiles) -> float | None:
     """The probe ratio (fresh ÷ stored baseline seconds) farthest from 1 in log terms; None without probes."""
-    ratios = [r["ratio"] for r in read_records(files.root / "baseline_probes.jsonl", baseline_probe_problem)
-              if r.get("ratio")]
+    ratios = [
+        r["ratio"] for r in read_records(files.root / "baseline_probes.jsonl", baseline_probe_problem) if r.get("ratio")
+    ]
     return max(ratios, key=lambda x: abs(math.log(x))) if ratios else None
 
 
@@ -641,9 +861,9 @@ def execute_run(
     return measure(plan, on_start=on_start, on_example=on_example, baseline_store=baseline_store)
 
 
-def check_run_inputs(config: RunConfig, results_dir: str | Path, run_id: str | None,
-                     check_sources: bool = True, tokenizer=None) -> tuple[TaskSpec, list[Example], int, RunFiles,
-                                                                          BucketChoice | None]:
+def check_run_inputs(
+    config: RunConfig, results_dir: str | Path, run_id: str | None, check_sources: bool = True, tokenizer=None
+) -> tuple[TaskSpec, list[Example], int, RunFiles, BucketChoice | None]:
     """Every check that needs no model: the config, the ids and results folder, the task, γ against the
     token budget, the prompt-length bucket (the target's tokenizer only). Only then is --results-dir created (to
     fail fast if it cannot be written); the run folder itself waits for write_manifest, so a run refused on bad
@@ -675,8 +895,14 @@ def check_model_sources(config: RunConfig) -> None:
         resolve_source(draft.model)
 
 
-def first_manifest(files: RunFiles, config: RunConfig, spec: TaskSpec, examples: list[Example], max_new: int,
-                   bucket: BucketChoice | None = None) -> dict:
+def first_manifest(
+    files: RunFiles,
+    config: RunConfig,
+    spec: TaskSpec,
+    examples: list[Example],
+    max_new: int,
+    bucket: BucketChoice | None = None,
+) -> dict:
     """What identifies a run folder (config, budget, examples), known before any model loads: resuming compares it.
     A prompt-length bucket adds its thresholds and token range (absent otherwise, as before buckets)."""
     return {
@@ -684,8 +910,13 @@ def first_manifest(files: RunFiles, config: RunConfig, spec: TaskSpec, examples:
         "run_id": files.root.name,
         "config": config.to_dict(),
         "max_new_tokens": max_new,
-        "task": {"name": spec.name, "metric": spec.metric, "n_examples": len(examples),
-                 "examples_hash": examples_hash(examples), "example_ids": [e.id for e in examples]},
+        "task": {
+            "name": spec.name,
+            "metric": spec.metric,
+            "n_examples": len(examples),
+            "examples_hash": examples_hash(examples),
+            "example_ids": [e.id for e in examples],
+        },
         **({"prompt_length": bucket.to_dict()} if bucket is not None else {}),
     }
 
@@ -697,8 +928,9 @@ def read_manifest(files: RunFiles) -> dict:
     try:
         old = json.loads(files.manifest.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SpecbenchError(f"{files.manifest} cannot be read ({type(exc).__name__}); use another --run-id or "
-                             f"delete the folder") from None
+        raise SpecbenchError(
+            f"{files.manifest} cannot be read ({type(exc).__name__}); use another --run-id or delete the folder"
+        ) from None
     if not isinstance(old, dict):
         raise SpecbenchError(f"{files.manifest} is not a run manifest; use another --run-id or delete the folder")
     return old
@@ -746,10 +978,13 @@ def auto_summary(manifest: dict) -> dict | None:
         return None
     chosen = [c for c in auto["candidates"] if c["draft"] == auto["draft"] and c["dtype"] == auto["dtype"]]
     best = min(chosen, key=lambda c: c["ms_per_token"]) if chosen else None
-    return {"requested": auto["requested"], "reasons": auto["reasons"],
-            "pilot_alpha": {d: p["alpha"] for d, p in auto["pilots"].items()},
-            "predicted_speedup": best["speedup"] if best else None,
-            "predicted_speedup_by_gamma": {str(c["gamma"]): c["speedup"] for c in sorted(chosen, key=lambda c: c["gamma"])}}
+    return {
+        "requested": auto["requested"],
+        "reasons": auto["reasons"],
+        "pilot_alpha": {d: p["alpha"] for d, p in auto["pilots"].items()},
+        "predicted_speedup": best["speedup"] if best else None,
+        "predicted_speedup_by_gamma": {str(c["gamma"]): c["speedup"] for c in sorted(chosen, key=lambda c: c["gamma"])},
+    }
 
 
 def summary_memory(files: RunFiles, memory: Callable[[], dict] | None) -> dict:
@@ -760,42 +995,51 @@ def summary_memory(files: RunFiles, memory: Callable[[], dict] | None) -> dict:
     return {k: (old or {}).get(k) for k in ("peak_memory_mb", "peak_memory_kind")}
 
 
-def write_summary(files: RunFiles, config: RunConfig, spec: TaskSpec, records: list[dict], manifest: dict,
-                  memory: Callable[[], dict] | None = None) -> dict:
+def write_summary(
+    files: RunFiles,
+    config: RunConfig,
+    spec: TaskSpec,
+    records: list[dict],
+    manifest: dict,
+    memory: Callable[[], dict] | None = None,
+) -> dict:
     from specbench.measure.hardware import describe
 
     drift = baseline_drift(files)
     metrics = summarize(records, config.draft_gamma, config.sampling.greedy, read_probes(files.root), drift)
     if config.batch_size > 1:
-        metrics.update(batch_prediction(records, config.draft_gamma, manifest.get("batch_calibration"),
-                                        config.batch_policy))
-    summary = summary_dict({  # every key declared in records.Summary
-        "schema_version": SCHEMA_VERSION,
-        "run_id": files.root.name,
-        "target": config.target,
-        "draft": config.draft,
-        "engine": config.engine,
-        "task": spec.name,
-        "gamma": config.gamma,
-        "dtype": config.dtype,
-        "temperature": config.sampling.temperature,
-        "top_k": config.sampling.top_k,
-        "top_p": config.sampling.top_p,
-        "seed": config.seed,
-        "repeats": config.repeats,
-        "exact_shapes": config.exact_shapes,
-        "batch_size": config.batch_size,
-        "batch_policy": config.batch_policy,
-        "max_new_tokens": manifest["max_new_tokens"],
-        **prompt_length_fields(config, manifest),
-        "complete": len(records) == manifest["task"]["n_examples"],
-        **metrics,
-        "baseline_drift": drift,
-        "auto": auto_summary(manifest),
-        "hardware": describe(manifest.get("hardware")),
-        "quality": quality(spec, records, config.sampling),
-        **summary_memory(files, memory),
-    })
+        metrics.update(
+            batch_prediction(records, config.draft_gamma, manifest.get("batch_calibration"), config.batch_policy)
+        )
+    summary = summary_dict(
+        {  # every key declared in records.Summary
+            "schema_version": SCHEMA_VERSION,
+            "run_id": files.root.name,
+            "target": config.target,
+            "draft": config.draft,
+            "engine": config.engine,
+            "task": spec.name,
+            "gamma": config.gamma,
+            "dtype": config.dtype,
+            "temperature": config.sampling.temperature,
+            "top_k": config.sampling.top_k,
+            "top_p": config.sampling.top_p,
+            "seed": config.seed,
+            "repeats": config.repeats,
+            "exact_shapes": config.exact_shapes,
+            "batch_size": config.batch_size,
+            "batch_policy": config.batch_policy,
+            "max_new_tokens": manifest["max_new_tokens"],
+            **prompt_length_fields(config, manifest),
+            "complete": len(records) == manifest["task"]["n_examples"],
+            **metrics,
+            "baseline_drift": drift,
+            "auto": auto_summary(manifest),
+            "hardware": describe(manifest.get("hardware")),
+            "quality": quality(spec, records, config.sampling),
+            **summary_memory(files, memory),
+        }
+    )
     summary = json_safe(summary)
     atomic_write_json(files.summary, summary)
     return summary
@@ -804,8 +1048,11 @@ def write_summary(files: RunFiles, config: RunConfig, spec: TaskSpec, records: l
 def prompt_length_fields(config: RunConfig, manifest: dict) -> dict:
     """The summary's prompt-length axis: the bucket, and for a bucket its thresholds and token range (manifest)."""
     bucket = manifest.get("prompt_length") if isinstance(manifest.get("prompt_length"), dict) else {}
-    return {"prompt_length": config.prompt_length, "prompt_length_thresholds": bucket.get("thresholds"),
-            "prompt_length_range": bucket.get("token_range")}
+    return {
+        "prompt_length": config.prompt_length,
+        "prompt_length_thresholds": bucket.get("thresholds"),
+        "prompt_length_range": bucket.get("token_range"),
+    }
 
 
 def quality(spec: TaskSpec, records: list[dict], sampling: SamplingConfig) -> dict | None:

@@ -29,19 +29,39 @@ import json
 import re
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable
 
-from specbench.config import (BATCH_POLICIES, GAMMA_POLICIES, PROMPT_LENGTHS, RunConfig, SamplingConfig, batch_suffix, check_batch_size,
-                              check_finite,
-                              check_gamma_budget, check_id, check_results_dir, check_temperature, omit_later_defaults,
-                              prompt_length_suffix)
+from specbench.config import (
+    BATCH_POLICIES,
+    GAMMA_POLICIES,
+    PROMPT_LENGTHS,
+    RunConfig,
+    SamplingConfig,
+    batch_suffix,
+    check_batch_size,
+    check_finite,
+    check_gamma_budget,
+    check_id,
+    check_results_dir,
+    check_temperature,
+    omit_later_defaults,
+    prompt_length_suffix,
+)
 from specbench.decoding.drafts.spec import parse_draft
 from specbench.errors import SpecbenchError
 from specbench.files import append_jsonl, atomic_write_json
-from specbench.measure.records import (SCHEMA_VERSION, baseline_row_problem, example_problem, prepare_run_dir,
-                                       read_json_object, read_records, repair_jsonl, scan_jsonl)
+from specbench.measure.records import (
+    SCHEMA_VERSION,
+    baseline_row_problem,
+    example_problem,
+    prepare_run_dir,
+    read_json_object,
+    read_records,
+    repair_jsonl,
+    scan_jsonl,
+)
 
 SWEEP_FILE = "sweep.json"
 BASELINE_DIR = "baselines"
@@ -113,8 +133,9 @@ def parse_prompt_lengths(spec: str) -> list[str]:
     items = {i.lower() for i in _items(spec, "--prompt-length")}
     bad = sorted(items - set(PROMPT_LENGTHS))
     if bad:
-        raise SpecbenchError(f"--prompt-length: {bad[0]!r} is not one of {', '.join(PROMPT_LENGTHS)}; write e.g. "
-                             f"short,medium,long")
+        raise SpecbenchError(
+            f"--prompt-length: {bad[0]!r} is not one of {', '.join(PROMPT_LENGTHS)}; write e.g. short,medium,long"
+        )
     return [p for p in PROMPT_LENGTHS if p in items]
 
 
@@ -132,8 +153,10 @@ def parse_pair(spec: str) -> tuple[str, str]:
     own (prompt-lookup:rule=hf,max_ngram=2), so it is never split on commas."""
     target, sep, draft = str(spec).partition(":")
     if not sep or not target.strip() or not draft.strip():
-        raise SpecbenchError(f"--pair {spec!r} must be TARGET:DRAFT, e.g. --pair smollm2-135m:prompt-lookup "
-                             f"(the draft may hold its own ':' and ',')")
+        raise SpecbenchError(
+            f"--pair {spec!r} must be TARGET:DRAFT, e.g. --pair smollm2-135m:prompt-lookup "
+            f"(the draft may hold its own ':' and ',')"
+        )
     target, draft = target.strip(), draft.strip()
     parse_draft(draft)  # a malformed draft fails here, naming itself
     return target, draft
@@ -183,44 +206,67 @@ class SweepGrid:
     engine: str = "specbench"
     trust_remote_code: bool = False
     backend: str = "eager"
-    draft_confidence: float | tuple[float, ...] = 0.0  # a model draft's early-stop confidence (0 = off); a tuple is an axis
+    draft_confidence: float | tuple[float, ...] = (
+        0.0  # a model draft's early-stop confidence (0 = off); a tuple is an axis
+    )
     gamma_max: int = 8  # the largest γ of the auto / adaptive / heuristic cells
     repeats: int = 1  # timed decodes per engine and example (as RunConfig.repeats)
     batch_size: int | tuple[int, ...] = 1  # examples decoded together; a tuple is an axis (--batch-size 1,2,4,8,16)
     batch_policy: str | tuple[str, ...] = "ragged"  # ragged / min at B > 1; a tuple is an axis (B = 1 cells run once)
     device_map: str | None = None  # the target's placement over devices (as RunConfig.device_map)
     max_memory: str | None = None  # per-device caps for device_map (as RunConfig.max_memory)
-    prompt_length: str | tuple[str, ...] = "all"  # all, or prompt-length buckets; a tuple is an axis (short,medium,long)
+    prompt_length: str | tuple[str, ...] = (
+        "all"  # all, or prompt-length buckets; a tuple is an axis (short,medium,long)
+    )
     pairs: tuple[tuple[str, str], ...] = ()  # (target, draft) pairs, sorted, instead of target × drafts (--pair)
 
     @staticmethod
-    def from_specs(*, target: str, draft: str, gamma: str, temperature: str, task: str,
-                   pairs: tuple[str, ...] = (), **shared) -> "SweepGrid":
+    def from_specs(
+        *, target: str, draft: str, gamma: str, temperature: str, task: str, pairs: tuple[str, ...] = (), **shared
+    ) -> SweepGrid:
         """Parse the CLI's comma/range strings (and --pair TARGET:DRAFT values); every error is a one-line
         SpecbenchError. With pairs, target and draft are not used (the CLI refuses both at once)."""
         parsed = tuple(sorted(set(parse_pair(p) for p in pairs)))
-        grid = SweepGrid(target="" if parsed else target,
-                         drafts=() if parsed else tuple(parse_draft_list(draft)), pairs=parsed,
-                         gammas=tuple(parse_gamma_list(gamma)),
-                         temperatures=tuple(parse_float_list(temperature, "--temperature")),
-                         tasks=tuple(parse_str_list(task, "--task")), **shared)
+        grid = SweepGrid(
+            target="" if parsed else target,
+            drafts=() if parsed else tuple(parse_draft_list(draft)),
+            pairs=parsed,
+            gammas=tuple(parse_gamma_list(gamma)),
+            temperatures=tuple(parse_float_list(temperature, "--temperature")),
+            tasks=tuple(parse_str_list(task, "--task")),
+            **shared,
+        )
         return grid.validate()
 
-    def validate(self) -> "SweepGrid":
+    def validate(self) -> SweepGrid:
         if not (self.target_drafts() and self.gammas and self.temperatures and self.tasks):
             raise SpecbenchError("a sweep needs at least one draft, γ, temperature and task")
         if "auto" in (self.dtype, *self.all_drafts):
-            raise SpecbenchError("--dtype auto and --draft auto choose one configuration for `specbench run`; a sweep "
-                                 "compares configurations: list the dtypes (one sweep each) and drafts to compare")
-        n = (len(self.target_drafts()) * len(self.gammas) * len(self.temperatures) * len(self.tasks)
-             * len(self.confidences) * len(self.batch_sizes) * len(self.batch_policies) * len(self.budgets)
-             * len(self.prompt_lengths))
+            raise SpecbenchError(
+                "--dtype auto and --draft auto choose one configuration for `specbench run`; a sweep "
+                "compares configurations: list the dtypes (one sweep each) and drafts to compare"
+            )
+        n = (
+            len(self.target_drafts())
+            * len(self.gammas)
+            * len(self.temperatures)
+            * len(self.tasks)
+            * len(self.confidences)
+            * len(self.batch_sizes)
+            * len(self.batch_policies)
+            * len(self.budgets)
+            * len(self.prompt_lengths)
+        )
         if n > MAX_CELLS:
-            raise SpecbenchError(f"the grid has {n} cells (more than {MAX_CELLS}); narrow --gamma/--draft/--temperature/--task")
+            raise SpecbenchError(
+                f"the grid has {n} cells (more than {MAX_CELLS}); narrow --gamma/--draft/--temperature/--task"
+            )
         configs = self.configs()
         if not configs:
-            raise SpecbenchError(f"every γ of --gamma is more than every --max-new-tokens ({self.max_new_tokens}); a "
-                                 f"step never drafts past the budget: lower --gamma or raise --max-new-tokens")
+            raise SpecbenchError(
+                f"every γ of --gamma is more than every --max-new-tokens ({self.max_new_tokens}); a "
+                f"step never drafts past the budget: lower --gamma or raise --max-new-tokens"
+            )
         for cfg in configs:
             cfg.validate()
         return self
@@ -265,18 +311,38 @@ class SweepGrid:
                 d[key] = getattr(self, key)[0]  # one value: the id it always had
         if not self.pairs:
             del d["pairs"]  # a grid without pairs keeps the id it always had
-        return omit_later_defaults({k: [list(x) if isinstance(x, tuple) else x for x in v] if isinstance(v, tuple)
-                                    else v for k, v in d.items()})
+        return omit_later_defaults(
+            {
+                k: [list(x) if isinstance(x, tuple) else x for x in v] if isinstance(v, tuple) else v
+                for k, v in d.items()
+            }
+        )
 
     def base_config(self) -> RunConfig:
         target, draft = self.target_drafts()[0]
-        return RunConfig(target=target, draft=draft, task=self.tasks[0], gamma=self.gammas[0],
-                         sampling=SamplingConfig(self.temperatures[0], self.top_k, self.top_p), limit=self.limit,
-                         seed=self.seed, max_new_tokens=self.budgets[0], device=self.device, dtype=self.dtype,
-                         engine=self.engine, trust_remote_code=self.trust_remote_code, backend=self.backend,
-                         draft_confidence=self.confidences[0], gamma_max=self.gamma_max, repeats=self.repeats,
-                         batch_size=self.batch_sizes[0], batch_policy=self.batch_policies[0],
-                         device_map=self.device_map, max_memory=self.max_memory, prompt_length=self.prompt_lengths[0])
+        return RunConfig(
+            target=target,
+            draft=draft,
+            task=self.tasks[0],
+            gamma=self.gammas[0],
+            sampling=SamplingConfig(self.temperatures[0], self.top_k, self.top_p),
+            limit=self.limit,
+            seed=self.seed,
+            max_new_tokens=self.budgets[0],
+            device=self.device,
+            dtype=self.dtype,
+            engine=self.engine,
+            trust_remote_code=self.trust_remote_code,
+            backend=self.backend,
+            draft_confidence=self.confidences[0],
+            gamma_max=self.gamma_max,
+            repeats=self.repeats,
+            batch_size=self.batch_sizes[0],
+            batch_policy=self.batch_policies[0],
+            device_map=self.device_map,
+            max_memory=self.max_memory,
+            prompt_length=self.prompt_lengths[0],
+        )
 
     def configs(self) -> list[RunConfig]:
         """Every cell, ordered target → task → temperature → budget → prompt length → draft → γ → batch size →
@@ -284,15 +350,34 @@ class SweepGrid:
         (at B = 1 it is the ragged cell)."""
         base = self.base_config()
         drafts_of = {t: [d for tt, d in self.target_drafts() if tt == t] for t in self.targets}
-        return [replace(base, target=target, task=task, draft=draft, gamma=gamma, draft_confidence=conf,
-                        sampling=SamplingConfig(t, self.top_k, self.top_p), batch_size=b, batch_policy=policy,
-                        max_new_tokens=budget, prompt_length=bucket)
-                for target in self.targets for task in self.tasks for t in self.temperatures for budget in self.budgets
-                for bucket in self.prompt_lengths for draft in drafts_of[target] for gamma in self.gammas
-                for conf in self.confidences for b in self.batch_sizes for policy in self.batch_policies
-                if not (conf and parse_draft(draft).model_free)  # no confidence to check there
-                and not (b == 1 and policy != self.batch_policies[0])  # B = 1: one policy (they agree there)
-                and not self.over_budget(gamma, budget)]  # skipped, one line says so (skipped_gammas)
+        return [
+            replace(
+                base,
+                target=target,
+                task=task,
+                draft=draft,
+                gamma=gamma,
+                draft_confidence=conf,
+                sampling=SamplingConfig(t, self.top_k, self.top_p),
+                batch_size=b,
+                batch_policy=policy,
+                max_new_tokens=budget,
+                prompt_length=bucket,
+            )
+            for target in self.targets
+            for task in self.tasks
+            for t in self.temperatures
+            for budget in self.budgets
+            for bucket in self.prompt_lengths
+            for draft in drafts_of[target]
+            for gamma in self.gammas
+            for conf in self.confidences
+            for b in self.batch_sizes
+            for policy in self.batch_policies
+            if not (conf and parse_draft(draft).model_free)  # no confidence to check there
+            and not (b == 1 and policy != self.batch_policies[0])  # B = 1: one policy (they agree there)
+            and not self.over_budget(gamma, budget)
+        ]  # skipped, one line says so (skipped_gammas)
 
     def over_budget(self, gamma: int | str, budget: int | None) -> bool:
         """A budget axis skips its cells whose integer γ exceeds the cell's budget (they would measure γ = budget
@@ -314,8 +399,10 @@ def _slug(text: str) -> str:
 
 def short_names(values: tuple[str, ...]) -> dict[str, str]:
     """Readable, unique folder-name parts: a path's stem or a hub id's last part, plus a hash on a clash."""
-    stems = {v: _slug(Path(v).stem if Path(v).suffix in (".jsonl", ".yaml", ".yml", ".gguf") else Path(v).name)
-             for v in values}
+    stems = {
+        v: _slug(Path(v).stem if Path(v).suffix in (".jsonl", ".yaml", ".yml", ".gguf") else Path(v).name)
+        for v in values
+    }
     clashes = {s for s in stems.values() if list(stems.values()).count(s) > 1}
     return {v: f"{s}-{_digest(v, 6)}" if s in clashes else s for v, s in stems.items()}
 
@@ -342,9 +429,17 @@ def cell_ids(grid: SweepGrid) -> list[tuple[str, RunConfig]]:
     cells = []
     for c in grid.configs():
         prefix, suffix = axis_parts(grid, c)
-        cells.append((_slug(f"{prefix}{tasks[c.task]}-{drafts[c.draft]}-g{c.gamma}-t{c.sampling.temperature:g}"
-                            + (f"-conf{c.draft_confidence:g}" if c.draft_confidence else "") + batch_suffix(c)
-                            + suffix), c))
+        cells.append(
+            (
+                _slug(
+                    f"{prefix}{tasks[c.task]}-{drafts[c.draft]}-g{c.gamma}-t{c.sampling.temperature:g}"
+                    + (f"-conf{c.draft_confidence:g}" if c.draft_confidence else "")
+                    + batch_suffix(c)
+                    + suffix
+                ),
+                c,
+            )
+        )
     return cells
 
 
@@ -352,8 +447,16 @@ def baseline_key(config: RunConfig) -> tuple:
     """What the baseline depends on within one sweep (seed, limit, device, dtype are fixed by the grid): the target
     alone decodes the same tokens whatever the draft and γ, but not whatever the target, budget or examples."""
     s = config.sampling
-    return (config.target, config.task, s.temperature, s.top_k, s.top_p, config.batch_size,  # batched: timed per B
-            config.max_new_tokens, config.prompt_length)
+    return (
+        config.target,
+        config.task,
+        s.temperature,
+        s.top_k,
+        s.top_p,
+        config.batch_size,  # batched: timed per B
+        config.max_new_tokens,
+        config.prompt_length,
+    )
 
 
 def baseline_file(root: Path, grid: SweepGrid, config: RunConfig) -> Path:
@@ -492,8 +595,15 @@ def _cell_done(run_dir: Path, config: RunConfig, n_examples: int) -> dict | None
     return summary if records_cover(run_dir / "examples.jsonl", expected, n_examples) else None
 
 
-def write_sweep_file(root: Path, sweep_id: str, grid: SweepGrid, cells: list[tuple[str, RunConfig]], tasks: dict,
-                     complete: list[str] | None = None, buckets: dict | None = None) -> dict:
+def write_sweep_file(
+    root: Path,
+    sweep_id: str,
+    grid: SweepGrid,
+    cells: list[tuple[str, RunConfig]],
+    tasks: dict,
+    complete: list[str] | None = None,
+    buckets: dict | None = None,
+) -> dict:
     """Create sweep.json, or check that an existing one describes the same grid and examples."""
     path = root / SWEEP_FILE
     doc = {
@@ -514,11 +624,15 @@ def write_sweep_file(root: Path, sweep_id: str, grid: SweepGrid, cells: list[tup
             if old.get("grid") != doc["grid"]:
                 raise SpecbenchError(f"{root} holds a sweep of a different grid; use another --sweep-id or delete it")
             if old.get("tasks") != tasks:
-                raise SpecbenchError(f"{root} holds a sweep on different examples (the task data changed); "
-                                     f"use another --sweep-id or delete it")
+                raise SpecbenchError(
+                    f"{root} holds a sweep on different examples (the task data changed); "
+                    f"use another --sweep-id or delete it"
+                )
             if old.get("prompt_length") != doc.get("prompt_length"):
-                raise SpecbenchError(f"{root} holds a sweep whose prompt-length buckets hold other examples (the task "
-                                     f"data or tokenizer changed); use another --sweep-id or delete it")
+                raise SpecbenchError(
+                    f"{root} holds a sweep whose prompt-length buckets hold other examples (the task "
+                    f"data or tokenizer changed); use another --sweep-id or delete it"
+                )
             doc["created"] = old.get("created", doc["created"])
             if complete is None:
                 doc["complete_cells"] = old.get("complete_cells", [])
@@ -566,8 +680,11 @@ def run_sweep(
     root = prepare_run_dir(results_dir / sweep_id)
     write_sweep_file(root, sweep_id, grid, cells, tasks, buckets=buckets)
     if grid.skipped_gammas():
-        warnings.warn("skipped cells whose γ exceeds their --max-new-tokens (a step never drafts past the budget): "
-                      + ", ".join(f"γ {g} at {b}" for g, b in grid.skipped_gammas()), stacklevel=2)
+        warnings.warn(
+            "skipped cells whose γ exceeds their --max-new-tokens (a step never drafts past the budget): "
+            + ", ".join(f"γ {g} at {b}" for g, b in grid.skipped_gammas()),
+            stacklevel=2,
+        )
     counts = {cid: cell_examples(tasks, buckets, cfg) for cid, cfg in cells}  # cell id → examples it measures
     on_plan(sum(counts.values()), len(cells))
 
@@ -586,15 +703,35 @@ def run_sweep(
             session = None  # cells are grouped by target: the previous one is done, free it before the next loads
             release_memory()
         if session is None:  # loaded at the first cell with work left, once per target for the whole sweep
-            session = Session(config.target, grid.device, grid.dtype, grid.trust_remote_code, grid.backend,
-                              grid.device_map, grid.max_memory)
+            session = Session(
+                config.target,
+                grid.device,
+                grid.dtype,
+                grid.trust_remote_code,
+                grid.backend,
+                grid.device_map,
+                grid.max_memory,
+            )
         key = baseline_key(config)
         if key not in stores:
             stores[key] = BaselineStore(baseline_file(root, grid, config))
-        run = execute_run(config, root, run_id=cell_id, session=session, baseline_store=stores[key],
-                          on_start=lambda total, done, cid=cell_id: on_cell(cid, total, done),
-                          on_example=lambda record, cid=cell_id: on_example(cid, record))
+        run = execute_run(
+            config,
+            root,
+            run_id=cell_id,
+            session=session,
+            baseline_store=stores[key],
+            on_start=lambda total, done, cid=cell_id: on_cell(cid, total, done),
+            on_example=lambda record, cid=cell_id: on_example(cid, record),
+        )
         outcome.cells.append(CellOutcome(cell_id, config, run.summary, run.new_examples))
-    write_sweep_file(root, sweep_id, grid, cells, tasks,
-                     complete=[c.cell_id for c in outcome.cells if c.summary.get("complete")], buckets=buckets)
+    write_sweep_file(
+        root,
+        sweep_id,
+        grid,
+        cells,
+        tasks,
+        complete=[c.cell_id for c in outcome.cells if c.summary.get("complete")],
+        buckets=buckets,
+    )
     return outcome

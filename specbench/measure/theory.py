@@ -140,8 +140,14 @@ def accepted_length_law(alpha: float, gamma: int) -> list[float]:
     return [(1.0 - a) * a**n for n in range(gamma)] + [a**gamma]
 
 
-def decode_cost_table(max_length: int, alpha: float, c: float, verify_cost: float,
-                      proposal_law: Mapping[int, float], slack: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def decode_cost_table(
+    max_length: int,
+    alpha: float,
+    c: float,
+    verify_cost: float,
+    proposal_law: Mapping[int, float],
+    slack: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """E[target passes] and E[decode cost, in single-token target passes] to emit r more tokens,
     for every r = 0..max_length (arrays indexed by r).
 
@@ -179,14 +185,16 @@ def decode_cost_table(max_length: int, alpha: float, c: float, verify_cost: floa
     return passes, cost
 
 
-def expected_decode_cost(length: int, alpha: float, c: float, verify_cost: float,
-                         proposal_law: Mapping[int, float], room: int | None = None) -> tuple[float, float]:
+def expected_decode_cost(
+    length: int, alpha: float, c: float, verify_cost: float, proposal_law: Mapping[int, float], room: int | None = None
+) -> tuple[float, float]:
     """E[target passes] and E[decode cost] to emit `length` tokens (decode_cost_table) when the
     budget allowed `room` tokens as decoding began (None = unbounded)."""
     if room is not None and room < length:
         raise SpecbenchError(f"budget room {room} is below the output length {length}")
-    passes, cost = decode_cost_table(length, alpha, c, verify_cost, proposal_law,
-                                     None if room is None else room - length)
+    passes, cost = decode_cost_table(
+        length, alpha, c, verify_cost, proposal_law, None if room is None else room - length
+    )
     return float(passes[length]), float(cost[length])
 
 
@@ -217,8 +225,14 @@ def expected_tokens_positional(alphas: Sequence[float], gamma: int) -> float:
     return total
 
 
-def pass_cost_curve_speedup(alpha: float | Sequence[float], gamma: int, c: float, pass_cost: Mapping[int, float],
-                            lookup_law: Mapping[int, float] | None = None, model_fills: bool = True) -> float:
+def pass_cost_curve_speedup(
+    alpha: float | Sequence[float],
+    gamma: int,
+    c: float,
+    pass_cost: Mapping[int, float],
+    lookup_law: Mapping[int, float] | None = None,
+    model_fills: bool = True,
+) -> float:
     """Predicted walltime speedup of one configuration from a *measured* pass-cost curve.
 
     pass_cost maps k → t(k)/t(1), the cost of one target pass over k new tokens in single-token
@@ -251,14 +265,23 @@ def pass_cost_curve_speedup(alpha: float | Sequence[float], gamma: int, c: float
             offered, by_model = found, 0
         if offered + 1 not in pass_cost:
             raise SpecbenchError(f"no measured cost for a pass over {offered + 1} tokens; calibrate up to γ = {gamma}")
-        tokens += p * (expected_tokens_per_step(float(alpha), offered) if np.isscalar(alpha)
-                       else expected_tokens_positional(alpha, offered))
+        tokens += p * (
+            expected_tokens_per_step(float(alpha), offered)
+            if np.isscalar(alpha)
+            else expected_tokens_positional(alpha, offered)
+        )
         cost += p * (by_model * c + float(pass_cost[offered + 1]) / float(pass_cost[1]))
     return tokens / cost
 
 
-def best_gamma_from_curve(alpha: float | Sequence[float], c: float, pass_cost: Mapping[int, float], max_gamma: int,
-                          lookup_law: Mapping[int, float] | None = None, model_fills: bool = True) -> Optimum:
+def best_gamma_from_curve(
+    alpha: float | Sequence[float],
+    c: float,
+    pass_cost: Mapping[int, float],
+    max_gamma: int,
+    lookup_law: Mapping[int, float] | None = None,
+    model_fills: bool = True,
+) -> Optimum:
     """The γ in 1..max_gamma (where the curve covers γ+1) with the largest pass_cost_curve_speedup."""
     needs = (lambda g: [g + 1]) if lookup_law is None else (lambda g: range(1, g + 2))  # lookup offers 0..γ
     grid = [g for g in range(1, max_gamma + 1) if all(k in pass_cost for k in needs(g))]

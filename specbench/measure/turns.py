@@ -18,8 +18,8 @@ for the Spec-Bench export. A one-turn example goes through untouched.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
-from typing import Callable
 
 from specbench.decoding.base import DecodeResult
 from specbench.errors import SpecbenchError
@@ -65,8 +65,9 @@ class TurnLog:
             out.append(row)
         return out
 
-    def numerics_inputs(self, prompt_ids: list[int], base: dict, spec: dict,
-                        divergence: int | None) -> tuple[list[int], dict, dict, int | None]:
+    def numerics_inputs(
+        self, prompt_ids: list[int], base: dict, spec: dict, divergence: int | None
+    ) -> tuple[list[int], dict, dict, int | None]:
         """What the numerics classifier replays: for a multi-turn question, the first turn whose tokens differ
         (both engines saw the same conversation up to it) or else the first turn, with that turn's own
         divergence; a one-turn question's (or a shared baseline's) inputs unchanged."""
@@ -85,8 +86,10 @@ def refuse_batched_turns(prepared: list) -> None:
     """Batches decode one prompt per row: a multi-turn question needs its own answer first (one line)."""
     multi = [p.example.id for p in prepared if p.example.turns]
     if multi:
-        raise SpecbenchError(f"example {multi[0]!r} has several turns, which --batch-size > 1 cannot decode "
-                             f"(each turn waits for the last answer); use --batch-size 1")
+        raise SpecbenchError(
+            f"example {multi[0]!r} has several turns, which --batch-size > 1 cannot decode "
+            f"(each turn waits for the last answer); use --batch-size 1"
+        )
 
 
 def turn_seed(seed: int, turn: int) -> int:
@@ -107,12 +110,16 @@ def conversation_ids(spec, messages: list[dict], target, max_new_tokens: int, wh
     templated = bool(spec.chat_template and getattr(tok, "chat_template", None))
     ids = tok(render_conversation(spec, messages, tok), add_special_tokens=not templated)["input_ids"]
     if target.max_positions and len(ids) + max_new_tokens > target.max_positions:
-        raise SpecbenchError(f"{where}: the conversation of {len(ids)} tokens + {max_new_tokens} new tokens exceeds "
-                             f"the context of {target.max_positions}; lower --max-new-tokens")
+        raise SpecbenchError(
+            f"{where}: the conversation of {len(ids)} tokens + {max_new_tokens} new tokens exceeds "
+            f"the context of {target.max_positions}; lower --max-new-tokens"
+        )
     return ids
 
 
-def ask_turns(decode: Decode, item, seed: int, max_new_tokens: int, spec, target, log: list[list[Turn]]) -> DecodeResult:
+def ask_turns(
+    decode: Decode, item, seed: int, max_new_tokens: int, spec, target, log: list[list[Turn]]
+) -> DecodeResult:
     """Decode every turn of a prepared example with one engine; → the turns summed. The turns go to `log`
     (one entry per call: the runner's repeats). A one-turn example is one plain decode, logged likewise."""
     example = item.example
@@ -120,9 +127,13 @@ def ask_turns(decode: Decode, item, seed: int, max_new_tokens: int, spec, target
     prompt_ids, turns = item.prompt_ids, []
     for j, question in enumerate((None, *example.turns)):
         if question is not None:
-            messages += [{"role": "assistant", "content": answer_text(target.tokenizer, turns[-1].result.token_ids)},
-                         {"role": "user", "content": question}]
-            prompt_ids = conversation_ids(spec, messages, target, max_new_tokens, f"example {example.id!r} turn {j + 1}")
+            messages += [
+                {"role": "assistant", "content": answer_text(target.tokenizer, turns[-1].result.token_ids)},
+                {"role": "user", "content": question},
+            ]
+            prompt_ids = conversation_ids(
+                spec, messages, target, max_new_tokens, f"example {example.id!r} turn {j + 1}"
+            )
         turns.append(Turn(prompt_ids, decode(prompt_ids, turn_seed(seed, j), max_new_tokens)))
     log.append(turns)
     return summed([t.result for t in turns])

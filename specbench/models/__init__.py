@@ -14,16 +14,43 @@ from __future__ import annotations
 
 import importlib
 
-from specbench.models.gguf import (cache_root, convert_gguf, find_parts, gguf_cache_dir, is_verified, join_parts,
-                                   joined_path, part_number)
-from specbench.models.presets import (DATA_WHEELS, DEFAULT_DRAFT, DEFAULT_TARGET, PAIRED_DRAFTS, PRESETS, Preset,
-                                      SplitPreset, Wheel, model_rows, preset_gguf, preset_installed)
+from specbench.models.gguf import (
+    cache_root,
+    convert_gguf,
+    find_parts,
+    gguf_cache_dir,
+    is_verified,
+    join_parts,
+    joined_path,
+    part_number,
+)
+from specbench.models.presets import (
+    DATA_WHEELS,
+    DEFAULT_DRAFT,
+    DEFAULT_TARGET,
+    PAIRED_DRAFTS,
+    PRESETS,
+    Preset,
+    SplitPreset,
+    Wheel,
+    model_rows,
+    preset_gguf,
+    preset_installed,
+)
 
 # loading.py (and assets.py, which resolves sources through it) import torch, a second or more at every start:
 # their names load on first use, so a command that names a preset, lists tasks or renders a report starts
 # without torch (PEP 562 module __getattr__)
-LAZY = {"ensure_wheels": "assets", "setup_assets": "assets", "TORCH_DTYPES": "loading", "LoadedModel": "loading",
-        "load_model": "loading", "resolve_device": "loading", "resolve_source": "loading", "wrap_model": "loading"}
+LAZY = {
+    "ensure_wheels": "assets",
+    "setup_assets": "assets",
+    "TORCH_DTYPES": "loading",
+    "LoadedModel": "loading",
+    "load_model": "loading",
+    "resolve_device": "loading",
+    "resolve_source": "loading",
+    "wrap_model": "loading",
+}
 
 
 def __getattr__(name: str):
@@ -31,9 +58,33 @@ def __getattr__(name: str):
         return getattr(importlib.import_module(f"specbench.models.{LAZY[name]}"), name)
     raise AttributeError(f"module 'specbench.models' has no attribute {name!r}")
 
+
 __all__ = [
-    "DATA_WHEELS", "DEFAULT_DRAFT", "DEFAULT_TARGET", "PAIRED_DRAFTS", "PRESETS", "TORCH_DTYPES", "LoadedModel",
-    "Preset", "SplitPreset", "Wheel", "cache_root", "convert_gguf", "ensure_wheels", "find_parts", "gguf_cache_dir",
-    "is_verified", "join_parts", "joined_path", "load_model", "model_rows", "part_number", "preset_gguf",
-    "preset_installed", "resolve_device", "resolve_source", "setup_assets", "wrap_model",
+    "DATA_WHEELS",
+    "DEFAULT_DRAFT",
+    "DEFAULT_TARGET",
+    "PAIRED_DRAFTS",
+    "PRESETS",
+    "TORCH_DTYPES",
+    "LoadedModel",
+    "Preset",
+    "SplitPreset",
+    "Wheel",
+    "cache_root",
+    "convert_gguf",
+    "ensure_wheels",
+    "find_parts",
+    "gguf_cache_dir",
+    "is_verified",
+    "join_parts",
+    "joined_path",
+    "load_model",
+    "model_rows",
+    "part_number",
+    "preset_gguf",
+    "preset_installed",
+    "resolve_device",
+    "resolve_source",
+    "setup_assets",
+    "wrap_model",
 ]

@@ -36,8 +36,11 @@ def installed_digest(dist: metadata.Distribution) -> str:
     Equal for the wheel's RECORD and the installed one (pip keeps the wheel's file hashes), so it pins
     what an installed package holds, whoever installed it.
     """
-    lines = sorted(f"{f.as_posix()},{f.hash.mode}={f.hash.value}" for f in dist.files or ()
-                   if f.hash and not f.parts[0].endswith(".dist-info"))
+    lines = sorted(
+        f"{f.as_posix()},{f.hash.mode}={f.hash.value}"
+        for f in dist.files or ()
+        if f.hash and not f.parts[0].endswith(".dist-info")
+    )
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
 
@@ -80,19 +83,33 @@ def pip_install_pinned(wheels: list[Wheel], echo: Callable[[str], object], *, fo
     with tempfile.TemporaryDirectory(prefix="specbench-pins-") as tmp:
         requirements = Path(tmp) / "requirements.txt"
         requirements.write_text("".join(f"{w.requirement}\n" for w in wheels))
-        cmd = [sys.executable, "-m", "pip", "install", "--require-hashes", "--only-binary", ":all:", "--no-deps",
-               "--disable-pip-version-check", "-q", *(["--force-reinstall"] if force else []), "-r", str(requirements)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--require-hashes",
+            "--only-binary",
+            ":all:",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "-q",
+            *(["--force-reinstall"] if force else []),
+            "-r",
+            str(requirements),
+        ]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         except OSError as exc:
             raise SpecbenchError(f"cannot run pip ({exc.strerror}) to install {len(wheels)} pinned wheels") from exc
     if done.returncode != 0:
-        lines = [line for line in (done.stderr + done.stdout).splitlines() if line.strip()
-                 and "is ignored" not in line]
+        lines = [line for line in (done.stderr + done.stdout).splitlines() if line.strip() and "is ignored" not in line]
         errors = [line for line in lines if line.lstrip().startswith("ERROR")]
         last = (errors or lines or [f"exit {done.returncode}"])[0 if errors else -1].strip()
-        raise SpecbenchError(f"pip could not install the pinned wheels ({', '.join(w.name for w in wheels)}): {last[:300]}; "
-                             f"check access to PyPI and rerun `specbench setup`")
+        raise SpecbenchError(
+            f"pip could not install the pinned wheels ({', '.join(w.name for w in wheels)}): {last[:300]}; "
+            f"check access to PyPI and rerun `specbench setup`"
+        )
     importlib.invalidate_caches()
 
 
@@ -110,8 +127,10 @@ def ensure_wheels(wheels: Iterable[Wheel], echo: Callable[[str], object] = print
     pip_install_pinned(todo, echo, force=any(states[w.name] != "missing" for w in todo))
     still = [f"{w.name} ({wheel_state(w)})" for w in todo if wheel_state(w) != "ok"]
     if still:
-        raise SpecbenchError(f"after installing, these wheels are still not the pinned release: {', '.join(still)}; "
-                             f"another copy may shadow them on sys.path ({sys.executable})")
+        raise SpecbenchError(
+            f"after installing, these wheels are still not the pinned release: {', '.join(still)}; "
+            f"another copy may shadow them on sys.path ({sys.executable})"
+        )
     return [w.name for w in todo]
 
 
@@ -120,8 +139,10 @@ def _check_target(target: str) -> None:
     path = Path(target).expanduser()
     if target in PRESETS or path.is_dir() or (target.endswith(".gguf") and path.is_file()):
         return
-    raise SpecbenchError(f"setup --target {target!r}: not a model preset ({', '.join(PRESETS)}), a local model directory "
-                         f"or a .gguf file; hub ids need no setup (`specbench run` downloads them on first use)")
+    raise SpecbenchError(
+        f"setup --target {target!r}: not a model preset ({', '.join(PRESETS)}), a local model directory "
+        f"or a .gguf file; hub ids need no setup (`specbench run` downloads them on first use)"
+    )
 
 
 def wheels_for(target: str) -> list[Wheel]:

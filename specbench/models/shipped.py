@@ -11,7 +11,6 @@ from pathlib import Path
 
 from specbench.errors import SpecbenchError
 
-
 DRAFTS_DIR = Path(__file__).parent / "drafts"  # package data: distilled drafts shipped inside the wheel
 DISTILLED_ALIAS = "distilled"  # `--draft distilled`: the shipped draft for the run's target
 
@@ -20,8 +19,10 @@ def shipped_draft_dir(target_spec: str, root: Path | None = None) -> Path:
     """specbench/models/drafts/<target name>-distilled, the folder `--draft distilled` means; a clear error when it is not built."""
     folder = (root or DRAFTS_DIR) / f"{Path(target_spec).name}-distilled"
     if not (folder / "config.json").is_file():
-        raise SpecbenchError(f"no distilled draft for target {target_spec!r} in {folder}; build it with "
-                             f"`specbench distill --target {target_spec} --out {folder}`")
+        raise SpecbenchError(
+            f"no distilled draft for target {target_spec!r} in {folder}; build it with "
+            f"`specbench distill --target {target_spec} --out {folder}`"
+        )
     return folder
 
 
@@ -37,9 +38,17 @@ def shipped_draft_rows(root: Path | None = None) -> list[dict]:
         checks = m.get("checks") or {}
         cost, spec = checks.get("cost") or {}, checks.get("speculative") or {}
         built = m.get("status") == "done" and (folder / "config.json").is_file()
-        measured = (f"c = {cost['c']:.3f}, α(γ={spec['gamma']}) = {spec['alpha']:.2f} on {spec['prompts']} held-out prompts"
-                    if built and cost and spec else f"not finished ({m.get('steps', {}).get('done')} steps)")
-        rows.append({"name": f"{DISTILLED_ALIAS} ({folder.name})", "kind": "model (distilled)",
-                     "cost": "one draft forward per token",
-                     "description": f"distilled from {m.get('target', {}).get('spec')}; {measured}; rebuild: {m.get('command')}"})
+        measured = (
+            f"c = {cost['c']:.3f}, α(γ={spec['gamma']}) = {spec['alpha']:.2f} on {spec['prompts']} held-out prompts"
+            if built and cost and spec
+            else f"not finished ({m.get('steps', {}).get('done')} steps)"
+        )
+        rows.append(
+            {
+                "name": f"{DISTILLED_ALIAS} ({folder.name})",
+                "kind": "model (distilled)",
+                "cost": "one draft forward per token",
+                "description": f"distilled from {m.get('target', {}).get('spec')}; {measured}; rebuild: {m.get('command')}",
+            }
+        )
     return rows

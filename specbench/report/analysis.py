@@ -86,9 +86,16 @@ def quality_rows(runs) -> list[dict]:
             base, spec = num(r.get(f"quality.baseline.{key}")), num(r.get(f"quality.speculative.{key}"))
             if math.isnan(base) and math.isnan(spec):
                 continue
-            rows.append({"run_id": r["run_id"], "metric": key, "baseline": base, "speculative": spec,
-                         "baseline_ci": r.get(f"quality.baseline.{key}_ci95"),
-                         "speculative_ci": r.get(f"quality.speculative.{key}_ci95")})
+            rows.append(
+                {
+                    "run_id": r["run_id"],
+                    "metric": key,
+                    "baseline": base,
+                    "speculative": spec,
+                    "baseline_ci": r.get(f"quality.baseline.{key}_ci95"),
+                    "speculative_ci": r.get(f"quality.speculative.{key}_ci95"),
+                }
+            )
     return rows
 
 
@@ -96,9 +103,11 @@ def quality_rows(runs) -> list[dict]:
 
 # The sweep axes a summary may carry, and the columns each may arrive under (the first present wins): a summary's
 # own field, or one nested under `axes` (json_normalize flattens it to "axes.<name>").
-AXES = {"max_new_tokens": ("max_new_tokens", "axes.max_new_tokens"),
-        "prompt_length": ("prompt_length", "prompt_length_bucket", "prompt_bucket", "axes.prompt_length"),
-        "batch_size": ("batch_size", "axes.batch_size")}
+AXES = {
+    "max_new_tokens": ("max_new_tokens", "axes.max_new_tokens"),
+    "prompt_length": ("prompt_length", "prompt_length_bucket", "prompt_bucket", "axes.prompt_length"),
+    "batch_size": ("batch_size", "axes.batch_size"),
+}
 BUCKET_ORDER = {"short": 0, "medium": 1, "long": 2}  # prompt-length buckets in reading order
 
 
@@ -125,7 +134,7 @@ def target_params(data) -> dict[str, float]:
     """target → its parameter count, from the runs' manifests (models.target.params)."""
     out: dict[str, float] = {}
     for _, r in data.runs.iterrows():
-        model = (data.manifests.get(r["run_dir"], {}).get("models") or {})
+        model = data.manifests.get(r["run_dir"], {}).get("models") or {}
         params = num(model.get("target", {}).get("params")) if isinstance(model.get("target"), dict) else float("nan")
         if not math.isnan(params):
             out[str(r["target"])] = params
@@ -146,9 +155,18 @@ def perplexity_rows(data, level: float | None = None) -> list[dict]:
         if len(base) or len(spec):
             found.append((r, base, spec))
     level = level if level is not None else LEVEL / max(1, len(found))
-    return [{"run_id": r["run_id"], "target": r["target"], "task": r["task"], "series": r["series"], "baseline": base,
-             "speculative": spec, "check": nll_check(f"perplexity/{r['run_id']}", base, spec, level=level)}
-            for r, base, spec in found]
+    return [
+        {
+            "run_id": r["run_id"],
+            "target": r["target"],
+            "task": r["task"],
+            "series": r["series"],
+            "baseline": base,
+            "speculative": spec,
+            "check": nll_check(f"perplexity/{r['run_id']}", base, spec, level=level),
+        }
+        for r, base, spec in found
+    ]
 
 
 # --------------------------------------------------------------------------- batch sizes
@@ -168,11 +186,16 @@ def batch_point(row) -> dict:
     ci = row.get("speedup_ci95")
     low, high = (num(ci[0]), num(ci[1])) if isinstance(ci, (list, tuple)) and len(ci) == 2 else (NAN, NAN)
     batched = row["b"] > 1
-    return {"batch_size": int(row["b"]), "speedup": num(row["speedup"]), "ci_low": low, "ci_high": high,
-            "decode_speedup": num(row.get("decode_speedup")),
-            "predicted": num(row.get("predicted_speedup_batch") if batched else row.get("predicted_decode_speedup")),
-            "replayed": num(row.get("replayed_speedup_batch")) if batched else NAN,
-            "suspect": bool(row.get("timing_suspect")) if not isnull(row.get("timing_suspect")) else False}
+    return {
+        "batch_size": int(row["b"]),
+        "speedup": num(row["speedup"]),
+        "ci_low": low,
+        "ci_high": high,
+        "decode_speedup": num(row.get("decode_speedup")),
+        "predicted": num(row.get("predicted_speedup_batch") if batched else row.get("predicted_decode_speedup")),
+        "replayed": num(row.get("replayed_speedup_batch")) if batched else NAN,
+        "suspect": bool(row.get("timing_suspect")) if not isnull(row.get("timing_suspect")) else False,
+    }
 
 
 def batch_curves(runs) -> list[dict]:
@@ -182,9 +205,12 @@ def batch_curves(runs) -> list[dict]:
     frame = fixed_gamma(runs)
     if "batch_size" not in frame or frame["batch_size"].map(_batch_of).nunique() < 2:
         return []
-    frame = frame.assign(b=frame["batch_size"].map(_batch_of),
-                         policy=frame["batch_policy"].map(lambda v: "ragged" if isnull(v) else str(v))
-                         if "batch_policy" in frame else "ragged")
+    frame = frame.assign(
+        b=frame["batch_size"].map(_batch_of),
+        policy=frame["batch_policy"].map(lambda v: "ragged" if isnull(v) else str(v))
+        if "batch_policy" in frame
+        else "ragged",
+    )
     out = []
     for (task, draft, gamma, temp), g in frame.groupby(["task", "draft", "gamma", "temperature"], sort=True):
         for policy in ("ragged", "min"):
@@ -192,20 +218,29 @@ def batch_curves(runs) -> list[dict]:
             if len(sub) < 2 or not (sub["b"] > 1).any():
                 continue
             points = [batch_point(r) for _, r in sub.iterrows()]
-            out.append({"task": task, "label": f"{draft}, γ={int(gamma)}, T={float(temp):g}, {policy}",
-                        "policy": policy, "points": points})
+            out.append(
+                {
+                    "task": task,
+                    "label": f"{draft}, γ={int(gamma)}, T={float(temp):g}, {policy}",
+                    "policy": policy,
+                    "points": points,
+                }
+            )
     return out
 
 
 def batch_sentence(curves: list[dict]) -> str:
     """One sentence: whether the seed's "gains consistent across batch sizes" holds on these runs' hardware."""
-    speeds = [(p["speedup"], p["batch_size"], c["label"]) for c in curves for p in c["points"]
-              if not math.isnan(p["speedup"])]
+    speeds = [
+        (p["speedup"], p["batch_size"], c["label"]) for c in curves for p in c["points"] if not math.isnan(p["speedup"])
+    ]
     if not speeds:
         return "No batched run has a measured speedup, so the seed's claim about batch sizes is untested here."
     low, high = min(speeds), max(speeds)
     holds = low[0] > 1.0 and high[0] <= CONSISTENT_SPREAD * low[0]
-    return (f"On this hardware the seed's claim that gains are consistent across batch sizes "
-            f"{'holds' if holds else 'does not hold'} (criterion: every speedup above 1× and the largest at most "
-            f"{CONSISTENT_SPREAD:g}× the smallest): speedups run from {low[0]:.2f}× (B={low[1]}, {low[2]}) to "
-            f"{high[0]:.2f}× (B={high[1]}, {high[2]}).")
+    return (
+        f"On this hardware the seed's claim that gains are consistent across batch sizes "
+        f"{'holds' if holds else 'does not hold'} (criterion: every speedup above 1× and the largest at most "
+        f"{CONSISTENT_SPREAD:g}× the smallest): speedups run from {low[0]:.2f}× (B={low[1]}, {low[2]}) to "
+        f"{high[0]:.2f}× (B={high[1]}, {high[2]})."
+    )

@@ -33,18 +33,26 @@ ENOUGH_POWER = 0.8  # a perplexity test with less power than this against its st
 COMMANDS = {
     "speedup": "specbench sweep --draft prompt-lookup --gamma 1-8 --limit 8",
     "identity": "specbench sweep --temperature 0 --gamma 1-4 --limit 8",
-    "max_new_tokens": ("specbench sweep --draft prompt-lookup --gamma 4 --limit 8 --max-new-tokens 16,64,256, then "
-                       "specbench report results"),
-    "prompt_length": ("specbench sweep --draft prompt-lookup --gamma 4 --limit 8 --prompt-length short,medium,long, "
-                      "then specbench report results"),
+    "max_new_tokens": (
+        "specbench sweep --draft prompt-lookup --gamma 4 --limit 8 --max-new-tokens 16,64,256, then "
+        "specbench report results"
+    ),
+    "prompt_length": (
+        "specbench sweep --draft prompt-lookup --gamma 4 --limit 8 --prompt-length short,medium,long, "
+        "then specbench report results"
+    ),
     "batch_size": "specbench sweep --batch-size 1,2,4,8 --gamma 4 --limit 8",
-    "target": ("specbench setup --target qwen2.5-coder-1.5b, then specbench sweep --pair smollm2-135m:prompt-lookup "
-               "--pair qwen2.5-coder-1.5b:prompt-lookup --dtype bfloat16 --gamma 4 --limit 8"),
+    "target": (
+        "specbench setup --target qwen2.5-coder-1.5b, then specbench sweep --pair smollm2-135m:prompt-lookup "
+        "--pair qwen2.5-coder-1.5b:prompt-lookup --dtype bfloat16 --gamma 4 --limit 8"
+    ),
     "perplexity": "specbench sweep --temperature 1 --gamma 4 --limit 32",
 }
-AXIS_TEXT = {"max_new_tokens": ("Gains are consistent across sequence lengths (new tokens)", "new tokens"),
-             "prompt_length": ("Gains are consistent across prompt lengths", "prompt"),
-             "batch_size": ("Gains are consistent across batch sizes", "batch")}
+AXIS_TEXT = {
+    "max_new_tokens": ("Gains are consistent across sequence lengths (new tokens)", "new tokens"),
+    "prompt_length": ("Gains are consistent across prompt lengths", "prompt"),
+    "batch_size": ("Gains are consistent across batch sizes", "batch"),
+}
 
 
 @dataclass
@@ -89,7 +97,9 @@ def trusted(runs):
 def config_text(row) -> str:
     """A run's configuration in words: target, draft, γ, T and task."""
     gamma = row.get("gamma_label") if isinstance(row.get("gamma_label"), str) else row.get("gamma")
-    return f"target {row['target']}, draft {row['draft']}, γ {gamma}, T {float(row['temperature']):g}, task {row['task']}"
+    return (
+        f"target {row['target']}, draft {row['draft']}, γ {gamma}, T {float(row['temperature']):g}, task {row['task']}"
+    )
 
 
 def best_run(runs):
@@ -105,8 +115,13 @@ def ordered_verdict(cells: list[tuple[str, float, float, float]], what: str) -> 
     if max(c[2] for c in cells) <= min(c[3] for c in cells):
         return f"{HOLDS}: the 95 % intervals overlap"
     xs = [c[1] for c in cells]
-    trend = ("grows with " if all(a < b for a, b in zip(xs, xs[1:])) else
-             "shrinks with " if all(a > b for a, b in zip(xs, xs[1:])) else "varies with ")
+    trend = (
+        "grows with "
+        if all(a < b for a, b in zip(xs, xs[1:]))
+        else "shrinks with "
+        if all(a > b for a, b in zip(xs, xs[1:]))
+        else "varies with "
+    )
     return f"{FAILS}: the speedup {trend}{what} beyond its intervals"
 
 
@@ -119,12 +134,18 @@ def speedup_claim(runs) -> Claim:
     if best is None:
         return Claim(claim, untested("speedup", "no run has a measurable speedup"), "—")
     x, lo, hi = interval(best)
-    verdict = (f"{HOLDS}: the best interval lies at or above {PAPER_LOW:g}×" if lo >= PAPER_LOW else
-               f"{FAILS}: the best interval lies below {PAPER_LOW:g}×" if hi < PAPER_LOW else
-               f"{UNSURE}: the best interval spans {PAPER_LOW:g}×")
+    verdict = (
+        f"{HOLDS}: the best interval lies at or above {PAPER_LOW:g}×"
+        if lo >= PAPER_LOW
+        else f"{FAILS}: the best interval lies below {PAPER_LOW:g}×"
+        if hi < PAPER_LOW
+        else f"{UNSURE}: the best interval spans {PAPER_LOW:g}×"
+    )
     others = trusted(runs)["speedup"].map(num).dropna()
-    numbers = (f"best {speed_text(best)} ({config_text(best)}); median over {len(others)} trustworthy run(s) "
-               f"{others.median():.2f}×")
+    numbers = (
+        f"best {speed_text(best)} ({config_text(best)}); median over {len(others)} trustworthy run(s) "
+        f"{others.median():.2f}×"
+    )
     return Claim(claim, verdict, numbers, "speedup_vs_gamma")
 
 
@@ -137,27 +158,41 @@ def identity_claim(runs) -> Claim:
     if not len(greedy):
         return Claim(claim, untested("identity", "no greedy (T = 0) run"), "—")
     n = int(greedy["n_examples"].sum())
-    same = int(round(sum(num(r["identical_rate"]) * r["n_examples"] for _, r in greedy.iterrows()
-                         if not math.isnan(num(r["identical_rate"])))))
+    same = int(
+        round(
+            sum(
+                num(r["identical_rate"]) * r["n_examples"]
+                for _, r in greedy.iterrows()
+                if not math.isnan(num(r["identical_rate"]))
+            )
+        )
+    )
     ci = stats.binomtest(same, n).proportion_ci(0.95) if n else None
     unexplained = int(sum(num(v) for v in greedy.get("divergences_unexplained", []) if not math.isnan(num(v))))
-    numbers = (f"{same}/{n} examples identical over {len(greedy)} run(s) (share 95 % CI "
-               f"[{ci.low:.3f}, {ci.high:.3f}]); {n - same - unexplained} divergence(s) explained by numerics, "
-               f"{unexplained} unexplained")
+    numbers = (
+        f"{same}/{n} examples identical over {len(greedy)} run(s) (share 95 % CI "
+        f"[{ci.low:.3f}, {ci.high:.3f}]); {n - same - unexplained} divergence(s) explained by numerics, "
+        f"{unexplained} unexplained"
+    )
     if same == n:
         return Claim(claim, f"{HOLDS}: every greedy output equals the baseline's", numbers)
     if unexplained:
-        return Claim(claim, f"{FAILS}: {unexplained} divergence(s) that numerics do not explain (candidate bugs)",
-                     numbers)
-    return Claim(claim, f"{HOLDS} up to numerics: every divergence is a near-tie the verify pass's shape flips",
-                 numbers)
+        return Claim(
+            claim, f"{FAILS}: {unexplained} divergence(s) that numerics do not explain (candidate bugs)", numbers
+        )
+    return Claim(
+        claim, f"{HOLDS} up to numerics: every divergence is a near-tie the verify pass's shape flips", numbers
+    )
 
 
 def axis_groups(runs, column: str) -> list[list]:
     """Runs that differ only in `column`, as lists of rows in axis order (only groups with ≥ 2 axis values)."""
     axes = [axis_column(runs, a) for a in AXES]
-    keys = [k for k in ("target", "draft", "task", "temperature", "top_k", "top_p", "gamma_label", "dtype", *axes)
-            if k and k in runs and k != column]
+    keys = [
+        k
+        for k in ("target", "draft", "task", "temperature", "top_k", "top_p", "gamma_label", "dtype", *axes)
+        if k and k in runs and k != column
+    ]
     frame = trusted(runs).copy()
     for k in keys:  # a missing value is a value of its own (pandas' groupby would drop NaN keys)
         frame[k] = frame[k].map(lambda v: "—" if isnull(v) else str(v))
@@ -178,16 +213,24 @@ def axis_claim(runs, axis: str) -> Claim:
         return Claim(claim, untested(axis, f"no two runs differ only in {axis}"), "—", f"speedup_vs_{axis}")
     verdicts = []
     for rows in groups:
-        verdicts.append(ordered_verdict([(axis_text(r[column]), *interval(r)) for r in rows],
-                                        "length" if axis == "max_new_tokens" else unit))
+        verdicts.append(
+            ordered_verdict(
+                [(axis_text(r[column]), *interval(r)) for r in rows], "length" if axis == "max_new_tokens" else unit
+            )
+        )
     first = groups[0]
-    numbers = (f"{'/'.join(axis_text(r[column]) for r in first)} {unit}: {' / '.join(speed_text(r) for r in first)} "
-               f"({config_text(first[0])})")
+    numbers = (
+        f"{'/'.join(axis_text(r[column]) for r in first)} {unit}: {' / '.join(speed_text(r) for r in first)} "
+        f"({config_text(first[0])})"
+    )
     held = sum(v.startswith(HOLDS) for v in verdicts)
     if len(groups) > 1:
         numbers += f"; consistent in {held} of {len(groups)} configurations"
-    verdict = verdicts[0] if held == len(groups) or len(groups) == 1 else (
-        f"{FAILS}: consistent in only {held} of {len(groups)} configurations")
+    verdict = (
+        verdicts[0]
+        if held == len(groups) or len(groups) == 1
+        else (f"{FAILS}: consistent in only {held} of {len(groups)} configurations")
+    )
     return Claim(claim, verdict, numbers, f"speedup_vs_{axis}")
 
 
@@ -206,8 +249,9 @@ def size_claim(runs, params: dict[str, float]) -> Claim:
     claim = "Larger target models benefit more"
     cells = size_cells(runs, params)
     if not cells:
-        return Claim(claim, untested("target", "no task was run with two targets of known size"), "—",
-                     "speedup_by_target")
+        return Claim(
+            claim, untested("target", "no task was run with two targets of known size"), "—", "speedup_by_target"
+        )
     task, rows = cells[0]
     parts = [f"{speed_text(r)} on {r['target']} ({params[str(r['target'])] / 1e6:,.0f}M)" for r in rows]
     numbers = f"{task}, best per target: " + " vs ".join(parts)
@@ -232,19 +276,26 @@ def perplexity_claim(rows: list[dict]) -> Claim:
     worst = min(checks, key=lambda c: c.p_value if c.p_value is not None else -1.0)
     weakest = min(c.power for c in checks)
     d = worst.detail
-    numbers = (f"{len(rows)} run(s), U test at level {worst.threshold:.3g} each (0.01 split over the runs); "
-               f"lowest p = {num(worst.p_value):.3g} ({rows[checks.index(worst)]['run_id']}: mean NLL "
-               f"{num(d.get('mean_nll_baseline')):.3f} vs {num(d.get('mean_nll_speculative')):.3f} nats/token, "
-               f"difference 95 % CI {_ci_text(d.get('diff_ci95'))}, N = {d.get('n_baseline')}+{d.get('n_speculative')});"
-               f" lowest power {weakest:.2f} against {worst.alternative}")
+    numbers = (
+        f"{len(rows)} run(s), U test at level {worst.threshold:.3g} each (0.01 split over the runs); "
+        f"lowest p = {num(worst.p_value):.3g} ({rows[checks.index(worst)]['run_id']}: mean NLL "
+        f"{num(d.get('mean_nll_baseline')):.3f} vs {num(d.get('mean_nll_speculative')):.3f} nats/token, "
+        f"difference 95 % CI {_ci_text(d.get('diff_ci95'))}, N = {d.get('n_baseline')}+{d.get('n_speculative')});"
+        f" lowest power {weakest:.2f} against {worst.alternative}"
+    )
     failed = [r["run_id"] for r, c in zip(rows, checks) if not c.passed]
     if failed:
-        return Claim(claim, f"{FAILS}: the perplexity distributions differ in {', '.join(failed)}", numbers,
-                     "perplexity")
+        return Claim(
+            claim, f"{FAILS}: the perplexity distributions differ in {', '.join(failed)}", numbers, "perplexity"
+        )
     if weakest < ENOUGH_POWER:
         weak = rows[[c.power for c in checks].index(weakest)]["check"]
-        return Claim(claim, f"{UNSURE}: no difference found, but power {weakest:.2f} < {ENOUGH_POWER}; "
-                            f"{examples_needed(weak)}", numbers, "perplexity")
+        return Claim(
+            claim,
+            f"{UNSURE}: no difference found, but power {weakest:.2f} < {ENOUGH_POWER}; {examples_needed(weak)}",
+            numbers,
+            "perplexity",
+        )
     return Claim(claim, f"{HOLDS}: no difference at power ≥ {ENOUGH_POWER}", numbers, "perplexity")
 
 
@@ -258,9 +309,11 @@ def examples_needed(check) -> str:
     if math.isnan(found) or math.isnan(n) or found <= 0:
         return f"run more examples ({COMMANDS['perplexity']})"
     need = int(math.ceil(n * (found / shift) ** 2))
-    return (f"with this run's spread it detects {found:.2f} nats/token at power 0.8; about {need:,} examples per "
-            f"engine would detect {shift:g} (the shift falls as 1/√N; longer outputs lower the spread): "
-            f"{COMMANDS['perplexity'].replace('--limit 32', f'--limit {need}')}")
+    return (
+        f"with this run's spread it detects {found:.2f} nats/token at power 0.8; about {need:,} examples per "
+        f"engine would detect {shift:g} (the shift falls as 1/√N; longer outputs lower the spread): "
+        f"{COMMANDS['perplexity'].replace('--limit 32', f'--limit {need}')}"
+    )
 
 
 def _ci_text(ci) -> str:
@@ -270,9 +323,15 @@ def _ci_text(ci) -> str:
 def claims(data: ReportData, rows: list[dict] | None = None) -> list[Claim]:
     """Every claim row, in the seed's order (`rows`: perplexity_rows, computed here when not given)."""
     runs = data.runs
-    return [speedup_claim(runs), identity_claim(runs), axis_claim(runs, "max_new_tokens"),
-            axis_claim(runs, "prompt_length"), axis_claim(runs, "batch_size"), size_claim(runs, target_params(data)),
-            perplexity_claim(perplexity_rows(data) if rows is None else rows)]
+    return [
+        speedup_claim(runs),
+        identity_claim(runs),
+        axis_claim(runs, "max_new_tokens"),
+        axis_claim(runs, "prompt_length"),
+        axis_claim(runs, "batch_size"),
+        size_claim(runs, target_params(data)),
+        perplexity_claim(perplexity_rows(data) if rows is None else rows),
+    ]
 
 
 # --------------------------------------------------------------------------- the headline
@@ -295,11 +354,15 @@ def headline(data: ReportData) -> str:
     if best is None:
         text = "No run has a measurable speedup."
     else:
-        text = (f"Best configuration found: {config_text(best)}, {best.get('max_new_tokens')} new tokens: "
-                f"speedup {speed_text(best)} over the target alone (95 % bootstrap interval over "
-                f"{int(best['n_examples'])} examples).")
+        text = (
+            f"Best configuration found: {config_text(best)}, {best.get('max_new_tokens')} new tokens: "
+            f"speedup {speed_text(best)} over the target alone (95 % bootstrap interval over "
+            f"{int(best['n_examples'])} examples)."
+        )
     suspect = int(runs["timing_suspect"].astype(bool).sum()) if "timing_suspect" in runs else 0
     if suspect:
-        text += (f" {suspect} of {len(runs)} runs failed a timing check (see Timing warnings below) and are left "
-                 f"out of the verdicts where a trustworthy run remains.")
+        text += (
+            f" {suspect} of {len(runs)} runs failed a timing check (see Timing warnings below) and are left "
+            f"out of the verdicts where a trustworthy run remains."
+        )
     return f"{text} {hardware_sentence(data)}"

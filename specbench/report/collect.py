@@ -26,15 +26,32 @@ from specbench.measure.metrics import json_safe, summarize, timing_noise
 
 # Identity fields a usable summary must hold (non-null), and metric fields it must have (null = not measurable).
 REQUIRED = ("run_id", "target", "draft", "task", "gamma", "temperature", "top_k", "top_p", "n_examples")
-METRICS = ("alpha", "alpha_expected", "c", "verify_cost", "tokens_per_target_call", "speedup", "predicted_speedup",
-           "predicted_speedup_extended", "baseline_s", "speculative_s", "draft_s", "verify_s", "overhead_s",
-           "baseline_tokens", "speculative_tokens", "accepted_length_histogram")
+METRICS = (
+    "alpha",
+    "alpha_expected",
+    "c",
+    "verify_cost",
+    "tokens_per_target_call",
+    "speedup",
+    "predicted_speedup",
+    "predicted_speedup_extended",
+    "baseline_s",
+    "speculative_s",
+    "draft_s",
+    "verify_s",
+    "overhead_s",
+    "baseline_tokens",
+    "speculative_tokens",
+    "accepted_length_histogram",
+)
 # Errors that values of the right shape but unusable (a string where numbers belong) raise inside the metrics;
 # caught per run, so one such run is listed as skipped instead of ending the report.
 DATA_ERRORS = (TypeError, ValueError, KeyError, AttributeError, IndexError, ZeroDivisionError)
 
-DRIFT_CONSEQUENCE = ("the machine's speed changed between the baseline and this run, so its speedup is off by about "
-                     "that factor (rerun the sweep on a quiet machine)")
+DRIFT_CONSEQUENCE = (
+    "the machine's speed changed between the baseline and this run, so its speedup is off by about "
+    "that factor (rerun the sweep on a quiet machine)"
+)
 
 
 @dataclass
@@ -87,7 +104,7 @@ def fmt(value, digits: int = 3) -> str:
     if isinstance(value, (bool, np.bool_)):
         return "yes" if value else "no"
     if isinstance(value, float):
-        return f"{value:.2e}" if 0 < abs(value) < 10 ** -digits else f"{value:.{digits}f}"  # p-values stay visible
+        return f"{value:.2e}" if 0 < abs(value) < 10**-digits else f"{value:.{digits}f}"  # p-values stay visible
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(fmt(v, digits) for v in value) + "]"
     return str(value)
@@ -121,9 +138,11 @@ def _read_json(path: Path, data: ReportData):
 
 def _finder(paths: list[Path]):
     """name → every file of that name under `paths` (or a path that is such a file), resolved and sorted."""
+
     def files(name: str) -> list[Path]:
         found = {f.resolve() for p in paths for f in ([p] if p.name == name else p.rglob(name)) if f.is_file()}
         return sorted(found)
+
     return files
 
 
@@ -175,9 +194,11 @@ def _verify_cost_note(row: dict) -> str | None:
     """The report's own check: a verify cost outside [0.5, γ+1] single-token passes (None when plausible)."""
     cost, gamma = num(row.get("verify_cost")), int(row["gamma"])
     if not math.isnan(cost) and not 0.5 <= cost <= gamma + 1:
-        return (f"verify cost {cost:.2f} single-token passes for γ+1 = {gamma + 1} tokens is "
-                f"implausible; the baseline and speculative timings were probably taken under different machine "
-                f"load, so its speedup is unreliable (rerun on a quiet machine)")
+        return (
+            f"verify cost {cost:.2f} single-token passes for γ+1 = {gamma + 1} tokens is "
+            f"implausible; the baseline and speculative timings were probably taken under different machine "
+            f"load, so its speedup is unreliable (rerun on a quiet machine)"
+        )
     return None
 
 
@@ -205,8 +226,10 @@ def timing_note(row: dict) -> str | None:
         return f"{row['run_id']}: {note}"
     drift = _drift_flagged(row)
     if drift is not None:
-        return f"{row['run_id']}: its shared baseline, re-timed before the run, took {drift:.2f}× the stored time; " \
-               f"{DRIFT_CONSEQUENCE}"
+        return (
+            f"{row['run_id']}: its shared baseline, re-timed before the run, took {drift:.2f}× the stored time; "
+            f"{DRIFT_CONSEQUENCE}"
+        )
     return None
 
 
@@ -218,8 +241,11 @@ def timing_warnings(row: dict) -> list[str]:
     out = [str(n) for n in notes] if from_metrics else []
     drift = _drift_flagged(row)
     if drift is not None:  # metrics already wrote "the shared baseline ... took X×"; say what it means
-        out.append(DRIFT_CONSEQUENCE if from_metrics else
-                   f"its shared baseline, re-timed before the run, took {drift:.2f}× the stored time; {DRIFT_CONSEQUENCE}")
+        out.append(
+            DRIFT_CONSEQUENCE
+            if from_metrics
+            else f"its shared baseline, re-timed before the run, took {drift:.2f}× the stored time; {DRIFT_CONSEQUENCE}"
+        )
     note = _verify_cost_note(row)
     if note:
         out.append(note)
@@ -301,8 +327,10 @@ def _read_drift(run_dir: Path, row: dict, data: ReportData) -> float | None:
 def _coverage_notes(row: dict, n_records: int, manifest: dict, data: ReportData) -> None:
     """Notes for a summary one example behind its records, and for a partial run."""
     if n_records > row["n_examples"]:
-        data.notes.append(f"{row['run_id']}: summary.json covers {row['n_examples']} examples but examples.jsonl "
-                          f"holds {n_records} (killed between the two writes); rerun the same command to refresh it")
+        data.notes.append(
+            f"{row['run_id']}: summary.json covers {row['n_examples']} examples but examples.jsonl "
+            f"holds {n_records} (killed between the two writes); rerun the same command to refresh it"
+        )
     if not row.get("complete", True):
         task = manifest.get("task") if isinstance(manifest.get("task"), dict) else {}
         expected = task.get("n_examples")
@@ -342,8 +370,10 @@ def _read_run(summary: Path, data: ReportData) -> dict | None:
         _rederive(row, records, run_dir, manifest, data)
     except DATA_ERRORS as exc:  # a record whose values (not shape) the metrics cannot use
         del data.notes[notes_before:]  # a run left out leaves no notes
-        data.skip(run_dir / "examples.jsonl", f"its records cannot be summarised ({type(exc).__name__}: "
-                                              f"{str(exc)[:120]}); its run is left out")
+        data.skip(
+            run_dir / "examples.jsonl",
+            f"its records cannot be summarised ({type(exc).__name__}: {str(exc)[:120]}); its run is left out",
+        )
         return None
     data.examples[str(run_dir)] = pd.json_normalize(records)
     data.manifests[str(run_dir)] = manifest
@@ -356,9 +386,11 @@ def _read_run(summary: Path, data: ReportData) -> dict | None:
 def series_keys(runs) -> list[str]:
     """Columns that tell lines apart: draft and temperature, plus target/top-k/top-p and the sweep axes (batch,
     budget, prompt-length bucket) when they vary: runs at another B, budget or bucket are other lines."""
-    return ["draft", "temperature"] + [k for k in ("target", "top_k", "top_p", "batch_size", "batch_policy",
-                                                   "max_new_tokens", "prompt_length")
-                                       if k in runs and runs[k].nunique() > 1]
+    return ["draft", "temperature"] + [
+        k
+        for k in ("target", "top_k", "top_p", "batch_size", "batch_policy", "max_new_tokens", "prompt_length")
+        if k in runs and runs[k].nunique() > 1
+    ]
 
 
 def series_label(row, keys: list[str]) -> str:
@@ -451,13 +483,24 @@ def calibration_curves(data: ReportData) -> list[dict]:
         for dtype_key, cal in _manifest_calibrations(m):
             curve = _curve(cal) if isinstance(cal, dict) else None
             if curve is None:
-                data.notes.append(f"{run_id}: a calibration in manifest.json has no usable pass-cost curve; not plotted")
+                data.notes.append(
+                    f"{run_id}: a calibration in manifest.json has no usable pass-cost curve; not plotted"
+                )
                 continue
             dtype, device = str(cal.get("dtype") or dtype_key or "?"), str(cal.get("device") or "?")
             hw = hardware_short(m.get("hardware"), device)
             key = (dtype, device, cal.get("context_tokens"), hw, tuple((k, round(v, 6)) for k, v in curve.items()))
-            entry = found.setdefault(key, {"dtype": dtype, "device": device, "context_tokens": cal.get("context_tokens"),
-                                           "hardware": hw, "curve": curve, "runs": []})
+            entry = found.setdefault(
+                key,
+                {
+                    "dtype": dtype,
+                    "device": device,
+                    "context_tokens": cal.get("context_tokens"),
+                    "hardware": hw,
+                    "curve": curve,
+                    "runs": [],
+                },
+            )
             if run_id not in entry["runs"]:
                 entry["runs"].append(run_id)
     curves = list(found.values())
@@ -473,8 +516,11 @@ def _orphan_folders(files, with_summary: set[Path], data: ReportData) -> None:
     for marker in ("manifest.json", "examples.jsonl"):
         for f in files(marker):
             if f.parent not in with_summary and not any(s.path == str(f.parent) for s in data.skipped):
-                data.skip(f.parent, "run folder without summary.json (killed before its first example finished?); "
-                                    "rerun its command to resume")
+                data.skip(
+                    f.parent,
+                    "run folder without summary.json (killed before its first example finished?); "
+                    "rerun its command to resume",
+                )
 
 
 def _read_sweeps(files, with_summary: set[Path], data: ReportData) -> None:
@@ -491,9 +537,14 @@ def _read_sweeps(files, with_summary: set[Path], data: ReportData) -> None:
         for cell in doc["cells"]:
             cell_id = cell.get("cell_id", "?") if isinstance(cell, dict) else "?"
             cell_dir = path.parent / str(cell_id)
-            if cell_dir.resolve() not in with_summary and not any(s.path == str(cell_dir.resolve()) for s in data.skipped):
-                data.skip(cell_dir, f"cell of sweep {doc.get('sweep_id', '?')} has no results yet "
-                                    f"(rerun the sweep command to finish it)")
+            if cell_dir.resolve() not in with_summary and not any(
+                s.path == str(cell_dir.resolve()) for s in data.skipped
+            ):
+                data.skip(
+                    cell_dir,
+                    f"cell of sweep {doc.get('sweep_id', '?')} has no results yet "
+                    f"(rerun the sweep command to finish it)",
+                )
 
 
 def _read_checks(files, data: ReportData) -> None:
@@ -509,8 +560,10 @@ def _read_checks(files, data: ReportData) -> None:
             continue
         good = [c for c in doc if isinstance(c, dict) and "name" in c and "passed" in c]
         if len(good) < len(doc):
-            data.skip(path, f"{len(doc) - len(good)} of {len(doc)} entries are not checks "
-                            f"(a dict with at least name and passed)")
+            data.skip(
+                path,
+                f"{len(doc) - len(good)} of {len(doc)} entries are not checks (a dict with at least name and passed)",
+            )
         if good:
             data.checks.append((str(path), good))
 

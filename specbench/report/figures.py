@@ -29,8 +29,16 @@ class RenderedFigure:
 def _rc():
     import matplotlib
 
-    return matplotlib.rc_context({"text.parse_math": False, "svg.hashsalt": "specbench", "font.size": 9,
-                                  "axes.titlesize": 10, "axes.grid": True, "grid.alpha": 0.3})
+    return matplotlib.rc_context(
+        {
+            "text.parse_math": False,
+            "svg.hashsalt": "specbench",
+            "font.size": 9,
+            "axes.titlesize": 10,
+            "axes.grid": True,
+            "grid.alpha": 0.3,
+        }
+    )
 
 
 def _new_figure(width: float, height: float):
@@ -66,10 +74,17 @@ def _speedup_points(g):
         cis = [ci for ci in cell.get("speedup_ci95", []) if isinstance(ci, (list, tuple)) and len(ci) == 2]
         lo = min((num(c[0]) for c in cis), default=float("nan"))
         hi = max((num(c[1]) for c in cis), default=float("nan"))
-        rows.append({"gamma": gamma, "speedup": speed.mean(), "lo": lo, "hi": hi,
-                     "predicted_speedup": cell["predicted_speedup"].map(num).mean(),
-                     "predicted_speedup_extended": cell["predicted_speedup_extended"].map(num).mean(),
-                     "suspect": bool(cell["timing_suspect"].astype(bool).all()) if "timing_suspect" in cell else False})
+        rows.append(
+            {
+                "gamma": gamma,
+                "speedup": speed.mean(),
+                "lo": lo,
+                "hi": hi,
+                "predicted_speedup": cell["predicted_speedup"].map(num).mean(),
+                "predicted_speedup_extended": cell["predicted_speedup_extended"].map(num).mean(),
+                "suspect": bool(cell["timing_suspect"].astype(bool).all()) if "timing_suspect" in cell else False,
+            }
+        )
     import pandas as pd
 
     pts = pd.DataFrame(rows)
@@ -81,8 +96,9 @@ def _speedup_points(g):
 def draw_speedups(ax, x, pts, color, label: str | None) -> None:
     """Measured speedups with their 95 % intervals as error bars; flagged (suspect) points hollow and grey."""
     ax.plot(x, pts["speedup"], "-", color=color, label=label, lw=1.8)
-    ax.errorbar(x, pts["speedup"], yerr=[pts["err_lo"], pts["err_hi"]], fmt="none", ecolor=color, elinewidth=1.0,
-                capsize=3)
+    ax.errorbar(
+        x, pts["speedup"], yerr=[pts["err_lo"], pts["err_hi"]], fmt="none", ecolor=color, elinewidth=1.0, capsize=3
+    )
     ok, bad = ~pts["suspect"].to_numpy(), pts["suspect"].to_numpy()
     ax.plot([v for v, k in zip(x, ok) if k], pts["speedup"][ok], "o", color=color, ms=5)
     if bad.any():
@@ -93,10 +109,12 @@ def _speedup_legend(fig, colors: dict) -> None:
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], color=colors[label], ls="-", marker="o", label=label) for label in colors]
-    handles += [Line2D([], [], color="0.2", ls="-", marker="o", label="measured, 95% CI bars"),
-                Line2D([], [], color="0.55", ls="none", marker="o", mfc="white", label="suspect timing (hollow)"),
-                Line2D([], [], color="0.2", ls="--", label="Theorem 3.8 from measured α, c"),
-                Line2D([], [], color="0.2", ls="-.", marker="x", label="extended: + measured verify cost")]
+    handles += [
+        Line2D([], [], color="0.2", ls="-", marker="o", label="measured, 95% CI bars"),
+        Line2D([], [], color="0.55", ls="none", marker="o", mfc="white", label="suspect timing (hollow)"),
+        Line2D([], [], color="0.2", ls="--", label="Theorem 3.8 from measured α, c"),
+        Line2D([], [], color="0.2", ls="-.", marker="x", label="extended: + measured verify cost"),
+    ]
     fig.legend(handles=handles, loc="outside lower center", ncol=min(3, len(handles)), fontsize=7)
 
 
@@ -107,8 +125,10 @@ def fig_speedup(runs) -> object:
     tasks = sorted(runs["task"].unique())
     colors = _colors(sorted(runs["series"].unique()))
     rows = math.ceil(len(tasks) / 3)
-    fig = _new_figure(min(5.6 * len(tasks), 16.8) if len(tasks) > 1 else 7.0,
-                      4.2 * rows + 0.25 * math.ceil((len(colors) + 4) / 3) + 0.3)
+    fig = _new_figure(
+        min(5.6 * len(tasks), 16.8) if len(tasks) > 1 else 7.0,
+        4.2 * rows + 0.25 * math.ceil((len(colors) + 4) / 3) + 0.3,
+    )
     for ax, task in zip(_panels(fig, len(tasks), min(len(tasks), 3)), tasks):
         sub = runs[runs["task"] == task]
         for label, g in sub.groupby("series", sort=True):
@@ -139,9 +159,17 @@ def fig_axis(groups: list[list], column: str, label: str) -> object:
     fig = _new_figure(7.5, 4.2 + 0.22 * len(groups))
     ax = fig.subplots()
     for name, rows in zip(names, groups):
-        pts = pd.DataFrame([{"speedup": interval(r)[0], "err_lo": interval(r)[0] - interval(r)[1],
-                             "err_hi": interval(r)[2] - interval(r)[0],
-                             "suspect": bool(r.get("timing_suspect"))} for r in rows])
+        pts = pd.DataFrame(
+            [
+                {
+                    "speedup": interval(r)[0],
+                    "err_lo": interval(r)[0] - interval(r)[1],
+                    "err_hi": interval(r)[2] - interval(r)[0],
+                    "suspect": bool(r.get("timing_suspect")),
+                }
+                for r in rows
+            ]
+        )
         draw_speedups(ax, [values.index(r[column]) for r in rows], pts, colors[name], name)
     ax.axhline(1.0, color="0.4", lw=0.8)
     ax.set_xticks(range(len(values)), [axis_text(v) for v in values])
@@ -179,10 +207,12 @@ def fig_batch(curves: list[dict]) -> object:
         ax.set_xlabel("batch size B (examples decoded together)")
         ax.set_ylabel("walltime speedup (× batched target alone)")
     handles = [Line2D([], [], color=colors[label], ls="-", marker="o", label=label) for label in colors]
-    handles += [Line2D([], [], color="0.2", ls="-", marker="o", label="measured, 95% CI bars"),
-                Line2D([], [], color="0.55", ls="none", marker="o", mfc="white", label="suspect timing (hollow)"),
-                Line2D([], [], color="0.2", ls=":", label="measured decode speedup (prefill excluded)"),
-                Line2D([], [], color="0.2", ls="--", label="batch cost model's decode speedup")]
+    handles += [
+        Line2D([], [], color="0.2", ls="-", marker="o", label="measured, 95% CI bars"),
+        Line2D([], [], color="0.55", ls="none", marker="o", mfc="white", label="suspect timing (hollow)"),
+        Line2D([], [], color="0.2", ls=":", label="measured decode speedup (prefill excluded)"),
+        Line2D([], [], color="0.2", ls="--", label="batch cost model's decode speedup"),
+    ]
     fig.legend(handles=handles, loc="outside lower center", ncol=2, fontsize=7)
     return fig
 
@@ -200,8 +230,15 @@ def fig_targets(cells: list[tuple[str, list]], params: dict[str, float]) -> obje
         for r in rows:
             s, lo, hi = interval(r)
             suspect = bool(r.get("timing_suspect"))
-            ax.bar(x, s, 0.7, color="white" if suspect else "tab:blue", edgecolor="0.55" if suspect else "tab:blue",
-                   yerr=np.array([[s - lo], [hi - s]]), capsize=4)
+            ax.bar(
+                x,
+                s,
+                0.7,
+                color="white" if suspect else "tab:blue",
+                edgecolor="0.55" if suspect else "tab:blue",
+                yerr=np.array([[s - lo], [hi - s]]),
+                capsize=4,
+            )
             ticks.append((x, f"{r['target']}\n{params[str(r['target'])] / 1e6:,.0f}M params\n{task}, {r['draft']}"))
             x += 1
         x += 0.5
@@ -223,13 +260,27 @@ def fig_perplexity(rows: list[dict]) -> object:
             vals = np.asarray(r[engine], dtype=float)
             if not len(vals):
                 continue
-            ax.boxplot([vals], positions=[i + offset], widths=0.3, showfliers=False, patch_artist=True,
-                       boxprops={"facecolor": "white", "edgecolor": color}, medianprops={"color": color})
+            ax.boxplot(
+                [vals],
+                positions=[i + offset],
+                widths=0.3,
+                showfliers=False,
+                patch_artist=True,
+                boxprops={"facecolor": "white", "edgecolor": color},
+                medianprops={"color": color},
+            )
             jitter = np.random.default_rng(i).uniform(-0.08, 0.08, len(vals))
-            ax.plot(i + offset + jitter, vals, ".", color=color, ms=3, alpha=0.7,
-                    label=engine if i == 0 else None)
-    ax.set_xticks(range(len(rows)), [f"{r['run_id']}\np = {r['check'].p_value:.2g}" if r["check"].p_value is not None
-                                     else r["run_id"] for r in rows], fontsize=7, rotation=20, ha="right")
+            ax.plot(i + offset + jitter, vals, ".", color=color, ms=3, alpha=0.7, label=engine if i == 0 else None)
+    ax.set_xticks(
+        range(len(rows)),
+        [
+            f"{r['run_id']}\np = {r['check'].p_value:.2g}" if r["check"].p_value is not None else r["run_id"]
+            for r in rows
+        ],
+        fontsize=7,
+        rotation=20,
+        ha="right",
+    )
     ax.set_ylabel("mean NLL per token under the target (nats)")
     ax.set_title("Perplexity of sampled outputs: baseline vs speculative (Mann-Whitney p below each run)")
     ax.legend(fontsize=7)
@@ -321,11 +372,23 @@ def fig_histograms(runs, task: str) -> object:
                 ax.text(0.5, 0.5, "no verification steps", ha="center", va="center", transform=ax.transAxes)
                 continue
             n = range(int(gamma) + 1)
-            ax.bar(n, [x / sum(counts) for x in counts], color="tab:blue", alpha=0.7, label=f"measured ({int(sum(counts))} steps)")
+            ax.bar(
+                n,
+                [x / sum(counts) for x in counts],
+                color="tab:blue",
+                alpha=0.7,
+                label=f"measured ({int(sum(counts))} steps)",
+            )
             alpha = num(row["alpha"])
             if 0.0 <= alpha <= 1.0:
-                ax.plot(n, theory.accepted_length_law(alpha, int(gamma)), "o", color="tab:red", ms=4,
-                        label=f"law, α={alpha:.2f}")
+                ax.plot(
+                    n,
+                    theory.accepted_length_law(alpha, int(gamma)),
+                    "o",
+                    color="tab:red",
+                    ms=4,
+                    label=f"law, α={alpha:.2f}",
+                )
             ax.set_ylim(0, 1.0)
             ax.set_xticks(list(n))
             ax.legend(fontsize=6)
@@ -333,9 +396,12 @@ def fig_histograms(runs, task: str) -> object:
     return fig
 
 
-TIME_PARTS = (("prefill", "prefill (time to first token)", "#9e9e9e"), ("draft", "drafting", "#f28e2b"),
-              ("verify", "verification (target passes)", "#4e79a7"), ("overhead", "overhead (sampling, bookkeeping)",
-                                                                          "#59a14f"))
+TIME_PARTS = (
+    ("prefill", "prefill (time to first token)", "#9e9e9e"),
+    ("draft", "drafting", "#f28e2b"),
+    ("verify", "verification (target passes)", "#4e79a7"),
+    ("overhead", "overhead (sampling, bookkeeping)", "#59a14f"),
+)
 
 
 def time_parts(sub) -> dict:
@@ -346,7 +412,9 @@ def time_parts(sub) -> dict:
     ms = lambda col: (sub[col].map(num) / tokens * 1e3).fillna(0.0).to_numpy()  # noqa: E731
     parts = {"draft": ms("draft_s"), "verify": ms("verify_s"), "overhead": ms("overhead_s")}
     parts["prefill"] = np.clip(ms("speculative_s") - parts["draft"] - parts["verify"] - parts["overhead"], 0.0, None)
-    parts["baseline"] = (sub["baseline_s"].map(num) / sub["baseline_tokens"].map(num).replace(0, np.nan) * 1e3).to_numpy()
+    parts["baseline"] = (
+        sub["baseline_s"].map(num) / sub["baseline_tokens"].map(num).replace(0, np.nan) * 1e3
+    ).to_numpy()
     return parts
 
 
@@ -368,8 +436,14 @@ def fig_time_split(runs) -> object:
             left += parts[key]
         ax.plot(parts["baseline"], y, "|", color="black", ms=16, mew=2.2, label="baseline (target alone)")
         labels = sub["gamma_label"] if "gamma_label" in sub else sub["gamma"]
-        ax.set_yticks(y, [f"{r}\n{d}, T={float(t):g}, γ={g}" for r, d, t, g in
-                          zip(sub["run_id"], sub["draft"], sub["temperature"], labels)], fontsize=8)
+        ax.set_yticks(
+            y,
+            [
+                f"{r}\n{d}, T={float(t):g}, γ={g}"
+                for r, d, t, g in zip(sub["run_id"], sub["draft"], sub["temperature"], labels)
+            ],
+            fontsize=8,
+        )
         ax.invert_yaxis()
         ax.set_xlim(0, max(float(np.nanmax(np.append(left, parts["baseline"]))) * 1.08, 1e-6))
         ax.set_xlabel("milliseconds per generated token")
@@ -393,8 +467,12 @@ def fig_quality(rows: list[dict]) -> object:
         for offset, engine, color in ((-0.2, "baseline", "0.5"), (0.2, "speculative", "tab:blue")):
             vals = np.array([r[engine] for r in sub])
             ci = [r[f"{engine}_ci"] for r in sub]
-            err = np.array([[v - c[0], c[1] - v] if isinstance(c, (list, tuple)) and len(c) == 2 else [0, 0]
-                            for v, c in zip(vals, ci)]).T
+            err = np.array(
+                [
+                    [v - c[0], c[1] - v] if isinstance(c, (list, tuple)) and len(c) == 2 else [0, 0]
+                    for v, c in zip(vals, ci)
+                ]
+            ).T
             ax.bar(x + offset, vals, 0.38, yerr=np.clip(err, 0, None), capsize=3, color=color, label=engine)
         ax.set_xticks(x, [r["run_id"] for r in sub], fontsize=7, rotation=30, ha="right")
         ax.set_ylabel(name)
@@ -419,35 +497,44 @@ PASS_COST_CAPTION = (
     "task's typical length, divided by the time for one), per dtype, context and machine; runs and auto choices "
     "that share a calibration share a line. Dashed: t(k) = t(1), the free verification the paper's Theorem 3.8 "
     "assumes. Where a line rises above it, verifying γ drafts costs more than one step and the best γ is smaller "
-    "than the theorem says; a drop is a kernel that handles that k better.")
+    "than the theorem says; a drop is a kernel that handles that k better."
+)
 SPEEDUP_CAPTION = (
     "Solid: measured walltime speedup. Dashed: Theorem 3.8 from the measured α and c. Dash-dot: the "
     "extended model, which also charges the measured cost of verifying γ+1 tokens. Grey line: no speedup. "
     "Bars: the 95% bootstrap interval over examples. Runs with a γ policy (adaptive, heuristic) are not drawn "
-    "here; see Recommended γ.")
+    "here; see Recommended γ."
+)
 AXIS_CAPTION = (
     "Each line: one configuration (target, draft, γ, T, task) run at several values of this axis and nothing else "
-    "changed; bars: 95% bootstrap intervals over examples. Consistent gains mean intervals that overlap.")
+    "changed; bars: 95% bootstrap intervals over examples. Consistent gains mean intervals that overlap."
+)
 TARGET_CAPTION = (
     "The best trustworthy speedup of each target model on each task it ran, smallest model first; bars: 95% "
-    "bootstrap intervals. The paper expects larger targets (slower passes, same draft cost) to gain more.")
+    "bootstrap intervals. The paper expects larger targets (slower passes, same draft cost) to gain more."
+)
 PERPLEXITY_CAPTION = (
     "Each output's mean negative log-likelihood per token under the target's raw law (its log-perplexity), "
     "baseline (grey) beside speculative (blue); box: quartiles and median. Equal output laws give equal "
-    "distributions here; the Mann-Whitney U test of that, with its power, is in the Perplexity table.")
+    "distributions here; the Mann-Whitney U test of that, with its power, is in the Perplexity table."
+)
 ALPHA_CAPTION = (
     "α per draft, task and temperature; black diamonds: the expected acceptance E[Σ min(p, q)] at the "
-    "verified positions, which α estimates.")
+    "verified positions, which α estimates."
+)
 HISTOGRAM_CAPTION = (
     "Bars: share of verification steps that accepted n drafts. Dots: the law theory predicts if each "
     "draft were accepted independently with the measured α. A model-free draft that sometimes "
-    "proposes fewer than γ tokens piles up mass at small n.")
+    "proposes fewer than γ tokens piles up mass at small n."
+)
 TIME_CAPTION = (
     "Speculative decoding's milliseconds per generated token, split into prefill, drafting, target "
-    "verification passes and the rest (sampling, bookkeeping); the black tick is the baseline's.")
+    "verification passes and the rest (sampling, bookkeeping); the black tick is the baseline's."
+)
 QUALITY_CAPTION = (
     "BLEU or ROUGE (0–100) of the baseline and speculative outputs against the task references; whiskers: "
-    "95% bootstrap intervals, where the runner computed them (sampling runs).")
+    "95% bootstrap intervals, where the runner computed them (sampling runs)."
+)
 
 
 BATCH_CAPTION = (
@@ -456,7 +543,8 @@ BATCH_CAPTION = (
     "row keeps its own accepted prefix; min: every row advances by the batch's minimum); hollow grey points had "
     "suspect timings. Dotted: the measured decode speedup (prefill excluded). Dashed: the batch cost model's "
     "decode speedup (each row's own measured steps, rows leaving as they finish, every pass priced by the "
-    "calibrated t(b, k) of its live rows b; at B = 1 the batch-1 model). Grey line: no speedup.")
+    "calibrated t(b, k) of its live rows b; at B = 1 the batch-1 model). Grey line: no speedup."
+)
 
 
 def flagged_caption(runs) -> str:
@@ -464,12 +552,13 @@ def flagged_caption(runs) -> str:
     if "timing_suspect" not in runs or not runs["timing_suspect"].astype(bool).any():
         return ""
     names = sorted(runs.loc[runs["timing_suspect"].astype(bool), "run_id"].astype(str))
-    return (f" Hollow grey markers: runs whose timings failed a check, not to be trusted without a rerun "
-            f"({', '.join(names)}).")
+    return (
+        f" Hollow grey markers: runs whose timings failed a check, not to be trusted without a rerun "
+        f"({', '.join(names)})."
+    )
 
 
-AXIS_LABELS = {"max_new_tokens": "new tokens per example", "prompt_length": "prompt length",
-               "batch_size": "batch size"}
+AXIS_LABELS = {"max_new_tokens": "new tokens per example", "prompt_length": "prompt length", "batch_size": "batch size"}
 
 
 def _claim_figures(runs, params: dict | None, perplexity: list[dict] | None, taken: list[str]) -> list[tuple]:
@@ -482,43 +571,83 @@ def _claim_figures(runs, params: dict | None, perplexity: list[dict] | None, tak
         column = axis_column(runs, axis)
         groups = axis_groups(runs, column) if column else []
         if groups and not (axis == "batch_size" and any("batch" in name for name in taken)):
-            plan.append((lambda g, c=column, a=axis: fig_axis(g, c, AXIS_LABELS[a]), groups, f"speedup_vs_{axis}",
-                         f"Speedup vs {AXIS_LABELS[axis]}", AXIS_CAPTION + flagged_caption(runs)))
+            plan.append(
+                (
+                    lambda g, c=column, a=axis: fig_axis(g, c, AXIS_LABELS[a]),
+                    groups,
+                    f"speedup_vs_{axis}",
+                    f"Speedup vs {AXIS_LABELS[axis]}",
+                    AXIS_CAPTION + flagged_caption(runs),
+                )
+            )
     cells = size_cells(runs, params or {})
     if cells:
-        plan.append((lambda c: fig_targets(c, params), cells, "speedup_by_target", "Speedup by target model",
-                     TARGET_CAPTION + flagged_caption(runs)))
+        plan.append(
+            (
+                lambda c: fig_targets(c, params),
+                cells,
+                "speedup_by_target",
+                "Speedup by target model",
+                TARGET_CAPTION + flagged_caption(runs),
+            )
+        )
     if perplexity:
-        plan.append((fig_perplexity, perplexity, "perplexity", "Perplexity: baseline vs speculative",
-                     PERPLEXITY_CAPTION))
+        plan.append(
+            (fig_perplexity, perplexity, "perplexity", "Perplexity: baseline vs speculative", PERPLEXITY_CAPTION)
+        )
     return plan
 
 
-def _figure_plan(runs, curves: list[dict] | None, params: dict | None = None,
-                 perplexity: list[dict] | None = None) -> list[tuple]:
+def _figure_plan(
+    runs, curves: list[dict] | None, params: dict | None = None, perplexity: list[dict] | None = None
+) -> list[tuple]:
     """(draw, its argument, file stem, title, caption) for every figure these runs call for, in report order."""
     fixed = fixed_gamma(runs)
-    plan = [(fig_speedup, fixed, "speedup_vs_gamma", "Speedup vs γ", SPEEDUP_CAPTION + flagged_caption(fixed)),
-            (fig_pass_cost, curves, "pass_cost_curve", "Pass-cost curve", PASS_COST_CAPTION),
-            (fig_alpha, runs, "alpha", "Acceptance rate α", ALPHA_CAPTION)]
+    plan = [
+        (fig_speedup, fixed, "speedup_vs_gamma", "Speedup vs γ", SPEEDUP_CAPTION + flagged_caption(fixed)),
+        (fig_pass_cost, curves, "pass_cost_curve", "Pass-cost curve", PASS_COST_CAPTION),
+        (fig_alpha, runs, "alpha", "Acceptance rate α", ALPHA_CAPTION),
+    ]
     plan = [step for step in plan if step[1] is not None and len(step[1])]
-    plan += [(lambda task: fig_histograms(runs, task), task, f"accepted_lengths_{i}", f"Accepted lengths: {task}",
-              HISTOGRAM_CAPTION) for i, task in enumerate(sorted(fixed["task"].unique()))]
+    plan += [
+        (
+            lambda task: fig_histograms(runs, task),
+            task,
+            f"accepted_lengths_{i}",
+            f"Accepted lengths: {task}",
+            HISTOGRAM_CAPTION,
+        )
+        for i, task in enumerate(sorted(fixed["task"].unique()))
+    ]
     plan.append((fig_time_split, runs, "time_per_token", "Time per token", TIME_CAPTION))
     qrows = quality_rows(runs)
     if qrows:
         plan.append((fig_quality, qrows, "quality", "Output quality", QUALITY_CAPTION))
     curves = batch_curves(runs)
     if curves:  # named as the claims table's batch figure, so the generic axis figure is not drawn twice
-        plan.append((fig_batch, curves, "speedup_vs_batch_size", "Speedup vs batch size",
-                     BATCH_CAPTION + " " + batch_sentence(curves)))
+        plan.append(
+            (
+                fig_batch,
+                curves,
+                "speedup_vs_batch_size",
+                "Speedup vs batch size",
+                BATCH_CAPTION + " " + batch_sentence(curves),
+            )
+        )
     return plan + _claim_figures(runs, params, perplexity, [step[2] for step in plan])
 
 
-def make_figures(runs, folder: Path, curves: list[dict] | None = None, params: dict | None = None,
-                 perplexity: list[dict] | None = None) -> list[RenderedFigure]:
+def make_figures(
+    runs,
+    folder: Path,
+    curves: list[dict] | None = None,
+    params: dict | None = None,
+    perplexity: list[dict] | None = None,
+) -> list[RenderedFigure]:
     """Draw and save every figure (PNG and SVG under `folder`); `params` (target → parameters) and `perplexity`
     (analysis.perplexity_rows) add the figures the claims table links to."""
     with _rc():
-        return [render_figure(draw(arg), name, title, caption, folder)
-                for draw, arg, name, title, caption in _figure_plan(runs, curves, params, perplexity)]
+        return [
+            render_figure(draw(arg), name, title, caption, folder)
+            for draw, arg, name, title, caption in _figure_plan(runs, curves, params, perplexity)
+        ]

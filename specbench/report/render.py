@@ -28,11 +28,29 @@ from specbench.errors import SpecbenchError
 from specbench.measure.hardware import describe
 from specbench.report.analysis import best_gamma_rows, perplexity_rows, quality_rows, target_params
 from specbench.report.claims import Claim, claims, headline
-from specbench.report.collect import (ReportData, Skipped, collect, fixed_gamma, fmt, isnull, num, policy_runs,
-                                      timing_note, truthy)
+from specbench.report.collect import (
+    ReportData,
+    Skipped,
+    collect,
+    fixed_gamma,
+    fmt,
+    isnull,
+    num,
+    policy_runs,
+    timing_note,
+    truthy,
+)
 from specbench.report.figures import RenderedFigure, make_figures
 
-CHECK_FIELDS = ("name", "statistic", "p_value", "n", "threshold", "power", "passed")  # a checks.json row (verification.py)
+CHECK_FIELDS = (
+    "name",
+    "statistic",
+    "p_value",
+    "n",
+    "threshold",
+    "power",
+    "passed",
+)  # a checks.json row (verification.py)
 SAMPLE_CHARS = 240  # characters of each output shown in the samples table
 SAMPLE_RUNS = 24  # runs whose first example is shown
 
@@ -43,10 +61,18 @@ SAMPLE_RUNS = 24  # runs whose first example is shown
 # full table identically (EnDe and CNNDM, T5-small/base/large, T = 0 and 1), and a third partial
 # transcription that matches the CNNDM T = 1 rows. Rows: (task, draft, T, γ, α, speedup).
 PAPER_TABLE2 = (
-    ("EnDe", "T5-small", 0, 7, 0.75, 3.4), ("EnDe", "T5-base", 0, 7, 0.80, 2.8), ("EnDe", "T5-large", 0, 7, 0.82, 1.7),
-    ("EnDe", "T5-small", 1, 7, 0.62, 2.6), ("EnDe", "T5-base", 1, 5, 0.68, 2.4), ("EnDe", "T5-large", 1, 3, 0.71, 1.4),
-    ("CNNDM", "T5-small", 0, 5, 0.65, 3.1), ("CNNDM", "T5-base", 0, 5, 0.73, 3.0), ("CNNDM", "T5-large", 0, 3, 0.74, 2.2),
-    ("CNNDM", "T5-small", 1, 5, 0.53, 2.3), ("CNNDM", "T5-base", 1, 3, 0.55, 2.2), ("CNNDM", "T5-large", 1, 3, 0.56, 1.7),
+    ("EnDe", "T5-small", 0, 7, 0.75, 3.4),
+    ("EnDe", "T5-base", 0, 7, 0.80, 2.8),
+    ("EnDe", "T5-large", 0, 7, 0.82, 1.7),
+    ("EnDe", "T5-small", 1, 7, 0.62, 2.6),
+    ("EnDe", "T5-base", 1, 5, 0.68, 2.4),
+    ("EnDe", "T5-large", 1, 3, 0.71, 1.4),
+    ("CNNDM", "T5-small", 0, 5, 0.65, 3.1),
+    ("CNNDM", "T5-base", 0, 5, 0.73, 3.0),
+    ("CNNDM", "T5-large", 0, 3, 0.74, 2.2),
+    ("CNNDM", "T5-small", 1, 5, 0.53, 2.3),
+    ("CNNDM", "T5-base", 1, 3, 0.55, 2.2),
+    ("CNNDM", "T5-large", 1, 3, 0.56, 1.7),
 )
 PAPER_SOURCE = "Leviathan et al. 2023, Table 2 (T5-XXL target, TPU-v4)"
 
@@ -57,10 +83,12 @@ TIMING_WARNINGS_TEXT = (
     "baseline's time per token, disagreeing repeats, a re-timed shared baseline that drifted, or a "
     "verify cost no quiet machine gives). Do not trust their speedups without a rerun on a quiet "
     "machine; the tables mark them, and the γ recommendation leaves them out when other cells "
-    "remain.")
+    "remain."
+)
 AUTO_TEXT = (
     "Runs that asked for --gamma, --draft or --dtype auto (or the adaptive γ policy): what was "
-    "chosen on the machine, and why, as recorded in each manifest.")
+    "chosen on the machine, and why, as recorded in each manifest."
+)
 RUNS_TEXT = (
     "α = accepted / acceptance trials; c = draft cost per token over target cost per token; "
     "verify = cost of one target pass over γ+1 tokens in single-token passes; speedup = speculative "
@@ -72,14 +100,16 @@ RUNS_TEXT = (
     "drafts). c and the verify cost come from the same run, so this pair checks the loop's own time "
     "and the predicted number of target passes, not the cost measurements themselves. Speedup and "
     "decode carry their 95 % bootstrap interval over examples in brackets; timing SUSPECT: see "
-    "Timing warnings at the top.")
+    "Timing warnings at the top."
+)
 IDENTITY_TEXT = (
     "In bf16 or fp16 the target's logits depend on how many tokens share a pass, so where its two "
     "best tokens nearly tie, a verify pass can choose differently from a one-token step: such a "
     "divergence is classified numerics when replaying both runs' own passes shows the target itself "
     "flipping, and unexplained (a candidate bug) otherwise. The numerics floor is the share of the "
     "baseline's positions a teacher-forced (γ+1)-token pass flips: what this hardware forces on "
-    "any multi-token verifier.")
+    "any multi-token verifier."
+)
 BEST_GAMMA_TEXT = (
     "Measured: the γ with the largest measured speedup among those run (95 % bootstrap interval in "
     "brackets). Theorem 3.8: the γ maximising (1−α^(γ+1))/((1−α)(γc+1)) with α and c pooled over the "
@@ -87,39 +117,87 @@ BEST_GAMMA_TEXT = (
     "optimum over 1..64 lies outside it, the table says so beside the best γ inside the range. "
     "Extended: the same with each γ's measured verify cost, so only measured γ values are "
     "candidates. Cells whose timings look inconsistent (see Timing warnings) are left out when "
-    "others remain.")
+    "others remain."
+)
 POLICY_TEXT = (
     "Runs with a γ policy choose γ per step (up to γ max), so they have no place in the γ "
-    "comparison above; they are listed here on their own.")
+    "comparison above; they are listed here on their own."
+)
 PAPER_TEXT = (
     f"Paper rows: {PAPER_SOURCE}; each is the paper's best γ for that draft. Our rows: the best "
     "measured γ per task, draft and temperature. The paper's target is an 11B T5 on a TPU; ours is "
     "whatever these runs used (see Setup), so compare trends (α by draft and temperature, the "
     "α–cost trade-off), not absolute speedups. Our speedups carry their 95 % bootstrap interval "
-    "over examples in brackets.")
+    "over examples in brackets."
+)
 CLAIMS_TEXT = (
     "The seed paper's claims, each judged on these runs and this hardware by the 95 % intervals behind it: "
     "holds (the intervals support it), does not hold (they contradict it), inconclusive (they straddle the "
     "claim's boundary, or the test had too little power), or not tested here (with the command that measures "
     "it). Runs with suspect timings are left out wherever a trustworthy run remains. Human evaluation of "
-    "quality is not something a benchmark can run; perplexity stands in for it.")
+    "quality is not something a benchmark can run; perplexity stands in for it."
+)
 PERPLEXITY_TEXT = (
     "At T > 0 the outputs differ from the baseline's by design; their law must not. Each output is scored by its "
     "mean negative log-likelihood per token under the target's raw law (perplexity = exp of it), and a two-sided "
     "Mann-Whitney U test asks whether baseline and speculative scores share one distribution. The level is 0.01 "
     "split over the runs tested (Bonferroni). Power is simulated (400 redraws from the pooled scores) against "
     "the stated shift; 'detectable' is the shift found with power 0.8. Baseline and speculative share a seed per "
-    "example, which can only make the test conservative.")
+    "example, which can only make the test conservative."
+)
 QUALITY_TEXT = (
     "At T = 0 the scores must be equal (identical outputs); at T > 0 the intervals should overlap "
-    "(same output distribution).")
+    "(same output distribution)."
+)
 
-RUNS_COLUMNS = ["run", "task", "draft", "T", "γ", "n", "α", "α exp.", "c", "verify", "tok/call", "speedup [95% CI]",
-                "timing", "Thm 3.8", "extended", "decode [95% CI]", "predicted decode", "identical share", "complete"]
-BEST_GAMMA_COLUMNS = ["task", "draft, T", "γ run", "best γ measured", "its speedup [95% CI]", "pooled α", "pooled c",
-                      "γ* Thm 3.8", "predicted", "γ* extended", "predicted (ext.)", "suspect timings at γ"]
-POLICY_COLUMNS = ["run", "task", "draft, T", "γ policy", "γ max", "n", "α", "tok/call", "speedup [95% CI]", "timing",
-                  "decode [95% CI]"]
+RUNS_COLUMNS = [
+    "run",
+    "task",
+    "draft",
+    "T",
+    "γ",
+    "n",
+    "α",
+    "α exp.",
+    "c",
+    "verify",
+    "tok/call",
+    "speedup [95% CI]",
+    "timing",
+    "Thm 3.8",
+    "extended",
+    "decode [95% CI]",
+    "predicted decode",
+    "identical share",
+    "complete",
+]
+BEST_GAMMA_COLUMNS = [
+    "task",
+    "draft, T",
+    "γ run",
+    "best γ measured",
+    "its speedup [95% CI]",
+    "pooled α",
+    "pooled c",
+    "γ* Thm 3.8",
+    "predicted",
+    "γ* extended",
+    "predicted (ext.)",
+    "suspect timings at γ",
+]
+POLICY_COLUMNS = [
+    "run",
+    "task",
+    "draft, T",
+    "γ policy",
+    "γ max",
+    "n",
+    "α",
+    "tok/call",
+    "speedup [95% CI]",
+    "timing",
+    "decode [95% CI]",
+]
 
 
 # --------------------------------------------------------------------------- cell text
@@ -198,49 +276,111 @@ def _thm_gamma_text(b: dict):
     if b["thm_gamma"] is None or b["thm_in_range"]:
         return b["thm_gamma"]
     lo, hi = b["gammas"][0], b["gammas"][-1]
-    return (f"{b['thm_gamma_in_range']} (best within the measured {lo}–{hi}; the optimum over 1..64, "
-            f"γ = {b['thm_gamma']}, is extrapolated)")
+    return (
+        f"{b['thm_gamma_in_range']} (best within the measured {lo}–{hi}; the optimum over 1..64, "
+        f"γ = {b['thm_gamma']}, is extrapolated)"
+    )
 
 
 # --------------------------------------------------------------------------- tables
 
 
 def runs_table(runs) -> Table:
-    return Table(RUNS_COLUMNS, [
-        [r["run_id"], r["task"], r["draft"], f"{r['temperature']:g}", _gamma_text(r), r["n_examples"], num(r["alpha"]),
-         num(r["alpha_expected"]), num(r["c"]), num(r["verify_cost"]), num(r["tokens_per_target_call"]),
-         with_ci(r["speedup"], r.get("speedup_ci95")), _timing_text(r), num(r["predicted_speedup"]),
-         num(r["predicted_speedup_extended"]), with_ci(r.get("decode_speedup"), r.get("decode_speedup_ci95")),
-         num(r.get("predicted_decode_speedup")), num(r.get("identical_rate")), r.get("complete")]
-        for _, r in runs.iterrows()])
+    return Table(
+        RUNS_COLUMNS,
+        [
+            [
+                r["run_id"],
+                r["task"],
+                r["draft"],
+                f"{r['temperature']:g}",
+                _gamma_text(r),
+                r["n_examples"],
+                num(r["alpha"]),
+                num(r["alpha_expected"]),
+                num(r["c"]),
+                num(r["verify_cost"]),
+                num(r["tokens_per_target_call"]),
+                with_ci(r["speedup"], r.get("speedup_ci95")),
+                _timing_text(r),
+                num(r["predicted_speedup"]),
+                num(r["predicted_speedup_extended"]),
+                with_ci(r.get("decode_speedup"), r.get("decode_speedup_ci95")),
+                num(r.get("predicted_decode_speedup")),
+                num(r.get("identical_rate")),
+                r.get("complete"),
+            ]
+            for _, r in runs.iterrows()
+        ],
+    )
 
 
 def best_gamma_table(runs, best: list[dict]) -> Table:
-    return Table(BEST_GAMMA_COLUMNS, [
-        [b["task"], b["series"], ",".join(map(str, b["gammas"])), b["measured_gamma"], _best_speedup_text(runs, b),
-         b["alpha"], b["c"], _thm_gamma_text(b), b["thm_factor"] if b["thm_in_range"] else b["thm_factor_in_range"],
-         b["ext_gamma"], b["ext_factor"], ",".join(map(str, b["suspect_gammas"])) or "none"]
-        for b in best])
+    return Table(
+        BEST_GAMMA_COLUMNS,
+        [
+            [
+                b["task"],
+                b["series"],
+                ",".join(map(str, b["gammas"])),
+                b["measured_gamma"],
+                _best_speedup_text(runs, b),
+                b["alpha"],
+                b["c"],
+                _thm_gamma_text(b),
+                b["thm_factor"] if b["thm_in_range"] else b["thm_factor_in_range"],
+                b["ext_gamma"],
+                b["ext_factor"],
+                ",".join(map(str, b["suspect_gammas"])) or "none",
+            ]
+            for b in best
+        ],
+    )
 
 
 def policy_table(policies) -> Table:
-    return Table(POLICY_COLUMNS, [
-        [r["run_id"], r["task"], r["series"], r["gamma_policy"], int(r["gamma"]), r["n_examples"], num(r["alpha"]),
-         num(r["tokens_per_target_call"]), with_ci(r["speedup"], r.get("speedup_ci95")), _timing_text(r),
-         with_ci(r.get("decode_speedup"), r.get("decode_speedup_ci95"))]
-        for _, r in policies.iterrows()])
+    return Table(
+        POLICY_COLUMNS,
+        [
+            [
+                r["run_id"],
+                r["task"],
+                r["series"],
+                r["gamma_policy"],
+                int(r["gamma"]),
+                r["n_examples"],
+                num(r["alpha"]),
+                num(r["tokens_per_target_call"]),
+                with_ci(r["speedup"], r.get("speedup_ci95")),
+                _timing_text(r),
+                with_ci(r.get("decode_speedup"), r.get("decode_speedup_ci95")),
+            ]
+            for _, r in policies.iterrows()
+        ],
+    )
 
 
 def paper_table(runs, best: list[dict]) -> Table:
-    rows = [[PAPER_SOURCE, task, draft, f"{t:g}", gamma, alpha, f"{speed:.1f}×"]
-            for task, draft, t, gamma, alpha, speed in PAPER_TABLE2]
+    rows = [
+        [PAPER_SOURCE, task, draft, f"{t:g}", gamma, alpha, f"{speed:.1f}×"]
+        for task, draft, t, gamma, alpha, speed in PAPER_TABLE2
+    ]
     for b in best:
         r = _best_cell(runs, b)
         if r is None:
             continue
         speed = with_ci(b["measured_speedup"], r.get("speedup_ci95"), unit="×")
-        rows.append([f"specbench ({r['target']})", b["task"], r["draft"], f"{r['temperature']:g}", b["measured_gamma"],
-                     num(r["alpha"]), speed + (" (suspect timing)" if truthy(r.get("timing_suspect")) else "")])
+        rows.append(
+            [
+                f"specbench ({r['target']})",
+                b["task"],
+                r["draft"],
+                f"{r['temperature']:g}",
+                b["measured_gamma"],
+                num(r["alpha"]),
+                speed + (" (suspect timing)" if truthy(r.get("timing_suspect")) else ""),
+            ]
+        )
     return Table(["source", "task", "draft", "T", "γ", "α", "speedup"], rows)
 
 
@@ -277,24 +417,39 @@ def _params_text(params) -> str:
 def _manifest_facts(m: dict) -> list[tuple[str, str | None]]:
     """(key, text) of one manifest's target model, hardware, versions and commit."""
     model = m.get("models", {}).get("target", {}) if isinstance(m.get("models"), dict) else {}
-    target = (f"{model.get('spec')} ({_params_text(model.get('params'))} params, {model.get('dtype')}, "
-              f"{model.get('device')})"
-              if isinstance(model, dict) and model else None)
-    return [("target", target), ("hardware", describe(m.get("hardware")) if m.get("hardware") else None),
-            ("versions", _versions_text(m.get("versions"))), ("git commit", m.get("git_commit"))]
+    target = (
+        f"{model.get('spec')} ({_params_text(model.get('params'))} params, {model.get('dtype')}, {model.get('device')})"
+        if isinstance(model, dict) and model
+        else None
+    )
+    return [
+        ("target", target),
+        ("hardware", describe(m.get("hardware")) if m.get("hardware") else None),
+        ("versions", _versions_text(m.get("versions"))),
+        ("git commit", m.get("git_commit")),
+    ]
 
 
 def _sweep_line(doc: dict) -> str:
     grid = doc.get("grid", {}) if isinstance(doc.get("grid"), dict) else {}
     pairs = grid.get("pairs") if isinstance(grid.get("pairs"), list) else []
-    models = (f"pairs {', '.join(':'.join(map(str, p)) for p in pairs if isinstance(p, list))}" if pairs
-              else f"drafts {grid.get('drafts')}")
+    models = (
+        f"pairs {', '.join(':'.join(map(str, p)) for p in pairs if isinstance(p, list))}"
+        if pairs
+        else f"drafts {grid.get('drafts')}"
+    )
     baselines = doc.get("baselines") if isinstance(doc.get("baselines"), list) else []
-    shared = (f"{len(baselines)} baseline(s), one per target, task, sampling, budget, batch size and prompt-length "
-              f"bucket, each shared by its cells" if baselines else "one baseline per task and temperature, shared by its cells")
-    return (f"sweep {doc.get('sweep_id')}: {len(doc.get('cells', []))} cells, "
-            f"{len(doc.get('complete_cells', []) or [])} complete; {models}, γ {grid.get('gammas')}, "
-            f"T {grid.get('temperatures')}, tasks {grid.get('tasks')}; {shared}" + _placement_text(doc.get("placement")))
+    shared = (
+        f"{len(baselines)} baseline(s), one per target, task, sampling, budget, batch size and prompt-length "
+        f"bucket, each shared by its cells"
+        if baselines
+        else "one baseline per task and temperature, shared by its cells"
+    )
+    return (
+        f"sweep {doc.get('sweep_id')}: {len(doc.get('cells', []))} cells, "
+        f"{len(doc.get('complete_cells', []) or [])} complete; {models}, γ {grid.get('gammas')}, "
+        f"T {grid.get('temperatures')}, tasks {grid.get('tasks')}; {shared}" + _placement_text(doc.get("placement"))
+    )
 
 
 def _placement_text(placement) -> str:
@@ -340,8 +495,16 @@ def _samples(data: ReportData) -> list[list]:
         row = None if ex is None or ex.empty else _sample_of(ex, i, shown)
         if row is None:
             continue
-        samples.append([r["run_id"], row.get("example_id"), _clip(row.get("reference")),
-                        _clip(row.get("baseline.text")), _clip(row.get("speculative.text")), row.get("identical")])
+        samples.append(
+            [
+                r["run_id"],
+                row.get("example_id"),
+                _clip(row.get("reference")),
+                _clip(row.get("baseline.text")),
+                _clip(row.get("speculative.text")),
+                row.get("identical"),
+            ]
+        )
     return samples
 
 
@@ -353,9 +516,15 @@ def _suspect(runs):
 
 
 def header_section(data: ReportData, title: str) -> list[tuple]:
-    return [("h1", title), ("p", headline(data)),
-            ("p", f"Generated {time.strftime('%Y-%m-%d %H:%M')} by specbench report from "
-                  f"{len(data.runs)} run(s); {len(data.skipped)} item(s) skipped (listed at the end).")]
+    return [
+        ("h1", title),
+        ("p", headline(data)),
+        (
+            "p",
+            f"Generated {time.strftime('%Y-%m-%d %H:%M')} by specbench report from "
+            f"{len(data.runs)} run(s); {len(data.skipped)} item(s) skipped (listed at the end).",
+        ),
+    ]
 
 
 def _claim_link(claim: Claim, figures: list[RenderedFigure]):
@@ -368,22 +537,54 @@ def _claim_link(claim: Claim, figures: list[RenderedFigure]):
 
 
 def claims_section(data: ReportData, figures: list[RenderedFigure], rows: list[dict]) -> list[tuple]:
-    table = Table(["claim", "verdict on this data and hardware", "numbers behind it (95% CI)", "figure"],
-                  [[c.claim, c.verdict, c.numbers, _claim_link(c, figures)] for c in claims(data, rows)])
+    table = Table(
+        ["claim", "verdict on this data and hardware", "numbers behind it (95% CI)", "figure"],
+        [[c.claim, c.verdict, c.numbers, _claim_link(c, figures)] for c in claims(data, rows)],
+    )
     return [("h2", "Claims"), ("p", CLAIMS_TEXT), ("table", table)]
 
 
 def perplexity_section(rows: list[dict]) -> list[tuple]:
     if not rows:
         return []
-    table = Table(["run", "N base+spec", "mean NLL base", "mean NLL spec", "difference [95% CI]", "U", "p", "level",
-                   "power", "against", "detectable shift (power 0.8)", "equal"],
-                  [[r["run_id"], f"{c.detail.get('n_baseline')}+{c.detail.get('n_speculative')}",
-                    num(c.detail.get("mean_nll_baseline")), num(c.detail.get("mean_nll_speculative")),
-                    with_ci(num(c.detail.get("mean_nll_speculative")) - num(c.detail.get("mean_nll_baseline")),
-                            c.detail.get("diff_ci95"), 3), c.statistic, c.p_value, c.threshold, c.power,
-                    c.alternative, c.detail.get("detectable_shift"), c.passed]
-                   for r in rows for c in [r["check"]]])
+    table = Table(
+        [
+            "run",
+            "N base+spec",
+            "mean NLL base",
+            "mean NLL spec",
+            "difference [95% CI]",
+            "U",
+            "p",
+            "level",
+            "power",
+            "against",
+            "detectable shift (power 0.8)",
+            "equal",
+        ],
+        [
+            [
+                r["run_id"],
+                f"{c.detail.get('n_baseline')}+{c.detail.get('n_speculative')}",
+                num(c.detail.get("mean_nll_baseline")),
+                num(c.detail.get("mean_nll_speculative")),
+                with_ci(
+                    num(c.detail.get("mean_nll_speculative")) - num(c.detail.get("mean_nll_baseline")),
+                    c.detail.get("diff_ci95"),
+                    3,
+                ),
+                c.statistic,
+                c.p_value,
+                c.threshold,
+                c.power,
+                c.alternative,
+                c.detail.get("detectable_shift"),
+                c.passed,
+            ]
+            for r in rows
+            for c in [r["check"]]
+        ],
+    )
     return [("h2", "Perplexity: baseline vs speculative"), ("p", PERPLEXITY_TEXT), ("table", table)]
 
 
@@ -391,9 +592,11 @@ def timing_section(data: ReportData) -> list[tuple]:
     suspect = _suspect(data.runs)
     if not len(suspect):
         return []
-    return [("h2", f"Timing warnings ({len(suspect)} of {len(data.runs)} runs)"), ("p", TIMING_WARNINGS_TEXT),
-            ("list", [f"{r['run_id']}: " + "; ".join(r["timing_warnings"] or ["flagged"])
-                      for _, r in suspect.iterrows()])]
+    return [
+        ("h2", f"Timing warnings ({len(suspect)} of {len(data.runs)} runs)"),
+        ("p", TIMING_WARNINGS_TEXT),
+        ("list", [f"{r['run_id']}: " + "; ".join(r["timing_warnings"] or ["flagged"]) for _, r in suspect.iterrows()]),
+    ]
 
 
 def setup_sections(data: ReportData) -> list[tuple]:
@@ -408,10 +611,26 @@ def runs_sections(runs) -> list[tuple]:
     blocks = [("h2", "Runs"), ("p", RUNS_TEXT), ("table", runs_table(runs))]
     greedy = runs[runs["identity_line"].notna()] if "identity_line" in runs else runs.iloc[0:0]
     if len(greedy):
-        blocks += [("h2", "Greedy identity, explained"), ("p", IDENTITY_TEXT),
-                   ("table", Table(["run", "dtype", "identity", "numerics floor", "unexplained"],
-                                   [[r["run_id"], r.get("dtype"), r["identity_line"], num(r.get("numerics_floor")),
-                                     r.get("divergences_unexplained")] for _, r in greedy.iterrows()]))]
+        blocks += [
+            ("h2", "Greedy identity, explained"),
+            ("p", IDENTITY_TEXT),
+            (
+                "table",
+                Table(
+                    ["run", "dtype", "identity", "numerics floor", "unexplained"],
+                    [
+                        [
+                            r["run_id"],
+                            r.get("dtype"),
+                            r["identity_line"],
+                            num(r.get("numerics_floor")),
+                            r.get("divergences_unexplained"),
+                        ]
+                        for _, r in greedy.iterrows()
+                    ],
+                ),
+            ),
+        ]
     return blocks
 
 
@@ -420,8 +639,11 @@ def gamma_sections(runs, best: list[dict]) -> list[tuple]:
     policies = policy_runs(runs)
     if len(policies):
         blocks += [("p", POLICY_TEXT), ("table", policy_table(policies))]
-    return blocks + [("h2", "Compared with the paper (Table 2 shape)"), ("p", PAPER_TEXT),
-                     ("table", paper_table(runs, best))]
+    return blocks + [
+        ("h2", "Compared with the paper (Table 2 shape)"),
+        ("p", PAPER_TEXT),
+        ("table", paper_table(runs, best)),
+    ]
 
 
 def figure_sections(figures: list[RenderedFigure]) -> list[tuple]:
@@ -432,18 +654,39 @@ def quality_section(runs) -> list[tuple]:
     qrows = quality_rows(runs)
     if not qrows:
         return []
-    return [("h2", "Quality: baseline vs speculative"), ("p", QUALITY_TEXT),
-            ("table", Table(["run", "score", "baseline", "95% CI", "speculative", "95% CI", "spec − base"],
-                            [[q["run_id"], q["metric"], q["baseline"], fmt(q["baseline_ci"], 2), q["speculative"],
-                              fmt(q["speculative_ci"], 2), q["speculative"] - q["baseline"]] for q in qrows]))]
+    return [
+        ("h2", "Quality: baseline vs speculative"),
+        ("p", QUALITY_TEXT),
+        (
+            "table",
+            Table(
+                ["run", "score", "baseline", "95% CI", "speculative", "95% CI", "spec − base"],
+                [
+                    [
+                        q["run_id"],
+                        q["metric"],
+                        q["baseline"],
+                        fmt(q["baseline_ci"], 2),
+                        q["speculative"],
+                        fmt(q["speculative_ci"], 2),
+                        q["speculative"] - q["baseline"],
+                    ]
+                    for q in qrows
+                ],
+            ),
+        ),
+    ]
 
 
 def checks_sections(data: ReportData) -> list[tuple]:
     blocks = []
     for path, checks in data.checks:
         passed = sum(1 for c in checks if c.get("passed") is True)
-        blocks += [("h2", f"Verification checks ({passed}/{len(checks)} passed)"), ("p", f"From {path}."),
-                   ("table", Table(list(CHECK_FIELDS), [[c.get(k) for k in CHECK_FIELDS] for c in checks]))]
+        blocks += [
+            ("h2", f"Verification checks ({passed}/{len(checks)} passed)"),
+            ("p", f"From {path}."),
+            ("table", Table(list(CHECK_FIELDS), [[c.get(k) for k in CHECK_FIELDS] for c in checks])),
+        ]
     return blocks
 
 
@@ -452,9 +695,13 @@ def samples_section(data: ReportData) -> list[tuple]:
     if not samples:
         return []
     more = f" (first {SAMPLE_RUNS} of {len(data.runs)} runs)" if len(data.runs) > SAMPLE_RUNS else ""
-    return [("h2", f"Sample outputs: one example per run, no two rows alike{more}"),
-            ("table", Table(["run", "example", "reference", "baseline output", "speculative output", "identical"],
-                            samples))]
+    return [
+        ("h2", f"Sample outputs: one example per run, no two rows alike{more}"),
+        (
+            "table",
+            Table(["run", "example", "reference", "baseline output", "speculative output", "identical"], samples),
+        ),
+    ]
 
 
 def closing_sections(data: ReportData) -> list[tuple]:
@@ -462,21 +709,33 @@ def closing_sections(data: ReportData) -> list[tuple]:
     shown = {timing_note(r) for _, r in _suspect(data.runs).iterrows()}
     notes = [n for n in data.notes if n not in shown]
     blocks = [("h2", "Notes"), ("list", notes)] if notes else []
-    return blocks + [("h2", f"Skipped ({len(data.skipped)})"),
-                     ("list", [f"{s.path}: {s.reason}" for s in data.skipped]
-                      or ["nothing: every result found was usable"])]
+    return blocks + [
+        ("h2", f"Skipped ({len(data.skipped)})"),
+        ("list", [f"{s.path}: {s.reason}" for s in data.skipped] or ["nothing: every result found was usable"]),
+    ]
 
 
-def build_blocks(data: ReportData, figures: list[RenderedFigure], title: str,
-                 perplexity: list[dict] | None = None) -> list[tuple]:
+def build_blocks(
+    data: ReportData, figures: list[RenderedFigure], title: str, perplexity: list[dict] | None = None
+) -> list[tuple]:
     """The report as a list of (kind, payload) blocks, rendered identically to Markdown and HTML: the headline,
     the claims and the timing warnings first, then the evidence."""
     runs = data.runs
     perplexity = perplexity_rows(data) if perplexity is None else perplexity
-    return (header_section(data, title) + claims_section(data, figures, perplexity) + timing_section(data)
-            + setup_sections(data) + runs_sections(runs) + gamma_sections(runs, best_gamma_rows(runs))
-            + figure_sections(figures) + quality_section(runs) + perplexity_section(perplexity)
-            + checks_sections(data) + samples_section(data) + closing_sections(data))
+    return (
+        header_section(data, title)
+        + claims_section(data, figures, perplexity)
+        + timing_section(data)
+        + setup_sections(data)
+        + runs_sections(runs)
+        + gamma_sections(runs, best_gamma_rows(runs))
+        + figure_sections(figures)
+        + quality_section(runs)
+        + perplexity_section(perplexity)
+        + checks_sections(data)
+        + samples_section(data)
+        + closing_sections(data)
+    )
 
 
 # --------------------------------------------------------------------------- Markdown and HTML
@@ -494,8 +753,11 @@ def _md_cell(value) -> str:
 
 
 def _md_table(table: Table) -> list[str]:
-    return (["| " + " | ".join(md_escape(c) for c in table.columns) + " |", "|" + "---|" * len(table.columns)]
-            + ["| " + " | ".join(_md_cell(v) for v in row) + " |" for row in table.rows] + [""])
+    return (
+        ["| " + " | ".join(md_escape(c) for c in table.columns) + " |", "|" + "---|" * len(table.columns)]
+        + ["| " + " | ".join(_md_cell(v) for v in row) + " |" for row in table.rows]
+        + [""]
+    )
 
 
 def _md_block(kind: str, payload) -> list[str]:
@@ -508,8 +770,10 @@ def _md_block(kind: str, payload) -> list[str]:
     if kind == "table":
         return _md_table(payload)
     if kind == "figure":
-        return [f"![{md_escape(payload.title)}](figures/{payload.name}.png)\n",
-                f"*{md_escape(payload.caption)}* (also [SVG](figures/{payload.name}.svg))\n"]
+        return [
+            f"![{md_escape(payload.title)}](figures/{payload.name}.png)\n",
+            f"*{md_escape(payload.caption)}* (also [SVG](figures/{payload.name}.svg))\n",
+        ]
     raise ValueError(f"unknown block kind {kind!r}")
 
 
@@ -526,8 +790,13 @@ def _html_environment():
     """The jinja2 environment of templates/: autoescape on for every template, whatever its file name."""
     import jinja2
 
-    env = jinja2.Environment(loader=jinja2.PackageLoader("specbench.report", "templates"), autoescape=True,
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("specbench.report", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     env.filters["fmt"] = fmt
     env.filters["base64"] = lambda data: base64.b64encode(data).decode("ascii")
     env.tests["numeric"] = _is_numeric
@@ -566,7 +835,9 @@ def write_report(paths: list[Path], out: Path | None = None, reports_dir: Path =
     data = collect(paths)
     if data.runs.empty:
         listed = "; ".join(f"{s.path}: {s.reason}" for s in data.skipped[:3]) or "no summary.json found"
-        raise SpecbenchError(f"no usable runs under {', '.join(map(str, paths))} ({len(data.skipped)} skipped: {listed})")
+        raise SpecbenchError(
+            f"no usable runs under {', '.join(map(str, paths))} ({len(data.skipped)} skipped: {listed})"
+        )
     out = Path(out) if out else Path(reports_dir) / default_name(paths)
     try:
         out.mkdir(parents=True, exist_ok=True)

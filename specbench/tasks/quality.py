@@ -62,10 +62,20 @@ def bleu_of_resamples(counts: np.ndarray, hypotheses: list[str], references: lis
     bleu = _bleu()
     order = bleu.max_ngram_order
     sums = counts @ bleu_sufficient_statistics(hypotheses, references)  # [R, 2 + 2·order]
-    return np.array([bleu.compute_bleu(correct=row[2:2 + order].tolist(), total=row[2 + order:].tolist(),
-                                       sys_len=int(row[0]), ref_len=int(row[1]), smooth_method=bleu.smooth_method,
-                                       smooth_value=bleu.smooth_value, max_ngram_order=order).score
-                     for row in sums])
+    return np.array(
+        [
+            bleu.compute_bleu(
+                correct=row[2 : 2 + order].tolist(),
+                total=row[2 + order :].tolist(),
+                sys_len=int(row[0]),
+                ref_len=int(row[1]),
+                smooth_method=bleu.smooth_method,
+                smooth_value=bleu.smooth_value,
+                max_ngram_order=order,
+            ).score
+            for row in sums
+        ]
+    )
 
 
 def rouge_per_example(hypotheses: list[str], references: list[str]) -> dict[str, np.ndarray]:
@@ -77,8 +87,15 @@ def rouge_per_example(hypotheses: list[str], references: list[str]) -> dict[str,
     return {key: np.array([s[key].fmeasure * 100.0 for s in scores]) for key in METRIC_KEYS["rouge"]}
 
 
-def bootstrap_ci(metric: str, hypotheses: list[str], references: list[str], key: str,
-                 n_resamples: int = 1000, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
+def bootstrap_ci(
+    metric: str,
+    hypotheses: list[str],
+    references: list[str],
+    key: str,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> tuple[float, float]:
     """Percentile bootstrap interval of score(...)[key], resampling examples with replacement.
 
     BLEU is a corpus statistic, not a mean, so each resample re-aggregates per-sentence

@@ -32,7 +32,9 @@ from pathlib import Path
 from specbench.errors import SpecbenchError
 from specbench.files import atomic_write_jsonl
 
-FETCH_COMMAND = "specbench data fetch"  # the CLI command that calls fetch_offline_data (or: python -m specbench.tasks.sources)
+FETCH_COMMAND = (
+    "specbench data fetch"  # the CLI command that calls fetch_offline_data (or: python -m specbench.tasks.sources)
+)
 OFFLINE_TASKS = "ding-de-en, aclsum"  # tasks that need no hub, suggested when the hub is unreachable
 
 SOURCE_TYPES = ("hub", "jsonl", "offline", "spec-bench")
@@ -66,13 +68,17 @@ def validate_source(source: object, where: str, base_dir: Path | None = None) ->
         raise SpecbenchError(f"{where}: source type {kind!r} is unknown; use one of {', '.join(SOURCE_TYPES)}")
     unknown = sorted(set(source) - SOURCE_KEYS[kind])
     if unknown:
-        raise SpecbenchError(f"{where}: unknown source key(s) {', '.join(unknown)} for type {kind}; "
-                             f"allowed: {', '.join(sorted(SOURCE_KEYS[kind]))}")
+        raise SpecbenchError(
+            f"{where}: unknown source key(s) {', '.join(unknown)} for type {kind}; "
+            f"allowed: {', '.join(sorted(SOURCE_KEYS[kind]))}"
+        )
     out = dict(source)
     if kind in ("hub", "jsonl"):
         if not isinstance(source.get("path"), str) or not source["path"]:
-            raise SpecbenchError(f"{where}: a {kind} source needs 'path' "
-                                 f"({'a hub id or a datasets builder such as json' if kind == 'hub' else 'a .jsonl file'})")
+            raise SpecbenchError(
+                f"{where}: a {kind} source needs 'path' "
+                f"({'a hub id or a datasets builder such as json' if kind == 'hub' else 'a .jsonl file'})"
+            )
     if kind == "hub":
         out.setdefault("split", "test")
         for key in ("config", "split", "revision"):
@@ -89,11 +95,15 @@ def validate_source(source: object, where: str, base_dir: Path | None = None) ->
     if kind == "offline":
         name = source.get("name")
         if name not in OFFLINE_SOURCES:
-            raise SpecbenchError(f"{where}: offline source {name!r} is unknown; use one of {', '.join(OFFLINE_SOURCES)}")
+            raise SpecbenchError(
+                f"{where}: offline source {name!r} is unknown; use one of {', '.join(OFFLINE_SOURCES)}"
+            )
         splits = OFFLINE_SOURCES[name].splits
         out.setdefault("split", splits[0])
         if out["split"] not in splits:
-            raise SpecbenchError(f"{where}: offline source {name} has no split {out['split']!r}; use one of {', '.join(splits)}")
+            raise SpecbenchError(
+                f"{where}: offline source {name} has no split {out['split']!r}; use one of {', '.join(splits)}"
+            )
     return out
 
 
@@ -168,8 +178,13 @@ def load_rows(source: dict) -> Sequence[dict]:
     """The rows of a validated source; a `datasets.Dataset` for hub sources (indexable, sized)."""
     kind = source["type"]
     if kind == "hub":
-        return load_hub(source["path"], config=source.get("config"), split=source["split"],
-                        data_files=source.get("data_files"), revision=source.get("revision"))
+        return load_hub(
+            source["path"],
+            config=source.get("config"),
+            split=source["split"],
+            data_files=source.get("data_files"),
+            revision=source.get("revision"),
+        )
     if kind == "jsonl":
         return read_jsonl(Path(source["path"]))
     if kind == "spec-bench":
@@ -179,8 +194,14 @@ def load_rows(source: dict) -> Sequence[dict]:
     return OFFLINE_SOURCES[source["name"]].load(source["split"])
 
 
-def load_hub(path: str, *, config: str | None = None, split: str = "test",
-             data_files: str | list | dict | None = None, revision: str | None = None):
+def load_hub(
+    path: str,
+    *,
+    config: str | None = None,
+    split: str = "test",
+    data_files: str | list | dict | None = None,
+    revision: str | None = None,
+):
     """The one call to `datasets.load_dataset`, for hub ids and local builders alike."""
     import datasets  # heavy; imported only when a hub-type task is loaded
 
@@ -193,19 +214,25 @@ def load_hub(path: str, *, config: str | None = None, split: str = "test",
     try:
         return datasets.load_dataset(path, config, **kwargs)
     except ConnectionError as e:  # requests' and the hub client's network failures derive from it
-        raise SpecbenchError(f"cannot reach the Hugging Face hub for dataset {what} ({_first_line(e)}); "
-                             f"check the network, or use an offline task: {OFFLINE_TASKS}") from None
+        raise SpecbenchError(
+            f"cannot reach the Hugging Face hub for dataset {what} ({_first_line(e)}); "
+            f"check the network, or use an offline task: {OFFLINE_TASKS}"
+        ) from None
     except FileNotFoundError as e:
         if _looks_offline(e):
-            raise SpecbenchError(f"cannot reach the Hugging Face hub for dataset {what} ({_first_line(e)}); "
-                                 f"check the network, or use an offline task: {OFFLINE_TASKS}") from None
+            raise SpecbenchError(
+                f"cannot reach the Hugging Face hub for dataset {what} ({_first_line(e)}); "
+                f"check the network, or use an offline task: {OFFLINE_TASKS}"
+            ) from None
         raise SpecbenchError(f"dataset {what} not found ({_first_line(e)}); check the source path/data_files") from None
     except ValueError as e:  # unknown split or config
         raise SpecbenchError(f"dataset {what}: {_first_line(e)}; fix the source split/config in the task") from None
     except RuntimeError as e:
         if "scripts are no longer supported" in str(e):
-            raise SpecbenchError(f"dataset {what} only has a loading script, which this datasets version refuses; "
-                                 f"add 'revision: refs/convert/parquet' to the task's source") from None
+            raise SpecbenchError(
+                f"dataset {what} only has a loading script, which this datasets version refuses; "
+                f"add 'revision: refs/convert/parquet' to the task's source"
+            ) from None
         raise
 
 
@@ -240,7 +267,9 @@ def _jsonl_rows(path: Path) -> list[dict]:
             except json.JSONDecodeError as e:
                 raise SpecbenchError(f"{path}:{n}: not valid JSON ({e.msg}); write one JSON object per line") from None
             except RecursionError:
-                raise SpecbenchError(f"{path}:{n}: JSON nested too deeply; write one flat JSON object per line") from None
+                raise SpecbenchError(
+                    f"{path}:{n}: JSON nested too deeply; write one flat JSON object per line"
+                ) from None
             if not isinstance(row, dict):
                 raise SpecbenchError(f"{path}:{n}: expected a JSON object, got {type(row).__name__}")
             rows.append(row)
@@ -313,8 +342,9 @@ def fetch_ding(dest: Path | None = None) -> int:
     dest = dest or ding_path()
     for tool in ("apt-get", "dpkg-deb"):
         if shutil.which(tool) is None:
-            raise SpecbenchError(f"ding-de-en needs {tool} (a Debian/Ubuntu system) to fetch {DING_PACKAGE}; "
-                                 f"use the aclsum task instead")
+            raise SpecbenchError(
+                f"ding-de-en needs {tool} (a Debian/Ubuntu system) to fetch {DING_PACKAGE}; use the aclsum task instead"
+            )
     with tempfile.TemporaryDirectory(prefix="specbench-ding-") as tmp:
         _run(["apt-get", "download", DING_PACKAGE], cwd=tmp)
         debs = sorted(Path(tmp).glob(f"{DING_PACKAGE}_*.deb"))
@@ -331,7 +361,9 @@ def _run(cmd: list[str], cwd: str) -> None:
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
     if proc.returncode != 0:
         err = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise SpecbenchError(f"'{' '.join(cmd)}' failed ({err}); run 'apt-get update' or check access to Debian's archive")
+        raise SpecbenchError(
+            f"'{' '.join(cmd)}' failed ({err}); run 'apt-get update' or check access to Debian's archive"
+        )
 
 
 def load_ding(split: str) -> list[dict]:
@@ -423,14 +455,23 @@ def _fetch_aclsum_message(force: bool) -> str:
 
 OFFLINE_SOURCES: dict[str, OfflineSource] = {
     "ding-de-en": OfflineSource(
-        name="ding-de-en", description="Ding dictionary example sentences, German→English",
+        name="ding-de-en",
+        description="Ding dictionary example sentences, German→English",
         origin="Debian trans-de-en",
-        splits=("all",), load=load_ding, available=lambda: ding_path().is_file(), fetch=_fetch_ding_message),
+        splits=("all",),
+        load=load_ding,
+        available=lambda: ding_path().is_file(),
+        fetch=_fetch_ding_message,
+    ),
     "aclsum": OfflineSource(
-        name="aclsum", description="ACL paper abstracts with human aspect summaries",
+        name="aclsum",
+        description="ACL paper abstracts with human aspect summaries",
         origin="PyPI aclsum",
-        splits=ACLSUM_SPLITS, load=load_aclsum, available=lambda: aclsum_dir() is not None,
-        fetch=_fetch_aclsum_message),
+        splits=ACLSUM_SPLITS,
+        load=load_aclsum,
+        available=lambda: aclsum_dir() is not None,
+        fetch=_fetch_aclsum_message,
+    ),
 }
 
 

@@ -111,9 +111,11 @@ def check_hash(path: Path, want: str | None) -> None:
     got = sha256_of(path)
     if got != want:
         pinned = "Spec-Bench's question.jsonl at commit " + COMMIT[:7] if want == SHA256 else "the task's pinned file"
-        raise SpecbenchError(f"{path}: SHA-256 {got[:12]}… does not match {pinned} ({want[:12]}…); "
-                             f"replace it with the original, or name other questions in a task's "
-                             f"source: {{type: spec-bench, path: ...}}")
+        raise SpecbenchError(
+            f"{path}: SHA-256 {got[:12]}… does not match {pinned} ({want[:12]}…); "
+            f"replace it with the original, or name other questions in a task's "
+            f"source: {{type: spec-bench, path: ...}}"
+        )
 
 
 def download(dest: Path) -> None:
@@ -127,12 +129,16 @@ def download(dest: Path) -> None:
         with urllib.request.urlopen(URL, timeout=DOWNLOAD_TIMEOUT_S) as resp:
             data = resp.read()
     except (urllib.error.URLError, OSError) as e:
-        raise SpecbenchError(f"cannot download Spec-Bench's questions ({getattr(e, 'reason', e)}); set {ENV_FILE} "
-                             f"to a copy of question.jsonl or put one at {dest}") from None
+        raise SpecbenchError(
+            f"cannot download Spec-Bench's questions ({getattr(e, 'reason', e)}); set {ENV_FILE} "
+            f"to a copy of question.jsonl or put one at {dest}"
+        ) from None
     got = hashlib.sha256(data).hexdigest()
     if got != SHA256:
-        raise SpecbenchError(f"the download from {URL} has SHA-256 {got[:12]}…, not the pinned {SHA256[:12]}…; "
-                             f"nothing was written; set {ENV_FILE} to a checked copy")
+        raise SpecbenchError(
+            f"the download from {URL} has SHA-256 {got[:12]}…, not the pinned {SHA256[:12]}…; "
+            f"nothing was written; set {ENV_FILE} to a checked copy"
+        )
     dest.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(dest, lambda tmp: tmp.write_bytes(data))
 
@@ -165,8 +171,14 @@ def parse_question(raw: str, where: str) -> dict:
         raise SpecbenchError(f"{where}: question {qid} has an empty or non-text turn; every turn must be text")
     ref = q.get("reference")
     reference = ref[0] if isinstance(ref, list) and ref and isinstance(ref[0], str) else None
-    return {"id": f"{category}:{qid}", "question_id": qid, "category": category, "prompt": turns[0],
-            "turns": list(turns), "reference": reference}
+    return {
+        "id": f"{category}:{qid}",
+        "question_id": qid,
+        "category": category,
+        "prompt": turns[0],
+        "turns": list(turns),
+        "reference": reference,
+    }
 
 
 def read_questions(path: Path) -> list[dict]:
@@ -184,8 +196,9 @@ def load_rows(source: dict) -> list[dict]:
     path = question_file(source)
     rows = [r for r in read_questions(path) if r["category"] in wanted]
     if not rows:
-        raise SpecbenchError(f"{path} has no questions in {source.get('category') or 'any known category'}; "
-                             f"known: {known_categories()}")
+        raise SpecbenchError(
+            f"{path} has no questions in {source.get('category') or 'any known category'}; known: {known_categories()}"
+        )
     return rows
 
 

@@ -18,13 +18,24 @@ from pathlib import Path
 
 import yaml
 
-from specbench.tasks import sources as data
 from specbench.errors import SpecbenchError
+from specbench.tasks import sources as data
 
 TASKS_DIR = Path(__file__).parent / "builtin"  # package data: the tasks that ship with specbench
 METRICS = ("bleu", "rouge")
-TASK_KEYS = ("name", "description", "source", "fields", "template", "chat_template", "reference", "metric",
-             "max_new_tokens", "max_examples", "turns")
+TASK_KEYS = (
+    "name",
+    "description",
+    "source",
+    "fields",
+    "template",
+    "chat_template",
+    "reference",
+    "metric",
+    "max_new_tokens",
+    "max_examples",
+    "turns",
+)
 REQUIRED_KEYS = ("source", "template")
 JSONL_MAX_NEW_TOKENS = 64
 
@@ -37,6 +48,7 @@ class Example:
     prompt: str  # the rendered prompt text (template applied, chat template NOT yet applied)
     reference: str | None  # the reference output, when the task has one
     turns: tuple[str, ...] = ()  # later user turns of a multi-turn question, asked after the model's own answers
+
 
 @dataclass(frozen=True)
 class TaskSpec:
@@ -100,9 +112,13 @@ def spec_bench_task(name: str) -> TaskSpec:
     path = TASKS_DIR / f"{SPEC_BENCH}.yaml"
     raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     metric = spec_bench.CATEGORY_METRIC.get(category)
-    raw.update(name=name, metric=metric or "none", source={**raw["source"], "category": category},
-               description=f"Spec-Bench's {category} questions; reference metric: "
-                           f"{metric or 'none (Spec-Bench reports speed only for this category)'}")
+    raw.update(
+        name=name,
+        metric=metric or "none",
+        source={**raw["source"], "category": category},
+        description=f"Spec-Bench's {category} questions; reference metric: "
+        f"{metric or 'none (Spec-Bench reports speed only for this category)'}",
+    )
     return dataclasses.replace(parse_task(raw, where=name, default_name=name, base_dir=path.parent), path=str(path))
 
 
@@ -125,7 +141,9 @@ def parse_task(raw: object, where: str, default_name: str, base_dir: Path | None
         raise SpecbenchError(f"{where}: a task file must be a mapping of keys ({', '.join(TASK_KEYS)})")
     unknown = sorted(set(raw) - set(TASK_KEYS))
     if unknown:
-        raise SpecbenchError(f"{where}: unknown key(s) {', '.join(map(str, unknown))}; allowed keys: {', '.join(TASK_KEYS)}")
+        raise SpecbenchError(
+            f"{where}: unknown key(s) {', '.join(map(str, unknown))}; allowed keys: {', '.join(TASK_KEYS)}"
+        )
     missing = [k for k in REQUIRED_KEYS if k not in raw]
     if missing:
         raise SpecbenchError(f"{where}: missing required key(s) {', '.join(missing)}")
@@ -140,15 +158,21 @@ def parse_task(raw: object, where: str, default_name: str, base_dir: Path | None
     _check_str(template, "template", where, allow_empty=False)
     variables = template_variables(template, where)
     fields = raw.get("fields") or {}
-    if not isinstance(fields, dict) or not all(isinstance(k, str) and isinstance(v, str) and v for k, v in fields.items()):
+    if not isinstance(fields, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and v for k, v in fields.items()
+    ):
         raise SpecbenchError(f"{where}: 'fields' must map template variables to data field names (strings)")
     for var in variables:
         if var not in fields:
-            raise SpecbenchError(f"{where}: template variable {{{var}}} is not in fields ({', '.join(fields) or 'none'}); "
-                                 f"add '{var}: <data field>' under fields")
+            raise SpecbenchError(
+                f"{where}: template variable {{{var}}} is not in fields ({', '.join(fields) or 'none'}); "
+                f"add '{var}: <data field>' under fields"
+            )
     for var in fields:
         if var not in variables:
-            raise SpecbenchError(f"{where}: fields maps {var!r} but the template never uses {{{var}}}; remove it or use it")
+            raise SpecbenchError(
+                f"{where}: fields maps {var!r} but the template never uses {{{var}}}; remove it or use it"
+            )
 
     chat_template = raw.get("chat_template", True)
     if not isinstance(chat_template, bool):
@@ -173,14 +197,28 @@ def parse_task(raw: object, where: str, default_name: str, base_dir: Path | None
     if turns is not None:
         _check_str(turns, "turns", where, allow_empty=False)
 
-    return TaskSpec(name=name, description=description, source=source, fields=dict(fields), template=template,
-                    chat_template=chat_template, reference=reference, metric=metric, max_new_tokens=max_new_tokens,
-                    max_examples=max_examples, path=None, turns=turns, variables=variables)
+    return TaskSpec(
+        name=name,
+        description=description,
+        source=source,
+        fields=dict(fields),
+        template=template,
+        chat_template=chat_template,
+        reference=reference,
+        metric=metric,
+        max_new_tokens=max_new_tokens,
+        max_examples=max_examples,
+        path=None,
+        turns=turns,
+        variables=variables,
+    )
 
 
 def _check_str(value: object, key: str, where: str, allow_empty: bool = True) -> None:
     if not isinstance(value, str) or (not allow_empty and not value.strip()):
-        raise SpecbenchError(f"{where}: '{key}' must be a {'non-empty ' if not allow_empty else ''}string (got {value!r})")
+        raise SpecbenchError(
+            f"{where}: '{key}' must be a {'non-empty ' if not allow_empty else ''}string (got {value!r})"
+        )
 
 
 def _check_positive_int(value: object, key: str, where: str) -> None:
@@ -194,13 +232,17 @@ def template_variables(template: str, where: str = "template") -> tuple[str, ...
     try:
         parsed = list(string.Formatter().parse(template))
     except ValueError as e:
-        raise SpecbenchError(f"{where}: template is not a valid format string ({e}); write literal braces as {{{{ }}}}") from None
+        raise SpecbenchError(
+            f"{where}: template is not a valid format string ({e}); write literal braces as {{{{ }}}}"
+        ) from None
     for _, var, _, _ in parsed:
         if var is None:
             continue
         if not var.isidentifier():
-            raise SpecbenchError(f"{where}: template placeholder {{{var}}} must be a plain name; "
-                                 f"map nested data under fields (e.g. src: translation.de) and write {{src}}")
+            raise SpecbenchError(
+                f"{where}: template placeholder {{{var}}} must be a plain name; "
+                f"map nested data under fields (e.g. src: translation.de) and write {{src}}"
+            )
         if var not in names:
             names.append(var)
     return tuple(names)
@@ -210,18 +252,29 @@ def _jsonl_task(path: Path) -> TaskSpec:
     """A task from a JSONL of {"prompt": ..., optional "reference": ...}: no template, no metric."""
     rows = data.read_jsonl(path)
     if not rows:
-        raise SpecbenchError(f"{path}: no prompts; write one {{\"prompt\": ...}} object per line")
+        raise SpecbenchError(f'{path}: no prompts; write one {{"prompt": ...}} object per line')
     for n, row in enumerate(rows, start=1):
         if "prompt" not in row:
             raise SpecbenchError(f"{path}: line {n} has no 'prompt' key (keys: {', '.join(row) or 'none'})")
     with_ref = [("reference" in row) for row in rows]
     if any(with_ref) and not all(with_ref):
-        raise SpecbenchError(f"{path}: line {with_ref.index(False) + 1} has no 'reference' while others do; "
-                             f"give every line a reference or none")
-    return TaskSpec(name=path.stem, description=f"prompts from {path}",
-                    source={"type": "jsonl", "path": str(path.resolve())}, fields={"prompt": "prompt"},
-                    template="{prompt}", chat_template=True, reference="reference" if all(with_ref) else None,
-                    metric=None, max_new_tokens=JSONL_MAX_NEW_TOKENS, path=str(path), variables=("prompt",))
+        raise SpecbenchError(
+            f"{path}: line {with_ref.index(False) + 1} has no 'reference' while others do; "
+            f"give every line a reference or none"
+        )
+    return TaskSpec(
+        name=path.stem,
+        description=f"prompts from {path}",
+        source={"type": "jsonl", "path": str(path.resolve())},
+        fields={"prompt": "prompt"},
+        template="{prompt}",
+        chat_template=True,
+        reference="reference" if all(with_ref) else None,
+        metric=None,
+        max_new_tokens=JSONL_MAX_NEW_TOKENS,
+        path=str(path),
+        variables=("prompt",),
+    )
 
 
 # --------------------------------------------------------------------------- examples
@@ -243,7 +296,7 @@ def select_examples(spec: TaskSpec, limit: int, seed: int) -> list[Example]:
     order = sorted(range(n), key=lambda i: hashlib.sha256(f"{seed}:{i}".encode()).digest())
     strata = stratify(spec, rows, order)
     if strata is not None:
-        return [make_example(spec, rows[i], i) for i in per_stratum(strata, limit)[:spec.max_examples or n]]
+        return [make_example(spec, rows[i], i) for i in per_stratum(strata, limit)[: spec.max_examples or n]]
     k = min(limit, n, spec.max_examples or n)
     return [make_example(spec, rows[i], i) for i in order[:k]]
 
@@ -275,13 +328,16 @@ def check_fields(spec: TaskSpec, row: dict) -> None:
 
 def make_example(spec: TaskSpec, row: dict, index: int) -> Example:
     """Render one row: fill the template from the mapped fields and read the reference."""
-    ex_id = str(row["id"]) if isinstance(row.get("id"), (str, int)) and not isinstance(row.get("id"), bool) else str(index)
+    ex_id = (
+        str(row["id"]) if isinstance(row.get("id"), (str, int)) and not isinstance(row.get("id"), bool) else str(index)
+    )
     values = {}
     for var, data_field in spec.fields.items():
         value = _as_text(get_field(row, data_field, spec.name), data_field, spec.name, ex_id)
         if not value.strip():
-            raise SpecbenchError(f"task {spec.name}: field '{data_field}' of example {ex_id} is empty; "
-                                 f"remove that row from the source")
+            raise SpecbenchError(
+                f"task {spec.name}: field '{data_field}' of example {ex_id} is empty; remove that row from the source"
+            )
         values[var] = value
     prompt = spec.template.format(**values)
     if not prompt.strip():
@@ -292,8 +348,9 @@ def make_example(spec: TaskSpec, row: dict, index: int) -> Example:
         # a speed-only task may lack some references (Spec-Bench gives them for some categories only)
         reference = None if value is None and not spec.metric else _as_text(value, spec.reference, spec.name, ex_id)
         if spec.metric and not reference.strip():
-            raise SpecbenchError(f"task {spec.name}: reference of example {ex_id} is empty; "
-                                 f"remove that row or set metric: none")
+            raise SpecbenchError(
+                f"task {spec.name}: reference of example {ex_id} is empty; remove that row or set metric: none"
+            )
     return Example(id=ex_id, prompt=prompt, reference=reference, turns=later_turns(spec, row, ex_id))
 
 
@@ -303,8 +360,10 @@ def later_turns(spec: TaskSpec, row: dict, ex_id: str) -> tuple[str, ...]:
         return ()
     turns = get_field(row, spec.turns, spec.name)
     if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t.strip() for t in turns):
-        raise SpecbenchError(f"task {spec.name}: example {ex_id} has no turns (field '{spec.turns}' must be a "
-                             f"non-empty list of text); fix or remove that row")
+        raise SpecbenchError(
+            f"task {spec.name}: example {ex_id} has no turns (field '{spec.turns}' must be a "
+            f"non-empty list of text); fix or remove that row"
+        )
     return tuple(turns[1:])
 
 
@@ -315,8 +374,10 @@ def get_field(row: dict, path: str, task: str = "task") -> object:
     node: object = row
     for part in path.split("."):
         if not isinstance(node, dict) or part not in node:
-            raise SpecbenchError(f"task {task}: data field '{path}' is missing; available fields: "
-                                 f"{', '.join(flat_fields(row))}; fix 'fields'/'reference' in the task")
+            raise SpecbenchError(
+                f"task {task}: data field '{path}' is missing; available fields: "
+                f"{', '.join(flat_fields(row))}; fix 'fields'/'reference' in the task"
+            )
         node = node[part]
     return node
 
@@ -335,22 +396,28 @@ def _as_text(value: object, data_field: str, task: str, ex_id: str) -> str:
         return value
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value)
-    raise SpecbenchError(f"task {task}: field '{data_field}' of example {ex_id} is a {type(value).__name__}, "
-                         f"not text; map a text field (use a dotted path for nested data)")
+    raise SpecbenchError(
+        f"task {task}: field '{data_field}' of example {ex_id} is a {type(value).__name__}, "
+        f"not text; map a text field (use a dotted path for nested data)"
+    )
 
 
 def examples_hash(examples: list[Example]) -> str:
     """sha256 of the chosen examples' ids, prompts and references, in order."""
-    payload = json.dumps([[e.id, e.prompt, e.reference, *([list(e.turns)] if e.turns else [])] for e in examples],
-                         ensure_ascii=False, separators=(",", ":"))
+    payload = json.dumps(
+        [[e.id, e.prompt, e.reference, *([list(e.turns)] if e.turns else [])] for e in examples],
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
 def render_for_model(spec: TaskSpec, prompt: str, tokenizer) -> str:
     """The text the model sees: the prompt as a user turn of the chat template, when both ask for it."""
     if spec.chat_template and getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
-                                             add_generation_prompt=True, tokenize=False)
+        return tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+        )
     return prompt
 
 
@@ -374,6 +441,13 @@ def list_tasks() -> list[dict]:
         available, size = data.source_status(spec.source)
         if size is not None and spec.max_examples:
             size = min(size, spec.max_examples)
-        rows.append({"name": spec.name, "source": data.describe_source(spec.source), "size": size,
-                     "available": available, "metric": spec.metric})
+        rows.append(
+            {
+                "name": spec.name,
+                "source": data.describe_source(spec.source),
+                "size": size,
+                "available": available,
+                "metric": spec.metric,
+            }
+        )
     return rows

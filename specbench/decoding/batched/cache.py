@@ -44,8 +44,8 @@ def left_pad(prompts: list[list[int]], pad_id: int, device: torch.device) -> tup
     valid = torch.zeros(len(prompts), width, dtype=torch.bool)
     for r, p in enumerate(prompts):
         if p:
-            ids[r, width - len(p):] = torch.tensor(p, dtype=torch.long)
-            valid[r, width - len(p):] = True
+            ids[r, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            valid[r, width - len(p) :] = True
     return ids.to(device), valid.to(device)
 
 
@@ -65,7 +65,7 @@ def compaction_index(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     cols = torch.arange(mask.shape[1], device=mask.device).expand_as(mask)
     order = torch.where(mask, cols, -1).sort(dim=1).values  # invalid (-1) first, then valid ascending
     width = int(mask.sum(1).max())
-    kept = order[:, order.shape[1] - width:]
+    kept = order[:, order.shape[1] - width :]
     return kept.clamp_min(0), kept >= 0
 
 
@@ -109,8 +109,14 @@ class BatchedCachedModel:
         positions = new_positions(self.lengths, valid)
         self.mask = torch.cat([self.mask, valid], dim=1)
         extra = {"logits_to_keep": 1} if self._can_trim_logits and not all_logits and ids.shape[1] > 1 else {}
-        out = self.model(input_ids=ids, attention_mask=self.mask.long(), position_ids=positions, use_cache=True,
-                         **{self._cache_kw: self.cache}, **extra)
+        out = self.model(
+            input_ids=ids,
+            attention_mask=self.mask.long(),
+            position_ids=positions,
+            use_cache=True,
+            **{self._cache_kw: self.cache},
+            **extra,
+        )
         if self.timer:
             self.forward_times.append(self.timer.now() - t0)
         return out.logits if all_logits else out.logits[:, -1]

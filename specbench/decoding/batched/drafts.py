@@ -51,8 +51,12 @@ class PerRowDrafts:
             self.proposers[row.index].begin(list(row.tokens), row.budget)
 
     def propose(self, rows: list[Row], gammas: list[int], sampling: SamplingConfig) -> list[Proposal]:
-        return [self.proposers[row.index].propose(row.tokens, g, sampling, row.generator) if g > 0
-                else empty_proposal(self.device) for row, g in zip(rows, gammas)]
+        return [
+            self.proposers[row.index].propose(row.tokens, g, sampling, row.generator)
+            if g > 0
+            else empty_proposal(self.device)
+            for row, g in zip(rows, gammas)
+        ]
 
     def select(self, keep: torch.Tensor) -> None:
         """Rows are found by their index: nothing to drop."""
@@ -83,13 +87,14 @@ class BatchedModelDraft:
         ids = torch.zeros(len(seqs), width, dtype=torch.long)
         valid = torch.zeros(len(seqs), width, dtype=torch.bool)
         for i, f in enumerate(feeds):  # right-aligned: every row's newest token in the last column
-            ids[i, width - len(f):] = torch.tensor(f, dtype=torch.long)
-            valid[i, width - len(f):] = True
+            ids[i, width - len(f) :] = torch.tensor(f, dtype=torch.long)
+            valid[i, width - len(f) :] = True
         self.cached = [list(seq) for seq in seqs]
         return self.lm.forward(ids.to(self.lm.device), valid.to(self.lm.device))
 
-    def propose(self, rows: list[Row], gammas: list[int], sampling: SamplingConfig,
-                seqs: list[list[int]] | None = None) -> list[Proposal]:
+    def propose(
+        self, rows: list[Row], gammas: list[int], sampling: SamplingConfig, seqs: list[list[int]] | None = None
+    ) -> list[Proposal]:
         """Row i drafts gammas[i] tokens (0: none) after seqs[i] (default: its tokens); one forward per drafted
         position for all rows."""
         logits = self._feed([row.tokens for row in rows] if seqs is None else seqs)  # [b, V]
@@ -111,8 +116,9 @@ class BatchedModelDraft:
                 logits = self.lm.forward(tok[:, None], live)
         return self._proposals(rows, gammas, drafted, laws)
 
-    def _proposals(self, rows: list[Row], gammas: list[int], drafted: list[torch.Tensor],
-                   laws: list[list[torch.Tensor]]) -> list[Proposal]:
+    def _proposals(
+        self, rows: list[Row], gammas: list[int], drafted: list[torch.Tensor], laws: list[list[torch.Tensor]]
+    ) -> list[Proposal]:
         """Per-row proposals from the drafted columns; each row's cache now holds tokens + its drafts but the last."""
         grid = torch.stack(drafted, dim=1) if drafted else None  # [b, most]
         out = []
@@ -144,8 +150,12 @@ class BatchedHybridDraft:
     def propose(self, rows: list[Row], gammas: list[int], sampling: SamplingConfig) -> list[Proposal]:
         """Lookup first, row by row (deterministic, q one-hot); the model drafts each row's γ_r − found_r after
         its tokens + found tokens, all rows in one batched pass (rows lookup filled ride along, drafting none)."""
-        found = [self.lookups[row.index].propose(row.tokens, g, sampling, row.generator) if g > 0
-                 else empty_proposal(self.model.lm.device) for row, g in zip(rows, gammas)]
+        found = [
+            self.lookups[row.index].propose(row.tokens, g, sampling, row.generator)
+            if g > 0
+            else empty_proposal(self.model.lm.device)
+            for row, g in zip(rows, gammas)
+        ]
         rest_gammas = [g - f.tokens.shape[0] for g, f in zip(gammas, found)]
         if not any(rest_gammas):
             return found

@@ -48,8 +48,9 @@ class Row:
         self.done = stopped or self.room <= 0
 
 
-def new_rows(prompts: list[list[int]], max_new_tokens: int | list[int],
-             generators: list[torch.Generator | None] | None) -> list[Row]:
+def new_rows(
+    prompts: list[list[int]], max_new_tokens: int | list[int], generators: list[torch.Generator | None] | None
+) -> list[Row]:
     """Validate a batch's inputs → one Row per prompt."""
     size = len(prompts)
     if size == 0:
@@ -57,13 +58,21 @@ def new_rows(prompts: list[list[int]], max_new_tokens: int | list[int],
     budgets = [max_new_tokens] * size if isinstance(max_new_tokens, int) else list(max_new_tokens)
     gens = [None] * size if generators is None else list(generators)
     if len(budgets) != size or len(gens) != size:
-        raise SpecbenchError(f"a batch of {size} prompts needs {size} budgets and {size} generators "
-                             f"(got {len(budgets)} and {len(gens)})")
+        raise SpecbenchError(
+            f"a batch of {size} prompts needs {size} budgets and {size} generators (got {len(budgets)} and {len(gens)})"
+        )
     if any(b < 1 for b in budgets):
         raise SpecbenchError(f"max_new_tokens must be >= 1 for every row (got {min(budgets)})")
-    return [Row(r, list(p), b, g, DecodeResult(token_ids=[], stop_reason="length", prefill_s=0.0, decode_s=0.0,
-                                               batch_size=size))
-            for r, (p, b, g) in enumerate(zip(prompts, budgets, gens))]
+    return [
+        Row(
+            r,
+            list(p),
+            b,
+            g,
+            DecodeResult(token_ids=[], stop_reason="length", prefill_s=0.0, decode_s=0.0, batch_size=size),
+        )
+        for r, (p, b, g) in enumerate(zip(prompts, budgets, gens))
+    ]
 
 
 def pick_tokens(logits: torch.Tensor, sampling: SamplingConfig, rows: list[Row]) -> list[int]:
@@ -89,8 +98,9 @@ def still_live(rows: list[Row], elapsed: float) -> tuple[list[Row], torch.Tensor
     return [rows[i] for i in keep], torch.tensor(keep, dtype=torch.long)
 
 
-def close_batch(rows: list[Row], prefill_s: float, batch_s: float, pass_rows: list[int],
-                pass_widths: list[int]) -> list[DecodeResult]:
+def close_batch(
+    rows: list[Row], prefill_s: float, batch_s: float, pass_rows: list[int], pass_widths: list[int]
+) -> list[DecodeResult]:
     """Shared batch figures onto every row's result → the results in prompt order."""
     for row in rows:
         row.res.prefill_s = prefill_s

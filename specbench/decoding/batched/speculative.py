@@ -109,8 +109,10 @@ def decode_speculative_batch(
     window = sliding_window_of(lm.model.config)
     if window is not None and len(prompts) > 1:
         # the window counts cache columns, and a rejected draft leaves masked holes inside a row's window
-        raise SpecbenchError(f"the target attends through a sliding window ({window} tokens): batched speculative "
-                             f"decoding would shrink each row's window by its rejected drafts; use --batch-size 1")
+        raise SpecbenchError(
+            f"the target attends through a sliding window ({window} tokens): batched speculative "
+            f"decoding would shrink each row's window by its rejected drafts; use --batch-size 1"
+        )
     rows = new_rows(prompts, max_new_tokens, generators)
     clock = clock or Clock(lm.device)
     ctx = BatchContext(lm, row_drafts(proposers, len(rows), lm.device), gamma, policy, sampling, eos_ids, clock, [], [])
@@ -156,41 +158,43 @@ def step(ctx: BatchContext, live: list[Row]) -> None:
 def kept_tokens(verdicts: list[tuple[list[int], Verdict]], policy: str) -> list[list[int]]:
     """(drafted ids, verdict) per row → the tokens each row keeps: its accepted prefix and its own
     correction/bonus token (ragged), or the first L = min over rows of (n + 1) of those (min)."""
-    news = [drafted[:v.n_accepted] + [v.next_token] for drafted, v in verdicts]
+    news = [drafted[: v.n_accepted] + [v.next_token] for drafted, v in verdicts]
     if policy == "min":
         cap = min(len(n) for n in news)
         news = [n[:cap] for n in news]
     return news
 
 
-def pass_grid(rows: list[Row], proposals: list[Proposal], width: int,
-              device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def pass_grid(
+    rows: list[Row], proposals: list[Proposal], width: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The verify pass's input: row i = [cur, x_1..x_γ'] then masked filler → (ids [b, w], valid [b, w])."""
     ids = torch.zeros(len(rows), width, dtype=torch.long, device=device)
     valid = torch.zeros(len(rows), width, dtype=torch.bool, device=device)
     for i, (row, prop) in enumerate(zip(rows, proposals)):
         g = prop.tokens.shape[0]
         ids[i, 0] = row.tokens[-1]
-        ids[i, 1:g + 1] = prop.tokens
-        valid[i, :g + 1] = True
+        ids[i, 1 : g + 1] = prop.tokens
+        valid[i, : g + 1] = True
     return ids, valid
 
 
-def verify_rows(ctx: BatchContext, rows: list[Row], proposals: list[Proposal],
-                logits: torch.Tensor) -> list[tuple[list[int], Verdict]]:
+def verify_rows(
+    ctx: BatchContext, rows: list[Row], proposals: list[Proposal], logits: torch.Tensor
+) -> list[tuple[list[int], Verdict]]:
     """Each row verified alone against its own logits rows → (drafted ids on the host, verdict) per row.
     A row with no proposal takes a plain step: its next token from p_1, as the batch-1 plain_step."""
     if ctx.sampling.greedy:  # one host sync for the whole batch
         best = logits.argmax(-1).tolist()  # [b][w]
         drafted = [p.tokens.tolist() for p in proposals]
-        return [(d, verify_greedy(d, best[i][:len(d) + 1])) for i, d in enumerate(drafted)]
+        return [(d, verify_greedy(d, best[i][: len(d) + 1])) for i, d in enumerate(drafted)]
     out = []
     for i, (row, prop) in enumerate(zip(rows, proposals)):
         g = prop.tokens.shape[0]
         if g == 0:
             out.append(([], Verdict(0, int(next_token(logits[i, 0], ctx.sampling, row.generator)), [])))
             continue
-        p = processed_probs(logits[i, :g + 1], ctx.sampling)  # [g+1, V]
+        p = processed_probs(logits[i, : g + 1], ctx.sampling)  # [g+1, V]
         out.append((prop.tokens.tolist(), verify_sampling(prop.tokens, prop.q_probs, p, row.generator)))
     return out
 

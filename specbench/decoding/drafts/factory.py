@@ -28,8 +28,15 @@ def check_compatible(target: LoadedModel, draft: LoadedModel) -> None:
         raise SpecbenchError("draft and target must both be decoder-only or both encoder-decoder models")
 
 
-def make_proposer(spec: str, target: LoadedModel, device: str = "auto", dtype: str = "float32",
-                  trust_remote_code: bool = False, corpus: list[list[int]] | None = None, backend: str = "eager"):
+def make_proposer(
+    spec: str,
+    target: LoadedModel,
+    device: str = "auto",
+    dtype: str = "float32",
+    trust_remote_code: bool = False,
+    corpus: list[list[int]] | None = None,
+    backend: str = "eager",
+):
     """A --draft spec (grammar in drafts/spec.py) → a Proposer for this target.
 
     Frequency laws are fitted on `corpus` (token-id sequences of the task's prompts) when given,
@@ -54,8 +61,9 @@ def lookup_draft(target: LoadedModel, **options) -> PromptLookupDraft:
     return PromptLookupDraft(target.vocab_size, target.device, search_source=target.is_seq2seq, **options)
 
 
-def model_draft(model_spec: str, target: LoadedModel, device: str, dtype: str, trust_remote_code: bool,
-                backend: str) -> ModelDraft:
+def model_draft(
+    model_spec: str, target: LoadedModel, device: str, dtype: str, trust_remote_code: bool, backend: str
+) -> ModelDraft:
     """Load the draft model of a "model" or "hybrid" spec and check it against the target."""
     if model_spec == "distilled":  # the draft `specbench distill` ships for this target under drafts/
         model_spec = str(shipped_draft_dir(target.name))
@@ -67,21 +75,46 @@ def model_draft(model_spec: str, target: LoadedModel, device: str, dtype: str, t
 def draft_rows() -> list[dict]:
     """`specbench list drafts`: model-free drafts, the hybrid, and model presets usable as drafts."""
     rows = [
-        {"name": "prompt-lookup", "kind": "model-free", "cost": "host-side n-gram search",
-         "description": "copies the continuation of the longest matching suffix n-gram (n = 3..1) from the context"},
-        {"name": f"unigram[:k={DEFAULT_K:g}]", "kind": "model-free", "cost": "V-sized vector ops per token",
-         "description": "samples from an add-k unigram law fitted on the task's prompts (paper's Table 3 baseline)"},
-        {"name": f"bigram[:k={DEFAULT_K:g},backoff={DEFAULT_BACKOFF:g}]", "kind": "model-free",
-         "cost": "V-sized vector ops per token",
-         "description": "samples from a bigram law fitted on the task's prompts, backing off to the unigram (Table 3)"},
-        {"name": "lookup+<model spec>", "kind": "hybrid", "cost": "a draft forward per token lookup cannot supply",
-         "description": "prompt lookup where the context has a match, the draft model for the rest (alias hybrid:<model spec>)"},
-        {"name": "<model spec>", "kind": "model", "cost": "one draft forward per token",
-         "description": "any preset, hub id, local dir or .gguf sharing the target's vocabulary"},
+        {
+            "name": "prompt-lookup",
+            "kind": "model-free",
+            "cost": "host-side n-gram search",
+            "description": "copies the continuation of the longest matching suffix n-gram (n = 3..1) from the context",
+        },
+        {
+            "name": f"unigram[:k={DEFAULT_K:g}]",
+            "kind": "model-free",
+            "cost": "V-sized vector ops per token",
+            "description": "samples from an add-k unigram law fitted on the task's prompts (paper's Table 3 baseline)",
+        },
+        {
+            "name": f"bigram[:k={DEFAULT_K:g},backoff={DEFAULT_BACKOFF:g}]",
+            "kind": "model-free",
+            "cost": "V-sized vector ops per token",
+            "description": "samples from a bigram law fitted on the task's prompts, backing off to the unigram (Table 3)",
+        },
+        {
+            "name": "lookup+<model spec>",
+            "kind": "hybrid",
+            "cost": "a draft forward per token lookup cannot supply",
+            "description": "prompt lookup where the context has a match, the draft model for the rest (alias hybrid:<model spec>)",
+        },
+        {
+            "name": "<model spec>",
+            "kind": "model",
+            "cost": "one draft forward per token",
+            "description": "any preset, hub id, local dir or .gguf sharing the target's vocabulary",
+        },
     ]
     for p in PRESETS.values():
         if isinstance(p, SplitPreset) and p.role == "draft":
-            rows.append({"name": p.name, "kind": "model (preset)", "cost": "one draft forward per token",
-                         "description": f"{p.description}; opt-in: {p.install}"})
+            rows.append(
+                {
+                    "name": p.name,
+                    "kind": "model (preset)",
+                    "cost": "one draft forward per token",
+                    "description": f"{p.description}; opt-in: {p.install}",
+                }
+            )
     rows.extend(shipped_draft_rows())  # `--draft distilled`: drafts/<target>-distilled, built by `specbench distill`
     return rows

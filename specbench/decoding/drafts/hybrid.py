@@ -61,7 +61,11 @@ class HybridDraft:
         self.model_tokens = 0
 
     def propose(
-        self, tokens: list[int], gamma: int, sampling: SamplingConfig, generator: torch.Generator | None,
+        self,
+        tokens: list[int],
+        gamma: int,
+        sampling: SamplingConfig,
+        generator: torch.Generator | None,
         min_confidence: float = 0.0,
     ) -> Proposal:
         found = self.lookup.propose(tokens, gamma, sampling, generator)  # deterministic; q one-hot

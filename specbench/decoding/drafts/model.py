@@ -58,7 +58,11 @@ class ModelDraft:
             self._cached = list(prompt_ids)
 
     def propose(
-        self, tokens: list[int], gamma: int, sampling: SamplingConfig, generator: torch.Generator | None,
+        self,
+        tokens: list[int],
+        gamma: int,
+        sampling: SamplingConfig,
+        generator: torch.Generator | None,
         min_confidence: float = 0.0,
     ) -> Proposal:
         keep = min(common_prefix_length(self._cached, tokens), len(tokens) - 1)

@@ -32,8 +32,8 @@ import torch
 from specbench.config import SamplingConfig
 from specbench.decoding.base import ModelFreeDraft, Proposal
 from specbench.decoding.drafts.spec import DraftSpec
-from specbench.errors import SpecbenchError
 from specbench.decoding.sampling import processed_probs, sample
+from specbench.errors import SpecbenchError
 
 DEFAULT_K = 1e-3  # unigram add-k: total pseudo-mass k·V (49 on SmolLM2's 49,152 ids) against N corpus tokens
 DEFAULT_BACKOFF = 1.0  # bigram λ: pseudo-observations of each context drawn from the unigram law
@@ -43,14 +43,24 @@ CACHE_BYTES = 64 << 20  # processed rows kept per draft (float32 [V] each): ~110
 class FrequencyDraft(ModelFreeDraft):
     """Proposer sampling from a fitted unigram (order 1) or bigram (order 2) law."""
 
-    def __init__(self, order: int, vocab_size: int, device: torch.device, *, k: float = DEFAULT_K,
-                 backoff: float = DEFAULT_BACKOFF, name: str | None = None):
+    def __init__(
+        self,
+        order: int,
+        vocab_size: int,
+        device: torch.device,
+        *,
+        k: float = DEFAULT_K,
+        backoff: float = DEFAULT_BACKOFF,
+        name: str | None = None,
+    ):
         if order not in (1, 2):
             raise SpecbenchError(f"n-gram draft order must be 1 (unigram) or 2 (bigram), got {order}")
         if not k >= 0.0:
             raise SpecbenchError(f"add-k smoothing must be >= 0 (got k={k}); use e.g. unigram:k=0.001")
         if not backoff > 0.0:
-            raise SpecbenchError(f"bigram back-off strength must be > 0 (got backoff={backoff}); use e.g. bigram:backoff=1")
+            raise SpecbenchError(
+                f"bigram back-off strength must be > 0 (got backoff={backoff}); use e.g. bigram:backoff=1"
+            )
         self.order = order
         self.name = name or ("unigram" if order == 1 else "bigram")
         self.vocab_size = vocab_size
@@ -61,12 +71,14 @@ class FrequencyDraft(ModelFreeDraft):
         self._unigram: torch.Tensor | None = None  # [V] float32 law u
         self._log_unigram: torch.Tensor | None = None  # [V] log u (−inf where u = 0)
         self._follow: dict[int, tuple[torch.Tensor, torch.Tensor, float]] = {}  # a → (ids [m], counts [m], c(a))
-        self._rows: OrderedDict[tuple, torch.Tensor] = OrderedDict()  # (context key, sampling) → processed [V] or argmax
+        self._rows: OrderedDict[tuple, torch.Tensor] = (
+            OrderedDict()
+        )  # (context key, sampling) → processed [V] or argmax
         self._max_rows = max(1, CACHE_BYTES // (4 * vocab_size))
 
     # ---- fitting -------------------------------------------------------------------------
 
-    def fit(self, corpus: list[list[int]]) -> "FrequencyDraft":
+    def fit(self, corpus: list[list[int]]) -> FrequencyDraft:
         """Fit the law on a corpus of token-id sequences (the task's prompts); kept for every example."""
         self._fit(corpus)
         self._from_corpus = True
@@ -82,8 +94,10 @@ class FrequencyDraft(ModelFreeDraft):
                     pairs[a][b] += 1
         bad = [t for t in unigram if not 0 <= t < self.vocab_size]
         if bad:
-            raise SpecbenchError(f"{self.name} draft: token id {bad[0]} outside the target's vocabulary of "
-                                 f"{self.vocab_size}; fit it on ids from the target's tokenizer")
+            raise SpecbenchError(
+                f"{self.name} draft: token id {bad[0]} outside the target's vocabulary of "
+                f"{self.vocab_size}; fit it on ids from the target's tokenizer"
+            )
         total = sum(unigram.values())
         if total == 0 and self.k == 0.0:
             raise SpecbenchError(f"{self.name} draft: nothing to fit on (empty corpus) and k = 0; give text or k > 0")
@@ -95,9 +109,11 @@ class FrequencyDraft(ModelFreeDraft):
         self._unigram = u.float().to(self.device)
         self._log_unigram = self._unigram.log()
         self._follow = {
-            a: (torch.tensor(list(nxt.keys()), dtype=torch.long, device=self.device),
+            a: (
+                torch.tensor(list(nxt.keys()), dtype=torch.long, device=self.device),
                 torch.tensor(list(nxt.values()), dtype=torch.float32, device=self.device),
-                float(sum(nxt.values())))
+                float(sum(nxt.values())),
+            )
             for a, nxt in pairs.items()
         }
         self._rows.clear()
@@ -135,7 +151,11 @@ class FrequencyDraft(ModelFreeDraft):
             self._fit([list(prompt_ids)])
 
     def propose(
-        self, tokens: list[int], gamma: int, sampling: SamplingConfig, generator: torch.Generator | None,
+        self,
+        tokens: list[int],
+        gamma: int,
+        sampling: SamplingConfig,
+        generator: torch.Generator | None,
         min_confidence: float = 0.0,
     ) -> Proposal:
         if self._log_unigram is None:
@@ -159,8 +179,9 @@ class FrequencyDraft(ModelFreeDraft):
         return Proposal(tokens=ids, q_probs=torch.stack(laws) if laws else None, forward_calls=0)
 
 
-def make_frequency_draft(spec: DraftSpec, vocab_size: int, device: torch.device,
-                         corpus: list[list[int]] | None = None) -> FrequencyDraft:
+def make_frequency_draft(
+    spec: DraftSpec, vocab_size: int, device: torch.device, corpus: list[list[int]] | None = None
+) -> FrequencyDraft:
     """A parsed 'unigram[:k=..]' or 'bigram[:k=..,backoff=..]' → a FrequencyDraft (fitted if a corpus is given)."""
     draft = FrequencyDraft(1 if spec.kind == "unigram" else 2, vocab_size, device, name=spec.text, **dict(spec.options))
     if corpus is not None:

@@ -19,21 +19,22 @@ import torch
 from specbench.config import SamplingConfig
 from specbench.decoding.base import ModelFreeDraft, Proposal
 
-
 RULES = ("recent", "hf")
 
 
-def lookup_continuation(tokens: list[int], gamma: int, max_ngram: int, min_ngram: int, rule: str = "recent") -> list[int]:
+def lookup_continuation(
+    tokens: list[int], gamma: int, max_ngram: int, min_ngram: int, rule: str = "recent"
+) -> list[int]:
     """Tokens following the most recent (rule 'recent') or leftmost ('hf') earlier match of the longest
     suffix n-gram that has a continuation; [] if none."""
     length = len(tokens)
     for n in range(min(max_ngram, length - 1), min_ngram - 1, -1):
-        suffix = tokens[length - n:]
+        suffix = tokens[length - n :]
         # right to left: the most recent match wins; left to right: the leftmost (HF)
         starts = range(length - n - 1, -1, -1) if rule == "recent" else range(length - n)
         for start in starts:
-            if tokens[start:start + n] == suffix:
-                follow = tokens[start + n:start + n + gamma]
+            if tokens[start : start + n] == suffix:
+                follow = tokens[start + n : start + n + gamma]
                 if follow:
                     return follow
     return []
@@ -47,8 +48,16 @@ def one_hot_laws(ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
 class PromptLookupDraft(ModelFreeDraft):
     """Proposer that copies the continuation of the longest matching suffix n-gram."""
 
-    def __init__(self, vocab_size: int, device: torch.device, *, search_source: bool = False,
-                 max_ngram: int = 3, min_ngram: int = 1, rule: str = "recent"):
+    def __init__(
+        self,
+        vocab_size: int,
+        device: torch.device,
+        *,
+        search_source: bool = False,
+        max_ngram: int = 3,
+        min_ngram: int = 1,
+        rule: str = "recent",
+    ):
         if rule not in RULES:
             raise ValueError(f"prompt lookup rule must be one of {RULES} (got {rule!r})")
         self.name = "prompt-lookup"
@@ -64,7 +73,11 @@ class PromptLookupDraft(ModelFreeDraft):
         self._source = list(prompt_ids) if self.search_source else []
 
     def propose(
-        self, tokens: list[int], gamma: int, sampling: SamplingConfig, generator: torch.Generator | None,
+        self,
+        tokens: list[int],
+        gamma: int,
+        sampling: SamplingConfig,
+        generator: torch.Generator | None,
         min_confidence: float = 0.0,
     ) -> Proposal:
         context = self._source + tokens if self._source else tokens

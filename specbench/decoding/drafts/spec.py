@@ -36,7 +36,9 @@ class DraftSpec:
 
     text: str  # the spec as given (the proposer's name, the run id's stem)
     kind: str  # "prompt-lookup" | "unigram" | "bigram" | "hybrid" | "model"
-    options: tuple[tuple[str, float | int | str], ...] = ()  # a frequency law's or prompt lookup's options, e.g. (("k", 0.01),)
+    options: tuple[
+        tuple[str, float | int | str], ...
+    ] = ()  # a frequency law's or prompt lookup's options, e.g. (("k", 0.01),)
     model: str | None = None  # the draft model's spec for "model" and "hybrid" (may be "distilled"); None otherwise
 
     @property
@@ -62,8 +64,9 @@ def parse_frequency_options(text: str, name: str, rest: str) -> tuple[tuple[str,
     for item in filter(None, (s.strip() for s in rest.split(","))):
         key, eq, value = item.partition("=")
         if not eq or key not in allowed:
-            raise SpecbenchError(f"bad --draft option {item!r} in {text!r}; {name} takes "
-                                 f"{', '.join(a + '=<number>' for a in allowed)}")
+            raise SpecbenchError(
+                f"bad --draft option {item!r} in {text!r}; {name} takes {', '.join(a + '=<number>' for a in allowed)}"
+            )
         try:
             options[key] = float(value)
         except ValueError:
@@ -92,7 +95,7 @@ def hybrid_model(text: str) -> str | None:
     """'lookup+<model spec>' or 'hybrid:<model spec>' → '<model spec>'; None for any other spec."""
     for prefix in HYBRID_PREFIXES:
         if text.startswith(prefix):
-            return text[len(prefix):]
+            return text[len(prefix) :]
     return None
 
 
@@ -109,6 +112,8 @@ def parse_draft(text: str) -> DraftSpec:
             raise SpecbenchError("--draft is empty; use prompt-lookup, unigram, bigram, lookup+<model> or a model")
         return DraftSpec(text, "model", model=text)
     if not inner or hybrid_model(inner) is not None or inner.partition(":")[0] in MODEL_FREE_KINDS:
-        raise SpecbenchError(f"--draft {text!r}: after lookup+ comes a draft model (preset, hub id, dir or .gguf), "
-                             f"not {inner!r}; e.g. lookup+qwen2.5-coder-0.5b")
+        raise SpecbenchError(
+            f"--draft {text!r}: after lookup+ comes a draft model (preset, hub id, dir or .gguf), "
+            f"not {inner!r}; e.g. lookup+qwen2.5-coder-0.5b"
+        )
     return DraftSpec(text, "hybrid", model=inner)

@@ -16,22 +16,31 @@ EXECUTORS = ("local", "ray")
 RAY_INSTALL_HINT = "pip install specbench[ray]"
 
 
-def make_executor(name: str = "local", *, address: str | None = None, gpus_per_cell: float = 0.0,
-                  cpus_per_cell: float = 1.0, max_cell_retries: int = 1):
+def make_executor(
+    name: str = "local",
+    *,
+    address: str | None = None,
+    gpus_per_cell: float = 0.0,
+    cpus_per_cell: float = 1.0,
+    max_cell_retries: int = 1,
+):
     """--executor and its options → None (local: run_sweep's own loop) or a RayExecutor; one line on bad input."""
     if name not in EXECUTORS:
         raise SpecbenchError(f"--executor must be one of {', '.join(EXECUTORS)} (got {name!r})")
     if name == "local":
         if address is not None or gpus_per_cell or cpus_per_cell != 1.0:
-            raise SpecbenchError("--address, --gpus-per-cell and --cpus-per-cell place cells on a Ray cluster; "
-                                 "add --executor ray")
+            raise SpecbenchError(
+                "--address, --gpus-per-cell and --cpus-per-cell place cells on a Ray cluster; add --executor ray"
+            )
         return None
     if not (gpus_per_cell >= 0 and cpus_per_cell > 0):
-        raise SpecbenchError(f"--gpus-per-cell must be >= 0 and --cpus-per-cell > 0 (got {gpus_per_cell:g}, "
-                             f"{cpus_per_cell:g})")
+        raise SpecbenchError(
+            f"--gpus-per-cell must be >= 0 and --cpus-per-cell > 0 (got {gpus_per_cell:g}, {cpus_per_cell:g})"
+        )
     from specbench.measure.executors.ray_cluster import RayExecutor, check_address, import_ray
 
     import_ray()  # both checked before the sweep plans or writes anything
     check_address(address)
-    return RayExecutor(address=address, gpus_per_cell=gpus_per_cell, cpus_per_cell=cpus_per_cell,
-                       max_cell_retries=max_cell_retries)
+    return RayExecutor(
+        address=address, gpus_per_cell=gpus_per_cell, cpus_per_cell=cpus_per_cell, max_cell_retries=max_cell_retries
+    )

@@ -65,9 +65,11 @@ def check_address(address: str | None) -> None:
     try:
         socket.create_connection((host, int(port)), timeout=ADDRESS_TIMEOUT_S).close()
     except OSError as exc:
-        raise SpecbenchError(f"--address {address}: no Ray head answers at {host}:{port} "
-                             f"({exc.strerror or type(exc).__name__}); start one there with `ray start --head` "
-                             f"or check the address") from None
+        raise SpecbenchError(
+            f"--address {address}: no Ray head answers at {host}:{port} "
+            f"({exc.strerror or type(exc).__name__}); start one there with `ray start --head` "
+            f"or check the address"
+        ) from None
 
 
 def connect(ray, address: str | None) -> bool:
@@ -93,11 +95,15 @@ def cell_slots(ray, gpus_per_cell: float, cpus_per_cell: float) -> int:
     nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
     gpus, cpus = sum(n.get("GPU", 0) for n in nodes), sum(n.get("CPU", 0) for n in nodes)
     if gpus_per_cell > max((n.get("GPU", 0) for n in nodes), default=0):
-        raise SpecbenchError(f"--gpus-per-cell {gpus_per_cell:g}: no node of the Ray cluster has that many GPUs "
-                             f"({gpus:g} in all); lower --gpus-per-cell (0 runs cells on CPUs) or add GPU nodes")
+        raise SpecbenchError(
+            f"--gpus-per-cell {gpus_per_cell:g}: no node of the Ray cluster has that many GPUs "
+            f"({gpus:g} in all); lower --gpus-per-cell (0 runs cells on CPUs) or add GPU nodes"
+        )
     if cpus_per_cell > max((n.get("CPU", 0) for n in nodes), default=0):
-        raise SpecbenchError(f"--cpus-per-cell {cpus_per_cell:g}: no node of the Ray cluster has that many CPUs "
-                             f"({cpus:g} in all); lower --cpus-per-cell")
+        raise SpecbenchError(
+            f"--cpus-per-cell {cpus_per_cell:g}: no node of the Ray cluster has that many CPUs "
+            f"({cpus:g} in all); lower --cpus-per-cell"
+        )
     slots = math.floor(cpus / cpus_per_cell)
     if gpus_per_cell:
         slots = min(slots, math.floor(gpus / gpus_per_cell))
@@ -128,8 +134,15 @@ class CellWorker:
         from specbench.measure.runner import Session
         from specbench.measure.sweep import release_memory
 
-        key = (config.target, grid.device, grid.dtype, grid.trust_remote_code, grid.backend, grid.device_map,
-               grid.max_memory)
+        key = (
+            config.target,
+            grid.device,
+            grid.dtype,
+            grid.trust_remote_code,
+            grid.backend,
+            grid.device_map,
+            grid.max_memory,
+        )
         if key != self.key:
             self.key, self.loaded = None, None
             release_memory()
@@ -139,9 +152,13 @@ class CellWorker:
     def where(self, session) -> dict:
         import ray
 
-        return {"node": platform.node(), "node_ip": ray.util.get_node_ip_address(),
-                "device": str(session.target.device), "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
-                "pid": os.getpid()}
+        return {
+            "node": platform.node(),
+            "node_ip": ray.util.get_node_ip_address(),
+            "device": str(session.target.device),
+            "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+            "pid": os.getpid(),
+        }
 
     def run_cell(self, request: dict):
         """Yield {"kind": "where" | "change" | "done" | "error", ...} messages while measuring one cell (done and
@@ -174,13 +191,24 @@ def measure_in_scratch(scratch: Path, session, request: dict, compute: ThreadPoo
 
     def work() -> None:
         try:
-            run = execute_run(request["config"], root, run_id=request["cell_id"], session=session,
-                              baseline_store=BaselineStore(root / request["baseline"]),
-                              on_example=lambda record: messages.put({"kind": "change", **mirror.changes()}))
+            run = execute_run(
+                request["config"],
+                root,
+                run_id=request["cell_id"],
+                session=session,
+                baseline_store=BaselineStore(root / request["baseline"]),
+                on_example=lambda record: messages.put({"kind": "change", **mirror.changes()}),
+            )
             messages.put({"kind": "done", "summary": run.summary, "new_examples": run.new_examples})
         except Exception as exc:  # noqa: BLE001  (any failure goes back to the driver as one line)
-            messages.put({"kind": "error", "message": str(exc) if isinstance(exc, SpecbenchError)
-                          else f"{type(exc).__name__}: {str(exc)[:300]}"})
+            messages.put(
+                {
+                    "kind": "error",
+                    "message": str(exc)
+                    if isinstance(exc, SpecbenchError)
+                    else f"{type(exc).__name__}: {str(exc)[:300]}",
+                }
+            )
 
     finished = compute.submit(work)
     while True:
@@ -232,15 +260,18 @@ class RayExecutor:
 class Driver:
     """One sweep's cells over a pool of actors: dispatch, stream, write, retry."""
 
-    def __init__(self, ray, executor: RayExecutor, grid, root: Path, n_examples: dict[str, int], slots: int, on_cell,
-                 on_example):
+    def __init__(
+        self, ray, executor: RayExecutor, grid, root: Path, n_examples: dict[str, int], slots: int, on_cell, on_example
+    ):
         self.ray, self.ex, self.grid, self.root, self.slots = ray, executor, grid, root, slots
         self.n_examples = n_examples
         self.on_cell, self.on_example = on_cell, on_example
         niceness = str(os.getpriority(os.PRIO_PROCESS, 0)) if hasattr(os, "getpriority") else "0"
-        self.actor_class = ray.remote(CellWorker).options(num_cpus=executor.cpus_per_cell,
-                                                          num_gpus=executor.gpus_per_cell,
-                                                          runtime_env={"env_vars": {WORKER_NICENESS_ENV: niceness}})
+        self.actor_class = ray.remote(CellWorker).options(
+            num_cpus=executor.cpus_per_cell,
+            num_gpus=executor.gpus_per_cell,
+            runtime_env={"env_vars": {WORKER_NICENESS_ENV: niceness}},
+        )
         self.actors: list = []  # every live actor
         self.idle: list = []
         self.holds: dict[int, str] = {}  # id(actor) → the target it has loaded (a --pair sweep has several)
@@ -273,9 +304,11 @@ class Driver:
             for actor in self.actors:
                 self.ray.kill(actor)
         if self.lost:
-            raise SpecbenchError(f"{len(self.lost)} cell(s) lost their Ray worker and are unfinished "
-                                 f"({', '.join(self.lost)}); every example streamed back is on disk: rerun the same "
-                                 f"command to finish them")
+            raise SpecbenchError(
+                f"{len(self.lost)} cell(s) lost their Ray worker and are unfinished "
+                f"({', '.join(self.lost)}); every example streamed back is on disk: rerun the same "
+                f"command to finish them"
+            )
         return [self.outcomes[cid] for cid, _ in cells if cid in self.outcomes]
 
     def baseline_rel(self, cell_id: str, config) -> str:
@@ -330,8 +363,15 @@ class Driver:
         files = folder_files(self.root, [cell_id, rel])
         rows, _ = scan_jsonl(self.root / cell_id / "examples.jsonl", example_problem)
         self.on_cell(cell_id, self.n_examples[cell_id], len({r["example_id"] for r in rows}))
-        request = {"grid": self.grid, "config": config, "sweep_id": self.root.name, "cell_id": cell_id,
-                   "baseline": rel, "files": files, "cwd": os.getcwd()}
+        request = {
+            "grid": self.grid,
+            "config": config,
+            "sweep_id": self.root.name,
+            "cell_id": cell_id,
+            "baseline": rel,
+            "files": files,
+            "cwd": os.getcwd(),
+        }
         stream = actor.run_cell.remote(request)
         self.running[stream] = Running(cell_id, config, actor, stream, lock)
 
@@ -347,7 +387,9 @@ class Driver:
         kind = message.pop("kind")
         if kind == "where":
             run.placement = message
-            append_jsonl(self.root / PLACEMENT_FILE, asdict(CellPlacement(cell_id=run.cell_id, executor="ray", **message)))
+            append_jsonl(
+                self.root / PLACEMENT_FILE, asdict(CellPlacement(cell_id=run.cell_id, executor="ray", **message))
+            )
         elif kind == "change":
             self.write_change(run, message)
         else:  # done or error: what the cell wrote last comes with it (none when the worker could not start)
