@@ -18,9 +18,10 @@ from specbench.errors import SpecbenchError
 from specbench.models import DEFAULT_TARGET
 
 DraftDir = Annotated[
-    Path,
+    str,  # not Path: typer would turn an empty --out into "." (the current folder)
     typer.Option(
         "--out",
+        metavar="PATH",
         show_default=False,
         help="Folder of the draft: model, tokenizer, manifest.json (work/ holds teacher data and the checkpoint).",
     ),
@@ -67,6 +68,9 @@ def distill(
 
     if threads < 0:
         raise SpecbenchError(f"--threads must be >= 0 (got {threads})")
+    if not out_dir.strip():
+        raise SpecbenchError("--out is empty; pass the draft's folder")
+    out_dir = Path(out_dir)
     config = DistillConfig(
         target=target,
         out=out_dir,

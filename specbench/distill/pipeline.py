@@ -7,10 +7,12 @@ after every checkpoint, "done" once the draft is exported and checked.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -48,14 +50,61 @@ def distill(
     `on_step(step)` runs after every optimizer step (tests use it to simulate a kill).
     """
     cfg = cfg.validate()
-    ckpt = _open_checkpoint(cfg)
-    t_start = time.perf_counter()
-    target = _load_target(cfg)
-    index = build_teacher_data(cfg, target, progress)
-    run = TrainingRun(cfg, target, index, _load_teacher(index, target), ckpt)
-    if not run.train(progress, on_step):
-        return Outcome(run.checkpoint(), finished=False)
-    return _export_and_check(run, progress, t_start)
+    check_out_folder(cfg.out)
+    with _removed_if_left_empty(cfg.out):
+        ckpt = _open_checkpoint(cfg)
+        t_start = time.perf_counter()
+        target = _load_target(cfg)
+        index = build_teacher_data(cfg, target, progress)
+        run = TrainingRun(cfg, target, index, _load_teacher(index, target), ckpt)
+        if not run.train(progress, on_step):
+            return Outcome(run.checkpoint(), finished=False)
+        return _export_and_check(run, progress, t_start)
+
+
+def is_distill_manifest(path: Path) -> bool:
+    """Whether `path` is the manifest.json a distillation writes (its command is `specbench distill ...`)."""
+    try:
+        doc = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return False
+    return isinstance(doc, dict) and str(doc.get("command", "")).startswith("specbench distill ")
+
+
+def check_out_folder(out: Path) -> None:
+    """Refuse an --out that holds anything but a distillation: distill writes manifest.json, config.json and the
+    model there, and would replace a benchmark run's manifest (or any other folder's files) with its own."""
+    if out.exists() and not out.is_dir():
+        raise SpecbenchError(f"--out {out} is not a folder; pass a new or empty folder for the draft")
+    if not out.exists() or not any(out.iterdir()):
+        return
+    manifest = out / "manifest.json"
+    if manifest.exists() or manifest.is_symlink():
+        if not manifest.is_symlink() and is_distill_manifest(manifest):
+            return
+        raise SpecbenchError(
+            f"--out {out} holds a manifest.json that is not a distillation's (a benchmark run?); "
+            "distill would replace it: pass a new or empty folder"
+        )
+    if not (out / WORK).is_dir():
+        raise SpecbenchError(
+            f"--out {out} is not empty and holds no distillation (no {WORK}/ or manifest.json); "
+            "pass a new or empty folder"
+        )
+
+
+@contextlib.contextmanager
+def _removed_if_left_empty(out: Path):
+    """On any failure (a refusal, Ctrl-C), remove the folders this call created that are still empty
+    (out, out/work, out/work/teacher): a refused distill leaves nothing behind. rmdir never removes a file."""
+    made = [p for p in (out / WORK / "teacher", out / WORK, out) if not p.exists()]
+    try:
+        yield
+    except BaseException:
+        for folder in made:  # innermost first
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
 
 
 def _open_checkpoint(cfg: DistillConfig) -> dict | None:
