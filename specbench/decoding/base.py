@@ -1,7 +1,8 @@
 """Contracts where proposer, verifier and runner meet.
 
 A draft of any kind (a model, an n-gram table, prompt lookup) is a `Proposer`; it returns a
-`Proposal`; the verifier turns target logits plus a proposal into a `Verdict`; an engine
+`Proposal`; for a batch of rows it hands over its `BatchProposer` (decoding/batched/drafts.py);
+the verifier turns target logits plus a proposal into a `Verdict`; an engine
 turns a prompt into a `DecodeResult` of raw counts and times. Ratios are derived later,
 in one place (specbench.measure.metrics), never here.
 """
@@ -16,6 +17,7 @@ import torch
 from specbench.config import SamplingConfig
 
 if TYPE_CHECKING:
+    from specbench.decoding.batched.rows import Row
     from specbench.decoding.cached_model import CachedModel
     from specbench.measure.timing import Clock
 
@@ -85,23 +87,26 @@ class Proposer(Protocol):
         """Tokens prompt lookup supplied at each proposal since begin(), for a draft that fills lookup's
         shortfall with a model (the pilot's lookup law); None for a draft with no such split."""
 
+    def batched(self, size: int, device: torch.device) -> BatchProposer:
+        """This one draft drafting for every row of a batch of `size` rows (decoding/batched/): a model draft
+        drafts all rows in one pass of its network, a model-free one proposes per row from a copy of itself."""
 
-class ModelFreeDraft:
-    """The Proposer hooks of a draft that runs no network (prompt lookup, the frequency laws)."""
 
-    is_model = False
+class BatchProposer(Protocol):
+    """A draft's form for a batch (decoding/batched/drafts.py): every live row drafts at each step.
 
-    def model_caches(self) -> list[CachedModel]:
-        return []
+    Rows are `batched.rows.Row`s (each row's tokens, budget, generator and index in the batch); a row draws
+    only from its own generator, in the batch-1 draft's order, so each row reproduces its batch-1 run.
+    """
 
-    def hf_assistant(self) -> torch.nn.Module | None:
-        return None
+    def begin(self, rows: list[Row], pad_id: int) -> None:
+        """Absorb every row's prompt (`pad_id` fills the left padding of a batched cache; never attended)."""
 
-    def set_timer(self, clock: Clock | None) -> None:
-        """Nothing to profile: a model-free draft's whole cost is the draft time the engine measures."""
+    def propose(self, rows: list[Row], gammas: list[int], sampling: SamplingConfig) -> list[Proposal]:
+        """Row i drafts up to gammas[i] tokens after its tokens (0: an empty proposal); one Proposal per row."""
 
-    def lookup_history(self) -> list[int] | None:
-        return None
+    def select(self, keep: torch.Tensor) -> None:
+        """Keep only the live rows at positions `keep` ([b'] int64, in order) of any batched state."""
 
 
 @dataclass

@@ -17,11 +17,11 @@ API (what the runner calls; both return one DecodeResult per prompt, in prompt o
 - generators: one per row (None: the global RNG). Each row draws only from its own, in the
   batch-1 engine's order, so at T > 0 with policy "ragged" a row's output equals the batch-1
   engine's for the same generator seed (up to float rounding), and rows are independent.
-- proposers: one Proposer for all rows, or one per row. Plain model drafts (ModelDraft) sharing
-  one network draft in one batched pass (their own caches are not used); model-free drafts
-  (prompt lookup, unigram/bigram) propose per row (a single one is shallow-copied per row); one
-  hybrid draft for all rows looks up per row and drafts the rest in one batched model pass (one
-  hybrid per row also works, row by row).
+- proposers: one Proposer for all rows, or one per row. One draft for all rows batches as it
+  says (`Proposer.batched`, drafts.py): a model draft drafts every row in one batched pass (its
+  own cache is not used); a model-free draft (prompt lookup, unigram/bigram) proposes per row
+  from a copy per row; a hybrid looks up per row and drafts the rest in one batched model pass.
+  One proposer per row drafts row by row on the host, each with its own.
 - policy: "ragged" (each row keeps its own n + 1) or "min" (every row advances by the batch's
   min of n + 1: the ablation). Exactness arguments in speculative.py.
 

@@ -1,39 +1,47 @@
-"""Drafting for a batch: one batched draft-model pass over all rows, or each row's own proposer.
+"""Drafting for a batch: the `BatchProposer`s (decoding/base.py) the drafts batch with.
 
-Two ways, chosen by `row_drafts` from what the caller hands over:
+Each draft says how it batches (`Proposer.batched`, for one draft serving every row); a list of one
+proposer per row always drafts row by row. The forms:
 
-- `BatchedModelDraft`: the proposers are model drafts sharing one network (or one ModelDraft for
-  every row). All rows draft together, one forward of the draft network per drafted position,
-  over a batched cache of its own (cache.BatchedCachedModel). Per row it does what ModelDraft does
-  alone: crop its cache to the longest prefix that still agrees with the row's sequence, feed what
-  is new (right-aligned, shorter feeds padded on the left with masked filler), then draft γ_r
-  tokens, each drawn with the row's own generator from the processed law q it reports. A row that
-  drafts fewer tokens than the widest (near its budget's end) rides along masked: its extra
-  columns are holes, and it draws nothing, so its generator sees exactly the batch-1 draws.
-- `BatchedHybridDraft`: one hybrid (prompt lookup, then a draft model for what lookup did not find)
-  for every row: each row looks up on the host with its own copy of the lookup, then the rows that
-  still need tokens draft them in one batched pass of the model, each continuing from its own
-  sequence extended by its lookup tokens (the batch-1 HybridDraft, row-wise).
-- `PerRowDrafts`: anything else (prompt lookup, the frequency laws, hybrids given one per row)
-  proposes row by row on the host, one proposer object per row. A single model-free proposer is
-  copied per row (a shallow copy: the fitted tables are shared read-only, begin() rebinds the
-  per-example state).
+- `BatchedModelDraft` (ModelDraft.batched): all rows draft together, one forward of the draft network
+  per drafted position, over a batched cache of its own (cache.BatchedCachedModel). Per row it does
+  what ModelDraft does alone: crop its cache to the longest prefix that still agrees with the row's
+  sequence, feed what is new (right-aligned, shorter feeds padded on the left with masked filler),
+  then draft γ_r tokens, each drawn with the row's own generator from the processed law q it reports.
+  A row that drafts fewer tokens than the widest (near its budget's end) rides along masked: its
+  extra columns are holes, and it draws nothing, so its generator sees exactly the batch-1 draws.
+- `BatchedHybridDraft` (HybridDraft.batched): each row looks up on the host with its own copy of
+  the lookup, then the rows that still need tokens draft them in one batched pass of the model, each
+  continuing from its own sequence extended by its lookup tokens (the batch-1 HybridDraft, row-wise).
+- `PerRowDrafts`: a model-free draft (prompt lookup, the frequency laws) proposes row by row on the
+  host from its own row copy (drafts/model_free.py); a list of one proposer per row does the same
+  with the proposers it was given.
 """
 
 from __future__ import annotations
 
-import copy
+from typing import TYPE_CHECKING
 
 import torch
 
 from specbench.config import SamplingConfig
-from specbench.decoding.base import ModelFreeDraft, Proposal, Proposer
+from specbench.decoding.base import BatchProposer, Proposal, Proposer
 from specbench.decoding.batched.cache import BatchedCachedModel
 from specbench.decoding.batched.rows import Row
-from specbench.decoding.drafts.hybrid import HybridDraft
-from specbench.decoding.drafts.model import ModelDraft, common_prefix_length
 from specbench.decoding.sampling import processed_probs, sample
 from specbench.errors import SpecbenchError
+
+if TYPE_CHECKING:
+    from specbench.decoding.drafts.model_free import ModelFreeDraft
+
+
+def common_prefix_length(a: list[int], b: list[int]) -> int:
+    """How many leading tokens two sequences share: what a draft's cache may keep of `a` to continue `b`."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
 
 
 def empty_proposal(device: torch.device) -> Proposal:
@@ -122,7 +130,7 @@ class BatchedModelDraft:
         """Per-row proposals from the drafted columns; each row's cache now holds tokens + its drafts but the last."""
         grid = torch.stack(drafted, dim=1) if drafted else None  # [b, most]
         out = []
-        for i, (row, g) in enumerate(zip(rows, gammas)):
+        for i, g in enumerate(gammas):
             if g == 0:
                 out.append(empty_proposal(self.lm.device))
                 continue
@@ -135,9 +143,9 @@ class BatchedModelDraft:
 class BatchedHybridDraft:
     """One hybrid for every row: per-row lookup on the host, then one batched model pass for the rest."""
 
-    def __init__(self, hybrid: HybridDraft, size: int):
-        self.lookups = [row_copy(hybrid.lookup) for _ in range(size)]  # found by row index
-        self.model = BatchedModelDraft(hybrid.model.lm.model)
+    def __init__(self, lookup: ModelFreeDraft, network: torch.nn.Module, size: int):
+        self.lookups = [lookup.row_copy() for _ in range(size)]  # found by row index
+        self.model = BatchedModelDraft(network)
 
     def begin(self, rows: list[Row], pad_id: int) -> None:
         for row in rows:
@@ -174,35 +182,15 @@ def joined(found: Proposal, rest: Proposal, sampling: SamplingConfig) -> Proposa
     return Proposal(tokens=torch.cat([found.tokens, rest.tokens]), q_probs=q, forward_calls=rest.forward_calls)
 
 
-def shared_network(proposers: list[Proposer]) -> torch.nn.Module | None:
-    """The one network all proposers draft with, when they are plain model drafts sharing it; else None."""
-    if not all(type(p) is ModelDraft for p in proposers):
-        return None
-    nets = {id(p.lm.model) for p in proposers}
-    return proposers[0].lm.model if len(nets) == 1 else None
-
-
-def row_drafts(proposer: Proposer | list[Proposer], size: int, device: torch.device):
-    """One proposer, or one per row → the batch's drafting (BatchedModelDraft or PerRowDrafts)."""
-    many = list(proposer) if isinstance(proposer, (list, tuple)) else [proposer] * size
+def row_drafts(proposer: Proposer | list[Proposer], size: int, device: torch.device) -> BatchProposer:
+    """One proposer for every row (its own batched form), or one per row (each drafts its row on the host)."""
+    if not isinstance(proposer, (list, tuple)):
+        return proposer.batched(size, device)
+    many = list(proposer)
     if len(many) != size:
         raise SpecbenchError(f"a batch of {size} rows needs {size} proposers (got {len(many)})")
-    network = shared_network(many)
-    if network is not None:
-        return BatchedModelDraft(network)
-    if isinstance(many[0], HybridDraft) and len({id(p) for p in many}) == 1:
-        return BatchedHybridDraft(many[0], size)
+    if len({id(p) for p in many}) == 1:
+        return many[0].batched(size, device)
     if len({id(p) for p in many}) == size:
         return PerRowDrafts(many, device)
-    if all(isinstance(p, ModelFreeDraft) for p in many) and len({id(p) for p in many}) == 1:
-        return PerRowDrafts([row_copy(many[0]) for _ in range(size)], device)
     raise SpecbenchError(f"draft {many[0].name} keeps per-example state: a batch needs one proposer per row")
-
-
-def row_copy(draft: ModelFreeDraft) -> ModelFreeDraft:
-    """A shallow copy for one row, with its own memo of laws: a frequency draft refitted on each row's prompt
-    must not answer one row from a law another row cached (its `_rows`)."""
-    clone = copy.copy(draft)
-    if hasattr(clone, "_rows"):
-        clone._rows = type(draft._rows)()
-    return clone

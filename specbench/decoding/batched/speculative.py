@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import torch
 
 from specbench.config import SamplingConfig
-from specbench.decoding.base import DecodeResult, Proposal, Proposer, Verdict
+from specbench.decoding.base import BatchProposer, DecodeResult, Proposal, Proposer, Verdict
 from specbench.decoding.batched.cache import BatchedCachedModel
 from specbench.decoding.batched.drafts import row_drafts
 from specbench.decoding.batched.rows import Row, close_batch, new_rows, pick_tokens, still_live
@@ -64,7 +64,7 @@ class BatchContext:
     """What every step of one batch shares."""
 
     target: BatchedCachedModel  # covers every live row's tokens but its newest, between steps
-    drafts: object  # drafts.BatchedModelDraft or drafts.PerRowDrafts
+    drafts: BatchProposer  # the drafts' batched form (drafts.py)
     gamma: int
     policy: str  # "ragged" or "min"
     sampling: SamplingConfig

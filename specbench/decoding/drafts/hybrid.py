@@ -20,6 +20,7 @@ import torch
 
 from specbench.config import SamplingConfig
 from specbench.decoding.base import Proposal
+from specbench.decoding.batched.drafts import BatchedHybridDraft
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.drafts.model import ModelDraft
 from specbench.decoding.drafts.prompt_lookup import PromptLookupDraft
@@ -53,6 +54,11 @@ class HybridDraft:
 
     def lookup_history(self) -> list[int]:
         return list(self.lookup_lengths)
+
+    def batched(self, size: int, device: torch.device) -> BatchedHybridDraft:
+        """Each row looks up with its own copy of the lookup; the model drafts what lookup left, all rows in one
+        pass (this hybrid's own lookup and model caches are not used)."""
+        return BatchedHybridDraft(self.lookup, self.model.lm.model, size)
 
     def begin(self, prompt_ids: list[int], max_new_tokens: int) -> None:
         self.lookup.begin(prompt_ids, max_new_tokens)

@@ -13,16 +13,9 @@ import torch
 from specbench.config import SamplingConfig
 from specbench.decoding.backend import ForwardBackend
 from specbench.decoding.base import Proposal
+from specbench.decoding.batched.drafts import BatchedModelDraft, common_prefix_length
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.sampling import processed_probs, sample
-
-
-def common_prefix_length(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 class ModelDraft:
@@ -47,6 +40,10 @@ class ModelDraft:
 
     def lookup_history(self) -> None:
         return None
+
+    def batched(self, size: int, device: torch.device) -> BatchedModelDraft:
+        """Every row drafts in one pass of this network, over a batched cache of its own (not this one's)."""
+        return BatchedModelDraft(self.lm.model)
 
     def begin(self, prompt_ids: list[int], max_new_tokens: int) -> None:
         if self.lm.is_seq2seq:

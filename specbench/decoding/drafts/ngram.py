@@ -30,7 +30,8 @@ from collections import Counter, OrderedDict, defaultdict
 import torch
 
 from specbench.config import SamplingConfig
-from specbench.decoding.base import ModelFreeDraft, Proposal
+from specbench.decoding.base import Proposal
+from specbench.decoding.drafts.model_free import ModelFreeDraft
 from specbench.decoding.drafts.spec import DraftSpec
 from specbench.decoding.sampling import processed_probs, sample
 from specbench.errors import SpecbenchError
@@ -145,6 +146,13 @@ class FrequencyDraft(ModelFreeDraft):
         return row
 
     # ---- the Proposer protocol -----------------------------------------------------------
+
+    def row_copy(self) -> FrequencyDraft:
+        """A row's copy with its own memo of laws: a draft refitted on each row's prompt must not answer one
+        row from a law another row cached."""
+        clone = super().row_copy()
+        clone._rows = OrderedDict()
+        return clone
 
     def begin(self, prompt_ids: list[int], max_new_tokens: int = 0) -> None:
         if not self._from_corpus:  # no task corpus was given: fit on this example's prompt alone

@@ -17,7 +17,8 @@ from __future__ import annotations
 import torch
 
 from specbench.config import SamplingConfig
-from specbench.decoding.base import ModelFreeDraft, Proposal
+from specbench.decoding.base import Proposal
+from specbench.decoding.drafts.model_free import ModelFreeDraft
 
 RULES = ("recent", "hf")
 

@@ -1,0 +1,46 @@
+"""What every draft that runs no network shares (prompt lookup, the frequency laws).
+
+Its Proposer hooks are all trivial (no caches to size, nothing for HF to assist with, nothing to
+time), and it batches the same way: one copy per row proposing on the host (`row_copy` says what
+a copy must not share with the others).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING
+
+import torch
+
+from specbench.decoding.batched.drafts import PerRowDrafts
+
+if TYPE_CHECKING:
+    from specbench.decoding.base import BatchProposer
+    from specbench.decoding.cached_model import CachedModel
+    from specbench.measure.timing import Clock
+
+
+class ModelFreeDraft:
+    """The Proposer hooks of a draft that runs no network (prompt lookup, the frequency laws)."""
+
+    is_model = False
+
+    def model_caches(self) -> list[CachedModel]:
+        return []
+
+    def hf_assistant(self) -> torch.nn.Module | None:
+        return None
+
+    def set_timer(self, clock: Clock | None) -> None:
+        """Nothing to profile: a model-free draft's whole cost is the draft time the engine measures."""
+
+    def lookup_history(self) -> list[int] | None:
+        return None
+
+    def row_copy(self) -> ModelFreeDraft:
+        """A copy for one row of a batch: a shallow copy (fitted tables shared read-only; begin() rebinds the
+        per-example state). A draft with a mutable memo overrides this to give each copy its own."""
+        return copy.copy(self)
+
+    def batched(self, size: int, device: torch.device) -> BatchProposer:
+        return PerRowDrafts([self.row_copy() for _ in range(size)], device)
