@@ -47,9 +47,17 @@ DraftFn = Callable[[Prefix], tuple[torch.Tensor, torch.Tensor]]  # prefix → ([
 CountFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], int]  # accepted_count's signature
 ResidualFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # residual's signature
 VerifyFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Generator | None], Verdict]  # verify_sampling's
+RowsFn = Callable[[torch.Tensor], torch.Tensor]  # [γ+1, V] target laws → the rows the verifier actually uses
+
+
+def as_verified(p: torch.Tensor) -> torch.Tensor:
+    """The correct verifier uses the target's rows as they are."""
+    return p
+
 
 LEVEL = 1e-3  # default level α of every statistical check
-ALT_TV = 0.01  # default alternative for the stated power: any law at total variation ≥ 0.01 from H0
+ALT_TV = 0.05  # default alternative for the stated power: any law at total variation ≥ 0.05 from H0
+TARGET_POWER = 0.8  # a check that did not reject says "pass" only at this power against its alternative
 MIN_EXPECTED = 5.0  # cells expected fewer times than this are pooled before a chi-square-type test
 
 
@@ -65,12 +73,30 @@ class CheckResult:
     threshold: float  # level α of the test, the tolerance of an exact comparison; NaN (null) where measured per case
     power: float | None  # power against `alternative`; None where not applicable
     alternative: str  # the alternative `power` refers to
-    passed: bool
+    passed: bool  # the test did not reject (an exact comparison: within tolerance); see `verdict` for "pass"
     detail: dict = field(default_factory=dict)  # JSON-serialisable specifics (df, bins, bounds, divergences)
+    n_needed: int | None = None  # about how many samples (in the unit of n) would give power TARGET_POWER
+
+    @property
+    def verdict(self) -> str:
+        """ "fail" when the test rejects; "pass" only when it could have failed (power ≥ TARGET_POWER against
+        `alternative`, or no probability statement: exact computations, greedy identity); else "inconclusive"."""
+        if not self.passed:
+            return "fail"
+        if self.power is None or self.power >= TARGET_POWER:
+            return "pass"
+        return "inconclusive"
+
+    def verdict_text(self) -> str:
+        """The verdict as a reader sees it: "inconclusive (power 0.12; about 4,500 samples would reach 0.8)"."""
+        if self.verdict != "inconclusive":
+            return self.verdict
+        need = f"; about {self.n_needed:,} samples would reach {TARGET_POWER:g}" if self.n_needed else ""
+        return f"inconclusive (power {self.power:.2f}{need})"
 
     def to_dict(self) -> dict:
         """Strict-JSON-ready: non-finite floats (G = ∞ after a draw outside the support) become None."""
-        return json_safe(asdict(self))
+        return json_safe({**asdict(self), "verdict": self.verdict})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -240,6 +266,7 @@ def sequence_law(
     prefix: Prefix = (),
     count: CountFn = accepted_count,
     residual_fn: ResidualFn = residual,
+    verified: RowsFn = as_verified,
 ) -> dict[Prefix, float]:
     """Exact law of the first `length` tokens emitted by repeated speculative steps, by enumeration.
 
@@ -247,25 +274,19 @@ def sequence_law(
     accept/reject regions of u_1..u_γ (each region's measure from `acceptance_measure`, so the
     joint behaviour of `count` across positions is what decides n), then draws the correction
     from residual_fn(p_{n+1}, q_{n+1}) or the bonus token from p_{γ+1}. Cost grows as V^γ·2^γ·V
-    per step and prefix: keep V ≤ 8 and γ ≤ 3.
+    per step and prefix: keep V ≤ 8 and γ ≤ 3. `verified` maps the target's γ+1 rows to those the
+    verifier uses (a control's off-by-one or one-sided temperature; the correct verifier's are the rows).
     """
-    measures: dict = {}
     laws: dict = {}
-
-    def measure(pre: Prefix, x: int):
-        if (pre, x) not in measures:
-            p, q = f64(target(pre)), f64(draft(pre)[1])
-            measures[pre, x] = acceptance_measure(count, x, p, q)
-        return measures[pre, x]
 
     def step(pre: Prefix) -> dict[Prefix, float]:
         """Law of the tokens one step emits after `pre`."""
         out: Counter = Counter()
         for xs, w in draft_paths(draft, pre, gamma).items():
             ctx = [pre + xs[:i] for i in range(gamma + 1)]
-            p = torch.stack([f64(target(c)) for c in ctx])  # [γ+1, V]
+            p = f64(verified(torch.stack([f64(target(c)) for c in ctx])))  # [γ+1, V]
             q = torch.stack([f64(draft(c)[1]) for c in ctx[:gamma]])  # [γ, V]
-            regions = acceptance_regions([measure(ctx[i], xs[i]) for i in range(gamma)])
+            regions = acceptance_regions([acceptance_measure(count, xs[i], p[i], q[i]) for i in range(gamma)])
             tokens = torch.tensor(xs)
             for weight, u in regions:
                 n = count(tokens, q, p[:gamma], u)
@@ -345,6 +366,7 @@ def one_position_check(
     residual_fn: ResidualFn = residual,
     drawn: torch.Tensor | None = None,
     tol: float = 1e-6,
+    verified: RowsFn = as_verified,
 ) -> CheckResult:
     """The law of one emitted token equals p: closed form and implemented rule, compared in float64.
 
@@ -352,11 +374,12 @@ def one_position_check(
     the figure the runner records as β.
     """
     p64, q64 = f64(p), f64(q)
+    v64 = f64(verified(p64[None])[0])  # the row the verifier uses (one row: an off-by-one has no later row here)
     drawn64 = None if drawn is None else f64(drawn)
-    implemented = emitted_law(p64, q64, drawn64, count=count, residual_fn=residual_fn)
-    closed = closed_form_law(p64, q64, residual_fn)
+    implemented = emitted_law(v64, q64, drawn64, count=count, residual_fn=residual_fn)
+    closed = closed_form_law(v64, q64, residual_fn)
     src = q64 if drawn64 is None else drawn64
-    rate = sum(float(src[x]) * acceptance_measure(count, x, p64, q64)[0] for x in src.nonzero().flatten().tolist())
+    rate = sum(float(src[x]) * acceptance_measure(count, x, v64, q64)[0] for x in src.nonzero().flatten().tolist())
     beta = float(expected_acceptance(p64[None], q64[None])[0])
     res = exact_check(name, _vector_law(implemented), _vector_law(p64), tol=tol)
     closed_err = float((closed - p64).abs().max())
@@ -458,6 +481,14 @@ def detectable_tv(df: int, n_eff: float, level: float, power: float = 0.8) -> fl
     return tv if tv <= 1.0 else None
 
 
+def samples_for_power(df: int, tv: float, level: float, power: float = TARGET_POWER) -> int | None:
+    """Effective sample size n_eff at which gof_power's bound reaches `power` against total variation `tv`
+    (df held at its current value: pooling changes it a little with n, hence "about")."""
+    if df < 1 or tv <= 0:
+        return None
+    return math.ceil(_noncentrality_for_power(df, level, power) / (4.0 * tv * tv))
+
+
 @functools.lru_cache(maxsize=1024)
 def _noncentrality_for_power(df: int, level: float, power: float) -> float:
     """λ at which a level-α chi-square test with df degrees of freedom has the given power."""
@@ -537,6 +568,7 @@ def gof_check(
         alternative=f"any law at total variation >= {alt_tv:g} from the target's on the tested bins",
         passed=bool(p_value > level),
         detail=detail,
+        n_needed=samples_for_power(df, alt_tv, level),
     )
 
 
@@ -546,14 +578,17 @@ def tv_check(
     law: Mapping[Hashable, float],
     *,
     level: float = LEVEL,
+    alt_tv: float = ALT_TV,
     min_expected: float = MIN_EXPECTED,
 ) -> CheckResult:
     """Total variation between the empirical and the exact law, against a distribution-free bound.
 
     Bretagnolle–Huber–Carol: P(‖p̂ − p‖₁ ≥ ε) ≤ 2^k·exp(−Nε²/2) over k bins, so TV(p̂, p) ≤
-    sqrt((k·ln 2 + ln(1/α)) / (2N)) with probability ≥ 1 − α, and 2^k·exp(−2N·TV²) is a valid
+    b = sqrt((k·ln 2 + ln(1/α)) / (2N)) with probability ≥ 1 − α, and 2^k·exp(−2N·TV²) is a valid
     p-value. Bins are gof_check's (rare cells pooled) plus one for draws outside the support.
-    Power ≥ 1 − α against any law at TV ≥ twice the bound (triangle inequality).
+    Power against any law at TV δ > b on those bins (triangle inequality, the same bound around the
+    alternative): ≥ 1 − 2^k·exp(−2N(δ − b)²); it reaches `power` at N = (√(k ln 2 + ln(1/α)) +
+    √(k ln 2 + ln(1/(1 − power))))² / (2δ²).
     """
     n = int(sum(counts.values()))
     support = {c: w for c, w in law.items() if w > 0}
@@ -575,11 +610,30 @@ def tv_check(
         p_value=p_value,
         n=n,
         threshold=level,
-        power=1.0 - level,
-        alternative=f"any law at total variation >= {2 * bound:.4g} (twice the bound) on the tested bins",
+        power=tv_power(k, n, alt_tv, level),
+        alternative=f"any law at total variation >= {alt_tv:g} from the target's on the tested bins",
         passed=bool(tv <= bound),
-        detail={"bound": bound, "bins": k},
+        detail={"bound": bound, "bins": k, "guaranteed_power_at_tv": 2 * bound},
+        n_needed=tv_samples_for_power(k, alt_tv, level),
     )
+
+
+def tv_power(bins: int, n: int, tv: float, level: float) -> float:
+    """Lower bound on tv_check's power against any law at total variation `tv` (see tv_check)."""
+    if n <= 0:
+        return 0.0
+    bound = math.sqrt((bins * math.log(2) + math.log(1 / level)) / (2 * n))
+    if tv <= bound:
+        return 0.0
+    return max(0.0, 1.0 - math.exp(min(0.0, bins * math.log(2) - 2 * n * (tv - bound) ** 2)))
+
+
+def tv_samples_for_power(bins: int, tv: float, level: float, power: float = TARGET_POWER) -> int | None:
+    """Draws at which tv_power reaches `power` (closed form, see tv_check)."""
+    if tv <= 0:
+        return None
+    c1, c2 = bins * math.log(2) + math.log(1 / level), bins * math.log(2) + math.log(1 / (1 - power))
+    return math.ceil((math.sqrt(c1) + math.sqrt(c2)) ** 2 / (2 * tv * tv))
 
 
 def homogeneity_check(
@@ -620,6 +674,8 @@ def homogeneity_check(
         power=gof_power(df, n_eff, alt_tv, level),
         alternative=f"two laws at total variation >= {alt_tv:g} on the tested bins",
         passed=bool(p_value > level),
+        # n = n_a + n_b; equal halves give n_eff = n/4
+        n_needed=None if (need := samples_for_power(df, alt_tv, level)) is None else 4 * need,
         detail={
             "df": df,
             "cells": len(pooled),
@@ -648,7 +704,7 @@ def sample_checks(
     out = []
     for part, c, w in parts:
         out.append(gof_check(f"{label}/{part}/gof", c, w, level=level, alt_tv=alt_tv))
-        out.append(tv_check(f"{label}/{part}/tv", c, w, level=level))
+        out.append(tv_check(f"{label}/{part}/tv", c, w, level=level, alt_tv=alt_tv))
     return out
 
 
@@ -693,10 +749,28 @@ def raw_q_draft(lm: TabulatedLM, cfg: SamplingConfig) -> DraftFn:
     return memo(laws)
 
 
-def rejection_step(count: CountFn = accepted_count, residual_fn: ResidualFn = residual) -> VerifyFn:
-    """verify_sampling's body with its two pieces swappable: the form the verify-side controls take."""
+def verified_one_late(p: torch.Tensor) -> torch.Tensor:
+    """Control: the verified logits taken one position late (row i + 1 checks draft i; the last row repeats)."""
+    return torch.cat([p[1:], p[-1:]]) if p.shape[0] > 1 else p
+
+
+CONTROL_TEMPERATURE = 0.7  # the temperature the one-sided control applies to the target's law only
+
+
+def target_only_temperature(p: torch.Tensor) -> torch.Tensor:
+    """Control: a temperature applied to one model only: the verifier's target law p^(1/T), renormalised
+    (softmax(z/T) on the kept support), while the draft and the reference keep the configured law."""
+    w = p.double().clamp_min(0.0) ** (1.0 / CONTROL_TEMPERATURE)
+    return (w / w.sum(-1, keepdim=True)).to(p.dtype)
+
+
+def rejection_step(
+    count: CountFn = accepted_count, residual_fn: ResidualFn = residual, verified: RowsFn = as_verified
+) -> VerifyFn:
+    """verify_sampling's body with its pieces swappable: the form the verify-side controls take."""
 
     def verify(draft_tokens, q, p, generator):
+        p = verified(p)
         gamma = draft_tokens.shape[0]
         u = torch.rand(gamma, generator=generator, device=p.device)
         n = count(draft_tokens, q, p[:gamma], u)
@@ -714,9 +788,15 @@ class Control:
     count: CountFn = accepted_count
     residual_fn: ResidualFn = residual
     draft: Callable[[TabulatedLM, SamplingConfig], DraftFn] = honest_draft
+    verified: RowsFn = as_verified  # which target rows the verifier uses
 
     def verify(self) -> VerifyFn:
-        return rejection_step(self.count, self.residual_fn)
+        return rejection_step(self.count, self.residual_fn, self.verified)
+
+    @property
+    def verify_side(self) -> bool:
+        """The bug lives in the verifier (it can be fed any proposer's drafts), not in how the draft draws."""
+        return self.draft is honest_draft
 
 
 CONTROLS = {
@@ -727,6 +807,8 @@ CONTROLS = {
         Control("raw-q", draft=raw_q_draft),
         Control("abs-residual", residual_fn=residual_abs),
         Control("count-past-rejection", count=count_past_rejection),
+        Control("verified-one-late", verified=verified_one_late),
+        Control("temperature-target-only", verified=target_only_temperature),
     ]
 }
 
@@ -771,17 +853,22 @@ def step_checks(
     make_draft = control.draft if control else honest_draft
     count = control.count if control else accepted_count
     residual_fn = control.residual_fn if control else residual
+    verified = control.verified if control else as_verified
     verify = control.verify() if control else verify_sampling
 
     target_lm, draft_lm = setup.models()
     p_fn, d_fn = target_laws(target_lm, sampling), make_draft(draft_lm, sampling)
     drawn, q = d_fn(())
-    out = [one_position_check(f"{label}/exact/pos1", p_fn(()), q, drawn=drawn, count=count, residual_fn=residual_fn)]
+    out = [
+        one_position_check(
+            f"{label}/exact/pos1", p_fn(()), q, drawn=drawn, count=count, residual_fn=residual_fn, verified=verified
+        )
+    ]
     out[0].detail.update({"vocab": setup.vocab})
 
     small = StepSetup(exact_vocab, setup.seed, setup.noise).models()
     sp, sd = target_laws(small[0], sampling), make_draft(small[1], sampling)
-    law = sequence_law(sp, sd, gamma=gamma, length=2, count=count, residual_fn=residual_fn)
+    law = sequence_law(sp, sd, gamma=gamma, length=2, count=count, residual_fn=residual_fn, verified=verified)
     out.append(
         exact_check(
             f"{label}/exact/joint2", law, target_sequence_law(sp, 2), detail={"vocab": exact_vocab, "gamma": gamma}
