@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.specbench-setup
 
-.PHONY: setup run test test-wheel claims bench bench-auto bench-noise bench-ray clean
+.PHONY: setup run test test-wheel claims bench bench-auto bench-noise bench-ray setup-llama-cpp bench-engines clean
 
 $(STAMP): pyproject.toml scripts/setup.sh
 	scripts/setup.sh
@@ -60,6 +60,16 @@ bench-noise: $(STAMP)
 bench-ray: $(STAMP)
 	$(BIN)/python bench/ray_overhead.py --interleave --repeats 5 --cells 24
 	$(BIN)/python bench/ray_overhead.py --interleave --repeats 5 --cells 24 --cpus-per-cell 1
+
+# `--engine llama-cpp` (issue 28): llama-cpp-python built from source for this machine (CUDA where nvidia-smi
+# lists a GPU, else -DGGML_NATIVE=ON); ~10 min the first time on 2 cores, then pip's cached wheel.
+setup-llama-cpp: $(VENV)/.specbench-packages
+	scripts/setup_llama_cpp.sh
+
+# The same GGUF, prompts and draft on specbench-torch (fp32, bf16) and llama.cpp: plain and speculative tokens/s,
+# speedups, llama.cpp's own prompt lookup, and both engines' pass-cost curves t(k)/t(1) on one figure.
+bench-engines: $(STAMP) setup-llama-cpp
+	$(BIN)/python bench/engines.py
 
 clean:
 	rm -rf $(VENV) reports
