@@ -8,7 +8,8 @@ A run directory `results/<run-id>/` holds:
   noise_probes.jsonl, baseline_probes.jsonl   the timing-noise checks (measure/noise.py, a sweep's baseline drift)
   .lock           held (flock) by the process measuring into the directory, so a second one fails fast
 A sweep folder holds sweep.json, baselines/*.jsonl and one run directory per cell (measure/sweep.py).
-The schema is versioned; each field carries its meaning as a comment here and in results/README.md.
+The schema is versioned; each field carries its meaning as a comment here, and measure/schema_doc.py
+says it in words for docs/results.md (generated from it).
 
 Results are read back by hand-edited, half-copied or foreign files too, so no reader here raises
 anything but a one-line SpecbenchError: the `scan_*` readers return what they could use plus a
@@ -27,9 +28,10 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
+from typing import ClassVar
 
 from specbench.errors import SpecbenchError
-from specbench.files import append_jsonl, disk_error
+from specbench.files import append_jsonl, disk_error, open_nofollow, truncate_torn_tail
 
 SCHEMA_VERSION = 1
 
@@ -175,6 +177,25 @@ class Summary:
     speedup_median_example: float | None = None  # median of the examples' own speedups
     decode_speedup_ci95: list[float | None] | None = None  # [low, high] 95 % bootstrap interval of decode_speedup
     decode_speedup: float | None = None  # the speedup over decode time and decode tokens only
+    # the primary measure and its companions (measure/statistics.py; docs/statistics.md):
+    speedup_geomean: float | None = None  # PRIMARY: geometric mean over examples of each one's throughput ratio
+    speedup_geomean_ci95: list[float | None] | None = (
+        None  # its 95 % BCa interval over examples; null below statistics.MIN_INTERVAL_N (interval_note says so)
+    )
+    slower_share: float | None = None  # share of examples slower than plain decoding (their own ratio < 1)
+    slower_share_ci95: list[float | None] | None = None  # its 95 % Clopper–Pearson interval
+    speedup_median_example_ci95: list[float | None] | None = (
+        None  # 95 % distribution-free interval of the median example (order statistics; null for n < 6)
+    )
+    time_ratio: float | None = None  # Σ baseline seconds ÷ Σ speculative seconds, whatever each engine emitted
+    time_ratio_ci95: list[float | None] | None = None  # its paired 95 % BCa interval; null below MIN_INTERVAL_N
+    identical_examples: int | None = None  # examples whose speculative tokens equal the baseline's (B = 1 only)
+    speedup_identical: float | None = None  # the primary measure over the identical examples only
+    speedup_identical_ci95: list[float | None] | None = None  # its 95 % BCa interval; null below MIN_INTERVAL_N
+    interval_note: str | None = None  # why the intervals above are null (too few examples), else null
+    measures_disagree: list[str] | None = (
+        None  # pairs of the measures above (and speedup) whose 95 % intervals do not overlap; [] when none
+    )
     baseline_tokens_per_s: float | None = None  # baseline throughput, prefill included
     speculative_tokens_per_s: float | None = None  # speculative throughput, prefill included
     baseline_ttft_s: float | None = None  # baseline mean time to first token
@@ -247,6 +268,15 @@ class Summary:
         None  # what peak_memory_mb is: cuda_max_allocated, rss_since_start (Linux, reset per run) or rss_process_peak
     )
 
+    @classmethod
+    def from_dict(cls, doc: dict) -> Summary:
+        """A summary.json (checked by `summary_problem`) as a Summary, read by attribute: keys it does not declare (a
+        newer writer's, or the `run_dir` a reader adds) are dropped; fields an older writer did not know stay null."""
+        return cls(**{k: v for k, v in doc.items() if k in SUMMARY_NAMES})
+
+
+SUMMARY_NAMES = frozenset(f.name for f in fields(Summary))  # the keys summary.json declares
+
 
 def summary_dict(values: dict) -> dict:
     """`values` as a complete summary: every Summary field in schema order, null where absent.
@@ -254,11 +284,50 @@ def summary_dict(values: dict) -> dict:
     return asdict(Summary(**values))
 
 
+@dataclass
+class Manifest:
+    """manifest.json: what was run, on what, with what; written once, before the first example, and kept by a resume.
+
+    Keys in this order. The run's own fields come first (what a resume compares), then what loading and calibrating
+    found, then the environment. `prompt_length`, `auto` and `batch_calibration` are absent from the JSON while None,
+    so a manifest without them reads as before they existed; folders written before `models` and later fields read
+    with those fields None. docs/results.md (measure/schema_doc.py) says what is inside each mapping.
+    """
+
+    schema_version: int = SCHEMA_VERSION  # this module's SCHEMA_VERSION when the run started
+    run_id: str | None = None  # the run folder's name
+    config: dict = field(default_factory=dict)  # the RunConfig as requested (auto values unresolved): config.to_dict()
+    max_new_tokens: int | None = None  # the budget actually used (the config's, or the task's default)
+    task: dict = field(default_factory=dict)  # name, metric, n_examples, examples_hash, example_ids
+    prompt_length: dict | None = None  # --prompt-length short|medium|long only: the bucket (measure/buckets.py)
+    models: dict | None = None  # target: spec, params, dtype, vocab_size, device; draft: spec
+    calibration: dict | None = None  # the target's pass-cost curve measured before the run (measure/calibration.py)
+    auto: dict | None = None  # something was auto: the resolved choice and its evidence (measure/choose.py)
+    batch_calibration: dict | None = None  # --batch-size B > 1 only: the batched pass costs t(b, k)
+    versions: dict | None = None  # python, torch, transformers, specbench
+    git_commit: str | None = None  # the checkout's commit; null for an installed wheel
+    hardware: dict | None = None  # measure/hardware.py's identity of the machine
+    created: str | None = None  # local time the run started (ISO 8601)
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("prompt_length", "auto", "batch_calibration")  # left out while None
+
+    def to_dict(self) -> dict:
+        """The manifest.json object, keys in field order, the OPTIONAL ones left out while None."""
+        return {k: v for k, v in asdict(self).items() if v is not None or k not in self.OPTIONAL}
+
+    @classmethod
+    def from_dict(cls, doc: dict) -> Manifest:
+        """A manifest.json object (checked by `manifest_problem`) read by attribute; keys it does not declare are
+        dropped. `Manifest.from_dict(d).to_dict() == d` for every manifest this version writes."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in doc.items() if k in names})
+
+
 def prepare_run_dir(path: Path) -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
         probe = path / ".write-test"
-        probe.write_text("")
+        os.close(open_nofollow(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC))
         probe.unlink()
     except OSError as exc:
         raise disk_error(exc, path) from exc
@@ -305,8 +374,8 @@ def run_lock(root: Path):
         yield
         return
     path = root / ".lock"
-    try:
-        fh = path.open("a+")
+    try:  # never through a link: it would truncate the file it points to
+        fh = os.fdopen(open_nofollow(path, os.O_RDWR | os.O_CREAT), "r+", encoding="utf-8")
     except OSError as exc:
         raise disk_error(exc, path) from exc
     with fh:
@@ -333,13 +402,9 @@ def run_lock(root: Path):
 
 
 def repair_jsonl(path: Path) -> None:
-    """Drop a partial last line left by a kill, so appends start on a clean line."""
-    if not path.exists():
-        return
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        cut = data.rfind(b"\n") + 1
-        path.write_bytes(data[:cut])
+    """Drop a partial last line left by a kill, so appends start on a clean line: the file is truncated to its
+    last whole line (files.truncate_torn_tail), never rewritten, so a kill during the repair loses nothing."""
+    truncate_torn_tail(path)
 
 
 def git_commit() -> str | None:

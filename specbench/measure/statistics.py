@@ -1,0 +1,438 @@
+"""The statistics behind every speedup figure and every verdict, in one place (scipy.stats first).
+
+A benchmark's numbers are only as good as the intervals around them. This module declares the primary
+measure, computes every interval over examples (the example is the unit of resampling, never the token),
+compares two configurations on the same examples, and turns intervals into three-outcome verdicts: a
+claim *holds* when equivalence is shown by two one-sided tests (TOST) against a margin, *does not hold*
+when a Holm-adjusted interval lies wholly beyond it, and is *inconclusive* otherwise, with the number of
+examples that would decide it. run, sweep (through metrics.summarize), report, claims and export read it;
+docs/statistics.md explains the choices and the coverage study and simulation that checked them.
+
+PRIMARY_MEASURE is the one declared primary measure. Its interval is scipy.stats.bootstrap's BCa over
+examples on the log ratios; below MIN_INTERVAL_N examples the resampling study on real records found
+intervals covering less than they claim, so none is given there and INTERVAL_NOTE says so instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+NAN = float("nan")
+
+PRIMARY_MEASURE = (
+    "the paired per-example log ratio of throughput (speculative tokens/s ÷ baseline tokens/s on the same "
+    "example, prefill included), summarised as a geometric mean with a 95 % BCa bootstrap interval over examples"
+)
+LEVEL = 0.95  # every interval a summary shows
+RESAMPLES = 2000  # bootstrap resamples for a summary's intervals (the jackknife for BCa is exact)
+CLAIM_RESAMPLES = 4000  # for verdicts: Holm's smallest level 1 − 0.05/m reaches further into the tails
+MIN_INTERVAL_N = 20  # below this many examples (units) no BCa interval is given: the coverage study's threshold
+MIN_VERDICT_N = 20  # no verdict from fewer examples per cell
+DEFAULT_MARGIN = 0.10  # δ: ratios within [1/(1+δ), 1+δ] count as the same
+ALPHA = 0.05  # error rate of each verdict: TOST at 5 % (90 % intervals), Holm over a claim's comparisons at 5 %
+POWER = 0.8  # the power an "examples needed" estimate aims at
+
+INTERVAL_NOTE = (
+    "n = {n} < {min_n}: no interval (below {min_n} examples the resampling study found 95 % intervals covering "
+    "less than 95 %; docs/statistics.md)"
+)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A figure with its interval; low/high are NaN when no interval is given (`note` then says why)."""
+
+    value: float  # the point estimate (on the ratio scale for ratios)
+    low: float  # lower end of the interval (NaN: none)
+    high: float  # upper end of the interval (NaN: none)
+    n: int  # units (examples, or batches) behind it
+    note: str | None = None  # why there is no interval, when there is none
+
+    @property
+    def has_interval(self) -> bool:
+        return not (math.isnan(self.low) or math.isnan(self.high))
+
+    def ci(self) -> list[float]:
+        """[low, high] as a summary stores it (NaN → null in JSON)."""
+        return [self.low, self.high]
+
+
+# --------------------------------------------------------------------------- the units
+
+
+def log_ratios(spec_tokens, spec_s, base_tokens, base_s) -> np.ndarray:
+    """log(speculative tokens/s ÷ baseline tokens/s) per unit; units with a zero or missing term are NaN."""
+    st, ss, bt, bs = (np.asarray(a, dtype=float) for a in (spec_tokens, spec_s, base_tokens, base_s))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.log((st / ss) / (bt / bs))
+    out[~np.isfinite(out)] = NAN
+    return out
+
+
+def unit_keys(records: list[dict]) -> list[str]:
+    """The resampling unit of each record's run: its example id, or its batch (rows of a batch share a time)."""
+    if any((r.get("batch_size") or 1) > 1 for r in records):
+        seen: dict[str, None] = {}
+        for r in records:
+            seen.setdefault(f"batch {r.get('batch_index') or 0}", None)
+        return list(seen)
+    return [str(r.get("example_id", i)) for i, r in enumerate(records)]
+
+
+def half_of(key: str) -> int:
+    """0 or 1: which half an example falls in (a hash of its id, so every run of a task splits alike)."""
+    return hashlib.sha256(key.encode()).digest()[0] & 1
+
+
+# --------------------------------------------------------------------------- intervals
+
+
+def _finite(x) -> np.ndarray:
+    x = np.asarray(x, dtype=float)
+    return x[np.isfinite(x)]
+
+
+def bootstrap_interval(
+    samples: tuple,
+    statistic,
+    level: float = LEVEL,
+    paired: bool = True,
+    alternative: str = "two-sided",
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+    method: str = "BCa",
+):
+    """scipy.stats.bootstrap's interval (BCa unless told), its statistic vectorized over `axis`. Data with no spread
+    gives the point itself at both ends (BCa is undefined there); fewer than 2 units give NaN."""
+    from scipy import stats
+
+    samples = tuple(np.asarray(s, dtype=float) for s in samples)
+    point = float(statistic(*samples, axis=-1))
+    if min(len(s) for s in samples) < 2:
+        return NAN, NAN, None
+    if all(np.ptp(s) == 0 for s in samples):
+        return point, point, None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # scipy warns where BCa's acceleration is undefined; the NaN says so
+        res = stats.bootstrap(
+            samples,
+            statistic,
+            paired=paired,
+            vectorized=True,
+            confidence_level=level,
+            alternative=alternative,
+            n_resamples=resamples,
+            method=method,
+            rng=np.random.default_rng(seed),
+        )
+    return float(res.confidence_interval.low), float(res.confidence_interval.high), res
+
+
+def reinterval(samples: tuple, statistic, result, level: float, paired: bool = True, alternative: str = "two-sided"):
+    """The interval at another level from an earlier bootstrap's resamples (no new resampling)."""
+    from scipy import stats
+
+    if result is None:
+        return bootstrap_interval(samples, statistic, level, paired, alternative)[:2]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = stats.bootstrap(
+            tuple(np.asarray(s, dtype=float) for s in samples),
+            statistic,
+            paired=paired,
+            vectorized=True,
+            confidence_level=level,
+            alternative=alternative,
+            n_resamples=0,
+            bootstrap_result=result,
+            method="BCa",
+        )
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def _mean(x, axis=-1):
+    return np.mean(x, axis=axis)
+
+
+def geometric_mean(logs, level: float = LEVEL, min_n: int = MIN_INTERVAL_N, seed: int = 0, method: str = "BCa"):
+    """exp(mean of the log ratios) with its BCa interval over the units; no interval below min_n (said in `note`)."""
+    logs = _finite(logs)
+    n = len(logs)
+    if not n:
+        return Estimate(NAN, NAN, NAN, 0, "no examples")
+    value = math.exp(float(np.mean(logs)))
+    if n < min_n:
+        return Estimate(value, NAN, NAN, n, INTERVAL_NOTE.format(n=n, min_n=min_n))
+    lo, hi, _ = bootstrap_interval((logs,), _mean, level, seed=seed, method=method)
+    return Estimate(value, math.exp(lo), math.exp(hi), n)
+
+
+def log_ratio_of_sums(st, ss, bt, bs, axis=-1):
+    return np.log((st.sum(axis) / ss.sum(axis)) / (bt.sum(axis) / bs.sum(axis)))
+
+
+def _log_time_ratio(bs, ss, axis=-1):
+    return np.log(bs.sum(axis) / ss.sum(axis))
+
+
+def ratio_of_sums(st, ss, bt, bs, level: float = LEVEL, min_n: int = MIN_INTERVAL_N, seed: int = 0) -> Estimate:
+    """(Σ spec tokens / Σ spec s) ÷ (Σ base tokens / Σ base s) with a paired BCa interval over the units."""
+    cols = tuple(np.asarray(a, dtype=float) for a in (st, ss, bt, bs))
+    n = len(cols[0])
+    if not n or not all(c.sum() > 0 for c in cols):
+        return Estimate(NAN, NAN, NAN, n, "no measurable time")
+    value = math.exp(float(log_ratio_of_sums(*cols)))
+    if n < min_n:
+        return Estimate(value, NAN, NAN, n, INTERVAL_NOTE.format(n=n, min_n=min_n))
+    lo, hi, _ = bootstrap_interval(cols, log_ratio_of_sums, level, seed=seed)
+    return Estimate(value, math.exp(lo), math.exp(hi), n)
+
+
+def time_ratio(base_s, spec_s, level: float = LEVEL, min_n: int = MIN_INTERVAL_N, seed: int = 0) -> Estimate:
+    """Σ baseline seconds ÷ Σ speculative seconds (the total-time ratio) with a paired BCa interval."""
+    bs, ss = np.asarray(base_s, dtype=float), np.asarray(spec_s, dtype=float)
+    n = len(bs)
+    if not n or bs.sum() <= 0 or ss.sum() <= 0:
+        return Estimate(NAN, NAN, NAN, n, "no measurable time")
+    value = float(bs.sum() / ss.sum())
+    if n < min_n:
+        return Estimate(value, NAN, NAN, n, INTERVAL_NOTE.format(n=n, min_n=min_n))
+    lo, hi, _ = bootstrap_interval((bs, ss), _log_time_ratio, level, seed=seed)
+    return Estimate(value, math.exp(lo), math.exp(hi), n)
+
+
+def median(values, level: float = LEVEL) -> Estimate:
+    """The median with its distribution-free interval (order statistics, scipy.stats.quantile_test): exact coverage
+    at any n, NaN where n is too small for the level (n < 6 at 95 %)."""
+    from scipy import stats
+
+    x = _finite(values)
+    if not len(x):
+        return Estimate(NAN, NAN, NAN, 0, "no examples")
+    ci = stats.quantile_test(x, p=0.5).confidence_interval(level)
+    est = Estimate(float(np.median(x)), float(ci.low), float(ci.high), len(x))
+    return est if est.has_interval else Estimate(est.value, NAN, NAN, len(x), f"n = {len(x)}: too few for an interval")
+
+
+def share(k: int, n: int, level: float = LEVEL) -> Estimate:
+    """k of n as a share with its Clopper–Pearson interval (scipy.stats.binomtest): at least `level` coverage."""
+    from scipy import stats
+
+    if n <= 0:
+        return Estimate(NAN, NAN, NAN, 0, "no examples")
+    ci = stats.binomtest(int(k), int(n)).proportion_ci(level)
+    return Estimate(k / n, float(ci.low), float(ci.high), n)
+
+
+def disjoint(a: Estimate, b: Estimate) -> bool:
+    """Whether two estimates' intervals do not overlap (both must have one)."""
+    return a.has_interval and b.has_interval and (a.high < b.low or b.high < a.low)
+
+
+# --------------------------------------------------------------------------- comparing two cells
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The ratio of two cells' primary measures (a ÷ b), on the examples both ran when they share them."""
+
+    label: str  # "a vs b" in words
+    ratio: float  # exp(mean log ratio a − mean log ratio b)
+    paired: bool  # True: per-example differences on shared examples; False: two independent samples (batches)
+    n: int  # shared examples (paired), or the smaller cell's units (unpaired)
+    sd: float  # spread of the per-example log differences (paired) or √(s_a² + s_b²) (unpaired), for sample sizes
+    samples: tuple  # the data the bootstrap resamples
+    result: object  # scipy's BootstrapResult, reused for other levels (None: no resampling possible)
+
+    def interval(self, level: float, alternative: str = "two-sided") -> tuple[float, float]:
+        """The ratio's BCa interval at `level` (on the ratio scale)."""
+        if self.n < 2:
+            return NAN, NAN
+        if self.result is None:  # data with no spread
+            return self.ratio, self.ratio
+        stat = _mean if self.paired else _diff_of_means
+        lo, hi = reinterval(self.samples, stat, self.result, level, self.paired, alternative)
+        return math.exp(lo), math.exp(hi)
+
+
+def _diff_of_means(a, b, axis=-1):
+    return np.mean(a, axis=axis) - np.mean(b, axis=axis)
+
+
+def compare(
+    a: dict[str, float], b: dict[str, float], label: str = "", resamples: int = CLAIM_RESAMPLES, seed: int = 0
+) -> Comparison:
+    """Two cells' per-unit log ratios (key → log ratio) compared: paired on the keys both hold when they hold the
+    same examples (the bootstrap resamples examples, keeping each example's two values together), else as two
+    independent samples (cells whose units differ, such as batches of different sizes)."""
+    a = {k: v for k, v in a.items() if math.isfinite(v)}
+    b = {k: v for k, v in b.items() if math.isfinite(v)}
+    shared = [k for k in a if k in b]
+    paired = bool(shared) and not any(k.startswith("batch ") for k in shared)
+    if paired:
+        d = np.array([a[k] - b[k] for k in shared])
+        samples, stat, n = (d,), _mean, len(d)
+        sd = float(np.std(d, ddof=1)) if n > 1 else NAN
+    else:
+        x, y = np.array(list(a.values())), np.array(list(b.values()))
+        samples, stat, n = (x, y), _diff_of_means, min(len(x), len(y))
+        sd = float(math.sqrt(np.var(x, ddof=1) + np.var(y, ddof=1))) if n > 1 else NAN
+    point = float(stat(*samples)) if n else NAN
+    result = None
+    if n >= 2:
+        _, _, result = bootstrap_interval(samples, stat, 0.90, paired=paired, resamples=resamples, seed=seed)
+    return Comparison(label, math.exp(point) if n else NAN, paired, n, sd, samples, result)
+
+
+# --------------------------------------------------------------------------- verdicts
+
+HOLDS, FAILS, UNSURE = "holds", "does not hold", "inconclusive"
+
+
+def within(lo: float, hi: float, margin: float) -> bool:
+    """[lo, hi] lies inside [1/(1+δ), 1+δ]."""
+    return lo >= 1 / (1 + margin) and hi <= 1 + margin
+
+
+def beyond(lo: float, hi: float, margin: float) -> bool:
+    """[lo, hi] lies wholly outside [1/(1+δ), 1+δ]."""
+    return lo > 1 + margin or hi < 1 / (1 + margin)
+
+
+def holm(tests: list, rejects, alpha: float = ALPHA) -> list:
+    """Holm's step-down: with r hypotheses left, reject each whose test rejects at level alpha/r; repeat while any
+    is rejected. `rejects(test, level)` says whether one test rejects at that level. Returns the rejected tests.
+    (The same decisions as ordering p-values and comparing the i-th smallest with alpha/(m − i + 1).)"""
+    left, rejected = list(tests), []
+    while left:
+        now = [t for t in left if rejects(t, alpha / len(left))]
+        if not now:
+            break
+        rejected += now
+        left = [t for t in left if t not in now]
+    return rejected
+
+
+def z(p: float) -> float:
+    from scipy import stats
+
+    return float(stats.norm.ppf(p))
+
+
+def examples_for_equivalence(sd: float, ratio: float, margin: float, alpha: float = ALPHA, power: float = POWER):
+    """Examples per cell at which TOST would show |log ratio| < log(1+δ) with the given power, if the true ratio and
+    spread were the observed ones (normal approximation; None when the ratio is at or beyond the margin)."""
+    room = math.log(1 + margin) - abs(math.log(ratio))
+    if not (sd > 0 and room > 0):
+        return None
+    return int(math.ceil(((z(1 - alpha) + z(power)) * sd / room) ** 2))
+
+
+def examples_for_difference(sd: float, ratio: float, margin: float, alpha: float = ALPHA, power: float = POWER):
+    """Examples per cell at which a level-alpha two-sided interval would lie beyond the margin with the given power
+    (normal approximation; None when the observed ratio lies within the margin)."""
+    room = abs(math.log(ratio)) - math.log(1 + margin)
+    if not (sd > 0 and room > 0):
+        return None
+    return int(math.ceil(((z(1 - alpha / 2) + z(power)) * sd / room) ** 2))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A consistency verdict over a set of comparisons."""
+
+    outcome: str  # HOLDS, FAILS or UNSURE
+    reason: str  # why, in words
+    needed: int | None = None  # examples per cell that would likely decide it (UNSURE), None when unknown
+
+
+def consistency(comparisons: list[Comparison], margin: float = DEFAULT_MARGIN, min_n: int = MIN_VERDICT_N) -> Verdict:
+    """Holds when every comparison's 90 % interval lies inside [1/(1+δ), 1+δ] (TOST at 5 % each; all must pass, so
+    no adjustment); does not hold when a Holm-adjusted (5 % over the comparisons) two-sided interval lies wholly
+    outside it; inconclusive otherwise, and always below min_n examples per cell."""
+    if not comparisons:
+        return Verdict(UNSURE, "nothing to compare")
+    smallest = min(c.n for c in comparisons)
+    needed = _needed(comparisons, margin)
+    if smallest < min_n:
+        return Verdict(UNSURE, f"n = {smallest} < {min_n} examples per cell", max(min_n, needed or min_n))
+    if all(within(*c.interval(1 - 2 * ALPHA), margin) for c in comparisons):
+        return Verdict(
+            HOLDS, f"every 90 % interval of the ratios lies within [{1 / (1 + margin):.2f}, {1 + margin:.2f}]"
+        )
+    out = holm(comparisons, lambda c, a: beyond(*c.interval(1 - a), margin))
+    if out:
+        worst = max(out, key=lambda c: abs(math.log(c.ratio)))
+        lo, hi = worst.interval(1 - ALPHA / len(comparisons))
+        return Verdict(
+            FAILS, f"{worst.label} is {worst.ratio:.2f}× [{lo:.2f}, {hi:.2f}] (Holm-adjusted), beyond ±{margin:.0%}"
+        )
+    return Verdict(UNSURE, "the intervals neither lie within the margin nor beyond it", needed)
+
+
+def _needed(comparisons: list[Comparison], margin: float) -> int | None:
+    """Examples per cell that would likely decide a consistency verdict: where a ratio looks beyond the margin,
+    what shows that one; else what shows every ratio within it."""
+    beyond_n = [
+        examples_for_difference(c.sd, c.ratio, margin, ALPHA / len(comparisons))
+        for c in comparisons
+        if c.n > 1 and abs(math.log(c.ratio)) > math.log(1 + margin)
+    ]
+    beyond_n = [n for n in beyond_n if n]
+    if beyond_n:
+        return min(beyond_n)
+    inside = [examples_for_equivalence(c.sd, c.ratio, margin) for c in comparisons if c.n > 1]
+    return max(inside) if inside and all(inside) else None
+
+
+def directional(
+    estimates: list[tuple[str, Comparison]],
+    hold_above: float,
+    fail_below: float,
+    min_n: int = MIN_VERDICT_N,
+) -> Verdict:
+    """A claim that ratios exceed a threshold, judged by one-sided bounds: holds when every ratio's one-sided 95 %
+    lower bound is ≥ hold_above; does not hold when some ratio's Holm-adjusted one-sided upper bound is
+    < fail_below; inconclusive otherwise, and always below min_n examples per cell."""
+    if not estimates:
+        return Verdict(UNSURE, "nothing to compare")
+    smallest = min(c.n for _, c in estimates)
+    needed = _needed_directional([c for _, c in estimates], hold_above, fail_below)
+    if smallest < min_n:
+        return Verdict(UNSURE, f"n = {smallest} < {min_n} examples per cell", max(min_n, needed or min_n))
+    if all(c.interval(1 - ALPHA, "greater")[0] >= hold_above for _, c in estimates):
+        return Verdict(HOLDS, f"every one-sided 95 % lower bound is ≥ {hold_above:.2f}")
+    out = holm([c for _, c in estimates], lambda c, a: c.interval(1 - a, "less")[1] < fail_below)
+    if out:
+        c = out[0]
+        return Verdict(FAILS, f"{c.label}: {c.ratio:.2f}×, Holm-adjusted upper bound below {fail_below:.2f}")
+    return Verdict(UNSURE, "the one-sided bounds straddle the claim's threshold", needed)
+
+
+def _needed_directional(comparisons: list[Comparison], hold_above: float, fail_below: float) -> int | None:
+    """Examples per cell at which the one-sided bounds would likely clear the nearer threshold."""
+    out = []
+    for c in comparisons:
+        if c.n < 2 or not c.sd > 0:
+            return None
+        gap = math.log(c.ratio) - math.log(hold_above if c.ratio >= hold_above else fail_below)
+        if gap == 0:
+            return None
+        out.append(int(math.ceil(((z(1 - ALPHA) + z(POWER)) * c.sd / gap) ** 2)))
+    return max(out) if out else None
+
+
+def single(logs: dict[str, float], label: str = "", resamples: int = CLAIM_RESAMPLES, seed: int = 0) -> Comparison:
+    """One cell's geometric mean as a Comparison against 1× (its ratio to plain decoding), for directional claims."""
+    x = _finite(list(logs.values()))
+    n = len(x)
+    sd = float(np.std(x, ddof=1)) if n > 1 else NAN
+    result = None
+    if n >= 2:
+        _, _, result = bootstrap_interval((x,), _mean, 0.90, resamples=resamples, seed=seed)
+    return Comparison(label, math.exp(float(np.mean(x))) if n else NAN, True, n, sd, (x,), result)
