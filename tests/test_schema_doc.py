@@ -1,0 +1,70 @@
+"""The results schema's words stay with its fields: each table in measure/schema_doc.py lists its dataclass's
+fields in order, docs/results.md is exactly what the module generates, the `run` table's rows come from it,
+and Summary/Manifest read a run's files back by attribute without changing a byte of what was written."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from specbench.measure import schema_doc
+from specbench.measure.records import EngineRecord, ExampleRecord, Manifest, Summary
+
+ROOT = Path(__file__).parents[1]
+FIXTURE_RUN = ROOT / "tests" / "fixtures" / "results_v0_1" / "task-draft-g3-t0-0caf17bc"
+
+
+@pytest.mark.parametrize(
+    "table, schema",
+    [
+        (schema_doc.SUMMARY_FIELDS, Summary),
+        (schema_doc.MANIFEST_FIELDS, Manifest),
+        (schema_doc.EXAMPLE_FIELDS, ExampleRecord),
+        (schema_doc.ENGINE_FIELDS, EngineRecord),
+    ],
+)
+def test_each_table_names_its_schema_fields_in_order(table, schema):
+    assert [d.name for d in table] == [f.name for f in dataclasses.fields(schema)]
+    assert all(d.meaning.strip() for d in table)
+
+
+def test_docs_results_md_is_the_generated_text():
+    """Edit measure/schema_doc.py, then run `python -m specbench.measure.schema_doc` to regenerate."""
+    assert (ROOT / schema_doc.DOC_PATH).read_text(encoding="utf-8") == schema_doc.results_doc()
+
+
+def test_a_changed_meaning_changes_the_doc(monkeypatch):
+    """Negative control for the test above: the doc really is made from the table."""
+    first = schema_doc.SUMMARY_FIELDS[0]
+    changed = (dataclasses.replace(first, meaning="SOMETHING ELSE"), *schema_doc.SUMMARY_FIELDS[1:])
+    monkeypatch.setattr(schema_doc, "SUMMARY_FIELDS", changed)
+    assert "SOMETHING ELSE" in schema_doc.results_doc()
+
+
+def test_the_run_table_rows_come_from_the_labels():
+    rows = schema_doc.run_table_rows()
+    labelled = {d.name for d in schema_doc.SUMMARY_FIELDS if d.label}
+    assert [k for k, _ in rows] == list(schema_doc.RUN_TABLE) and set(schema_doc.RUN_TABLE) == labelled
+    assert all(label for _, label in rows) and len(set(schema_doc.RUN_TABLE)) == len(rows)
+
+
+def test_summary_from_dict_reads_by_attribute_and_drops_unknown_keys():
+    doc = json.loads((FIXTURE_RUN / "summary.json").read_text())
+    summary = Summary.from_dict({**doc, "run_dir": "x", "a_newer_field": 1})
+    assert summary.speedup == doc["speedup"] and summary.n_examples == 3
+    assert summary.speedup_geomean is None  # written before the field existed
+    assert {k: v for k, v in dataclasses.asdict(summary).items() if k in doc} == doc
+
+
+def test_manifest_round_trips_a_written_manifest_byte_for_byte():
+    """Manifest.to_dict(from_dict(d)) keeps every key and its order, the optional keys absent as written."""
+    doc = json.loads((FIXTURE_RUN / "manifest.json").read_text())
+    assert json.dumps(Manifest.from_dict(doc).to_dict()) == json.dumps(doc)
+    full = {**doc, "auto": {"requested": {}}, "batch_calibration": {"batch_size": 2}, "prompt_length": {"bucket": "x"}}
+    order = [f.name for f in dataclasses.fields(Manifest)]
+    full = {k: full[k] for k in order}
+    assert json.dumps(Manifest.from_dict(full).to_dict()) == json.dumps(full)
+    assert Manifest.from_dict(doc).task["n_examples"] == 3 and Manifest.from_dict(doc).auto is None
