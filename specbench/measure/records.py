@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from specbench.errors import SpecbenchError
-from specbench.files import append_jsonl, disk_error
+from specbench.files import append_jsonl, disk_error, open_nofollow, truncate_torn_tail
 
 SCHEMA_VERSION = 1
 
@@ -177,6 +177,25 @@ class Summary:
     speedup_median_example: float | None = None  # median of the examples' own speedups
     decode_speedup_ci95: list[float | None] | None = None  # [low, high] 95 % bootstrap interval of decode_speedup
     decode_speedup: float | None = None  # the speedup over decode time and decode tokens only
+    # the primary measure and its companions (measure/statistics.py; docs/statistics.md):
+    speedup_geomean: float | None = None  # PRIMARY: geometric mean over examples of each one's throughput ratio
+    speedup_geomean_ci95: list[float | None] | None = (
+        None  # its 95 % BCa interval over examples; null below statistics.MIN_INTERVAL_N (interval_note says so)
+    )
+    slower_share: float | None = None  # share of examples slower than plain decoding (their own ratio < 1)
+    slower_share_ci95: list[float | None] | None = None  # its 95 % Clopper–Pearson interval
+    speedup_median_example_ci95: list[float | None] | None = (
+        None  # 95 % distribution-free interval of the median example (order statistics; null for n < 6)
+    )
+    time_ratio: float | None = None  # Σ baseline seconds ÷ Σ speculative seconds, whatever each engine emitted
+    time_ratio_ci95: list[float | None] | None = None  # its paired 95 % BCa interval; null below MIN_INTERVAL_N
+    identical_examples: int | None = None  # examples whose speculative tokens equal the baseline's (B = 1 only)
+    speedup_identical: float | None = None  # the primary measure over the identical examples only
+    speedup_identical_ci95: list[float | None] | None = None  # its 95 % BCa interval; null below MIN_INTERVAL_N
+    interval_note: str | None = None  # why the intervals above are null (too few examples), else null
+    measures_disagree: list[str] | None = (
+        None  # pairs of the measures above (and speedup) whose 95 % intervals do not overlap; [] when none
+    )
     baseline_tokens_per_s: float | None = None  # baseline throughput, prefill included
     speculative_tokens_per_s: float | None = None  # speculative throughput, prefill included
     baseline_ttft_s: float | None = None  # baseline mean time to first token
@@ -308,7 +327,7 @@ def prepare_run_dir(path: Path) -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
         probe = path / ".write-test"
-        probe.write_text("")
+        os.close(open_nofollow(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC))
         probe.unlink()
     except OSError as exc:
         raise disk_error(exc, path) from exc
@@ -355,8 +374,8 @@ def run_lock(root: Path):
         yield
         return
     path = root / ".lock"
-    try:
-        fh = path.open("a+")
+    try:  # never through a link: it would truncate the file it points to
+        fh = os.fdopen(open_nofollow(path, os.O_RDWR | os.O_CREAT), "r+", encoding="utf-8")
     except OSError as exc:
         raise disk_error(exc, path) from exc
     with fh:
@@ -383,13 +402,9 @@ def run_lock(root: Path):
 
 
 def repair_jsonl(path: Path) -> None:
-    """Drop a partial last line left by a kill, so appends start on a clean line."""
-    if not path.exists():
-        return
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        cut = data.rfind(b"\n") + 1
-        path.write_bytes(data[:cut])
+    """Drop a partial last line left by a kill, so appends start on a clean line: the file is truncated to its
+    last whole line (files.truncate_torn_tail), never rewritten, so a kill during the repair loses nothing."""
+    truncate_torn_tail(path)
 
 
 def git_commit() -> str | None:
