@@ -11,7 +11,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specbench.measure.records import read_json_object, run_identity, scan_examples, scan_runs, unsummarized_runs
+from specbench.measure.records import (
+    Manifest,
+    Summary,
+    read_json_object,
+    run_identity,
+    scan_examples,
+    scan_runs,
+    unsummarized_runs,
+)
 
 # run columns in order: identity, the grid's axes, the machine, then the measurements
 AXES = (
@@ -61,17 +69,22 @@ ENGINE_FIELDS = (
 )
 
 
-def _config_axes(manifest: dict) -> dict:
+def _config(manifest: Manifest) -> dict:
+    """The manifest's config, {} when a hand-edited file holds something else there."""
+    return manifest.config if isinstance(manifest.config, dict) else {}
+
+
+def _config_axes(manifest: Manifest) -> dict:
     """Axis values the summary does not carry (device, backend, later options), from the manifest's config."""
-    config = manifest.get("config") if isinstance(manifest.get("config"), dict) else {}
+    config = _config(manifest)
     sampling = config.get("sampling") if isinstance(config.get("sampling"), dict) else {}
     out = {k: config[k] for k in AXES if k in config and not isinstance(config[k], (dict, list))}
     out.update({k: sampling[k] for k in ("temperature", "top_k", "top_p") if k in sampling})
     return out
 
 
-def _cpu(manifest: dict) -> str | None:
-    hardware = manifest.get("hardware")
+def _cpu(manifest: Manifest) -> str | None:
+    hardware = manifest.hardware
     return hardware.get("cpu_model") if isinstance(hardware, dict) else None
 
 
@@ -81,33 +94,30 @@ def _pair(value, name: str) -> dict:
     return {f"{name}_low": low, f"{name}_high": high}
 
 
-def _gamma(summary: dict, manifest: dict) -> dict:
+def _gamma(summary: Summary, manifest: Manifest) -> dict:
     """gamma as a number in every row (parquet wants one type per column): a γ policy's run gets its
     gamma_max there and the policy's name in gamma_policy."""
-    gamma = summary.get("gamma")
+    gamma = summary.gamma
     if not isinstance(gamma, str):
         return {"gamma": gamma, "gamma_policy": None}
-    config = manifest.get("config") if isinstance(manifest.get("config"), dict) else {}
-    return {"gamma": config.get("gamma_max"), "gamma_policy": gamma}
+    return {"gamma": _config(manifest).get("gamma_max"), "gamma_policy": gamma}
 
 
-def run_row(summary: dict) -> tuple[dict, str | None]:
-    """One export row from a summary (with run_dir) and its run folder's manifest; a note if the manifest is unusable."""
-    run_dir = Path(summary["run_dir"])
-    manifest, problem = read_json_object(run_dir / "manifest.json", "manifest.json")
-    manifest = manifest or {}
+def run_row(summary: Summary, run_dir: Path) -> tuple[dict, str | None]:
+    """One export row from a run folder's summary and manifest; a note if the manifest is unusable."""
+    doc, problem = read_json_object(run_dir / "manifest.json", "manifest.json")
+    manifest = Manifest.from_dict(doc or {})
     row = {**run_identity(run_dir), "run_dir": str(run_dir)}
-    row.update({k: summary.get(k) for k in AXES})
+    row.update({k: getattr(summary, k, None) for k in AXES})  # device, backend, ... are the manifest's
     row.update({k: v for k, v in _config_axes(manifest).items() if row.get(k) is None or k in ("device", "backend")})
     row.update(_gamma(summary, manifest))
-    row["hardware"] = summary.get("hardware")
+    row["hardware"] = summary.hardware
     row["cpu"] = _cpu(manifest)
-    measured = {
-        **summary,
-        **_pair(summary.get("speedup_ci95"), "speedup_ci95"),
-        **_pair(summary.get("decode_speedup_ci95"), "decode_speedup_ci95"),
+    intervals = {
+        **_pair(summary.speedup_ci95, "speedup_ci95"),
+        **_pair(summary.decode_speedup_ci95, "decode_speedup_ci95"),
     }
-    row.update({k: measured.get(k) for k in MEASURES})
+    row.update({k: intervals[k] if k in intervals else getattr(summary, k) for k in MEASURES})
     notes = row["timing_notes"]
     row["timing_notes"] = "; ".join(map(str, notes)) if isinstance(notes, list) else notes
     row["suspect"] = bool(row.pop("suspect_timing"))
@@ -145,8 +155,8 @@ def export_frames(paths: list[Path], examples: bool):
     summaries, notes = scan_runs(paths)
     notes += unsummarized_runs(paths)
     runs = {}
-    for summary in summaries:
-        row, note = run_row(summary)
+    for doc in summaries:
+        row, note = run_row(Summary.from_dict(doc), Path(doc["run_dir"]))
         runs[row["run_dir"]] = row
         notes += [note] if note else []
     optional = [k for k in ("confidence", "batch") if all(r.get(k) is None for r in runs.values())]
@@ -242,25 +252,25 @@ def answer_line(record: dict, engine: str, model_id: str, run_id: str, tstamp: f
     }
 
 
-def model_ids(summary: dict) -> dict[str, str]:
+def model_ids(summary: Summary) -> dict[str, str]:
     """Spec-Bench-style model ids ('<target>-vanilla-<dtype>-temp-<T>' for the baseline), safe as file names."""
     import re
 
-    target = Path(str(summary.get("target"))).name
-    tail = f"{summary.get('dtype')}-temp-{summary.get('temperature')}"
+    target = Path(str(summary.target)).name
+    tail = f"{summary.dtype}-temp-{summary.temperature}"
     ids = {
-        "speculative": f"{target}-specbench-{summary.get('draft')}-g{summary.get('gamma')}-{tail}",
+        "speculative": f"{target}-specbench-{summary.draft}-g{summary.gamma}-{tail}",
         "baseline": f"{target}-vanilla-{tail}",
     }
     return {k: re.sub(r"[^A-Za-z0-9._-]+", "_", v) for k, v in ids.items()}
 
 
-def created_time(manifest: dict, fallback: Path) -> float:
+def created_time(manifest: Manifest, fallback: Path) -> float:
     """The run's creation time as a Unix time (Spec-Bench's tstamp), else the summary's modification time."""
     from datetime import datetime
 
     try:
-        return datetime.strptime(manifest.get("created", ""), "%Y-%m-%dT%H:%M:%S%z").timestamp()
+        return datetime.strptime(str(manifest.created or ""), "%Y-%m-%dT%H:%M:%S%z").timestamp()
     except ValueError:
         return fallback.stat().st_mtime
 
@@ -286,8 +296,8 @@ def spec_bench_files(run_dir: Path, out_dir: Path | None = None) -> tuple[dict[s
     if not records:
         raise SpecbenchError(f"{run_dir} has no measured examples to export")
     manifest, _ = read_json_object(run_dir / "manifest.json", "manifest.json")
-    tstamp = created_time(manifest or {}, run_dir / "summary.json")
-    ids = model_ids(summary)
+    tstamp = created_time(Manifest.from_dict(manifest or {}), run_dir / "summary.json")
+    ids = model_ids(Summary.from_dict(summary))
     order = sorted(records, key=question_order)
     out_dir = Path(out_dir or run_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
