@@ -4,7 +4,10 @@ error when the disk is full or read-only.
 A benchmark that is killed, or whose disk fills, must lose nothing already measured and leave nothing
 half-written: whole files are built beside their destination and renamed over it (a reader sees the
 old file or the new one, never a torn one), and the temporary file is removed on any failure. Appends
-are flushed and fsynced line by line, so a kill leaves at most a torn last line, which readers repair.
+are flushed and fsynced line by line, so a kill leaves at most a torn last line, which readers repair
+by truncating the file to its last whole line (one ftruncate: never a rewrite a kill could empty).
+Files inside a results folder are opened with O_NOFOLLOW: a symbolic link planted there (`.lock`,
+`examples.jsonl`) is refused, never followed to write over a file outside.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -35,6 +39,33 @@ def disk_error(exc: OSError, path: Path) -> SpecbenchError:
     )
 
 
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # Linux and macOS; elsewhere a link is refused by the check below
+
+
+def open_nofollow(path: Path, flags: int, mode: int = 0o644) -> int:
+    """os.open(path) that refuses a symbolic link or anything but a regular file at `path` (one-line
+    SpecbenchError); any other OSError is raised as it is, for the caller's disk_error."""
+    if not NOFOLLOW and os.path.islink(path):
+        raise _link_refused(path)
+    try:
+        fd = os.open(path, flags | NOFOLLOW | getattr(os, "O_CLOEXEC", 0), mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _link_refused(path) from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise SpecbenchError(f"{path} is not a regular file; remove it (specbench writes only plain files here)")
+    return fd
+
+
+def _link_refused(path: Path) -> SpecbenchError:
+    return SpecbenchError(
+        f"{path} is a symbolic link; specbench does not follow links inside a results folder "
+        "(it would write over the file it points to): remove the link"
+    )
+
+
 def temp_path(path: Path) -> Path:
     """The hidden sibling a file is built in before it replaces `path` (same folder, so the rename is atomic)."""
     return path.with_name(f".{path.name}.tmp{os.getpid()}")
@@ -46,6 +77,8 @@ def replacing(path: Path) -> Iterator[Path]:
 
     Works for files and for folders (a folder is built whole, then renamed into place)."""
     tmp = temp_path(path)
+    if tmp.is_symlink():  # a link planted at the temporary name would be written through
+        tmp.unlink()
     try:
         yield tmp
         if tmp.is_file():
@@ -99,18 +132,74 @@ def append_jsonl(path: Path, row: dict) -> None:
 
 def append_jsonl_text(path: Path, lines: str) -> None:
     """Append whole JSON lines already encoded by append_jsonl (a Ray worker's, copied verbatim), as append_jsonl."""
+    data = lines.encode("utf-8")
     try:
-        with path.open("a", encoding="utf-8") as fh:
-            start = fh.tell()
+        fd = open_nofollow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        try:
+            start = os.lseek(fd, 0, os.SEEK_END)
             try:
-                fh.write(lines)
-                fh.flush()
-                os.fsync(fh.fileno())
+                view = memoryview(data)
+                while view:  # os.write may write part of a large buffer
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
             except OSError:
-                fh.truncate(start)
+                os.ftruncate(fd, start)
                 raise
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise disk_error(exc, path) from exc
+
+
+def truncate_torn_tail(path: Path) -> int:
+    """Cut a partial last line (a kill mid-append) off a JSONL file → the bytes cut (0: none, or no file).
+
+    The file is truncated in place to just after its last newline: one ftruncate, so a kill at any moment
+    leaves either the old file or the cut one, every whole line intact (a rewrite could leave it empty).
+    A last line that lacks only its newline (a whole JSON object) is kept and given one."""
+    try:
+        fd = open_nofollow(path, os.O_RDWR)
+    except FileNotFoundError:
+        return 0
+    except OSError as exc:
+        raise disk_error(exc, path) from exc
+    try:
+        size = os.fstat(fd).st_size
+        cut = _after_last_newline(fd, size)
+        if cut == size:
+            return 0
+        if _is_json_object(os.pread(fd, size - cut, cut)):
+            os.pwrite(fd, b"\n", size)
+            cut = size
+        else:
+            os.ftruncate(fd, cut)
+        os.fsync(fd)
+        return size - cut
+    except OSError as exc:
+        raise disk_error(exc, path) from exc
+    finally:
+        os.close(fd)
+
+
+def _is_json_object(data: bytes) -> bool:
+    """Whether `data` is one whole JSON object (no proper prefix of a JSON object is one)."""
+    try:
+        return isinstance(json.loads(data.decode("utf-8")), dict)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return False
+
+
+def _after_last_newline(fd: int, size: int, block: int = 1 << 16) -> int:
+    """The offset just past the last newline in the first `size` bytes of `fd` (0: there is none), read backwards."""
+    end = size
+    while end > 0:
+        start = max(0, end - block)
+        chunk = os.pread(fd, end - start, start)
+        at = chunk.rfind(b"\n")
+        if at >= 0:
+            return start + at + 1
+        end = start
+    return 0
 
 
 def finite(obj):

@@ -28,9 +28,9 @@ def invoke(*args):
 def one_line_error(result, code: int = 1) -> str:
     assert result.exit_code == code, result.output
     assert "Traceback" not in result.output, result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1, result.output
-    return lines[0]
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.output
+    return errors[0]
 
 
 def fake_run_folder(root: Path) -> Path:
@@ -97,3 +97,216 @@ def test_distill_still_resumes_into_its_own_folder(tmp_path):
     with pytest.raises(SpecbenchError, match="not a folder"):
         (tmp_path / "e").write_text("x")
         check_out_folder(tmp_path / "e")
+
+
+# --------------------------------------------------------------------------- 2. links planted in a results folder
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory):
+    from test_cli import save_tiny
+
+    root = tmp_path_factory.mktemp("models")
+    return {"target": save_tiny(root / "target", 0), "draft": save_tiny(root / "draft", 1)}
+
+
+def run_command(models: dict, task: Path, results: Path, *extra: str) -> list[str]:
+    return [
+        "run",
+        "--target",
+        models["target"],
+        "--draft",
+        models["draft"],
+        "--task",
+        str(task),
+        "--max-new-tokens",
+        "6",
+        "--device",
+        "cpu",
+        "--results-dir",
+        str(results),
+        "--run-id",
+        "x",
+        *extra,
+    ]
+
+
+@pytest.fixture()
+def three_prompts(tmp_path) -> Path:
+    path = tmp_path / "task.jsonl"
+    path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ("the cat sat", "the dog ran", "a small draft")))
+    return path
+
+
+def test_a_symlinked_lock_is_refused_and_the_file_it_points_to_is_untouched(tiny_models, three_prompts, tmp_path):
+    results = tmp_path / "R"
+    assert invoke(*run_command(tiny_models, three_prompts, results, "--limit", "2")).exit_code == 0
+    run = results / "x"
+    outside = tmp_path / "OUTSIDE"
+    outside.write_text("precious\n")
+    (run / ".lock").unlink()
+    (run / ".lock").symlink_to(outside)
+    before = snapshot(run)
+    line = one_line_error(invoke(*run_command(tiny_models, three_prompts, results, "--limit", "2")))
+    assert "symbolic link" in line and ".lock" in line
+    assert outside.read_text() == "precious\n" and snapshot(run) == before
+
+
+def test_appends_and_repairs_refuse_links(tmp_path):
+    from specbench.files import append_jsonl
+    from specbench.measure.records import prepare_run_dir, repair_jsonl, run_lock
+
+    outside = tmp_path / "outside.txt"
+    outside.write_text("precious, no newline at the end")
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in ("examples.jsonl", "noise_probes.jsonl"):
+        (run / name).symlink_to(outside)
+    with pytest.raises(SpecbenchError, match="symbolic link"):
+        append_jsonl(run / "examples.jsonl", {"example_id": "a"})
+    with pytest.raises(SpecbenchError, match="symbolic link"):
+        repair_jsonl(run / "noise_probes.jsonl")
+    (run / ".write-test").symlink_to(outside)
+    with pytest.raises(SpecbenchError, match="symbolic link"):
+        prepare_run_dir(run)
+    (run / ".lock").symlink_to(outside)
+    with pytest.raises(SpecbenchError, match="symbolic link"):
+        with run_lock(run):
+            pass
+    assert outside.read_text() == "precious, no newline at the end"
+
+
+def test_an_atomic_write_replaces_a_planted_link_and_leaves_its_target(tmp_path):
+    from specbench.files import atomic_write_json, temp_path
+
+    outside = tmp_path / "outside.txt"
+    outside.write_text("precious")
+    summary = tmp_path / "summary.json"
+    temp_path(summary).symlink_to(outside)  # the temporary's name is predictable (pid)
+    summary.symlink_to(outside)
+    atomic_write_json(summary, {"n_examples": 1})
+    assert outside.read_text() == "precious"
+    assert not summary.is_symlink() and json.loads(summary.read_text()) == {"n_examples": 1}
+
+
+# --------------------------------------------------------------------------- 3. a kill while repairing a torn line
+
+RECORDS = [{"example_id": f"e{i}", "text": "x" * 300} for i in range(3)]
+WHOLE = "".join(json.dumps(r) + "\n" for r in RECORDS)
+
+
+def torn_file(path: Path) -> Path:
+    path.write_text(WHOLE + '{"example_id": "e3", "te')  # a kill in the middle of the fourth append
+    return path
+
+
+def child_env() -> dict:
+    """The environment of a child Python that imports this same specbench (not whichever one is installed)."""
+    import specbench
+
+    root = str(Path(specbench.__file__).resolve().parents[1])
+    return {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": root}
+
+
+def strace_kill(code: str, syscalls: str) -> int:
+    """Run `code` in a fresh Python that strace SIGKILLs on entering its first call of one of `syscalls` after its
+    imports (strace attaches once the child says it is ready: the imports make write calls of their own)
+    → the child's return code."""
+    if shutil.which("strace") is None:
+        pytest.skip("strace is not installed (apt-get install strace)")
+    child = subprocess.Popen(
+        [sys.executable, "-c", f"{code}\nprint('ready', flush=True)\nsys.stdin.readline()\ngo()"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=child_env(),
+    )
+    try:
+        assert child.stdout.readline() == b"ready\n"
+        tracer = subprocess.Popen(
+            ["strace", "-p", str(child.pid), "-o", os.devnull, "-e", f"trace={syscalls}"]
+            + ["-e", f"inject={syscalls}:signal=KILL:when=1"],
+            stderr=subprocess.PIPE,
+        )
+        attached = tracer.stderr.readline().decode()
+        if "attached" not in attached:
+            pytest.skip(f"strace cannot attach here: {attached.strip()}")
+        child.stdin.write(b"go\n")
+        child.stdin.flush()
+        code = child.wait(timeout=60)
+        tracer.wait(timeout=30)
+        return code
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+WRITES = "write,pwrite64,writev,pwritev,ftruncate,truncate"
+
+
+def test_a_kill_during_the_torn_line_repair_loses_no_record(tmp_path):
+    """strace SIGKILLs the repairing process on entering its first write-like call: every whole record must
+    still be there. The old repair rewrote the file whole (open with O_TRUNC, then write), and a kill at that
+    write left 0 bytes."""
+    path = torn_file(tmp_path / "examples.jsonl")
+    code = (
+        "import sys\nfrom pathlib import Path\nfrom specbench.measure.records import repair_jsonl\n"
+        f"go = lambda: repair_jsonl(Path({str(path)!r}))"
+    )
+    assert strace_kill(code, WRITES) == -signal.SIGKILL
+    text = path.read_text()
+    assert text.startswith(WHOLE), f"whole records lost: {len(text)} bytes left"
+    from specbench.measure.records import repair_jsonl
+
+    repair_jsonl(path)
+    assert path.read_text() == WHOLE
+
+
+def test_a_repair_keeps_a_last_record_that_lacks_only_its_newline(tmp_path):
+    from specbench.measure.records import repair_jsonl
+
+    path = tmp_path / "examples.jsonl"
+    path.write_text(WHOLE.rstrip("\n"))
+    repair_jsonl(path)
+    assert path.read_text() == WHOLE
+    path.write_text('{"example_id": "e0", "te')  # only a torn line
+    repair_jsonl(path)
+    assert path.read_text() == ""
+    repair_jsonl(tmp_path / "missing.jsonl")
+    assert not (tmp_path / "missing.jsonl").exists()
+
+
+APPENDER = """
+import sys
+from pathlib import Path
+from specbench.files import append_jsonl
+path, n = Path(sys.argv[1]), 0
+while True:
+    append_jsonl(path, {"example_id": f"e{n}", "text": "y" * 200_000})
+    n += 1
+    print(n, flush=True)
+"""
+
+
+def test_a_sigkill_while_appending_loses_no_acknowledged_record(tmp_path):
+    """A real SIGKILL of a process appending 200 kB records as fast as it can, after it has acknowledged 5:
+    after the repair every line is a whole record, and every acknowledged record is there."""
+    path = tmp_path / "examples.jsonl"
+    child = subprocess.Popen(
+        [sys.executable, "-c", APPENDER, str(path)], stdout=subprocess.PIPE, text=True, env=child_env()
+    )
+    acknowledged = 0
+    try:
+        while acknowledged < 5:
+            acknowledged = int(child.stdout.readline())
+        time.sleep(0.003)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    acknowledged = max([acknowledged] + [int(line) for line in child.stdout.read().split()])
+    from specbench.measure.records import repair_jsonl, scan_jsonl
+
+    repair_jsonl(path)
+    rows, skipped = scan_jsonl(path)
+    assert skipped == [] and len(rows) >= acknowledged
+    assert [r["example_id"] for r in rows] == [f"e{i}" for i in range(len(rows))]
