@@ -134,7 +134,8 @@ def target_params(data) -> dict[str, float]:
     """target → its parameter count, from the runs' manifests (models.target.params)."""
     out: dict[str, float] = {}
     for _, r in data.runs.iterrows():
-        model = data.manifests.get(r["run_dir"], {}).get("models") or {}
+        manifest = data.manifests.get(r["run_dir"])
+        model = (manifest.models if manifest is not None else None) or {}
         params = num(model.get("target", {}).get("params")) if isinstance(model.get("target"), dict) else float("nan")
         if not math.isnan(params):
             out[str(r["target"])] = params

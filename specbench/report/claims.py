@@ -339,7 +339,7 @@ def claims(data: ReportData, rows: list[dict] | None = None) -> list[Claim]:
 
 def hardware_sentence(data: ReportData) -> str:
     """The machine(s) the runs were measured on, as a sentence."""
-    machines = sorted({describe(m.get("hardware")) for m in data.manifests.values() if m.get("hardware")})
+    machines = sorted({describe(m.hardware) for m in data.manifests.values() if m.hardware})
     if not machines:
         return "The runs did not record their hardware."
     if len(machines) == 1:

@@ -23,6 +23,7 @@ from specbench.config import GAMMA_POLICIES
 from specbench.errors import SpecbenchError
 from specbench.measure.hardware import describe
 from specbench.measure.metrics import json_safe, summarize, timing_noise
+from specbench.measure.records import Manifest
 
 # Identity fields a usable summary must hold (non-null), and metric fields it must have (null = not measurable).
 REQUIRED = ("run_id", "target", "draft", "task", "gamma", "temperature", "top_k", "top_p", "n_examples")
@@ -66,7 +67,7 @@ class Skipped:
 class ReportData:
     runs: object  # pandas DataFrame, one row per usable run (flattened summary + run_dir)
     examples: dict[str, object] = field(default_factory=dict)  # run_dir → DataFrame of its examples.jsonl
-    manifests: dict[str, dict] = field(default_factory=dict)  # run_dir → manifest.json
+    manifests: dict[str, Manifest] = field(default_factory=dict)  # run_dir → manifest.json (empty: none usable)
     checks: list[tuple[str, list[dict]]] = field(default_factory=list)  # (checks.json path, its checks)
     sweeps: list[dict] = field(default_factory=list)  # sweep.json documents
     skipped: list[Skipped] = field(default_factory=list)
@@ -167,7 +168,7 @@ def _check_summary(row: dict) -> str | None:
     return None
 
 
-def resolve_gamma(gamma, manifest: dict) -> tuple[int, str | None]:
+def resolve_gamma(gamma, manifest: Manifest) -> tuple[int, str | None]:
     """A summary's γ → (the most drafts a step may make, the policy name or None).
 
     An integer γ is itself. A policy (adaptive, heuristic) drafts up to the run's gamma_max
@@ -177,10 +178,10 @@ def resolve_gamma(gamma, manifest: dict) -> tuple[int, str | None]:
     """
     if not isinstance(gamma, str):
         return int(gamma), None
-    auto = manifest.get("auto") if isinstance(manifest.get("auto"), dict) else {}
+    auto = manifest.auto if isinstance(manifest.auto, dict) else {}
     if gamma == "auto" and isinstance(auto.get("gamma"), int) and not isinstance(auto.get("gamma"), bool):
         return int(auto["gamma"]), None
-    config = manifest.get("config") if isinstance(manifest.get("config"), dict) else {}
+    config = manifest.config if isinstance(manifest.config, dict) else {}
     top = config.get("gamma_max", 8)
     top = top if isinstance(top, int) and not isinstance(top, bool) and top >= 1 else 8
     policy = auto.get("gamma") if gamma == "auto" and isinstance(auto.get("gamma"), str) else gamma
@@ -289,14 +290,15 @@ def _read_examples(run_dir: Path, data: ReportData) -> list[dict]:
     return records
 
 
-def _read_manifest(run_dir: Path, data: ReportData) -> dict:
+def _read_manifest(run_dir: Path, data: ReportData) -> Manifest:
+    """The run's manifest; an empty one (every field at its default) when it is missing or unusable."""
     path = run_dir / "manifest.json"
     if not path.exists():
-        return {}
+        return Manifest.from_dict({})
     doc = _read_json(path, data)
     if doc is not None and not isinstance(doc, dict):
         data.skip(path, "manifest.json is not a JSON object; the run is used without it")
-    return doc if isinstance(doc, dict) else {}
+    return Manifest.from_dict(doc if isinstance(doc, dict) else {})
 
 
 def _read_probes(run_dir: Path, data: ReportData) -> list[float]:
@@ -324,7 +326,7 @@ def _read_drift(run_dir: Path, row: dict, data: ReportData) -> float | None:
     return drift
 
 
-def _coverage_notes(row: dict, n_records: int, manifest: dict, data: ReportData) -> None:
+def _coverage_notes(row: dict, n_records: int, manifest: Manifest, data: ReportData) -> None:
     """Notes for a summary one example behind its records, and for a partial run."""
     if n_records > row["n_examples"]:
         data.notes.append(
@@ -332,12 +334,12 @@ def _coverage_notes(row: dict, n_records: int, manifest: dict, data: ReportData)
             f"holds {n_records} (killed between the two writes); rerun the same command to refresh it"
         )
     if not row.get("complete", True):
-        task = manifest.get("task") if isinstance(manifest.get("task"), dict) else {}
+        task = manifest.task if isinstance(manifest.task, dict) else {}
         expected = task.get("n_examples")
         data.notes.append(f"{row['run_id']}: partial run, {row['n_examples']} of {expected or '?'} examples measured")
 
 
-def _rederive(row: dict, records: list[dict], run_dir: Path, manifest: dict, data: ReportData) -> None:
+def _rederive(row: dict, records: list[dict], run_dir: Path, manifest: Manifest, data: ReportData) -> None:
     """Recompute the metrics from the raw counts, with the run's noise probes and its shared baseline's drift,
     as the runner and the sweep computed them, so the report follows the current definitions."""
     gamma, policy = resolve_gamma(row["gamma"], manifest)
@@ -453,10 +455,10 @@ def _curve(cal: dict) -> dict[int, float] | None:
     return curve or None
 
 
-def _manifest_calibrations(manifest: dict) -> list[tuple[str, object]]:
+def _manifest_calibrations(manifest: Manifest) -> list[tuple[str, object]]:
     """(dtype key, calibration) pairs: the run's own, then each dtype an `auto` choice calibrated."""
-    cals = [("", manifest.get("calibration"))]
-    auto = manifest.get("auto")
+    cals = [("", manifest.calibration)]
+    auto = manifest.auto
     if isinstance(auto, dict) and isinstance(auto.get("calibrations"), dict):
         cals += sorted(auto["calibrations"].items())
     return [(key, cal) for key, cal in cals if cal is not None]
@@ -479,7 +481,7 @@ def calibration_curves(data: ReportData) -> list[dict]:
     `auto` choice calibrated): {label, dtype, context_tokens, hardware, device, curve {k: t(k)/t(1)}, runs}."""
     found: dict[tuple, dict] = {}
     for run_dir, m in sorted(data.manifests.items()):
-        run_id = str(m.get("run_id") or Path(run_dir).name)
+        run_id = str(m.run_id or Path(run_dir).name)
         for dtype_key, cal in _manifest_calibrations(m):
             curve = _curve(cal) if isinstance(cal, dict) else None
             if curve is None:
@@ -488,7 +490,7 @@ def calibration_curves(data: ReportData) -> list[dict]:
                 )
                 continue
             dtype, device = str(cal.get("dtype") or dtype_key or "?"), str(cal.get("device") or "?")
-            hw = hardware_short(m.get("hardware"), device)
+            hw = hardware_short(m.hardware, device)
             key = (dtype, device, cal.get("context_tokens"), hw, tuple((k, round(v, 6)) for k, v in curve.items()))
             entry = found.setdefault(
                 key,

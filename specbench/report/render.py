@@ -26,6 +26,7 @@ import numpy as np
 
 from specbench.errors import SpecbenchError
 from specbench.measure.hardware import describe
+from specbench.measure.records import Manifest
 from specbench.report.analysis import best_gamma_rows, perplexity_rows, quality_rows, target_params
 from specbench.report.claims import Claim, claims, headline
 from specbench.report.collect import (
@@ -388,7 +389,8 @@ def _auto_reasons(data: ReportData) -> list[str]:
     """Each auto choice's reason lines, run by run (manifest `auto`)."""
     lines = []
     for _, r in data.runs.iterrows():
-        auto = data.manifests.get(r["run_dir"], {}).get("auto")
+        manifest = data.manifests.get(r["run_dir"])
+        auto = manifest.auto if manifest is not None else None
         if not isinstance(auto, dict):
             continue
         asked = auto.get("requested")
@@ -414,9 +416,9 @@ def _params_text(params) -> str:
     return f"{x / 1e9:.3g}B" if x >= 1e9 else f"{x / 1e6:.3g}M" if x >= 1e6 else f"{x:.0f}"
 
 
-def _manifest_facts(m: dict) -> list[tuple[str, str | None]]:
+def _manifest_facts(m: Manifest) -> list[tuple[str, str | None]]:
     """(key, text) of one manifest's target model, hardware, versions and commit."""
-    model = m.get("models", {}).get("target", {}) if isinstance(m.get("models"), dict) else {}
+    model = m.models.get("target", {}) if isinstance(m.models, dict) else {}
     target = (
         f"{model.get('spec')} ({_params_text(model.get('params'))} params, {model.get('dtype')}, {model.get('device')})"
         if isinstance(model, dict) and model
@@ -424,9 +426,9 @@ def _manifest_facts(m: dict) -> list[tuple[str, str | None]]:
     )
     return [
         ("target", target),
-        ("hardware", describe(m.get("hardware")) if m.get("hardware") else None),
-        ("versions", _versions_text(m.get("versions"))),
-        ("git commit", m.get("git_commit")),
+        ("hardware", describe(m.hardware) if m.hardware else None),
+        ("versions", _versions_text(m.versions)),
+        ("git commit", m.git_commit),
     ]
 
 
