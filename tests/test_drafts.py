@@ -37,7 +37,7 @@ from specbench.decoding.drafts.prompt_lookup import PromptLookupDraft
 from specbench.decoding.drafts.spec import DraftSpec, parse_draft
 from specbench.decoding.sampling import processed_probs, sample
 from specbench.decoding.speculative import decode_speculative
-from specbench.decoding.verify import verify_sampling
+from specbench.decoding.accept import verify_sampling
 from specbench.errors import SpecbenchError
 from specbench.evidence.equality import gof_check
 from specbench.models import wrap_model

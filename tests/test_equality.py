@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from specbench.config import SamplingConfig
-from specbench.decoding.verify import accepted_count
+from specbench.decoding.accept import accepted_count
 from specbench.evidence.equality import (
     CONTROLS,
     StepSetup,

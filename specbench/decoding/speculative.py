@@ -20,7 +20,7 @@ from specbench.decoding.base import DecodeResult, Proposal, Proposer, Verdict
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.gamma_policy import FixedGamma, GammaPolicy
 from specbench.decoding.sampling import next_token, processed_probs
-from specbench.decoding.verify import verify_greedy, verify_sampling
+from specbench.decoding.accept import verify_greedy, verify_sampling
 from specbench.measure.timing import Clock
 
 

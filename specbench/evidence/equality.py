@@ -38,7 +38,7 @@ from scipy import optimize, stats
 from specbench.config import SamplingConfig
 from specbench.decoding.base import Verdict
 from specbench.decoding.sampling import processed_probs, sample
-from specbench.decoding.verify import accepted_count, expected_acceptance, residual, verify_sampling
+from specbench.decoding.accept import accepted_count, expected_acceptance, residual, verify_sampling
 from specbench.measure.metrics import json_safe  # noqa: F401  (re-exported: verification imports it from here)
 
 Prefix = tuple[int, ...]
