@@ -219,12 +219,12 @@ def test_export_parquet_needs_a_file():
 
 
 def test_export_of_nothing_is_an_error(tmp_path):
-    pytest.importorskip("specbench.measure.export")
+    pytest.importorskip("specbench.measure.tidy_table")
     assert "no results to export" in one_line_error("export", str(tmp_path))
 
 
 def test_export_csv_to_stdout_has_one_row_per_run():
-    pytest.importorskip("specbench.measure.export")
+    pytest.importorskip("specbench.measure.tidy_table")
     import io
 
     import pandas as pd
@@ -238,7 +238,7 @@ def test_export_csv_to_stdout_has_one_row_per_run():
 
 
 def test_export_examples_to_parquet(tmp_path):
-    pytest.importorskip("specbench.measure.export")
+    pytest.importorskip("specbench.measure.tidy_table")
     pytest.importorskip("pyarrow")
     import pandas as pd
 

@@ -16,7 +16,7 @@ from test_cli import CORPUS, save_tiny
 from typer.testing import CliRunner
 
 from specbench.cli import app
-from specbench.measure.export import export_frames
+from specbench.measure.tidy_table import export_frames
 from specbench.measure.records import (
     EngineRecord,
     ExampleRecord,

@@ -21,7 +21,7 @@ import yaml
 from specbench.config import RunConfig
 from specbench.errors import SpecbenchError
 from specbench.measure import runner, sweep
-from specbench.measure.export import export_frames
+from specbench.measure.tidy_table import export_frames
 from specbench.measure.metrics import summarize
 from specbench.measure.records import (
     EngineRecord,

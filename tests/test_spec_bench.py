@@ -25,7 +25,7 @@ from specbench.decoding.drafts.prompt_lookup import lookup_continuation
 from specbench.decoding.drafts.spec import parse_draft
 from specbench.errors import SpecbenchError
 from specbench.measure import turns as turns_mod
-from specbench.measure.export import pass_tokens, spec_bench_files
+from specbench.measure.tidy_table import pass_tokens, spec_bench_files
 from specbench.measure.metrics import spec_bench_metrics
 from specbench.measure.records import read_examples
 from specbench.models import wrap_model
@@ -349,7 +349,7 @@ def test_a_run_exports_answers_that_speed_py_reads_back_to_the_summary(tmp_path)
 
 
 def test_export_refuses_a_run_that_is_not_spec_bench(tmp_path):
-    from specbench.measure.export import split_example_id
+    from specbench.measure.tidy_table import split_example_id
 
     with pytest.raises(SpecbenchError, match="spec-bench tasks only"):
         split_example_id("ex0")
