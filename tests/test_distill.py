@@ -367,7 +367,7 @@ def test_a_failed_export_leaves_the_previous_draft_and_no_temporary_files(traine
     import errno
     import shutil
 
-    from specbench.distill.export import export_draft
+    from specbench.distill.save_draft import export_draft
 
     out, _ = trained
     folder = tmp_path / "d"

@@ -14,7 +14,7 @@ Three stages, each resumable, one module each:
 2. **Training** (`training`). A LlamaForCausalLM with a narrow tied embedding (the output layer is
    the cost that matters on a CPU), trained on KL(teacher top-k ‖ draft); held-out top-1 agreement on
    on-policy positions is the greedy-α proxy. A resumed run retraces the uninterrupted one exactly.
-3. **Export and checks** (`export`). The draft is saved with the target's tokenizer, reloaded
+3. **Export and checks** (`save_draft`). The draft is saved with the target's tokenizer, reloaded
    through `specbench.models.load_model`, timed against the target (c), run in `decode_speculative`
    on held-out prompts (α at T = 0), and described in manifest.json with the command that rebuilds it.
 
