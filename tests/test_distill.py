@@ -18,7 +18,7 @@ from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.drafts.model import ModelDraft
 from specbench.decoding.speculative import decode_speculative
 from specbench.distill import DistillConfig, distill
-from specbench.distill.config import PRESETS
+from specbench.distill.settings import PRESETS
 from specbench.distill.training import checkpoint_path, load_checkpoint
 from specbench.errors import SpecbenchError
 from specbench.models import load_model

@@ -18,12 +18,12 @@ Three stages, each resumable, one module each:
    through `specbench.models.load_model`, timed against the target (c), run in `decode_speculative`
    on held-out prompts (α at T = 0), and described in manifest.json with the command that rebuilds it.
 
-`pipeline.distill` runs them in order; `config` holds the presets and one invocation's settings.
+`pipeline.distill` runs them in order; `settings` holds the presets and one invocation's settings.
 Training excludes every example that `specbench run` picks with `--seed 0..3 --limit <= 128`
 (and the whole aclsum test split), so measurements on those are on unseen prompts.
 """
 
-from specbench.distill.config import DistillConfig, get_preset
+from specbench.distill.settings import DistillConfig, get_preset
 from specbench.distill.pipeline import distill
 
 __all__ = ["DistillConfig", "distill", "get_preset"]

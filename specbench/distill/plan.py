@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specbench.distill.config import DistillConfig, DistillPreset
+from specbench.distill.settings import DistillConfig, DistillPreset
 from specbench.errors import SpecbenchError
 
 

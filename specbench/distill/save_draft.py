@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from specbench.distill.config import WORK, DistillConfig
+from specbench.distill.settings import WORK, DistillConfig
 from specbench.distill.shards import KIND_ON_POLICY, TeacherData
 from specbench.distill.training import evaluate
 from specbench.files import replacing

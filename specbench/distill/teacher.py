@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from specbench.decoding.cached_model import cache_keyword
-from specbench.distill.config import WORK, DistillConfig, Event, Progress, pad_id
+from specbench.distill.settings import WORK, DistillConfig, Event, Progress, pad_id
 from specbench.distill.plan import Job, Plan, Row, make_plan
 from specbench.distill.shards import KIND_ON_POLICY, KIND_PREFIX, KIND_REFERENCE, KIND_SAMPLED, Docs
 from specbench.errors import SpecbenchError

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from specbench.distill.config import WORK, DistillPreset, pad_id
+from specbench.distill.settings import WORK, DistillPreset, pad_id
 from specbench.distill.shards import KIND_ON_POLICY, TeacherData
 from specbench.errors import SpecbenchError
 from specbench.files import atomic_write_bytes
