@@ -20,7 +20,7 @@ fail() { echo "test-wheel FAILED: $*" >&2; exit 1; }
 
 step "build the wheel from a copy of the sources (no build/ or egg-info in the checkout)"
 mkdir -p "$TMP/src"
-tar -cf - --exclude=__pycache__ --exclude='*.pyc' --exclude='specbench/models/drafts/*/work' \
+tar -cf - --exclude=__pycache__ --exclude='*.pyc' --exclude='specbench/models/distilled/*/work' \
     pyproject.toml README.md specbench | tar -xf - -C "$TMP/src"
 "$HOST_PY" -m pip wheel -q --no-deps --no-build-isolation -w "$TMP/dist" "$TMP/src"
 WHEEL=$(ls "$TMP"/dist/specbench_sd-*.whl)  # the distribution is specbench-sd

@@ -17,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILTIN = sorted(p.name for p in (ROOT / "specbench" / "tasks" / "builtin").glob("*.yaml"))
-DRAFT = ROOT / "specbench" / "models" / "drafts" / "smollm2-135m-distilled"
+DRAFT = ROOT / "specbench" / "models" / "distilled" / "smollm2-135m-distilled"
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def test_the_wheel_carries_the_builtin_tasks(wheel_names):
 
 def test_the_wheel_carries_the_shipped_draft(wheel_names):
     inside = {
-        n.rsplit("/", 1)[1] for n in wheel_names if n.startswith("specbench/models/drafts/smollm2-135m-distilled/")
+        n.rsplit("/", 1)[1] for n in wheel_names if n.startswith("specbench/models/distilled/smollm2-135m-distilled/")
     }
     assert {"model.safetensors", "config.json", "tokenizer.json", "manifest.json"} <= inside
     assert {p.name for p in DRAFT.iterdir() if p.is_file()} <= inside  # every file of the folder, nothing left out

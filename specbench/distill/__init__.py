@@ -3,7 +3,7 @@
 Speculative decoding needs a draft far cheaper than the target that still predicts its next tokens,
 and for model drafts it must share the target's tokenizer. No small model shares SmolLM2's tokenizer
 (shared/ASSETS.md), so a useful model draft has to be trained; this package trains it from the
-target's own predictions, and the result ships as `--draft distilled` (specbench/models/drafts/).
+target's own predictions, and the result ships as `--draft distilled` (specbench/models/distilled/).
 
 Three stages, each resumable, one module each:
 

@@ -11,12 +11,12 @@ from pathlib import Path
 
 from specbench.errors import SpecbenchError
 
-DRAFTS_DIR = Path(__file__).parent / "drafts"  # package data: distilled drafts shipped inside the wheel
+DRAFTS_DIR = Path(__file__).parent / "distilled"  # package data: distilled drafts shipped inside the wheel
 DISTILLED_ALIAS = "distilled"  # `--draft distilled`: the shipped draft for the run's target
 
 
 def shipped_draft_dir(target_spec: str, root: Path | None = None) -> Path:
-    """specbench/models/drafts/<target name>-distilled, the folder `--draft distilled` means; a clear error when it is not built."""
+    """specbench/models/distilled/<target name>-distilled, the folder `--draft distilled` means; a clear error when it is not built."""
     folder = (root or DRAFTS_DIR) / f"{Path(target_spec).name}-distilled"
     if not (folder / "config.json").is_file():
         raise SpecbenchError(
