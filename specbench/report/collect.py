@@ -98,7 +98,7 @@ def truthy(value) -> bool:
     return not isnull(value) and bool(value)
 
 
-def fmt(value, digits: int = 3) -> str:
+def cell_text(value, digits: int = 3) -> str:
     """A value as table text: '—' for missing, yes/no, floats to `digits` places (tiny ones in e-notation)."""
     if isnull(value):
         return "—"
@@ -107,7 +107,7 @@ def fmt(value, digits: int = 3) -> str:
     if isinstance(value, float):
         return f"{value:.2e}" if 0 < abs(value) < 10**-digits else f"{value:.{digits}f}"  # p-values stay visible
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(fmt(v, digits) for v in value) + "]"
+        return "[" + ", ".join(cell_text(v, digits) for v in value) + "]"
     return str(value)
 
 
@@ -467,7 +467,7 @@ def _manifest_calibrations(manifest: Manifest) -> list[tuple[str, object]]:
 def _label_curves(curves: list[dict]) -> None:
     """A legend label per curve; the same setup calibrated twice (another session) is told apart by a run."""
     for c in curves:
-        c["label"] = f"{c['dtype']}, {fmt(c['context_tokens'])}-token context, {c['hardware']}"
+        c["label"] = f"{c['dtype']}, {cell_text(c['context_tokens'])}-token context, {c['hardware']}"
     counts: dict[str, int] = {}
     for c in curves:
         counts[c["label"]] = counts.get(c["label"], 0) + 1

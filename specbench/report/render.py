@@ -32,9 +32,9 @@ from specbench.report.claims import Claim, claims, headline
 from specbench.report.collect import (
     ReportData,
     Skipped,
+    cell_text,
     collect,
     fixed_gamma,
-    fmt,
     isnull,
     num,
     policy_runs,
@@ -668,9 +668,9 @@ def quality_section(runs) -> list[tuple]:
                         q["run_id"],
                         q["metric"],
                         q["baseline"],
-                        fmt(q["baseline_ci"], 2),
+                        cell_text(q["baseline_ci"], 2),
                         q["speculative"],
-                        fmt(q["speculative_ci"], 2),
+                        cell_text(q["speculative_ci"], 2),
                         q["speculative"] - q["baseline"],
                     ]
                     for q in qrows
@@ -745,7 +745,7 @@ def build_blocks(
 
 def md_escape(value) -> str:
     """Markdown renders raw HTML, so escape it like HTML; pipes and newlines would break table rows."""
-    return html.escape(fmt(value), quote=False).replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+    return html.escape(cell_text(value), quote=False).replace("|", "\\|").replace("\r", " ").replace("\n", " ")
 
 
 def _md_cell(value) -> str:
@@ -799,11 +799,11 @@ def _html_environment():
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters["fmt"] = fmt
+    env.filters["fmt"] = cell_text
     env.filters["base64"] = lambda data: base64.b64encode(data).decode("ascii")
     env.tests["numeric"] = _is_numeric
     env.tests["link"] = lambda value: isinstance(value, Link)
-    env.filters["slug"] = lambda text: re.sub(r"[^a-z0-9]+", "-", fmt(text).lower()).strip("-") or "section"
+    env.filters["slug"] = lambda text: re.sub(r"[^a-z0-9]+", "-", cell_text(text).lower()).strip("-") or "section"
     return env
 
 
