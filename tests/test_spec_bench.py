@@ -140,7 +140,7 @@ def test_the_shared_copy_is_the_pinned_file(monkeypatch):
     monkeypatch.setenv(spec_bench.ENV_FILE, str(SHARED))
     spec = load_task("spec-bench")
     counts = {}
-    for row in spec_bench.load_rows(spec.source):
+    for row in spec_bench.SpecBenchSource.load_rows(spec.source):
         counts[row["category"]] = counts.get(row["category"], 0) + 1
         assert len(row["turns"]) == (2 if row["category"] in spec_bench.MT_BENCH else 1)
     assert counts == {c: 10 if c in spec_bench.MT_BENCH else 80 for c in spec_bench.CATEGORIES}

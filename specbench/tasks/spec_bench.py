@@ -61,26 +61,6 @@ def categories_of(category: str | None) -> tuple[str, ...]:
     raise SpecbenchError(f"unknown Spec-Bench category {category!r}; known: {known_categories()}")
 
 
-def validate(source: dict, where: str, base_dir: Path | None) -> dict:
-    """The `spec-bench` source keys: optional path (made absolute), category (or group) and sha256."""
-    out = dict(source)
-    path = out.get("path")
-    if path is not None:
-        if not isinstance(path, str) or not path:
-            raise SpecbenchError(f"{where}: spec-bench source 'path' must be a file path (got {path!r})")
-        p = Path(path).expanduser()
-        out["path"] = str(p if p.is_absolute() or base_dir is None else base_dir / p)
-    category = out.get("category")
-    if category is not None:
-        if not isinstance(category, str):
-            raise SpecbenchError(f"{where}: spec-bench source 'category' must be a string (got {category!r})")
-        categories_of(category)
-    sha = out.get("sha256")
-    if sha is not None and (not isinstance(sha, str) or len(sha) != 64 or set(sha) - set("0123456789abcdef")):
-        raise SpecbenchError(f"{where}: spec-bench source 'sha256' must be 64 lower-case hex digits")
-    return out
-
-
 def cached_path() -> Path:
     return data_dir() / "spec-bench" / "question.jsonl"
 
@@ -189,54 +169,57 @@ def read_questions(path: Path) -> list[dict]:
     return [parse_question(line, f"{path}:{n}") for n, line in enumerate(lines, start=1) if line.strip()]
 
 
-def load_rows(source: dict) -> list[dict]:
-    """The rows of the source's category (or group, or all), in file order."""
-    wanted = set(categories_of(source.get("category")))
-    path = question_file(source)
-    rows = [r for r in read_questions(path) if r["category"] in wanted]
-    if not rows:
-        raise SpecbenchError(
-            f"{path} has no questions in {source.get('category') or 'any known category'}; known: {known_categories()}"
-        )
-    return rows
-
-
-def describe(source: dict) -> str:
-    path, want = file_for(source)
-    pin = ", pinned" if want else ""
-    return f"spec-bench {source.get('category') or 'all'} ({path}{pin})"
-
-
-def status(source: dict) -> tuple[bool, int | None]:
-    """(usable without network, number of questions) — without downloading or raising."""
-    path, _ = file_for(source)
-    if not path.is_file():
-        return False, None
-    try:
-        return True, len(load_rows(source))
-    except SpecbenchError:
-        return False, None
-
-
 @register
 class SpecBenchSource(Source):
-    """`source: {type: spec-bench, path?, category?, sha256?}`: the functions above, as a registered kind."""
+    """`source: {type: spec-bench, path?, category?, sha256?}`: Spec-Bench's questions as a registered kind."""
 
     kind = "spec-bench"
     keys = frozenset({"type", "path", "category", "sha256"})
 
     @classmethod
     def validate(cls, source: dict, where: str, base_dir: Path | None) -> dict:
-        return validate(source, where, base_dir)
+        """The `spec-bench` source keys: optional path (made absolute), category (or group) and sha256."""
+        out = dict(source)
+        path = out.get("path")
+        if path is not None:
+            if not isinstance(path, str) or not path:
+                raise SpecbenchError(f"{where}: spec-bench source 'path' must be a file path (got {path!r})")
+            p = Path(path).expanduser()
+            out["path"] = str(p if p.is_absolute() or base_dir is None else base_dir / p)
+        category = out.get("category")
+        if category is not None:
+            if not isinstance(category, str):
+                raise SpecbenchError(f"{where}: spec-bench source 'category' must be a string (got {category!r})")
+            categories_of(category)
+        sha = out.get("sha256")
+        if sha is not None and (not isinstance(sha, str) or len(sha) != 64 or set(sha) - set("0123456789abcdef")):
+            raise SpecbenchError(f"{where}: spec-bench source 'sha256' must be 64 lower-case hex digits")
+        return out
 
     @classmethod
     def describe(cls, source: dict) -> str:
-        return describe(source)
+        path, want = file_for(source)
+        pin = ", pinned" if want else ""
+        return f"spec-bench {source.get('category') or 'all'} ({path}{pin})"
 
     @classmethod
     def status(cls, source: dict) -> tuple[bool, int | None]:
-        return status(source)
+        """(usable without network, number of questions) — without downloading or raising."""
+        path, _ = file_for(source)
+        if not path.is_file():
+            return False, None
+        try:
+            return True, len(cls.load_rows(source))
+        except SpecbenchError:
+            return False, None
 
     @classmethod
     def load_rows(cls, source: dict) -> list[dict]:
-        return load_rows(source)
+        """The rows of the source's category (or group, or all), in file order."""
+        wanted = set(categories_of(source.get("category")))
+        path = question_file(source)
+        rows = [r for r in read_questions(path) if r["category"] in wanted]
+        if not rows:
+            wanted_text = source.get("category") or "any known category"
+            raise SpecbenchError(f"{path} has no questions in {wanted_text}; known: {known_categories()}")
+        return rows
