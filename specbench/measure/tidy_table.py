@@ -88,7 +88,7 @@ def _cpu(manifest: Manifest) -> str | None:
     return hardware.get("cpu_model") if isinstance(hardware, dict) else None
 
 
-def _pair(value, name: str) -> dict:
+def _interval_columns(value, name: str) -> dict:
     """[low, high] → {name_low, name_high} (None for anything that is not a two-item list)."""
     low, high = value if isinstance(value, list) and len(value) == 2 else (None, None)
     return {f"{name}_low": low, f"{name}_high": high}
@@ -114,8 +114,8 @@ def run_row(summary: Summary, run_dir: Path) -> tuple[dict, str | None]:
     row["hardware"] = summary.hardware
     row["cpu"] = _cpu(manifest)
     intervals = {
-        **_pair(summary.speedup_ci95, "speedup_ci95"),
-        **_pair(summary.decode_speedup_ci95, "decode_speedup_ci95"),
+        **_interval_columns(summary.speedup_ci95, "speedup_ci95"),
+        **_interval_columns(summary.decode_speedup_ci95, "decode_speedup_ci95"),
     }
     row.update({k: intervals[k] if k in intervals else getattr(summary, k) for k in MEASURES})
     notes = row["timing_notes"]
