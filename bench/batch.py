@@ -34,9 +34,9 @@ from specbench.decoding.batched import decode_autoregressive_batch, decode_specu
 from specbench.decoding.batched.cache import left_pad
 from specbench.errors import SpecbenchError
 from specbench.files import atomic_write_json
+from specbench.measure.engines import Session, prepare_examples
 from specbench.measure.metrics import json_safe
 from specbench.measure.records import environment_info
-from specbench.measure.runner import Session, prepare_examples
 from specbench.tasks.specs import load_task, select_examples
 
 GREEDY = SamplingConfig()

@@ -38,9 +38,9 @@ from specbench.decoding.hf_assisted import decode_hf
 from specbench.decoding.speculative import decode_speculative
 from specbench.errors import SpecbenchError
 from specbench.files import atomic_write_json
+from specbench.measure.engines import Engines, Session, engine_record, prepare_examples
 from specbench.measure.metrics import json_safe, summarize
 from specbench.measure.records import environment_info
-from specbench.measure.runner import Engines, Session, engine_record, prepare_examples
 from specbench.measure.timing import Clock
 from specbench.tasks.specs import load_task, select_examples
 

@@ -25,7 +25,7 @@ import torch
 
 import bench  # the sibling script: Python puts this file's folder first on sys.path when it runs
 from specbench.evidence.verification import greedy_checks
-from specbench.measure.runner import Session, prepare_examples
+from specbench.measure.engines import Session, prepare_examples
 from specbench.tasks.specs import load_task, select_examples
 
 

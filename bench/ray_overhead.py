@@ -193,7 +193,8 @@ def twin_server(args) -> None:
     cell as run_sweep's local loop does (execute_run on its session) and answer its seconds on stdout."""
     import torch
 
-    from specbench.measure.runner import Session, execute_run
+    from specbench.measure.engines import Session
+    from specbench.measure.runner import execute_run
     from specbench.measure.sweep import BaselineStore, baseline_file, cell_ids, write_sweep_file
 
     grid = bench_grid(args)

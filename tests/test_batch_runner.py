@@ -15,6 +15,7 @@ from specbench.config import RunConfig, SamplingConfig
 from specbench.errors import SpecbenchError
 from specbench.measure import metrics, theory
 from specbench.measure.batch_runner import batch_groups
+from specbench.measure.planning import run_id_for
 from specbench.measure.records import read_records
 from specbench.measure.sweep import SweepGrid, cell_ids, run_sweep
 
@@ -46,10 +47,10 @@ def run(cfg: RunConfig, tmp_path, **kw):
 def test_batch_1_keeps_todays_run_ids_and_manifest_config(task_file):
     cfg = config(task_file)
     assert "batch_size" not in cfg.to_dict() and "batch_policy" not in cfg.to_dict()
-    assert runner.run_id_for(cfg) == runner.run_id_for(config(task_file, batch_size=1, batch_policy="ragged"))
+    assert run_id_for(cfg) == run_id_for(config(task_file, batch_size=1, batch_policy="ragged"))
     batched = config(task_file, batch_size=2)
-    assert runner.run_id_for(batched) != runner.run_id_for(cfg) and "-b2-" in runner.run_id_for(batched)
-    assert "-b2-min-" in runner.run_id_for(config(task_file, batch_size=2, batch_policy="min"))
+    assert run_id_for(batched) != run_id_for(cfg) and "-b2-" in run_id_for(batched)
+    assert "-b2-min-" in run_id_for(config(task_file, batch_size=2, batch_policy="min"))
     assert RunConfig.from_dict(batched.to_dict()) == batched
 
 
@@ -143,7 +144,7 @@ def test_a_killed_batched_run_resumes_per_batch_without_duplicates(tmp_path, tas
 
     with pytest.raises(KeyboardInterrupt):
         run(cfg, tmp_path, on_example=die)
-    path = tmp_path / runner.run_id_for(cfg) / "examples.jsonl"
+    path = tmp_path / run_id_for(cfg) / "examples.jsonl"
     assert len(read_records(path)) == kill_after  # a kill mid-batch leaves the rows already appended
     out = run(cfg, tmp_path)
     records = read_records(path)

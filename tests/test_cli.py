@@ -357,7 +357,7 @@ def test_fields_added_later_leave_existing_run_ids_alone():
     """draft_confidence came after results existed: at its default it is not part of the config's
     identity, so the run ids (and resumption) of every earlier configuration are unchanged."""
     from specbench.config import RunConfig
-    from specbench.measure.runner import run_id_for
+    from specbench.measure.planning import run_id_for
 
     plain = RunConfig(target="t", draft="d", task="x")
     assert "draft_confidence" not in plain.to_dict()
@@ -370,7 +370,7 @@ def test_fields_added_later_leave_existing_run_ids_alone():
 def test_auto_choices_are_recorded_printed_and_kept_on_resume(models_dir, task_file, tmp_path, monkeypatch):
     """--gamma auto --dtype auto --repeats 2: calibration + pilot before timing, reasons printed, the choice
     recorded (manifest.auto, summary.auto), and a rerun resumes with the same choice instead of re-choosing."""
-    import specbench.measure.runner as runner
+    import specbench.measure.planning as planning
 
     args = run_args(
         models_dir,
@@ -402,7 +402,7 @@ def test_auto_choices_are_recorded_printed_and_kept_on_resume(models_dir, task_f
     assert all(len(r["speculative"]["repeat_s"]) == 2 and len(r["baseline"]["repeat_s"]) == 2 for r in records)
     assert len((run_dir / "noise_probes.jsonl").read_text().splitlines()) == 4  # before the first + after each example
     # resume: the stored choice is reused, no new calibration or pilot runs
-    monkeypatch.setattr(runner, "choose_on_this_machine", lambda *a, **k: pytest.fail("re-chose on resume"))
+    monkeypatch.setattr(planning, "choose_on_this_machine", lambda *a, **k: pytest.fail("re-chose on resume"))
     again = CliRunner().invoke(app, list(args))
     assert again.exit_code == 0, again.output
     assert json.loads(again.stdout)["gamma"] == summary["gamma"]

@@ -278,9 +278,9 @@ def test_help_listing_and_bad_options_start_without_torch(args):
 
 
 def test_a_missing_draft_fails_before_the_target_loads(tmp_path, task_file, monkeypatch):
-    import specbench.measure.runner as runner
+    import specbench.measure.planning as planning
 
-    monkeypatch.setattr(runner, "Session", lambda *a, **k: pytest.fail("loaded the target before checking the draft"))
+    monkeypatch.setattr(planning, "Session", lambda *a, **k: pytest.fail("loaded the target before checking the draft"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     target = tmp_path / "target"
     target.mkdir()

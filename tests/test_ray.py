@@ -175,12 +175,12 @@ def test_pairs_and_prompt_length_buckets_under_ray_equal_the_local_sweep(cluster
 
 def test_a_worker_holds_one_target_at_a_time(monkeypatch):
     """A worker keeps its last target for the next cell of that target and frees it before loading another."""
-    import specbench.measure.runner as runner
+    import specbench.measure.engines as engines
+    from specbench.config import RunConfig
     from specbench.measure.executors.ray_cluster import CellWorker
-    from specbench.measure.runner import RunConfig
 
     loaded = []
-    monkeypatch.setattr(runner, "Session", lambda target, *rest: loaded.append(target) or f"session:{target}")
+    monkeypatch.setattr(engines, "Session", lambda target, *rest: loaded.append(target) or f"session:{target}")
     worker, g = (
         CellWorker(),
         SweepGrid.from_specs(target="a", draft="prompt-lookup", gamma="1", temperature="0", task="t"),
@@ -194,9 +194,9 @@ def test_the_worker_measures_its_cell_without_planning_the_sweep_again(tiny, tmp
     the cell's last change; the driver planned the sweep, so the worker loads no task list and writes no sweep.json
     (each of those was a fixed cost per cell under Ray)."""
     import specbench.measure.sweep as sweep_module
+    from specbench.measure.engines import Session
     from specbench.measure.executors.mirror import apply, folder_files
     from specbench.measure.executors.ray_cluster import measure_in_scratch
-    from specbench.measure.runner import Session
     from specbench.measure.sweep import BaselineStore, baseline_file, cell_ids
 
     g = grid(tiny, draft="prompt-lookup", gamma="2")
@@ -238,12 +238,13 @@ def test_every_torch_call_of_a_worker_runs_on_one_thread(tiny, tmp_path, monkeyp
     """The actor loads its target and decodes every cell on one long-lived thread: a second thread opening OpenMP
     regions gives the process a second team of threads and libgomp then throttles their spin-wait (each forward of
     the tiny model 2.6 → 8.5 ms on 2 cores). Checked by the thread each step runs on, not by time."""
+    import specbench.measure.engines as engines
     import specbench.measure.runner as runner
     from specbench.measure.executors.ray_cluster import CellWorker
     from specbench.measure.sweep import baseline_file, cell_ids
 
     threads = []
-    real_session, real_execute = runner.Session, runner.execute_run
+    real_session, real_execute = engines.Session, runner.execute_run
 
     def session(*args, **kwargs):
         threads.append(("load", threading.get_ident()))
@@ -253,7 +254,7 @@ def test_every_torch_call_of_a_worker_runs_on_one_thread(tiny, tmp_path, monkeyp
         threads.append(("cell", threading.get_ident()))
         return real_execute(*args, **kwargs)
 
-    monkeypatch.setattr(runner, "Session", session)
+    monkeypatch.setattr(engines, "Session", session)
     monkeypatch.setattr(runner, "execute_run", execute)
     g = grid(tiny, draft="prompt-lookup", gamma="1,2")
     root = tmp_path / "driver" / "sweep"

@@ -20,7 +20,7 @@ import yaml
 
 from specbench.config import RunConfig
 from specbench.errors import SpecbenchError
-from specbench.measure import runner, sweep
+from specbench.measure import run_folder, sweep
 from specbench.measure.tidy_table import export_frames
 from specbench.measure.metrics import summarize
 from specbench.measure.records import (
@@ -226,9 +226,9 @@ def test_manifest_json(tmp_path):
         where = f"manifest.json {kind} #{i}"
         (run / "manifest.json").write_bytes(data)
         one_line_or_ok(lambda: read_manifest(run / "manifest.json", "use another --run-id"), where)
-        old = one_line_or_ok(lambda: runner.read_manifest(RunFiles(run)), where)
+        old = one_line_or_ok(lambda: run_folder.read_manifest(RunFiles(run)), where)
         if isinstance(old, dict):
-            one_line_or_ok(lambda: runner.check_resumable(RunFiles(run), good, old), where)
+            one_line_or_ok(lambda: run_folder.check_resumable(RunFiles(run), good, old), where)
         frame, notes = one_line_or_ok(lambda: export_frames([run], examples=False), where)
         assert len(frame) == 1, where  # the summary still exports; a bad manifest only empties its columns
 
@@ -285,8 +285,8 @@ def test_probe_files(tmp_path, name):
     for kind, i, data in each_case(name, valid, jsonl=True):
         where = f"{name} {kind} #{i}"
         (run / name).write_bytes(data)
-        probes = one_line_or_ok(lambda: runner.read_probes(run), where)
-        drift = one_line_or_ok(lambda: runner.baseline_drift(RunFiles(run)), where)
+        probes = one_line_or_ok(lambda: run_folder.read_probes(run), where)
+        drift = one_line_or_ok(lambda: run_folder.baseline_drift(RunFiles(run)), where)
         one_line_or_ok(lambda: summarize(json.loads(valid_examples()), 3, True, probes, drift), where)
 
 

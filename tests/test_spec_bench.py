@@ -25,6 +25,7 @@ from specbench.decoding.drafts.prompt_lookup import lookup_continuation
 from specbench.decoding.drafts.spec import parse_draft
 from specbench.errors import SpecbenchError
 from specbench.measure import turns as turns_mod
+from specbench.measure.engines import Prepared, Session
 from specbench.measure.tidy_table import pass_tokens, spec_bench_files
 from specbench.measure.metrics import spec_bench_metrics
 from specbench.measure.records import read_examples
@@ -187,7 +188,7 @@ class FakeTarget:
 def test_the_second_turn_carries_the_engines_own_first_answer():
     spec = load_task("spec-bench")  # chat_template: true
     tok = ChatTokenizer()
-    item = runner.Prepared(Example("writing:1", "first question", None, ("second question",)), [1, 5, 6])
+    item = Prepared(Example("writing:1", "first question", None, ("second question",)), [1, 5, 6])
     seen = []
 
     def decode(prompt_ids, seed, max_new):
@@ -226,7 +227,7 @@ def test_the_second_turn_carries_the_engines_own_first_answer():
 
 def test_a_one_turn_example_is_one_plain_decode():
     calls = []
-    item = runner.Prepared(Example("qa:9", "q", None), [1, 2])
+    item = Prepared(Example("qa:9", "q", None), [1, 2])
     result = DecodeResult([7], "eos", 0.1, 0.2)
     out = turns_mod.ask_turns(lambda *a: calls.append(a) or result, item, 5, 3, None, None, [])
     assert out is result and calls == [([1, 2], 5, 3)]
@@ -234,7 +235,7 @@ def test_a_one_turn_example_is_one_plain_decode():
 
 def test_batches_refuse_multi_turn_questions():
     with pytest.raises(SpecbenchError, match="use --batch-size 1"):
-        turns_mod.refuse_batched_turns([runner.Prepared(Example("w:1", "a", None, ("b",)), [1])])
+        turns_mod.refuse_batched_turns([Prepared(Example("w:1", "a", None, ("b",)), [1])])
 
 
 # --------------------------------------------------------------------------- peers' metrics and the answer files
@@ -277,8 +278,8 @@ def test_mat_draft_acceptance_rate_and_mean_of_rates_speedup():
     assert out["spec_bench_speedup"] == pytest.approx(((5 + 2) / 2) / ((2.5 + 2) / 2))  # not Σ tokens / Σ s (1.5)
 
 
-class FakeSession(runner.Session):
-    """A runner.Session over a tiny random Llama with the round-trip tokenizer; prompt lookup drafts (hf rule)."""
+class FakeSession(Session):
+    """A Session over a tiny random Llama with the round-trip tokenizer; prompt lookup drafts (hf rule)."""
 
     def __init__(self, *args, **kwargs):
         self.target = wrap_model("tiny-target", tiny_llama(0), RoundTripTokenizer())

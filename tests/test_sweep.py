@@ -9,6 +9,7 @@ import pytest
 from conftest import tiny_llama
 from typer.testing import CliRunner
 
+import specbench.measure.engines as engines
 import specbench.measure.runner as runner
 from specbench.cli import app
 from specbench.decoding.backend import ForwardBackend
@@ -28,7 +29,7 @@ from specbench.measure.sweep import (
 )
 from specbench.models import wrap_model
 
-MAX_NEW = 5  # differs from runner.WARMUP_TOKENS (8), so warm-up calls are told apart from measured ones
+MAX_NEW = 5  # differs from engines.WARMUP_TOKENS (8), so warm-up calls are told apart from measured ones
 PROMPTS = [
     "The quick brown fox jumps over the lazy dog.",
     "Speculative decoding drafts and verifies.",
@@ -50,8 +51,8 @@ class StubTokenizer:
         return " ".join(f"t{i}" for i in ids)
 
 
-class FakeSession(runner.Session):
-    """A runner.Session over tiny random Llamas: a target, a model draft and prompt lookup."""
+class FakeSession(engines.Session):
+    """An engines.Session over tiny random Llamas: a target, a model draft and prompt lookup."""
 
     instances = 0
 
@@ -80,7 +81,7 @@ def task_file(tmp_path) -> str:
 def baseline_calls(monkeypatch) -> list:
     """Count measured baseline decodes (warm-up ones and the per-cell drift probe excluded)."""
     calls, probing = [], []
-    real, real_probe = runner.decode_autoregressive, runner.probe_shared_baseline
+    real, real_probe = engines.decode_autoregressive, runner.probe_shared_baseline
 
     def counting(*args, **kwargs):
         if kwargs["max_new_tokens"] == MAX_NEW and not probing:
@@ -94,7 +95,7 @@ def baseline_calls(monkeypatch) -> list:
         finally:
             probing.pop()
 
-    monkeypatch.setattr(runner, "decode_autoregressive", counting)
+    monkeypatch.setattr(engines, "decode_autoregressive", counting)
     monkeypatch.setattr(runner, "probe_shared_baseline", probe)
     return calls
 
@@ -298,7 +299,7 @@ def test_finished_sweep_reruns_without_loading_models(tmp_path, task_file, monke
     def no_models(*args, **kwargs):
         raise AssertionError("a finished sweep must not load models")
 
-    monkeypatch.setattr(runner, "Session", no_models)
+    monkeypatch.setattr(engines, "Session", no_models)
     plan, cells = [], []
     out = run_sweep(
         grid,
@@ -369,7 +370,7 @@ def test_cli_bad_grid_is_one_line(gamma, tmp_path):
 
 
 def test_cli_sweep_runs_and_resumes(tmp_path, task_file, monkeypatch):
-    monkeypatch.setattr(runner, "Session", FakeSession)
+    monkeypatch.setattr(engines, "Session", FakeSession)
     args = [
         "sweep",
         "--target",

@@ -12,14 +12,14 @@ import pytest
 from test_sweep import MAX_NEW, PROMPTS, FakeSession, StubTokenizer, make_grid, task_file  # noqa: F401 (fixture)
 from typer.testing import CliRunner
 
-import specbench.measure.runner as runner
+import specbench.measure.planning as planning
 import specbench.models.loading as loading
 from specbench.cli import app
 from specbench.config import RunConfig
 from specbench.errors import SpecbenchError
 from specbench.measure.buckets import bucket_of, bucket_thresholds, choose_bucket, short_bucket_note
+from specbench.measure.planning import run_id_for
 from specbench.measure.records import read_records
-from specbench.measure.runner import run_id_for
 from specbench.measure.sweep import (
     SweepGrid,
     baseline_key,
@@ -188,8 +188,8 @@ def test_bucket_axis_measures_each_bucket_and_records_thresholds(tmp_path, task_
 
 
 def test_run_prompt_length_long_on_the_cli(tmp_path, task_file, stub_tokenizer, monkeypatch):
-    monkeypatch.setattr(runner, "Session", FakeSession)
-    monkeypatch.setattr(runner, "check_model_sources", lambda config: None)
+    monkeypatch.setattr(planning, "Session", FakeSession)
+    monkeypatch.setattr(planning, "check_model_sources", lambda config: None)
     args = [
         "run",
         "--target",
@@ -242,7 +242,7 @@ def test_pairs_load_each_target_once_and_keep_baselines_apart(tmp_path, task_fil
     assert grid.targets == ("tiny-a", "tiny-b") and grid.target == ""
     targets_in_order = [c.target for c in grid.configs()]
     assert targets_in_order == sorted(targets_in_order)  # grouped by target
-    import specbench.measure.runner as r
+    import specbench.measure.engines as r
 
     original = r.Session
     r.Session = TargetSession

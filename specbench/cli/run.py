@@ -143,7 +143,7 @@ def run(
         max_memory=max_memory,
         prompt_length=prompt_length.strip().lower(),
     ).validate()
-    from specbench.measure.runner import prepare_run  # torch: after the options are checked, so bad ones fail fast
+    from specbench.measure.planning import prepare_run  # torch: after the options are checked, so bad ones fail fast
 
     quiet_transformers()
     with console.status("loading task and models") as status:

@@ -41,7 +41,6 @@ from specbench.evidence.equality import LEVEL, CheckResult, gof_check, homogenei
 from specbench.files import atomic_write_text
 from specbench.measure.metrics import first_divergence
 from specbench.measure.records import prepare_run_dir
-from specbench.measure.runner import Session, prepare_examples
 from specbench.tasks.specs import load_task, select_examples
 
 Engine = Callable[[list[int], torch.Generator | None], list[int]]  # (prompt ids, generator) → generated ids
@@ -52,6 +51,7 @@ CHECKS_SCHEMA_VERSION = 1
 
 def engines(
     target_model: torch.nn.Module,
+from specbench.measure.engines import Session, prepare_examples
     proposer_factory: ProposerFactory,
     gammas: Sequence[int],
     *,

@@ -20,21 +20,21 @@ from dataclasses import asdict
 from specbench.decoding.base import DecodeResult
 from specbench.evidence.numerics import explain_example
 from specbench.files import append_jsonl
-from specbench.measure.metrics import first_divergence
-from specbench.measure.records import SCHEMA_VERSION, EngineRecord, ExampleRecord, append_record, engine_dict
-from specbench.measure.runner import (
+from specbench.measure.engines import (
     WARMUP_TOKENS,
     Engines,
     Prepared,
-    RunPlan,
     engine_order,
     engine_record,
     example_seed,
     make_generator,
     merge_repeats,
     probe_target,
-    write_summary,
 )
+from specbench.measure.metrics import first_divergence
+from specbench.measure.planning import RunPlan
+from specbench.measure.records import SCHEMA_VERSION, EngineRecord, ExampleRecord, append_record, engine_dict
+from specbench.measure.run_folder import write_summary
 
 
 def batch_groups(prepared: list[Prepared], batch_size: int) -> list[list[Prepared]]:

@@ -540,7 +540,7 @@ def bucket_key(config: RunConfig) -> str:
 def _bucket_info(grid: SweepGrid) -> dict:
     """n examples, their hash and the bucket's record per (target, task, prompt-length bucket), from the target's
     tokenizer alone (no weights): {} when the grid has no buckets, so sweep.json stays as before buckets."""
-    from specbench.measure.runner import select_run_examples
+    from specbench.measure.planning import select_run_examples
     from specbench.tasks.specs import examples_hash, load_task
 
     info = {}
@@ -668,7 +668,8 @@ def run_sweep(
     executor: None runs the cells here, one after another; an executor from measure/executors
     (Ray) runs them on its workers and streams their records back to be written here.
     """
-    from specbench.measure.runner import Session, execute_run
+    from specbench.measure.engines import Session
+    from specbench.measure.runner import execute_run
 
     grid.validate()
     results_dir = check_results_dir(results_dir)

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from specbench.decoding.base import DecodeResult
 from specbench.errors import SpecbenchError
+from specbench.measure.engines import engine_record, merge_repeats
 from specbench.measure.metrics import first_divergence
 
 Decode = Callable[[list[int], int, int], DecodeResult]  # (prompt ids, seed, max_new_tokens) → result
@@ -46,8 +47,6 @@ class TurnLog:
         """The record's `turns` field: per turn, each engine's EngineRecord (repeats merged, as the runner merges
         whole examples) and its prompt length; None for a one-turn question. A sweep's shared baseline is
         not decoded again, so its turns are null there."""
-        from specbench.measure.runner import engine_record, merge_repeats
-
         spec = self.runs["speculative"]
         if not spec or len(spec[0]) < 2:
             return None

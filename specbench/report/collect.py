@@ -303,7 +303,7 @@ def _read_manifest(run_dir: Path, data: ReportData) -> Manifest:
 
 def _read_probes(run_dir: Path, data: ReportData) -> list[float]:
     """The run's noise probes (ms); each unusable line (records.noise_probe_problem) is listed as skipped."""
-    from specbench.measure.runner import read_probes
+    from specbench.measure.run_folder import read_probes
 
     probes, msgs = _captured(read_probes, run_dir)
     _skip_warnings(data, msgs, run_dir / "noise_probes.jsonl")
@@ -313,7 +313,7 @@ def _read_probes(run_dir: Path, data: ReportData) -> list[float]:
 def _read_drift(run_dir: Path, row: dict, data: ReportData) -> float | None:
     """The shared baseline's drift from baseline_probes.jsonl, else the summary's own value."""
     from specbench.measure.records import RunFiles
-    from specbench.measure.runner import baseline_drift
+    from specbench.measure.run_folder import baseline_drift
 
     try:
         drift, msgs = _captured(baseline_drift, RunFiles(run_dir))

@@ -131,7 +131,7 @@ class CellWorker:
     def session(self, grid, config):
         """The cell's target loaded once: kept for the next cell of the same target, freed before another loads
         (a sweep of --pair holds one target per worker at a time, as a local sweep does)."""
-        from specbench.measure.runner import Session
+        from specbench.measure.engines import Session
         from specbench.measure.sweep import release_memory
 
         key = (

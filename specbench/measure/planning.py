@@ -1,0 +1,419 @@
+"""Planning a run: everything decided and checked before the first timed decode.
+
+`prepare_run` validates the config, chooses the examples (the task's seeded order or a prompt-length bucket),
+loads the models, resolves `auto` values (calibrate each candidate dtype, pilot each candidate draft on untimed
+examples, choose: measure/choose.py), calibrates the target's pass cost, and writes the run folder's manifest. Every
+bad input fails here, fast, before anything is timed; the result is a `RunPlan` that the measure loop (runner.py)
+only executes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from specbench.config import (
+    AUTO,
+    RunConfig,
+    batch_suffix,
+    check_batch_size,
+    check_gamma_budget,
+    check_gamma_context,
+    check_id,
+    check_results_dir,
+    prompt_length_suffix,
+)
+from specbench.decoding.base import Proposer
+from specbench.decoding.drafts.spec import parse_draft
+from specbench.decoding.speculative import decode_speculative
+from specbench.errors import SpecbenchError
+from specbench.measure.buckets import PROMPT_POOL, BucketChoice, choose_bucket, short_bucket_note
+from specbench.measure.choose import AutoChoice, PilotResult, choose, needs_choice, pilot_from_results, resolved_config
+from specbench.measure.engines import (
+    Prepared,
+    Session,
+    example_seed,
+    make_generator,
+    prepare_examples,
+    prompt_token_ids,
+)
+from specbench.measure.records import (
+    RunFiles,
+    environment_info,
+    prepare_run_dir,
+)
+from specbench.measure.run_folder import check_resumable, first_manifest, read_manifest, write_manifest
+from specbench.models import resolve_source
+from specbench.models.shipped import shipped_draft_dir
+from specbench.tasks.specs import Example, TaskSpec, load_task, select_examples
+
+PILOT_EXAMPLES = 6  # at most this many untimed examples per draft for the auto choices' α estimate …
+PILOT_MIN_STEPS = 48  # … stopping once this many verified steps were seen (2 short examples gave α 0.80–0.94)
+
+
+@dataclass
+class RunPlan:
+    """Everything a run needs, validated and loaded, before any timing starts."""
+
+    config: RunConfig  # resolved (auto values replaced by the choices); the manifest keeps the requested one
+    spec: TaskSpec
+    files: RunFiles
+    manifest: dict
+    session: Session
+    prepared: list[Prepared]
+    max_new_tokens: int
+    proposer: Proposer  # the draft, fitted on the task's prompts where it fits anything
+    choice: AutoChoice | None = None  # calibration, pilot and reasons behind auto values / the adaptive policy
+
+
+def select_run_examples(spec: TaskSpec, config: RunConfig, tokenizer=None) -> tuple[list[Example], BucketChoice | None]:
+    """The run's examples: the task's first --limit in its seeded order, or (--prompt-length short/medium/long) the
+    first --limit of that bucket of the candidate pool (measure/buckets.py), with the bucket's record.
+
+    `tokenizer` (the target's) is needed only for a bucket; None loads it, without the model."""
+    if config.prompt_length == "all":
+        return select_examples(spec, config.limit, config.seed), None
+    if tokenizer is None:
+        from specbench.models.loading import load_tokenizer
+
+        tokenizer = load_tokenizer(config.target, config.trust_remote_code)
+    pool = select_examples(spec, PROMPT_POOL, config.seed)
+    choice = choose_bucket(
+        [len(prompt_token_ids(spec, e.prompt, tokenizer)) for e in pool], config.prompt_length, config.limit
+    )
+    note = short_bucket_note(choice, config.limit)
+    if note:
+        warnings.warn(note, stacklevel=1)  # one line (CLI); issued here for every caller, so a repeat is shown once
+    return [pool[i] for i in choice.indices], choice
+
+
+def run_id_for(config: RunConfig) -> str:
+    """A readable, deterministic id: rerunning the same command resumes the same run directory."""
+    digest = hashlib.sha256(repr(sorted(config.to_dict().items())).encode()).hexdigest()[:8]
+    s = config.sampling
+    stem = f"{Path(config.task).stem}-{Path(config.draft).name}-g{config.gamma}-t{s.temperature:g}"
+    stem += batch_suffix(config) + prompt_length_suffix(config)
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", f"{stem}-{digest}")
+
+
+def check_run_inputs(
+    config: RunConfig, results_dir: str | Path, run_id: str | None, check_sources: bool = True, tokenizer=None
+) -> tuple[TaskSpec, list[Example], int, RunFiles, BucketChoice | None]:
+    """Every check that needs no model: the config, the ids and results folder, the task, γ against the
+    token budget, the prompt-length bucket (the target's tokenizer only). Only then is --results-dir created (to
+    fail fast if it cannot be written); the run folder itself waits for write_manifest, so a run refused on bad
+    input leaves nothing behind."""
+    config.validate()
+    results = check_results_dir(results_dir)
+    if run_id is not None:
+        check_id(run_id, "--run-id")
+    spec = load_task(config.task)
+    max_new = config.max_new_tokens or spec.max_new_tokens
+    check_gamma_budget(config.gamma, max_new)
+    if check_sources:  # a caller's session already holds the target and builds its drafts
+        check_model_sources(config)
+    examples, bucket = select_run_examples(spec, config, tokenizer)
+    check_batch_size(config.batch_size, len(examples))
+    return spec, examples, max_new, RunFiles(prepare_run_dir(results) / (run_id or run_id_for(config))), bucket
+
+
+def check_model_sources(config: RunConfig) -> None:
+    """Target and draft model exist (preset, folder, .gguf, reachable or cached hub id) before the target loads,
+    so a misspelt --draft fails in a second rather than after the target's load."""
+    resolve_source(config.target)
+    if config.draft == AUTO:
+        return
+    draft = parse_draft(config.draft)
+    if draft.model == "distilled":
+        shipped_draft_dir(config.target)
+    elif draft.model is not None:
+        resolve_source(draft.model)
+
+
+def pilot_examples(spec: TaskSpec, config: RunConfig, examples: list[Example]) -> list[Example]:
+    """The examples the auto choices pilot on: the next ones after the run's in the task's seeded
+    order, so no timed example steers the choice; the run's first ones when the task has no more."""
+    more = select_examples(spec, config.limit + PILOT_EXAMPLES, config.seed)[len(examples) :]
+    return more or examples[:PILOT_EXAMPLES]
+
+
+def calibration_k_max(config: RunConfig) -> int:
+    """Pass sizes to calibrate: up to gamma_max + 1 (the curve the report plots and auto/adaptive need);
+    under the compiled backend with a fixed γ only the γ + 1 shapes that are compiled anyway."""
+    if config.backend == "compiled" and isinstance(config.gamma, int):
+        return config.gamma + 1
+    return max(config.draft_gamma, config.gamma_max) + 1
+
+
+def prime_for_calibration(session: Session, proposer: Proposer, capacity: int, k_max: int) -> None:
+    """Non-eager backends: size the static caches for the whole run and compile the pass shapes
+    before calibrating, so the curve is the one the run will see (a no-op for eager)."""
+    if session.backend == "eager":
+        return
+    target = session.target_lm()
+    target.backend.reserve(capacity)
+    target.prime(k_max, all_logits=True)
+    for draft in proposer.model_caches():
+        draft.backend.reserve(capacity)
+        draft.prime(k_max, all_logits=False)
+
+
+def run_pilot(
+    session: Session, config: RunConfig, draft: str, pilot: list[Prepared], corpus: list[list[int]], max_new_tokens: int
+) -> PilotResult:
+    """Decode pilot examples with `draft` at γ = gamma_max (untimed by the run) until PILOT_MIN_STEPS verified
+    steps were seen → α per position, the lookup law."""
+    key = (
+        draft,
+        tuple(p.example.id for p in pilot),
+        config.sampling,
+        max_new_tokens,
+        config.gamma_max,
+        config.draft_confidence,
+    )
+    if key in session.pilots:
+        return session.pilots[key]
+    proposer = session.proposer(draft, corpus)
+    t = session.target
+    results, lookups = [], None if proposer.lookup_history() is None else []  # [] for a lookup-then-model draft
+    for item in pilot:
+        if sum(len(r.accept_lengths) for r in results) >= PILOT_MIN_STEPS:
+            break
+        res = decode_speculative(
+            session.target_lm(),
+            proposer,
+            item.prompt_ids,
+            gamma=config.gamma_max,
+            max_new_tokens=max_new_tokens,
+            sampling=config.sampling,
+            generator=make_generator(t.device, example_seed(config.seed, item.example.id)),
+            eos_ids=t.eos_ids,
+            decoder_start_id=t.decoder_start_id,
+            min_confidence=config.draft_confidence,
+        )
+        results.append(res)
+        if lookups is not None:
+            lookups.extend(proposer.lookup_history())
+    lookup_only = parse_draft(draft).model_free
+    session.pilots[key] = pilot_from_results(
+        draft, results, lookups, lookup_only, [p.example.id for p in pilot[: len(results)]]
+    )
+    return session.pilots[key]
+
+
+def available_drafts(target_spec: str) -> list[str]:
+    """The drafts `--draft auto` compares for a target: prompt lookup always; the distilled draft and
+    lookup+distilled where drafts/ ships one; a paired preset draft (and lookup+it) where installed."""
+    from specbench.models import PAIRED_DRAFTS, preset_installed
+
+    drafts = ["prompt-lookup"]
+    try:
+        shipped_draft_dir(target_spec)
+        drafts += ["distilled", "lookup+distilled"]
+    except SpecbenchError:
+        pass
+    for name in PAIRED_DRAFTS.get(Path(target_spec).name, ()):
+        if preset_installed(name):
+            drafts += [name, f"lookup+{name}"]
+    return drafts
+
+
+def choose_on_this_machine(
+    config: RunConfig,
+    spec: TaskSpec,
+    examples: list[Example],
+    pilot: list[Example],
+    max_new: int,
+    session: Session | None,
+    on_status: Callable[[str], None],
+) -> tuple[AutoChoice, Session]:
+    """Load the target in each candidate dtype, calibrate, pilot each candidate draft, choose (measure/choose.py)."""
+    from specbench.measure.hardware import bf16_support
+    from specbench.models import resolve_device
+
+    bf16_note = None
+    if config.dtype == AUTO:
+        ok, bf16_note = bf16_support(resolve_device(config.device).type)
+        dtypes = ["float32", "bfloat16"] if ok else ["float32"]
+    else:
+        dtypes = [config.dtype]
+    sessions: dict[str, Session] = {}
+
+    def session_for(dtype: str) -> Session:
+        if dtype not in sessions:
+            on_status(f"loading the target in {dtype}")
+            sessions[dtype] = (
+                session
+                if session is not None and session.dtype == dtype
+                else Session(
+                    config.target,
+                    config.device,
+                    dtype,
+                    config.trust_remote_code,
+                    config.backend,
+                    config.device_map,
+                    config.max_memory,
+                )
+            )
+        return sessions[dtype]
+
+    first = session_for(dtypes[-1])
+    prepared = prepare_examples(spec, examples, first.target, max_new)
+    corpus = [p.prompt_ids for p in prepared]
+    pilot_prepared = prepare_examples(spec, pilot, first.target, max_new)
+    drafts = available_drafts(config.target) if config.draft == AUTO else [config.draft]
+    k_max = calibration_k_max(config)
+    capacity = max(len(p.prompt_ids) for p in prepared + pilot_prepared) + max_new + k_max
+
+    def calibrate_dtype(dtype: str, drafts: list[str]):
+        s = session_for(dtype)
+        for d in drafts:
+            prime_for_calibration(s, s.proposer(d, corpus), capacity, k_max)
+        on_status(f"calibrating {dtype}: target passes over 1..{k_max} tokens, draft tokens")
+        curve = s.calibrate(corpus, k_max, max_new)
+        return curve, {d: ms for d in drafts if (ms := s.draft_token_ms(d, corpus, max_new)) is not None}
+
+    def pilot_draft(draft: str) -> PilotResult:
+        on_status(f"pilot: {draft} on {len(pilot_prepared)} untimed examples")
+        return run_pilot(first, config, draft, pilot_prepared, corpus, max_new)
+
+    choice = choose(
+        config,
+        dtypes=dtypes,
+        drafts=drafts,
+        calibrate_dtype=calibrate_dtype,
+        pilot=pilot_draft,
+        bf16_note=bf16_note if config.dtype == AUTO else None,
+    )
+    return choice, sessions[choice.dtype]
+
+
+def prepare_run(
+    config: RunConfig,
+    results_dir: Path,
+    *,
+    run_id: str | None = None,
+    session: Session | None = None,
+    on_status: Callable[[str], None] = lambda msg: None,
+) -> RunPlan:
+    """Validate the config, load task and models, calibrate, resolve auto choices, check the run folder:
+    every bad input fails here, fast, and nothing here is timed into the result."""
+    spec, examples, max_new, files, bucket = check_run_inputs(
+        config,
+        results_dir,
+        run_id,
+        check_sources=session is None,
+        tokenizer=session.target.tokenizer if session is not None and config.prompt_length != "all" else None,
+    )
+    manifest = first_manifest(files, config, spec, examples, max_new, bucket)
+    old = read_manifest(files)
+    check_resumable(files, manifest, old)
+    choice = None
+    if needs_choice(config):
+        if old.get("auto"):  # a resumed run keeps the choices its first examples were measured with
+            choice = AutoChoice.from_dict(old["auto"])
+            if session is None or session.dtype != choice.dtype:
+                session = Session(
+                    config.target,
+                    config.device,
+                    choice.dtype,
+                    config.trust_remote_code,
+                    config.backend,
+                    config.device_map,
+                    config.max_memory,
+                )
+        else:
+            choice, session = choose_on_this_machine(
+                config, spec, examples, pilot_examples(spec, config, examples), max_new, session, on_status
+            )
+        run_config = resolved_config(config, choice)
+    else:
+        run_config = config
+        if session is None:
+            on_status("loading task and models")
+            session = Session(
+                config.target,
+                config.device,
+                config.dtype,
+                config.trust_remote_code,
+                config.backend,
+                config.device_map,
+                config.max_memory,
+            )
+    if session.backend != config.backend:
+        raise SpecbenchError(
+            f"this session runs --backend {session.backend}, the run asks for {config.backend}; "
+            f"load a session per backend"
+        )
+    if session.dtype != run_config.dtype:
+        raise SpecbenchError(
+            f"this session holds the target in {session.dtype}, the run asks for {run_config.dtype}; "
+            f"load a session per dtype"
+        )
+    target = session.target
+    check_gamma_context(calibration_k_max(run_config), target.max_positions)
+    prepared = prepare_examples(spec, examples, target, max_new)
+    corpus = [p.prompt_ids for p in prepared]
+    # load (and check) the draft before any timing; frequency drafts fit on the run's prompts
+    proposer = session.proposer(run_config.draft, corpus=corpus)
+    if run_config.engine == "hf-assisted" and proposer.hf_assistant() is None:  # before the run folder exists
+        raise SpecbenchError(
+            "--engine hf-assisted needs a model draft (HF's assistant_model); pick a model for --draft"
+        )
+    if old.get("calibration"):
+        calibration = old["calibration"]
+    else:
+        k_max = calibration_k_max(run_config)
+        prime_for_calibration(session, proposer, max(len(p.prompt_ids) for p in prepared) + max_new + k_max, k_max)
+        on_status(f"calibrating: target passes over 1..{k_max} tokens")
+        # the session's curve is shared by every cell of a sweep: this run's draft goes on a copy
+        curve = dataclasses.replace(
+            session.calibrate(corpus, k_max, max_new),
+            draft=run_config.draft,
+            draft_ms=session.draft_token_ms(run_config.draft, corpus, max_new),
+        )
+        calibration = curve.to_dict()
+    manifest["models"] = {
+        "target": {
+            "spec": config.target,
+            "params": target.n_params,
+            "dtype": str(target.dtype),
+            "vocab_size": target.vocab_size,
+            "device": str(target.device),
+        },
+        "draft": {"spec": run_config.draft},
+    }
+    manifest["calibration"] = calibration
+    if choice is not None:
+        manifest["auto"] = choice.to_dict()
+    manifest.update(batch_calibration(session, run_config, corpus, max_new, old, on_status))
+    manifest.update(environment_info())
+    manifest["created"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    manifest = write_manifest(files, manifest, old)
+    return RunPlan(run_config, spec, files, manifest, session, prepared, max_new, proposer, choice)
+
+
+def batch_calibration(
+    session: Session,
+    config: RunConfig,
+    corpus: list[list[int]],
+    max_new: int,
+    old: dict,
+    on_status: Callable[[str], None],
+) -> dict:
+    """{"batch_calibration": t(B, k), k = 1..γ+1} for a run at --batch-size B > 1 (calibration.calibrate_batch, once
+    per session; a resumed run keeps its first one); {} at batch 1, whose manifest is as before batches."""
+    if config.batch_size == 1:
+        return {}
+    if old.get("batch_calibration"):
+        return {"batch_calibration": old["batch_calibration"]}
+    on_status(f"calibrating: batched target passes, {config.batch_size} rows × 1..{config.gamma + 1} tokens")
+    return {
+        "batch_calibration": session.calibrate_batch(config.draft, corpus, config.batch_size, config.gamma + 1, max_new)
+    }
