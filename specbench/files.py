@@ -105,7 +105,7 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def atomic_write_json(path: Path, obj) -> None:
     """Strict JSON (NaN and infinities are written as null, so every reader can load the file)."""
-    atomic_write_text(path, json.dumps(finite(obj), indent=2, default=str, allow_nan=False) + "\n")
+    atomic_write_text(path, json.dumps(json_finite(obj), indent=2, default=str, allow_nan=False) + "\n")
 
 
 def atomic_write_jsonl(path: Path, rows: Iterable[dict]) -> int:
@@ -116,7 +116,7 @@ def atomic_write_jsonl(path: Path, rows: Iterable[dict]) -> int:
         nonlocal count
         with tmp.open("w", encoding="utf-8") as fh:
             for row in rows:
-                fh.write(json.dumps(finite(row), ensure_ascii=False, allow_nan=False) + "\n")
+                fh.write(json.dumps(json_finite(row), ensure_ascii=False, allow_nan=False) + "\n")
                 count += 1
 
     atomic_write_bytes(path, write)
@@ -127,7 +127,7 @@ def append_jsonl(path: Path, row: dict) -> None:
     """Append one JSON line and fsync it (a kill leaves at most a partial last line, which readers repair).
 
     A failed append (disk full) is truncated back to the last whole line, so a resume never sees it."""
-    append_jsonl_text(path, json.dumps(finite(row), allow_nan=False) + "\n")
+    append_jsonl_text(path, json.dumps(json_finite(row), allow_nan=False) + "\n")
 
 
 def append_jsonl_text(path: Path, lines: str) -> None:
@@ -202,14 +202,14 @@ def _after_last_newline(fd: int, size: int, block: int = 1 << 16) -> int:
     return 0
 
 
-def finite(obj):
+def json_finite(obj):
     """`obj` with every NaN or ±inf float replaced by None (JSON has no such numbers)."""
     if isinstance(obj, float):
         return obj if obj == obj and obj not in (float("inf"), float("-inf")) else None
     if isinstance(obj, dict):
-        return {k: finite(v) for k, v in obj.items()}
+        return {k: json_finite(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [finite(v) for v in obj]
+        return [json_finite(v) for v in obj]
     return obj
 
 

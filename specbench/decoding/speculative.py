@@ -15,12 +15,12 @@ from dataclasses import dataclass
 import torch
 
 from specbench.config import SamplingConfig
+from specbench.decoding.accept import verify_greedy, verify_sampling
 from specbench.decoding.autoregressive import clip_at_stop, prompt_split
 from specbench.decoding.base import DecodeResult, Proposal, Proposer, Verdict
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.gamma_policy import FixedGamma, GammaPolicy
 from specbench.decoding.sampling import next_token, processed_probs
-from specbench.decoding.accept import verify_greedy, verify_sampling
 from specbench.measure.timing import Clock
 
 
@@ -58,7 +58,7 @@ def decode_speculative(
     policy = FixedGamma(gamma) if isinstance(gamma, int) else gamma
     clock = Clock(target.devices)
     t0 = clock.now()
-    tokens = prefill(target, proposer, prompt_ids, max_new_tokens, sampling, generator, decoder_start_id)
+    tokens = prefill_both(target, proposer, prompt_ids, max_new_tokens, sampling, generator, decoder_start_id)
     out = tokens[-1:]
     t1 = clock.now()
     res = DecodeResult(token_ids=out, stop_reason="length", prefill_s=t1 - t0, decode_s=0.0)
@@ -77,7 +77,7 @@ def decode_speculative(
     return res
 
 
-def prefill(
+def prefill_both(
     target: CachedModel,
     proposer: Proposer,
     prompt_ids: list[int],

@@ -25,7 +25,7 @@ from specbench.errors import SpecbenchError
 
 
 @dataclass
-class Row:
+class TeacherRow:
     """One task example as token ids, ready for the teacher."""
 
     task: int  # index into the config's tasks
@@ -43,7 +43,7 @@ class Job:
     task: int
     heldout: bool
     prefix_doc: bool  # also emit the shared prefix as a document (once per task)
-    rows: list[Row]
+    rows: list[TeacherRow]
 
 
 # --------------------------------------------------------------------------- rows of a task
@@ -84,7 +84,7 @@ def task_rows(spec, preset: DistillPreset, task_index: int, tokenizer, eos_id: i
 
     max_new = min(spec.max_new_tokens, preset.max_new_tokens or spec.max_new_tokens)
 
-    def to_row(example) -> Row:
+    def to_row(example) -> TeacherRow:
         text = render_for_model(spec, example.prompt, tokenizer)
         templated = text != example.prompt
         prompt = tokenizer(text, add_special_tokens=not templated)["input_ids"]
@@ -92,7 +92,7 @@ def task_rows(spec, preset: DistillPreset, task_index: int, tokenizer, eos_id: i
         if example.reference and example.reference.strip():
             ref = example.reference if templated or text[-1:].isspace() else " " + example.reference
             reply = tokenizer(ref, add_special_tokens=False)["input_ids"] + ([eos_id] if eos_id is not None else [])
-        return Row(task=task_index, row_id=example.id, prompt=prompt, reply=reply, max_new=max_new)
+        return TeacherRow(task=task_index, row_id=example.id, prompt=prompt, reply=reply, max_new=max_new)
 
     rows = data.load_rows(spec.source)
     n = len(rows)
@@ -133,14 +133,16 @@ def common_prefix(seqs: list[list[int]]) -> int:
     return max(p, 0)
 
 
-def make_jobs(rows_by_task: list[tuple[list[Row], list[Row]]], preset: DistillPreset) -> tuple[list[Job], list[int]]:
+def make_jobs(
+    rows_by_task: list[tuple[list[TeacherRow], list[TeacherRow]]], preset: DistillPreset
+) -> tuple[list[Job], list[int]]:
     """Held-out jobs first, then training jobs; rows sorted by length within a task to limit padding."""
     prefixes = [common_prefix([r.prompt for r in train + held]) for train, held in rows_by_task]
     jobs: list[Job] = []
     for heldout in (True, False):
         for t, (train, held) in enumerate(rows_by_task):
             rows = sorted(held if heldout else train, key=lambda r: (len(r.prompt), r.row_id))
-            batch: list[Row] = []
+            batch: list[TeacherRow] = []
             first = not heldout
             for r in rows:
                 cost = len(r.prompt) - prefixes[t] + len(r.reply)

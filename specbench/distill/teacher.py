@@ -24,8 +24,8 @@ from pathlib import Path
 import torch
 
 from specbench.decoding.cached_model import cache_keyword
+from specbench.distill.plan import Job, Plan, TeacherRow, make_plan
 from specbench.distill.settings import WORK, DistillConfig, Event, Progress, pad_id
-from specbench.distill.plan import Job, Plan, Row, make_plan
 from specbench.distill.shards import KIND_ON_POLICY, KIND_PREFIX, KIND_REFERENCE, KIND_SAMPLED, Docs
 from specbench.errors import SpecbenchError
 from specbench.files import atomic_write_bytes, atomic_write_json, atomic_write_text, file_sha256
@@ -128,7 +128,7 @@ class Teacher:
         cache.batch_repeat_interleave(len(job.rows))
         return scored
 
-    def _score_prompts(self, rows: list[Row], P: int, cache) -> Prompts:
+    def _score_prompts(self, rows: list[TeacherRow], P: int, cache) -> Prompts:
         """One batched forward over the prompts after the prefix, left-padded: mask = [prefix | pads | prompt]."""
         dev, B = self.device, len(rows)
         suffixes = [r.prompt[P:] for r in rows]
@@ -150,7 +150,7 @@ class Teacher:
         # h[:, -1]: each row's last prompt position (left padding)
         return Prompts(mask=mask, last=pos[:, -1:], h_last=h[:, -1], idx=idx, lp=lp, bounds=bounds)
 
-    def _score_references(self, rows: list[Row], prompts: Prompts, cache, docs: Docs) -> int:
+    def _score_references(self, rows: list[TeacherRow], prompts: Prompts, cache, docs: Docs) -> int:
         """Score each row's human reference after its prompt (on a copy of the cache) → positions labelled."""
         dev, B = self.device, len(rows)
         rcache = copy.deepcopy(cache)
@@ -212,7 +212,9 @@ class Teacher:
                 )
         return gen_tokens
 
-    def _continue(self, cache, mask, last, nxt, rows: list[Row], generator: torch.Generator, sample: torch.Tensor):
+    def _continue(
+        self, cache, mask, last, nxt, rows: list[TeacherRow], generator: torch.Generator, sample: torch.Tensor
+    ):
         """Continue every row from its first new token `nxt` [B] until EOS or its max_new, greedily or (rows
         flagged in `sample`) by drawing; finished rows leave the batch (their cache rows are dropped).
         → (tokens per row, top-k ids and log-probs per step and row, forwards run)."""
