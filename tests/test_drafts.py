@@ -26,6 +26,7 @@ import torch
 from conftest import VOCAB, small_llama, tiny_llama, tiny_t5
 
 from specbench.config import SamplingConfig
+from specbench.decoding.accept import verify_sampling
 from specbench.decoding.autoregressive import decode_autoregressive
 from specbench.decoding.base import Proposal
 from specbench.decoding.cached_model import CachedModel
@@ -37,7 +38,6 @@ from specbench.decoding.drafts.prompt_lookup import PromptLookupDraft
 from specbench.decoding.drafts.spec import DraftSpec, parse_draft
 from specbench.decoding.sampling import processed_probs, sample
 from specbench.decoding.speculative import decode_speculative
-from specbench.decoding.accept import verify_sampling
 from specbench.errors import SpecbenchError
 from specbench.evidence.equality import gof_check
 from specbench.models import wrap_model

@@ -16,7 +16,6 @@ from test_cli import CORPUS, save_tiny
 from typer.testing import CliRunner
 
 from specbench.cli import app
-from specbench.measure.tidy_table import export_frames
 from specbench.measure.records import (
     EngineRecord,
     ExampleRecord,
@@ -26,6 +25,7 @@ from specbench.measure.records import (
     load_runs,
     read_examples,
 )
+from specbench.measure.tidy_table import export_frames
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results_v0_1"
 OLD_RUN = "task-draft-g3-t0-0caf17bc"

@@ -23,7 +23,7 @@ Training excludes every example that `specbench run` picks with `--seed 0..3 --l
 (and the whole aclsum test split), so measurements on those are on unseen prompts.
 """
 
-from specbench.distill.settings import DistillConfig, get_preset
 from specbench.distill.pipeline import distill
+from specbench.distill.settings import DistillConfig, get_preset
 
 __all__ = ["DistillConfig", "distill", "get_preset"]

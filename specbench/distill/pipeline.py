@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
-from specbench.distill.settings import WORK, DistillConfig, Event, Progress, pad_id
 from specbench.distill.save_draft import build_manifest, export_draft, final_checks
+from specbench.distill.settings import WORK, DistillConfig, Event, Progress, pad_id
 from specbench.distill.shards import TeacherData, load_teacher_data
 from specbench.distill.teacher import build_teacher_data
 from specbench.distill.training import (

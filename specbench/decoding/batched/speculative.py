@@ -45,6 +45,7 @@ from dataclasses import dataclass
 import torch
 
 from specbench.config import SamplingConfig
+from specbench.decoding.accept import verify_greedy, verify_sampling
 from specbench.decoding.base import BatchProposer, DecodeResult, Proposal, Proposer, Verdict
 from specbench.decoding.batched.cache import BatchedCachedModel
 from specbench.decoding.batched.drafts import row_drafts
@@ -52,7 +53,6 @@ from specbench.decoding.batched.rows import Row, close_batch, new_rows, pick_tok
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.sampling import next_token, processed_probs
 from specbench.decoding.speculative import count_step
-from specbench.decoding.accept import verify_greedy, verify_sampling
 from specbench.errors import SpecbenchError
 from specbench.measure.timing import Clock
 
