@@ -118,3 +118,12 @@ class CachedModel:
         if remove > 0:
             self._cache.crop(-remove)
             self.length = length
+
+
+def as_cached(model, backend: ForwardBackend | None = None):
+    """A cache wrapper over `model`: a torch module gets a fresh CachedModel; a model that already is one (the
+    llama.cpp engine's LlamaCppModel, decoding/llama_cpp.py) is returned as it is, so replays, calibration and
+    evidence that take "the target" run on whichever engine decoded."""
+    if isinstance(model, torch.nn.Module):
+        return CachedModel(model, backend=backend)
+    return model
