@@ -26,7 +26,7 @@ Definitions (sums run over all examples of a run):
                         a near-tie the verify-shaped pass flips by itself; unexplained: a candidate bug),
                         with divergences_numerics / _unexplained / _unclassified and numerics_explained_share;
   numerics_floor        at T = 0: share of the baseline's positions whose argmax a teacher-forced (γ+1)-token
-                        pass changes (evidence/numerics.py): the divergence this hardware forces on any verifier
+                        pass changes (measure/numerics.py): the divergence this hardware forces on any verifier
   numerics_cost_share   the classifier's seconds (after each example's timing) ÷ the timed decode seconds
   suspect_timing        True when the run's noise checks (measure/noise.py: probe drift, spread of the
                         baseline's per-token time, disagreeing repeats, a sweep's baseline drift) found the
@@ -173,6 +173,15 @@ def bootstrap_speedup_ci(
         return [NAN, NAN]
     lo, hi, _ = bootstrap_interval(cols, log_ratio_of_sums, level, resamples=resamples, seed=seed, method="percentile")
     return [math.exp(lo), math.exp(hi)] if math.isfinite(lo) and math.isfinite(hi) else [NAN, NAN]
+
+
+def unit_log_ratios(records: list[dict]) -> dict[str, float]:
+    """Each resampling unit's log throughput ratio (speculative ÷ baseline tokens/s), keyed by example id, or by
+    batch when batched (statistics.unit_keys): what two cells are paired on."""
+    from specbench.measure import statistics as st
+
+    logs = st.log_ratios(*per_example_speedups(records))
+    return {k: float(v) for k, v in zip(st.unit_keys(records), logs)}
 
 
 def primary_metrics(records: list[dict]) -> dict:
@@ -417,7 +426,7 @@ def predicted_and_checks(
     out.update(predicted_decode(records, alpha, gamma, c, verify_cost))
     out.update(timing_noise(records, probes, drift))
     if greedy:
-        from specbench.evidence.numerics import identity_line
+        from specbench.measure.numerics import identity_line
 
         out.update(identity_line(records))
     return out
@@ -489,7 +498,7 @@ def predicted_decode(records: list[dict], alpha: float, gamma: int, c: float, ve
     came within γ tokens of it). Prefill, the same work for both engines plus the draft's own
     prefill, is outside both sides.
     """
-    from specbench.measure import theory
+    from specbench.decoding import theory
 
     nan = {"predicted_target_calls": NAN, "predicted_decode_speedup": NAN}
     if any(math.isnan(x) for x in (alpha, c, verify_cost)):
@@ -529,7 +538,7 @@ def predictions(
     cost; model-free drafts (prompt lookup) often propose fewer or none, which the paper's
     formula does not see.
     """
-    from specbench.measure import theory
+    from specbench.decoding import theory
 
     if any(math.isnan(x) for x in (alpha, c, verify_cost)):
         return {"predicted_tokens_per_call": NAN, "predicted_speedup": NAN, "predicted_speedup_extended": NAN}

@@ -3,48 +3,54 @@
 The paper (and the seed's summary of it) claims 2–3× speedups, outputs identical to standard
 decoding, gains consistent across sequence lengths and batch sizes, larger models benefiting more,
 and quality unchanged by perplexity. Each becomes one row with a verdict on *this* data and
-hardware, the numbers behind it with their 95 % intervals, and the figure that shows it:
+hardware, the numbers behind it with their intervals, and the figure that shows it:
 
-  holds            the intervals support the claim
-  does not hold    the intervals contradict it (the row says how)
-  inconclusive     the intervals overlap the claim's boundary, or the test had too little power
+  holds            shown: every paired 90 % interval of the ratios between axis values lies within
+                   [1/(1+δ), 1+δ] (TOST), or a directional claim's one-sided 95 % bound clears it
+  does not hold    shown otherwise: a Holm-adjusted interval lies wholly beyond the margin (or below
+                   a directional claim's threshold)
+  inconclusive     neither, or fewer than 20 examples per cell; the row says how many examples per
+                   cell would likely decide it, and the command that measures them
   not tested here  the runs lack the axis or the records; the row names the command that measures it
 
-Speedups are judged by their bootstrap intervals (metrics.summarize), never by point estimates
-alone; runs whose timings failed a check are left out wherever a trustworthy run remains. Only the
-axis values the summaries carry are read (max_new_tokens, a prompt-length bucket, the target,
-batch_size), so a sweep over a new axis needs no change here beyond its AXES entry in analysis.py.
+Every comparison is paired: two cells on the examples both ran, through the primary measure (the
+per-example log ratio of throughput, measure/statistics.py). A "best" configuration is chosen on one
+half of the examples and quoted with the other half's figure (no winner's curse). Flagged runs stay
+in: each verdict is computed with and without them, and says so where the two differ. Only the axis
+values the summaries carry are read (max_new_tokens, a prompt-length bucket, the target, batch_size),
+so a sweep over a new axis needs no change here beyond its AXES entry in analysis.py.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from specbench.measure import statistics as st
 from specbench.measure.hardware import describe
 from specbench.report.analysis import AXES, axis_column, axis_sort_key, axis_text, perplexity_rows, target_params
 from specbench.report.collect import ReportData, isnull, num
 
-HOLDS, FAILS, UNSURE, UNTESTED = "holds", "does not hold", "inconclusive", "not tested here"
+HOLDS, FAILS, UNSURE, UNTESTED = st.HOLDS, st.FAILS, st.UNSURE, "not tested here"
 PAPER_LOW = 2.0  # the low end of the claimed 2–3× speedup
 ENOUGH_POWER = 0.8  # a perplexity test with less power than this against its stated shift is inconclusive
 
 # what to run where a claim has no data: every command here runs as written (a test checks each option exists)
 COMMANDS = {
-    "speedup": "specbench sweep --draft prompt-lookup --gamma 1-8 --limit 8",
+    "speedup": "specbench sweep --draft prompt-lookup --gamma 1-8 --limit 40",
     "identity": "specbench sweep --temperature 0 --gamma 1-4 --limit 8",
     "max_new_tokens": (
-        "specbench sweep --draft prompt-lookup --gamma 4 --limit 8 --max-new-tokens 16,64,256, then "
+        "specbench sweep --draft prompt-lookup --gamma 4 --limit 20 --max-new-tokens 16,64,256, then "
         "specbench report results"
     ),
     "prompt_length": (
-        "specbench sweep --draft prompt-lookup --gamma 4 --limit 8 --prompt-length short,medium,long, "
+        "specbench sweep --draft prompt-lookup --gamma 4 --limit 20 --prompt-length short,medium,long, "
         "then specbench report results"
     ),
-    "batch_size": "specbench sweep --batch-size 1,2,4,8 --gamma 4 --limit 8",
+    "batch_size": "specbench sweep --batch-size 1,2,4,8 --gamma 4 --limit 160",
     "target": (
         "specbench setup --target qwen2.5-coder-1.5b, then specbench sweep --pair smollm2-135m:prompt-lookup "
-        "--pair qwen2.5-coder-1.5b:prompt-lookup --dtype bfloat16 --gamma 4 --limit 8"
+        "--pair qwen2.5-coder-1.5b:prompt-lookup --dtype bfloat16 --gamma 4 --limit 40"
     ),
     "perplexity": "specbench sweep --temperature 1 --gamma 4 --limit 32",
 }
@@ -53,6 +59,7 @@ AXIS_TEXT = {
     "prompt_length": ("Gains are consistent across prompt lengths", "prompt"),
     "batch_size": ("Gains are consistent across batch sizes", "batch"),
 }
+AXIS_OPTION = {"max_new_tokens": "--max-new-tokens", "prompt_length": "--prompt-length", "batch_size": "--batch-size"}
 
 
 @dataclass
@@ -61,7 +68,7 @@ class Claim:
 
     claim: str  # the seed's claim, in words
     verdict: str  # HOLDS, FAILS, UNSURE or UNTESTED, plus a reason after a colon where one helps
-    numbers: str  # the measurements behind the verdict, with their 95 % intervals
+    numbers: str  # the measurements behind the verdict, with their intervals
     figure: str | None = None  # file stem of the figure that shows it (None: no figure)
 
 
@@ -73,19 +80,20 @@ def untested(key: str, why: str) -> str:
 
 
 def interval(row) -> tuple[float, float, float]:
-    """(speedup, low, high): the 95 % bootstrap interval, or the point itself where none was computed."""
+    """(speedup, low, high): the 95 % bootstrap interval, or the point itself where none was computed (figures)."""
     x, ci = num(row.get("speedup")), row.get("speedup_ci95")
     if isinstance(ci, (list, tuple)) and len(ci) == 2 and not any(math.isnan(num(v)) for v in ci):
         return x, num(ci[0]), num(ci[1])
     return x, x, x
 
 
-def speed_text(row) -> str:
-    """'1.50× [1.31, 1.72]', or '1.50× (no interval)' where the run has none (a single example)."""
-    x, lo, hi = interval(row)
-    ci = row.get("speedup_ci95")
-    has_ci = isinstance(ci, (list, tuple)) and len(ci) == 2 and not any(math.isnan(num(v)) for v in ci)
-    return f"{x:.2f}× [{lo:.2f}, {hi:.2f}]" if has_ci else f"{x:.2f}× (no interval)"
+def estimate_text(e: st.Estimate) -> str:
+    """'1.50× [1.31, 1.72] (n = 40)', or '1.50× (n = 8: too few for an interval)'."""
+    if math.isnan(e.value):
+        return "— (no examples)"
+    if e.has_interval:
+        return f"{e.value:.2f}× [{e.low:.2f}, {e.high:.2f}] (n = {e.n})"
+    return f"{e.value:.2f}× (n = {e.n}: too few for an interval)"
 
 
 def trusted(runs):
@@ -103,50 +111,137 @@ def config_text(row) -> str:
 
 
 def best_run(runs):
-    """The trustworthy run with the largest speedup, or None."""
+    """The trustworthy run with the largest speedup (point estimate; the figures' pick), or None."""
     pool = trusted(runs)
     speed = pool["speedup"].map(num)
     return None if speed.isna().all() else pool.loc[speed.idxmax()]
 
 
-def ordered_verdict(cells: list[tuple[str, float, float, float]], what: str) -> str:
-    """Speedups along an axis (label, x, lo, hi), in axis order: HOLDS when every interval overlaps every other,
-    else FAILS naming the trend."""
-    if max(c[2] for c in cells) <= min(c[3] for c in cells):
-        return f"{HOLDS}: the 95 % intervals overlap"
-    xs = [c[1] for c in cells]
-    trend = (
-        "grows with "
-        if all(a < b for a, b in zip(xs, xs[1:]))
-        else "shrinks with "
-        if all(a > b for a, b in zip(xs, xs[1:]))
-        else "varies with "
-    )
-    return f"{FAILS}: the speedup {trend}{what} beyond its intervals"
+# --------------------------------------------------------------------------- per-example data
+
+
+def unit_logs(data: ReportData, row) -> dict[str, float]:
+    """A run's per-unit log throughput ratios (example id, or batch → log ratio), from its records."""
+    from specbench.measure.metrics import unit_log_ratios
+
+    frame = data.examples.get(row["run_dir"]) if "run_dir" in row else None
+    if frame is None or not len(frame):
+        return {}
+    return unit_log_ratios(records_of(frame))
+
+
+def records_of(frame) -> list[dict]:
+    """The flattened examples table of one run back as the nested records metrics reads (the timing fields)."""
+    keys = ("n_tokens", "prefill_s", "decode_s", "batch_s")
+    out = []
+    for r in frame.to_dict("records"):
+        rec = {k: (None if isnull(r.get(k)) else r.get(k)) for k in ("example_id", "batch_size", "batch_index")}
+        rec["identical"] = bool(r.get("identical")) if not isnull(r.get("identical")) else False
+        for engine in ("baseline", "speculative"):
+            rec[engine] = {k: r.get(f"{engine}.{k}") for k in keys if not isnull(r.get(f"{engine}.{k}"))}
+        out.append(rec)
+    return out
+
+
+def halves(logs: dict[str, float]) -> tuple[dict[str, float], dict[str, float]]:
+    """(selection half, confirmation half) of a run's units, split by a hash of each id (statistics.half_of)."""
+    a = {k: v for k, v in logs.items() if st.half_of(k) == 0}
+    return a, {k: v for k, v in logs.items() if k not in a}
+
+
+def geomean_of(logs: dict[str, float]) -> float:
+    vals = [v for v in logs.values() if math.isfinite(v)]
+    return math.exp(sum(vals) / len(vals)) if vals else float("nan")
+
+
+def select_then_confirm(data: ReportData, runs):
+    """The run whose primary measure is largest on the selection half of its examples, and that run's confirmation
+    half (key → log ratio): (row, confirmation logs, runs considered), or None."""
+    scored = []
+    for _, row in runs.iterrows():
+        pick, confirm = halves(unit_logs(data, row))
+        score = geomean_of(pick)
+        if not math.isnan(score):
+            scored.append((score, row, confirm))
+    if not scored:
+        return None
+    score, row, confirm = max(scored, key=lambda t: t[0])
+    return row, confirm, len(scored)
+
+
+def needed_text(key: str, n: int | None, per_cell: bool = True, command: str | None = None) -> str:
+    """'about N examples per cell would decide it: <command with --limit N>' (or that no N is known)."""
+    if not n:
+        return "no sample size would decide it from this spread (the ratio sits at the claim's boundary)"
+    cmd = (command or COMMANDS[key]).replace("--limit 8", f"--limit {n}")
+    for old in ("--limit 20", "--limit 40", "--limit 160"):
+        cmd = cmd.replace(old, f"--limit {n}")
+    return f"about {n:,} examples {'per cell ' if per_cell else ''}would likely decide it: {cmd}"
+
+
+def with_and_without(judge, runs, *args) -> Claim:
+    """judge(runs, ...) → Claim, computed with every run and again without the flagged ones (timing_suspect);
+    the verdict says so where the two differ. Flagged runs stay in the first (the one shown)."""
+    full = judge(runs, *args)
+    suspect = runs["timing_suspect"].astype(bool) if "timing_suspect" in runs else None
+    if suspect is None or not suspect.any():
+        return full
+    k = int(suspect.sum())
+    if suspect.all():
+        return replace(full, verdict=f"{full.verdict} (every run is flagged: no verdict without them)")
+    clean = judge(runs[~suspect], *args)
+    if clean.verdict.split(":")[0] != full.verdict.split(":")[0]:
+        return replace(full, verdict=f"{full.verdict} — without the {k} flagged run(s): {clean.verdict}")
+    return full
 
 
 # --------------------------------------------------------------------------- the claims
 
 
-def speedup_claim(runs) -> Claim:
+def speedup_claim(runs, data: ReportData, margin: float) -> Claim:
+    """The best configuration, chosen on one half of the examples, judged on the other half: holds when its
+    one-sided 95 % lower bound is ≥ 2/(1+δ), does not hold when its one-sided upper bound is below that."""
     claim = "Speculative decoding gives 2–3× speedups"
-    best = best_run(runs)
-    if best is None:
+    found = select_then_confirm(data, runs)
+    if found is None:
         return Claim(claim, untested("speedup", "no run has a measurable speedup"), "—")
-    x, lo, hi = interval(best)
-    verdict = (
-        f"{HOLDS}: the best interval lies at or above {PAPER_LOW:g}×"
-        if lo >= PAPER_LOW
-        else f"{FAILS}: the best interval lies below {PAPER_LOW:g}×"
-        if hi < PAPER_LOW
-        else f"{UNSURE}: the best interval spans {PAPER_LOW:g}×"
-    )
-    others = trusted(runs)["speedup"].map(num).dropna()
+    row, confirm, k = found
+    threshold = PAPER_LOW / (1 + margin)
+    comp = st.single(confirm, "the best configuration's other half")
+    v = st.directional([("best", comp)], threshold, threshold)
+    est = st.geometric_mean(list(confirm.values()), min_n=st.MIN_VERDICT_N)
     numbers = (
-        f"best {speed_text(best)} ({config_text(best)}); median over {len(others)} trustworthy run(s) "
-        f"{others.median():.2f}×"
+        f"best of {k} run(s), chosen on half of each run's examples: {config_text(row)}; on the other half "
+        f"{estimate_text(est)} (geometric mean of per-example speedups, 95 % BCa)"
     )
+    verdict = {
+        HOLDS: f"{HOLDS}: the confirming half's one-sided 95 % lower bound is ≥ {threshold:.2f}× (2× within δ)",
+        FAILS: f"{FAILS}: the confirming half's one-sided 95 % upper bound is below {threshold:.2f}× (2× less δ)",
+        UNSURE: f"{UNSURE}: {v.reason}",
+    }[v.outcome]
+    if v.outcome == UNSURE:
+        need = 2 * v.needed if v.needed else None  # the confirming half is half of each run's examples
+        verdict += "; " + needed_text("speedup", need, per_cell=False, command=run_command(row, need))
     return Claim(claim, verdict, numbers, "speedup_vs_gamma")
+
+
+def run_command(row, n: int | None, axis: str | None = None, values: list | None = None) -> str:
+    """The sweep that measures this run's configuration (and an axis's values) with n examples."""
+    gamma = row.get("gamma_label") if isinstance(row.get("gamma_label"), str) else row.get("gamma")
+    parts = [
+        "specbench sweep",
+        f"--task {row['task']}",
+        f"--target {row['target']}",
+        f"--draft {row['draft']}",
+        f"--gamma {str(gamma).split(' ')[0]}",
+        f"--temperature {float(row['temperature']):g}",
+    ]
+    if isinstance(row.get("dtype"), str):
+        parts.append(f"--dtype {row['dtype']}")
+    if axis:
+        parts.append(f"{AXIS_OPTION[axis]} {','.join(axis_text(v) for v in values or [])}")
+    parts.append(f"--limit {n or 20}")
+    return " ".join(parts)
 
 
 def identity_claim(runs) -> Claim:
@@ -186,14 +281,15 @@ def identity_claim(runs) -> Claim:
 
 
 def axis_groups(runs, column: str) -> list[list]:
-    """Runs that differ only in `column`, as lists of rows in axis order (only groups with ≥ 2 axis values)."""
+    """Runs that differ only in `column`, as lists of rows in axis order (only groups with ≥ 2 axis values).
+    Flagged runs stay in (with_and_without judges the claims again without them)."""
     axes = [axis_column(runs, a) for a in AXES]
     keys = [
         k
         for k in ("target", "draft", "task", "temperature", "top_k", "top_p", "gamma_label", "dtype", *axes)
         if k and k in runs and k != column
     ]
-    frame = trusted(runs).copy()
+    frame = runs.copy()
     for k in keys:  # a missing value is a value of its own (pandas' groupby would drop NaN keys)
         frame[k] = frame[k].map(lambda v: "—" if isnull(v) else str(v))
     groups = []
@@ -205,37 +301,56 @@ def axis_groups(runs, column: str) -> list[list]:
     return groups
 
 
-def axis_claim(runs, axis: str) -> Claim:
+def group_comparisons(data: ReportData, rows: list, column: str, unit: str) -> list[st.Comparison]:
+    """Every pair of axis values in one group, compared on the examples both ran (paired bootstrap of the ratio of
+    their primary measures); cells whose units differ (batches of different sizes) as two independent samples."""
+    logs = [unit_logs(data, r) for r in rows]
+    out = []
+    for i in range(len(rows)):
+        for j in range(i + 1, len(rows)):
+            label = f"{axis_text(rows[j][column])} vs {axis_text(rows[i][column])} {unit}"
+            out.append(st.compare(logs[j], logs[i], label))
+    return out
+
+
+def comparison_text(c: st.Comparison) -> str:
+    lo, hi = c.interval(1 - 2 * st.ALPHA)
+    how = "paired" if c.paired else "unpaired"
+    if math.isnan(lo):
+        return f"{c.label} {c.ratio:.2f}× (n = {c.n}, no interval)"
+    return f"{c.label} {c.ratio:.2f}× [{lo:.2f}, {hi:.2f}] (90 %, {how}, n = {c.n})"
+
+
+def axis_claim(runs, axis: str, data: ReportData, margin: float) -> Claim:
+    """Consistency along an axis: every group's pairs of axis values compared, one verdict over all of them (TOST for
+    holds; Holm over every comparison of every group for does not hold), each group's own verdict shown."""
     claim, unit = AXIS_TEXT[axis]
     column = axis_column(runs, axis)
     groups = axis_groups(runs, column) if column else []
     if not groups:
         return Claim(claim, untested(axis, f"no two runs differ only in {axis}"), "—", f"speedup_vs_{axis}")
-    verdicts = []
+    every, parts, commands = [], [], []
     for rows in groups:
-        verdicts.append(
-            ordered_verdict(
-                [(axis_text(r[column]), *interval(r)) for r in rows], "length" if axis == "max_new_tokens" else unit
-            )
+        comps = group_comparisons(data, rows, column, unit)
+        every += comps
+        own = st.consistency(comps, margin)
+        geo = " / ".join(estimate_text(st.geometric_mean(list(unit_logs(data, r).values()))) for r in rows)
+        parts.append(
+            f"{'/'.join(axis_text(r[column]) for r in rows)} {unit}: {geo} ({config_text(rows[0])}); "
+            f"{'; '.join(comparison_text(c) for c in comps)} → {own.outcome}"
         )
-    first = groups[0]
-    numbers = (
-        f"{'/'.join(axis_text(r[column]) for r in first)} {unit}: {' / '.join(speed_text(r) for r in first)} "
-        f"({config_text(first[0])})"
-    )
-    held = sum(v.startswith(HOLDS) for v in verdicts)
-    if len(groups) > 1:
-        numbers += f"; consistent in {held} of {len(groups)} configurations"
-    verdict = (
-        verdicts[0]
-        if held == len(groups) or len(groups) == 1
-        else (f"{FAILS}: consistent in only {held} of {len(groups)} configurations")
-    )
+        commands.append(run_command(rows[0], None, axis, [r[column] for r in rows]))
+    v = st.consistency(every, margin)
+    verdict = f"{v.outcome}: {v.reason}"
+    if v.outcome == UNSURE:
+        verdict += "; " + needed_text(axis, v.needed, command=commands[0].replace("--limit 20", "--limit 8"))
+    numbers = f"{len(groups)} configuration(s): " + " | ".join(parts) if len(groups) > 1 else parts[0]
     return Claim(claim, verdict, numbers, f"speedup_vs_{axis}")
 
 
 def size_cells(runs, params: dict[str, float]) -> list[tuple[str, list]]:
-    """Per task that ≥ 2 targets ran: each target's best trustworthy run, smallest model first."""
+    """Per task that ≥ 2 targets ran: each target's best trustworthy run (point estimate), smallest model first.
+    For the figure; the claim chooses on one half of the examples and compares on the other (size_claim)."""
     out = []
     for task, g in trusted(runs).groupby("task", sort=True):
         best = [best_run(t) for _, t in g.groupby("target", sort=True)]
@@ -245,25 +360,45 @@ def size_cells(runs, params: dict[str, float]) -> list[tuple[str, list]]:
     return out
 
 
-def size_claim(runs, params: dict[str, float]) -> Claim:
+def size_claim(runs, params: dict[str, float], data: ReportData, margin: float) -> Claim:
+    """Per task, each target's best configuration chosen on one half of the examples; the larger target's speedup
+    over the smaller's on the other half, paired by example. Holds when every such ratio's one-sided 95 % lower
+    bound is > 1; does not hold when a Holm-adjusted one-sided upper bound is below 1+δ (no larger gain beyond δ)."""
     claim = "Larger target models benefit more"
-    cells = size_cells(runs, params)
-    if not cells:
+    pairs, parts = [], []
+    for task, g in runs.groupby("task", sort=True):
+        picks = []
+        for target, t in g.groupby("target", sort=True):
+            found = select_then_confirm(data, t) if str(target) in params else None
+            if found is not None:
+                picks.append(found)
+        picks.sort(key=lambda f: params[str(f[0]["target"])])
+        for (small, s_logs, _), (big, b_logs, _) in zip(picks, picks[1:]):
+            label = f"{big['target']} vs {small['target']} ({task})"
+            pairs.append((label, st.compare(b_logs, s_logs, label)))
+        if len(picks) >= 2:
+            parts.append(
+                f"{task}: "
+                + " vs ".join(
+                    f"{r['target']} ({params[str(r['target'])] / 1e6:,.0f}M) "
+                    f"{estimate_text(st.geometric_mean(list(c.values())))}"
+                    for r, c, _ in picks
+                )
+            )
+    if not pairs:
         return Claim(
             claim, untested("target", "no task was run with two targets of known size"), "—", "speedup_by_target"
         )
-    task, rows = cells[0]
-    parts = [f"{speed_text(r)} on {r['target']} ({params[str(r['target'])] / 1e6:,.0f}M)" for r in rows]
-    numbers = f"{task}, best per target: " + " vs ".join(parts)
-    pairs = [(interval(a), interval(b)) for a, b in zip(rows, rows[1:])]
-    if all(big[1] > small[2] for small, big in pairs):
-        verdict = f"{HOLDS}: each larger model's interval lies above the smaller's"
-    elif any(big[2] < small[1] for small, big in pairs):
-        verdict = f"{FAILS}: a larger model's interval lies below a smaller one's"
-    else:
-        verdict = f"{UNSURE}: the intervals overlap"
-    if len(cells) > 1:
-        numbers += f" (and {len(cells) - 1} more task(s) in the figure)"
+    v = st.directional(pairs, 1.0, 1 + margin)
+    numbers = (
+        "each target's best configuration chosen on half of the examples, compared on the other half: "
+        + "; ".join(parts)
+        + "; ratios "
+        + "; ".join(comparison_text(c) for _, c in pairs)
+    )
+    verdict = f"{v.outcome}: {v.reason}"
+    if v.outcome == UNSURE:
+        verdict += "; " + needed_text("target", 2 * v.needed if v.needed else None)
     return Claim(claim, verdict, numbers, "speedup_by_target")
 
 
@@ -320,16 +455,18 @@ def _ci_text(ci) -> str:
     return f"[{num(ci[0]):.3f}, {num(ci[1]):.3f}]" if isinstance(ci, (list, tuple)) and len(ci) == 2 else "—"
 
 
-def claims(data: ReportData, rows: list[dict] | None = None) -> list[Claim]:
-    """Every claim row, in the seed's order (`rows`: perplexity_rows, computed here when not given)."""
+def claims(data: ReportData, rows: list[dict] | None = None, margin: float | None = None) -> list[Claim]:
+    """Every claim row, in the seed's order (`rows`: perplexity_rows, computed here when not given; `margin`: δ,
+    the report's --margin, else data.margin, else statistics.DEFAULT_MARGIN)."""
     runs = data.runs
+    margin = margin if margin is not None else getattr(data, "margin", st.DEFAULT_MARGIN)
     return [
-        speedup_claim(runs),
+        with_and_without(speedup_claim, runs, data, margin),
         identity_claim(runs),
-        axis_claim(runs, "max_new_tokens"),
-        axis_claim(runs, "prompt_length"),
-        axis_claim(runs, "batch_size"),
-        size_claim(runs, target_params(data)),
+        with_and_without(axis_claim, runs, "max_new_tokens", data, margin),
+        with_and_without(axis_claim, runs, "prompt_length", data, margin),
+        with_and_without(axis_claim, runs, "batch_size", data, margin),
+        with_and_without(size_claim, runs, target_params(data), data, margin),
         perplexity_claim(perplexity_rows(data) if rows is None else rows),
     ]
 
@@ -348,21 +485,24 @@ def hardware_sentence(data: ReportData) -> str:
 
 
 def headline(data: ReportData) -> str:
-    """The best configuration found, its speedup with its interval, the hardware, and how many runs were flagged."""
+    """The best configuration, chosen on one half of the examples and quoted with the other half's speedup, the
+    hardware, and how many runs were flagged."""
     runs = data.runs
-    best = best_run(runs)
-    if best is None:
+    found = select_then_confirm(data, runs) if len(runs) else None
+    if found is None:
         text = "No run has a measurable speedup."
     else:
+        best, confirm, k = found
+        est = st.geometric_mean(list(confirm.values()))
         text = (
-            f"Best configuration found: {config_text(best)}, {best.get('max_new_tokens')} new tokens: "
-            f"speedup {speed_text(best)} over the target alone (95 % bootstrap interval over "
-            f"{int(best['n_examples'])} examples)."
+            f"Best configuration found (chosen on half of the examples of {k} run(s)): {config_text(best)}, "
+            f"{best.get('max_new_tokens')} new tokens: speedup {estimate_text(est)} on the other half over the "
+            f"target alone (geometric mean of per-example speedups, 95 % BCa interval)."
         )
     suspect = int(runs["timing_suspect"].astype(bool).sum()) if "timing_suspect" in runs else 0
     if suspect:
         text += (
-            f" {suspect} of {len(runs)} runs failed a timing check (see Timing warnings below) and are left "
-            f"out of the verdicts where a trustworthy run remains."
+            f" {suspect} of {len(runs)} runs failed a timing check (see Timing warnings below); they stay in the "
+            f"verdicts, and each verdict says where leaving them out would change it."
         )
     return f"{text} {hardware_sentence(data)}"
