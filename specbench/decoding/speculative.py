@@ -21,7 +21,7 @@ from specbench.decoding.base import DecodeResult, Proposal, Proposer, Verdict
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.gamma_policy import FixedGamma, GammaPolicy
 from specbench.decoding.sampling import next_token, processed_probs
-from specbench.measure.timing import Clock
+from specbench.decoding.timing import Clock
 
 
 @dataclass
@@ -119,7 +119,7 @@ def draft_step(ctx: StepContext, tokens: list[int], g: int, unbounded: bool, pol
     tb = ctx.clock.now()
     cached = ctx.target.length
     logits = ctx.target.forward(pass_ids(ctx, tokens[-1], proposal.tokens), all_logits=True)[: g + 1]  # [g+1, V]
-    drafted, verdict = verify(ctx, proposal, logits)
+    drafted, verdict = judge_proposal(ctx, proposal, logits)
     n = verdict.n_accepted
     ctx.target.truncate(cached + 1 + n)  # keep [.., cur, x_1..x_n]
     count_step(ctx.res, proposal, g, verdict)
@@ -138,7 +138,7 @@ def pass_ids(ctx: StepContext, cur: int, drafted: torch.Tensor) -> torch.Tensor:
     return ids
 
 
-def verify(ctx: StepContext, proposal: Proposal, logits: torch.Tensor) -> tuple[list[int], Verdict]:
+def judge_proposal(ctx: StepContext, proposal: Proposal, logits: torch.Tensor) -> tuple[list[int], Verdict]:
     """Target logits [g'+1, V] + the proposal → (drafted ids on the host, the verdict)."""
     g = proposal.tokens.shape[0]
     if ctx.sampling.greedy:  # one host sync a step: drafted ids and the target's choices together

@@ -37,7 +37,9 @@ SUMMARY_FIELDS: tuple[FieldDoc, ...] = (
     FieldDoc("run_id", "", "the run folder's name (a sweep cell: its cell id)"),
     FieldDoc("target", "", "--target as given (a preset, hub id or local path)"),
     FieldDoc("draft", "", "--draft as given, or the draft an auto choice resolved to"),
-    FieldDoc("engine", "", "specbench (our loop) or hf-assisted (transformers' assisted generation)"),
+    FieldDoc("engine", "", "specbench (our loop), hf-assisted (transformers' assisted generation) or llama-cpp"),
+    FieldDoc("engine_version", "", "llama-cpp: llama-cpp-python's version (null for the torch engines)"),
+    FieldDoc("threads", "", "llama-cpp: llama.cpp's CPU threads (null for the torch engines)"),
     FieldDoc("task", "", "the task's name"),
     FieldDoc("gamma", "", "γ, or the γ policy's name (adaptive, heuristic) drafting up to gamma_max"),
     FieldDoc("dtype", "", "the models' dtype (float32, bfloat16, ...)"),
@@ -211,6 +213,8 @@ SUMMARY_FIELDS: tuple[FieldDoc, ...] = (
     FieldDoc("numerics_floor_flips", "", "those flips"),
     FieldDoc("numerics_floor_positions", "", "the positions checked"),
     FieldDoc("numerics_cost_share", "share", "the classifier's seconds ÷ the timed seconds"),
+    FieldDoc("numerics_margin_range", "", "[0, largest baseline margin the floor saw flip]: numerics' range"),
+    FieldDoc("divergences_above_margin_range", "", "replay said numerics, margin above that range: unexplained"),
     FieldDoc(
         "baseline_row_tokens_per_s",
         "tokens/s",
@@ -301,7 +305,7 @@ EXAMPLE_FIELDS: tuple[FieldDoc, ...] = (
     FieldDoc(
         "numerics",
         "",
-        ("T = 0 only (evidence/numerics.py): floor_positions, floor_flips, seconds, divergence (its class, or null)"),
+        ("T = 0 only (measure/numerics.py): floor_positions, floor_flips, seconds, divergence (its class, or null)"),
     ),
     FieldDoc("batch_size", "", "batches only (`--batch-size` B > 1; absent from batch-1 lines): the run's B"),
     FieldDoc("batch_index", "", "which batch of the run (0, 1, …): examples grouped by B in the task's seeded order"),
@@ -683,7 +687,7 @@ def results_doc() -> str:
     return text
 
 
-def main(argv: list[str]) -> int:
+def write_results_doc(argv: list[str]) -> int:
     """Write docs/results.md (or argv[0]; "-" prints it)."""
     text = results_doc()
     dest = argv[0] if argv else str(DOC_PATH)
@@ -698,4 +702,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    raise SystemExit(write_results_doc(sys.argv[1:]))
