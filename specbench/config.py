@@ -23,7 +23,7 @@ GAMMA_POLICIES = ("auto", "adaptive", "heuristic")  # --gamma besides an integer
 MAX_GAMMA = 128  # a γ beyond this is a typo; every per-step structure is sized by γ
 ENGINES = ("specbench", "hf-assisted")
 BACKENDS = ("eager", "static", "compiled")  # see decoding/backend.py
-BATCH_POLICIES = ("ragged", "min")  # per-row advance, or every row by the batch's minimum (decoding/batched.py)
+BATCH_POLICIES = ("ragged", "min")  # per-row advance, or every row by the batch's minimum (decoding/batched/speculative.py)
 MAX_BATCH_SIZE = 1024  # a batch beyond this is a typo; caches and masks are sized by it
 PROMPT_LENGTHS = (
     "all",

@@ -1,6 +1,6 @@
-"""Tasks are data: a YAML file in tasks/ (or a JSONL of prompts) validated into a `TaskSpec`.
+"""Tasks are data: a YAML file in tasks/builtin/ (or a JSONL of prompts) validated into a `TaskSpec`.
 
-A task says where rows come from (`data.py` loads them), which row fields fill which
+A task says where rows come from (`sources.py` loads them), which row fields fill which
 template variables, whether to wrap the prompt in the model's chat template, the reference
 field and the quality metric. This module validates that once, picks a seeded,
 deterministic sample of `Example`s and hashes them, so two runs can prove they measured the
