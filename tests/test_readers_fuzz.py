@@ -28,7 +28,7 @@ from specbench.measure.records import (
     RunFiles,
     load_examples,
     load_runs,
-    read_manifest,
+    load_manifest,
     read_summary,
     scan_examples,
 )
@@ -225,7 +225,7 @@ def test_manifest_json(tmp_path):
     for kind, i, data in each_case("manifest.json", valid, jsonl=False):
         where = f"manifest.json {kind} #{i}"
         (run / "manifest.json").write_bytes(data)
-        one_line_or_ok(lambda: read_manifest(run / "manifest.json", "use another --run-id"), where)
+        one_line_or_ok(lambda: load_manifest(run / "manifest.json", "use another --run-id"), where)
         old = one_line_or_ok(lambda: run_folder.read_manifest(RunFiles(run)), where)
         if isinstance(old, dict):
             one_line_or_ok(lambda: run_folder.check_resumable(RunFiles(run), good, old), where)

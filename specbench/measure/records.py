@@ -670,13 +670,13 @@ def manifest_problem(doc: dict) -> str | None:
     return None
 
 
-def read_manifest(path: Path, fix: str) -> dict:
-    """A run's manifest.json for a resume: a one-line SpecbenchError if it is not one."""
+def load_manifest(path: Path, fix: str) -> Manifest:
+    """A run's manifest.json read by attribute: a one-line SpecbenchError naming `fix` if it is not one."""
     doc = load_json_object(path, "manifest.json", fix)
     problem = manifest_problem(doc)
     if problem:
         raise SpecbenchError(f"{path}: not a specbench manifest ({problem}); {fix}")
-    return doc
+    return Manifest.from_dict(doc)
 
 
 def summary_problem(doc: dict) -> str | None:

@@ -1,0 +1,324 @@
+"""llama.cpp as a backend for specbench's own decode loop, and llama.cpp's own decoders as peers.
+
+People who run models on CPUs deploy llama.cpp on the same GGUF files specbench ships; its kernels
+run the quantized weights natively, so a pass over k tokens costs something else than in PyTorch.
+`LlamaCppModel` gives a GGUF loaded by llama-cpp-python (the `llama-cpp` extra, built by
+`make setup-llama-cpp`) the interface of `CachedModel` (start / forward / truncate / length), so
+`decode_autoregressive`, `decode_speculative`, every draft, γ policy, the exact sampling rule at
+T > 0 and the pass-cost calibration run unchanged on llama.cpp's kernels (DESIGN.md style 3: we own
+the loop and call only a forward). A forward over k tokens is one `llama_decode` batch with logits
+for every position when asked (a verify pass), else for the last one; rollback after a rejection
+removes the rejected positions from the KV cache (`llama_memory_seq_rm`), so no prefix is re-fed.
+
+The peers are llama-cpp-python's own `Llama.generate`: plain greedy decoding (what specbench's
+baseline on this engine must match token for token and in speed) and its prompt-lookup speculative
+decoding (`LlamaPromptLookupDecoding`), which run inside the binding's loop, not ours.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import importlib
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from specbench.decoding.base import DecodeResult
+from specbench.errors import SpecbenchError
+
+ENGINE_NAME = "llama-cpp"
+SETUP_HINT = "make setup-llama-cpp"
+N_BATCH = 512  # tokens per llama_decode call in a prefill (llama.cpp's default); verify passes are far shorter
+CTX_STEP = 256  # contexts are sized in these steps, so most examples of a run share one
+
+
+def import_llama_cpp():
+    """The llama_cpp module, or a one-line error naming the command that builds it."""
+    try:
+        return importlib.import_module("llama_cpp")
+    except ImportError as exc:
+        raise SpecbenchError(
+            f"--engine {ENGINE_NAME} needs llama-cpp-python, which is not installed here ({exc.msg}); "
+            f"build it with `{SETUP_HINT}`"
+        ) from exc
+
+
+def engine_version() -> str:
+    """llama-cpp-python's version (it pins the llama.cpp commit it was built from)."""
+    return str(getattr(import_llama_cpp(), "__version__", "unknown"))
+
+
+def default_threads() -> int:
+    """llama.cpp's threads when --threads is not given: every core this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def context_size(needed: int) -> int:
+    """Tokens a context holding `needed` tokens is allocated for."""
+    return -(-max(needed, 1) // CTX_STEP) * CTX_STEP
+
+
+def load_llama(path: str, n_ctx: int, threads: int, *, logits_all: bool = False, draft_model=None, seed: int = 0):
+    """A `llama_cpp.Llama` over the GGUF at `path`, quantized as it is, on `threads` threads; quiet."""
+    llama_cpp = import_llama_cpp()
+    if not os.path.isfile(path):
+        raise SpecbenchError(f"GGUF file not found: {path}; check the path")
+    try:
+        llm = llama_cpp.Llama(
+            model_path=str(path),
+            n_ctx=n_ctx,
+            n_batch=N_BATCH,
+            n_ubatch=N_BATCH,
+            n_threads=threads,
+            n_threads_batch=threads,
+            logits_all=logits_all,
+            draft_model=draft_model,
+            seed=seed,
+            verbose=False,
+        )
+    except (ValueError, RuntimeError) as exc:
+        raise SpecbenchError(f"llama.cpp cannot load {path}: {exc}") from exc
+    # freed before the interpreter tears modules down: the binding's __del__ at that point prints a traceback
+    atexit.register(llm.close)
+    return llm
+
+
+class LlamaBackend:
+    """What the runner and calibration ask of a `ForwardBackend`, for a llama.cpp context."""
+
+    kind = ENGINE_NAME
+    reuses_outputs = False
+
+    def __init__(self, n_ctx: int):
+        self.n_ctx = n_ctx
+
+    def reserve(self, needed: int) -> bool:
+        """The context is fixed at load time; a run needing more fails here, before any timing."""
+        self.check_room(0, needed)
+        return False
+
+    def check_room(self, cached: int, new: int) -> None:
+        if cached + new > self.n_ctx:
+            raise SpecbenchError(
+                f"llama.cpp context of {self.n_ctx} tokens overflowed ({cached} + {new}); "
+                f"this is a bug in the caller's capacity (lower --max-new-tokens meanwhile)"
+            )
+
+
+class LlamaCppModel:
+    """A GGUF in a llama.cpp context with `CachedModel`'s interface; `length` counts the cached tokens."""
+
+    is_seq2seq = False  # llama.cpp's encoder-decoder support is not wired here
+
+    def __init__(self, path: str, *, n_ctx: int, threads: int, seed: int = 0):
+        self.path, self.threads = str(path), threads
+        self.llm = load_llama(self.path, context_size(n_ctx), threads, seed=seed)
+        self.backend = LlamaBackend(self.llm.n_ctx())
+        self.n_vocab = self.llm.n_vocab()
+        self.device = torch.device("cpu")  # logits come back to the host; a CUDA build syncs inside llama_decode
+        self.devices = (self.device,)
+        self.timer = None
+        self.forward_times: list[float] = []
+        self.length = 0
+
+    def set_timer(self, clock) -> None:
+        """Profile each forward with `clock` (None: stop), into a fresh `forward_times` list."""
+        self.timer = clock
+        self.forward_times = []
+
+    def start(self, encoder_ids: list[int] | None = None, capacity: int = 0) -> None:
+        """Forget the last example: empty the KV cache. `capacity` is checked against the context."""
+        if encoder_ids is not None:
+            raise SpecbenchError(f"--engine {ENGINE_NAME} supports decoder-only models")
+        self.backend.check_room(0, capacity)
+        self.llm._ctx.kv_cache_clear()
+        self.llm.reset()  # the binding's own bookkeeping (its generate() must not reuse our cache)
+        self.length = 0
+
+    def forward(self, new_ids: torch.Tensor | list[int], all_logits: bool = False) -> torch.Tensor:
+        """Feed new ids [k] after the cached ones → logits [k, V] float32, or by default [V] of the last one.
+
+        One llama_decode per N_BATCH tokens: a verify pass (k ≤ γ+1) is one batch, so llama.cpp runs it
+        with the batch-k kernels whose cost the calibration measures."""
+        t0 = self.timer.now() if self.timer else 0.0
+        ids = new_ids.tolist() if isinstance(new_ids, torch.Tensor) else list(new_ids)
+        self.backend.check_room(self.length, len(ids))
+        rows = []
+        for i in range(0, len(ids), N_BATCH):
+            chunk = ids[i : i + N_BATCH]
+            last_chunk = i + N_BATCH >= len(ids)
+            rows.append(self._decode(chunk, all_logits, want_any=all_logits or last_chunk))
+        kept = [r for r in rows if r is not None]
+        logits = torch.from_numpy(kept[0] if len(kept) == 1 else np.concatenate(kept))  # [k or 1, V]
+        if self.timer:
+            self.forward_times.append(self.timer.now() - t0)
+        return logits if all_logits else logits[-1]
+
+    def _decode(self, chunk: list[int], all_logits: bool, want_any: bool) -> np.ndarray | None:
+        """One llama_decode of `chunk` at the cache's end → a copy of its output rows (None when none asked)."""
+        batch = self.llm._batch
+        batch.set_batch(chunk, n_past=self.length, logits_all=all_logits)  # marks the last row always
+        self.llm._ctx.decode(batch)
+        self.length += len(chunk)
+        if not want_any:
+            return None
+        n_rows = len(chunk) if all_logits else 1
+        ptr = self.llm._ctx.get_logits()  # the rows of the tokens whose logits flag was set, in order
+        return np.ctypeslib.as_array(
+            ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(n_rows, self.n_vocab)
+        ).copy()
+
+    def prime(self, max_tokens: int, all_logits: bool) -> None:
+        """Nothing to compile: llama.cpp picks its kernels per batch at run time (the warm-up pays for it)."""
+
+    def truncate(self, length: int) -> None:
+        """Keep only the first `length` cached tokens (the rejected positions leave the KV cache)."""
+        if length < self.length:
+            if not self.llm._ctx.kv_cache_seq_rm(-1, length, -1):
+                raise SpecbenchError(
+                    "llama.cpp could not remove positions from this model's KV cache (a recurrent model?)"
+                )
+            self.length = length
+
+    def describe(self) -> dict:
+        """What a manifest records about this engine: its name and version, the threads, the GGUF as loaded."""
+        model = self.llm._model
+        return {
+            "engine": ENGINE_NAME,
+            "engine_version": engine_version(),
+            "threads": self.threads,
+            "gguf": os.path.basename(self.path),
+            "model_desc": model.desc(),  # llama.cpp's own: architecture, size, quantization (e.g. "llama 135M Q4_1")
+            "n_params": int(model.n_params()),
+            "n_ctx": self.backend.n_ctx,
+        }
+
+    def close(self) -> None:
+        self.llm.close()
+
+
+# --------------------------------------------------------------------------- llama.cpp's own decoders (peers)
+
+
+@dataclass
+class PeerCounts:
+    """What a peer's draft hook saw during one generate() (llama-cpp-python reports nothing itself)."""
+
+    draft_calls: int = 0  # times the binding asked its draft for tokens (one per target pass after the first)
+    drafted: int = 0  # tokens the draft returned in all
+
+
+class CountingDraft:
+    """Wraps a llama-cpp-python draft model (a `LlamaDraftModel` callable) to count its calls and tokens."""
+
+    def __init__(self, draft, gamma: int):
+        self.draft, self.gamma = draft, gamma
+        self.counts = PeerCounts()
+
+    def __call__(self, input_ids, /, **kwargs):
+        out = self.draft(input_ids, **kwargs)[: self.gamma]
+        self.counts.draft_calls += 1
+        self.counts.drafted += len(out)
+        return out
+
+
+def prompt_lookup_peer(gamma: int, max_ngram: int = 2) -> CountingDraft:
+    """llama-cpp-python's own prompt-lookup draft proposing `gamma` tokens (its default n-gram size 2)."""
+    speculative = importlib.import_module("llama_cpp.llama_speculative")
+    return CountingDraft(speculative.LlamaPromptLookupDecoding(max_ngram_size=max_ngram, num_pred_tokens=gamma), gamma)
+
+
+def peer_generate(
+    llm,
+    prompt_ids: list[int],
+    *,
+    max_new_tokens: int,
+    eos_ids: frozenset[int],
+    temperature: float = 0.0,
+    seed: int = 0,
+    draft: CountingDraft | None = None,
+) -> DecodeResult:
+    """llama-cpp-python's own `Llama.generate` (plain, or speculative when `llm` was loaded with `draft`).
+
+    Its sampler is made neutral (no top-k/top-p/min-p cut, no repeat penalty): greedy at T = 0, the
+    plain softmax law at T > 0. The cache is emptied first, so no prefix of the last example is reused
+    (our loop re-prefills too). Counts: target passes are the draft's calls (plain: one per token after
+    the first); accepted = emitted − 1 − passes, what the binding's loop emits per pass (n + 1)."""
+    if draft is not None:
+        draft.counts = PeerCounts()
+    llm.reset()
+    llm._ctx.kv_cache_clear()
+    llm.set_seed(seed)
+    out: list[int] = []
+    t0 = time.perf_counter()
+    t1 = t0
+    gen = llm.generate(
+        list(prompt_ids), top_k=0, top_p=1.0, min_p=0.0, temp=temperature, repeat_penalty=1.0, reset=True
+    )
+    stopped = False
+    try:
+        for tok in gen:
+            out.append(int(tok))
+            if len(out) == 1:
+                t1 = time.perf_counter()
+            if tok in eos_ids:
+                stopped = True
+                break
+            if len(out) >= max_new_tokens:
+                break
+    finally:
+        gen.close()
+    t2 = time.perf_counter()
+    res = DecodeResult(token_ids=out, stop_reason="eos" if stopped else "length", prefill_s=t1 - t0, decode_s=t2 - t1)
+    if draft is None:
+        res.target_calls = max(len(out) - 1, 0)
+    else:
+        res.target_calls = draft.counts.draft_calls
+        res.drafted = draft.counts.drafted
+        res.accepted = max(min(len(out) - 1 - res.target_calls, res.drafted), 0)
+    res.verify_s = res.decode_s
+    return res
+
+
+# --------------------------------------------------------------------------- exactness on llama.cpp
+
+
+@dataclass
+class Divergence:
+    """Where a speculative output first leaves the plain one, and how close the plain target's choice was."""
+
+    index: int  # position in the generated tokens
+    plain_token: int
+    spec_token: int
+    margin: float  # top-1 − top-2 logit of the one-token pass that chose plain_token (small: a near tie)
+
+
+def first_divergence(plain: list[int], spec: list[int]) -> int | None:
+    """Index of the first differing generated token; None when one output is a prefix of the other."""
+    for i, (a, b) in enumerate(zip(plain, spec)):
+        if a != b:
+            return i
+    return None
+
+
+def replay_margin(lm: LlamaCppModel, prompt_ids: list[int], plain: list[int], index: int) -> float:
+    """Replay the plain decode up to `index` in one-token passes (its batch shape) → the top-2 logit margin
+    of the pass that chose plain[index]: a divergence at a margin near the batch-size rounding is explained."""
+    lm.start(capacity=len(prompt_ids) + index + 1)
+    logits = lm.forward(prompt_ids)
+    for tok in plain[:index]:
+        logits = lm.forward([tok])
+    top = torch.topk(logits, 2).values
+    return float(top[0] - top[1])
+
+
+def classify(lm: LlamaCppModel, prompt_ids: list[int], plain: list[int], spec: list[int]) -> Divergence | None:
+    """None when the outputs agree on their common length, else the first divergence with its margin."""
+    i = first_divergence(plain, spec)
+    if i is None:
+        return None
+    return Divergence(i, plain[i], spec[i], replay_margin(lm, prompt_ids, plain, i))
