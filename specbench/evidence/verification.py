@@ -31,14 +31,28 @@ from pathlib import Path
 import torch
 
 from specbench.config import RunConfig, SamplingConfig, check_results_dir
+from specbench.decoding.accept import verify_sampling
 from specbench.decoding.autoregressive import clip_at_stop, decode_autoregressive, prompt_split
 from specbench.decoding.base import Proposer
 from specbench.decoding.cached_model import CachedModel
-from specbench.decoding.sampling import processed_probs
+from specbench.decoding.sampling import processed_probs, sample
 from specbench.decoding.speculative import decode_speculative
 from specbench.errors import SpecbenchError
-from specbench.evidence.equality import LEVEL, CheckResult, gof_check, homogeneity_check, json_safe, step_checks
+from specbench.evidence.equality import (
+    ALT_TV,
+    CONTROLS,
+    LEVEL,
+    CheckResult,
+    Control,
+    VerifyFn,
+    gof_check,
+    homogeneity_check,
+    json_safe,
+    sample_checks,
+    step_checks,
+)
 from specbench.files import atomic_write_text
+from specbench.measure.engines import Session, prepare_examples
 from specbench.measure.metrics import first_divergence
 from specbench.measure.records import prepare_run_dir
 from specbench.tasks.specs import load_task, select_examples
@@ -51,7 +65,6 @@ CHECKS_SCHEMA_VERSION = 1
 
 def engines(
     target_model: torch.nn.Module,
-from specbench.measure.engines import Session, prepare_examples
     proposer_factory: ProposerFactory,
     gammas: Sequence[int],
     *,
@@ -208,6 +221,241 @@ def sequence_checks(
     return out
 
 
+# ----- (a') the step law on the real pair: many steps from one context, each verified by the real rule
+
+
+@torch.inference_mode()
+def tail_logits(
+    model: torch.nn.Module, prompt_ids: list[int], seq: list[int], rows: int, decoder_start_id: int | None = None
+) -> torch.Tensor:
+    """[rows, V] logits of the last `rows` positions of prompt + seq (one forward, no cache): row i predicts
+    seq[len(seq) − rows + 1 + i], so rows = g + 1 over seq = emitted + g drafted gives p_1..p_{g+1}."""
+    dev = model_device(model)
+    if getattr(model.config, "is_encoder_decoder", False):
+        enc = torch.tensor([prompt_ids], device=dev)
+        dec = torch.tensor([[decoder_start_id] + seq], device=dev)
+        return model(input_ids=enc, decoder_input_ids=dec).logits[0, -rows:]
+    return model(input_ids=torch.tensor([list(prompt_ids) + seq], device=dev)).logits[0, -rows:]
+
+
+def sample_steps(
+    target_model: torch.nn.Module,
+    proposer: Proposer,
+    prompt_ids: list[int],
+    sampling: SamplingConfig,
+    *,
+    gamma: int,
+    length: int,
+    n: int,
+    generator: torch.Generator,
+    eos_ids: frozenset[int] = frozenset(),
+    decoder_start_id: int | None = None,
+    verify: VerifyFn = verify_sampling,
+) -> tuple[Counter, dict]:
+    """Counts of the first `length` tokens (ending early at EOS) of n runs of speculative steps from the prompt,
+    and how often the steps drafted, accepted and rejected.
+
+    Every step is the engine's: the real proposer drafts from the run's tokens, the target's processed laws
+    p_1..p_{g+1} over prompt + emitted + drafted feed `verify` (the engine's `verify_sampling`, or a
+    control's variant), which accepts or resamples. Only the target's forwards are shared: they are
+    memoised per (emitted, drafted) state, and a model-free proposer (deterministic given the tokens)
+    proposes once per state; a model draft proposes afresh for every run, from its own generator draws.
+    """
+    vocab = None
+    memo_p: dict = {}
+    memo_prop: dict = {}
+    stats = Counter()
+    proposer.begin(list(prompt_ids), length + gamma)
+    done: Counter = Counter()
+    pending: Counter = Counter({(): n})
+    while pending:
+        nxt: Counter = Counter()
+        for emitted, m in pending.items():
+            for _ in range(m):
+                tokens = list(prompt_ids) + list(emitted)
+                if not proposer.is_model and emitted in memo_prop:
+                    prop = memo_prop[emitted]
+                else:
+                    prop = proposer.propose(tokens, gamma, sampling, generator)
+                    memo_prop[emitted] = prop
+                drafted = tuple(prop.tokens.tolist())
+                key = (emitted, drafted)
+                if key not in memo_p:
+                    logits = tail_logits(
+                        target_model, prompt_ids, list(emitted + drafted), len(drafted) + 1, decoder_start_id
+                    )
+                    memo_p[key] = processed_probs(logits, sampling).float()  # [g+1, V]
+                    vocab = memo_p[key].shape[-1]
+                p = memo_p[key]
+                stats["steps"] += 1
+                if drafted:
+                    v = verify(prop.tokens.to(p.device), prop.q_probs.to(p.device), p, generator)
+                    new = drafted[: v.n_accepted] + (v.next_token,)
+                    stats["drafted_steps"] += 1
+                    stats["accepted"] += v.n_accepted
+                    stats["rejected"] += v.n_accepted < len(drafted)
+                else:
+                    new = (int(sample(p[0], generator)),)
+                out = emitted + new
+                stop = next((i for i, t in enumerate(out) if t in eos_ids), None)
+                if stop is not None and stop < length:
+                    done[out[: stop + 1]] += 1
+                elif len(out) >= length:
+                    done[out[:length]] += 1
+                else:
+                    nxt[out] += 1
+        pending = nxt
+    stats["vocab"] = vocab or 0
+    return done, dict(stats)
+
+
+def pair_step_checks(
+    target_model: torch.nn.Module,
+    proposer_factory: ProposerFactory,
+    prompt_ids: list[int],
+    sampling: SamplingConfig,
+    *,
+    gamma: int,
+    n: int,
+    length: int = 2,
+    eos_ids: frozenset[int] = frozenset(),
+    decoder_start_id: int | None = None,
+    level: float = LEVEL,
+    alt_tv: float = ALT_TV,
+    seed: int = 0,
+    max_cells: int = 4096,
+    control: Control | None = None,
+) -> list[CheckResult]:
+    """(a') The step law on the real pair: n runs of speculative steps from the prompt (sample_steps), their
+    first `length` tokens tested against the target's exact chain-rule law, per position and jointly (G-test
+    and TV bound, power against total variation `alt_tv`). A step costs no decode of its own, so n can be
+    large where a whole-sequence sample cannot (sequence_checks). [] when the law is not enumerable
+    (top-k/top-p leave more than max_cells sequences). `control` swaps the verifier for a known bug's.
+    """
+    law = model_sequence_law(
+        target_model,
+        prompt_ids,
+        length,
+        sampling,
+        eos_ids=eos_ids,
+        decoder_start_id=decoder_start_id,
+        max_cells=max_cells,
+    )
+    if law is None:
+        return []
+    dev = model_device(target_model)
+    counts, stats = sample_steps(
+        target_model,
+        proposer_factory(),
+        prompt_ids,
+        sampling,
+        gamma=gamma,
+        length=length,
+        n=n,
+        generator=torch.Generator(device=dev).manual_seed(seed),
+        eos_ids=eos_ids,
+        decoder_start_id=decoder_start_id,
+        verify=control.verify() if control else verify_sampling,
+    )
+    label = f"pair-step/γ={gamma}" + (f"/control={control.name}" if control else "")
+    out = sample_checks(label, counts, law, level=level, alt_tv=alt_tv)
+    for r in out:
+        r.detail.update({"gamma": gamma, "length": length, "sampling": _sampling_dict(sampling), **stats})
+    return out
+
+
+MODEL_DRAFT_SHARE = 10  # a model draft runs its network γ times a step: its pair step law gets step_samples ÷ 10 runs
+
+
+def pair_step_law(
+    target_model: torch.nn.Module,
+    proposer_factory: ProposerFactory,
+    prompt_ids: list[int],
+    sampling: SamplingConfig,
+    *,
+    gammas: Sequence[int],
+    step_samples: int,
+    control_samples: int,
+    step_length: int,
+    eos_ids: frozenset[int],
+    decoder_start_id: int | None,
+    level: float,
+    alt_tv: float,
+    seed: int,
+    max_cells: int,
+    say: Callable[[str], None],
+) -> list[CheckResult]:
+    """run_checks' step 3: the pair's step law at every γ, then the verify-side controls through the same path.
+
+    A model-free proposer is deterministic given the tokens, so its steps share memoised forwards and cost a
+    verification each: step_samples runs per γ and control_samples per control. A model draft must draw afresh
+    for every run (γ forwards of its network): it gets step_samples ÷ MODEL_DRAFT_SHARE runs, and its controls
+    run on the model-free battery only (where every control, draft-side or verify-side, is exercised)."""
+    is_model = bool(getattr(proposer_factory(), "is_model", False))
+    n = max(1, step_samples // MODEL_DRAFT_SHARE) if is_model else step_samples
+    common = dict(
+        length=step_length,
+        eos_ids=eos_ids,
+        decoder_start_id=decoder_start_id,
+        level=level,
+        alt_tv=alt_tv,
+        max_cells=max_cells,
+    )
+    out = []
+    for gamma in gammas:
+        say(f"step law on the pair, γ={gamma} ({n} steps)")
+        out += pair_step_checks(
+            target_model, proposer_factory, prompt_ids, sampling, gamma=gamma, n=n, seed=seed, **common
+        )
+    if is_model or control_samples <= 0:
+        return out
+    for name, control in CONTROLS.items():
+        if control.verify_side:
+            say(f"negative control {name} on the pair ({control_samples} steps)")
+            found = pair_step_checks(
+                target_model,
+                proposer_factory,
+                prompt_ids,
+                sampling,
+                gamma=max(gammas),
+                n=control_samples,
+                seed=seed + 1,
+                control=control,
+                **common,
+            )
+            if found:
+                out.append(control_check(f"control/{name}/pair-step", found, required=False))
+    return out
+
+
+def control_check(name: str, checks: list[CheckResult], *, required: bool = True) -> CheckResult:
+    """A negative control's row: it passes when the control's joint G-test *fails* (the bug is caught), with that
+    test's n and level. A required control (the model-free battery's, where every bug moves the law) that is
+    not caught fails; an optional one (the pair's: whether a bug shows depends on what this pair's draft
+    proposes and the target accepts) is inconclusive at power 0, with the steps' draft counts in detail."""
+    joint = next(c for c in checks if c.kind == "gof" and "/joint" in c.name) if len(checks) > 2 else checks[0]
+    caught = not joint.passed
+    stats = {k: joint.detail[k] for k in ("steps", "drafted_steps", "accepted", "rejected") if k in joint.detail}
+    return CheckResult(
+        name=name,
+        kind="control",
+        statistic=joint.statistic,
+        p_value=joint.p_value,
+        n=joint.n,
+        threshold=joint.threshold,
+        power=None if caught or required else 0.0,  # a rejection needs no power; the test's own is in detail
+        alternative=f"a known bug must be rejected by {joint.name}",
+        passed=caught or not required,
+        detail={
+            "test": joint.name,
+            "test_power": joint.power,
+            "caught": caught,
+            "failed_checks": [c.name for c in checks if not c.passed],
+            **stats,
+        },
+    )
+
+
 def truncated(counts: Counter, tokens: int) -> Counter:
     """Counts of the first `tokens` tokens of each sequence."""
     out: Counter = Counter()
@@ -307,7 +555,7 @@ def greedy_checks(
     Passes when every divergence happens at a near-tie: the target's top1 − top2 logit margin
     there (in the model's dtype) is ≤ margin_tol, by default the tolerance `margin_at` derives
     from the measured rounding noise at that position, and — for our engines, whose passes are
-    recorded and replayed exactly — the numerics classifier (evidence/numerics.py) finds the
+    recorded and replayed exactly — the numerics classifier (measure/numerics.py) finds the
     target itself flips under the pass shape there. In float32 on CPU expect no divergence.
     `extra_engines` lets tests feed a deliberately broken engine through the same check.
     """
@@ -465,21 +713,30 @@ def run_checks(
     eos_ids: frozenset[int] = frozenset(),
     decoder_start_id: int | None = None,
     level: float = LEVEL,
-    alt_tv: float = 0.05,
+    alt_tv: float = ALT_TV,
     seed: int = 0,
     step_samples: int = 100_000,
+    control_samples: int = 20_000,
+    step_length: int = 2,
     hf_generate: bool = True,
     max_cells: int = 4096,
     progress: Callable[[str], None] | None = None,
 ) -> list[CheckResult]:
-    """Everything `specbench verify` runs, in this order.
+    """Everything `specbench verify` runs, in this order. Every statistical test states its power against
+    total variation `alt_tv` on the law it tests; its verdict is pass only at power ≥ 0.8.
 
     1. the model-free step battery (specbench.evidence.equality) under `sampling` (T = 1 when greedy),
        exact laws plus `step_samples` draws through verify_sampling (0 skips the draws);
-    2. sequence level on the first prompt (skipped at T = 0): n_samples continuations of
+    2. negative controls (equality.CONTROLS) through the same battery at `control_samples` draws each
+       (0 skips them): each row passes only when the control's joint test fails;
+    3. at T > 0, the step law on the real pair (pair_step_law) at every γ: `step_samples` runs of the
+       engine's step from the first prompt (a tenth for a model draft), the first `step_length` tokens
+       against the target's exact law, and, for a model-free draft, the verify-side controls through the
+       same path at `control_samples` runs;
+    4. sequence level on the first prompt (skipped at T = 0): n_samples continuations of
        sample_length tokens (default max(gammas) + 2, capped at 6) per engine; the exact-law
        test needs top-k/top-p small enough that ≤ max_cells sequences are possible;
-    3. greedy identity over all prompts, greedy_tokens each.
+    5. greedy identity over all prompts, greedy_tokens each.
     """
     say = progress or (lambda _msg: None)
     prompts = [list(p) for p in prompts_token_ids]
@@ -487,7 +744,30 @@ def run_checks(
         raise SpecbenchError("verify needs at least one prompt, and no prompt may be empty")
     step_cfg = sampling if not sampling.greedy else SamplingConfig(temperature=1.0)
     say(f"step battery ({step_samples} draws)")
-    checks = step_checks(step_cfg, n=step_samples, seed=seed, level=level)
+    checks = step_checks(step_cfg, n=step_samples, seed=seed, level=level, alt_tv=alt_tv)
+    if control_samples > 0:
+        say(f"negative controls ({len(CONTROLS)} × {control_samples} draws)")
+        for name, control in CONTROLS.items():
+            found = step_checks(step_cfg, n=control_samples, seed=seed + 1, level=level, alt_tv=alt_tv, control=control)
+            checks.append(control_check(f"control/{name}/step", found))
+    if not sampling.greedy and step_samples > 0:
+        checks += pair_step_law(
+            target_model,
+            proposer_factory,
+            prompts[0],
+            sampling,
+            gammas=gammas,
+            step_samples=step_samples,
+            control_samples=control_samples,
+            step_length=step_length,
+            eos_ids=eos_ids,
+            decoder_start_id=decoder_start_id,
+            level=level,
+            alt_tv=alt_tv,
+            seed=seed,
+            max_cells=max_cells,
+            say=say,
+        )
     if not sampling.greedy:
         length = sample_length or min(max(gammas) + 2, 6)
         say(f"sequence level ({n_samples} continuations × {len(gammas) + 1} engines)")
@@ -531,6 +811,9 @@ def write_checks(checks: Sequence[CheckResult], out_dir: str | Path, *, extra: d
         "n_checks": len(rows),
         "n_failed": sum(not c.passed for c in checks),
         "failed": [c.name for c in checks if not c.passed],
+        # "pass" needs power >= 0.8; a check that did not reject with less is inconclusive, never a pass
+        "n_inconclusive": sum(c.verdict == "inconclusive" for c in checks),
+        "inconclusive": [c.name for c in checks if c.verdict == "inconclusive"],
         **json_safe(extra or {}),
         "checks": rows,
     }
@@ -559,7 +842,9 @@ class VerifyRequest:
     limit: int = 4  # prompts for the greedy-identity check
     n_samples: int = 300  # continuations per engine for the sequence-level tests
     length: int = 3  # tokens per sampled continuation
-    step_samples: int = 100_000  # draws for the step's statistical test (0 skips them)
+    step_samples: int = 100_000  # draws for the step's statistical tests, model-free and on the pair (0 skips them)
+    control_samples: int = 20_000  # draws per negative control (0 skips the controls)
+    alt_tv: float = ALT_TV  # the alternative every power is stated against: total variation on the tested law
     seed: int = 0
     device: str = "auto"
     dtype: str = "float32"
@@ -578,8 +863,10 @@ class VerifyRequest:
             dtype=self.dtype,
             gamma=min(self.gammas),
         ).validate()
-        if self.n_samples < 1 or self.length < 1 or self.step_samples < 0:
-            raise SpecbenchError("--n-samples and --length must be >= 1 and --step-samples >= 0")
+        if self.n_samples < 1 or self.length < 1 or self.step_samples < 0 or self.control_samples < 0:
+            raise SpecbenchError("--n-samples and --length must be >= 1, --step-samples and --control-samples >= 0")
+        if not 0.0 < self.alt_tv <= 1.0:
+            raise SpecbenchError(f"--alt-tv must lie in (0, 1] (got {self.alt_tv:g})")
         return self
 
     def folder_name(self) -> str:
@@ -619,6 +906,8 @@ def verify_pair(
         decoder_start_id=target.decoder_start_id,
         seed=request.seed,
         step_samples=request.step_samples,
+        control_samples=request.control_samples,
+        alt_tv=request.alt_tv,
         progress=lambda msg: on_status(f"checking: {msg}"),
     )
     json_path, _ = write_checks(
@@ -631,6 +920,7 @@ def verify_pair(
             "gammas": list(request.gammas),
             "task": task_name,
             "seed": request.seed,
+            "alternative_tv": request.alt_tv,
         },
     )
     return VerifyOutcome(checks, json_path)
