@@ -307,6 +307,8 @@ def test_verify_writes_checks_and_passes_on_an_exact_pair(models_dir, task_file,
         "2",
         "--step-samples",
         "5000",
+        "--control-samples",
+        "2000",
         "--device",
         "cpu",
         "--results-dir",
@@ -318,7 +320,9 @@ def test_verify_writes_checks_and_passes_on_an_exact_pair(models_dir, task_file,
     assert checks["passed"] and checks["n_checks"] >= 5
     names = " ".join(c["name"] for c in checks["checks"])
     assert "greedy" in names
-    assert all({"statistic", "p_value", "n", "threshold", "power"} <= set(c) for c in checks["checks"])
+    assert all({"statistic", "p_value", "n", "threshold", "power", "verdict"} <= set(c) for c in checks["checks"])
+    assert {"control/always-accept/step", "control/verified-one-late/step"} <= {c["name"] for c in checks["checks"]}
+    assert all(c["verdict"] != "fail" for c in checks["checks"])
 
 
 def test_verify_bad_gamma_is_a_one_line_error(models_dir, task_file, tmp_path):

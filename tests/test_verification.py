@@ -23,6 +23,7 @@ from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.drafts.model import ModelDraft
 from specbench.decoding.sampling import processed_probs
 from specbench.errors import SpecbenchError
+from specbench.evidence.equality import CONTROLS
 from specbench.evidence.verification import (
     first_divergence,
     greedy_checks,
@@ -30,6 +31,7 @@ from specbench.evidence.verification import (
     homogeneity_on_prefixes,
     margin_at,
     model_sequence_law,
+    pair_step_checks,
     run_checks,
     sequence_checks,
     write_checks,
@@ -70,7 +72,8 @@ def checks(pair):
         sample_length=4,
         greedy_tokens=10,
         eos_ids=EOS,
-        step_samples=2_000,
+        step_samples=1_000,
+        control_samples=0,
         seed=0,
     )
 
@@ -92,6 +95,7 @@ def test_run_checks_covers_every_kind(checks):
         "greedy/γ=3/identity",
     } <= names
     assert any(n.startswith("step/") and n.endswith("exact/joint2") for n in names)
+    assert {"pair-step/γ=1/joint2/gof", "pair-step/γ=3/joint2/gof", "pair-step/γ=3/pos1/tv"} <= names
     assert {c.kind for c in checks} == {"exact", "gof", "tv", "homogeneity", "identity"}
 
 
@@ -285,3 +289,86 @@ def test_seq2seq_greedy_identity_and_law(t5_pair):
     assert len(set(hf_greedy(target, prompts[0], 6, frozenset({1})))) > 2  # varied, not one repeated token
     law = model_sequence_law(target, prompts[0], 2, SAMPLING, eos_ids=frozenset({1}), decoder_start_id=0)
     assert sum(law.values()) == pytest.approx(1.0, abs=1e-6) and len(law) <= 4
+
+
+# ---- the step law on a pair, with power, and the negative controls through the same path ----------------------
+
+
+class ArgmaxDraft:
+    """A deterministic model-free proposer: the target's own greedy continuation, reported as one-hot q (as prompt
+    lookup reports its copies). Its drafts are accepted often at T = 1, so acceptance bugs show."""
+
+    is_model = False
+    name = "argmax"
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+
+    def begin(self, prompt_ids, max_new_tokens=0):
+        pass
+
+    @torch.inference_mode()
+    def propose(self, tokens, gamma, sampling, generator, min_confidence=0.0):
+        ids = list(tokens)
+        for _ in range(gamma):
+            ids.append(int(self.model(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
+        drafted = torch.tensor(ids[len(tokens) :])
+        vocab = self.model.config.vocab_size
+        return Proposal(tokens=drafted, q_probs=torch.nn.functional.one_hot(drafted, vocab).float(), forward_calls=0)
+
+
+VERIFY_DEFAULT = SamplingConfig(temperature=1.0, top_k=3)  # `specbench verify`'s default sampling
+
+
+@pytest.fixture(scope="module")
+def sharp_target():
+    return sharpen(tiny_llama(0, layers=1), 15.0)  # top-3 laws far from uniform, so a one-sided temperature shows
+
+
+def test_pair_step_law_passes_with_power_at_verify_defaults(sharp_target):
+    """N = 5,000 steps (γ = 3) from one prompt, level 1e-3: the joint law of the first two tokens (9 cells, df ≤ 8)
+    has power ≥ 0.8 against total variation 0.05, so the verdict is pass (not merely "not rejected");
+    about 2,600 steps would do, which the check states."""
+    res = by_name(
+        pair_step_checks(
+            sharp_target, lambda: ArgmaxDraft(sharp_target), PROMPTS[0], VERIFY_DEFAULT, gamma=3, n=5_000, eos_ids=EOS
+        )
+    )
+    joint = res["pair-step/γ=3/joint2/gof"]
+    assert joint.verdict == "pass" and joint.power >= 0.8 and joint.n_needed < 5_000, joint
+    assert joint.detail["drafted_steps"] > 0 and joint.detail["accepted"] > 0 and joint.detail["rejected"] > 0
+    assert all(c.verdict != "fail" for c in res.values()), [c for c in res.values() if c.verdict == "fail"]
+    small = by_name(
+        pair_step_checks(
+            sharp_target, lambda: ArgmaxDraft(sharp_target), PROMPTS[0], VERIFY_DEFAULT, gamma=3, n=300, eos_ids=EOS
+        )
+    )["pair-step/γ=3/joint2/gof"]
+    assert small.verdict == "inconclusive" and "samples would reach 0.8" in small.verdict_text(), small
+
+
+def test_every_control_fails_through_run_checks_at_the_default_sampling(sharp_target):
+    """run_checks at verify's default sampling (T = 1, top-k 3), controls at 2,000 draws each (level 1e-3): every
+    known bug, model-free (5 samplers + the off-by-one + the one-sided temperature) and verify-side on the pair,
+    must be rejected; a control row passes only when its bug was caught."""
+    checks = run_checks(
+        sharp_target,
+        lambda: ArgmaxDraft(sharp_target),
+        PROMPTS[:2],
+        VERIFY_DEFAULT,
+        gammas=(3,),
+        n_samples=50,
+        sample_length=3,
+        greedy_tokens=6,
+        eos_ids=EOS,
+        step_samples=3_000,
+        control_samples=2_000,
+        hf_generate=False,
+    )
+    controls = [c for c in checks if c.kind == "control"]
+    names = {c.name for c in controls}
+    assert {f"control/{n}/step" for n in CONTROLS} <= names
+    assert {f"control/{n}/pair-step" for n, c in CONTROLS.items() if c.verify_side} <= names
+    missed = [c.name for c in controls if not c.detail["caught"]]
+    assert not missed, missed
+    assert all(c.verdict == "pass" for c in controls)
+    assert not [c for c in checks if c.verdict == "fail"], [c.name for c in checks if c.verdict == "fail"]

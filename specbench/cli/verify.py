@@ -2,7 +2,8 @@
 
 specbench.evidence.verification.verify_pair does the work (validation, the writability
 check, loading, every check, checks.json); this command renders the table and exits 1 when
-any check fails.
+any check fails. A check that did not reject says "pass" only at power >= 0.8 against the
+stated alternative (--alt-tv); with less it is inconclusive, with the samples that would do.
 """
 
 from __future__ import annotations
@@ -36,9 +37,19 @@ Gammas = Annotated[str, typer.Option("--gamma", help="γ values for the sequence
 Prompts = Annotated[int, typer.Option("--limit", help="Prompts for the greedy-identity check.")]
 Samples = Annotated[int, typer.Option("--n-samples", help="Continuations per engine for the sequence-level tests.")]
 Length = Annotated[int, typer.Option("--length", help="Tokens per sampled continuation.")]
-StepSamples = Annotated[int, typer.Option("--step-samples", help="Draws for the statistical test of the step.")]
+StepSamples = Annotated[
+    int, typer.Option("--step-samples", help="Draws for the step law's tests (model-free and on the pair); 0 skips.")
+]
+ControlSamples = Annotated[
+    int, typer.Option("--control-samples", help="Draws per negative control (each must fail); 0 skips them.")
+]
+AltTV = Annotated[
+    float,
+    typer.Option("--alt-tv", help="Alternative for every stated power: total variation on the tested law."),
+]
 
 TABLE_COLUMNS = ("check", "statistic", "p-value", "N", "level", "power", "result")
+VERDICT_STYLE = {"pass": "green", "fail": "red", "inconclusive": "yellow"}
 
 
 def verify(
@@ -53,6 +64,8 @@ def verify(
     n_samples: Samples = 300,
     length: Length = 3,
     step_samples: StepSamples = 100_000,
+    control_samples: ControlSamples = 20_000,
+    alt_tv: AltTV = 0.05,
     seed: Seed = 0,
     device: Device = "auto",
     dtype: Dtype = "float32",
@@ -77,6 +90,8 @@ def verify(
         n_samples=n_samples,
         length=length,
         step_samples=step_samples,
+        control_samples=control_samples,
+        alt_tv=alt_tv,
         seed=seed,
         device=device,
         dtype=dtype,
@@ -108,9 +123,15 @@ def print_checks(request, outcome) -> None:
             fmt(c.n),
             fmt(c.threshold, 4),
             fmt(c.power, 3),
-            "[green]pass[/green]" if c.passed else "[red]FAIL[/red]",
+            f"[{VERDICT_STYLE[c.verdict]}]{c.verdict_text()}[/{VERDICT_STYLE[c.verdict]}]",
         )
     out.print(table)
+    counts = {v: sum(c.verdict == v for c in outcome.checks) for v in VERDICT_STYLE}
+    out.print(
+        f"{len(outcome.checks)} checks: {counts['pass']} pass, {counts['fail']} fail, {counts['inconclusive']} "
+        f"inconclusive (power < 0.8 against total variation {request.alt_tv:g} on the tested law)",
+        highlight=False,
+    )
     for c in outcome.checks:
         if c.kind == "identity" and c.detail.get("divergences"):
             d = c.detail

@@ -36,9 +36,9 @@ import torch
 from scipy import optimize, stats
 
 from specbench.config import SamplingConfig
+from specbench.decoding.accept import accepted_count, expected_acceptance, residual, verify_sampling
 from specbench.decoding.base import Verdict
 from specbench.decoding.sampling import processed_probs, sample
-from specbench.decoding.accept import accepted_count, expected_acceptance, residual, verify_sampling
 from specbench.measure.metrics import json_safe  # noqa: F401  (re-exported: verification imports it from here)
 
 Prefix = tuple[int, ...]
@@ -754,7 +754,7 @@ def verified_one_late(p: torch.Tensor) -> torch.Tensor:
     return torch.cat([p[1:], p[-1:]]) if p.shape[0] > 1 else p
 
 
-CONTROL_TEMPERATURE = 0.7  # the temperature the one-sided control applies to the target's law only
+CONTROL_TEMPERATURE = 0.5  # the temperature the one-sided control applies to the target's law only
 
 
 def target_only_temperature(p: torch.Tensor) -> torch.Tensor:

@@ -234,6 +234,8 @@ class Summary:
     numerics_floor_flips: int | None = None  # those flips
     numerics_floor_positions: int | None = None  # the positions checked
     numerics_cost_share: float | None = None  # the classifier's seconds ÷ the timed seconds
+    numerics_margin_range: list[float] | None = None  # [0, largest baseline margin the floor saw flip]: numerics' range
+    divergences_above_margin_range: int | None = None  # replay said numerics, margin above that range: unexplained
     # --- batches (metrics.batch_metrics; null at batch size 1 except the row throughputs and row α)
     baseline_row_tokens_per_s: float | None = (
         None  # mean over examples of each one's tokens ÷ its own seconds, baseline
@@ -518,7 +520,13 @@ def engine_problem(doc, where: str) -> str | None:
 
 
 # the `numerics` field of an ExampleRecord (evidence/numerics.explain_example), as identity_line reads it
-NUMERICS_FIELDS = {"floor_positions": "int", "floor_flips": "int", "seconds": "float", "divergence": "dict | None"}
+NUMERICS_FIELDS = {
+    "floor_positions": "int",
+    "floor_flips": "int",
+    "floor_flip_margins": "list[float]",  # optional: the baseline's top-2 margin at each flip (the margin gate's range)
+    "seconds": "float",
+    "divergence": "dict | None",
+}
 
 
 def numerics_problem(value) -> str | None:

@@ -1,0 +1,66 @@
+"""A planted bug for the numerics classifier: the negative control its "numerics" verdicts need.
+
+The classifier (measure/numerics.py) calls a greedy divergence numerics when the target itself flips
+there under the speculative run's pass shapes, at a margin the numerics floor saw flip. That verdict is
+only worth something if a real bug in the multi-token verification path comes out *unexplained*. This
+module plants one: for one verification step in `every`, the verifier is handed the target's logits one
+position late (row i + 1 checks draft token i, the last row repeats), as an off-by-one in slicing the
+verify pass would do. The engine is otherwise untouched; the bug lives only inside the context manager.
+
+Used by tests/test_numerics.py (tiny model) and bench/planted_bug.py (the real default model in bf16).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class PlantedSteps:
+    """Where the planted bug fired: the output position of each bugged step's first emitted token."""
+
+    positions: list[int] = field(default_factory=list)  # since the last reset(), in order
+
+    def reset(self) -> None:
+        """Forget the positions (call before each example)."""
+        self.positions.clear()
+
+    def first(self) -> int | None:
+        return self.positions[0] if self.positions else None
+
+
+@contextmanager
+def late_verified_logits(every: int = 50, offset: int = 0) -> Iterator[PlantedSteps]:
+    """Within the block, every `every`-th verification step of decode_speculative (counted from `offset`) sees
+    its target logits one position late. Yields where the bug fired (output positions)."""
+    import specbench.decoding.speculative as speculative
+
+    if every < 1:
+        raise ValueError(f"every must be >= 1 (got {every})")
+    original = speculative.judge_proposal
+    seen = PlantedSteps()
+    count = 0
+
+    def planted(ctx, proposal, logits: torch.Tensor):
+        nonlocal count
+        step, count = count, count + 1
+        if step % every == offset % every and logits.shape[0] > 1:
+            logits = torch.cat([logits[1:], logits[-1:]])  # [g+1, V]: row i is now the row meant for i + 1
+            seen.positions.append(len(ctx.res.token_ids))
+        return original(ctx, proposal, logits)
+
+    speculative.judge_proposal = planted
+    try:
+        yield seen
+    finally:
+        speculative.judge_proposal = original
+
+
+def caused(first_divergence: int | None, planted_at: int | None) -> bool:
+    """Whether an example's first divergence is the planted bug's doing: it happened at or after the first bugged
+    step (before it, the run is the clean engine's, so an earlier divergence is the clean engine's own)."""
+    return first_divergence is not None and planted_at is not None and first_divergence >= planted_at
