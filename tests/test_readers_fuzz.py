@@ -290,6 +290,77 @@ def test_probe_files(tmp_path, name):
         one_line_or_ok(lambda: summarize(json.loads(valid_examples()), 3, True, probes, drift), where)
 
 
+# --------------------------------------------------------------------------- hostile task files (issue 30)
+
+
+def alias_bomb(levels: int) -> str:
+    """A task whose name is `levels` nested lists of nine aliases of the level below: 9^levels strings once
+    expanded (nine levels: 387 million, from under 500 bytes)."""
+    nested = ",".join(f"&{chr(97 + i)} [{','.join([f'*{chr(96 + i)}' if i else 'x'] * 9)}]" for i in range(levels))
+    return f"name: [{nested}]\nsource: {{type: jsonl, path: rows.jsonl}}\ntemplate: '{{t}}'\n"
+
+
+def hostile_yaml(tmp_path: Path, **keys) -> Path:
+    (tmp_path / "rows.jsonl").write_text('{"text": "a b"}\n{"text": "c d"}\n')
+    task = {"source": {"type": "jsonl", "path": "rows.jsonl"}, "fields": {"t": "text"}, "template": "{t}", **keys}
+    path = tmp_path / "task.yaml"
+    path.write_text(yaml.safe_dump(task))
+    return path
+
+
+def refused(fn, *words: str) -> str:
+    """fn must raise a one-line SpecbenchError of at most 400 characters holding every word."""
+    exc = one_line_or_ok(fn, "hostile task")
+    assert isinstance(exc, SpecbenchError), f"accepted: {exc!r}"
+    message = str(exc)
+    assert len(message) <= 400 and all(w in message for w in words), message
+    return message
+
+
+@pytest.mark.parametrize("levels", [6, 9])
+def test_a_yaml_alias_bomb_is_refused_in_one_short_line(tmp_path, levels):
+    """Refused before any expansion (the old loader expanded nine levels into a MemoryError, six into a 2.6 MB
+    message)."""
+    path = tmp_path / "bomb.yaml"
+    path.write_text(alias_bomb(levels))
+    assert len(path.read_bytes()) < 500
+    refused(lambda: load_task(str(path)), "aliases", "not allowed")
+    small = hostile_yaml(tmp_path)
+    small.write_text(small.read_text().replace("template: '{t}'", "template: &x '{t}'\ndescription: *x"))
+    refused(lambda: load_task(str(small)), "aliases")
+
+
+def test_a_huge_value_is_shown_bounded(tmp_path):
+    path = hostile_yaml(tmp_path, name=list(range(200_000)), description="x" * 1_000_000)
+    refused(lambda: load_task(str(path)), "'name' must be")
+    path = hostile_yaml(tmp_path, max_new_tokens={"k" * 100_000: [1] * 100_000})
+    refused(lambda: load_task(str(path)), "'max_new_tokens'")
+
+
+@pytest.mark.parametrize("template", ["x {t:d}", "{t:>99999999999999999999}", "{t:>4000000000}", "{t!r}", "{t:{t}}"])
+def test_template_format_specs_are_refused(tmp_path, template):
+    path = hostile_yaml(tmp_path, template=template)
+    refused(lambda: select_examples(load_task(str(path)), 2, 0), "format spec", "{t}")
+
+
+def test_duplicate_example_ids_are_refused_naming_their_lines(tmp_path):
+    path = tmp_path / "dup.jsonl"
+    path.write_text('{"id": "a", "prompt": "one"}\n\n{"id": "b", "prompt": "two"}\n{"id": "a", "prompt": "three"}\n')
+    refused(lambda: load_task(str(path)), "'a'", "line 1", "line 4", "twice")
+    path.write_text('{"id": 1, "prompt": "one"}\n{"prompt": "two"}\n')  # row 2's id is its index: "1"
+    refused(lambda: load_task(str(path)), "'1'", "line 1", "line 2")
+    rows = tmp_path / "rows.jsonl"
+    task = hostile_yaml(tmp_path)
+    rows.write_text('{"id": "x", "text": "a b"}\n{"id": "x", "text": "c d"}\n')
+    refused(lambda: select_examples(load_task(str(task)), 1, 0), "'x'", "line 1", "line 2")
+
+
+def test_a_nan_prompt_is_refused(tmp_path):
+    path = tmp_path / "nan.jsonl"
+    path.write_text('{"prompt": NaN}\n{"prompt": "fine"}\n')
+    refused(lambda: select_examples(load_task(str(path)), 2, 0), "nan", "not text")
+
+
 def valid_examples() -> str:
     return "[" + ",".join((OLD_RUN / "examples.jsonl").read_text().splitlines()) + "]"
 

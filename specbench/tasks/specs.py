@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
+import reprlib
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +40,28 @@ TASK_KEYS = (
 )
 REQUIRED_KEYS = ("source", "template")
 JSONL_MAX_NEW_TOKENS = 64
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """safe_load without YAML aliases: a task never needs `*name`, and nested aliases expand a few hundred bytes
+    into gigabytes (the 'billion laughs')."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            raise yaml.composer.ComposerError(
+                None, None, "aliases (*name) are not allowed in a task file; write the value out", mark
+            )
+        return super().compose_node(parent, index)
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxstring, _SHORT.maxother, _SHORT.maxlevel, _SHORT.maxdict, _SHORT.maxlist = 60, 60, 2, 4, 4
+
+
+def short(value: object) -> str:
+    """repr(value) bounded to about a line, whatever the value's size (a message must not hold a whole file)."""
+    return _SHORT.repr(value)
 
 
 @dataclass(frozen=True)
@@ -124,7 +148,7 @@ def spec_bench_task(name: str) -> TaskSpec:
 
 def _yaml_task(path: Path) -> TaskSpec:
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_NoAliasLoader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as e:
         raise SpecbenchError(f"{path}: not valid YAML ({str(e).splitlines()[0]}); fix the syntax") from None
     except UnicodeDecodeError as e:
@@ -142,7 +166,7 @@ def parse_task(raw: object, where: str, default_name: str, base_dir: Path | None
     unknown = sorted(set(raw) - set(TASK_KEYS))
     if unknown:
         raise SpecbenchError(
-            f"{where}: unknown key(s) {', '.join(map(str, unknown))}; allowed keys: {', '.join(TASK_KEYS)}"
+            f"{where}: unknown key(s) {', '.join(map(short, unknown))}; allowed keys: {', '.join(TASK_KEYS)}"
         )
     missing = [k for k in REQUIRED_KEYS if k not in raw]
     if missing:
@@ -176,7 +200,7 @@ def parse_task(raw: object, where: str, default_name: str, base_dir: Path | None
 
     chat_template = raw.get("chat_template", True)
     if not isinstance(chat_template, bool):
-        raise SpecbenchError(f"{where}: 'chat_template' must be true or false (got {chat_template!r})")
+        raise SpecbenchError(f"{where}: 'chat_template' must be true or false (got {short(chat_template)})")
     reference = raw.get("reference")
     if reference is not None:
         _check_str(reference, "reference", where, allow_empty=False)
@@ -184,7 +208,7 @@ def parse_task(raw: object, where: str, default_name: str, base_dir: Path | None
     metric = raw.get("metric")
     metric = None if metric in (None, "none") else metric
     if metric is not None and metric not in METRICS:
-        raise SpecbenchError(f"{where}: unknown metric {metric!r}; use one of {', '.join(METRICS)} or none")
+        raise SpecbenchError(f"{where}: unknown metric {short(metric)}; use one of {', '.join(METRICS)} or none")
     if metric is not None and reference is None:
         raise SpecbenchError(f"{where}: metric {metric} needs a 'reference' data field; add one or set metric: none")
 
@@ -217,17 +241,18 @@ def parse_task(raw: object, where: str, default_name: str, base_dir: Path | None
 def _check_str(value: object, key: str, where: str, allow_empty: bool = True) -> None:
     if not isinstance(value, str) or (not allow_empty and not value.strip()):
         raise SpecbenchError(
-            f"{where}: '{key}' must be a {'non-empty ' if not allow_empty else ''}string (got {value!r})"
+            f"{where}: '{key}' must be a {'non-empty ' if not allow_empty else ''}string (got {short(value)})"
         )
 
 
 def _check_positive_int(value: object, key: str, where: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SpecbenchError(f"{where}: '{key}' must be an integer >= 1 (got {value!r})")
+        raise SpecbenchError(f"{where}: '{key}' must be an integer >= 1 (got {short(value)})")
 
 
 def template_variables(template: str, where: str = "template") -> tuple[str, ...]:
-    """Named {variables} of a str.format template; positional, dotted or indexed ones are refused."""
+    """Named {variables} of a str.format template; positional, dotted or indexed ones are refused, and so are
+    format specs and conversions ({t:d} fails on text, {t:>4000000000} allocates gigabytes per example)."""
     names: list[str] = []
     try:
         parsed = list(string.Formatter().parse(template))
@@ -235,13 +260,19 @@ def template_variables(template: str, where: str = "template") -> tuple[str, ...
         raise SpecbenchError(
             f"{where}: template is not a valid format string ({e}); write literal braces as {{{{ }}}}"
         ) from None
-    for _, var, _, _ in parsed:
+    for _, var, spec, conversion in parsed:
         if var is None:
             continue
         if not var.isidentifier():
             raise SpecbenchError(
-                f"{where}: template placeholder {{{var}}} must be a plain name; "
+                f"{where}: template placeholder {{{short(var)}}} must be a plain name; "
                 f"map nested data under fields (e.g. src: translation.de) and write {{src}}"
+            )
+        if spec or conversion:
+            shown = f"{{{var}{'!' + conversion if conversion else ''}{':' + spec if spec else ''}}}"
+            raise SpecbenchError(
+                f"{where}: template placeholder {short(shown)} has a format spec or conversion; "
+                f"write a plain {{{var}}} (only plain placeholders are filled)"
             )
         if var not in names:
             names.append(var)
@@ -256,6 +287,7 @@ def _jsonl_task(path: Path) -> TaskSpec:
     for n, row in enumerate(rows, start=1):
         if "prompt" not in row:
             raise SpecbenchError(f"{path}: line {n} has no 'prompt' key (keys: {', '.join(row) or 'none'})")
+    check_unique_ids(rows, {"type": "jsonl", "path": str(path)}, str(path))
     with_ref = [("reference" in row) for row in rows]
     if any(with_ref) and not all(with_ref):
         raise SpecbenchError(
@@ -293,6 +325,7 @@ def select_examples(spec: TaskSpec, limit: int, seed: int) -> list[Example]:
     if n == 0:
         raise SpecbenchError(f"task {spec.name}: its source has no rows; check the source")
     check_fields(spec, rows[0])
+    check_unique_ids(rows, spec.source, f"task {spec.name}")
     order = sorted(range(n), key=lambda i: hashlib.sha256(f"{seed}:{i}".encode()).digest())
     strata = stratify(spec, rows, order)
     if strata is not None:
@@ -326,11 +359,42 @@ def check_fields(spec: TaskSpec, row: dict) -> None:
         get_field(row, data_field, spec.name)
 
 
+def example_id(row: dict, index: int) -> str:
+    """An example's id: the row's 'id' field (text or integer), else its index in the source."""
+    value = row.get("id")
+    return str(value) if isinstance(value, (str, int)) and not isinstance(value, bool) else str(index)
+
+
+def check_unique_ids(rows, source: dict, where: str) -> None:
+    """Refuse two rows with one example id (a resume skips ids already measured: the second would never run, and
+    the run would stay incomplete forever), naming both rows: their lines in a JSONL file, else their numbers."""
+    seen: dict[str, int] = {}
+    for i, row in enumerate(rows):
+        ex_id = example_id(row, i)
+        if ex_id in seen:
+            first, second = _row_places(source, [seen[ex_id], i])
+            raise SpecbenchError(
+                f"{where}: example id {short(ex_id)} is used twice ({first} and {second}); give every row its own id"
+            )
+        seen[ex_id] = i
+
+
+def _row_places(source: dict, indices: list[int]) -> list[str]:
+    """'line N' of each row index in a JSONL source (blank lines are not rows), else 'row N' (from 1)."""
+    path = Path(source.get("path", "")) if source.get("type") == "jsonl" else None
+    if path is not None and path.is_file():
+        try:
+            with path.open(encoding="utf-8") as fh:
+                lines = [n for n, line in enumerate(fh, start=1) if line.strip()]
+            return [f"line {lines[i]}" for i in indices]
+        except (OSError, UnicodeDecodeError, IndexError):
+            pass
+    return [f"row {i + 1}" for i in indices]
+
+
 def make_example(spec: TaskSpec, row: dict, index: int) -> Example:
     """Render one row: fill the template from the mapped fields and read the reference."""
-    ex_id = (
-        str(row["id"]) if isinstance(row.get("id"), (str, int)) and not isinstance(row.get("id"), bool) else str(index)
-    )
+    ex_id = example_id(row, index)
     values = {}
     for var, data_field in spec.fields.items():
         value = _as_text(get_field(row, data_field, spec.name), data_field, spec.name, ex_id)
@@ -394,6 +458,10 @@ def flat_fields(row: dict, prefix: str = "") -> list[str]:
 def _as_text(value: object, data_field: str, task: str, ex_id: str) -> str:
     if isinstance(value, str):
         return value
+    if isinstance(value, float) and not math.isfinite(value):  # JSON's NaN/Infinity: no text to benchmark
+        raise SpecbenchError(
+            f"task {task}: field '{data_field}' of example {ex_id} is {value}, not text; fix or remove that row"
+        )
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value)
     raise SpecbenchError(
