@@ -42,6 +42,7 @@ from specbench.cli.options import (
 )
 from specbench.cli.output import console, fmt, out, progress_bar, quiet_transformers, say, warn_if_noisy
 from specbench.config import RunConfig, SamplingConfig, parse_gamma
+from specbench.measure.schema_doc import run_table_rows
 from specbench.models import DEFAULT_DRAFT, DEFAULT_TARGET
 
 Engine = Annotated[str, typer.Option("--engine", help="specbench (ours) or hf-assisted (HF assisted generation).")]
@@ -58,29 +59,7 @@ RunId = Annotated[
     typer.Option("--run-id", help="Run folder name (default: derived from the config; a rerun resumes it)."),
 ]
 
-SUMMARY_ROWS = [
-    ("alpha", "α empirical: accepted / acceptance trials"),
-    ("alpha_expected", "α expected: mean Σ min(p, q) over verified positions"),
-    ("tokens_per_target_call", "decode tokens per target pass"),
-    ("c", "draft cost per token / target cost per token"),
-    ("verify_cost", "target pass over γ+1 tokens / one-token pass"),
-    ("speedup", "walltime, per token: speculative tok/s ÷ baseline tok/s"),
-    ("speedup_ci95", "95% bootstrap interval of the speedup over examples"),
-    ("speedup_median_example", "median of the examples' own speedups"),
-    ("predicted_speedup", "paper's Thm 3.8 from measured α, c"),
-    ("predicted_speedup_extended", "with the measured verify cost (endless output)"),
-    ("decode_speedup", "speedup of the decode phase (prefill excluded)"),
-    ("predicted_decode_speedup", "cost model for these output lengths; compare with decode_speedup"),
-    ("baseline_tokens_per_s", "baseline throughput"),
-    ("speculative_tokens_per_s", "speculative throughput"),
-    ("greedy_identity", "share of examples token-identical to the baseline (T = 0)"),
-    ("speculative_row_tokens_per_s", "per row: a row's tokens ÷ its own seconds, mean (batches)"),
-    ("tokens_per_batch_pass", "decode tokens of all rows per batched target pass (B > 1)"),
-    ("batch_verify_cost", "calibrated t(B, γ+1) / t(B, 1) (B > 1)"),
-    ("predicted_speedup_batch", "batch cost model (rows' steps, t(b, k)); compare with decode_speedup (B > 1)"),
-    ("replayed_speedup_batch", "the measured pass shapes priced by t(b, k) (B > 1)"),
-    ("peak_memory_mb", "peak memory while measuring, MiB (peak_memory_kind says which)"),
-]
+SUMMARY_ROWS = run_table_rows()  # (summary key, label): the labels live with the fields, measure/schema_doc.py
 
 
 def run(
