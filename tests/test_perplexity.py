@@ -19,13 +19,17 @@ from specbench.decoding.drafts.model import ModelDraft
 from specbench.decoding.speculative import decode_speculative
 from specbench.evidence.perplexity import (
     LEVEL,
+    MARGIN,
     detectable_shift,
     example_nll,
     finite,
     mean_nll,
     mw_power,
     nll_check,
+    nll_equivalence,
     token_nlls,
+    tost_n_needed,
+    tost_power,
 )
 
 PROMPT = [5, 17, 99, 3, 250, 31, 7, 64]
@@ -143,3 +147,61 @@ def test_speculative_samples_pass_and_a_different_sampler_fails(scored):
     assert control.power >= 0.95, control.power
     assert not control.passed and control.p_value < LEVEL, control.p_value
     assert math.isfinite(control.statistic)
+
+
+# ---- quality by equivalence: the paired TOST ----------------------------------------------------------------
+
+
+def test_tost_power_formula_is_honest():
+    """At the n tost_n_needed gives (sd 0.2 nats/token, margin 0.05, level 0.05 each side) the formula says ≥ 0.8;
+    400 simulated paired samples at a true difference of 0 must reach "holds" at least that often (−3 s.e.),
+    and at a true difference of 0.05 (on the margin) at most the level (+3 s.e.)."""
+    n = tost_n_needed(0.2, MARGIN)
+    assert tost_power(n, 0.2, MARGIN) >= 0.8 > tost_power(n - 1, 0.2, MARGIN)
+    rng = np.random.default_rng(3)
+    zeros = np.zeros(n)
+    holds = np.mean([nll_equivalence(zeros, rng.normal(0, 0.2, n)).verdict == "holds" for _ in range(400)])
+    assert holds >= 0.8 - 0.06, (n, holds)
+    edge = np.mean([nll_equivalence(zeros, rng.normal(MARGIN, 0.2, n)).verdict == "holds" for _ in range(400)])
+    assert edge <= 0.05 + 0.033, edge
+
+
+def test_tost_three_verdicts_and_a_negative_control():
+    """n = 300 pairs, sd 0.1: equal laws hold (power ≥ 0.95 stated); a shift of 0.15 nats/token must not hold
+    (the negative control); n = 12 at sd 0.3 is inconclusive and says how many pairs would do."""
+    rng = np.random.default_rng(4)
+    base = rng.normal(3.0, 0.5, 300)
+    same = nll_equivalence(base, base + rng.normal(0.0, 0.1, 300))
+    assert same.verdict == "holds" and same.n == 300 and same.power >= 0.95, same
+    assert -MARGIN < same.interval[0] < same.estimate < same.interval[1] < MARGIN
+    worse = nll_equivalence(base, base + rng.normal(0.15, 0.1, 300))
+    assert worse.verdict == "does not hold" and worse.interval[0] > MARGIN, worse
+    few = nll_equivalence(base[:12], base[:12] + rng.normal(0.0, 0.3, 12))
+    assert few.verdict == "inconclusive" and few.power < 0.8 and few.n_needed > 12, few
+    assert f"about {few.n_needed:,} pairs" in few.sentence()
+    # pairs with a missing score drop out as pairs; identical outputs hold exactly
+    assert nll_equivalence([1.0, None, 2.0], [1.0, 5.0, 2.0]).n == 2
+    assert nll_equivalence([1.0, 2.0, 3.0], [1.0, 2.0, 3.0]).verdict == "holds"
+    with pytest.raises(ValueError):
+        nll_equivalence([1.0], [1.0, 2.0])
+
+
+def test_pairing_is_what_gives_power():
+    """A per-example spread of 1 nat/token shared by both engines (prompts differ in difficulty) and a paired
+    noise of 0.05: the paired TOST holds at n = 60, where the unpaired spread (≈ 1) would need thousands."""
+    rng = np.random.default_rng(5)
+    difficulty = rng.normal(3.0, 1.0, 60)
+    res = nll_equivalence(difficulty + rng.normal(0, 0.05, 60), difficulty + rng.normal(0, 0.05, 60))
+    assert res.verdict == "holds" and res.sd < 0.1, res
+    assert tost_n_needed(1.0, MARGIN) > 1_000
+
+
+def test_tost_on_model_samples_and_a_different_sampler(scored):
+    """N = 150 pairs (same prompt; the baseline's sample i against the speculative engine's sample i), margin
+    0.05 nats/token: the speculative engine must not come out "does not hold"; the control (the baseline at
+    T = 0.7, whose NLL is lower by far more than the margin) must come out "does not hold"."""
+    ok = nll_equivalence(scored["baseline"], scored["speculative"])
+    assert ok.verdict in ("holds", "inconclusive") and ok.n == N_SAMPLES, ok
+    assert ok.verdict == "holds" or ok.n_needed > N_SAMPLES
+    control = nll_equivalence(scored["baseline"], scored["control"])
+    assert control.verdict == "does not hold", control

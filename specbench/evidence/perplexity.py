@@ -22,21 +22,41 @@ Caveat, stated where it is used: a run decodes baseline and speculative from the
 example, so the two scores of one example may be correlated. Under H0 that changes no marginal law,
 and positive pairing only makes U conservative (fewer rejections, less power), never anti-conservative.
 
+Quality by equivalence (`nll_equivalence`, what the quality claim uses; the U test above stays for the
+report's older table until its callers move): absence of a difference is never evidence of sameness, so
+"the speculative engine keeps the baseline's quality" is shown by two one-sided t-tests (TOST) on the
+*paired* per-example differences d = NLL(speculative) − NLL(baseline), the same prompt and seed on both
+sides (the unit is the example, never the token):
+
+  holds          both H0: Δ ≤ −margin and H0: Δ ≥ +margin rejected at `level` (scipy.stats.ttest_1samp
+                 with alternative="greater"/"less"), i.e. the (1 − 2·level) interval lies inside ±margin;
+  does not hold  the interval lies wholly outside ±margin (a one-sided test rejects |Δ| ≤ margin);
+  inconclusive   otherwise, with about how many pairs would give the TOST power 0.8 at Δ = 0.
+  power          of the TOST at a true Δ = 0 with the observed spread s of d: each one-sided test rejects
+                 with 1 − F(t_{1−α}; ν = n − 1, noncentrality margin·√n/s) (scipy.stats.nct), both together
+                 with at least 1 − 2·F(...) (Bonferroni's inequality).
+Several runs: "holds on every run" is an intersection-union claim, which needs no split of the level
+(Berger 1982): each run's TOST at `level` keeps the joint claim at `level`. Default margin 0.05 nats/token
+(a perplexity ratio within ×1.051).
+
 Everything here runs after an example's timed decodes (runner), or on recorded scores (report).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from specbench.evidence.equality import CheckResult
+from specbench.evidence.equality import CheckResult, json_safe
 
 LEVEL = 0.01  # default level α of one Mann-Whitney test
 SHIFT = 0.1  # default alternative for the stated power: mean NLL per token shifted by 0.1 nats (perplexity ×1.105)
 POWER_SIMS = 400  # redraws per power estimate (standard error ≤ 0.025)
 TARGET_POWER = 0.8  # power at which `detectable_shift` is read off
+MARGIN = 0.05  # equivalence margin of the quality claim, nats/token (perplexity within ×1.051)
+EQ_LEVEL = 0.05  # level of each one-sided test of the TOST (a 90 % interval)
 
 
 # --------------------------------------------------------------------------- scoring under the target
@@ -201,4 +221,129 @@ def nll_check(
         alternative,
         bool(test.pvalue >= level),
         detail,
+    )
+
+
+# --------------------------------------------------------------------------- quality by equivalence (paired TOST)
+
+
+@dataclass(frozen=True)
+class Equivalence:
+    """The quality claim on one run: is the mean NLL per token of the speculative engine's samples within
+    ±margin of the baseline's, paired per example (same prompt, same seed)?"""
+
+    verdict: str  # "holds", "does not hold" or "inconclusive"
+    estimate: float  # mean of d = NLL(speculative) − NLL(baseline), nats/token (NaN with no pair)
+    interval: tuple[float, float]  # (1 − 2·level) t-interval of that mean: inside ±margin ⇔ TOST holds
+    margin: float  # the equivalence margin, nats/token
+    level: float  # level of each one-sided test
+    n: int  # pairs with both scores finite
+    p_value: float  # TOST p-value: the larger of the two one-sided p-values (NaN below 2 pairs)
+    power: float  # TOST power at a true difference of 0, with the observed spread of d
+    n_needed: int | None  # pairs that would give power TARGET_POWER at that spread (None: no spread measured)
+    sd: float  # standard deviation of d
+
+    def to_dict(self) -> dict:
+        return json_safe(asdict(self))
+
+    def sentence(self) -> str:
+        """One line: the verdict with its numbers."""
+        lo, hi = self.interval
+        text = (
+            f"{self.verdict}: mean NLL difference {self.estimate:+.4f} nats/token, "
+            f"{100 * (1 - 2 * self.level):.0f} % interval [{lo:+.4f}, {hi:+.4f}] vs margin ±{self.margin:g}, "
+            f"n = {self.n} pairs, TOST power {self.power:.2f}"
+        )
+        if self.verdict == "inconclusive" and self.n_needed:
+            text += f"; about {self.n_needed:,} pairs would reach power {TARGET_POWER:g}"
+        return text
+
+
+def paired(baseline, speculative) -> np.ndarray:
+    """d = speculative − baseline over the examples where both scores are finite numbers (aligned by example)."""
+    a, b = list(baseline), list(speculative)
+    if len(a) != len(b):
+        raise ValueError(
+            f"paired scores need one baseline and one speculative score per example ({len(a)} vs {len(b)})"
+        )
+    keep = [(x, y) for x, y in zip(finite_or_none(a), finite_or_none(b)) if x is not None and y is not None]
+    return np.asarray([y - x for x, y in keep], dtype=float)
+
+
+def finite_or_none(values) -> list[float | None]:
+    """Each value as a float, or None where it is not a finite number (null, a string, NaN, a bool)."""
+    out = []
+    for v in values:
+        x = finite([v])
+        out.append(float(x[0]) if len(x) else None)
+    return out
+
+
+def tost_power(n: int, sd: float, margin: float, level: float = EQ_LEVEL) -> float:
+    """Power of the paired TOST at a true mean difference of 0 (see the module docstring)."""
+    from scipy import stats
+
+    if n < 2 or not sd > 0:
+        return 0.0 if n < 2 else 1.0
+    df = n - 1
+    miss = stats.nct.cdf(stats.t.ppf(1 - level, df), df, margin * math.sqrt(n) / sd)
+    return float(max(0.0, 1.0 - 2.0 * miss))
+
+
+def tost_n_needed(sd: float, margin: float, level: float = EQ_LEVEL, power: float = TARGET_POWER) -> int | None:
+    """Smallest number of pairs at which tost_power reaches `power` (None without a measured spread)."""
+    if not (sd > 0 and math.isfinite(sd)) or margin <= 0:
+        return None
+    hi = 2
+    while tost_power(hi, sd, margin, level) < power:
+        hi *= 2
+    lo = max(2, hi // 2)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (mid + 1, hi) if tost_power(mid, sd, margin, level) < power else (lo, mid)
+    return hi
+
+
+def nll_equivalence(baseline, speculative, *, margin: float = MARGIN, level: float = EQ_LEVEL) -> Equivalence:
+    """The quality claim by equivalence on paired per-example mean NLLs (see the module docstring).
+
+    baseline, speculative: one score per example, aligned (None/NaN where an engine's output was empty)."""
+    from scipy import stats
+
+    if not margin > 0 or not 0 < level < 0.5:
+        raise ValueError(f"the equivalence margin must be > 0 and the level in (0, 0.5) (got {margin}, {level})")
+    d = paired(baseline, speculative)
+    n = len(d)
+    if n < 2:
+        nan = float("nan")
+        est = float(d.mean()) if n else nan
+        return Equivalence("inconclusive", est, (nan, nan), margin, level, n, nan, 0.0, None, nan)
+    est, sd = float(d.mean()), float(d.std(ddof=1))
+    if sd == 0.0:  # every pair differs by the same amount (identical outputs: 0): no sampling error to test
+        inside = abs(est) < margin
+        return Equivalence(
+            "holds" if inside else "does not hold",
+            est,
+            (est, est),
+            margin,
+            level,
+            n,
+            0.0 if inside else 1.0,
+            1.0,
+            None,
+            0.0,
+        )
+    p_low = float(stats.ttest_1samp(d, -margin, alternative="greater").pvalue)  # H0: Δ ≤ −margin
+    p_high = float(stats.ttest_1samp(d, margin, alternative="less").pvalue)  # H0: Δ ≥ +margin
+    ci = stats.ttest_1samp(d, 0.0).confidence_interval(confidence_level=1 - 2 * level)
+    lo, hi = float(ci.low), float(ci.high)
+    if p_low < level and p_high < level:
+        verdict = "holds"
+    elif lo > margin or hi < -margin:
+        verdict = "does not hold"
+    else:
+        verdict = "inconclusive"
+    power = tost_power(n, sd, margin, level)
+    return Equivalence(
+        verdict, est, (lo, hi), margin, level, n, max(p_low, p_high), power, tost_n_needed(sd, margin, level), sd
     )
