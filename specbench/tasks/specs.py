@@ -163,11 +163,10 @@ def parse_task(raw: object, where: str, default_name: str, base_dir: Path | None
     """Validate a task mapping (as read from YAML) into a TaskSpec; relative paths resolve against base_dir."""
     if not isinstance(raw, dict):
         raise SpecbenchError(f"{where}: a task file must be a mapping of keys ({', '.join(TASK_KEYS)})")
-    unknown = sorted(set(raw) - set(TASK_KEYS))
+    unknown = sorted(set(raw) - set(TASK_KEYS), key=str)
     if unknown:
-        raise SpecbenchError(
-            f"{where}: unknown key(s) {', '.join(map(short, unknown))}; allowed keys: {', '.join(TASK_KEYS)}"
-        )
+        shown = [k[:60] if isinstance(k, str) else short(k) for k in unknown]
+        raise SpecbenchError(f"{where}: unknown key(s) {', '.join(shown)}; allowed keys: {', '.join(TASK_KEYS)}")
     missing = [k for k in REQUIRED_KEYS if k not in raw]
     if missing:
         raise SpecbenchError(f"{where}: missing required key(s) {', '.join(missing)}")
@@ -265,7 +264,7 @@ def template_variables(template: str, where: str = "template") -> tuple[str, ...
             continue
         if not var.isidentifier():
             raise SpecbenchError(
-                f"{where}: template placeholder {{{short(var)}}} must be a plain name; "
+                f"{where}: template placeholder {{{var[:60]}}} must be a plain name; "
                 f"map nested data under fields (e.g. src: translation.de) and write {{src}}"
             )
         if spec or conversion:
