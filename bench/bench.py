@@ -33,15 +33,15 @@ import torch
 
 from specbench.config import RunConfig, SamplingConfig
 from specbench.decoding.cached_model import CachedModel
-from specbench.decoding.drafts.spec import parse_draft
 from specbench.decoding.hf_assisted import decode_hf
 from specbench.decoding.speculative import decode_speculative
+from specbench.decoding.timing import Clock
 from specbench.errors import SpecbenchError
 from specbench.files import atomic_write_json
 from specbench.measure.engines import Engines, Session, engine_record, prepare_examples
 from specbench.measure.metrics import json_safe, summarize
 from specbench.measure.records import environment_info
-from specbench.measure.timing import Clock
+from specbench.run_specs import parse_draft
 from specbench.tasks.specs import load_task, select_examples
 
 HF_COUNTERPARTS = ("prompt-lookup", "model")  # draft kinds HF generate() has: prompt_lookup_num_tokens, assistant_model

@@ -12,9 +12,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specbench.decoding.drafts.spec import parse_draft  # pure string parsing: no torch
 from specbench.errors import SpecbenchError
 from specbench.placement import check_placement  # pure string parsing: no torch
+from specbench.run_specs import parse_draft  # pure string parsing: no torch
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("float32", "bfloat16", "float16")

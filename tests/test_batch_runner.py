@@ -12,8 +12,9 @@ from typer.testing import CliRunner
 import specbench.measure.runner as runner
 from specbench.cli import app
 from specbench.config import RunConfig, SamplingConfig
+from specbench.decoding import theory
 from specbench.errors import SpecbenchError
-from specbench.measure import metrics, theory
+from specbench.measure import metrics
 from specbench.measure.batch_runner import batch_groups
 from specbench.measure.planning import run_id_for
 from specbench.measure.records import read_records

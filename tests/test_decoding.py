@@ -132,7 +132,7 @@ def test_the_cost_models_pass_count_matches_the_runner_where_acceptance_is_certa
     """With the target as its own draft every draft is accepted (α = 1), so the recursion's pass
     count is exact and must equal the runner's target_calls: budget endings (short last drafts,
     a draft-free last pass) and EOS endings (drafts accepted past the EOS thrown away) alike."""
-    from specbench.measure.theory import expected_decode_cost
+    from specbench.decoding.theory import expected_decode_cost
 
     target = tiny_llama(0)
     free = baseline(target).token_ids

@@ -14,8 +14,8 @@ import torch
 from test_cli import CORPUS, save_tiny
 
 from specbench.config import RunConfig, SamplingConfig
+from specbench.decoding import timing
 from specbench.errors import SpecbenchError
-from specbench.measure import timing
 from specbench.measure.runner import execute_run
 from specbench.models import load_model
 from specbench.placement import check_placement, parse_device_map, parse_max_memory

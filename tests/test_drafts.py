@@ -35,12 +35,12 @@ from specbench.decoding.drafts.hybrid import HybridDraft
 from specbench.decoding.drafts.model import ModelDraft
 from specbench.decoding.drafts.ngram import FrequencyDraft, make_frequency_draft
 from specbench.decoding.drafts.prompt_lookup import PromptLookupDraft
-from specbench.decoding.drafts.spec import DraftSpec, parse_draft
 from specbench.decoding.sampling import processed_probs, sample
 from specbench.decoding.speculative import decode_speculative
 from specbench.errors import SpecbenchError
 from specbench.evidence.equality import gof_check
 from specbench.models import wrap_model
+from specbench.run_specs import DraftSpec, parse_draft
 
 GREEDY = SamplingConfig()
 SAMPLING = SamplingConfig(temperature=0.9, top_k=16, top_p=0.95)  # every filter on, as the target gets them
@@ -224,7 +224,7 @@ def test_hybrid_reports_one_hot_for_lookup_and_the_model_law_for_the_rest():
 
 def test_every_draft_answers_the_proposer_hooks_without_attribute_sniffing():
     """model_caches / hf_assistant / set_timer / lookup_history: what the runner and bench ask of a draft."""
-    from specbench.measure.timing import Clock
+    from specbench.decoding.timing import Clock
 
     model = tiny_llama(1)
     free = [PromptLookupDraft(VOCAB, CPU), FrequencyDraft(1, VOCAB, CPU), FrequencyDraft(2, VOCAB, CPU)]

@@ -32,6 +32,7 @@ import torch
 from conftest import small_llama, tiny_llama
 
 from specbench.config import SamplingConfig
+from specbench.decoding import theory
 from specbench.decoding.autoregressive import decode_autoregressive
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.drafts.model import ModelDraft
@@ -39,7 +40,7 @@ from specbench.decoding.gamma_policy import AdaptiveGamma, FixedGamma, Heuristic
 from specbench.decoding.sampling import processed_probs
 from specbench.decoding.speculative import decode_speculative
 from specbench.evidence.equality import gof_check
-from specbench.measure import hardware, noise, theory
+from specbench.measure import hardware, noise
 from specbench.measure.calibration import (
     Calibration,
     calibrate,

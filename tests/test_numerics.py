@@ -1,4 +1,4 @@
-"""The numerics classifier (evidence/numerics.py): a bf16 divergence is explained or flagged, never guessed.
+"""The numerics classifier (measure/numerics.py): a bf16 divergence is explained or flagged, never guessed.
 
 What must hold, on tiny random Llamas (a target and a noisy copy as the draft, so that drafts are
 accepted often and rejected often):
@@ -27,8 +27,8 @@ from specbench.decoding.base import Verdict
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.drafts.model import ModelDraft
 from specbench.decoding.speculative import decode_speculative
-from specbench.evidence.numerics import explain_example, identity_line, replay, speculative_passes, step_passes
 from specbench.measure.metrics import first_divergence
+from specbench.measure.numerics import explain_example, identity_line, replay, speculative_passes, step_passes
 
 GREEDY = SamplingConfig()
 EOS = frozenset([2])

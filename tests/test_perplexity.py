@@ -21,16 +21,14 @@ from specbench.evidence.perplexity import (
     LEVEL,
     MARGIN,
     detectable_shift,
-    example_nll,
     finite,
-    mean_nll,
     mw_power,
     nll_check,
     nll_equivalence,
-    token_nlls,
     tost_n_needed,
     tost_power,
 )
+from specbench.measure.nll import example_nll, mean_nll, token_nlls
 
 PROMPT = [5, 17, 99, 3, 250, 31, 7, 64]
 

@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from specbench.cli import app
+from specbench.decoding import theory
 from specbench.errors import SpecbenchError
-from specbench.measure import theory
 from specbench.measure.hardware import describe
 from specbench.measure.metrics import json_safe, summarize
 from specbench.report.analysis import best_gamma_rows

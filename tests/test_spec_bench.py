@@ -22,7 +22,6 @@ from specbench.decoding.backend import ForwardBackend
 from specbench.decoding.base import DecodeResult
 from specbench.decoding.drafts.factory import make_proposer
 from specbench.decoding.drafts.prompt_lookup import lookup_continuation
-from specbench.decoding.drafts.spec import parse_draft
 from specbench.errors import SpecbenchError
 from specbench.measure import turns as turns_mod
 from specbench.measure.engines import Prepared, Session
@@ -30,6 +29,7 @@ from specbench.measure.metrics import spec_bench_metrics
 from specbench.measure.records import read_examples
 from specbench.measure.tidy_table import pass_tokens, spec_bench_files
 from specbench.models import wrap_model
+from specbench.run_specs import parse_draft
 from specbench.tasks import spec_bench
 from specbench.tasks.specs import Example, load_task, select_examples
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specbench.errors import SpecbenchError
-from specbench.measure.theory import (
+from specbench.decoding.theory import (
     Optimum,
     accepted_length_law,
     alpha_from_tokens_per_step,
@@ -26,6 +25,7 @@ from specbench.measure.theory import (
     walltime_factor,
     walltime_factor_extended,
 )
+from specbench.errors import SpecbenchError
 
 ALPHAS = [0.0, 0.05, 0.2, 0.5, 0.62, 0.75, 0.8, 0.9, 0.99, 1.0]
 

@@ -13,7 +13,7 @@ from specbench.config import SamplingConfig
 from specbench.decoding.base import DecodeResult
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.sampling import next_token
-from specbench.measure.timing import Clock
+from specbench.decoding.timing import Clock
 
 
 def prompt_split(
@@ -46,7 +46,7 @@ def decode_autoregressive(
 ) -> DecodeResult:
     """`pad_to` > 1 (the bf16-exact mode): each step feeds its token plus pad_to − 1 copies and keeps
     only the first row and cache slot, so every step runs the matmul shapes of a verify pass over
-    pad_to tokens (evidence/numerics.py explains why that matters in low precision)."""
+    pad_to tokens (measure/numerics.py explains why that matters in low precision)."""
     clock = Clock(target.devices)
     t0 = clock.now()
     encoder_ids, tokens = prompt_split(target, prompt_ids, decoder_start_id)

@@ -19,7 +19,7 @@ from specbench.config import SamplingConfig
 if TYPE_CHECKING:
     from specbench.decoding.batched.rows import Row
     from specbench.decoding.cached_model import CachedModel
-    from specbench.measure.timing import Clock
+    from specbench.decoding.timing import Clock
 
 
 @dataclass

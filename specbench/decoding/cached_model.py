@@ -15,7 +15,7 @@ import torch
 from transformers import DynamicCache, EncoderDecoderCache
 
 from specbench.decoding.backend import ForwardBackend
-from specbench.measure.timing import used_devices
+from specbench.decoding.timing import used_devices
 
 
 def cache_keyword(forward) -> str:
@@ -30,7 +30,7 @@ class CachedModel:
     def __init__(self, model: torch.nn.Module, timer=None, backend: ForwardBackend | None = None):
         self.model = model
         self.backend = backend or ForwardBackend(model)
-        self.timer = timer  # a specbench.measure.timing.Clock to profile forwards (bench only: it syncs the device)
+        self.timer = timer  # a specbench.decoding.timing.Clock to profile forwards (bench only: it syncs the device)
         self.forward_times: list[float] = []  # seconds of each forward while `timer` is set (the first is the prefill)
         self.is_seq2seq = bool(getattr(model.config, "is_encoder_decoder", False))
         self.device = next(model.parameters()).device

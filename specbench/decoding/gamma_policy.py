@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from specbench.measure import theory
+from specbench.decoding import theory
 
 
 class GammaPolicy(Protocol):

@@ -16,7 +16,7 @@ from transformers import GenerationConfig
 
 from specbench.config import SamplingConfig
 from specbench.decoding.base import DecodeResult
-from specbench.measure.timing import Clock
+from specbench.decoding.timing import Clock
 
 
 def generation_config(

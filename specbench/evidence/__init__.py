@@ -1,2 +1,3 @@
-"""Evidence that speculative decoding kept the target's output: exact laws, statistical tests, and
-the numerics classifier that tells a low-precision near-tie from a bug."""
+"""Evidence that speculative decoding kept the target's output: exact laws and statistical tests, on the laws
+themselves, on real models (`specbench verify`) and on what runs recorded (the numerics classifier's classes and
+the outputs' NLL, both taken by the runner: measure/numerics.py, measure/nll.py)."""

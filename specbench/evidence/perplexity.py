@@ -39,7 +39,8 @@ Several runs: "holds on every run" is an intersection-union claim, which needs n
 (Berger 1982): each run's TOST at `level` keeps the joint claim at `level`. Default margin 0.05 nats/token
 (a perplexity ratio within ×1.051).
 
-Everything here runs after an example's timed decodes (runner), or on recorded scores (report).
+The scores are taken by the runner after each example's timed decodes (measure/nll.py); everything here runs on
+recorded scores (verify, report).
 """
 
 from __future__ import annotations
@@ -57,47 +58,6 @@ POWER_SIMS = 400  # redraws per power estimate (standard error ≤ 0.025)
 TARGET_POWER = 0.8  # power at which `detectable_shift` is read off
 MARGIN = 0.05  # equivalence margin of the quality claim, nats/token (perplexity within ×1.051)
 EQ_LEVEL = 0.05  # level of each one-sided test of the TOST (a 90 % interval)
-
-
-# --------------------------------------------------------------------------- scoring under the target
-
-
-def token_nlls(
-    model, prompt_ids: list[int], tokens: list[int], decoder_start_id: int | None = None, backend=None
-) -> list[float]:
-    """−log p(x_j | prompt, x_<j) for each generated token x_j under the target's raw law (one teacher-forced pass)."""
-    import torch
-
-    from specbench.evidence.numerics import prefill
-
-    if not tokens:
-        return []
-    lm, first, _ = prefill(model, prompt_ids, decoder_start_id, backend)  # first: [V], predicts tokens[0]
-    rows = [first.view(1, -1)]
-    if len(tokens) > 1:
-        rows.append(lm.forward(torch.tensor(tokens[:-1], device=lm.device), all_logits=True))  # [n-1, V]
-    logits = torch.cat(rows).float()  # [n, V]
-    logp = torch.log_softmax(logits, dim=-1)
-    picked = logp.gather(1, torch.tensor(tokens, device=logp.device).view(-1, 1)).view(-1)  # [n]
-    return [-float(x) for x in picked]
-
-
-def mean_nll(
-    model, prompt_ids: list[int], tokens: list[int], decoder_start_id: int | None = None, backend=None
-) -> float | None:
-    """Mean NLL per token of one output under the target; None for an empty output."""
-    nlls = token_nlls(model, prompt_ids, tokens, decoder_start_id, backend)
-    return float(np.mean(nlls)) if nlls else None
-
-
-def example_nll(
-    model, prompt_ids: list[int], baseline: dict, speculative: dict, decoder_start_id: int | None = None, backend=None
-) -> dict:
-    """The `nll` field of an ExampleRecord: both engines' outputs scored under the target."""
-    return {
-        engine: mean_nll(model, prompt_ids, rec["token_ids"], decoder_start_id, backend)
-        for engine, rec in (("baseline", baseline), ("speculative", speculative))
-    }
 
 
 # --------------------------------------------------------------------------- the two-sample test

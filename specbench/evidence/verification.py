@@ -631,7 +631,7 @@ def explain_divergence(
     engines), by a search over verify-shaped chunkings otherwise (HF, test engines)."""
     from dataclasses import asdict
 
-    from specbench.evidence.numerics import classify, numerics_floor
+    from specbench.measure.numerics import classify, numerics_floor
 
     m = margin_at(target_model, prompt, ref[:pos], decoder_start_id)
     if margin_tol is not None:

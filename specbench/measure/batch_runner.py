@@ -18,7 +18,6 @@ from collections.abc import Callable
 from dataclasses import asdict
 
 from specbench.decoding.base import DecodeResult
-from specbench.evidence.numerics import explain_example
 from specbench.files import append_jsonl
 from specbench.measure.engines import (
     WARMUP_TOKENS,
@@ -32,6 +31,7 @@ from specbench.measure.engines import (
     probe_target,
 )
 from specbench.measure.metrics import first_divergence
+from specbench.measure.numerics import explain_example
 from specbench.measure.planning import RunPlan
 from specbench.measure.records import SCHEMA_VERSION, EngineRecord, ExampleRecord, append_record, engine_dict
 from specbench.measure.run_folder import write_summary

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from specbench.decoding.cached_model import CachedModel, cache_keyword
-from specbench.measure.timing import Clock
+from specbench.decoding.timing import Clock
 
 DEFAULT_REPEATS = 7  # medians over 7 passes per k: ~3 % spread on an idle 2-core CPU
 

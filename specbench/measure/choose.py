@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from specbench.config import AUTO, RunConfig
+from specbench.decoding import theory
 from specbench.errors import SpecbenchError
-from specbench.measure import theory
 from specbench.measure.calibration import Calibration
 
 

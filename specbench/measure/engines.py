@@ -27,7 +27,6 @@ from specbench.decoding.backend import ForwardBackend
 from specbench.decoding.base import DecodeResult, Proposer
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.drafts.factory import make_proposer
-from specbench.decoding.drafts.spec import parse_draft
 from specbench.decoding.gamma_policy import AdaptiveGamma, FixedGamma, GammaPolicy, HeuristicGamma
 from specbench.decoding.speculative import decode_speculative
 from specbench.errors import SpecbenchError
@@ -38,6 +37,7 @@ from specbench.measure.records import (
     EngineRecord,
 )
 from specbench.models import LoadedModel, load_model
+from specbench.run_specs import parse_draft
 from specbench.tasks.specs import Example, TaskSpec, render_for_model
 
 WARMUP_TOKENS = 8

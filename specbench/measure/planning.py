@@ -30,7 +30,6 @@ from specbench.config import (
     prompt_length_suffix,
 )
 from specbench.decoding.base import Proposer
-from specbench.decoding.drafts.spec import parse_draft
 from specbench.decoding.speculative import decode_speculative
 from specbench.errors import SpecbenchError
 from specbench.measure.buckets import PROMPT_POOL, BucketChoice, choose_bucket, short_bucket_note
@@ -51,6 +50,7 @@ from specbench.measure.records import (
 from specbench.measure.run_folder import check_resumable, first_manifest, read_manifest, write_manifest
 from specbench.models import resolve_source
 from specbench.models.shipped import shipped_draft_dir
+from specbench.run_specs import parse_draft
 from specbench.tasks.specs import Example, TaskSpec, load_task, select_examples
 
 PILOT_EXAMPLES = 6  # at most this many untimed examples per draft for the auto choices' α estimate …

@@ -98,7 +98,7 @@ class ExampleRecord:
     first_divergence: int | None  # index of the first differing token, None when identical
     # added later (older records lack it):
     numerics: dict | None = (
-        None  # T = 0 only (evidence/numerics.py): floor_positions, floor_flips, seconds, divergence (its class, or null)
+        None  # T = 0 only (measure/numerics.py): floor_positions, floor_flips, seconds, divergence (its class, or null)
     )
     # batches (--batch-size > 1) only; absent from records decoded one at a time:
     batch_size: int | None = None  # the run's --batch-size B

@@ -19,8 +19,6 @@ from specbench.config import (
     RunConfig,
 )
 from specbench.decoding.base import DecodeResult
-from specbench.evidence.numerics import explain_example
-from specbench.evidence.perplexity import example_nll
 from specbench.files import append_jsonl
 from specbench.measure import turns
 from specbench.measure.batch_runner import measure_batches
@@ -36,6 +34,8 @@ from specbench.measure.engines import (
 )
 from specbench.measure.memory import peak_memory, reset_peak_memory
 from specbench.measure.metrics import first_divergence
+from specbench.measure.nll import example_nll
+from specbench.measure.numerics import explain_example
 from specbench.measure.planning import RunPlan, prepare_run
 from specbench.measure.records import (
     SCHEMA_VERSION,

@@ -49,7 +49,6 @@ from specbench.config import (
     omit_later_defaults,
     prompt_length_suffix,
 )
-from specbench.decoding.drafts.spec import parse_draft
 from specbench.errors import SpecbenchError
 from specbench.files import append_jsonl, atomic_write_json
 from specbench.measure.records import (
@@ -62,6 +61,7 @@ from specbench.measure.records import (
     repair_jsonl,
     scan_jsonl,
 )
+from specbench.run_specs import parse_draft
 
 SWEEP_FILE = "sweep.json"
 BASELINE_DIR = "baselines"
@@ -82,13 +82,15 @@ def parse_int_list(spec: str, option: str = "--gamma", low: int = 1) -> list[int
     """'1,2,3,5,7', '1-8' or '1-3,5' → sorted unique integers, each >= low."""
     values: set[int] = set()
     for item in _items(spec, option):
-        m = re.fullmatch(r"(\d+)\s*-\s*(\d+)", item)
+        m = re.fullmatch(r"(\d{1,18})\s*-\s*(\d{1,18})", item)  # 18 digits: int() refuses 4,300 with a traceback
         if m:
             a, b = int(m.group(1)), int(m.group(2))
             if a > b:
                 raise SpecbenchError(f"{option}: range {item!r} is empty; write low-high with low <= high (e.g. 1-8)")
+            if b - a + 1 > MAX_CELLS:  # checked before expanding: 1-1000000000 would fill memory first
+                raise SpecbenchError(f"{option}: range {item!r} holds {b - a + 1} values (more than {MAX_CELLS})")
             values.update(range(a, b + 1))
-        elif re.fullmatch(r"[+-]?\d+", item):
+        elif re.fullmatch(r"[+-]?\d{1,18}", item):
             values.add(int(item))
         else:
             raise SpecbenchError(f"{option}: {item!r} is not an integer or a range like 1-8")

@@ -34,7 +34,7 @@ def _measured_best(group, row: dict) -> None:
 
 def _predicted_best(group, row: dict) -> None:
     """Theorem 3.8's γ over 1..64 and within the measured range, and the extended model's over measured γ."""
-    from specbench.measure import theory
+    from specbench.decoding import theory
 
     alpha, c = row["alpha"], row["c"]
     if not (0.0 <= alpha <= 1.0 and c >= 0.0):

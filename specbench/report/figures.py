@@ -347,7 +347,7 @@ def _histogram(value, gamma: int) -> list[float] | None:
 
 def fig_histograms(runs, task: str) -> object:
     """Accepted drafts per step, measured (bars) against the capped geometric law for the measured α (dots)."""
-    from specbench.measure import theory
+    from specbench.decoding import theory
 
     sub = fixed_gamma(runs)
     sub = sub[sub["task"] == task]

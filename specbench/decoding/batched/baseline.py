@@ -15,7 +15,7 @@ from specbench.decoding.base import DecodeResult
 from specbench.decoding.batched.cache import BatchedCachedModel
 from specbench.decoding.batched.rows import close_batch, new_rows, pick_tokens, still_live
 from specbench.decoding.cached_model import CachedModel
-from specbench.measure.timing import Clock
+from specbench.decoding.timing import Clock
 
 
 def decode_autoregressive_batch(

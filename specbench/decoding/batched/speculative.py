@@ -53,8 +53,8 @@ from specbench.decoding.batched.rows import Row, close_batch, new_rows, pick_tok
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.sampling import next_token, processed_probs
 from specbench.decoding.speculative import count_step
+from specbench.decoding.timing import Clock
 from specbench.errors import SpecbenchError
-from specbench.measure.timing import Clock
 
 POLICIES = ("ragged", "min")
 

@@ -1,1 +1,2 @@
-"""Draft kinds: one module each. `spec.parse_draft` reads a --draft value; `factory.make_proposer` builds its draft."""
+"""Draft kinds: one module each. `specbench.run_specs.parse_draft` reads a --draft value; `factory.make_proposer`
+builds its draft."""

@@ -11,10 +11,10 @@ from specbench.decoding.drafts.hybrid import HybridDraft
 from specbench.decoding.drafts.model import ModelDraft
 from specbench.decoding.drafts.ngram import DEFAULT_BACKOFF, DEFAULT_K, make_frequency_draft
 from specbench.decoding.drafts.prompt_lookup import PromptLookupDraft
-from specbench.decoding.drafts.spec import parse_draft
 from specbench.errors import SpecbenchError
 from specbench.models import PRESETS, LoadedModel, SplitPreset, load_model
 from specbench.models.shipped import shipped_draft_dir, shipped_draft_rows
+from specbench.run_specs import parse_draft
 
 
 def check_compatible(target: LoadedModel, draft: LoadedModel) -> None:
@@ -37,7 +37,7 @@ def make_proposer(
     corpus: list[list[int]] | None = None,
     backend: str = "eager",
 ):
-    """A --draft spec (grammar in drafts/spec.py) → a Proposer for this target.
+    """A --draft spec (grammar in run_specs.py) → a Proposer for this target.
 
     Frequency laws are fitted on `corpus` (token-id sequences of the task's prompts) when given,
     else on each example's prompt in begin(); `corpus` is ignored by drafts that fit nothing.

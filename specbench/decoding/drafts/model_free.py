@@ -17,7 +17,7 @@ from specbench.decoding.batched.drafts import PerRowDrafts
 if TYPE_CHECKING:
     from specbench.decoding.base import BatchProposer
     from specbench.decoding.cached_model import CachedModel
-    from specbench.measure.timing import Clock
+    from specbench.decoding.timing import Clock
 
 
 class ModelFreeDraft:

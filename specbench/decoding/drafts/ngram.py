@@ -32,9 +32,9 @@ import torch
 from specbench.config import SamplingConfig
 from specbench.decoding.base import Proposal
 from specbench.decoding.drafts.model_free import ModelFreeDraft
-from specbench.decoding.drafts.spec import DraftSpec
 from specbench.decoding.sampling import processed_probs, sample
 from specbench.errors import SpecbenchError
+from specbench.run_specs import DraftSpec
 
 DEFAULT_K = 1e-3  # unigram add-k: total pseudo-mass k·V (49 on SmolLM2's 49,152 ids) against N corpus tokens
 DEFAULT_BACKOFF = 1.0  # bigram λ: pseudo-observations of each context drawn from the unigram law

@@ -1,4 +1,7 @@
-"""The --draft value, parsed in one place.
+"""Typed specs of a run's options, parsed once at the edge: today the --draft value.
+
+This module sits in the config layer (below decoding, measure and cli; tests/test_layers.py): config.py validates
+a RunConfig with it, and the proposer factory, the runner and the sweep read the same `DraftSpec`.
 
 Every caller that needs to know what a draft spec means (the config's validators, the sweep's
 grid, the runner's pilot, the proposer factory, the bench) asks a `DraftSpec` instead of
