@@ -26,7 +26,7 @@ else
   fi
 fi
 # the test path (--no-assets, as `make test` and CI run it) adds the ray extra so tests/test_ray.py runs: its
-# 80 MB wheel stays out of the `test` extra, which a pip user installing specbench[test] should not pay for
+# 80 MB wheel stays out of the `test` extra, which a pip user installing specbench-sd[test] should not pay for
 EXTRAS=test
 [ "${1:-}" = "--no-assets" ] && EXTRAS=test,ray
 pip install -q -e ".[$EXTRAS]"
