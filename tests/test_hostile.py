@@ -398,3 +398,28 @@ def test_a_garbled_safetensors_file_loads_as_one_line(tiny_models, tmp_path):
     with pytest.raises(SpecbenchError) as err:
         load_model(str(folder), device="cpu")
     assert "cannot load model" in str(err.value) and "\n" not in str(err.value)
+
+
+# --------------------------------------------------------------------------- 8. ranges sized before they expand
+
+
+@pytest.mark.parametrize("command", ["sweep", "verify"])
+def test_a_huge_gamma_range_is_one_line_at_once(command, tmp_path):
+    """1-1000000000 was expanded into a billion-element set before the 10,000-cell cap (a MemoryError)."""
+    args = [command, "--target", "t", "--gamma", "1-1000000000", "--device", "cpu"]
+    start = time.perf_counter()
+    result = invoke(*args)
+    assert time.perf_counter() - start < 30  # refused while parsing, not after filling memory
+    line = one_line_error(result, code=result.exit_code)
+    assert result.exit_code in (1, 2) and "1-1000000000" in line and "10000" in line
+
+
+def test_range_parsing_still_expands_small_ranges_and_refuses_long_numbers():
+    from specbench.measure.sweep import parse_int_list
+
+    assert parse_int_list("1-3,5") == [1, 2, 3, 5]
+    assert len(parse_int_list("1-10000")) == 10_000
+    with pytest.raises(SpecbenchError, match="10001 values"):
+        parse_int_list("1-10001")
+    with pytest.raises(SpecbenchError, match="not an integer"):
+        parse_int_list("9" * 5000)  # int() refuses 4,300 digits with a ValueError
