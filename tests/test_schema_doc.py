@@ -63,7 +63,8 @@ def test_manifest_round_trips_a_written_manifest_byte_for_byte():
     """Manifest.to_dict(from_dict(d)) keeps every key and its order, the optional keys absent as written."""
     doc = json.loads((FIXTURE_RUN / "manifest.json").read_text())
     assert json.dumps(Manifest.from_dict(doc).to_dict()) == json.dumps(doc)
-    full = {**doc, "auto": {"requested": {}}, "batch_calibration": {"batch_size": 2}, "prompt_length": {"bucket": "x"}}
+    optional = {"auto": {"requested": {}}, "batch_calibration": {"batch_size": 2}, "prompt_length": {"bucket": "x"}}
+    full = {**doc, **optional, "engine": {"engine": "llama-cpp"}}
     order = [f.name for f in dataclasses.fields(Manifest)]
     full = {k: full[k] for k in order}
     assert json.dumps(Manifest.from_dict(full).to_dict()) == json.dumps(full)

@@ -291,7 +291,7 @@ class Manifest:
     """manifest.json: what was run, on what, with what; written once, before the first example, and kept by a resume.
 
     Keys in this order. The run's own fields come first (what a resume compares), then what loading and calibrating
-    found, then the environment. `prompt_length`, `auto` and `batch_calibration` are absent from the JSON while None,
+    found, then the environment. `prompt_length`, `engine`, `auto`, `batch_calibration` are absent from the JSON while None,
     so a manifest without them reads as before they existed; folders written before `models` and later fields read
     with those fields None. docs/results.md (measure/schema_doc.py) says what is inside each mapping.
     """
@@ -303,6 +303,7 @@ class Manifest:
     task: dict = field(default_factory=dict)  # name, metric, n_examples, examples_hash, example_ids
     prompt_length: dict | None = None  # --prompt-length short|medium|long only: the bucket (measure/buckets.py)
     models: dict | None = None  # target: spec, params, dtype, vocab_size, device; draft: spec
+    engine: dict | None = None  # --engine llama-cpp only: its name, version, threads and the GGUF as loaded
     calibration: dict | None = None  # the target's pass-cost curve measured before the run (measure/calibration.py)
     auto: dict | None = None  # something was auto: the resolved choice and its evidence (measure/choose.py)
     batch_calibration: dict | None = None  # --batch-size B > 1 only: the batched pass costs t(b, k)
@@ -311,7 +312,7 @@ class Manifest:
     hardware: dict | None = None  # measure/hardware.py's identity of the machine
     created: str | None = None  # local time the run started (ISO 8601)
 
-    OPTIONAL: ClassVar[tuple[str, ...]] = ("prompt_length", "auto", "batch_calibration")  # left out while None
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("prompt_length", "engine", "auto", "batch_calibration")  # absent while None
 
     def to_dict(self) -> dict:
         """The manifest.json object, keys in field order, the OPTIONAL ones left out while None."""

@@ -24,6 +24,7 @@ from specbench.measure.buckets import BucketChoice
 from specbench.measure.metrics import batch_prediction, json_safe, summarize
 from specbench.measure.records import (
     SCHEMA_VERSION,
+    Manifest,
     RunFiles,
     baseline_probe_problem,
     noise_probe_problem,
@@ -85,7 +86,7 @@ def write_manifest(files: RunFiles, manifest: dict, old: dict) -> dict:
     created = not files.root.exists()
     prepare_run_dir(files.root)
     try:
-        atomic_write_json(files.manifest, manifest)
+        atomic_write_json(files.manifest, Manifest(**manifest).to_dict())  # an undeclared key is a TypeError
     except SpecbenchError:
         if created:
             with contextlib.suppress(OSError):

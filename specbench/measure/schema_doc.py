@@ -414,6 +414,11 @@ MANIFEST_FIELDS: tuple[FieldDoc, ...] = (
     ),
     FieldDoc("models", "", "`target`: `spec`, `params`, `dtype`, `vocab_size`, `device`; `draft`: `spec`"),
     FieldDoc(
+        "engine",
+        "",
+        "only with `--engine llama-cpp`: `engine` (its name), `engine_version`, `threads` and the GGUF as loaded",
+    ),
+    FieldDoc(
         "calibration",
         "",
         (
