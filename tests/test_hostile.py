@@ -423,3 +423,24 @@ def test_range_parsing_still_expands_small_ranges_and_refuses_long_numbers():
         parse_int_list("1-10001")
     with pytest.raises(SpecbenchError, match="not an integer"):
         parse_int_list("9" * 5000)  # int() refuses 4,300 digits with a ValueError
+
+
+# --------------------------------------------------------------------------- 15. no pickled weights by default
+
+
+def test_pickled_weights_load_only_when_allowed(tiny_models, tmp_path, monkeypatch):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from specbench.models import load_model
+
+    folder = tmp_path / "pickled"
+    shutil.copytree(tiny_models["draft"], folder)
+    model = AutoModelForCausalLM.from_pretrained(tiny_models["draft"])
+    (folder / "model.safetensors").unlink()
+    torch.save(model.state_dict(), folder / "pytorch_model.bin")
+    monkeypatch.delenv("SPECBENCH_ALLOW_PICKLE", raising=False)
+    with pytest.raises(SpecbenchError, match="pickled weights only .pytorch_model.bin.*SPECBENCH_ALLOW_PICKLE=1"):
+        load_model(str(folder), device="cpu")
+    monkeypatch.setenv("SPECBENCH_ALLOW_PICKLE", "1")
+    assert load_model(str(folder), device="cpu").vocab_size == model.config.vocab_size

@@ -4,7 +4,8 @@ Local things are looked up first and answered at once. A hub id is the only spec
 network, and transformers retries an unreachable hub for half a minute before it gives up: so
 when we are offline (HF_HUB_OFFLINE, or the hub does not answer within two seconds) and the id is
 not in the local hub cache, we say so in one line straight away. Nothing here passes
-trust_remote_code unless the user asked for it.
+trust_remote_code unless the user asked for it, and weights load from safetensors only: a pickled
+`.bin` can run code when unpickled, so it loads only when the user sets SPECBENCH_ALLOW_PICKLE=1.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from specbench.models.gguf import cache_root, convert_gguf  # noqa: F401  (cache
 from specbench.models.presets import PRESETS, preset_gguf
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+ALLOW_PICKLE_ENV = "SPECBENCH_ALLOW_PICKLE"  # =1: let a model without safetensors load its pickled .bin weights
 HUB_TIMEOUT_S = 2.0  # the connectivity check's budget: DNS included, so a dead resolver cannot stall us
 
 
@@ -183,6 +185,7 @@ def load_model(
 
     source = resolve_source(spec)
     dev = resolve_device(device)
+    check_no_pickle_only(spec, source)
     try:
         config = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
@@ -197,20 +200,38 @@ def load_model(
             source,
             dtype=TORCH_DTYPES[dtype],
             trust_remote_code=trust_remote_code,
-            use_safetensors=None,
+            use_safetensors=None if pickle_allowed() else True,
             **placement_kwargs(source, device_map, max_memory),
         )
     except SpecbenchError:
         raise
     except (OSError, ValueError, SafetensorError) as exc:  # SafetensorError: a truncated or garbled weights file
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        hint = f"; a model without safetensors loads only with {ALLOW_PICKLE_ENV}=1" if "safetensors" in first else ""
         raise SpecbenchError(
-            f"cannot load model {spec!r}: {first[:200]} (check the id or path; hub ids need network access)"
+            f"cannot load model {spec!r}: {first[:200]} (check the id or path; hub ids need network access{hint})"
         ) from exc
     if device_map is not None:
         check_placed(spec, model)
         return wrap_model(spec, model.eval(), tokenizer)  # accelerate's hooks move activations; .to() would undo them
     return wrap_model(spec, model.to(dev).eval(), tokenizer)
+
+
+def pickle_allowed() -> bool:
+    return os.environ.get(ALLOW_PICKLE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def check_no_pickle_only(spec: str, source: str) -> None:
+    """A local folder with pickled weights (*.bin, *.pt, *.pth) and no *.safetensors: one line, unless allowed."""
+    folder = Path(source)
+    if pickle_allowed() or not folder.is_dir() or any(folder.glob("*.safetensors")):
+        return
+    pickled = sorted(p.name for pattern in ("*.bin", "*.pt", "*.pth") for p in folder.glob(pattern))
+    if pickled:
+        raise SpecbenchError(
+            f"{spec} holds pickled weights only ({pickled[0]}), and unpickling can run code; save the model as "
+            f"safetensors (save_pretrained(..., safe_serialization=True)), or set {ALLOW_PICKLE_ENV}=1 if you trust it"
+        )
 
 
 def placement_kwargs(source: str, device_map: str | None, max_memory: str | None) -> dict:
