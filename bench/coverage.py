@@ -1,0 +1,175 @@
+"""Do specbench's intervals and verdicts keep their promises? A coverage study on real records and a simulation.
+
+Coverage (real records): each run folder's per-example log throughput ratios are taken as the population; samples
+of n examples are drawn from it with replacement, and each sample's nominal 95 % interval of the geometric mean
+(BCa, as measure/statistics.py gives it, and the percentile bootstrap beside it) is checked against the
+population's geometric mean. The share that cover it is the interval's true coverage at that n; its Monte-Carlo
+standard error is √(c(1−c)/draws) (0.7 points at 1,000 draws).
+
+Simulation (known truth): two cells on the same n examples, the second's true throughput ratio to the first
+equal, 10 % or 30 % apart (and a sweep of ratios), per-example log ratios with a shared example effect and
+heavy-tailed noise (Student t, 4 degrees of freedom); statistics.consistency's verdict counted over many draws.
+The promises: "holds" at most 5 % of the time when the true ratio lies outside 1 ± 2δ, "does not hold" at most
+5 % of the time when the cells are equal (tests/test_statistics.py asserts both).
+
+  .venv/bin/python bench/coverage.py /tmp/F_cov/*/            # coverage of every run folder given
+  .venv/bin/python bench/coverage.py --simulate               # the verdict table
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from specbench.measure import statistics as st
+
+SIZES = (10, 20, 50)
+SIM_SIZES = (4, 10, 20, 50)
+SIM_RATIOS = (1.0, 1.1, 1.3)
+
+
+# --------------------------------------------------------------------------- coverage on real records
+
+
+def population(run_dir: Path) -> np.ndarray:
+    """A run folder's per-example log throughput ratios (finite ones), from its examples.jsonl."""
+    from specbench.measure.metrics import unit_log_ratios
+    from specbench.measure.records import example_problem, scan_jsonl
+
+    records, _ = scan_jsonl(Path(run_dir) / "examples.jsonl", example_problem)
+    logs = np.array(list(unit_log_ratios(records).values()), dtype=float)
+    return logs[np.isfinite(logs)]
+
+
+def coverage(logs: np.ndarray, n: int, draws: int = 1000, seed: int = 0, resamples: int = 1999) -> dict:
+    """Share of nominal 95 % intervals (BCa and percentile) from n-example samples that cover the population's mean
+    log ratio, and their median width on the ratio scale."""
+    rng = np.random.default_rng(seed)
+    truth = float(np.mean(logs))
+    hits = {"BCa": 0, "percentile": 0}
+    widths = {"BCa": [], "percentile": []}
+    for d in range(draws):
+        sample = rng.choice(logs, size=n, replace=True)
+        for method in hits:
+            lo, hi, _ = st.bootstrap_interval(
+                (sample,), lambda x, axis=-1: np.mean(x, axis=axis), 0.95, resamples=resamples, seed=d, method=method
+            )
+            if math.isfinite(lo) and math.isfinite(hi):
+                hits[method] += lo <= truth <= hi
+                widths[method].append(math.exp(hi) - math.exp(lo))
+    return {
+        "n": n,
+        "draws": draws,
+        **{f"{m}_coverage": hits[m] / draws for m in hits},
+        **{f"{m}_median_width": float(np.median(widths[m])) if widths[m] else float("nan") for m in widths},
+    }
+
+
+def describe_population(logs: np.ndarray) -> dict:
+    ratios = np.exp(logs)
+    return {
+        "examples": int(len(logs)),
+        "geomean": float(np.exp(np.mean(logs))),
+        "slower_share": float(np.mean(ratios < 1)),
+        "sd_log": float(np.std(logs, ddof=1)),
+        "skewness_log": float(((logs - logs.mean()) ** 3).mean() / logs.std() ** 3),
+    }
+
+
+# --------------------------------------------------------------------------- simulation with known truth
+
+
+def simulated_cells(n: int, ratio: float, rng, example_sd: float = 0.3, noise_sd: float = 0.15):
+    """Two cells' per-example log ratios on the same n examples: a shared example effect (cancels when paired) and
+    independent Student-t(4) noise scaled to noise_sd; the second cell's true ratio to the first is `ratio`."""
+    scale = noise_sd / math.sqrt(4 / (4 - 2))  # t(4) has variance 2
+    shared = rng.normal(0.3, example_sd, n)
+    a = shared + scale * rng.standard_t(4, n)
+    b = shared + math.log(ratio) + scale * rng.standard_t(4, n)
+    keys = [f"ex{i}" for i in range(n)]
+    return dict(zip(keys, a)), dict(zip(keys, b))
+
+
+def verdict_rates(
+    ratio: float,
+    n: int,
+    reps: int = 400,
+    margin: float = st.DEFAULT_MARGIN,
+    seed: int = 0,
+    resamples: int = 1000,
+    min_n: int = st.MIN_VERDICT_N,
+    noise_sd: float = 0.15,
+) -> dict:
+    """Shares of holds / does not hold / inconclusive over `reps` simulated pairs of cells (statistics.consistency,
+    the code path the claims table uses)."""
+    rng = np.random.default_rng(seed)
+    counts = {st.HOLDS: 0, st.FAILS: 0, st.UNSURE: 0}
+    for r in range(reps):
+        a, b = simulated_cells(n, ratio, rng, noise_sd=noise_sd)
+        comp = st.compare(b, a, "b vs a", resamples=resamples, seed=r)
+        counts[st.consistency([comp], margin, min_n).outcome] += 1
+    return {"ratio": ratio, "n": n, "reps": reps, **{k: v / reps for k, v in counts.items()}}
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("runs", nargs="*", type=Path, help="run folders (examples.jsonl) for the coverage study")
+    parser.add_argument("--draws", type=int, default=1000, help="samples drawn per n (coverage)")
+    parser.add_argument("--simulate", action="store_true", help="the verdict simulation instead")
+    parser.add_argument("--reps", type=int, default=400, help="simulated pairs of cells per row (simulation)")
+    parser.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    args = parser.parse_args(argv)
+    if args.simulate:
+        rows = [verdict_rates(r, n, args.reps, seed=k) for k, (r, n) in enumerate(_grid())]
+        print(json.dumps(rows) if args.json else simulation_table(rows))
+        return 0
+    if not args.runs:
+        parser.error("give run folders, or --simulate")
+    out = []
+    for run in args.runs:
+        logs = population(run)
+        if len(logs) < 2 * max(SIZES):
+            print(f"note: {run} holds {len(logs)} examples, fewer than twice the largest n", file=sys.stderr)
+        out.append(
+            {"run": str(run), **describe_population(logs), "sizes": [coverage(logs, n, args.draws) for n in SIZES]}
+        )
+    print(json.dumps(out, indent=1) if args.json else coverage_table(out))
+    return 0
+
+
+def _grid():
+    return [(r, n) for r in SIM_RATIOS for n in SIM_SIZES]
+
+
+def coverage_table(out: list[dict]) -> str:
+    lines = [
+        "| run | examples | geomean | n | BCa 95 % covers | percentile covers | BCa median width |",
+        "|" + "---|" * 7,
+    ]
+    for o in out:
+        for s in o["sizes"]:
+            lines.append(
+                f"| {Path(o['run']).name} | {o['examples']} | {o['geomean']:.2f}× | {s['n']} | "
+                f"{s['BCa_coverage']:.1%} | {s['percentile_coverage']:.1%} | {s['BCa_median_width']:.2f} |"
+            )
+    return "\n".join(lines)
+
+
+def simulation_table(rows: list[dict]) -> str:
+    lines = ["| true ratio | n | holds | does not hold | inconclusive | reps |", "|" + "---|" * 6]
+    for r in rows:
+        shares = " | ".join(f"{r[k]:.1%}" for k in (st.HOLDS, st.FAILS, st.UNSURE))
+        lines.append(f"| {r['ratio']:.2f} | {r['n']} | {shares} | {r['reps']} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
