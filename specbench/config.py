@@ -21,7 +21,7 @@ DTYPES = ("float32", "bfloat16", "float16")
 AUTO = "auto"  # --draft auto, --dtype auto, --gamma auto: chosen on this machine by calibration + pilot (measure/choose.py)
 GAMMA_POLICIES = ("auto", "adaptive", "heuristic")  # --gamma besides an integer (decoding/gamma_policy.py)
 MAX_GAMMA = 128  # a γ beyond this is a typo; every per-step structure is sized by γ
-ENGINES = ("specbench", "hf-assisted")
+ENGINES = ("specbench", "hf-assisted", "llama-cpp")  # llama-cpp: our loop on llama.cpp (decoding/llama_cpp.py)
 BACKENDS = ("eager", "static", "compiled")  # see decoding/backend.py
 BATCH_POLICIES = ("ragged", "min")  # per-row advance, or every row by the batch's minimum (decoding/batched/speculative.py)
 MAX_BATCH_SIZE = 1024  # a batch beyond this is a typo; caches and masks are sized by it
@@ -43,6 +43,7 @@ LATER_DEFAULTS = {
     "device_map": None,
     "max_memory": None,
     "prompt_length": "all",
+    "threads": 0,
 }  # fields added after results existed → their defaults
 
 
@@ -177,6 +178,32 @@ def check_batch_options(config: RunConfig) -> None:
         )
 
 
+def check_llama_cpp_options(config: RunConfig) -> None:
+    """--engine llama-cpp runs the target's GGUF as quantized, one sequence at a time on the CPU build's threads:
+    the torch-side choices (dtype, backend, placement, batches) do not apply to it."""
+    if config.threads < 0:
+        raise SpecbenchError(f"--threads must be >= 0 (got {config.threads}); 0 uses every core")
+    if config.engine != "llama-cpp":
+        if config.threads:
+            raise SpecbenchError("--threads sets llama.cpp's threads: use it with --engine llama-cpp")
+        return
+    for given, default, name in (
+        (config.dtype, "float32", "--dtype"),
+        (config.backend, "eager", "--backend"),
+        (config.batch_size, 1, "--batch-size"),
+        (config.device_map, None, "--device-map"),
+    ):
+        if given != default:
+            raise SpecbenchError(
+                f"{name} {given} does not apply to --engine llama-cpp (it runs the GGUF as quantized, one sequence "
+                f"at a time); drop {name}"
+            )
+    if config.device not in ("auto", "cpu"):
+        raise SpecbenchError(
+            f"--engine llama-cpp places itself (a CUDA build offloads to the GPU); drop --device {config.device}"
+        )
+
+
 def batch_suffix(config: RunConfig) -> str:
     """'-b<B>' (and '-min' under the min-advance policy) in run and cell ids; '' at batch 1, so old ids stay."""
     if config.batch_size == 1:
@@ -259,6 +286,7 @@ class RunConfig:
     prompt_length: str = (
         "all"  # all examples, or the short / medium / long tertile of prompt tokens (measure/buckets.py)
     )
+    threads: int = 0  # --engine llama-cpp: llama.cpp's CPU threads (0: every core this process may use)
 
     @property
     def draft_gamma(self) -> int:
@@ -304,6 +332,7 @@ class RunConfig:
         check_placement(self.device_map, self.max_memory)
         check_batch_options(self)
         check_prompt_length(self.prompt_length)
+        check_llama_cpp_options(self)
         if not 0.0 <= self.draft_confidence < 1.0:
             raise SpecbenchError(
                 f"--draft-confidence must be in [0, 1) (got {self.draft_confidence}); 0 turns early stopping off"

@@ -45,7 +45,15 @@ from specbench.config import RunConfig, SamplingConfig, parse_gamma
 from specbench.measure.schema_doc import run_table_rows
 from specbench.models import DEFAULT_DRAFT, DEFAULT_TARGET
 
-Engine = Annotated[str, typer.Option("--engine", help="specbench (ours) or hf-assisted (HF assisted generation).")]
+Engine = Annotated[
+    str,
+    typer.Option(
+        "--engine",
+        help="specbench (ours), hf-assisted (HF assisted generation) or llama-cpp (our loop on llama.cpp's kernels, "
+        "the target's GGUF as quantized; needs `make setup-llama-cpp`).",
+    ),
+]
+Threads = Annotated[int, typer.Option("--threads", help="--engine llama-cpp: llama.cpp's CPU threads (0: every core).")]
 ExactShapes = Annotated[
     bool,
     typer.Option(
@@ -81,6 +89,7 @@ def run(
     backend: Backend = "eager",
     draft_confidence: DraftConfidence = 0.0,
     engine: Engine = "specbench",
+    threads: Threads = 0,
     exact_shapes: ExactShapes = False,
     batch_size: BatchSize = 1,
     batch_policy: BatchPolicy = "ragged",
@@ -97,6 +106,7 @@ def run(
     Example: specbench run --draft auto --dtype auto --gamma auto --repeats 2   (choices measured on this machine)
     Example: specbench run --draft prompt-lookup --gamma 3 --batch-size 8 --limit 16   (two batches of 8)
     Example: specbench run --task aclsum --draft prompt-lookup --gamma 4 --prompt-length long   (the longest third)
+    Example: specbench run --engine llama-cpp --task aclsum --draft prompt-lookup --gamma 4   (on llama.cpp)
     """
     config = RunConfig(
         target=target,
@@ -121,6 +131,7 @@ def run(
         device_map=device_map,
         max_memory=max_memory,
         prompt_length=prompt_length.strip().lower(),
+        threads=threads,
     ).validate()
     from specbench.measure.planning import prepare_run  # torch: after the options are checked, so bad ones fail fast
 

@@ -76,7 +76,12 @@ class Session:
         self.pilots: dict[tuple, PilotResult] = {}  # (draft, pilot ids, sampling, budget, γ) → pilot
 
     def target_lm(self) -> CachedModel:
+        """The target's cache wrapper every engine, calibration and probe of this session decodes through."""
         return CachedModel(self.target.model, backend=self.target_backend)
+
+    def engine_info(self) -> dict:
+        """The manifest's `engine` entry: {} for torch (its versions are in the manifest already); see llama_session."""
+        return {}
 
     def calibrate(self, prompts: list[list[int]], k_max: int, max_new_tokens: int) -> cal.Calibration:
         """The target's pass-cost curve for these prompts, measured once per session."""
@@ -235,7 +240,7 @@ class Engines:
     def baseline(self, prompt_ids: list[int], seed: int, max_new_tokens: int) -> DecodeResult:
         t = self.session.target
         return decode_autoregressive(
-            CachedModel(t.model, backend=self.session.target_backend),
+            self.session.target_lm(),
             prompt_ids,
             max_new_tokens=max_new_tokens,
             sampling=self.config.sampling,
@@ -268,7 +273,7 @@ class Engines:
                 min_confidence=cfg.draft_confidence,
             )
         return decode_speculative(
-            CachedModel(t.model, backend=self.session.target_backend),
+            self.session.target_lm(),
             proposer,
             prompt_ids,
             gamma=self.gamma_policy(),
@@ -283,9 +288,7 @@ class Engines:
 
     def model_caches(self) -> list[CachedModel]:
         """The target's and (if any) the draft model's cache wrappers, each with its backend."""
-        return [
-            CachedModel(self.session.target.model, backend=self.session.target_backend)
-        ] + self.proposer.model_caches()
+        return [self.session.target_lm()] + self.proposer.model_caches()
 
     def warm_up(self, prompt_ids: list[int], capacity: int = 0) -> None:
         """Run both engines once, unrecorded: first calls pay for allocations and kernel selection.

@@ -248,19 +248,7 @@ def choose_on_this_machine(
     def session_for(dtype: str) -> Session:
         if dtype not in sessions:
             on_status(f"loading the target in {dtype}")
-            sessions[dtype] = (
-                session
-                if session is not None and session.dtype == dtype
-                else Session(
-                    config.target,
-                    config.device,
-                    dtype,
-                    config.trust_remote_code,
-                    config.backend,
-                    config.device_map,
-                    config.max_memory,
-                )
-            )
+            sessions[dtype] = session if session is not None and session.dtype == dtype else load_session(config, dtype)
         return sessions[dtype]
 
     first = session_for(dtypes[-1])
@@ -294,6 +282,23 @@ def choose_on_this_machine(
     return choice, sessions[choice.dtype]
 
 
+def load_session(config: RunConfig, dtype: str) -> Session:
+    """The run's models in `dtype`: torch's Session, or (--engine llama-cpp) the target's GGUF in llama.cpp."""
+    if config.engine == "llama-cpp":
+        from specbench.measure.llama_session import LlamaSession  # imports llama_cpp only when asked for
+
+        return LlamaSession(config.target, config.threads, dtype, config.trust_remote_code)
+    return Session(
+        config.target,
+        config.device,
+        dtype,
+        config.trust_remote_code,
+        config.backend,
+        config.device_map,
+        config.max_memory,
+    )
+
+
 def prepare_run(
     config: RunConfig,
     results_dir: Path,
@@ -319,15 +324,7 @@ def prepare_run(
         if old.get("auto"):  # a resumed run keeps the choices its first examples were measured with
             choice = AutoChoice.from_dict(old["auto"])
             if session is None or session.dtype != choice.dtype:
-                session = Session(
-                    config.target,
-                    config.device,
-                    choice.dtype,
-                    config.trust_remote_code,
-                    config.backend,
-                    config.device_map,
-                    config.max_memory,
-                )
+                session = load_session(config, choice.dtype)
         else:
             choice, session = choose_on_this_machine(
                 config, spec, examples, pilot_examples(spec, config, examples), max_new, session, on_status
@@ -337,15 +334,7 @@ def prepare_run(
         run_config = config
         if session is None:
             on_status("loading task and models")
-            session = Session(
-                config.target,
-                config.device,
-                config.dtype,
-                config.trust_remote_code,
-                config.backend,
-                config.device_map,
-                config.max_memory,
-            )
+            session = load_session(config, config.dtype)
     if session.backend != config.backend:
         raise SpecbenchError(
             f"this session runs --backend {session.backend}, the run asks for {config.backend}; "
@@ -389,6 +378,9 @@ def prepare_run(
         },
         "draft": {"spec": run_config.draft},
     }
+    engine_info = getattr(session, "engine_info", dict)()  # llama-cpp: name, version, threads, the GGUF as loaded
+    if engine_info:
+        manifest["engine"] = engine_info
     manifest["calibration"] = calibration
     if choice is not None:
         manifest["auto"] = choice.to_dict()

@@ -135,7 +135,9 @@ class Summary:
     run_id: str | None = None  # the run folder's name (a sweep cell: its cell id)
     target: str | None = None  # --target as given (a preset, hub id or local path)
     draft: str | None = None  # --draft as given, or the draft an auto choice resolved to
-    engine: str | None = None  # specbench (our loop) or hf-assisted (transformers' assisted generation)
+    engine: str | None = None  # specbench (our loop), hf-assisted (transformers' assisted generation) or llama-cpp
+    engine_version: str | None = None  # llama-cpp: llama-cpp-python's version (null for the torch engines)
+    threads: int | None = None  # llama-cpp: llama.cpp's CPU threads (null for the torch engines)
     task: str | None = None  # the task's name
     gamma: int | str | None = None  # γ, or the γ policy's name (adaptive, heuristic) drafting up to gamma_max
     dtype: str | None = None  # the models' dtype (float32, bfloat16, ...)

@@ -167,6 +167,8 @@ def write_summary(
             "target": config.target,
             "draft": config.draft,
             "engine": config.engine,
+            "engine_version": manifest.get("engine", {}).get("engine_version"),
+            "threads": manifest.get("engine", {}).get("threads"),
             "task": spec.name,
             "gamma": config.gamma,
             "dtype": config.dtype,
