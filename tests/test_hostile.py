@@ -444,3 +444,30 @@ def test_pickled_weights_load_only_when_allowed(tiny_models, tmp_path, monkeypat
         load_model(str(folder), device="cpu")
     monkeypatch.setenv("SPECBENCH_ALLOW_PICKLE", "1")
     assert load_model(str(folder), device="cpu").vocab_size == model.config.vocab_size
+
+
+# --------------------------------------------------------------------------- 13. CSV formula injection
+
+
+def test_exported_csv_cells_never_start_a_formula(tiny_models, tmp_path):
+    import csv
+    import io
+
+    task = tmp_path / "=cmd.jsonl"
+    ids = ['=HYPERLINK("http://x","y")', "+1", "-2", "@SUM(A1)"]
+    task.write_text("".join(json.dumps({"id": i, "prompt": f"the cat sat {n}"}) + "\n" for n, i in enumerate(ids)))
+    assert invoke(*run_command(tiny_models, task, tmp_path / "R", "--limit", "4")).exit_code == 0
+    for extra in ([], ["--examples"]):
+        result = invoke("export", str(tmp_path / "R"), *extra)
+        assert result.exit_code == 0, result.output
+        cells = [c for row in csv.reader(io.StringIO(result.stdout)) for c in row]
+        assert not [c for c in cells if c[:1] in ("=", "+", "@") or (c[:1] == "-" and not _number(c))]
+        assert "'=cmd" in cells and (not extra or {"'" + i for i in ids} <= set(cells))
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True

@@ -51,7 +51,7 @@ def export(results: Results, table_format: Format = "csv", examples: Examples = 
     if table_format == "spec-bench":
         return export_spec_bench(results, out_file)
     check_destination(table_format, out_file)
-    from specbench.measure.tidy_table import export_frames
+    from specbench.measure.tidy_table import csv_safe, export_frames
 
     frame, skipped = export_frames(list(results), examples)
     for note in skipped:
@@ -61,6 +61,8 @@ def export(results: Results, table_format: Format = "csv", examples: Examples = 
             f"no results to export under {', '.join(map(str, results))}; pass run folders, sweep "
             f"folders or a results/ folder"
         )
+    if table_format == "csv":
+        frame = csv_safe(frame)
     if out_file is None:
         typer.echo(frame.to_csv(index=False), nl=False)
         return

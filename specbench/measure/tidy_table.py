@@ -177,6 +177,23 @@ def export_frames(paths: list[Path], examples: bool):
 # compares str(turns) line by line, so both files are sorted by question id, as its reorg_answer_file does.
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # a spreadsheet runs a cell that starts so as a formula
+
+
+def csv_safe(frame):
+    """`frame` with every text cell that a spreadsheet would read as a formula (a task name or example id written
+    '=HYPERLINK(...)') prefixed with a quote, the OWASP neutralisation; numbers are left as they are."""
+    from pandas.api.types import is_string_dtype
+
+    out = frame.copy()
+    for column in out.columns:
+        if out[column].dtype == object or is_string_dtype(out[column].dtype):
+            out[column] = out[column].map(
+                lambda v: "'" + v if isinstance(v, str) and v.startswith(FORMULA_STARTS) else v
+            )
+    return out
+
+
 def split_example_id(example_id: str) -> tuple[str, int | str]:
     """'translation:161' → ('translation', 161): the category and question id a spec-bench task's id carries."""
     from specbench.errors import SpecbenchError
