@@ -160,3 +160,38 @@ def test_peer_prompt_lookup_counts_its_passes(gguf_path):
     res = lc.peer_generate(peer, PROMPT, max_new_tokens=30, eos_ids=frozenset(), draft=draft)
     assert len(res.token_ids) == 30 and res.target_calls >= 1 and res.drafted >= res.accepted >= 0
     assert res.target_calls < 30  # prompt lookup on a repeating prompt saves passes
+
+
+@needs_llama
+def test_run_engine_llama_cpp_end_to_end(tmp_path, monkeypatch):
+    """`specbench run --engine llama-cpp` on the tiny GGUF: records, the engine entry, greedy identity, a resume."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from specbench.cli import app
+
+    monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path / "cache"))  # the tokenizer's conversion stays in the test
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    gguf = write_tiny_gguf(tmp_path / "tiny.gguf", quant="Q8_0")
+    task = tmp_path / "task.jsonl"
+    lines = ["the cat sat on the mat and the cat sat on the", "abc abd abc abd abc abd"]
+    task.write_text("".join(json.dumps({"prompt": p, "reference": p}) + "\n" for p in lines))
+    args = ["run", "--engine", "llama-cpp", "--threads", "1", "--target", str(gguf), "--task", str(task)]
+    args += ["--draft", "prompt-lookup", "--gamma", "3", "--limit", "2", "--max-new-tokens", "16"]
+    args += ["--results-dir", str(tmp_path / "res"), "--json"]
+    result = CliRunner().invoke(app, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    (run,) = (tmp_path / "res").iterdir()
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["engine"]["engine"] == "llama-cpp" and manifest["engine"]["threads"] == 1
+    assert manifest["engine"]["engine_version"] == lc.engine_version()
+    assert manifest["calibration"]["extra"]["backend"] == "llama-cpp"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["engine"] == "llama-cpp" and summary["threads"] == 1 and summary["n_examples"] == 2
+    rows = [json.loads(x) for x in (run / "examples.jsonl").read_text().splitlines()]
+    for row in rows:  # identical, or a divergence the replay in llama.cpp's pass shapes explains
+        assert row["identical"] or row["numerics"]["divergence"]["kind"] == "numerics", row["numerics"]
+    assert sum(r["speculative"]["drafted"] for r in rows) > 0
+    again = CliRunner().invoke(app, args, catch_exceptions=False)  # resumes: nothing left to measure
+    assert again.exit_code == 0 and len((run / "examples.jsonl").read_text().splitlines()) == 2
