@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from specbench.distill.save_draft import build_manifest, export_draft, final_checks
-from specbench.distill.settings import WORK, DistillConfig, Event, Progress, pad_id
+from specbench.distill.settings import WORK, DistillConfig, Event, Progress
 from specbench.distill.shards import TeacherData, load_teacher_data
 from specbench.distill.teacher import build_teacher_data
 from specbench.distill.training import (
@@ -151,7 +151,7 @@ class TrainingRun:
         self.device = target.device
         self.train_docs = torch.nonzero(~data.heldout).view(-1)
         self.heldout_docs = torch.nonzero(data.heldout).view(-1).tolist()
-        self.pad_id = pad_id(target)
+        self.pad_id = target.pad_id
         self.model = new_draft(p, target, cfg.seed).to(self.device)
         self.opt = make_optimizer(self.model, p)
         self.step, self.curve, self.heldout_curve, self.seconds = 0, [], [], 0.0

@@ -178,20 +178,6 @@ class DistillConfig:
         }
 
 
-def pad_id(target) -> int:
-    """The id teacher and draft batches pad with: the tokenizer's pad, else the model config's, else EOS, else 0."""
-    tok = target.tokenizer
-    for cand in (
-        getattr(tok, "pad_token_id", None),
-        getattr(target.model.config, "pad_token_id", None),
-        tok.eos_token_id,
-        0,
-    ):
-        if isinstance(cand, int):
-            return cand
-    return 0
-
-
 @dataclass
 class Event:
     """A progress report: phase 'teacher' (done/total shards), 'train' (done/total steps) or 'export' (0/1, 1/1)."""

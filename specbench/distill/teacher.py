@@ -25,7 +25,7 @@ import torch
 
 from specbench.decoding.cached_model import cache_keyword
 from specbench.distill.plan import Job, Plan, TeacherRow, make_plan
-from specbench.distill.settings import WORK, DistillConfig, Event, Progress, pad_id
+from specbench.distill.settings import WORK, DistillConfig, Event, Progress
 from specbench.distill.shards import KIND_ON_POLICY, KIND_PREFIX, KIND_REFERENCE, KIND_SAMPLED, Docs
 from specbench.errors import SpecbenchError
 from specbench.files import atomic_write_bytes, atomic_write_json, atomic_write_text, file_sha256
@@ -288,7 +288,7 @@ def _open_index(folder: Path, plan: Plan) -> dict:
 def _run_missing_jobs(cfg: DistillConfig, target, plan: Plan, folder: Path, index: dict, progress: Progress) -> None:
     """Run every job whose shard is not on disk; each shard, then the index, is written as soon as it is done."""
     p = cfg.preset
-    teacher = Teacher(target.model, p.top_k, target.eos_ids, pad_id(target))
+    teacher = Teacher(target.model, p.top_k, target.eos_ids, target.pad_id)
     jobs = plan.jobs
     todo = [j for j in jobs if not _shard_ok(folder, index["shards"].get(str(j.index)))]
     done = len(jobs) - len(todo)

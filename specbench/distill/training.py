@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from specbench.distill.settings import WORK, DistillPreset, pad_id
+from specbench.distill.settings import WORK, DistillPreset
 from specbench.distill.shards import KIND_ON_POLICY, TeacherData
 from specbench.errors import SpecbenchError
 from specbench.files import atomic_write_bytes
@@ -130,7 +130,7 @@ def draft_config(preset: DistillPreset, target):
         tie_word_embeddings=True,
         bos_token_id=getattr(tcfg, "bos_token_id", None),
         eos_token_id=getattr(tcfg, "eos_token_id", None),
-        pad_token_id=pad_id(target),
+        pad_token_id=target.pad_id,
     )
 
 

@@ -47,12 +47,6 @@ def pending_batches(groups: list[list[Prepared]], done: set[str]) -> list[tuple[
     return [(i, g) for i, g in enumerate(groups) if any(p.example.id not in done for p in g)]
 
 
-def pad_id(target) -> int:
-    """The id padding fills left of shorter prompts (masked out, so any id would do): the tokenizer's, else EOS."""
-    pad = getattr(target.tokenizer, "pad_token_id", None)
-    return pad if isinstance(pad, int) else min(target.eos_ids, default=0)
-
-
 def decode_batch(
     engines: Engines, engine: str, items: list[Prepared], seeds: list[int], max_new_tokens: int
 ) -> list[DecodeResult]:
@@ -63,7 +57,7 @@ def decode_batch(
     prompts = [p.prompt_ids for p in items]
     generators = [make_generator(t.device, s) for s in seeds]
     common = dict(
-        max_new_tokens=max_new_tokens, sampling=cfg.sampling, eos_ids=t.eos_ids, generators=generators, pad_id=pad_id(t)
+        max_new_tokens=max_new_tokens, sampling=cfg.sampling, eos_ids=t.eos_ids, generators=generators, pad_id=t.pad_id
     )
     if engine == "baseline":
         return decode_autoregressive_batch(t.model, prompts, **common)

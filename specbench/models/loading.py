@@ -50,6 +50,19 @@ class LoadedModel:
     def n_params(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
 
+    @property
+    def pad_id(self) -> int:
+        """The id batches pad with (masked out, so any id would do; a distilled draft's config keeps it): the
+        tokenizer's pad, else the model config's, else EOS, else 0."""
+        for cand in (
+            getattr(self.tokenizer, "pad_token_id", None),
+            getattr(self.model.config, "pad_token_id", None),
+            getattr(self.tokenizer, "eos_token_id", None),
+        ):
+            if isinstance(cand, int):
+                return cand
+        return 0
+
 
 def resolve_device(device: str) -> torch.device:
     if device == "auto":
