@@ -124,7 +124,7 @@ app.command("report")(report.report)
 app.command("verify")(verify.verify)
 app.command("export")(export.export)
 app.command("setup")(setup.setup)
-app.command("distill")(distill.distill)
+app.command("distill")(distill.distill_command)
 app.add_typer(listing.list_app, name="list")
 app.add_typer(setup.data_app, name="data")
 

@@ -47,7 +47,7 @@ Threads = Annotated[int, typer.Option("--threads", help="torch CPU threads (0 = 
 PHASE_NAMES = {"teacher": "teacher data (shards)", "train": "training (steps)", "export": "export + checks"}
 
 
-def distill(
+def distill_command(
     out_dir: DraftDir,
     target: Target = DEFAULT_TARGET,
     preset: Preset = "full",

@@ -30,7 +30,7 @@ def list_drafts():
 
 
 @list_app.command("tasks")
-def list_tasks():
+def list_tasks_command():
     """Tasks: source, size, offline availability, metric."""
     from specbench.tasks.specs import list_tasks as task_rows
 
