@@ -455,3 +455,42 @@ def test_models_never_import_the_drafts_and_decoding_never_imports_the_trainer()
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-500:]
+
+
+# ---------------------------------------------------------------------------------------------
+# How each draft batches (decoding/base.BatchProposer): declared by the draft, not guessed from its type
+
+
+def test_every_draft_kind_declares_its_batched_form():
+    from specbench.decoding.batched import drafts as batched
+
+    model = ModelDraft(tiny_llama(1), "m")
+    lookup = PromptLookupDraft(VOCAB, CPU)
+    unigram = FrequencyDraft(1, VOCAB, CPU)
+    forms = {
+        "model": model.batched(3, CPU),
+        "hybrid": HybridDraft(PromptLookupDraft(VOCAB, CPU), model, "h").batched(3, CPU),
+        "lookup": lookup.batched(3, CPU),
+        "unigram": unigram.batched(3, CPU),
+    }
+    assert isinstance(forms["model"], batched.BatchedModelDraft)
+    assert isinstance(forms["hybrid"], batched.BatchedHybridDraft) and len(forms["hybrid"].lookups) == 3
+    assert isinstance(forms["lookup"], batched.PerRowDrafts) and isinstance(forms["unigram"], batched.PerRowDrafts)
+    copies = forms["unigram"].proposers
+    assert len({id(p) for p in copies}) == 3 and len({id(p._rows) for p in copies}) == 3  # a memo per row
+    assert all(callable(getattr(f, name)) for f in forms.values() for name in ("begin", "propose", "select"))
+
+
+def test_the_batch_dispatch_asks_the_draft_and_never_inspects_its_type():
+    """row_drafts may tell one proposer from a list of them, nothing more (issue 25: no type checks on drafts)."""
+    import ast
+    import inspect
+
+    from specbench.decoding.batched import drafts as batched
+
+    calls = [
+        node
+        for node in ast.walk(ast.parse(inspect.getsource(batched)))
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("isinstance", "hasattr", "type")
+    ]
+    assert [ast.unparse(c) for c in calls] == ["isinstance(proposer, (list, tuple))"]
