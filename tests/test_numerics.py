@@ -149,3 +149,58 @@ def test_exact_shapes_make_bf16_identical():
     summary = identity_line(records(target, draft, pad_to=GAMMA + 1))
     assert summary["identity_line"] == f"{len(PROMPTS)}/{len(PROMPTS)} identical", summary
     assert summary["numerics_floor"] == 0.0, summary
+
+
+# ---- the margin gate, and a planted bug in the verification path -------------------------------------------------
+
+
+def _record(kind: str, margin: float, flips: list[float] | None) -> dict:
+    divergence = {"kind": kind, "step_margin": margin, "margin": margin, "position": 3}
+    numerics = {"floor_positions": 10, "floor_flips": len(flips or []), "seconds": 0.0, "divergence": divergence}
+    if flips is not None:
+        numerics["floor_flip_margins"] = flips
+    return {"identical": False, "numerics": numerics}
+
+
+def test_margin_gate_overrides_the_replay_and_old_records_stay_readable():
+    """The replay says numerics for both divergences; the floor saw flips at margins up to 0.125, so the one at
+    margin 0.5 is unexplained whatever the replay says. Records without floor margins (written before the gate)
+    keep their replay class and say they were not gated."""
+    gated = identity_line([_record("numerics", 0.0625, [0.0, 0.125]), _record("numerics", 0.5, [])])
+    assert gated["numerics_margin_range"] == [0.0, 0.125]
+    assert gated["divergences_numerics"] == 1 and gated["divergences_unexplained"] == 1
+    assert gated["divergences_above_margin_range"] == 1 and "above the floor's flip range" in gated["identity_line"]
+    no_flips = identity_line([_record("numerics", 0.0, [])])  # the floor never flipped: nothing is numerics
+    assert no_flips["divergences_unexplained"] == 1 and no_flips["numerics_margin_range"] is None
+    old = identity_line([_record("numerics", 0.5, None)])
+    assert old["divergences_numerics"] == 1 and old["divergences_above_margin_range"] is None
+    assert "not margin-gated" in old["identity_line"]
+
+
+def test_planted_late_logits_are_unexplained_and_the_clean_engine_is_not():
+    """bf16, 12 prompts, γ = 4, 32 tokens: the verifier gets the target's logits one position late on one step in 3
+    (one in 50 on the real model, bench/planted_bug.py; here more often so that the tiny run has enough). Of the
+    divergences it causes (first divergence at or after the first bugged step), ≥ 95 % must be unexplained,
+    and at least 6 must happen so that the share means something; the clean engine, same prompts: 0 unexplained."""
+    from specbench.evidence.planted import caused, late_verified_logits
+
+    target, draft = pair(torch.bfloat16)
+    clean_records = records(target, draft)
+    clean = identity_line(clean_records)
+    assert clean["divergences_unexplained"] == 0, clean
+    # the run's floor (its flip margins set the gate's range), without the clean run's own divergences
+    floor_only = [{"identical": True, "numerics": {**r["numerics"], "divergence": None}} for r in clean_records]
+    hit = []
+    with late_verified_logits(every=3) as planted:
+        for prompt in PROMPTS:
+            planted.reset()
+            base, spec = run(target, draft, prompt)
+            d = first_divergence(base.token_ids, spec.token_ids)
+            if not caused(d, planted.first()):
+                continue
+            b = {"token_ids": base.token_ids}
+            s = {"token_ids": spec.token_ids, "pass_lengths": spec.pass_lengths, "accept_lengths": spec.accept_lengths}
+            hit.append({"identical": False, "numerics": explain_example(target, prompt, b, s, GAMMA, d)})
+    summary = identity_line(hit + floor_only)
+    assert len(hit) >= 6, summary
+    assert summary["divergences_unexplained"] >= 0.95 * len(hit), summary

@@ -24,6 +24,7 @@ class PlantedSteps:
     """Where the planted bug fired: the output position of each bugged step's first emitted token."""
 
     positions: list[int] = field(default_factory=list)  # since the last reset(), in order
+    steps: int = 0  # verification steps seen inside the block, bugged or not
 
     def reset(self) -> None:
         """Forget the positions (call before each example)."""
@@ -35,19 +36,19 @@ class PlantedSteps:
 
 @contextmanager
 def late_verified_logits(every: int = 50, offset: int = 0) -> Iterator[PlantedSteps]:
-    """Within the block, every `every`-th verification step of decode_speculative (counted from `offset`) sees
-    its target logits one position late. Yields where the bug fired (output positions)."""
+    """Within the block, the verification steps of decode_speculative numbered offset, offset + every, ... (from 0)
+    see their target logits one position late. Yields where the bug fired (output positions) and the steps seen;
+    to keep one count across blocks (one block per example), pass offset = (−steps so far) mod every."""
     import specbench.decoding.speculative as speculative
 
     if every < 1:
         raise ValueError(f"every must be >= 1 (got {every})")
     original = speculative.judge_proposal
     seen = PlantedSteps()
-    count = 0
 
     def planted(ctx, proposal, logits: torch.Tensor):
-        nonlocal count
-        step, count = count, count + 1
+        step = seen.steps
+        seen.steps += 1
         if step % every == offset % every and logits.shape[0] > 1:
             logits = torch.cat([logits[1:], logits[-1:]])  # [g+1, V]: row i is now the row meant for i + 1
             seen.positions.append(len(ctx.res.token_ids))

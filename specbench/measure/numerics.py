@@ -26,6 +26,15 @@ An engine whose pass structure is not recorded (HF's assisted generation) is cla
 searching the verify-shaped alignments instead: numerics if some (γ+1)-token chunking of the
 common prefix flips the argmax at d.
 
+  margin gate     the replay uses the same multi-token code as the engine, so a bug in that code would
+                  reproduce itself and pass for numerics. What the replay cannot fake is the margin: the
+                  floor records the baseline's top-2 logit margin at every position it flips
+                  (`floor_flip_margins`), and a divergence counts as numerics only when the baseline's
+                  margin at d lies within the range the floor measured flipping over the run (`margin_range`,
+                  [0, the largest flip margin]); a larger margin is unexplained whatever the replay says.
+                  `identity_line` applies it over a run's records; records written before the margins were
+                  stored (no `floor_flip_margins`) keep their replay-only class and are counted as ungated.
+
 Everything here runs after an example's timed decodes, never inside them.
 """
 
@@ -55,6 +64,7 @@ class Divergence:
     verify_margin: float | None  # top1 − top2 logit there, verify-shaped passes
     floor_flips_here: bool  # whether the numerics floor (γ+1 chunks of the baseline's output) flips at d
     method: str  # "replay-last-pass" / "replay" (recorded passes: the last one alone, or all) or "alignment-search"
+    margin: float | None = None  # the baseline's top-2 logit margin at d (= step_margin), what the margin gate reads
 
 
 def _top2(logits: torch.Tensor) -> tuple[int, float]:
@@ -180,6 +190,42 @@ def numerics_floor(
     return [j for j in range(1, len(tokens)) if j in rows and int(rows[j].argmax()) != tokens[j]]
 
 
+def step_margin(
+    model: torch.nn.Module,
+    prompt_ids: list[int],
+    tokens: list[int],
+    position: int,
+    decoder_start_id: int | None = None,
+    backend=None,
+    pad_to: int = 1,
+    prefilled: Prefilled | None = None,
+) -> float:
+    """The baseline's top-2 logit margin at `position` of its own output: one 1-token pass after the prefix
+    cached in one pass (2 forwards; the cache then differs from the decode's in rounding only)."""
+    d = position
+    passes = [(max(1, d - 1), max(1, d - 1)), (1, 1)] if d >= 2 else step_passes(d + 1)
+    rows = replay(model, prompt_ids, tokens, passes, d, decoder_start_id, backend, pad_to, prefilled)
+    return _top2(rows[d])[1]
+
+
+def margin_range(margins) -> tuple[float, float] | None:
+    """[0, the largest baseline margin at which the floor saw a flip]: the margins numerics can explain; None when
+    the floor saw no flip (then no divergence is numerics). Non-finite entries are ignored."""
+    finite = [float(m) for m in margins if m is not None and float(m) == float(m) and abs(float(m)) != float("inf")]
+    return (0.0, max(finite)) if finite else None
+
+
+def gated_kind(divergence: dict, margins: tuple[float, float] | None) -> str:
+    """A divergence's class after the margin gate: numerics only when the replay says so and the baseline's margin
+    at d lies within `margins` (margin_range of the run's floor flips)."""
+    if divergence.get("kind") != "numerics":
+        return "unexplained"
+    m = divergence.get("margin", divergence.get("step_margin"))
+    if margins is None or m is None or not (m == m) or m > margins[1]:
+        return "unexplained"
+    return "numerics"
+
+
 def classify(
     model: torch.nn.Module,
     prompt_ids: list[int],
@@ -264,6 +310,7 @@ def classify(
         verify_margin=margin_b,
         floor_flips_here=d in floor,
         method=method,
+        margin=margin_a,
     )
 
 
@@ -284,8 +331,17 @@ def explain_example(
 
     t0 = time.perf_counter()
     shared = prefill(model, prompt_ids, decoder_start_id, backend)  # one prompt prefill for every replay below
-    floor = numerics_floor(model, prompt_ids, baseline["token_ids"], gamma, decoder_start_id, backend, pad_to, shared)
-    out = {"floor_positions": max(0, len(baseline["token_ids"]) - 1), "floor_flips": len(floor), "divergence": None}
+    base = baseline["token_ids"]
+    floor = numerics_floor(model, prompt_ids, base, gamma, decoder_start_id, backend, pad_to, shared)
+    out = {
+        "floor_positions": max(0, len(base) - 1),
+        "floor_flips": len(floor),
+        # the baseline's margin at each flip: the range the margin gate admits (2 forwards a flip; flips are rare)
+        "floor_flip_margins": [
+            step_margin(model, prompt_ids, base, j, decoder_start_id, backend, pad_to, shared) for j in floor
+        ],
+        "divergence": None,
+    }
     if first_divergence is not None:
         out["divergence"] = asdict(
             classify(
@@ -312,10 +368,15 @@ def identity_line(records: list[dict]) -> dict:
     """Summary fields and the one line the run table prints, from the records' `numerics` fields."""
     n = len(records)
     identical = sum(1 for r in records if r["identical"])
-    divs = [r["numerics"]["divergence"] for r in records if (r.get("numerics") or {}).get("divergence")]
+    fields = [r.get("numerics") or {} for r in records]
+    divs = [f["divergence"] for f in fields if f.get("divergence")]
     unclassified = n - identical - len(divs)
-    numerics = sum(1 for d in divs if d["kind"] == "numerics")
+    gated = any("floor_flip_margins" in f for f in fields)  # records from before the gate carry no margins
+    margins = margin_range(m for f in fields for m in f.get("floor_flip_margins") or [])
+    kinds = [gated_kind(d, margins) if gated else d["kind"] for d in divs]
+    numerics = kinds.count("numerics")
     unexplained = len(divs) - numerics
+    above = sum(1 for d, k in zip(divs, kinds) if d["kind"] == "numerics" and k != "numerics")
     positions = sum((r.get("numerics") or {}).get("floor_positions", 0) for r in records)
     cost = sum((r.get("numerics") or {}).get("seconds", 0.0) for r in records)
     timed = sum(
@@ -329,15 +390,20 @@ def identity_line(records: list[dict]) -> dict:
     if diverged == 0:
         line = f"{identical}/{n} identical"
     elif unexplained == 0 and unclassified == 0:
+        gate = f" (margin ≤ {margins[1]:.3g}, within the floor's flip range)" if gated and margins else ""
         line = (
-            f"{identical}/{n} identical; {diverged} diverged, all at near-ties that the verify-shaped pass flips "
-            f"by itself (numerics), 0 unexplained"
+            f"{identical}/{n} identical; {diverged} diverged, all at near-ties{gate} that the verify-shaped pass "
+            f"flips by itself (numerics), 0 unexplained"
         )
     else:
         line = (
             f"{identical}/{n} identical; {diverged} diverged: {numerics} numerics, {unexplained} unexplained "
-            f"(candidate bugs)" + (f", {unclassified} not classified" if unclassified else "")
+            f"(candidate bugs)"
+            + (f", {above} of them at a margin above the floor's flip range" if above else "")
+            + (f", {unclassified} not classified" if unclassified else "")
         )
+    if divs and not gated:
+        line += " [no floor margins recorded: replay only, not margin-gated]"
     return {
         "identity_line": line,
         "divergences_numerics": numerics,
@@ -348,4 +414,6 @@ def identity_line(records: list[dict]) -> dict:
         "numerics_floor_flips": flips,
         "numerics_floor_positions": positions,
         "numerics_cost_share": cost / timed if timed and cost else None,
+        "numerics_margin_range": list(margins) if gated and margins else None,
+        "divergences_above_margin_range": above if gated else None,
     }
