@@ -471,3 +471,38 @@ def _number(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+# ------------------------------------------------------------------ 6. impossible values in hand-edited results
+
+
+def hand_edit(path: Path, line: int, engine: str, key: str, raw: str) -> None:
+    """Set `engine.key` of one examples.jsonl line to a raw token (NaN is not JSON, but json.loads reads it)."""
+    lines = path.read_text().splitlines()
+    row = json.loads(lines[line])
+    row[engine][key] = "@@"
+    lines[line] = json.dumps(row).replace('"@@"', raw)
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_report_and_export_skip_the_same_impossible_values_and_list_them(tiny_models, three_prompts, tmp_path):
+    results = tmp_path / "R"
+    assert invoke(*run_command(tiny_models, three_prompts, results, "--limit", "3")).exit_code == 0
+    run = results / "x"
+    hand_edit(run / "examples.jsonl", 0, "baseline", "decode_s", "NaN")
+    hand_edit(run / "examples.jsonl", 1, "speculative", "prefill_s", "-0.5")
+    report = invoke("report", str(results), "--out", str(tmp_path / "rep"), "--json")
+    assert report.exit_code == 0, report.output
+    skipped = json.loads(report.stdout)["skipped"]
+    assert [s["path"].rsplit(":", 1)[-1] for s in skipped] == ["1", "2"], skipped
+    assert "decode_s is nan" in skipped[0]["reason"] and "prefill_s is -0.5" in skipped[1]["reason"]
+    export = invoke("export", str(results), "--examples")
+    assert export.exit_code == 0 and export.stdout.count("\n") == 2  # the header and the one usable record
+    assert "examples.jsonl:1: skipped" in export.stderr and "examples.jsonl:2: skipped" in export.stderr
+
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({**summary, "speedup": float("nan")}))
+    report = invoke("report", str(results), "--out", str(tmp_path / "rep2"))
+    assert "speedup is nan" in one_line_error(report)  # no usable run left, and why
+    export = invoke("export", str(results))
+    assert export.exit_code == 1 and "speedup is nan" in export.output  # nothing left to export, and why

@@ -519,6 +519,37 @@ def engine_problem(doc, where: str) -> str | None:
     steps = zip(doc["accept_lengths"], doc["draft_lengths"])
     if len(doc["accept_lengths"]) != len(doc["draft_lengths"]) or any(not 0 <= n <= g for n, g in steps):
         return f"{where}.accept_lengths do not pair with draft_lengths (0 <= accepted <= drafted at every step)"
+    return engine_value_problem(doc, where)
+
+
+ENGINE_TIMES = ("prefill_s", "decode_s", "draft_s", "verify_s")  # seconds: finite, >= 0
+ENGINE_COUNTS = ("n_tokens", "target_calls", "draft_calls", "drafted", "accepted", "trials")  # >= 0
+
+
+def _finite_non_negative(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x < float("inf")
+
+
+def engine_value_problem(doc: dict, where: str) -> str | None:
+    """Values no run writes (a hand edit, a foreign tool): NaN, infinite or negative times, negative counts, more
+    accepted than drafted, an acceptance expectation outside [0, 1]. Shared by every reader (report, export)."""
+    for key in ENGINE_TIMES:
+        if not _finite_non_negative(doc[key]):
+            return f"{where}.{key} is {doc[key]}, not a finite number of seconds >= 0"
+    for key in ("repeat_s", "batch_s"):
+        value = doc.get(key)
+        values = value if isinstance(value, list) else [] if value is None else [value]
+        if not all(_finite_non_negative(v) for v in values):
+            return f"{where}.{key} holds a value that is not a finite number of seconds >= 0"
+    for key in ENGINE_COUNTS:
+        if doc[key] < 0:
+            return f"{where}.{key} is {doc[key]}, a negative count"
+    if doc["accepted"] > doc["drafted"]:
+        return f"{where}.accepted is {doc['accepted']}, more than the {doc['drafted']} drafted"
+    if any(v < 0 for v in doc["token_ids"]):
+        return f"{where}.token_ids holds a negative id"
+    if not all(_finite_non_negative(v) and v <= 1 + 1e-6 for v in doc["expected_accept"]):
+        return f"{where}.expected_accept holds a value outside [0, 1]"
     return None
 
 
@@ -699,6 +730,27 @@ def summary_problem(doc: dict) -> str | None:
             return f"{key} is {type(value).__name__}, not {declared[key]}"
     if isinstance(doc.get("n_examples"), int) and doc["n_examples"] < 0:
         return "n_examples is negative"
+    return summary_value_problem(doc, declared)
+
+
+SIGNED_SUMMARY_FIELDS = ("seed", "overhead_s", "numerics_margin_range")  # may be below 0; every other number may not
+
+
+def summary_value_problem(doc: dict, declared: dict) -> str | None:
+    """Values no run writes: a NaN or infinite number (the writer stores null), a negative one where the field
+    cannot be (times, rates, counts, speedups), γ below 1. One check for every reader (report, export)."""
+    for key, value in doc.items():
+        if key not in declared:
+            continue
+        for x in value if isinstance(value, list) else [value]:
+            if not isinstance(x, (int, float)) or isinstance(x, bool):
+                continue
+            if x != x or x in (float("inf"), float("-inf")):
+                return f"{key} is {x}, not a finite number (a hand edit?)"
+            if x < 0 and key not in SIGNED_SUMMARY_FIELDS:
+                return f"{key} is {x}, which cannot be negative"
+    if isinstance(doc.get("gamma"), int) and not isinstance(doc["gamma"], bool) and doc["gamma"] < 1:
+        return f"gamma is {doc['gamma']}, below 1"
     return None
 
 
