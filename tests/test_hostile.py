@@ -506,3 +506,40 @@ def test_report_and_export_skip_the_same_impossible_values_and_list_them(tiny_mo
     assert "speedup is nan" in one_line_error(report)  # no usable run left, and why
     export = invoke("export", str(results))
     assert export.exit_code == 1 and "speedup is nan" in export.output  # nothing left to export, and why
+
+
+# --------------------------------------------------------------------------- 10. one line, not a traceback
+
+
+def test_distill_refuses_an_unknown_device_in_one_line(tmp_path):
+    line = one_line_error(invoke(*DISTILL[:-2], "--device", "tpu", "--out", str(tmp_path / "d")))
+    assert "--device must be one of" in line and not (tmp_path / "d").exists()
+
+
+def test_an_unwritable_cache_is_one_line(tmp_path, monkeypatch):
+    from specbench.models.gguf import matches_pin
+
+    if os.geteuid() == 0:
+        blocked = tmp_path / "file"  # root writes anywhere: make the cache's parent a file instead
+        blocked.write_text("")
+        cache = blocked / "cache"
+    else:
+        blocked = tmp_path / "ro"
+        blocked.mkdir(mode=0o500)
+        cache = blocked / "cache"
+    monkeypatch.setenv("SPECBENCH_CACHE", str(cache))
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"x")
+    import hashlib
+
+    with pytest.raises(SpecbenchError, match="cannot write specbench's cache.*SPECBENCH_CACHE") as err:
+        matches_pin(gguf, hashlib.sha256(b"x").hexdigest())
+    assert "\n" not in str(err.value)
+
+
+def test_an_ascii_terminal_gets_question_marks_not_a_traceback():
+    env = {**child_env(), "PYTHONIOENCODING": "ascii"}
+    code = "import sys; from specbench.cli import app; sys.argv = ['specbench', 'list', 'drafts']; app()"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, timeout=120)
+    assert done.returncode == 0 and b"Traceback" not in done.stderr + done.stdout, done.stderr[-2000:]
+    assert b"?" in done.stdout  # the α and γ the table holds

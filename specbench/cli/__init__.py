@@ -20,7 +20,7 @@ import typer
 from typer.core import TyperGroup
 
 from specbench.cli import distill, export, listing, report, run, setup, sweep, verify
-from specbench.cli.output import out, print_error, say, warn
+from specbench.cli.output import out, print_error, say, tolerate_any_encoding, warn
 from specbench.errors import SpecbenchError
 
 INTERRUPTED = 130  # typer turns Ctrl-C into this exit code
@@ -35,6 +35,8 @@ class OneLineErrors(TyperGroup):
     error to one line. CliRunner and the `specbench` script both enter here."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        tolerate_any_encoding()
+
         def invoke():
             with warnings.catch_warnings():  # a warning (e.g. a skipped record) is one line too
                 warnings.showwarning = lambda message, *_args, **_kw: warn(one_line(str(message)))

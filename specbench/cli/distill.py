@@ -14,6 +14,7 @@ import typer
 
 from specbench.cli.options import AsJson, Device, Target
 from specbench.cli.output import out, progress_bar, quiet_transformers
+from specbench.config import DEVICES
 from specbench.errors import SpecbenchError
 from specbench.models import DEFAULT_TARGET
 
@@ -70,6 +71,8 @@ def distill_command(
         raise SpecbenchError(f"--threads must be >= 0 (got {threads})")
     if not out_dir.strip():
         raise SpecbenchError("--out is empty; pass the draft's folder")
+    if device not in DEVICES:  # as run and verify refuse it, before the trainer loads
+        raise SpecbenchError(f"--device must be one of {', '.join(DEVICES)} (got {device!r})")
     out_dir = Path(out_dir)
     config = DistillConfig(
         target=target,

@@ -7,6 +7,9 @@ value looks the same in every table.
 
 from __future__ import annotations
 
+import contextlib
+import sys
+
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -14,6 +17,15 @@ from rich.table import Table
 
 console = Console(stderr=True)
 out = Console()
+
+
+def tolerate_any_encoding() -> None:
+    """A terminal or pipe that cannot encode α, γ or → (PYTHONIOENCODING=ascii, a C locale) shows '?' for them
+    instead of ending the command with a UnicodeEncodeError traceback."""
+    for stream in (sys.stdout, sys.stderr):
+        if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+            with contextlib.suppress(Exception):  # a stream that cannot be reconfigured keeps its own policy
+                stream.reconfigure(errors="replace")
 
 
 def say(message: str) -> None:

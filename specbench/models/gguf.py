@@ -51,6 +51,18 @@ def verified_stamp(path: Path) -> Path:
     return cache_root() / "verified" / f"{path.name}-{key}.sha256"
 
 
+def cache_folder(folder: Path) -> Path:
+    """Make a folder in the cache, or one line naming it and SPECBENCH_CACHE (an unwritable HOME was a traceback)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpecbenchError(
+            f"cannot write specbench's cache at {folder}: {exc.strerror or exc}; "
+            "set SPECBENCH_CACHE to a writable folder"
+        ) from exc
+    return folder
+
+
 def _stat_key(path: Path) -> str:
     st = path.stat()
     return f"{st.st_size}:{st.st_mtime_ns}"
@@ -58,7 +70,7 @@ def _stat_key(path: Path) -> str:
 
 def _write_stamp(path: Path, sha256: str) -> None:
     stamp = verified_stamp(path)
-    stamp.parent.mkdir(parents=True, exist_ok=True)
+    cache_folder(stamp.parent)
     atomic_write_text(stamp, f"{sha256} {_stat_key(path)}\n")
 
 
@@ -132,7 +144,7 @@ def join_parts(parts: list[Path], out: Path, sha256: str, *, fix: str) -> Path:
     """
     ordered = sorted(parts, key=part_number)
     _check_numbering(ordered, out, fix)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    cache_folder(out.parent)
 
     def concatenate_checked(tmp: Path) -> None:
         digest = hashlib.sha256()
@@ -187,7 +199,7 @@ def convert_gguf(
             raise SpecbenchError(f"the converted model in {out} is damaged ({problem}); fix: {fix}")
         on_repair(problem)
         _discard(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    cache_folder(out.parent)
     with replacing(out) as tmp:  # a folder, built aside and renamed into place
         _convert_into(gguf_path, tmp)
         record_digests(tmp)
