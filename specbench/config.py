@@ -14,13 +14,17 @@ from pathlib import Path
 
 from specbench.errors import SpecbenchError
 from specbench.placement import check_placement  # pure string parsing: no torch
-from specbench.run_specs import parse_draft  # pure string parsing: no torch
+from specbench.run_specs import (  # noqa: F401 (GAMMA_POLICIES, MAX_GAMMA: read from here too); no torch
+    GAMMA_POLICIES,
+    MAX_GAMMA,
+    GammaSpec,
+    parse_draft,
+    parse_gamma,
+)
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("float32", "bfloat16", "float16")
 AUTO = "auto"  # --draft auto, --dtype auto, --gamma auto: chosen on this machine by calibration + pilot (measure/choose.py)
-GAMMA_POLICIES = ("auto", "adaptive", "heuristic")  # --gamma besides an integer (decoding/gamma_policy.py)
-MAX_GAMMA = 128  # a γ beyond this is a typo; every per-step structure is sized by γ
 ENGINES = ("specbench", "hf-assisted", "llama-cpp")  # llama-cpp: our loop on llama.cpp (decoding/llama_cpp.py)
 BACKENDS = ("eager", "static", "compiled")  # see decoding/backend.py
 BATCH_POLICIES = ("ragged", "min")  # per-row advance, or every row by the batch's minimum (decoding/batched/speculative.py)
@@ -49,19 +53,6 @@ LATER_DEFAULTS = {
 
 def omit_later_defaults(fields: dict) -> dict:
     return {k: v for k, v in fields.items() if not (k in LATER_DEFAULTS and v == LATER_DEFAULTS[k])}
-
-
-def parse_gamma(text: str | int) -> int | str:
-    """--gamma: an integer 1..MAX_GAMMA, or auto / adaptive / heuristic."""
-    value = str(text).strip().lower()
-    if value in GAMMA_POLICIES:
-        return value
-    try:
-        return int(value)
-    except ValueError:
-        raise SpecbenchError(
-            f"--gamma must be an integer or one of {', '.join(GAMMA_POLICIES)} (got {text!r})"
-        ) from None
 
 
 # one folder name (255 bytes at most): no separator, no leading dot
@@ -102,11 +93,11 @@ def check_temperature(value: float) -> float:
     return check_finite(value, "--temperature", 0.0, "; use 0 for greedy")
 
 
-def check_gamma_budget(gamma: int | str, max_new_tokens: int) -> None:
+def check_gamma_budget(gamma: GammaSpec, max_new_tokens: int) -> None:
     """An integer γ above the run's token budget is refused, not clamped: a step drafts at most the tokens
     still to come (γ' = min(γ, room - 1)), so such a γ measures the same run as γ = max_new_tokens
     under a misleading label; the fix is in the message."""
-    if isinstance(gamma, int) and not isinstance(gamma, bool) and gamma > max_new_tokens:
+    if gamma.fixed is not None and gamma.fixed > max_new_tokens:
         raise SpecbenchError(
             f"--gamma {gamma} is more than the {max_new_tokens} new tokens of the run: a step never "
             f"drafts past the budget; pass --gamma {max_new_tokens} or less, or raise --max-new-tokens"
@@ -158,7 +149,7 @@ def check_batch_options(config: RunConfig) -> None:
             f"--backend {config.backend} is for one sequence at a time; batches run eager "
             f"(drop --backend, or use --batch-size 1)"
         )
-    if isinstance(config.gamma, str):
+    if config.gamma.policy is not None:
         raise SpecbenchError(
             f"--gamma {config.gamma} chooses γ per example at batch 1; with --batch-size "
             f"{config.batch_size} pass an integer γ (a sweep over --gamma at this batch size finds "
@@ -259,7 +250,7 @@ class RunConfig:
     target: str  # preset name, hub id, local directory or .gguf file
     draft: str  # model spec as for target, or a model-free draft name (e.g. prompt-lookup)
     task: str  # task name from tasks/ or a JSONL file of {"prompt": ...}
-    gamma: int | str = 4  # draft tokens proposed per target pass, or auto / adaptive / heuristic (GAMMA_POLICIES)
+    gamma: GammaSpec = GammaSpec(4)  # γ per target pass, or a policy; an int or a name given here is parsed into it
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     limit: int = 8  # number of examples
     seed: int = 0
@@ -291,19 +282,14 @@ class RunConfig:
     @property
     def draft_gamma(self) -> int:
         """The most tokens a step may draft: γ itself, or gamma_max under a policy (before auto is resolved)."""
-        return self.gamma if isinstance(self.gamma, int) else self.gamma_max
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gamma", parse_gamma(self.gamma))  # an int or a name from callers and JSON
+
+        return self.gamma.draft_gamma(self.gamma_max)
 
     def validate(self) -> RunConfig:
         self.sampling.validate()
-        if isinstance(self.gamma, bool) or not (isinstance(self.gamma, int) or self.gamma in GAMMA_POLICIES):
-            raise SpecbenchError(
-                f"--gamma must be an integer or one of {', '.join(GAMMA_POLICIES)} (got {self.gamma!r})"
-            )
-        if isinstance(self.gamma, int) and not 1 <= self.gamma <= MAX_GAMMA:
-            raise SpecbenchError(
-                f"--gamma must be between 1 and {MAX_GAMMA} (got {self.gamma}); the draft proposes "
-                f"gamma tokens per step"
-            )
+        self.gamma.check_range()
         if not 1 <= self.gamma_max <= 32:
             raise SpecbenchError(f"--gamma-max must be between 1 and 32 (got {self.gamma_max})")
         if not 1 <= self.repeats <= 20:
@@ -313,7 +299,7 @@ class RunConfig:
                 "--exact-shapes pads our engines' passes; HF's assisted generation cannot be padded "
                 "(drop one of the two options)"
             )
-        if self.engine == "hf-assisted" and self.gamma in ("adaptive", "heuristic"):
+        if self.engine == "hf-assisted" and self.gamma.policy in ("adaptive", "heuristic"):
             raise SpecbenchError(
                 f"--gamma {self.gamma} drives our decode loop; --engine hf-assisted runs HF's own "
                 f"(pass an integer or auto for --gamma, or drop --engine)"
@@ -353,7 +339,7 @@ class RunConfig:
         """The fields as a dict, leaving out those added later while they keep their defaults: run
         ids hash this and resumption compares it, so configurations that existed before such a
         field keep their ids and folders (from_dict restores the default)."""
-        return omit_later_defaults(dataclasses.asdict(self))
+        return omit_later_defaults(dataclasses.asdict(self) | {"gamma": self.gamma.value})
 
     @staticmethod
     def from_dict(d: dict) -> RunConfig:

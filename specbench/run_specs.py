@@ -1,4 +1,4 @@
-"""Typed specs of a run's options, parsed once at the edge: today the --draft value.
+"""Typed specs of a run's options, parsed once at the edge: the --draft value (DraftSpec) and γ (GammaSpec).
 
 This module sits in the config layer (below decoding, measure and cli; tests/test_layers.py): config.py validates
 a RunConfig with it, and the proposer factory, the runner and the sweep read the same `DraftSpec`.
@@ -120,3 +120,59 @@ def parse_draft(text: str) -> DraftSpec:
             f"not {inner!r}; e.g. lookup+qwen2.5-coder-0.5b"
         )
     return DraftSpec(text, "hybrid", model=inner)
+
+
+# --------------------------------------------------------------------------- --gamma
+
+GAMMA_POLICIES = ("auto", "adaptive", "heuristic")  # --gamma besides an integer (decoding/gamma_policy.py)
+MAX_GAMMA = 128  # a γ beyond this is a typo; every per-step structure is sized by γ
+
+
+@dataclass(frozen=True)
+class GammaSpec:
+    """What one --gamma value asks for: a fixed γ drafted at every step, or a policy that chooses it.
+
+    Exactly one of the two fields is set. Records, ids and config JSON keep the value as given (`value`: the
+    integer, or the policy's name), so a GammaSpec reads and writes the same strings as before it existed."""
+
+    fixed: int | None = None  # γ drafted at every step; None under a policy
+    policy: str | None = None  # auto (chosen once, before timing), adaptive or heuristic (per step); None when fixed
+
+    @property
+    def value(self) -> int | str:
+        """The form written to config JSON, run and cell ids and summaries: the integer or the policy's name."""
+        return self.fixed if self.fixed is not None else self.policy
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def draft_gamma(self, gamma_max: int) -> int:
+        """The most tokens a step may draft: γ itself, or gamma_max under a policy (before auto is resolved)."""
+        return self.fixed if self.fixed is not None else gamma_max
+
+    def check_range(self) -> GammaSpec:
+        """A fixed γ within 1..MAX_GAMMA; one line naming the fix otherwise."""
+        if self.fixed is not None and not 1 <= self.fixed <= MAX_GAMMA:
+            raise SpecbenchError(
+                f"--gamma must be between 1 and {MAX_GAMMA} (got {self.fixed}); the draft proposes "
+                f"gamma tokens per step"
+            )
+        return self
+
+
+def parse_gamma(value: GammaSpec | int | str) -> GammaSpec:
+    """--gamma (or a config's stored value): an integer, or auto / adaptive / heuristic → its GammaSpec; the one
+    γ parser. A GammaSpec is returned as it is; the range is checked by `check_range` (RunConfig.validate)."""
+    if isinstance(value, GammaSpec):
+        return value
+    text = str(value).strip().lower()
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        text = ""  # True is no γ; neither is anything but an integer or a name
+    if text in GAMMA_POLICIES:
+        return GammaSpec(policy=text)
+    try:
+        return GammaSpec(fixed=int(text))
+    except ValueError:
+        raise SpecbenchError(
+            f"--gamma must be an integer or one of {', '.join(GAMMA_POLICIES)} (got {value!r})"
+        ) from None

@@ -64,9 +64,9 @@ def test_gamma_is_bounded_by_config_budget_and_context():
     with pytest.raises(SpecbenchError, match="--gamma must be an integer"):
         parse_gamma("1e9")
     with pytest.raises(SpecbenchError, match="more than the 12 new tokens"):
-        check_gamma_budget(13, 12)
-    check_gamma_budget(12, 12)  # the last step drafts what is left: accepted
-    check_gamma_budget("adaptive", 1)  # policies cap themselves at the budget
+        check_gamma_budget(parse_gamma(13), 12)
+    check_gamma_budget(parse_gamma(12), 12)  # the last step drafts what is left: accepted
+    check_gamma_budget(parse_gamma("adaptive"), 1)  # policies cap themselves at the budget
     with pytest.raises(SpecbenchError, match="context of 16"):
         check_gamma_context(16, 16)
     check_gamma_context(15, 16)

@@ -64,7 +64,7 @@ def decode_batch(
     # one proposer for every row: a model draft's network drafts all rows in one pass, a model-free one is
     # copied per row by the engine, and a hybrid looks up per row and drafts the rest in one batched pass
     return decode_speculative_batch(
-        t.model, engines.proposer, prompts, gamma=cfg.gamma, policy=cfg.batch_policy, **common
+        t.model, engines.proposer, prompts, gamma=cfg.gamma.fixed, policy=cfg.batch_policy, **common
     )
 
 

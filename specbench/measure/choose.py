@@ -25,6 +25,7 @@ from specbench.config import AUTO, RunConfig
 from specbench.decoding import theory
 from specbench.errors import SpecbenchError
 from specbench.measure.calibration import Calibration
+from specbench.run_specs import GammaSpec, parse_gamma
 
 
 @dataclass
@@ -58,7 +59,7 @@ class AutoChoice:
     requested: dict  # what the user asked: {"gamma": "auto", "draft": "auto", "dtype": "auto"} (only auto-valued keys)
     dtype: str
     draft: str
-    gamma: int | str  # an integer, or the policy adaptive / heuristic
+    gamma: GammaSpec  # the γ chosen (fixed), or the policy adaptive / heuristic
     policy_gamma: int  # the γ the cost model predicts best for the chosen draft and dtype
     reasons: list[str]  # one printed line per choice
     calibrations: dict[str, Calibration]  # dtype → the target's curve (+ draft cost of the chosen draft)
@@ -76,7 +77,7 @@ class AutoChoice:
             "requested": self.requested,
             "dtype": self.dtype,
             "draft": self.draft,
-            "gamma": self.gamma,
+            "gamma": self.gamma.value,
             "policy_gamma": self.policy_gamma,
             "reasons": self.reasons,
             "calibrations": {k: v.to_dict() for k, v in self.calibrations.items()},
@@ -112,7 +113,7 @@ class AutoChoice:
             requested=d["requested"],
             dtype=d["dtype"],
             draft=d["draft"],
-            gamma=d["gamma"],
+            gamma=parse_gamma(d["gamma"]),
             policy_gamma=d["policy_gamma"],
             reasons=d["reasons"],
             calibrations={k: Calibration.from_dict(v) for k, v in d["calibrations"].items()},
@@ -124,7 +125,7 @@ class AutoChoice:
 
 def needs_choice(config: RunConfig) -> bool:
     """Whether anything must be calibrated before this run (auto values or the adaptive policy)."""
-    return AUTO in (config.draft, config.dtype) or config.gamma in ("auto", "adaptive")
+    return AUTO in (config.draft, config.dtype) or config.gamma.policy in ("auto", "adaptive")
 
 
 def pilot_from_results(
@@ -236,13 +237,13 @@ def explain(
                 per_draft.setdefault(r.draft, r)
         parts = [f"{d} {r.speedup:.2f}× at γ {r.gamma} (pilot α {pilots[d].alpha:.2f})" for d, r in per_draft.items()]
         lines.append(f"draft {best.draft}: predicted " + ", ".join(parts))
-    if config.gamma in ("auto", "adaptive"):
+    if config.gamma.policy in ("auto", "adaptive"):
         same = sorted((r for r in ranked if r.dtype == best.dtype and r.draft == best.draft), key=lambda r: r.gamma)
         preds = " ".join(f"{r.speedup:.2f}" for r in same)
         cal = calibrations[best.dtype]
         head = (
             f"γ {best.gamma}"
-            if config.gamma == "auto"
+            if config.gamma.policy == "auto"
             else f"γ adaptive (starts near {best.gamma}, follows each example's running α)"
         )
         lines.append(
@@ -262,22 +263,35 @@ def choose(
     pilot: Callable[[str], PilotResult],
     bf16_note: str | None = None,
 ) -> AutoChoice:
+def candidate_gammas(config: RunConfig) -> list[int]:
+    """The γ values the choice ranks: the fixed one, or 1..gamma_max under auto and adaptive."""
+    return [config.gamma.fixed] if config.gamma.fixed is not None else list(range(1, config.gamma_max + 1))
+
+
+def requested_auto(config: RunConfig) -> dict:
+    """The requested values the choice replaces, as given (the manifest's and summary's `requested`)."""
+    given = {"gamma": config.gamma.value, "draft": config.draft, "dtype": config.dtype}
+    return {k: v for k, v in given.items() if v in (AUTO, "adaptive")}
+
+
+def chosen_gamma(config: RunConfig, best_gamma: int) -> GammaSpec:
+    """--gamma auto → the best fixed γ; a fixed γ or the adaptive policy stays as requested."""
+    return GammaSpec(fixed=best_gamma) if config.gamma.policy == "auto" else config.gamma
+
+
     """Calibrate each dtype, pilot each draft, rank, choose. `calibrate_dtype(dtype, drafts)` returns
     the target's curve and ms per draft token of each model draft; `pilot(draft)` runs the pilot."""
     calibrations, draft_ms = {}, {}
     for dtype in dtypes:
         calibrations[dtype], draft_ms[dtype] = calibrate_dtype(dtype, drafts)
     pilots = {d: pilot(d) for d in drafts}
-    gammas = [config.gamma] if isinstance(config.gamma, int) else list(range(1, config.gamma_max + 1))
-    ranked = rank_candidates(calibrations, draft_ms, pilots, gammas)
+    ranked = rank_candidates(calibrations, draft_ms, pilots, candidate_gammas(config))
     best = ranked[0]
-    requested = {k: getattr(config, k) for k in ("gamma", "draft", "dtype") if getattr(config, k) in (AUTO, "adaptive")}
-    gamma = best.gamma if config.gamma == "auto" else config.gamma
     return AutoChoice(
-        requested=requested,
+        requested=requested_auto(config),
         dtype=best.dtype,
         draft=best.draft,
-        gamma=gamma,
+        gamma=chosen_gamma(config, best.gamma),
         policy_gamma=best.gamma,
         reasons=explain(config, best, ranked, calibrations, pilots, bf16_note),
         calibrations=calibrations,

@@ -223,14 +223,14 @@ class Engines:
     def gamma_policy(self) -> GammaPolicy:
         """A fresh policy per decode: nothing learnt on one example steers the next."""
         g, top = self.config.gamma, self.config.gamma_max
-        if isinstance(g, int):
-            return FixedGamma(g)
-        if g == "heuristic":
+        if g.fixed is not None:
+            return FixedGamma(g.fixed)
+        if g.policy == "heuristic":
             return HeuristicGamma(top, start=top)  # HF starts high (20, here capped) and lowers on a rejection
-        if g == "adaptive" and self.choice is not None:
+        if g.policy == "adaptive" and self.choice is not None:
             c = self.choice
             return AdaptiveGamma(top, c.calibrations[c.dtype].pass_cost(), c.c(), c.pilots[c.draft].alpha)
-        raise SpecbenchError(f"--gamma {g!r} was not resolved before decoding (a bug: please report it)")
+        raise SpecbenchError(f"--gamma {g.value!r} was not resolved before decoding (a bug: please report it)")
 
     @property
     def pad_to(self) -> int:
@@ -269,7 +269,7 @@ class Engines:
                 seed=seed,
                 eos_ids=t.eos_ids,
                 assistant=assistant,
-                gamma=cfg.gamma,
+                gamma=cfg.gamma.fixed,
                 min_confidence=cfg.draft_confidence,
             )
         return decode_speculative(

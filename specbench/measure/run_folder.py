@@ -170,7 +170,7 @@ def write_summary(
             "engine_version": manifest.get("engine", {}).get("engine_version"),
             "threads": manifest.get("engine", {}).get("threads"),
             "task": spec.name,
-            "gamma": config.gamma,
+            "gamma": config.gamma.value,
             "dtype": config.dtype,
             "temperature": config.sampling.temperature,
             "top_k": config.sampling.top_k,

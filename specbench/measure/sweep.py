@@ -61,7 +61,7 @@ from specbench.measure.records import (
     repair_jsonl,
     scan_jsonl,
 )
-from specbench.run_specs import parse_draft
+from specbench.run_specs import parse_draft, parse_gamma
 
 SWEEP_FILE = "sweep.json"
 BASELINE_DIR = "baselines"
@@ -384,7 +384,8 @@ class SweepGrid:
     def over_budget(self, gamma: int | str, budget: int | None) -> bool:
         """A budget axis skips its cells whose integer γ exceeds the cell's budget (they would measure γ = budget
         under another label); a single budget refuses such a γ instead (config.check_gamma_budget), as `run` does."""
-        return len(self.budgets) > 1 and isinstance(gamma, int) and budget is not None and gamma > budget
+        fixed = parse_gamma(gamma).fixed
+        return len(self.budgets) > 1 and fixed is not None and budget is not None and fixed > budget
 
     def skipped_gammas(self) -> list[tuple[int, int]]:
         """(γ, budget) of every γ the budget axis skips: the sweep prints them in one line."""
@@ -528,7 +529,7 @@ def _task_info(grid: SweepGrid) -> dict:
         for gamma in grid.gammas:
             for budget in grid.budgets:
                 if not grid.over_budget(gamma, budget):
-                    check_gamma_budget(gamma, budget or spec.max_new_tokens)
+                    check_gamma_budget(parse_gamma(gamma), budget or spec.max_new_tokens)
         for batch_size in grid.batch_sizes:
             check_batch_size(batch_size, len(examples))
         info[task] = {"n_examples": len(examples), "examples_hash": examples_hash(examples)}
