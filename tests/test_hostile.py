@@ -543,3 +543,11 @@ def test_an_ascii_terminal_gets_question_marks_not_a_traceback():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, timeout=120)
     assert done.returncode == 0 and b"Traceback" not in done.stderr + done.stdout, done.stderr[-2000:]
     assert b"?" in done.stdout  # the α and γ the table holds
+
+
+def test_a_spec_bench_id_with_a_unicode_digit_is_text():
+    from specbench.measure.tidy_table import question_order, split_example_id
+
+    assert split_example_id("writing:²") == ("writing", "²")  # '²'.isdigit(), yet int('²') raised ValueError
+    assert split_example_id("writing:81") == ("writing", 81)
+    assert sorted(["w:²", "w:3"], key=lambda i: question_order({"example_id": i})) == ["w:3", "w:²"]

@@ -204,7 +204,7 @@ def split_example_id(example_id: str) -> tuple[str, int | str]:
             f"example id {example_id!r} is not <category>:<question_id>; --format spec-bench "
             f"exports runs of the spec-bench tasks only"
         )
-    return category, int(qid) if qid.isdigit() else qid
+    return category, int(qid) if qid.isascii() and qid.isdigit() else qid  # '²'.isdigit() but int('²') fails
 
 
 def pass_tokens(engine: dict) -> list[int]:
