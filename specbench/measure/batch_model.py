@@ -9,7 +9,7 @@ adds what they cannot see, and on a CPU each of these moved the measured speedup
   3. a verify pass is as wide as the longest draft among the live rows (+1), not γ + 1.
 The model prices all three from measured inputs only:
   - t(b, k): ms of one batched target pass over k new tokens per row for b rows, calibrated before
-    the run at b = 1, 2, 4, … B (calibration.calibrate_batch; linear in b between them), and the
+    the run at b = 1, 2, 4, … B (calibration.calibrate_batch_grid; linear in b between them), and the
     draft model's batched token at the same b;
   - each row's steps (tokens offered, tokens accepted), as its records list them;
   - each row's output length.

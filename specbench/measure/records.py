@@ -124,14 +124,14 @@ BATCH_FIELDS = ("batch_size", "batch_index", "row", "batch_rows")  # ExampleReco
 class Summary:
     """summary.json: the run's identity and every metric derived from its records, in this order.
 
-    The one declaration of the summary's keys: runner.write_summary fills the run fields,
+    The one declaration of the summary's keys: run_folder.write_summary fills the run fields,
     metrics.summarize the metric fields (their definitions are in its module docstring), and a
     key that is not declared here fails the writer (`summary_dict`). Fields a run cannot fill
     are null: an empty run has no α, a sampled run no identity line, a plain run no baseline drift.
     """
 
     schema_version: int = SCHEMA_VERSION  # this module's SCHEMA_VERSION when the summary was written
-    # --- the run (runner.write_summary)
+    # --- the run (run_folder.write_summary)
     run_id: str | None = None  # the run folder's name (a sweep cell: its cell id)
     target: str | None = None  # --target as given (a preset, hub id or local path)
     draft: str | None = None  # --draft as given, or the draft an auto choice resolved to
@@ -260,7 +260,7 @@ class Summary:
     replayed_speedup_batch: float | None = (
         None  # B > 1: both engines' measured pass shapes priced by the calibrated t(b, k): what target passes alone explain of decode_speedup
     )
-    # --- the run's context (runner.write_summary)
+    # --- the run's context (run_folder.write_summary)
     baseline_drift: float | None = None  # a sweep cell: re-timed ÷ stored seconds of a shared baseline (worst)
     auto: dict | None = None  # auto choices: requested, reasons, pilot_alpha, predicted speedups
     hardware: str | None = None  # one sentence naming the machine (measure/hardware.describe)
