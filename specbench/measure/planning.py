@@ -146,8 +146,8 @@ def pilot_examples(spec: TaskSpec, config: RunConfig, examples: list[Example]) -
 def calibration_k_max(config: RunConfig) -> int:
     """Pass sizes to calibrate: up to gamma_max + 1 (the curve the report plots and auto/adaptive need);
     under the compiled backend with a fixed γ only the γ + 1 shapes that are compiled anyway."""
-    if config.backend == "compiled" and isinstance(config.gamma, int):
-        return config.gamma + 1
+    if config.backend == "compiled" and config.gamma.fixed is not None:
+        return config.gamma.fixed + 1
     return max(config.draft_gamma, config.gamma_max) + 1
 
 
@@ -399,13 +399,16 @@ def batch_calibration(
     old: dict,
     on_status: Callable[[str], None],
 ) -> dict:
-    """{"batch_calibration": t(B, k), k = 1..γ+1} for a run at --batch-size B > 1 (calibration.calibrate_batch_grid, once
-    per session; a resumed run keeps its first one); {} at batch 1, whose manifest is as before batches."""
+    """{"batch_calibration": t(B, k), k = 1..γ+1} for a run at --batch-size B > 1
+    (calibration.calibrate_batch_grid, once per session; a resumed run keeps its first one); {} at batch 1, whose
+    manifest is as before batches."""
     if config.batch_size == 1:
         return {}
     if old.get("batch_calibration"):
         return {"batch_calibration": old["batch_calibration"]}
-    on_status(f"calibrating: batched target passes, {config.batch_size} rows × 1..{config.gamma + 1} tokens")
+    on_status(f"calibrating: batched target passes, {config.batch_size} rows × 1..{config.gamma.fixed + 1} tokens")
     return {
-        "batch_calibration": session.calibrate_batch(config.draft, corpus, config.batch_size, config.gamma + 1, max_new)
+        "batch_calibration": session.calibrate_batch(
+            config.draft, corpus, config.batch_size, config.gamma.fixed + 1, max_new
+        )
     }
