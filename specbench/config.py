@@ -279,12 +279,12 @@ class RunConfig:
     )
     threads: int = 0  # --engine llama-cpp: llama.cpp's CPU threads (0: every core this process may use)
 
-    @property
-    def draft_gamma(self) -> int:
-        """The most tokens a step may draft: γ itself, or gamma_max under a policy (before auto is resolved)."""
     def __post_init__(self) -> None:
         object.__setattr__(self, "gamma", parse_gamma(self.gamma))  # an int or a name from callers and JSON
 
+    @property
+    def draft_gamma(self) -> int:
+        """The most tokens a step may draft: γ itself, or gamma_max under a policy (before auto is resolved)."""
         return self.gamma.draft_gamma(self.gamma_max)
 
     def validate(self) -> RunConfig:

@@ -254,15 +254,6 @@ def explain(
     return lines
 
 
-def choose(
-    config: RunConfig,
-    *,
-    dtypes: list[str],
-    drafts: list[str],
-    calibrate_dtype: Callable[[str, list[str]], tuple[Calibration, dict[str, float]]],
-    pilot: Callable[[str], PilotResult],
-    bf16_note: str | None = None,
-) -> AutoChoice:
 def candidate_gammas(config: RunConfig) -> list[int]:
     """The γ values the choice ranks: the fixed one, or 1..gamma_max under auto and adaptive."""
     return [config.gamma.fixed] if config.gamma.fixed is not None else list(range(1, config.gamma_max + 1))
@@ -279,6 +270,15 @@ def chosen_gamma(config: RunConfig, best_gamma: int) -> GammaSpec:
     return GammaSpec(fixed=best_gamma) if config.gamma.policy == "auto" else config.gamma
 
 
+def choose(
+    config: RunConfig,
+    *,
+    dtypes: list[str],
+    drafts: list[str],
+    calibrate_dtype: Callable[[str, list[str]], tuple[Calibration, dict[str, float]]],
+    pilot: Callable[[str], PilotResult],
+    bf16_note: str | None = None,
+) -> AutoChoice:
     """Calibrate each dtype, pilot each draft, rank, choose. `calibrate_dtype(dtype, drafts)` returns
     the target's curve and ms per draft token of each model draft; `pilot(draft)` runs the pilot."""
     calibrations, draft_ms = {}, {}
