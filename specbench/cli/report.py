@@ -19,16 +19,26 @@ Results = Annotated[
     list[Path], typer.Argument(help="Run folders, sweep folders or a results/ folder.", show_default=False)
 ]
 ReportDir = Annotated[Optional[Path], typer.Option("--out", help="Report folder (default: reports/<name>/).")]
+Margin = Annotated[
+    float,
+    typer.Option(
+        "--margin",
+        help="δ of the claims' verdicts: speedup ratios within [1/(1+δ), 1+δ] count as the same (0.10 = 10 %).",
+        min=0.0,
+        max=1.0,
+    ),
+]
 
 
-def report(results: Results, out_dir: ReportDir = None, as_json: AsJson = False):
+def report(results: Results, out_dir: ReportDir = None, margin: Margin = 0.10, as_json: AsJson = False):
     """Write report.md and a self-contained report.html (tables, figures, paper comparison) from results.
 
     Example: specbench report results/sweep-ding-de-en-10cells-1a2b3c4d --out reports/today
+    Example: specbench report results --margin 0.05   (claims' verdicts against a 5 % margin)
     """
     from specbench.report import write_report
 
-    outcome = write_report(results, out_dir)
+    outcome = write_report(results, out_dir, margin=margin)
     for s in outcome.skipped:
         warn(f"skipped {s.path}: {s.reason}")
     if as_json:

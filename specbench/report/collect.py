@@ -73,6 +73,7 @@ class ReportData:
     skipped: list[Skipped] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # used, but worth knowing (partial runs, stale summaries)
     curves: list[dict] = field(default_factory=list)  # distinct pass-cost calibrations (calibration_curves)
+    margin: float = 0.10  # δ of the claims' verdicts (specbench report --margin; statistics.DEFAULT_MARGIN)
 
     def skip(self, path, reason: str) -> None:
         if not any(s.path == str(path) and s.reason == reason for s in self.skipped):
@@ -349,6 +350,8 @@ def _rederive(row: dict, records: list[dict], run_dir: Path, manifest: Manifest,
     row["baseline_drift"] = drift = _read_drift(run_dir, row, data)
     if records:
         row.update(json_safe(summarize(records, gamma, float(row["temperature"]) == 0.0, probes=probes, drift=drift)))
+    if row.get("measures_disagree"):  # the primary measure and its companions disagree beyond their intervals
+        data.notes.append(f"{row['run_id']}: its speedup measures disagree: " + "; ".join(row["measures_disagree"]))
     note = timing_note(row)
     if note:
         data.notes.append(note)

@@ -132,11 +132,14 @@ PAPER_TEXT = (
     "over examples in brackets."
 )
 CLAIMS_TEXT = (
-    "The seed paper's claims, each judged on these runs and this hardware by the 95 % intervals behind it: "
-    "holds (the intervals support it), does not hold (they contradict it), inconclusive (they straddle the "
-    "claim's boundary, or the test had too little power), or not tested here (with the command that measures "
-    "it). Runs with suspect timings are left out wherever a trustworthy run remains. Human evaluation of "
-    "quality is not something a benchmark can run; perplexity stands in for it."
+    "The seed paper's claims, each judged on these runs and this hardware by paired intervals over examples "
+    "(docs/statistics.md): holds (every 90 % interval of the ratios between axis values lies within the margin δ, "
+    "or a one-sided 95 % bound clears the claim's threshold), does not hold (a Holm-adjusted interval lies beyond "
+    "it), inconclusive (neither, or fewer than 20 examples per cell: the row says how many would decide it), or "
+    "not tested here (with the command that measures it). A best configuration is chosen on half of the examples "
+    "and quoted with the other half's figure. Runs with suspect timings stay in; a verdict says where leaving "
+    "them out changes it. Human evaluation of quality is not something a benchmark can run; perplexity stands "
+    "in for it."
 )
 PERPLEXITY_TEXT = (
     "At T > 0 the outputs differ from the baseline's by design; their law must not. Each output is scored by its "
@@ -830,11 +833,16 @@ def default_name(paths: list[Path]) -> str:
     return re.sub(r"[^A-Za-z0-9._+-]+", "_", name)
 
 
-def write_report(paths: list[Path], out: Path | None = None, reports_dir: Path = Path("reports")) -> ReportOutcome:
-    """Load, check, analyse and render; the report folder holds report.md, report.html and figures/."""
+def write_report(
+    paths: list[Path], out: Path | None = None, reports_dir: Path = Path("reports"), margin: float | None = None
+) -> ReportOutcome:
+    """Load, check, analyse and render; the report folder holds report.md, report.html and figures/. `margin`: δ
+    of the claims' verdicts (statistics.DEFAULT_MARGIN when None)."""
     from specbench.files import atomic_write_text
 
     data = collect(paths)
+    if margin is not None:
+        data.margin = margin
     if data.runs.empty:
         listed = "; ".join(f"{s.path}: {s.reason}" for s in data.skipped[:3]) or "no summary.json found"
         raise SpecbenchError(
