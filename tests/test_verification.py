@@ -372,3 +372,19 @@ def test_every_control_fails_through_run_checks_at_the_default_sampling(sharp_ta
     assert not missed, missed
     assert all(c.verdict == "pass" for c in controls)
     assert not [c for c in checks if c.verdict == "fail"], [c.name for c in checks if c.verdict == "fail"]
+
+
+def test_identity_check_applies_the_margin_gate():
+    """A divergence the replay calls numerics, at a margin (0.5) within the dtype's tolerance (1.0) but above every
+    margin the floor saw flip (0.1), is unexplained and fails the check; at margin 0.05 it stays numerics."""
+    from specbench.evidence.verification import identity_check
+
+    def div(margin):
+        return {"margin": margin, "tolerance": 1.0, "class": "numerics", "class_method": "replay-last-pass"}
+
+    bad = identity_check("x", [div(0.5)], 4, 0.9, None, torch.bfloat16, 16, (0.0, 0.1))
+    assert (
+        not bad.passed and bad.detail["unexplained"] == 1 and bad.detail["divergences"][0]["replay_class"] == "numerics"
+    )
+    ok = identity_check("x", [div(0.05)], 4, 0.9, None, torch.bfloat16, 16, (0.0, 0.1))
+    assert ok.passed and ok.detail["numerics"] == 1 and ok.detail["numerics_margin_range"] == [0.0, 0.1]

@@ -577,6 +577,7 @@ def greedy_checks(
     runs.update(extra_engines or {})
     reference = [base(list(p), None) for p in prompts]
     gamma = max(gammas) if gammas else 1
+    margins = floor_margin_range(target_model, prompts, reference, gamma, decoder_start_id)
     out = []
     for name, run in runs.items():
         divergences, matched, total = [], 0, 0
@@ -609,9 +610,28 @@ def greedy_checks(
                 margin_tol,
                 next(target_model.parameters()).dtype,
                 max_new_tokens,
+                margins,
             )
         )
     return out
+
+
+def floor_margin_range(
+    target_model: torch.nn.Module,
+    prompts: Sequence[list[int]],
+    reference: Sequence[list[int]],
+    gamma: int,
+    decoder_start_id: int | None,
+) -> tuple[float, float] | None:
+    """The margin gate's range over these prompts (measure/numerics.py): the baseline's top-2 margins at every
+    position where a teacher-forced (γ+1)-token pass over its output flips the argmax."""
+    from specbench.measure.numerics import margin_range, numerics_floor, step_margin
+
+    flips = []
+    for prompt, ref in zip(prompts, reference):
+        for j in numerics_floor(target_model, list(prompt), ref, gamma, decoder_start_id):
+            flips.append(step_margin(target_model, list(prompt), ref, j, decoder_start_id))
+    return margin_range(flips)
 
 
 def explain_divergence(
@@ -669,13 +689,20 @@ def identity_check(
     margin_tol: float | None,
     dtype: torch.dtype,
     max_new_tokens: int,
+    margins: tuple[float, float] | None = None,
 ) -> CheckResult:
     """One engine's greedy identity verdict: it fails on a divergence above the margin tolerance, or on
-    one the exact replay cannot explain."""
+    one the exact replay cannot explain. The margin gate (measure/numerics.gated_kind over `margins`, the
+    floor's flip range on these prompts) turns a replay's "numerics" at a larger margin into "unexplained"."""
+    from specbench.measure.numerics import gated_kind
+
+    for d in divergences:
+        replay_class = d.setdefault("replay_class", d["class"])
+        d["class"] = gated_kind({"kind": replay_class, "margin": d["margin"]}, margins)
     suspicious = [
         d
         for d in divergences
-        if d["margin"] > d["tolerance"] or (d["class"] == "unexplained" and d["class_method"] == "replay")
+        if d["margin"] > d["tolerance"] or (d["class"] == "unexplained" and d["class_method"].startswith("replay"))
     ]
     return CheckResult(
         name=f"greedy/{name}/identity",
@@ -696,6 +723,7 @@ def identity_check(
             "suspicious": len(suspicious),
             "numerics": sum(d["class"] == "numerics" for d in divergences),
             "unexplained": sum(d["class"] == "unexplained" for d in divergences),
+            "numerics_margin_range": list(margins) if margins else None,
         },
     )
 
