@@ -119,13 +119,13 @@ def test_resume_after_a_truncated_line(models_dir, task_file, tmp_path):
 def test_a_run_folder_in_use_refuses_a_second_process(models_dir, task_file, tmp_path):
     """The same command started twice must not append to one examples.jsonl twice: the second one
     stops with one line naming the folder and the ways out, and the first one's records are intact."""
-    from specbench.measure.records import run_lock
+    from specbench.measure.records import flock_run_dir
 
     first = invoke(*run_args(models_dir, task_file, tmp_path, "--run-id", "busy"))
     assert first.exit_code == 0, first.output
     run_dir = tmp_path / "res" / "busy"
     before = (run_dir / "examples.jsonl").read_text()
-    with run_lock(run_dir):  # another process measuring into it (flock conflicts across open files)
+    with flock_run_dir(run_dir):  # another process measuring into it (flock conflicts across open files)
         res = CliRunner().invoke(app, list(run_args(models_dir, task_file, tmp_path, "--run-id", "busy")))
     assert res.exit_code == 1
     assert "is being measured by specbench process" in res.output and "--run-id" in res.output

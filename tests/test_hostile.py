@@ -551,3 +551,49 @@ def test_a_spec_bench_id_with_a_unicode_digit_is_text():
     assert split_example_id("writing:²") == ("writing", "²")  # '²'.isdigit(), yet int('²') raised ValueError
     assert split_example_id("writing:81") == ("writing", 81)
     assert sorted(["w:²", "w:3"], key=lambda i: question_order({"example_id": i})) == ["w:3", "w:²"]
+
+
+# --------------------------------------------------------------------------- 11. two runs with one run id
+
+HOLDER = """
+import fcntl, os, sys, time
+os.makedirs(sys.argv[1], exist_ok=True)
+fh = open(os.path.join(sys.argv[1], ".lock"), "a+")
+fcntl.flock(fh, fcntl.LOCK_EX)
+fh.write("specbench process 1 on the other run"); fh.flush()
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_second_run_with_the_same_id_fails_before_loading_anything(tiny_models, three_prompts, tmp_path, monkeypatch):
+    pytest.importorskip("fcntl")
+    import specbench.measure.planning as planning
+
+    run = tmp_path / "R" / "x"
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(run)], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline() == b"held\n"
+        monkeypatch.setattr(planning, "load_session", lambda *a, **k: pytest.fail("loaded models while locked out"))
+        line = one_line_error(invoke(*run_command(tiny_models, three_prompts, tmp_path / "R", "--limit", "2")))
+        assert "is being measured by specbench process 1 on the other run" in line
+        assert sorted(p.name for p in run.iterdir()) == [".lock"]  # no manifest.json written
+    finally:
+        holder.kill()
+        holder.wait()
+    monkeypatch.undo()
+    assert invoke(*run_command(tiny_models, three_prompts, tmp_path / "R", "--limit", "2")).exit_code == 0
+
+
+def test_a_refused_run_leaves_no_folder_and_the_lock_is_reentrant(tmp_path):
+    from specbench.measure.records import claimed_run_dir, run_lock
+
+    root = tmp_path / "run"
+    with pytest.raises(RuntimeError):
+        with claimed_run_dir(root):
+            with run_lock(root):  # the runner's own lock inside the claim: the same process, no conflict
+                raise RuntimeError("refused")
+    assert not root.exists()
+    with claimed_run_dir(root):
+        (root / "manifest.json").write_text("{}")
+    assert (root / "manifest.json").exists()  # a folder with a run in it stays

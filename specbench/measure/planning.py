@@ -9,6 +9,7 @@ only executes.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import re
@@ -44,6 +45,7 @@ from specbench.measure.engines import (
 )
 from specbench.measure.records import (
     RunFiles,
+    claimed_run_dir,
     environment_info,
     prepare_run_dir,
 )
@@ -70,6 +72,7 @@ class RunPlan:
     max_new_tokens: int
     proposer: Proposer  # the draft, fitted on the task's prompts where it fits anything
     choice: AutoChoice | None = None  # calibration, pilot and reasons behind auto values / the adaptive policy
+    lock: contextlib.ExitStack | None = None  # the run folder's lock, held since prepare_run; measure releases it
 
 
 def select_run_examples(spec: TaskSpec, config: RunConfig, tokenizer=None) -> tuple[list[Example], BucketChoice | None]:
@@ -308,7 +311,15 @@ def prepare_run(
     on_status: Callable[[str], None] = lambda msg: None,
 ) -> RunPlan:
     """Validate the config, load task and models, calibrate, resolve auto choices, check the run folder:
-    every bad input fails here, fast, and nothing here is timed into the result."""
+    every bad input fails here, fast, and nothing here is timed into the result. The run folder's lock is
+    taken before models load and held in the plan until measure() ends (a refused run releases it here)."""
+    with contextlib.ExitStack() as lock:
+        plan = _prepare_run(config, results_dir, run_id, session, on_status, lock)
+        plan.lock = lock.pop_all()
+        return plan
+
+
+def _prepare_run(config, results_dir, run_id, session, on_status, lock: contextlib.ExitStack) -> RunPlan:
     spec, examples, max_new, files, bucket = check_run_inputs(
         config,
         results_dir,
@@ -316,6 +327,7 @@ def prepare_run(
         check_sources=session is None,
         tokenizer=session.target.tokenizer if session is not None and config.prompt_length != "all" else None,
     )
+    lock.enter_context(claimed_run_dir(files.root))  # a second run with this id fails now, before loading anything
     manifest = first_manifest(files, config, spec, examples, max_new, bucket)
     old = read_manifest(files)
     check_resumable(files, manifest, old)

@@ -19,6 +19,7 @@ report lists as skipped), and `load_json_object` fails a run or resume with one 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -364,6 +365,9 @@ def append_record(path: Path, record: ExampleRecord) -> None:
     append_jsonl(path, record_dict(record))
 
 
+_HELD_LOCKS: dict[str, int] = {}  # run folders this process holds the lock of → how many run_lock calls hold it
+
+
 @contextmanager
 def run_lock(root: Path):
     """Hold an exclusive lock on a run directory while measuring into it.
@@ -371,8 +375,45 @@ def run_lock(root: Path):
     Two processes appending to one examples.jsonl (the same command started twice, or two
     sweeps over one grid) would measure examples twice and interleave their lines; the second
     one fails fast instead. flock locks die with their process, so a killed run leaves no stale
-    lock behind. (On a system without fcntl the lock is skipped.)
+    lock behind. (On a system without fcntl the lock is skipped.) Re-entrant within a process:
+    the run is claimed before its models load (claimed_run_dir) and measured under the same lock.
     """
+    key = str(Path(root).resolve())
+    if key in _HELD_LOCKS:
+        _HELD_LOCKS[key] += 1
+        try:
+            yield
+        finally:
+            _HELD_LOCKS[key] -= 1
+        return
+    with flock_run_dir(root):
+        _HELD_LOCKS[key] = 1
+        try:
+            yield
+        finally:
+            del _HELD_LOCKS[key]
+
+
+@contextmanager
+def claimed_run_dir(root: Path):
+    """Make the run folder and hold its lock from before anything is loaded or written until the run ends, so a
+    second process with the same run id fails at once (not after loading and calibrating) and never writes the
+    manifest. A folder made here that still holds nothing but its lock at the end (a refused run) is removed."""
+    made = not root.exists()
+    prepare_run_dir(root)
+    try:
+        with run_lock(root):
+            yield
+    finally:
+        if made and [p.name for p in root.iterdir()] in ([], [".lock"]):
+            (root / ".lock").unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                root.rmdir()
+
+
+@contextmanager
+def flock_run_dir(root: Path):
+    """The flock itself, not re-entrant: what another process measuring into `root` holds (run_lock wraps it)."""
     try:
         import fcntl
     except ImportError:  # Windows

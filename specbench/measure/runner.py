@@ -76,8 +76,13 @@ def measure(
     `baseline_store` (example id → baseline EngineRecord dict) lets a sweep measure each
     baseline once per task and temperature and share it across cells.
     """
-    with run_lock(plan.files.root):
-        return _measure_locked(plan, on_start, on_example, baseline_store)
+    try:
+        with run_lock(plan.files.root):  # already held since prepare_run (re-entrant); a plan built by hand takes it
+            return _measure_locked(plan, on_start, on_example, baseline_store)
+    finally:
+        if plan.lock is not None:
+            plan.lock.close()
+            plan.lock = None
 
 
 def _measure_locked(plan: RunPlan, on_start, on_example, baseline_store: dict | None) -> RunOutcome:
