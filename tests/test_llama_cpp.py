@@ -195,3 +195,36 @@ def test_run_engine_llama_cpp_end_to_end(tmp_path, monkeypatch):
     assert sum(r["speculative"]["drafted"] for r in rows) > 0
     again = CliRunner().invoke(app, args, catch_exceptions=False)  # resumes: nothing left to measure
     assert again.exit_code == 0 and len((run / "examples.jsonl").read_text().splitlines()) == 2
+
+
+@needs_llama
+def test_sweep_takes_the_engine_as_an_axis(tmp_path, monkeypatch):
+    """`specbench sweep --engine llama-cpp,specbench`: one cell per engine, each with its own baseline file, the
+    llama.cpp cell on llama.cpp (summary), the torch cell on torch; a one-engine grid keeps its old cell ids."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from specbench.cli import app
+    from specbench.measure.sweep import SweepGrid, cell_ids
+
+    monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    gguf = str(write_tiny_gguf(tmp_path / "tiny.gguf", quant="F32"))
+    task = tmp_path / "task.jsonl"
+    task.write_text(json.dumps({"prompt": "the cat sat on the mat and the cat sat", "reference": "x"}) + "\n")
+    args = ["sweep", "--engine", "llama-cpp,specbench", "--threads", "1", "--target", gguf, "--task", str(task)]
+    args += ["--draft", "prompt-lookup", "--gamma", "2", "--limit", "1", "--max-new-tokens", "12", "--device", "cpu"]
+    args += ["--results-dir", str(tmp_path / "res"), "--json"]
+    result = CliRunner().invoke(app, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    cells = {c["cell_id"]: c["summary"] for c in json.loads(result.stdout[result.stdout.index("[") :])}
+    assert sorted(s["engine"] for s in cells.values()) == ["llama-cpp", "specbench"]
+    for cell_id, s in cells.items():
+        assert cell_id.endswith("-e" + s["engine"]) and s["n_examples"] == 1
+        assert (s["threads"] == 1) == (s["engine"] == "llama-cpp")
+    (root,) = (tmp_path / "res").iterdir()
+    assert len(list((root / "baselines").glob("*.jsonl"))) == 2  # llama.cpp's baseline is not torch's
+    shared = dict(target=gguf, draft="prompt-lookup", gamma="2", temperature="0", task=str(task), limit=1)
+    one = SweepGrid.from_specs(**shared, max_new_tokens=12)
+    assert [c for c, _ in cell_ids(one)] == [c.removesuffix("-especbench") for c in cells if "specbench" in c]

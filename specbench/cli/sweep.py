@@ -120,6 +120,18 @@ SweepId = Annotated[
     typer.Option("--sweep-id", help="Sweep folder name (default: derived from the grid; a rerun resumes it)."),
 ]
 
+Engines = Annotated[
+    str,
+    typer.Option(
+        "--engine",
+        help="Engines, comma-separated: specbench, hf-assisted, llama-cpp (our loop on llama.cpp, the GGUF as "
+        "quantized). Several make an axis: does a speedup carry from one engine to another.",
+    ),
+]
+Threads = Annotated[
+    int, typer.Option("--threads", help="llama.cpp's CPU threads in the llama-cpp cells (0: every core).")
+]
+
 # columns of the cell table; Thm 3.8 and extended are predictions from the measured α, c (+ verify cost)
 CELL_COLUMNS = ("n", "α", "speedup", "95% CI", "Thm 3.8", "extended", "timing")
 
@@ -142,6 +154,8 @@ def sweep(
     device: Device = "auto",
     dtype: Dtype = "float32",
     backend: Backend = "eager",
+    engine: Engines = "specbench",
+    threads: Threads = 0,
     draft_confidence: Confidences = "0",
     batch_size: BatchSizes = "1",
     batch_policy: BatchPolicies = "ragged",
@@ -163,6 +177,7 @@ def sweep(
     Example: specbench sweep --gamma 1-8 --executor ray --address auto --gpus-per-cell 1   (cells over a Ray cluster)
     Example: specbench sweep --draft prompt-lookup --gamma 4 --max-new-tokens 16,64,256 --prompt-length short,medium,long
     Example: specbench sweep --pair smollm2-135m:lookup+distilled --pair qwen2.5-coder-1.5b:prompt-lookup --gamma 4
+    Example: specbench sweep --engine specbench,llama-cpp --draft prompt-lookup --gamma 2,4 --task aclsum
     """
     from specbench.errors import SpecbenchError
     from specbench.measure.executors import make_executor
@@ -173,6 +188,7 @@ def sweep(
         parse_int_list,
         parse_policy_list,
         parse_prompt_lengths,
+        parse_str_list,
     )
 
     if pair and (target is not None or draft is not None):
@@ -195,6 +211,8 @@ def sweep(
         dtype=dtype,
         trust_remote_code=trust_remote_code,
         backend=backend,
+        engine=tuple(parse_str_list(engine, "--engine")),
+        threads=threads,
         draft_confidence=tuple(parse_float_list(draft_confidence, "--draft-confidence")),
         gamma_max=gamma_max,
         repeats=repeats,

@@ -76,6 +76,8 @@ def max_positions_of(spec: str, trust_remote_code: bool) -> int | None:
 class LlamaSession(Session):
     """Session over llama.cpp: `target.model` is the LlamaCppModel every engine and replay shares."""
 
+    engine = ENGINE_NAME  # a sweep reloads its session when a cell's engine differs
+
     def __init__(self, target_spec: str, threads: int = 0, dtype: str = "float32", trust_remote_code: bool = False):
         import_llama_cpp()  # the one-line error naming `make setup-llama-cpp`, before anything loads
         self.device, self.dtype, self.trust_remote_code, self.backend = "cpu", dtype, trust_remote_code, "eager"

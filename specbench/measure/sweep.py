@@ -205,7 +205,8 @@ class SweepGrid:
     max_new_tokens: int | None | tuple[int, ...] = None  # None: each task's default; a tuple is an axis (16,64,256)
     device: str = "auto"
     dtype: str = "float32"
-    engine: str = "specbench"
+    engine: str | tuple[str, ...] = "specbench"  # a tuple is an axis (--engine specbench,llama-cpp)
+    threads: int = 0  # llama.cpp's threads in the llama-cpp cells (0: every core; as RunConfig.threads)
     trust_remote_code: bool = False
     backend: str = "eager"
     draft_confidence: float | tuple[float, ...] = (
@@ -250,6 +251,7 @@ class SweepGrid:
             )
         n = (
             len(self.target_drafts())
+            * len(self.engines)
             * len(self.gammas)
             * len(self.temperatures)
             * len(self.tasks)
@@ -295,6 +297,10 @@ class SweepGrid:
         return as_axis(self.prompt_length)
 
     @property
+    def engines(self) -> tuple[str, ...]:
+        return as_axis(self.engine)
+
+    @property
     def confidences(self) -> tuple[float, ...]:
         return as_axis(self.draft_confidence)
 
@@ -308,7 +314,7 @@ class SweepGrid:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        for key in ("draft_confidence", "batch_size", "batch_policy", "max_new_tokens", "prompt_length"):
+        for key in ("draft_confidence", "batch_size", "batch_policy", "max_new_tokens", "prompt_length", "engine"):
             if isinstance(getattr(self, key), tuple) and len(getattr(self, key)) == 1:
                 d[key] = getattr(self, key)[0]  # one value: the id it always had
         if not self.pairs:
@@ -333,7 +339,8 @@ class SweepGrid:
             max_new_tokens=self.budgets[0],
             device=self.device,
             dtype=self.dtype,
-            engine=self.engine,
+            engine=self.engines[0],
+            threads=self.threads if self.engines[0] == "llama-cpp" else 0,
             trust_remote_code=self.trust_remote_code,
             backend=self.backend,
             draft_confidence=self.confidences[0],
@@ -365,8 +372,11 @@ class SweepGrid:
                 batch_policy=policy,
                 max_new_tokens=budget,
                 prompt_length=bucket,
+                engine=engine,
+                threads=self.threads if engine == "llama-cpp" else 0,
             )
             for target in self.targets
+            for engine in self.engines  # each engine's session loads once per target
             for task in self.tasks
             for t in self.temperatures
             for budget in self.budgets
@@ -422,7 +432,8 @@ def axis_parts(grid: SweepGrid, config: RunConfig) -> tuple[str, str]:
     Grids without these axes get ('', ''), so their ids and file names stay as they always were."""
     prefix = f"{short_names(grid.targets)[config.target]}-" if len(grid.targets) > 1 else ""
     budget = f"-n{config.max_new_tokens}" if len(grid.budgets) > 1 and config.max_new_tokens else ""
-    return prefix, budget + prompt_length_suffix(config)
+    engine = f"-e{config.engine}" if len(grid.engines) > 1 else ""  # the engine axis: its own cells and baselines
+    return prefix, budget + prompt_length_suffix(config) + engine
 
 
 def cell_ids(grid: SweepGrid) -> list[tuple[str, RunConfig]]:
@@ -446,12 +457,19 @@ def cell_ids(grid: SweepGrid) -> list[tuple[str, RunConfig]]:
     return cells
 
 
+def engine_session_kind(config: RunConfig) -> str:
+    """Which session a cell decodes on: llama.cpp's (LlamaSession.engine) or torch's (shared by specbench and
+    hf-assisted cells)."""
+    return "llama-cpp" if config.engine == "llama-cpp" else "specbench"
+
+
 def baseline_key(config: RunConfig) -> tuple:
     """What the baseline depends on within one sweep (seed, limit, device, dtype are fixed by the grid): the target
     alone decodes the same tokens whatever the draft and γ, but not whatever the target, budget or examples."""
     s = config.sampling
     return (
         config.target,
+        config.engine,  # llama.cpp's baseline is not torch's
         config.task,
         s.temperature,
         s.top_k,
@@ -703,9 +721,16 @@ def run_sweep(
             on_cell(cell_id, n, n)
             outcome.cells.append(CellOutcome(cell_id, config, finished, 0))
             continue
-        if session is not None and getattr(session, "target_spec", config.target) != config.target:
+        if session is not None and (
+            getattr(session, "target_spec", config.target) != config.target
+            or getattr(session, "engine", "specbench") != engine_session_kind(config)
+        ):
             session = None  # cells are grouped by target: the previous one is done, free it before the next loads
             release_memory()
+        if session is None and config.engine == "llama-cpp":
+            from specbench.measure.llama_session import LlamaSession
+
+            session = LlamaSession(config.target, config.threads, grid.dtype, grid.trust_remote_code)
         if session is None:  # loaded at the first cell with work left, once per target for the whole sweep
             session = Session(
                 config.target,
