@@ -79,7 +79,7 @@ def test_a_refused_distill_leaves_no_empty_folders(tmp_path):
     out = tmp_path / "new" / "draft"
     one_line_error(invoke(*DISTILL, "--out", str(out), "--resume"))  # no checkpoint to resume
     one_line_error(invoke(*DISTILL, "--out", str(out)))  # the target does not exist
-    assert not out.exists()
+    assert not out.exists() and not (tmp_path / "new").exists()
 
 
 def test_distill_still_resumes_into_its_own_folder(tmp_path):

@@ -96,8 +96,10 @@ def check_out_folder(out: Path) -> None:
 @contextlib.contextmanager
 def _removed_if_left_empty(out: Path):
     """On any failure (a refusal, Ctrl-C), remove the folders this call created that are still empty
-    (out, out/work, out/work/teacher): a refused distill leaves nothing behind. rmdir never removes a file."""
-    made = [p for p in (out / WORK / "teacher", out / WORK, out) if not p.exists()]
+    (out/work/teacher, out/work, out and any parent it made): a refused distill leaves nothing behind. rmdir
+    never removes a file or a folder that holds one."""
+    teacher = out / WORK / "teacher"
+    made = [p for p in (teacher, *teacher.parents) if not p.exists()]  # parents too: --out new/deeper/d
     try:
         yield
     except BaseException:
