@@ -444,3 +444,20 @@ def test_policies_and_confidence_axis_in_one_sweep(models_dir, task_file, tmp_pa
     gammas = sorted(str(c["summary"]["gamma"]) for c in cells)
     assert gammas.count("adaptive") == 3 and gammas.count("heuristic") == 3
     assert all(c["summary"]["greedy_identity"] == 1.0 for c in cells)  # every policy is exact at T = 0
+
+
+def test_run_table_answers_first_and_verbose_shows_the_rest(models_dir, task_file, tmp_path):
+    """Issue 29: at B = 1 the table has ≤ 12 metric rows (no batch rows), a prediction line beside the measurement;
+    --verbose adds the costs and percentiles."""
+    from specbench.measure.schema_doc import run_table_rows
+
+    res = invoke(*run_args(models_dir, task_file, tmp_path, "--gamma", "3"))
+    assert res.exit_code == 0, res.output
+    compact = [label for _, label in run_table_rows()]
+    shown = [label for label in compact if label in res.stdout]
+    assert len(shown) >= len(compact) - 1 and len(compact) <= 12  # greedy identity may be skipped only when sampling
+    assert "tokens per batch pass" not in res.stdout and "p99" not in res.stdout, res.stdout
+    assert "predicted" in res.stdout and "measured" in res.stdout
+    verbose = invoke(*run_args(models_dir, task_file, tmp_path, "--gamma", "3", "--verbose"))
+    assert verbose.exit_code == 0, verbose.output
+    assert "speculative_tpot_p99_s" in verbose.stdout and "verify_cost" in verbose.stdout, verbose.stdout

@@ -110,3 +110,22 @@ def test_batch_draft_positions_take_each_steps_longest_draft():
         {"speculative": {"draft_lengths": []}},
     ]
     assert batch_draft_positions(rows) == 8
+
+
+def test_peer_metrics_count_the_bonus_token_per_position_and_tpot_percentiles():
+    """vLLM's mean acceptance length is 1 + accepted / drafting steps (our mean_accepted_length + 1); per-position
+    rates divide by the steps that drafted that far; TPOT is decode seconds per decode token, p50/p99 over examples."""
+    rec = full_record([0, 2, 3, 1], [3, 3, 3, 2])  # 6 accepted over 4 drafting steps
+    out = summarize([rec], 3, True)
+    assert out["mean_acceptance_length"] == pytest.approx(1 + 6 / 4)
+    assert out["mean_acceptance_length"] == pytest.approx(out["mean_accepted_length"] + 1)
+    # accepted 0, 2, 3, 1 of 3, 3, 3, 2: position 1 by 3 of 4 steps, 2 by 2 of 4, 3 by 1 of the 3 that drafted 3
+    assert out["acceptance_rate_per_position"] == pytest.approx([3 / 4, 2 / 4, 1 / 3])
+    assert out["acceptance_rate"] == pytest.approx(6 / 11) and "draft_acceptance_rate" not in out
+    slow = full_record([0, 0], [3, 3])
+    slow["speculative"] = {**slow["speculative"], "decode_s": 1.0}  # 2 decode tokens in 1 s: 0.5 s per token
+    two = summarize([rec, slow], 3, True)
+    fast_tpot = 0.1 / (rec["speculative"]["n_tokens"] - 1)
+    assert two["speculative_tpot_p50_s"] == pytest.approx((fast_tpot + 0.5) / 2)
+    assert two["speculative_tpot_p99_s"] == pytest.approx(fast_tpot + 0.99 * (0.5 - fast_tpot))
+    assert two["baseline_tpot_p99_s"] < two["speculative_tpot_p99_s"]  # the baseline kept 0.1 s: engines apart

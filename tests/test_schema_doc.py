@@ -45,10 +45,19 @@ def test_a_changed_meaning_changes_the_doc(monkeypatch):
 
 
 def test_the_run_table_rows_come_from_the_labels():
-    rows = schema_doc.run_table_rows()
+    rows = schema_doc.run_table_rows(batch=True, verbose=True)
+    every = schema_doc.RUN_TABLE + schema_doc.RUN_TABLE_BATCH + schema_doc.RUN_TABLE_VERBOSE
     labelled = {d.name for d in schema_doc.SUMMARY_FIELDS if d.label}
-    assert [k for k, _ in rows] == list(schema_doc.RUN_TABLE) and set(schema_doc.RUN_TABLE) == labelled
-    assert all(label for _, label in rows) and len(set(schema_doc.RUN_TABLE)) == len(rows)
+    assert [k for k, _ in rows] == list(every) and set(every) == labelled
+    assert all(label for _, label in rows) and len(set(every)) == len(rows)
+
+
+def test_the_default_run_table_is_compact_and_names_the_peers_metrics():
+    """Issue 29: at B = 1 the table answers first in ≤ 12 rows; batch rows only at B > 1; the rest behind --verbose."""
+    compact = [k for k, _ in schema_doc.run_table_rows()]
+    assert len(compact) <= 12 and not set(compact) & set(schema_doc.RUN_TABLE_BATCH)
+    assert {"speedup_geomean", "alpha", "mean_acceptance_length", "baseline_ttft_s", "greedy_identity"} <= set(compact)
+    assert len(schema_doc.run_table_rows(batch=True)) == len(compact) + len(schema_doc.RUN_TABLE_BATCH)
 
 
 def test_summary_from_dict_reads_by_attribute_and_drops_unknown_keys():

@@ -88,7 +88,7 @@ def export_spec_bench(results: list[Path], out_dir: Path | None) -> None:
         quality = f"{row['metric']} {row['baseline']:.1f} → {row['speculative']:.1f}" if row["metric"] else "none"
         say(
             f"{row['category']:<15}{row['n']:>4}{_num(row['alpha'], 3):>7}{_num(row['mean_accepted_tokens'], 2):>7}"
-            f"{_num(row['draft_acceptance_rate'], 3):>8}{_num(row['spec_bench_speedup'], 2):>9}  {quality}"
+            f"{_num(row['acceptance_rate'], 3):>8}{_num(row['spec_bench_speedup'], 2):>9}  {quality}"
         )
 
 

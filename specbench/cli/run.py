@@ -42,7 +42,7 @@ from specbench.cli.options import (
 )
 from specbench.cli.output import console, fmt, out, progress_bar, quiet_transformers, say, warn_if_noisy
 from specbench.config import RunConfig, SamplingConfig, parse_gamma
-from specbench.measure.schema_doc import run_table_rows
+from specbench.measure.schema_doc import SUMMARY_FIELDS, run_table_rows
 from specbench.models import DEFAULT_DRAFT, DEFAULT_TARGET
 
 Engine = Annotated[
@@ -67,7 +67,9 @@ RunId = Annotated[
     typer.Option("--run-id", help="Run folder name (default: derived from the config; a rerun resumes it)."),
 ]
 
-SUMMARY_ROWS = run_table_rows()  # (summary key, label): the labels live with the fields, measure/schema_doc.py
+Verbose = Annotated[
+    bool, typer.Option("--verbose", "-v", help="Show every row of the run table (costs, predictions, percentiles).")
+]
 
 
 def run(
@@ -98,6 +100,7 @@ def run(
     results_dir: ResultsDir = Path("results"),
     run_id: RunId = None,
     as_json: AsJson = False,
+    verbose: Verbose = False,
     trust_remote_code: TrustRemote = False,
 ):
     """Run one configuration on a task: baseline and speculative decoding side by side.
@@ -140,7 +143,7 @@ def run(
         plan = prepare_run(config, results_dir, run_id=run_id, on_status=status.update)
     print_context(plan)
     outcome = measure_with_progress(plan)
-    print_summary(outcome, as_json)
+    print_summary(outcome, as_json, verbose)
     warn_if_noisy(outcome.summary)
 
 
@@ -170,12 +173,15 @@ def measure_with_progress(plan):
         return measure(plan, on_start=on_start, on_example=on_example)
 
 
-def print_summary(outcome, as_json: bool) -> None:
+def print_summary(outcome, as_json: bool, verbose: bool = False) -> None:
     if as_json:
         out.print_json(json.dumps(outcome.summary))
         return
     summary = outcome.summary
-    out.print(summary_table(summary))
+    out.print(summary_table(summary, verbose))
+    line = prediction_line(summary)
+    if line:
+        out.print(line, highlight=False)
     if summary.get("identity_line"):
         floor = summary.get("numerics_floor")
         out.print(
@@ -187,13 +193,63 @@ def print_summary(outcome, as_json: bool) -> None:
             ),
             highlight=False,
         )
-    out.print(f"results: {outcome.files.root}")
+    out.print(f"results: {outcome.files.root}" + ("" if verbose else "  (--verbose or --json for every metric)"))
 
 
-def summary_table(summary: dict) -> Table:
-    batch = (
-        f", batch {summary['batch_size']} {summary.get('batch_policy')}" if (summary.get("batch_size") or 1) > 1 else ""
+UNITS = {f.name: f.unit for f in SUMMARY_FIELDS}
+
+
+def with_unit(value, unit: str) -> str:
+    """A number as its unit reads: 1.23×, 412.3 tok/s, 12.4 ms, 443 MiB; other units as plain digits."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
+        return fmt(value)
+    if unit == "×":
+        return f"{value:.2f}×"
+    if unit == "tokens/s":
+        return f"{value:.1f} tok/s"
+    if unit == "s":
+        return f"{value * 1e3:.1f} ms" if abs(value) < 10 else f"{value:.1f} s"
+    if unit == "MiB":
+        return f"{value:.0f} MiB"
+    return fmt(value)
+
+
+def cell(summary: dict, key: str) -> str:
+    """A table cell: the value in its unit, its `<key>_ci95` interval beside it when the summary has one, a list's
+    entries."""
+    value, unit = summary.get(key), UNITS.get(key, "")
+    if isinstance(value, list) and all(isinstance(v, (int, float, type(None))) for v in value):
+        return "—" if not value else ", ".join(fmt(v, 2) for v in value[:8]) + (" …" if len(value) > 8 else "")
+    interval = summary.get(f"{key}_ci95")
+    if isinstance(interval, list) and len(interval) == 2 and None not in interval and value is not None:
+        return f"{with_unit(value, unit)} ({with_unit(interval[0], unit)} – {with_unit(interval[1], unit)})"
+    return with_unit(value, unit)
+
+
+def prediction_line(summary: dict) -> str | None:
+    """One line setting the prediction beside the measurement, saying which prediction it is."""
+    measured = summary.get("speedup_geomean") or summary.get("speedup")
+    if measured is None:
+        return None
+    auto = summary.get("auto_predicted_speedup")
+    if auto is not None:
+        low_high = summary.get("auto_predicted_interval") or [None, None]
+        interval = f", 95 % {low_high[0]:.2f}–{low_high[1]:.2f}" if None not in low_high else ""
+        return f"predicted before timing (auto): {auto:.2f}×{interval}; measured {measured:.2f}×"
+    theory = summary.get("predicted_speedup_extended") or summary.get("predicted_speedup")
+    if theory is None:
+        return None
+    cost = summary.get("verify_cost")
+    why = f"; a verify pass here costs {cost:.2f} one-token passes" if cost is not None else ""
+    return (
+        f"predicted {theory:.2f}× by the paper's formula from the measured α and draft cost{why}; "
+        f"measured {measured:.2f}× (the formula leaves out prefill and the loop's own time)"
     )
+
+
+def summary_table(summary: dict, verbose: bool = False) -> Table:
+    batched = (summary.get("batch_size") or 1) > 1
+    batch = f", batch {summary['batch_size']} {summary.get('batch_policy')}" if batched else ""
     title = (
         f"{summary['run_id']}  ({summary['n_examples']} examples; {summary.get('draft')}, "
         f"γ {summary.get('gamma')}, {summary.get('dtype')}{batch})"
@@ -201,11 +257,18 @@ def summary_table(summary: dict) -> Table:
     table = Table(title=title, show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")
-    table.add_column("meaning")
-    for key, meaning in SUMMARY_ROWS:
-        table.add_row(key, fmt(summary.get(key)), meaning)
+    if verbose:
+        table.add_column("key")
+    for key, label in run_table_rows(batch=batched, verbose=verbose):
+        if key == "greedy_identity" and summary.get(key) is None:
+            continue  # sampling: no identity to show
+        table.add_row(label, cell(summary, key), *([key] if verbose else []))
     quality = summary.get("quality")
     for key, value in quality["baseline"].items() if quality else []:
         if isinstance(value, float):
-            table.add_row(f"{key} (base / spec)", f"{value:.2f} / {quality['speculative'][key]:.2f}", quality["metric"])
+            table.add_row(
+                f"{quality['metric']} {key}, baseline / speculative",
+                f"{value:.2f} / {quality['speculative'][key]:.2f}",
+                *([key] if verbose else []),
+            )
     return table

@@ -9,6 +9,10 @@ Definitions (sums run over all examples of a run):
                         a step with n accepted of γ' drafted is min(n+1, γ') Bernoulli trials
   alpha_expected        mean of Σ_x min(p(x), q(x)) over verified positions (the paper's β, averaged)
   acceptance_rate       Σ accepted / Σ drafted (what vLLM calls draft acceptance rate)
+  mean_acceptance_length  1 + Σ accepted / verification steps that drafted (vLLM's; the bonus token counted)
+  acceptance_rate_per_position  [i-1]: steps whose i-th draft was accepted ÷ steps that drafted ≥ i tokens
+  *_tpot_s, *_tpot_p50_s, *_tpot_p99_s  time per output token after the first (vLLM's TPOT): Σ decode s ÷
+                        Σ decode tokens, and the median and 99th percentile of each example's own
   tokens_per_target_call  decode tokens / target calls (the first token comes from prefill)
   c                     draft seconds per drafted token / baseline seconds per decoded token
   verify_cost           seconds per target verification pass / baseline seconds per decoded token
@@ -55,12 +59,11 @@ the batch's shared ones, so a batch counts its rows' largest). Beside them:
                         the calibrated t(b, k) at its live rows b and widest draft; compare with decode_speedup
   replayed_speedup_batch  both engines' measured pass shapes priced by the same t(b, k): the share of the
                         measured time that target passes explain
-Peers' names for the same runs (spec_bench_metrics; README maps them onto alpha and acceptance_rate):
+Spec-Bench's names for the same runs (spec_bench_metrics):
   mean_accepted_tokens  Spec-Bench's "#Mean accepted tokens" (#MAT), as its evaluation/speed.py computes it:
                         the mean of accept_lengths, where every target pass, prefill's included, logs the
                         tokens it emitted (accepted drafts + the bonus or correction token) = Σ speculative
                         tokens / Σ (target passes after prefill + one prefill pass per turn)
-  draft_acceptance_rate Σ accepted / Σ drafted, vLLM's name (the same number as acceptance_rate)
   spec_bench_speedup    Spec-Bench's speedup: the mean over questions of each one's speculative tokens ÷ its
                         seconds (turns summed, prefill included), ÷ the same mean for the baseline. A mean of
                         rates, unlike `speedup` (a ratio of sums): short answers weigh as much as long ones.
@@ -294,6 +297,7 @@ def summarize(
         "acceptance_rate": ratio(spec["accepted"], spec["drafted"]),
         **spec_bench_metrics(records),
         "mean_accepted_length": mean(lengths) if lengths else NAN,
+        **peer_metrics(records),
         "tokens_per_target_call": ratio(spec_decode_tokens, spec["target_calls"]),
         "c": ratio(ratio(spec["draft_s"], spec["drafted"]), t_token),
         "verify_cost": ratio(ratio(spec["verify_s"], spec["target_calls"]), t_token),
@@ -450,15 +454,43 @@ def question_rate(records: list[dict], engine: str) -> float:
 
 
 def spec_bench_metrics(records: list[dict]) -> dict:
-    """#MAT, vLLM's draft acceptance rate and Spec-Bench's speedup (see the module docstring)."""
+    """#MAT and Spec-Bench's speedup (see the module docstring)."""
     tokens = sum(r["speculative"]["n_tokens"] for r in records)
     passes = sum(r["speculative"]["target_calls"] + (len(r.get("turns") or []) or 1) for r in records)
-    drafted = sum(r["speculative"]["drafted"] for r in records)
     return {
         "mean_accepted_tokens": ratio(tokens, passes),
-        "draft_acceptance_rate": ratio(sum(r["speculative"]["accepted"] for r in records), drafted),
         "spec_bench_speedup": ratio(question_rate(records, "speculative"), question_rate(records, "baseline")),
     }
+
+
+def peer_metrics(records: list[dict]) -> dict:
+    """vLLM's mean acceptance length and per-position acceptance rates, and time per output token (TPOT) with its
+    p50 and p99 over examples, for both engines (see the module docstring)."""
+    import numpy as np
+
+    steps = [
+        (n, g)
+        for r in records
+        for n, g in zip(r["speculative"]["accept_lengths"], r["speculative"].get("draft_lengths") or [])
+        if g > 0
+    ]  # (accepted, drafted) of every verification step that drafted
+    width = max((g for _, g in steps), default=0)
+    per_position = [
+        ratio(sum(1 for n, g in steps if g >= i and n >= i), sum(1 for _, g in steps if g >= i))
+        for i in range(1, width + 1)
+    ]
+    out = {
+        "mean_acceptance_length": 1.0 + ratio(sum(n for n, _ in steps), len(steps)),
+        "acceptance_rate_per_position": per_position,
+    }
+    for engine in ("baseline", "speculative"):
+        each = [ratio(r[engine]["decode_s"], r[engine]["n_tokens"] - 1) for r in records]
+        each = [x for x in each if x == x]  # an example of one token has no time per output token
+        decode_tokens = sum(r[engine]["n_tokens"] - 1 for r in records)
+        out[f"{engine}_tpot_s"] = ratio(sum(r[engine]["decode_s"] for r in records), decode_tokens)
+        out[f"{engine}_tpot_p50_s"] = float(np.percentile(each, 50)) if each else NAN
+        out[f"{engine}_tpot_p99_s"] = float(np.percentile(each, 99)) if each else NAN
+    return out
 
 
 def accepted_length_histogram(full: list[int], gamma: int) -> list[int]:

@@ -161,13 +161,18 @@ class Summary:
     n_examples: int | None = None  # records summarized
     alpha: float | None = None  # Σ accepted / Σ trials: MLE of the per-token acceptance probability
     alpha_expected: float | None = None  # mean over verified positions of Σ_x min(p(x), q(x))
-    acceptance_rate: float | None = None  # Σ accepted / Σ drafted
-    mean_accepted_length: float | None = None  # mean accepted drafts per verification step
-    # peers' names (metrics.spec_bench_metrics; README maps them onto alpha and acceptance_rate):
+    acceptance_rate: float | None = None  # Σ accepted / Σ drafted (vLLM's draft acceptance rate)
+    mean_accepted_length: float | None = None  # mean accepted drafts per verification step (no bonus token)
+    # peers' names and conventions (metrics.peer_metrics, metrics.spec_bench_metrics):
+    mean_acceptance_length: float | None = (
+        None  # vLLM's mean acceptance length: 1 + Σ accepted / drafting steps (the bonus token counted; ~ #MAT)
+    )
+    acceptance_rate_per_position: list[float | None] | None = (
+        None  # vLLM's per-position rates: [i-1] = steps accepting draft i ÷ steps that drafted at least i tokens
+    )
     mean_accepted_tokens: float | None = (
         None  # Spec-Bench's #MAT: tokens emitted per target pass, prefill's pass and the bonus/correction token counted
     )
-    draft_acceptance_rate: float | None = None  # vLLM's name for Σ accepted / Σ drafted (= acceptance_rate)
     spec_bench_speedup: float | None = (
         None  # Spec-Bench's speedup: mean over questions of speculative tokens/s ÷ that mean for the baseline
     )
@@ -203,6 +208,12 @@ class Summary:
     speculative_tokens_per_s: float | None = None  # speculative throughput, prefill included
     baseline_ttft_s: float | None = None  # baseline mean time to first token
     speculative_ttft_s: float | None = None  # speculative mean time to first token
+    baseline_tpot_s: float | None = None  # baseline time per output token after the first: Σ decode s ÷ Σ decode tokens
+    speculative_tpot_s: float | None = None  # the same for speculative decoding
+    baseline_tpot_p50_s: float | None = None  # median over examples of each one's decode s ÷ its decode tokens
+    baseline_tpot_p99_s: float | None = None  # 99th percentile of the same (linear interpolation)
+    speculative_tpot_p50_s: float | None = None  # median over examples of each one's speculative time per output token
+    speculative_tpot_p99_s: float | None = None  # 99th percentile of the same
     baseline_s: float | None = None  # Σ baseline seconds (prefill + decode)
     speculative_s: float | None = None  # Σ speculative seconds (prefill + decode)
     draft_s: float | None = None  # Σ speculative decode seconds spent proposing
@@ -264,6 +275,13 @@ class Summary:
     # --- the run's context (run_folder.write_summary)
     baseline_drift: float | None = None  # a sweep cell: re-timed ÷ stored seconds of a shared baseline (worst)
     auto: dict | None = None  # auto choices: requested, reasons, pilot_alpha, predicted speedups
+    auto_predicted_speedup: float | None = (
+        None  # auto at T = 0: the choice's end-to-end speedup predicted before timing (measure/prediction.py)
+    )
+    auto_predicted_interval: list[float] | None = (
+        None  # its 95 % prediction interval for the run's geometric mean over its examples
+    )
+    auto_prediction_ratio: float | None = None  # measured speedup_geomean ÷ auto_predicted_speedup
     hardware: str | None = None  # one sentence naming the machine (measure/hardware.describe)
     quality: dict | None = None  # metric, baseline and speculative scores (BLEU or ROUGE), CIs at T > 0
     peak_memory_mb: float | None = (

@@ -63,7 +63,7 @@ SUMMARY_FIELDS: tuple[FieldDoc, ...] = (
         "alpha",
         "share",
         "Σ accepted / Σ trials: MLE of the per-token acceptance probability",
-        "α empirical: accepted / acceptance trials",
+        "α: accepted / acceptance trials",
     ),
     FieldDoc(
         "alpha_expected",
@@ -71,8 +71,30 @@ SUMMARY_FIELDS: tuple[FieldDoc, ...] = (
         "mean over verified positions of Σ_x min(p(x), q(x))",
         "α expected: mean Σ min(p, q) over verified positions",
     ),
-    FieldDoc("acceptance_rate", "share", "Σ accepted / Σ drafted"),
-    FieldDoc("mean_accepted_length", "tokens/step", "mean accepted drafts per verification step"),
+    FieldDoc("acceptance_rate", "share", "Σ accepted / Σ drafted (vLLM's draft acceptance rate)"),
+    FieldDoc(
+        "mean_accepted_length",
+        "tokens/step",
+        "mean accepted drafts per verification step, the bonus token not counted (`mean_acceptance_length` − 1)",
+    ),
+    FieldDoc(
+        "mean_acceptance_length",
+        "tokens/step",
+        (
+            "vLLM's mean acceptance length: 1 + Σ accepted ÷ verification steps that drafted, so the bonus or "
+            "correction token counts (Spec-Bench's #MAT counts the same way, over every target pass)"
+        ),
+        "mean acceptance length (#MAT)",
+    ),
+    FieldDoc(
+        "acceptance_rate_per_position",
+        "share",
+        (
+            "vLLM's per-position acceptance: entry i−1 is the share of verification steps that drafted at least "
+            "i tokens whose i-th draft was accepted (at a fixed γ, vLLM's accepted-per-position ÷ drafts)"
+        ),
+        "acceptance rate of draft positions 1, 2, …",
+    ),
     FieldDoc(
         "mean_accepted_tokens",
         "tokens/pass",
@@ -81,11 +103,6 @@ SUMMARY_FIELDS: tuple[FieldDoc, ...] = (
             " pass, the prefill pass of each turn and the bonus or correction token counted; Σ speculative "
             "tokens ÷ Σ (target_calls + turns)"
         ),
-    ),
-    FieldDoc(
-        "draft_acceptance_rate",
-        "share",
-        "vLLM's name for Σ accepted ÷ Σ drafted (the same number as `acceptance_rate`)",
     ),
     FieldDoc(
         "spec_bench_speedup",
@@ -113,13 +130,12 @@ SUMMARY_FIELDS: tuple[FieldDoc, ...] = (
         "speedup",
         "×",
         "speculative tokens/s ÷ baseline tokens/s, prefill + decode",
-        "walltime, per token: speculative tok/s ÷ baseline tok/s",
+        "speedup, ratio of sums (Σ tokens ÷ Σ s)",
     ),
     FieldDoc(
         "speedup_ci95",
         "[low, high]",
         "[low, high] 95 % bootstrap interval of speedup over examples",
-        "95% bootstrap interval of the speedup over examples",
     ),
     FieldDoc(
         "speedup_median_example", "×", "median of the examples' own speedups", "median of the examples' own speedups"
@@ -131,7 +147,12 @@ SUMMARY_FIELDS: tuple[FieldDoc, ...] = (
         "the speedup over decode time and decode tokens only",
         "speedup of the decode phase (prefill excluded)",
     ),
-    FieldDoc("speedup_geomean", "×", "PRIMARY: geometric mean over examples of each one's throughput ratio"),
+    FieldDoc(
+        "speedup_geomean",
+        "×",
+        "PRIMARY: geometric mean over examples of each one's throughput ratio",
+        "speedup (geometric mean over examples)",
+    ),
     FieldDoc(
         "speedup_geomean_ci95",
         "[low, high]",
@@ -159,8 +180,38 @@ SUMMARY_FIELDS: tuple[FieldDoc, ...] = (
     FieldDoc(
         "speculative_tokens_per_s", "tokens/s", "speculative throughput, prefill included", "speculative throughput"
     ),
-    FieldDoc("baseline_ttft_s", "s", "baseline mean time to first token"),
-    FieldDoc("speculative_ttft_s", "s", "speculative mean time to first token"),
+    FieldDoc("baseline_ttft_s", "s", "baseline mean time to first token", "time to first token, baseline"),
+    FieldDoc("speculative_ttft_s", "s", "speculative mean time to first token", "time to first token, speculative"),
+    FieldDoc(
+        "baseline_tpot_s",
+        "s",
+        "baseline time per output token after the first (vLLM's TPOT): Σ decode seconds ÷ Σ decode tokens",
+    ),
+    FieldDoc("speculative_tpot_s", "s", "the same for speculative decoding"),
+    FieldDoc(
+        "baseline_tpot_p50_s",
+        "s",
+        "median over examples of each one's decode seconds ÷ its decode tokens",
+        "time per output token p50, baseline",
+    ),
+    FieldDoc(
+        "baseline_tpot_p99_s",
+        "s",
+        "99th percentile over examples of the same (linear interpolation)",
+        "time per output token p99, baseline",
+    ),
+    FieldDoc(
+        "speculative_tpot_p50_s",
+        "s",
+        "median over examples of each one's speculative decode seconds ÷ its decode tokens",
+        "time per output token p50, speculative",
+    ),
+    FieldDoc(
+        "speculative_tpot_p99_s",
+        "s",
+        "99th percentile over examples of the same (linear interpolation)",
+        "time per output token p99, speculative",
+    ),
     FieldDoc("baseline_s", "s", "Σ baseline seconds (prefill + decode)"),
     FieldDoc("speculative_s", "s", "Σ speculative seconds (prefill + decode)"),
     FieldDoc("draft_s", "s", "Σ speculative decode seconds spent proposing"),
@@ -179,7 +230,7 @@ SUMMARY_FIELDS: tuple[FieldDoc, ...] = (
         "greedy_identity",
         "share",
         "identical_rate at T = 0 (must be 1.0); null when sampling",
-        "share of examples token-identical to the baseline (T = 0)",
+        "token-identical to the baseline",
     ),
     FieldDoc("first_divergences", "", "first differing index of every non-identical example"),
     FieldDoc("predicted_tokens_per_call", "tokens/pass", "Eq. 1 from the measured α over the proposals made"),
@@ -273,6 +324,27 @@ SUMMARY_FIELDS: tuple[FieldDoc, ...] = (
     ),
     FieldDoc("baseline_drift", "ratio", "a sweep cell: re-timed ÷ stored seconds of a shared baseline (worst)"),
     FieldDoc("auto", "", "auto choices: requested, reasons, pilot_alpha, predicted speedups"),
+    FieldDoc(
+        "auto_predicted_speedup",
+        "×",
+        (
+            "auto at T = 0: the chosen configuration's end-to-end speedup (geometric mean over examples, prefill "
+            "included) predicted before any timing from real decode-loop step costs and the pilot's replayed steps, "
+            "on pilot examples that did not choose it (measure/prediction.py)"
+        ),
+        "speedup predicted by the auto choice",
+    ),
+    FieldDoc(
+        "auto_predicted_interval",
+        "×",
+        "its 95 % prediction interval for the run's geometric mean over its examples",
+    ),
+    FieldDoc(
+        "auto_prediction_ratio",
+        "ratio",
+        "measured speedup_geomean ÷ auto_predicted_speedup: how far the auto choice's prediction was off",
+        "measured ÷ predicted (auto)",
+    ),
     FieldDoc("hardware", "", "one sentence naming the machine (measure/hardware.describe)"),
     FieldDoc("quality", "", "metric, baseline and speculative scores (BLEU or ROUGE), CIs at T > 0"),
     FieldDoc(
@@ -630,36 +702,54 @@ example's own `speedup`.
 """  # noqa: E501 (markdown table rows are one line)
 
 
-# the rows of `specbench run`'s table, in order; each row's label is its FieldDoc.label
+# the rows of `specbench run`'s table, in order; each row's label is its FieldDoc.label. A row whose field has a
+# `<field>_ci95` companion shows it beside the value. RUN_TABLE is what every run prints (≤ 12 rows at B = 1),
+# RUN_TABLE_BATCH is added at B > 1, RUN_TABLE_VERBOSE with --verbose.
 RUN_TABLE = (
-    "alpha",
-    "alpha_expected",
-    "tokens_per_target_call",
-    "c",
-    "verify_cost",
-    "speedup",
-    "speedup_ci95",
-    "speedup_median_example",
-    "predicted_speedup",
-    "predicted_speedup_extended",
-    "decode_speedup",
-    "predicted_decode_speedup",
+    "speedup_geomean",
     "baseline_tokens_per_s",
     "speculative_tokens_per_s",
+    "alpha",
+    "mean_acceptance_length",
+    "baseline_ttft_s",
+    "speculative_ttft_s",
     "greedy_identity",
+)
+RUN_TABLE_BATCH = (
     "speculative_row_tokens_per_s",
     "tokens_per_batch_pass",
     "batch_verify_cost",
     "predicted_speedup_batch",
     "replayed_speedup_batch",
+)
+RUN_TABLE_VERBOSE = (
+    "speedup",
+    "speedup_median_example",
+    "decode_speedup",
+    "predicted_decode_speedup",
+    "predicted_speedup",
+    "predicted_speedup_extended",
+    "auto_predicted_speedup",
+    "auto_prediction_ratio",
+    "alpha_expected",
+    "acceptance_rate_per_position",
+    "tokens_per_target_call",
+    "c",
+    "verify_cost",
+    "baseline_tpot_p50_s",
+    "baseline_tpot_p99_s",
+    "speculative_tpot_p50_s",
+    "speculative_tpot_p99_s",
     "peak_memory_mb",
 )
 
 
-def run_table_rows() -> list[tuple[str, str]]:
-    """(summary key, label) for each row of the `run` command's table."""
+def run_table_rows(batch: bool = False, verbose: bool = False) -> list[tuple[str, str]]:
+    """(summary key, label) for each row of the `run` command's table: the compact rows, then the batch rows
+    (batch), then the rest (verbose)."""
     labels = {f.name: f.label for f in SUMMARY_FIELDS}
-    return [(name, labels[name]) for name in RUN_TABLE]
+    names = RUN_TABLE + (RUN_TABLE_BATCH if batch else ()) + (RUN_TABLE_VERBOSE if verbose else ())
+    return [(name, labels[name]) for name in names]
 
 
 def _cell(text: str) -> str:

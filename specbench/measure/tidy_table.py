@@ -327,8 +327,8 @@ def spec_bench_files(run_dir: Path, out_dir: Path | None = None) -> tuple[dict[s
 
 
 def category_table(records: list[dict]) -> list[dict]:
-    """Per category (then mt_bench and overall, as speed.py reports them): n, α, #MAT, draft acceptance rate,
-    Spec-Bench speedup, and the category's reference metric on both engines where it has one."""
+    """Per category (then mt_bench and overall, as speed.py reports them): n, α, acceptance rate (vLLM's draft
+    acceptance rate), #MAT, Spec-Bench speedup, and the category's reference metric on both engines where it has one."""
     from specbench.measure.metrics import ratio, spec_bench_metrics
     from specbench.tasks.spec_bench import CATEGORIES, MT_BENCH
 
@@ -346,6 +346,7 @@ def category_table(records: list[dict]) -> list[dict]:
             "category": name,
             "n": len(rs),
             "alpha": ratio(sum(e["accepted"] for e in spec), sum(e["trials"] for e in spec)),
+            "acceptance_rate": ratio(sum(e["accepted"] for e in spec), sum(e["drafted"] for e in spec)),
             **spec_bench_metrics(rs),
             **category_quality(name, rs),
         }
