@@ -68,8 +68,9 @@ setup-llama-cpp: $(VENV)/.specbench-packages
 
 # The same GGUF, prompts and draft on specbench-torch (fp32, bf16) and llama.cpp: plain and speculative tokens/s,
 # speedups, llama.cpp's own prompt lookup, and both engines' pass-cost curves t(k)/t(1) on one figure.
+# ENGINES_ARGS passes options through, e.g. make bench-engines ENGINES_ARGS="--threads 1 --limit 10".
 bench-engines: $(STAMP) setup-llama-cpp
-	$(BIN)/python bench/engines.py
+	$(BIN)/python bench/engines.py $(ENGINES_ARGS)
 
 clean:
 	rm -rf $(VENV) reports
