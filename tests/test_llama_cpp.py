@@ -228,3 +228,11 @@ def test_sweep_takes_the_engine_as_an_axis(tmp_path, monkeypatch):
     shared = dict(target=gguf, draft="prompt-lookup", gamma="2", temperature="0", task=str(task), limit=1)
     one = SweepGrid.from_specs(**shared, max_new_tokens=12)
     assert [c for c, _ in cell_ids(one)] == [c.removesuffix("-especbench") for c in cells if "specbench" in c]
+
+
+def test_report_setup_names_the_engine_and_its_version():
+    from specbench.report.render import _engine_text
+
+    info = {"engine": "llama-cpp", "engine_version": "0.3.36", "threads": 2, "model_desc": "llama 256M Q4_1"}
+    assert _engine_text(info) == "llama-cpp (llama-cpp-python 0.3.36, 2 threads, llama 256M Q4_1)"
+    assert _engine_text(None) is None and _engine_text({}) is None  # torch runs: no engine line

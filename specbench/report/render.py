@@ -429,10 +429,21 @@ def _manifest_facts(m: Manifest) -> list[tuple[str, str | None]]:
     )
     return [
         ("target", target),
+        ("engine", _engine_text(m.engine)),
         ("hardware", describe(m.hardware) if m.hardware else None),
         ("versions", _versions_text(m.versions)),
         ("git commit", m.git_commit),
     ]
+
+
+def _engine_text(engine: dict | None) -> str | None:
+    """--engine llama-cpp runs: 'llama-cpp (llama-cpp-python 0.3.36, 2 threads, llama 256M Q4_1)'; None for torch."""
+    if not isinstance(engine, dict) or not engine:
+        return None
+    return (
+        f"{engine.get('engine')} (llama-cpp-python {engine.get('engine_version')}, {engine.get('threads')} threads, "
+        f"{engine.get('model_desc')})"
+    )
 
 
 def _sweep_line(doc: dict) -> str:
