@@ -434,6 +434,52 @@ def perplexity_claim(rows: list[dict]) -> Claim:
     return Claim(claim, f"{HOLDS}: no difference at power ≥ {ENOUGH_POWER}", numbers, "perplexity")
 
 
+# --------------------------------------------------------------------------- QUALITY HOOK (helper E's function)
+# The quality claim's verdict comes from evidence/perplexity.nll_equivalence: a paired TOST on per-example mean NLL
+# differences (same prompt and seed) against a margin in nats/token. Several runs need no level split
+# (intersection-union). Where no run has paired scores, the Mann-Whitney verdict above stands.
+
+
+def quality_equivalences(data: ReportData) -> list[tuple[str, object]]:
+    """(run_id, Equivalence) for every T > 0 run whose examples carry both engines' `nll` (paired by example)."""
+    from specbench.evidence.perplexity import nll_equivalence
+
+    out = []
+    for _, r in data.runs.iterrows():
+        ex = data.examples.get(r["run_dir"]) if "run_dir" in r else None
+        if float(r["temperature"]) == 0.0 or ex is None or "nll.baseline" not in ex or "nll.speculative" not in ex:
+            continue
+        eq = nll_equivalence(list(ex["nll.baseline"]), list(ex["nll.speculative"]))
+        if eq.n >= 2:
+            out.append((str(r["run_id"]), eq))
+    return out
+
+
+def quality_claim(data: ReportData, rows: list[dict]) -> Claim:
+    """The perplexity claim judged by paired equivalence (holds when every run's TOST holds, does not hold when any
+    run's 90 % interval lies beyond the margin, else inconclusive with the pairs that would decide it); the
+    Mann-Whitney numbers stay beside it. Without paired scores: perplexity_claim alone."""
+    base = perplexity_claim(rows)
+    found = quality_equivalences(data) if len(data.runs) else []
+    if not found:
+        return base
+    outcomes = [eq.verdict for _, eq in found]
+    sentences = "; ".join(f"{run}: {eq.sentence()}" for run, eq in found)
+    if FAILS in outcomes:
+        verdict = f"{FAILS}: a run's mean NLL differs beyond the margin (paired TOST)"
+    elif all(o == HOLDS for o in outcomes):
+        verdict = f"{HOLDS}: every run's mean NLL lies within the margin of the baseline's (paired TOST)"
+    else:
+        need = max((eq.n_needed or 0) for _, eq in found)
+        verdict = f"{UNSURE}: the paired 90 % interval straddles the margin" + (
+            f"; about {need:,} examples per engine would reach power 0.8: "
+            f"{COMMANDS['perplexity'].replace('--limit 32', f'--limit {need}')}"
+            if need
+            else ""
+        )
+    return Claim(base.claim, verdict, f"paired TOST: {sentences}; U test: {base.numbers}", base.figure)
+
+
 def examples_needed(check) -> str:
     """What to run for power 0.8 against the stated shift: the shift a U test detects with power 0.8 falls as 1/√N,
     so N × (detectable shift ÷ stated shift)² examples per engine would do (the run's own spread of NLL)."""
@@ -467,7 +513,7 @@ def claims(data: ReportData, rows: list[dict] | None = None, margin: float | Non
         with_and_without(axis_claim, runs, "prompt_length", data, margin),
         with_and_without(axis_claim, runs, "batch_size", data, margin),
         with_and_without(size_claim, runs, target_params(data), data, margin),
-        perplexity_claim(perplexity_rows(data) if rows is None else rows),
+        quality_claim(data, perplexity_rows(data) if rows is None else rows),
     ]
 
 
