@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.specbench-setup
 
-.PHONY: setup run test test-wheel claims bench bench-auto bench-noise bench-ray setup-llama-cpp bench-engines clean
+.PHONY: setup run test test-wheel claims bench bench-auto bench-noise bench-noise-record bench-ray setup-llama-cpp bench-engines clean
 
 $(STAMP): pyproject.toml scripts/setup.sh
 	scripts/setup.sh
@@ -13,8 +13,9 @@ setup: $(STAMP)
 
 # The embedded default: SmolLM2-135M-Instruct, greedy, on one offline translation and one offline
 # summarization task. Draft, dtype and γ are chosen on *this* machine (calibrated pass costs + an
-# untimed pilot; the reasons are printed): the best configuration depends on the hardware.
-DEFAULT_JOB := --draft auto --dtype auto --gamma auto --limit 10 --repeats 2
+# untimed pilot; the reasons are printed): the best configuration depends on the hardware. 20 examples: intervals
+# half as wide as at 10; the auto choice prints its prediction (`auto: predicted 1.52× [1.31, 1.74]`) before timing.
+DEFAULT_JOB := --draft auto --dtype auto --gamma auto --limit 20 --repeats 2
 run: $(STAMP)
 	$(BIN)/specbench run --task ding-de-en $(DEFAULT_JOB)
 	$(BIN)/specbench run --task aclsum $(DEFAULT_JOB)
@@ -51,9 +52,15 @@ bench: $(STAMP)
 bench-auto: $(STAMP)
 	$(BIN)/python bench/auto_vs_sweep.py --job "$(DEFAULT_JOB)" --sweep-repeats 1
 
-# A CPU hog started half-way through a run must be flagged (suspect_timing), an idle run must not.
+# The noise alarm's false-alarm and detection rates from the shipped idle probe series
+# (specbench/measure/noise_idle.json), then a CPU hog started half-way through a run must be flagged
+# (suspect_timing), an idle run must not. Record the idle series on a quiet machine (~30 min):
+#   make bench-noise-record
 bench-noise: $(STAMP)
 	$(BIN)/python bench/noise.py
+
+bench-noise-record: $(STAMP)
+	$(BIN)/python bench/noise.py record --runs 20 --limit 20
 
 # Ray's own cost per sweep cell (issue 17): each cell under Ray beside its twin in a plain local process,
 # at every CPU per cell and at one (~7 min each on 2 cores); needs the ray extra.

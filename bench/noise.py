@@ -1,6 +1,13 @@
-"""`make bench-noise`: does `specbench run` flag a run whose machine got busy half-way?
+"""`make bench-noise`: the noise alarm's false-alarm and detection rates, and a real hog run.
 
-Two runs of the same small configuration, back to back, each in its own `specbench run`
+`python bench/noise.py record --runs 20` (on a quiet machine: nothing else running) runs `specbench run` idle that
+many times and ships what it saw as specbench/measure/noise_idle.json: every run's probe series (ms, in order), its
+paired repeat speedups and steal share, the machine's name, and the thresholds per probe count that give ≤ 1 %
+false alarms per run (measure/noise.thresholds_from_idle). Without that file the fixed default rule applies.
+
+`python bench/noise.py` (make bench-noise): from the shipped series, the false-alarm rate per probe count with each
+run's series left out of the table that judges it, and the share of runs with a sustained 1.3× slowdown flagged;
+then two real runs: of the same small configuration, back to back, each in its own `specbench run`
 process: a control on the idle machine, and one during which this script starts a CPU hog
 (one busy-loop process per core) a few seconds into the measurement and stops it when the
 run ends. The goal: the hog run's summary says `suspect_timing: true` (and its output prints
@@ -43,6 +50,8 @@ def specbench_run(results: Path, args, hog_after: float | None) -> tuple[dict, s
         "prompt-lookup",
         "--gamma",
         "3",
+        "--repeats",
+        "2",
         "--results-dir",
         str(results),
         "--json",
@@ -69,10 +78,102 @@ def specbench_run(results: Path, args, hog_after: float | None) -> tuple[dict, s
     return json.loads(out), err, time.perf_counter() - t0
 
 
+COUNTS = [6, 11, 16, 21, 31, 41]  # probe counts (examples + 1) the table covers
+
+
+def idle_record(results: Path, args) -> dict:
+    """One idle `specbench run` → its probe series, paired repeat speedups and steal share."""
+    from specbench.measure import noise
+    from specbench.measure.records import read_examples, read_records
+
+    summary, _, secs = specbench_run(results, args, None)
+    run = results / summary["run_id"]
+    rows = read_records(run / "noise_probes.jsonl")
+    records = read_examples(run / "examples.jsonl")
+    return {
+        "probes_ms": [r["ms"] for r in rows],
+        "paired_speedups": noise.paired_speedups(records),
+        "steal_share": noise.steal_share(rows),
+        "seconds": secs,
+        "hardware": summary.get("hardware"),
+    }
+
+
+def record(args) -> None:
+    """`record`: idle runs → specbench/measure/noise_idle.json (atomic), with thresholds and rates."""
+    from specbench.files import atomic_write_json
+    from specbench.measure import noise
+
+    load = os.getloadavg()[0]
+    cores = os.cpu_count() or 1
+    if load > 0.5 * cores:
+        print(
+            f"warning: load average {load:.1f} on {cores} cores: this machine is not idle; the series will be too slow"
+        )
+    root = Path(tempfile.mkdtemp(prefix="specbench-idle-"))
+    runs = []
+    try:
+        for i in range(args.runs):
+            runs.append(idle_record(root / f"r{i}", args))
+            print(f"idle run {i + 1}/{args.runs}: {len(runs[-1]['probes_ms'])} probes, {runs[-1]['seconds']:.0f} s")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    series = [r["probes_ms"] for r in runs]
+    table = noise.thresholds_from_idle(series, COUNTS)
+    doc = {
+        "machine": runs[0]["hardware"],
+        "recorded": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": f"specbench run --task {args.task} --limit {args.limit} --draft prompt-lookup --gamma 3 --repeats 2",
+        "load_average_at_start": load,
+        "false_alarm_target": noise.FALSE_ALARM,
+        "thresholds": {str(m): t for m, t in table.items()},
+        "rates": rates(series, table),
+        "runs": runs,
+    }
+    atomic_write_json(noise.IDLE_FILE, doc)
+    print(f"wrote {noise.IDLE_FILE}")
+    print_rates(doc)
+
+
+def rates(series: list[list[float]], table: dict[int, float]) -> dict:
+    """Per probe count: false alarms with each series left out of the table that judges it (cross-validated), and
+    the share of runs with a sustained 1.3× slowdown from a quarter to half-way on that are flagged."""
+    from specbench.measure import noise
+
+    out = {}
+    for m in table:
+        fa = []
+        for i in range(len(series)):
+            rest = series[:i] + series[i + 1 :]
+            held = noise.thresholds_from_idle(rest, [m]) if len(rest) >= 2 else table
+            if m in held and len(series[i]) >= noise.BLOCK:
+                fa.append(noise.false_alarm_rate([series[i]], held, m))
+        out[str(m)] = {
+            "false_alarm_rate": sum(fa) / len(fa) if fa else None,
+            "detection_rate_1.3x": noise.detection_rate(series, table, m, 1.3),
+        }
+    return out
+
+
+def print_rates(doc: dict) -> None:
+    print(f"idle series: {len(doc['runs'])} runs recorded {doc['recorded']} on {doc['machine']}")
+    for m, r in doc["rates"].items():
+        fa, det = r["false_alarm_rate"], r["detection_rate_1.3x"]
+        print(
+            f"{m:>3} probes: threshold {float(doc['thresholds'][m]):.3f}×  false alarms "
+            f"{'—' if fa is None else f'{100 * fa:.2f} %'} (goal ≤ 1 %)  sustained 1.3× flagged {100 * det:.1f} % "
+            f"(goal ≥ 90 %)"
+        )
+    steal = [r["steal_share"] for r in doc["runs"] if r.get("steal_share") is not None]
+    print(f"steal time: {'not given by this kernel' if not steal else f'max {100 * max(steal):.2f} % of CPU'}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("mode", nargs="?", choices=["check", "record"], default="check")
+    parser.add_argument("--runs", type=int, default=20, help="record: idle runs to record")
     parser.add_argument("--task", default="ding-de-en")
-    parser.add_argument("--limit", type=int, default=6)
+    parser.add_argument("--limit", type=int, default=None, help="examples per run (record: 20, check: 6)")
     parser.add_argument(
         "--hog-after",
         type=float,
@@ -81,6 +182,17 @@ def main() -> None:
         "i.e. after loading and calibration, half-way through the examples)",
     )
     args = parser.parse_args()
+    if args.mode == "record":
+        args.limit = args.limit or 20
+        record(args)
+        return
+    args.limit = args.limit or 6
+    from specbench.measure import noise
+
+    try:
+        print_rates(json.loads(noise.IDLE_FILE.read_text()))
+    except (OSError, ValueError, KeyError):
+        print(f"no idle series shipped ({noise.IDLE_FILE}); record them with: python bench/noise.py record --runs 20")
     root = Path(tempfile.mkdtemp(prefix="specbench-noise-"))
     try:
         rows = []

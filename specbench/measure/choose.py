@@ -66,6 +66,9 @@ class AutoChoice:
     draft_ms: dict[str, dict[str, float]]  # dtype → draft → ms per draft token (model drafts only)
     pilots: dict[str, PilotResult]
     candidates: list[Candidate] = field(default_factory=list)
+    loop_costs: dict | None = None  # dtype → prediction.LoopCosts as a dict (the replay pilot, T = 0)
+    prediction: dict | None = None  # the chosen configuration's held-out prediction (prediction.Prediction)
+    runner_up: dict | None = None  # the best other (draft, dtype) and its held-out prediction (--auto-control)
 
     def c(self, dtype: str | None = None, draft: str | None = None) -> float:
         dtype, draft = dtype or self.dtype, draft or self.draft
@@ -92,6 +95,9 @@ class AutoChoice:
                 for k, v in self.pilots.items()
             },
             "candidates": [dataclasses.asdict(c) for c in self.candidates],
+            "loop_costs": self.loop_costs,
+            "prediction": self.prediction,
+            "runner_up": self.runner_up,
         }
 
     @staticmethod
@@ -120,6 +126,9 @@ class AutoChoice:
             draft_ms=d["draft_ms"],
             pilots=pilots,
             candidates=[Candidate(**c) for c in d["candidates"]],
+            loop_costs=d.get("loop_costs"),
+            prediction=d.get("prediction"),
+            runner_up=d.get("runner_up"),
         )
 
 

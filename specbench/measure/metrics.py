@@ -247,7 +247,7 @@ def median_example_speedup(records: list[dict]) -> float:
 
 def timing_noise(records: list[dict], probes: list[float] | None = None, drift: float | None = None) -> dict:
     """suspect_timing and timing_notes from the noise checks (measure/noise.py) and a sweep's baseline drift."""
-    from specbench.measure.noise import noise_verdict
+    from specbench.measure.noise import noise_verdict, paired_speedups
 
     token_ms = [
         1e3 * r["baseline"]["decode_s"] / (r["baseline"]["n_tokens"] - 1)
@@ -260,7 +260,7 @@ def timing_noise(records: list[dict], probes: list[float] | None = None, drift: 
         for e in ("baseline", "speculative")
         if len(x := r[e].get("repeat_s") or []) > 1 and min(x) > 0
     ]
-    notes = noise_verdict(probes or [], token_ms, repeats)
+    notes = noise_verdict(probes or [], token_ms, repeats, paired_speedups(records))
     if drift is not None and abs(drift - 1.0) > BASELINE_DRIFT_TOLERANCE:
         notes.append(f"the shared baseline, re-timed before this cell, took {drift:.2f}× its stored time")
     return {"suspect_timing": bool(notes), "timing_notes": notes}

@@ -15,13 +15,24 @@ Thresholds are loose, and a flag needs a *sustained* shift (several slow reading
 series' lower quartile) or one gross outlier: on an idle 2-core VM single passes vary by ±20 %
 and a probe now and then reads 1.5× (seen in `make run`, with nothing else running). A flag
 says "do not trust this speedup without a rerun", not "this speedup is wrong by x".
+
+Issue 31: with a recorded idle threshold table (IDLE_FILE, written by `python bench/noise.py record`) the probe
+rule is the table's, set per probe count for ≤ 1 % false alarms per idle run: the run's slowest stretch of a quarter
+of its probes over its quietest (single slow probes never flag). Two more signals: the two A B B A pairs of one
+example giving different speedups (what the user reads moved during the run), and CPU time stolen by the hypervisor
+(/proc/stat's steal column, read at every probe) beyond STEAL_LIMIT.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from functools import cache
+from pathlib import Path
+
+import numpy as np
 
 PROBE_PASSES = 5  # one-token passes per probe (median taken)
 SHIFT_TOLERANCE = 1.5  # a probe or an example's baseline ms/token beyond 1.5× the series' lower quartile is "slow"
@@ -61,15 +72,26 @@ def sustained(values: list[float], tolerance: float, gross: float) -> list[float
     return []
 
 
-def noise_verdict(probes: list[float], baseline_token_ms: list[float], repeat_ratios: list[float]) -> list[str]:
+def noise_verdict(
+    probes: list[float],
+    baseline_token_ms: list[float],
+    repeat_ratios: list[float],
+    paired_speedups: list[tuple[float, float]] | None = None,
+    steal: float | None = None,
+) -> list[str]:
     """Reasons to distrust the timings (empty = none found).
 
     probes: probe medians in time order (ms); baseline_token_ms: the baseline's decode ms per token
-    of each example; repeat_ratios: slowest ÷ fastest repeat of each (engine, example) timed more than once.
+    of each example; repeat_ratios: slowest ÷ fastest repeat of each (engine, example) timed more than once;
+    paired_speedups: per example, the speedups of its first and second A B B A pair (what the user reads);
+    steal: the share of CPU time the hypervisor stole during the run (/proc/stat), None where not given.
+    With a recorded idle threshold table (IDLE_FILE) the probe rule is the table's: the k-th slowest probe over
+    the lower quartile beyond the threshold for this many probes, set for ≤ 1 % false alarms per idle run.
     """
     reasons = []
     probes = [p for p in probes if p and p > 0]
-    slow = sustained(probes, SHIFT_TOLERANCE, GROSS_TOLERANCE)
+    table = idle_thresholds()
+    slow = sustained(probes, SHIFT_TOLERANCE, GROSS_TOLERANCE) if table is None else sustained_by_table(probes, table)
     if slow:
         first = next(i for i, p in enumerate(probes) if p in slow)
         reasons.append(
@@ -90,4 +112,165 @@ def noise_verdict(probes: list[float], baseline_token_ms: list[float], repeat_ra
             f"{len(bad)} of {len(repeat_ratios)} repeated decodes disagreed by up to {max(bad):.2f}× "
             f"(same engine, same example)"
         )
+    split = disagreeing_pairs(paired_speedups or [])
+    if split:
+        reasons.append(
+            f"{len(split)} of {len(paired_speedups)} examples gave speedups up to {max(split):.2f}× apart in their two "
+            f"A B B A pairs: the speedup itself moved during the run"
+        )
+    if steal is not None and steal > STEAL_LIMIT:
+        reasons.append(f"the hypervisor stole {100 * steal:.1f} % of CPU time during the run (/proc/stat steal)")
     return reasons
+
+
+# --------------------------------------------------------------------------- paired repeats, steal time
+
+STEAL_LIMIT = 0.05  # more stolen CPU time than this share of the run's is a flag on its own
+
+
+def paired_speedups(records: Iterable[dict]) -> list[tuple[float, float]]:
+    """Per example timed twice per engine (A B B A), the speedups of pair 1 (first baseline, first speculative) and
+    pair 2 (second of each): the same example's speedup measured twice, seconds apart."""
+    out = []
+    for r in records:
+        b, s = r["baseline"].get("repeat_s") or [], r["speculative"].get("repeat_s") or []
+        if len(b) >= 2 and len(s) >= 2 and min(b[:2] + s[:2]) > 0:
+            out.append((b[0] / s[0], b[1] / s[1]))
+    return out
+
+
+def disagreeing_pairs(pairs: list[tuple[float, float]]) -> list[float]:
+    """Ratios (larger ÷ smaller) of the pairs that disagree: beyond REPEAT_TOLERANCE for at least 2 examples and
+    MIN_SHARE of them, or one beyond REPEAT_GROSS; [] otherwise."""
+    ratios = [max(a, b) / min(a, b) for a, b in pairs if a > 0 and b > 0]
+    bad = [r for r in ratios if r > REPEAT_TOLERANCE]
+    if any(r > REPEAT_GROSS for r in bad) or len(bad) >= max(2, MIN_SHARE * len(ratios)):
+        return bad
+    return []
+
+
+def steal_counters(path: str = "/proc/stat") -> dict:
+    """{"steal": ticks, "cpu_total": ticks} from the kernel's cumulative CPU line; {} where it does not say
+    (no /proc/stat, or a kernel without the steal column). psutil's cpu_times().steal where /proc/stat is missing."""
+    try:
+        fields = Path(path).read_text().splitlines()[0].split()
+        if fields[0] == "cpu" and len(fields) > 8:
+            ticks = [int(x) for x in fields[1:9]]  # user nice system idle iowait irq softirq steal
+            return {"steal": ticks[7], "cpu_total": sum(ticks)}
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import psutil
+
+        t = psutil.cpu_times()
+        if hasattr(t, "steal"):
+            return {"steal": t.steal, "cpu_total": sum(t)}
+    except ImportError:
+        pass
+    return {}
+
+
+def steal_share(rows: list[dict]) -> float | None:
+    """Stolen ÷ total CPU time between the first and the last probe row that carry steal counters."""
+    marked = [
+        r for r in rows if isinstance(r.get("steal"), (int, float)) and isinstance(r.get("cpu_total"), (int, float))
+    ]
+    if len(marked) < 2:
+        return None
+    total = marked[-1]["cpu_total"] - marked[0]["cpu_total"]
+    return (marked[-1]["steal"] - marked[0]["steal"]) / total if total > 0 else None
+
+
+# --------------------------------------------------------------------------- thresholds from idle probe series
+
+IDLE_FILE = Path(__file__).with_name("noise_idle.json")  # bench/noise.py record writes it: series + machine
+FALSE_ALARM = 0.01  # per run
+WINDOWS = 4000  # synthetic idle runs per probe count (block bootstrap of the recorded series)
+BLOCK = 4  # probes per block: keeps the drift of neighbouring probes together
+
+
+def shift_window(m: int) -> int:
+    """Probes a sustained shift must cover to count: a quarter of the run, at least 8 (one slow probe, or a few
+    scattered, never move a window's median far)."""
+    return max(8, m // 4)
+
+
+def shift_ratio(probes: list[float], w: int) -> float:
+    """The slowest stretch over the quietest: the largest median of w consecutive probes ÷ the smallest one (0 when
+    fewer than w probes). Spikes move a median little; a hog's sustained load moves every median it covers."""
+    if len(probes) < w:
+        return 0.0
+    medians = [statistics.median(probes[i : i + w]) for i in range(len(probes) - w + 1)]
+    return max(medians) / min(medians)
+
+
+def idle_runs(series: list[list[float]], m: int, n: int = WINDOWS, seed: int = 0) -> list[list[float]]:
+    """n synthetic idle runs of m probes: blocks of BLOCK consecutive probes drawn from the recorded idle series
+    (each series normalised by its own median, so machines of one class pool), concatenated."""
+    rng = np.random.default_rng(seed)
+    norm = [np.asarray(s, float) / np.median(s) for s in series if len(s) >= BLOCK]
+    if not norm:
+        raise ValueError(f"no idle series of at least {BLOCK} probes")
+    blocks = [s[i : i + BLOCK] for s in norm for i in range(len(s) - BLOCK + 1)]
+    runs = []
+    for _ in range(n):
+        picks = rng.integers(0, len(blocks), size=-(-m // BLOCK))
+        runs.append(list(np.concatenate([blocks[i] for i in picks])[:m]))
+    return runs
+
+
+def thresholds_from_idle(series: list[list[float]], counts: list[int], rate: float = FALSE_ALARM) -> dict[int, float]:
+    """Per probe count m: the threshold on shift_ratio(·, shift_window(m)) that idle runs exceed with probability
+    `rate` (their (1 − rate) quantile)."""
+    return {
+        m: float(np.quantile([shift_ratio(r, shift_window(m)) for r in idle_runs(series, m)], 1 - rate)) for m in counts
+    }
+
+
+def false_alarm_rate(series: list[list[float]], table: dict[int, float], m: int, seed: int = 1) -> float:
+    """Share of synthetic idle runs of m probes (a different seed from the one that set the table) flagged."""
+    runs = idle_runs(series, m, seed=seed)
+    return sum(bool(sustained_by_table(r, table)) for r in runs) / len(runs)
+
+
+def detection_rate(
+    series: list[list[float]], table: dict[int, float], m: int, slowdown: float = 1.3, seed: int = 2
+) -> float:
+    """Share of synthetic runs of m probes flagged when a sustained `slowdown` starts at a random probe between a
+    quarter and half of the run and lasts to its end (bench/noise.py's hog, started part-way)."""
+    rng = np.random.default_rng(seed)
+    runs = idle_runs(series, m, seed=seed)
+    hits = 0
+    for r in runs:
+        onset = int(rng.integers(m // 4, m // 2 + 1))
+        hits += bool(sustained_by_table([v * (slowdown if i >= onset else 1.0) for i, v in enumerate(r)], table))
+    return hits / len(runs)
+
+
+def threshold_for(table: dict[int, float], m: int) -> float:
+    """The table's threshold for m probes: its own entry, else the nearest count below (stricter), else the least."""
+    below = [k for k in table if k <= m]
+    return table[max(below)] if below else table[min(table)]
+
+
+def sustained_by_table(probes: list[float], table: dict[int, float]) -> list[float]:
+    """The slow probes when the run's slowest stretch (shift_window probes in a row) sat beyond the table's threshold
+    over its quietest, or one probe beyond GROSS_TOLERANCE× the lower quartile; [] otherwise (single slow probes
+    are ignored)."""
+    if len(probes) < 4:
+        return []
+    ref = lower_quartile(probes)
+    t = threshold_for(table, len(probes))
+    if shift_ratio(probes, shift_window(len(probes))) > t or max(probes) > GROSS_TOLERANCE * ref:
+        return [p for p in probes if p > t * ref]
+    return []
+
+
+@cache
+def idle_thresholds(path: Path = IDLE_FILE) -> dict[int, float] | None:
+    """The shipped threshold table (probe count → threshold) recorded on idle runs; None when none is shipped."""
+    try:
+        data = json.loads(path.read_text())
+        return {int(k): float(v) for k, v in data["thresholds"].items()} or None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None

@@ -274,6 +274,25 @@ def choose_on_this_machine(
         on_status(f"pilot: {draft} on {len(pilot_prepared)} untimed examples")
         return run_pilot(first, config, draft, pilot_prepared, corpus, max_new)
 
+    from specbench.measure import auto_pilot  # T = 0: calibrate on real loop steps, replay-pilot, predict (issue 31)
+
+    replay = auto_pilot.can_replay(first, config, drafts, corpus)
+    pool = auto_pilot.replay_pool(spec, config, examples) if replay else []
+    if pool:
+        choice = auto_pilot.choose_by_replay(
+            config,
+            dtypes=dtypes,
+            drafts=drafts,
+            session_for=session_for,
+            pool=prepare_examples(spec, pool, first.target, max_new),
+            corpus=corpus,
+            max_new=max_new,
+            calibrate_dtype=calibrate_dtype,
+            n_run=len(examples),
+            bf16_note=bf16_note if config.dtype == AUTO else None,
+            on_status=on_status,
+        )
+        return choice, sessions[choice.dtype]
     choice = choose(
         config,
         dtypes=dtypes,

@@ -136,6 +136,30 @@ def auto_summary(manifest: dict) -> dict | None:
     }
 
 
+def steal_note(root: Path, metrics: dict) -> dict:
+    """suspect_timing and its note when the hypervisor stole more than noise.STEAL_LIMIT of the CPU between the
+    run's first and last probe (the probe rows carry /proc/stat's counters); {} otherwise."""
+    from specbench.measure.noise import noise_verdict, steal_share
+
+    notes = noise_verdict([], [], [], steal=steal_share(read_records(root / "noise_probes.jsonl", noise_probe_problem)))
+    if not notes or "timing_notes" not in metrics:
+        return {}
+    return {"suspect_timing": True, "timing_notes": metrics["timing_notes"] + notes}
+
+
+def auto_prediction_fields(manifest: dict, measured: float | None) -> dict:
+    """The auto choice's prediction made before timing (measure/prediction.py) and measured ÷ predicted."""
+    from specbench.measure.prediction import ratio_to_prediction
+
+    pred = (manifest.get("auto") or {}).get("prediction") or {}
+    speedup = pred.get("speedup")
+    return {
+        "auto_predicted_speedup": speedup,
+        "auto_predicted_interval": [pred.get("low"), pred.get("high")] if pred else None,
+        "auto_prediction_ratio": ratio_to_prediction(measured, speedup),
+    }
+
+
 def summary_memory(files: RunFiles, memory: Callable[[], dict] | None) -> dict:
     """The peak memory of this call's measuring, or (a call that measured nothing) the one the summary holds."""
     if memory is not None:
@@ -156,6 +180,7 @@ def write_summary(
 
     drift = baseline_drift(files)
     metrics = summarize(records, config.draft_gamma, config.sampling.greedy, read_probes(files.root), drift)
+    metrics.update(steal_note(files.root, metrics))
     if config.batch_size > 1:
         metrics.update(
             batch_prediction(records, config.draft_gamma, manifest.get("batch_calibration"), config.batch_policy)
@@ -186,6 +211,7 @@ def write_summary(
             **metrics,
             "baseline_drift": drift,
             "auto": auto_summary(manifest),
+            **auto_prediction_fields(manifest, metrics.get("speedup_geomean")),
             "hardware": describe(manifest.get("hardware")),
             "quality": quality(spec, records, config.sampling),
             **summary_memory(files, memory),

@@ -35,6 +35,7 @@ from specbench.measure.engines import (
 from specbench.measure.memory import peak_memory, reset_peak_memory
 from specbench.measure.metrics import first_divergence
 from specbench.measure.nll import example_nll
+from specbench.measure.noise import steal_counters
 from specbench.measure.numerics import explain_example
 from specbench.measure.planning import RunPlan, prepare_run
 from specbench.measure.records import (
@@ -89,6 +90,8 @@ def _measure_locked(plan: RunPlan, on_start, on_example, baseline_store: dict | 
     config, files, target = plan.config, plan.files, plan.session.target
     repair_jsonl(files.examples)
     records = read_examples(files.examples)  # a line of the wrong shape is skipped (warned), never summarized
+    if records and not files.summary.exists():  # killed between a record and its summary: rebuild it first
+        write_summary(files, config, plan.spec, records, plan.manifest, None)
     done = {r["example_id"] for r in records}
     todo = [p for p in plan.prepared if p.example.id not in done]
     on_start(len(plan.prepared), len(plan.prepared) - len(todo))
@@ -103,7 +106,8 @@ def _measure_locked(plan: RunPlan, on_start, on_example, baseline_store: dict | 
         engines.warm_up(todo[0].prompt_ids, max(len(p.prompt_ids) for p in plan.prepared) + plan.max_new_tokens)
         if baseline_store is not None:
             probe_shared_baseline(engines, todo[0], config.seed, plan.max_new_tokens, baseline_store, files)
-        append_jsonl(probe_file, {"after": None, "ms": probe_target(plan.session, plan.prepared[0].prompt_ids)})
+        ms = probe_target(plan.session, plan.prepared[0].prompt_ids)
+        append_jsonl(probe_file, {"after": None, "ms": ms, **steal_counters()})
     for item in todo:
         seed = example_seed(config.seed, item.example.id)
         base = None if baseline_store is None else baseline_store.get(item.example.id)
@@ -161,7 +165,8 @@ def _measure_locked(plan: RunPlan, on_start, on_example, baseline_store: dict | 
             turns=log.records(target.tokenizer),
         )
         append_record(files.examples, record)
-        append_jsonl(probe_file, {"after": item.example.id, "ms": probe_target(plan.session, item.prompt_ids)})
+        ms = probe_target(plan.session, item.prompt_ids)
+        append_jsonl(probe_file, {"after": item.example.id, "ms": ms, **steal_counters()})  # steal: /proc/stat
         records.append(asdict(record))
         write_summary(files, config, plan.spec, records, plan.manifest, memory)
         on_example(records[-1])

@@ -598,6 +598,57 @@ def _claim_figures(runs, params: dict | None, perplexity: list[dict] | None, tak
     return plan
 
 
+PREDICTION_CAPTION = (
+    "Each auto run's end-to-end speedup predicted before timing (x: on pilot examples that did not choose the "
+    "configuration, with its 95 % prediction interval) against the speedup it measured (y: geometric mean over "
+    "examples, BCa 95 % interval). On the diagonal the prediction was right; the band is ±10 %."
+)
+
+
+def _interval(value) -> tuple[float, float]:
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        return num(value[0]), num(value[1])
+    return math.nan, math.nan
+
+
+def fig_prediction(runs) -> object:
+    """Predicted (auto_predicted_speedup) against measured (speedup_geomean) for every auto run, with intervals."""
+    fig = _new_figure(6.0, 5.0)
+    ax = fig.subplots()
+    labels = [f"{t} · {d} γ{g}" for t, d, g in zip(runs["task"], runs["draft"], runs["gamma"])]
+    colors = _colors(sorted(set(labels)))
+    lo_all, hi_all = [], []
+    for (_, row), label in zip(runs.iterrows(), labels):
+        x, y = num(row["auto_predicted_speedup"]), num(row.get("speedup_geomean"))
+        if math.isnan(x) or math.isnan(y):
+            continue
+        xl, xh = _interval(row.get("auto_predicted_interval"))
+        yl, yh = _interval(row.get("speedup_geomean_ci95"))
+        xerr = [[x - xl], [xh - x]] if not math.isnan(xl) else None
+        yerr = [[y - yl], [yh - y]] if not math.isnan(yl) else None
+        ax.errorbar(x, y, xerr=xerr, yerr=yerr, fmt="o", color=colors[label], capsize=3, label=label)
+        lo_all += [v for v in (x, y, xl, yl) if not math.isnan(v)]
+        hi_all += [v for v in (x, y, xh, yh) if not math.isnan(v)]
+    lo, hi = (min(lo_all) * 0.9, max(hi_all) * 1.1) if lo_all else (0.5, 2.0)
+    ax.plot([lo, hi], [lo, hi], "--", color="0.3", lw=1.0, label="measured = predicted")
+    ax.fill_between([lo, hi], [0.9 * lo, 0.9 * hi], [1.1 * lo, 1.1 * hi], color="0.85", alpha=0.5, lw=0)
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel("predicted speedup (before timing, held-out pilot examples)")
+    ax.set_ylabel("measured speedup (geometric mean over the run's examples)")
+    ax.set_title("Auto choice: predicted vs measured speedup")
+    ax.legend(fontsize=7, loc="upper left")
+    return fig
+
+
+def _auto_runs(runs):
+    """The runs that carry an auto prediction (None when there are none)."""
+    if "auto_predicted_speedup" not in runs:
+        return None
+    sel = runs[runs["auto_predicted_speedup"].map(num).notna()]
+    return sel if len(sel) else None
+
+
 def _figure_plan(
     runs, curves: list[dict] | None, params: dict | None = None, perplexity: list[dict] | None = None
 ) -> list[tuple]:
@@ -620,6 +671,9 @@ def _figure_plan(
         for i, task in enumerate(sorted(fixed["task"].unique()))
     ]
     plan.append((fig_time_split, runs, "time_per_token", "Time per token", TIME_CAPTION))
+    auto_runs = _auto_runs(runs)
+    if auto_runs is not None:
+        plan.append((fig_prediction, auto_runs, "auto_prediction", "Auto: predicted vs measured", PREDICTION_CAPTION))
     qrows = quality_rows(runs)
     if qrows:
         plan.append((fig_quality, qrows, "quality", "Output quality", QUALITY_CAPTION))

@@ -1,0 +1,327 @@
+"""`--draft/--dtype/--gamma auto` at T = 0: calibrate on real decode-loop steps, replay-pilot, choose on one half,
+predict on the other.
+
+Phases (each reported through on_status / on_progress so the CLI can show its own bar):
+  1. calibration, per candidate dtype: the bare pass-cost curve t(k) (calibration.calibrate, kept for the report
+     and the adaptive policy), then a plain decode and one speculative decode per candidate draft in the real loop
+     on one untimed example, giving LoopCosts (measure/prediction.py);
+  2. pilot: untimed examples *after* the run's in the task's seeded order (disjoint from the timed ones), each
+     decoded once by the target plus one teacher-forced pass per model draft, every (draft, γ) replayed
+     (measure/pilot.py), until α's standard error is ≤ TARGET_SE for the leading candidates or the cap;
+  3. choice on the even pilot examples, the end-to-end speedup predicted on the odd ones, with an interval.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from specbench.config import RunConfig
+from specbench.decoding.autoregressive import decode_autoregressive
+from specbench.decoding.speculative import decode_speculative
+from specbench.measure import pilot as pl
+from specbench.measure import prediction as pr
+from specbench.measure.choose import (
+    AutoChoice,
+    Candidate,
+    PilotResult,
+    candidate_gammas,
+    chosen_gamma,
+    explain,
+    requested_auto,
+)
+from specbench.measure.engines import Prepared, Session, example_seed, make_generator
+
+Progress = Callable[[str, int, int], None]  # (phase, done, total)
+
+
+def can_replay(session: Session, config: RunConfig, drafts: list[str], corpus: list[list[int]]) -> bool:
+    """Whether every candidate draft can be piloted by replay in this session."""
+    seq2seq = bool(getattr(session.target_lm(), "is_seq2seq", False))
+    return getattr(session, "backend", None) == "eager" and all(
+        pl.replayable(session.proposer(d, corpus), config.sampling.greedy, config.draft_confidence, seq2seq)
+        for d in drafts
+    )
+
+
+def plain_decode(session: Session, item: Prepared, config: RunConfig, max_new: int):
+    t = session.target
+    return decode_autoregressive(
+        session.target_lm(),
+        item.prompt_ids,
+        max_new_tokens=max_new,
+        sampling=config.sampling,
+        generator=make_generator(t.device, example_seed(config.seed, item.example.id)),
+        eos_ids=t.eos_ids,
+        decoder_start_id=t.decoder_start_id,
+    )
+
+
+def spec_decode(session: Session, proposer, item: Prepared, config: RunConfig, gamma: int, max_new: int):
+    t = session.target
+    return decode_speculative(
+        session.target_lm(),
+        proposer,
+        item.prompt_ids,
+        gamma=gamma,
+        max_new_tokens=max_new,
+        sampling=config.sampling,
+        generator=make_generator(t.device, example_seed(config.seed, item.example.id)),
+        eos_ids=t.eos_ids,
+        decoder_start_id=t.decoder_start_id,
+    )
+
+
+LOOP_REPEATS = 2  # real decodes per engine in the loop calibration (their sums are used)
+
+
+def measure_loop_costs(
+    session: Session,
+    drafts: list[str],
+    item: Prepared,
+    config: RunConfig,
+    max_new: int,
+    bare_ms: dict[int, float],
+    corpus: list[list[int]],
+) -> pr.LoopCosts:
+    """Step costs from real decodes of one untimed example: the plain loop's step and prefill, each draft's call
+    (or lookup search) and per-step remainder, and the loop's verify ÷ the bare curve (one factor per dtype)."""
+    gamma = max(config.gamma_max, 1)
+    plain_decode(session, item, config, 8)  # allocations, kernel selection
+    base = [plain_decode(session, item, config, max_new) for _ in range(LOOP_REPEATS)]
+    decoded = sum(max(len(r.token_ids) - 1, 0) for r in base)
+    step_ms = 1e3 * sum(r.decode_s for r in base) / decoded if decoded else bare_ms[1]
+    prefill_ms = 1e3 * sum(r.prefill_s for r in base) / len(base)
+    runs = {}
+    for d in drafts:
+        proposer = session.proposer(d, corpus)
+        spec_decode(session, proposer, item, config, gamma, 8)
+        runs[d] = [spec_decode(session, proposer, item, config, gamma, max_new) for _ in range(LOOP_REPEATS)]
+    verify_s = sum(r.verify_s for rs in runs.values() for r in rs)
+    passes = [k for rs in runs.values() for r in rs for k in r.pass_lengths]
+    factor = pr.loop_verify_factor(verify_s, passes, bare_ms)
+    call_ms, lookup_ms, overhead_ms = {}, {}, {}
+    for d, rs in sorted(runs.items(), key=lambda kv: "+" in kv[0]):  # pure model drafts before hybrids
+        draft_s = sum(r.draft_s for r in rs)
+        calls = sum(r.draft_calls for r in rs)
+        steps = sum(r.target_calls for r in rs)
+        overhead_ms[d] = 1e3 * sum(r.decode_s - r.draft_s - r.verify_s for r in rs) / max(steps, 1)
+        own_model = d.split("+", 1)[1] if "+" in d else None
+        if calls and own_model in call_ms:  # a hybrid: its model's call as measured alone, the rest is lookup
+            call_ms[d] = call_ms[own_model]
+            lookup_ms[d] = max(0.0, 1e3 * draft_s - calls * call_ms[d]) / max(steps, 1)
+        elif calls:
+            call_ms[d] = 1e3 * draft_s / calls
+        else:
+            lookup_ms[d] = 1e3 * draft_s / max(steps, 1)
+    return pr.LoopCosts(
+        dtype=session.dtype,
+        step_ms=step_ms,
+        prefill_ms=prefill_ms,
+        verify_ms={k: factor * v for k, v in bare_ms.items()},
+        draft_call_ms=call_ms,
+        lookup_ms=lookup_ms,
+        overhead_ms=overhead_ms,
+        verify_factor=factor,
+    )
+
+
+def trace_example(session: Session, item: Prepared, config: RunConfig, max_new: int, drafts, corpus) -> pl.Trace:
+    """One pilot example: the target's greedy decode in the real loop, then each model draft's teacher-forced
+    guesses along it."""
+    res = plain_decode(session, item, config, max_new)
+    n = len(res.token_ids)
+    trace = pl.Trace(
+        example_id=item.example.id,
+        prompt_ids=list(item.prompt_ids),
+        output=list(res.token_ids),
+        budget=max_new,
+        prefill_ms=1e3 * res.prefill_s,
+        step_ms=1e3 * res.decode_s / (n - 1) if n > 1 else float("nan"),
+    )
+    for d in drafts:
+        _, draft_lm = pl.draft_parts(session.proposer(d, corpus))
+        if draft_lm is not None:
+            trace.guesses[d], trace.draft_prefill_ms[d] = pl.teacher_forced_guesses(
+                draft_lm, item.prompt_ids, trace.output
+            )
+    return trace
+
+
+class Replays:
+    """Every (trace, draft, γ) replay, computed once; prompt lookup's proposal memoised per position."""
+
+    def __init__(self, lookups: dict[str, pl.Lookup | None], gamma_max: int):
+        self.lookups, self.gamma_max = lookups, gamma_max
+        self.memo: dict[tuple, list[pl.Step]] = {}
+        self.found: dict[tuple, list[int]] = {}
+
+    def lookup_for(self, i: int, draft: str) -> pl.Lookup | None:
+        lookup = self.lookups[draft]
+        if lookup is None:
+            return None
+
+        def memo(tokens: list[int], g: int) -> list[int]:
+            key = (i, draft, len(tokens))
+            if key not in self.found:
+                self.found[key] = lookup(tokens, self.gamma_max)
+            return self.found[key][:g]
+
+        return memo
+
+    def steps(self, i: int, trace: pl.Trace, draft: str, gamma: int) -> list[pl.Step]:
+        key = (i, draft, gamma)
+        if key not in self.memo:
+            self.memo[key] = pl.replay(trace, gamma, self.lookup_for(i, draft), trace.guesses.get(draft))
+        return self.memo[key]
+
+
+def candidate_times(replays, traces, idx, draft, gamma, costs: pr.LoopCosts, scale: float):
+    return [pr.example_times(traces[i], replays.steps(i, traces[i], draft, gamma), draft, costs, scale) for i in idx]
+
+
+def rank(replays, traces, idx, drafts, gammas, costs: dict[str, pr.LoopCosts], scales) -> list[Candidate]:
+    """Every (draft, dtype, γ) over the pilot examples `idx`, fastest absolute ms per token first."""
+    rows = []
+    tokens = [len(traces[i].output) for i in idx]
+    for dtype, c in costs.items():
+        for d in drafts:
+            for g in gammas:
+                if g + 1 not in c.verify_ms:
+                    continue
+                times = candidate_times(replays, traces, idx, d, g, c, scales[dtype])
+                logs = pr.log_speedups(times)
+                s = math.exp(sum(logs) / len(logs)) if logs else float("nan")
+                rows.append(Candidate(d, dtype, g, s, pr.ms_per_token(times, tokens)))
+    return sorted(rows, key=lambda r: (r.ms_per_token, r.gamma))
+
+
+def alpha_counts(replays, traces, idx, draft, gamma):
+    return [pl.alpha_counts(replays.steps(i, traces[i], draft, gamma)) for i in idx]
+
+
+def choose_by_replay(
+    config: RunConfig,
+    *,
+    dtypes: list[str],
+    drafts: list[str],
+    session_for: Callable[[str], Session],
+    pool: list[Prepared],
+    corpus: list[list[int]],
+    max_new: int,
+    calibrate_dtype,
+    n_run: int,
+    bf16_note: str | None = None,
+    on_status: Callable[[str], None] = lambda msg: None,
+    on_progress: Progress = lambda phase, done, total: None,
+) -> AutoChoice:
+    """Calibrate (bare curve + real loop) per dtype, replay-pilot on `pool` until α's SE allows, choose on the
+    even pilot examples, predict the chosen configuration on the odd ones."""
+    calibrations, draft_ms, costs = {}, {}, {}
+    for i, dtype in enumerate(dtypes):
+        on_progress("calibration", i, len(dtypes))
+        calibrations[dtype], draft_ms[dtype] = calibrate_dtype(dtype, drafts)
+        on_status(f"calibrating {dtype}: real decode-loop steps (plain, and each draft at γ {config.gamma_max})")
+        costs[dtype] = measure_loop_costs(
+            session_for(dtype), drafts, pool[0], config, max_new, calibrations[dtype].target_ms, corpus
+        )
+    on_progress("calibration", len(dtypes), len(dtypes))
+    pilot_dtype = dtypes[-1]
+    first = session_for(pilot_dtype)
+    scales = {d: costs[d].step_ms / costs[pilot_dtype].step_ms for d in dtypes}
+    gammas = candidate_gammas(config)
+    replays = Replays({d: pl.draft_parts(first.proposer(d, corpus))[0] for d in drafts}, max(gammas))
+    traces: list[pl.Trace] = []
+    se: dict[str, float] = {}
+    leaders: list[Candidate] = []
+    cap = min(pl.PILOT_CAP, len(pool))
+    on_status(f"pilot: up to {cap} untimed examples until α's standard error ≤ {pl.TARGET_SE}")
+    for item in pool[:cap]:
+        on_progress("pilot", len(traces), cap)
+        traces.append(trace_example(first, item, config, max_new, drafts, corpus))
+        idx = list(range(len(traces)))
+        if len(traces) < min(pl.PILOT_MIN, cap) and len(traces) < cap:
+            continue
+        ranked = rank(replays, traces, idx, drafts, gammas, costs, scales)
+        leaders = ranked[: pl.LEADERS]
+        se = {_key(c): pl.alpha_se(alpha_counts(replays, traces, idx, c.draft, c.gamma)) for c in leaders}
+        if pl.pilot_done(se, [_key(c) for c in leaders], len(traces)):
+            break
+    on_progress("pilot", len(traces), len(traces))
+    choose_idx, predict_idx = pr.halves(len(traces))
+    if not predict_idx:  # a one-example pilot: nothing held out
+        predict_idx = choose_idx
+    ranked = rank(replays, traces, choose_idx, drafts, gammas, costs, scales)
+    best = ranked[0]
+    prediction = predict(replays, traces, predict_idx, best, costs, scales, n_run)
+    runner_up = next((c for c in ranked[1:] if (c.draft, c.dtype) != (best.draft, best.dtype)), None)
+    pilots = {}
+    for d in drafts:
+        g = best.gamma if d == best.draft else max(gammas)
+        counts = alpha_counts(replays, traces, range(len(traces)), d, g)
+        steps = sum(len(replays.steps(i, traces[i], d, g)) for i in range(len(traces)))
+        pilots[d] = PilotResult(
+            draft=d,
+            alpha=pl.pooled_alpha(counts),
+            steps=steps,
+            lookup_law=None,
+            model_fills=d in traces[0].guesses if traces else False,
+            examples=[t.example_id for t in traces],
+        )
+    se_reached = max(se.values()) if se else float("inf")
+    stop = (
+        f"α's standard error ≤ {pl.TARGET_SE} for the {len(se)} leading candidates (largest {se_reached:.3f})"
+        if se_reached <= pl.TARGET_SE
+        else f"cap reached: α's standard error {se_reached:.3f} (wanted ≤ {pl.TARGET_SE})"
+    )
+    requested = requested_auto(config)
+    reasons = explain(config, best, ranked, calibrations, pilots, bf16_note)
+    reasons.append(
+        f"pilot: {len(traces)} untimed examples (none of the timed ones), every draft replayed along the target's "
+        f"greedy output; {stop}; chosen on {len(choose_idx)}, predicted on the other {len(predict_idx)}"
+    )
+    reasons.append(
+        f"{prediction.line()} (end to end, geometric mean over examples; loop costs: plain step "
+        f"{costs[best.dtype].step_ms:.1f} ms, verify ×{costs[best.dtype].verify_factor:.2f} the bare pass)"
+    )
+    choice = AutoChoice(
+        requested=requested,
+        dtype=best.dtype,
+        draft=best.draft,
+        gamma=chosen_gamma(config, best.gamma),
+        policy_gamma=best.gamma,
+        reasons=reasons,
+        calibrations=calibrations,
+        draft_ms=draft_ms,
+        pilots=pilots,
+        candidates=ranked,
+    )
+    choice.loop_costs = {d: c.to_dict() for d, c in costs.items()}
+    choice.prediction = prediction.to_dict() | {"alpha_se": se_reached if math.isfinite(se_reached) else None}
+    if runner_up is not None:
+        choice.runner_up = {
+            "draft": runner_up.draft,
+            "dtype": runner_up.dtype,
+            "gamma": runner_up.gamma,
+            **predict(replays, traces, predict_idx, runner_up, costs, scales, n_run).to_dict(),
+        }
+    return choice
+
+
+def _key(c: Candidate) -> str:
+    return f"{c.draft}|{c.dtype}|{c.gamma}"
+
+
+def predict(replays, traces, idx, cand: Candidate, costs, scales, n_run: int) -> pr.Prediction:
+    times = candidate_times(replays, traces, idx, cand.draft, cand.gamma, costs[cand.dtype], scales[cand.dtype])
+    return pr.prediction_interval(pr.log_speedups(times), n_run)
+
+
+def replay_pool(spec, config: RunConfig, examples: list) -> list:
+    """Pilot candidates: the task's examples after the run's in its seeded order, none of the timed ones, up to
+    PILOT_CAP; [] when the task has none left (the runner's own pilot is used then)."""
+    from specbench.tasks.specs import select_examples
+
+    timed = {e.id for e in examples}
+    more = select_examples(spec, len(examples) + pl.PILOT_CAP + len(timed), config.seed)
+    return [e for e in more if e.id not in timed][: pl.PILOT_CAP]

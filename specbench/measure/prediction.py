@@ -1,0 +1,126 @@
+"""Predict what a run measures: the end-to-end speedup of a configuration, with a prediction interval.
+
+The run's primary measure is the geometric mean over examples of baseline time ÷ speculative time, prefill
+included (metrics.primary_metrics). So the prediction is made per pilot example, end to end:
+    baseline    = prefill + (n − 1) · u
+    speculative = prefill + draft prefill + Σ_steps (model calls · d + v(γ' + 1) + lookup + o) · u / b
+from the example's own replayed steps (measure/pilot.py: the output's real length, where it ends, the budget's
+cut of γ, per-source acceptance of a hybrid) and step costs measured on *real decode-loop steps* (LoopCosts: a
+plain decode's step b, a draft call d, a verify over k tokens with its cache update v(k) = the bare pass curve
+scaled to the loop's own verify time, the per-step remainder o), not bare forward passes, which cost 27–62 % less
+than the loop's steps on the 2-core EPYC (issue 31). u is the example's own plain step (its context length).
+
+No winner's curse: the configuration is chosen on one half of the pilot (`choose_half`) and its speedup predicted
+on the other half only. The interval is a prediction interval for the run's geometric mean over `n_run` new
+examples: exp(m ± t · s · √(1/n_B + 1/n_run)) from the held-out per-example log speedups (mean m, sd s, n_B of them).
+It covers the spread of examples; it does not cover a machine that changes speed between pilot and run.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+from scipy import stats
+
+from specbench.measure.pilot import Step, Trace
+
+LEVEL = 0.95
+
+
+@dataclass
+class LoopCosts:
+    """One dtype's step costs, measured on real decode-loop steps (ms)."""
+
+    dtype: str
+    step_ms: float  # a plain decode's step (decode_s ÷ decoded tokens)
+    prefill_ms: float  # that decode's prefill
+    verify_ms: dict[int, float]  # k → a verify pass over k tokens with its cache update
+    draft_call_ms: dict[str, float] = field(default_factory=dict)  # draft spec → one draft-model call in the loop
+    lookup_ms: dict[str, float] = field(default_factory=dict)  # draft spec → prompt lookup's search per step
+    overhead_ms: dict[str, float] = field(default_factory=dict)  # draft spec → per step, outside draft and verify
+    verify_factor: float = 1.0  # loop verify ÷ bare pass (what the bare curve was scaled by)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["verify_ms"] = {str(k): v for k, v in self.verify_ms.items()}
+        return d
+
+    @staticmethod
+    def from_dict(d: dict) -> LoopCosts:
+        return LoopCosts(**(d | {"verify_ms": {int(k): float(v) for k, v in d["verify_ms"].items()}}))
+
+
+def loop_verify_factor(verify_s: float, pass_lengths: list[int], bare_ms: dict[int, float]) -> float:
+    """The real loop's verify time ÷ what the bare passes of the same sizes cost (1.0 when nothing to compare)."""
+    bare = sum(bare_ms[k] for k in pass_lengths if k in bare_ms) / 1e3
+    return verify_s / bare if bare > 0 and verify_s > 0 else 1.0
+
+
+def example_times(trace: Trace, steps: list[Step], draft: str, costs: LoopCosts, scale: float) -> tuple[float, float]:
+    """(baseline ms, speculative ms) of one example under one configuration (pure). `scale`: this dtype's step
+    and prefill over the pilot dtype's (the traces were decoded in one dtype)."""
+    n = len(trace.output)
+    u = trace.step_ms * scale if math.isfinite(trace.step_ms) and trace.step_ms > 0 else costs.step_ms
+    prefill = trace.prefill_ms * scale
+    base = prefill + (n - 1) * u
+    d = costs.draft_call_ms.get(draft, 0.0)
+    look = costs.lookup_ms.get(draft, 0.0)
+    o = costs.overhead_ms.get(draft, 0.0)
+    decode = sum(s.model_calls * d + costs.verify_ms[s.offered + 1] + look + o for s in steps)
+    spec = prefill + trace.draft_prefill_ms.get(draft, 0.0) * scale + decode * u / costs.step_ms
+    return base, spec
+
+
+@dataclass
+class Prediction:
+    """The held-out prediction for the chosen configuration."""
+
+    speedup: float  # geometric mean of the held-out examples' predicted speedups
+    low: float
+    high: float
+    n_held_out: int
+    n_run: int
+    level: float = LEVEL
+
+    def line(self) -> str:
+        return f"auto: predicted {self.speedup:.2f}× [{self.low:.2f}, {self.high:.2f}]"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def prediction_interval(log_speedups: list[float], n_run: int, level: float = LEVEL) -> Prediction:
+    """Geometric mean and a prediction interval for the geometric mean of `n_run` new examples (pure)."""
+    x = np.asarray([v for v in log_speedups if math.isfinite(v)], float)
+    if len(x) == 0:
+        return Prediction(float("nan"), float("nan"), float("nan"), 0, n_run, level)
+    m = float(x.mean())
+    if len(x) < 2:
+        return Prediction(math.exp(m), float("nan"), float("nan"), 1, n_run, level)
+    half = stats.t.ppf(0.5 + level / 2, len(x) - 1) * float(x.std(ddof=1)) * math.sqrt(1 / len(x) + 1 / max(n_run, 1))
+    return Prediction(math.exp(m), math.exp(m - half), math.exp(m + half), len(x), n_run, level)
+
+
+def halves(n: int) -> tuple[list[int], list[int]]:
+    """Pilot indices to choose on (even) and to predict on (odd): both halves span the pilot's order."""
+    return list(range(0, n, 2)), list(range(1, n, 2))
+
+
+def ms_per_token(times: list[tuple[float, float]], tokens: list[int]) -> float:
+    """Σ speculative ms ÷ Σ tokens: the absolute cost the choice minimises (comparable across dtypes)."""
+    return sum(s for _, s in times) / max(1, sum(tokens))
+
+
+def log_speedups(times: list[tuple[float, float]]) -> list[float]:
+    return [math.log(b / s) for b, s in times if b > 0 and s > 0]
+
+
+def ratio_to_prediction(measured: float | None, predicted: float | None) -> float | None:
+    """measured ÷ predicted (None when either is missing or not positive)."""
+    if measured is None or predicted is None:
+        return None
+    if not (math.isfinite(measured) and math.isfinite(predicted)) or measured <= 0 or predicted <= 0:
+        return None
+    return measured / predicted

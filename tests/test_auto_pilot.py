@@ -1,0 +1,163 @@
+"""The T = 0 replay pilot (measure/pilot.py) reproduces decode_speculative step by step, and the prediction's
+pieces (measure/prediction.py) are what they claim: a held-out geometric mean with a prediction interval."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from conftest import VOCAB, sharpen, tiny_llama
+
+from specbench.config import SamplingConfig
+from specbench.decoding.autoregressive import decode_autoregressive
+from specbench.decoding.cached_model import CachedModel
+from specbench.decoding.drafts.hybrid import HybridDraft
+from specbench.decoding.drafts.model import ModelDraft
+from specbench.decoding.drafts.prompt_lookup import PromptLookupDraft
+from specbench.decoding.speculative import decode_speculative
+from specbench.measure import pilot as pl
+from specbench.measure import prediction as pr
+
+GREEDY = SamplingConfig()
+CPU = torch.device("cpu")
+EOS = frozenset([2])
+
+
+def trace_for(target, draft_model, prompt, max_new):
+    res = decode_autoregressive(
+        CachedModel(target), prompt, max_new_tokens=max_new, sampling=GREEDY, generator=None, eos_ids=EOS
+    )
+    trace = pl.Trace("x", prompt, list(res.token_ids), max_new, 1.0, 1.0)
+    if draft_model is not None:
+        trace.guesses["m"], _ = pl.teacher_forced_guesses(CachedModel(draft_model), prompt, trace.output)
+    return trace
+
+
+def drafts(draft_model):
+    return {
+        "lookup": lambda: PromptLookupDraft(VOCAB, CPU),
+        "model": lambda: ModelDraft(draft_model, "m"),
+        "hybrid": lambda: HybridDraft(PromptLookupDraft(VOCAB, CPU), ModelDraft(draft_model, "m"), "lookup+m"),
+    }
+
+
+@pytest.mark.parametrize("kind", ["lookup", "model", "hybrid"])
+@pytest.mark.parametrize("max_new", [7, 40])
+def test_replay_matches_the_real_decode_step_by_step(kind, max_new):
+    # target and draft share most weights (a draft close to the target accepts often) so that acceptance varies;
+    # prompts repeat a motif so that lookup finds matches. 3 prompts × γ 1..6; any mismatch fails.
+    target = sharpen(tiny_llama(0), 4.0)
+    draft_model = sharpen(tiny_llama(0), 4.0)
+    with torch.no_grad():
+        for p in draft_model.model.layers[-1].parameters():
+            p.add_(0.02 * torch.randn_like(p))
+    seen_partial = False
+    for prompt in ([5, 17, 99, 3, 5, 17, 99, 3, 250], [9, 8, 7, 9, 8, 7, 9, 8], [31, 7, 64, 12, 400, 31, 7]):
+        trace = trace_for(target, draft_model, prompt, max_new)
+        for gamma in range(1, 7):
+            proposer = drafts(draft_model)[kind]()
+            real = decode_speculative(
+                CachedModel(target),
+                proposer,
+                prompt,
+                gamma=gamma,
+                max_new_tokens=max_new,
+                sampling=GREEDY,
+                generator=None,
+                eos_ids=EOS,
+            )
+            lookup = pl.draft_parts(proposer)[0]
+            steps = pl.replay(trace, gamma, lookup, trace.guesses["m"] if kind != "lookup" else None)
+            assert real.token_ids == trace.output
+            assert [s.offered + 1 for s in steps] == real.pass_lengths, (kind, gamma, prompt)
+            assert [s.accepted for s in steps if s.offered] == real.accept_lengths
+            assert sum(s.model_calls for s in steps) == real.draft_calls
+            assert pl.alpha_counts(steps) == (real.accepted, real.trials)
+            seen_partial |= 0 < real.accepted < real.drafted
+    # at 40 tokens the check saw steps that were partly rejected, not only all-or-nothing ones
+    assert seen_partial or max_new < 10
+
+
+def test_replay_with_wrong_guesses_is_caught():
+    # negative control: guesses shifted by one position must not reproduce the real decode
+    target, draft_model = sharpen(tiny_llama(0), 4.0), sharpen(tiny_llama(0), 4.0)
+    prompt = [5, 17, 99, 3, 250, 31]
+    trace = trace_for(target, draft_model, prompt, 30)
+    real = decode_speculative(
+        CachedModel(target),
+        ModelDraft(draft_model, "m"),
+        prompt,
+        gamma=4,
+        max_new_tokens=30,
+        sampling=GREEDY,
+        generator=None,
+        eos_ids=EOS,
+    )
+    shifted = [-1, -1] + trace.guesses["m"][1:-1]
+    steps = pl.replay(trace, 4, None, shifted)
+    assert [s.accepted for s in steps if s.offered] != real.accept_lengths
+
+
+def test_alpha_se_shrinks_with_examples_and_pilot_stops_on_it():
+    rng = np.random.default_rng(1)
+
+    def counts(n):  # per-example α spread like the issue's (0.37–0.95)
+        out = []
+        for _ in range(n):
+            a = rng.uniform(0.4, 0.95)
+            t = int(rng.integers(10, 40))
+            out.append((int(rng.binomial(t, a)), t))
+        return out
+
+    six = counts(6)
+    small, large = pl.alpha_se(six), pl.alpha_se(six * 10)  # the same examples, 10× as many: ~√10 = 3.2× less
+    assert 2.5 < small / large < 4.0
+    assert pl.alpha_se([(10, 20)] * 8) == 0.0  # every example alike: no error
+    assert pl.alpha_se([(3, 5)]) == math.inf
+    assert not pl.pilot_done({"a": 0.01}, ["a"], pl.PILOT_MIN - 1)
+    assert pl.pilot_done({"a": 0.01}, ["a"], pl.PILOT_MIN)
+    assert not pl.pilot_done({"a": 0.01, "b": 0.04}, ["a", "b"], pl.PILOT_MIN)
+    assert pl.pilot_done({"a": 0.9}, ["a"], pl.PILOT_CAP)
+
+
+def test_prediction_interval_covers_the_run_geomean():
+    # 2000 simulated (pilot half, run) pairs: held-out n 10, run n 20, log speedups N(0.3, 0.25²);
+    # the 95 % prediction interval must cover the run's geometric mean 93–97 % of the time (binomial sd 0.5 %).
+    rng = np.random.default_rng(0)
+    hits = 0
+    for _ in range(2000):
+        p = pr.prediction_interval(list(rng.normal(0.3, 0.25, 10)), 20)
+        run = math.exp(rng.normal(0.3, 0.25, 20).mean())
+        hits += p.low <= run <= p.high
+    assert 0.93 <= hits / 2000 <= 0.97
+    # negative control: an interval for the mean alone (no term for the run's own examples) under-covers a run
+    # of 5 examples (expected ~77 %); the prediction interval still covers it
+    hits = hits_pi = 0
+    for _ in range(2000):
+        x = rng.normal(0.3, 0.25, 10)
+        half = 2.262 * x.std(ddof=1) / math.sqrt(10)
+        run = rng.normal(0.3, 0.25, 5).mean()
+        p = pr.prediction_interval(list(x), 5)
+        hits_pi += p.low <= math.exp(run) <= p.high
+        hits += abs(run - x.mean()) <= half
+    assert hits / 2000 < 0.85 and 0.93 <= hits_pi / 2000 <= 0.97
+
+
+def test_example_times_prices_prefill_steps_and_draft_costs():
+    trace = pl.Trace("x", [1, 2, 3], [4, 5, 6, 7, 8], 10, prefill_ms=50.0, step_ms=20.0, draft_prefill_ms={"m": 5.0})
+    costs = pr.LoopCosts("float32", 20.0, 50.0, {1: 20.0, 2: 24.0, 3: 28.0}, {"m": 4.0}, {}, {"m": 1.0})
+    steps = [pl.Step(2, 2, 2), pl.Step(2, 2, 1)]  # 3 + 2 = 4 tokens after the first
+    base, spec = pr.example_times(trace, steps, "m", costs, 1.0)
+    assert base == 50 + 4 * 20
+    assert spec == pytest.approx(50 + 5 + 2 * (2 * 4 + 28 + 1))
+    base2, spec2 = pr.example_times(trace, steps, "m", costs, 2.0)  # a dtype twice as slow: both sides double
+    assert (base2, spec2) == pytest.approx((2 * base, 2 * spec))
+
+
+def test_ratio_to_prediction():
+    assert pr.ratio_to_prediction(1.5, 1.2) == pytest.approx(1.25)
+    assert pr.ratio_to_prediction(None, 1.2) is None
+    assert pr.ratio_to_prediction(float("nan"), 1.2) is None
+    assert pr.loop_verify_factor(0.13, [2, 2], {2: 50.0}) == pytest.approx(1.3)
