@@ -71,6 +71,32 @@ def temp_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp{os.getpid()}")
 
 
+def remove_stale_temps(folder: Path) -> list[str]:
+    """Delete the temporary files (temp_path's `.<name>.tmp<pid>`) in `folder` left by processes that are gone (a
+    kill between writing a file and renaming it) → their names. A live process's temporary is left alone."""
+    removed = []
+    for path in folder.glob(".*.tmp*"):
+        pid = path.name.rpartition(".tmp")[2]
+        if not pid.isdigit() or _alive(int(pid)) or not path.is_file() or path.is_symlink():
+            continue
+        with contextlib.suppress(OSError):
+            path.unlink()
+            removed.append(path.name)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process, or no way to ask: keep its file
+        return True
+    return True
+
+
 @contextlib.contextmanager
 def replacing(path: Path) -> Iterator[Path]:
     """Yield a temporary path to write; on success it atomically replaces `path`, on any failure it is removed.

@@ -512,8 +512,8 @@ def test_report_and_export_skip_the_same_impossible_values_and_list_them(tiny_mo
 
 
 def test_distill_refuses_an_unknown_device_in_one_line(tmp_path):
-    line = one_line_error(invoke(*DISTILL[:-2], "--device", "tpu", "--out", str(tmp_path / "d")))
-    assert "--device must be one of" in line and not (tmp_path / "d").exists()
+    line = one_line_error(invoke(*DISTILL[:-2], "--device", "tpu", "--out", str(tmp_path / "d")), code=2)
+    assert "'tpu' is not one of" in line and not (tmp_path / "d").exists()
 
 
 def test_an_unwritable_cache_is_one_line(tmp_path, monkeypatch):
@@ -597,3 +597,54 @@ def test_a_refused_run_leaves_no_folder_and_the_lock_is_reentrant(tmp_path):
     with claimed_run_dir(root):
         (root / "manifest.json").write_text("{}")
     assert (root / "manifest.json").exists()  # a folder with a run in it stays
+
+
+# --------------------------------------------------------------------------- 12. kills between a record and its summary
+
+
+def test_a_resume_rebuilds_a_missing_summary_and_sweeps_dead_temporaries(tiny_models, three_prompts, tmp_path):
+    from specbench.measure.records import unsummarized_runs
+
+    results = tmp_path / "R"
+    assert invoke(*run_command(tiny_models, three_prompts, results, "--limit", "2")).exit_code == 0
+    run = results / "x"
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").unlink()  # killed after a record's append, before the summary's write
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = run / f".summary.json.tmp{int(dead.stdout)}"  # killed at the rename: its pid is gone now
+    stale.write_text("{}")
+    live = run / f".summary.json.tmp{os.getppid()}"  # a live process's temporary stays
+    live.write_text("{}")
+    [note] = unsummarized_runs([results])
+    assert "2 example record(s) but no summary.json" in note and "rebuild" in note
+
+    from specbench.measure.records import claimed_run_dir
+
+    with claimed_run_dir(run):
+        pass
+    assert not stale.exists() and live.exists()
+    live.unlink()
+    resumed = invoke(*run_command(tiny_models, three_prompts, results, "--limit", "2", "--json"))
+    assert resumed.exit_code == 0, resumed.output
+    rebuilt = json.loads((run / "summary.json").read_text())
+    assert rebuilt["n_examples"] == summary["n_examples"] == 2 and rebuilt["complete"]
+
+
+def test_an_interrupted_resume_still_leaves_a_summary(tiny_models, three_prompts, tmp_path, monkeypatch):
+    """A resume interrupted before its first new example wrote no summary: the summary is rebuilt first."""
+    import specbench.measure.runner as runner
+
+    results = tmp_path / "R"
+    assert invoke(*run_command(tiny_models, three_prompts, results, "--limit", "3")).exit_code == 0
+    run = results / "x"
+    lines = (run / "examples.jsonl").read_text().splitlines(keepends=True)
+    (run / "examples.jsonl").write_text("".join(lines[:2]))  # killed after the second record ...
+    (run / "summary.json").unlink()  # ... before the second summary was written
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "engine_order", interrupted)  # Ctrl-C before the third example finishes
+    result = invoke(*run_command(tiny_models, three_prompts, results, "--limit", "3"))
+    assert result.exit_code == 130, result.output
+    assert json.loads((run / "summary.json").read_text())["n_examples"] == 2

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from specbench.errors import SpecbenchError
-from specbench.files import append_jsonl, disk_error, open_nofollow, truncate_torn_tail
+from specbench.files import append_jsonl, disk_error, open_nofollow, remove_stale_temps, truncate_torn_tail
 
 SCHEMA_VERSION = 1
 
@@ -421,6 +421,7 @@ def claimed_run_dir(root: Path):
     prepare_run_dir(root)
     try:
         with run_lock(root):
+            remove_stale_temps(root)  # a kill at a rename left .summary.json.tmp<pid>; only the lock holder sweeps
             yield
     finally:
         if made and [p.name for p in root.iterdir()] in ([], [".lock"]):
@@ -848,12 +849,20 @@ def scan_runs(paths: list[Path]) -> tuple[list[dict], list[str]]:
 def unsummarized_runs(paths: list[Path]) -> list[str]:
     """A note for every run folder under `paths` with a manifest but no summary.json."""
     have = {s.parent for s in _found(paths, "summary.json")}
-    return [
-        f"{m.parent}: skipped, a run folder without summary.json (killed before its first example "
+    return [_unsummarized_note(m.parent) for m in _found(paths, "manifest.json") if m.parent not in have]
+
+
+def _unsummarized_note(run_dir: Path) -> str:
+    records, _ = scan_jsonl(run_dir / "examples.jsonl", example_problem)
+    if records:  # killed between a record's append and its summary's write: the resume rebuilds the summary first
+        return (
+            f"{run_dir}: skipped, {len(records)} example record(s) but no summary.json (killed before the summary "
+            f"was written); rerun its command to rebuild the summary and resume"
+        )
+    return (
+        f"{run_dir}: skipped, a run folder without summary.json (killed before its first example "
         f"finished?); rerun its command to resume it"
-        for m in _found(paths, "manifest.json")
-        if m.parent not in have
-    ]
+    )
 
 
 def load_runs(paths: list[Path]):
