@@ -1,9 +1,10 @@
-"""Every way a command line can be wrong ends as one line on stderr and exit code 1 (issue 19).
+"""Every way a command line can be wrong ends as one line on stderr (issue 19): exit code 2 for a bad command
+line, 1 for an error while running, as click does (issue 29).
 
 click's usage errors (a bad value, an unknown option or command, a missing argument) would
-otherwise print a three-line usage box with exit code 2; ours would print a traceback. Each
-case here checks the exit code, that the output is exactly one line, and the words that name
-the problem. Most need no model: they fail before anything loads.
+otherwise print a three-line usage box; ours would print a traceback. Each case here checks the
+exit code, that the output is exactly one line, and the words that name the problem. Most need
+no model: they fail before anything loads.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from specbench.errors import SpecbenchError
 FIXTURE_RESULTS = Path(__file__).parent / "fixtures" / "results_v0_1"
 
 
-def one_line_error(*args: str) -> str:
-    """Invoke; require exit 1 and a single output line starting with "error:"; return that line."""
+def one_line_error(*args: str, code: int = 1) -> str:
+    """Invoke; require exit `code` and a single output line starting with "error:"; return that line."""
     result = CliRunner().invoke(app, list(args))
     lines = result.output.strip().splitlines()
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == code, result.output
     assert len(lines) == 1, result.output
     assert lines[0].startswith("error: ") and "Traceback" not in result.output
     return lines[0]
@@ -50,13 +51,14 @@ USAGE_ERRORS = [
     (["run", "--gamma-ma", "3"], "no such option: --gamma-ma"),
     (["run", "--limit", "1", "2"], "unexpected extra argument"),
     (["run", "--top-p"], "'--top-p' requires an argument"),
-    (["export", "some-folder", "--format", "xlsx"], "--format must be csv, parquet or spec-bench (got 'xlsx')"),
+    (["export", "some-folder", "--format", "xlsx"], "'xlsx' is not one of 'csv', 'parquet', 'spec-bench'"),
+    (["run", "--device", "tpu"], "'tpu' is not one of 'auto', 'cpu', 'cuda', 'mps'"),
 ]
 
 
 @pytest.mark.parametrize("args,words", USAGE_ERRORS, ids=[" ".join(a) for a, _ in USAGE_ERRORS])
-def test_usage_errors_are_one_line_and_exit_1(args, words):
-    line = one_line_error(*args)
+def test_usage_errors_are_one_line_and_exit_2(args, words):
+    line = one_line_error(*args, code=2)
     assert words in line
     if "must be" not in words:  # click's errors point at the help that shows the fix
         assert line.endswith(" --help")
@@ -202,6 +204,7 @@ def test_hf_assisted_with_a_model_free_draft_leaves_no_run_folder(tmp_path, task
         "cpu",
         "--results-dir",
         str(results),
+        code=2,
     )
     assert "--engine hf-assisted needs a model draft" in line
     assert not results.exists() or not any(results.iterdir())
@@ -298,3 +301,29 @@ def test_a_missing_draft_fails_before_the_target_loads(tmp_path, task_file, monk
     )
     assert "no-such-draft" in line
     assert not (tmp_path / "res").exists() or list((tmp_path / "res").iterdir()) == []
+
+
+def test_a_runtime_error_exits_1_and_a_usage_error_2():
+    """Negative control for the codes: a command line that parses but names a folder that does not exist fails while
+    running (1); the same command with an unknown option never starts (2)."""
+    assert one_line_error("report", "/no/such/folder", code=1)
+    assert one_line_error("report", "/no/such/folder", "--nope", code=2)
+
+
+def test_version_and_choices_in_help():
+    from importlib.metadata import version
+
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0 and version("specbench-sd") in result.output
+    help_text = " ".join(CliRunner().invoke(app, ["run", "--help"]).output.split())
+    for listed in ("<auto|cpu|cuda|mps>", "<float32|bfloat16|float16|auto>", "<eager|static|compiled>", "--model"):
+        assert listed in help_text
+    assert "--num-speculative-tokens" in help_text
+
+
+def test_shell_completion_completes_choices():
+    """Completion is on: click's completion protocol answers with --device's choices."""
+    env = {"_SPECBENCH_COMPLETE": "complete_bash", "COMP_WORDS": "specbench run --device c", "COMP_CWORD": "3"}
+    result = CliRunner().invoke(app, [], env=env, prog_name="specbench")
+    words = result.output.split()
+    assert "cpu" in words and "cuda" in words and "mps" not in words, result.output

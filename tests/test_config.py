@@ -100,12 +100,13 @@ def tree(root) -> set[str]:
     return {str(p.relative_to(root)) for p in root.rglob("*")}
 
 
-def one_line_error(args, cwd=None, monkeypatch=None) -> str:
+def one_line_error(args, cwd=None, monkeypatch=None, code: int = 1) -> str:
+    """Exit `code` (2: options refused before anything ran; 1: refused while running) and one error line."""
     if cwd is not None:
         monkeypatch.chdir(cwd)
     result = CliRunner().invoke(app, list(args))
     text = result.output.strip()
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == code, result.output
     assert "Traceback" not in text and len(text.splitlines()) == 1 and text.startswith("error:"), text
     return text
 
@@ -153,7 +154,7 @@ def test_bad_sweep_ids_are_refused_and_write_nothing(task_file, tmp_path, monkey
 
 
 def test_gamma_far_too_large_is_one_line(models_dir, task_file, tmp_path):
-    text = one_line_error(run_args(models_dir, task_file, tmp_path, "--gamma", "1000000000"))
+    text = one_line_error(run_args(models_dir, task_file, tmp_path, "--gamma", "1000000000"), code=2)
     assert f"between 1 and {MAX_GAMMA}" in text
     assert not (tmp_path / "res").exists()
 
@@ -195,7 +196,7 @@ def test_gamma_beyond_the_target_context_is_refused(models_dir, task_file, tmp_p
 
 @pytest.mark.parametrize("value", ["inf", "nan", "-inf"])
 def test_non_finite_temperature_is_one_line(models_dir, task_file, tmp_path, value):
-    text = one_line_error(run_args(models_dir, task_file, tmp_path, "--temperature", value))
+    text = one_line_error(run_args(models_dir, task_file, tmp_path, "--temperature", value), code=2)
     assert "--temperature must be >= 0 and finite" in text
     assert not (tmp_path / "res").exists()
 

@@ -364,7 +364,7 @@ def test_baseline_store_persists_first_write_wins(tmp_path):
 @pytest.mark.parametrize("gamma", ["0", "3-1", "x"])
 def test_cli_bad_grid_is_one_line(gamma, tmp_path):
     result = CliRunner().invoke(app, ["sweep", "--gamma", gamma, "--results-dir", str(tmp_path)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a bad command line
     text = result.output.strip()
     assert text.startswith("error:") and "--gamma" in text and "Traceback" not in text
 

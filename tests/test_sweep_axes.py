@@ -282,7 +282,7 @@ def test_pair_misuse_is_one_line(tmp_path, task_file, extra, needle):
         *extra,
     ]
     result = CliRunner().invoke(app, args)
-    assert result.exit_code == 1 and needle in result.output and len(result.output.strip().splitlines()) == 1, (
+    assert result.exit_code == 2 and needle in result.output and len(result.output.strip().splitlines()) == 1, (
         result.output
     )
 

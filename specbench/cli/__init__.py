@@ -3,7 +3,9 @@
 Each command lives in its own module (run, sweep, report, verify, listing, setup, distill,
 export) and stays thin: options in, one library call, a rendered result out. Every failure,
 ours (`SpecbenchError`) or click's (a bad value, a missing argument, an unknown command),
-leaves through `OneLineErrors.main` as one line on stderr and exit code 1; `--help` exits 0.
+leaves through `OneLineErrors.main` (exit_code_of) as one line on stderr: exit code 2 for a bad
+command line (click's usage errors and our `UsageError`), 1 for an error while running, as click
+does; `--help` and `--version` exit 0. Shell completion: `specbench --install-completion`.
 
 Importing this package loads neither the trainer (specbench.distill) nor the report
 (specbench.report): the commands that need them import them when they run.
@@ -12,6 +14,7 @@ Importing this package loads neither the trainer (specbench.distill) nor the rep
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
 import warnings
 from collections.abc import Callable
@@ -21,9 +24,11 @@ from typer.core import TyperGroup
 
 from specbench.cli import distill, export, listing, report, run, setup, sweep, verify
 from specbench.cli.output import out, print_error, say, tolerate_any_encoding, warn
-from specbench.errors import SpecbenchError
+from specbench.errors import SpecbenchError, UsageError
 
 INTERRUPTED = 130  # typer turns Ctrl-C into this exit code
+USAGE = 2  # a bad command line, as click exits
+DISTRIBUTION = "specbench-sd"  # the name pip knows this package by (pyproject's [project] name)
 # Recent typer vendors click (typer._click), older typer raises click's own: take the exceptions from the
 # module typer's public BadParameter comes from, so we catch what this typer raises.
 click_errors = importlib.import_module(typer.BadParameter.__module__)
@@ -57,13 +62,16 @@ def exit_code_of(invoke: Callable[[], object]) -> int:
         return 0
     except click_errors.UsageError as exc:
         print_error(usage_line(exc))
-        return 1
+        return USAGE
     except click_errors.ClickException as exc:  # e.g. click's FileError
         print_error(sentence_case(exc.format_message()))
         return 1
     except typer.Abort:
         print_error("aborted")
         return 1
+    except UsageError as exc:
+        print_error(one_line(str(exc)))
+        return USAGE
     except SpecbenchError as exc:
         print_error(one_line(str(exc)))
         return 1
@@ -112,21 +120,64 @@ def sentence_case(text: str) -> str:
     return text[:1].lower() + text[1:] if text[1:2].islower() else text
 
 
+def version_text() -> str:
+    """`specbench --version`: the installed distribution's version (a source tree run without installing says so)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"specbench {version(DISTRIBUTION)} ({DISTRIBUTION})"
+    except PackageNotFoundError:
+        return f"specbench (not installed: pip install -e . or pip install {DISTRIBUTION})"
+
+
+def show_version(value: bool) -> None:
+    if value:
+        out.print(version_text(), highlight=False)
+        raise typer.Exit()
+
+
 app = typer.Typer(
     cls=OneLineErrors,
     name="specbench",
-    add_completion=False,
+    add_completion=True,
     no_args_is_help=True,
     rich_markup_mode=None,
     help="Benchmark and verify speculative decoding (Leviathan et al., ICML 2023).",
 )
-app.command("run")(run.run)
-app.command("sweep")(sweep.sweep)
-app.command("report")(report.report)
-app.command("verify")(verify.verify)
-app.command("export")(export.export)
-app.command("setup")(setup.setup)
-app.command("distill")(distill.distill_command)
+
+
+@app.callback()
+def root(
+    version: bool = typer.Option(
+        False, "--version", is_eager=True, callback=show_version, help="Print the version and exit."
+    ),
+) -> None:
+    """Benchmark and verify speculative decoding (Leviathan et al., ICML 2023)."""
+
+
+def with_example_block(doc: str | None) -> str | None:
+    """A command's docstring with its "Example: ..." lines gathered under "Examples:" as one block click prints
+    as written (a paragraph opened by \\b is not re-wrapped), one example a line, instead of running together."""
+    if not doc:
+        return doc
+    lines = inspect.cleandoc(doc).splitlines()
+    examples = [line.strip()[len("Example:") :].strip() for line in lines if line.strip().startswith("Example:")]
+    if not examples:
+        return doc
+    rest = "\n".join(line for line in lines if not line.strip().startswith("Example:")).rstrip()
+    return rest + "\n\nExamples:\n\n\b\n" + "\n".join(f"  {e}" for e in examples)
+
+
+for name, command in (
+    ("run", run.run),
+    ("sweep", sweep.sweep),
+    ("report", report.report),
+    ("verify", verify.verify),
+    ("export", export.export),
+    ("setup", setup.setup),
+    ("distill", distill.distill_command),
+):
+    app.command(name, help=with_example_block(command.__doc__))(command)
 app.add_typer(listing.list_app, name="list")
 app.add_typer(setup.data_app, name="data")
 

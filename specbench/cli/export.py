@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 import typer
 
 from specbench.cli.output import say, warn
-from specbench.errors import SpecbenchError
+from specbench.errors import SpecbenchError, UsageError
 from specbench.files import atomic_write_bytes
 
 FORMATS = ("csv", "parquet", "spec-bench")
@@ -23,9 +23,10 @@ Results = Annotated[
     list[Path], typer.Argument(help="Run folders, sweep folders or a results/ folder.", show_default=False)
 ]
 Format = Annotated[
-    str,
+    Literal["csv", "parquet", "spec-bench"],
     typer.Option(
         "--format",
+        case_sensitive=False,
         help="csv, parquet (needs pyarrow) or spec-bench (Spec-Bench's "
         "answer files, for its evaluation/speed.py and equal.py).",
     ),
@@ -98,8 +99,8 @@ def _num(x, digits: int) -> str:
 
 def check_destination(table_format: str, out_file: Path | None) -> None:
     """Every reason the table could not be written, before any result is read."""
-    if table_format not in FORMATS:
-        raise SpecbenchError(f"--format must be csv, parquet or spec-bench (got {table_format!r})")
+    if table_format not in FORMATS:  # click refuses these already; a direct call is checked here
+        raise UsageError(f"--format must be csv, parquet or spec-bench (got {table_format!r})")
     if table_format == "parquet" and importlib.util.find_spec("pyarrow") is None:
         raise SpecbenchError("--format parquet needs pyarrow: pip install pyarrow (or use --format csv)")
     if table_format == "parquet" and out_file is None:

@@ -2,18 +2,24 @@
 
 run, sweep, verify and distill share most of their options; defining each once keeps their
 names and help texts from drifting apart. Defaults stay at the command, where a reader of
-that command looks for them.
+that command looks for them. An option with a fixed set of values is a `Literal`: click lists
+the choices in `--help`, completes them in the shell and refuses anything else (exit code 2).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 import typer
 
 DEFAULT_TASK = "ding-de-en"
 
-Target = Annotated[str, typer.Option("--target", help="Target model: preset, hub id, local dir or .gguf file.")]
+Target = Annotated[
+    str,
+    typer.Option(
+        "--target", "--model", help="Target model: preset, hub id, local dir or .gguf file (--model: vLLM's name)."
+    ),
+]
 Draft = Annotated[
     str,
     typer.Option(
@@ -26,7 +32,9 @@ Gamma = Annotated[
     str,
     typer.Option(
         "--gamma",
-        help="Draft tokens per target pass: an integer >= 1; auto (the best γ "
+        "--num-speculative-tokens",
+        help="Draft tokens per target pass (--num-speculative-tokens: vLLM's name for a fixed γ): an integer "
+        ">= 1; auto (the best γ "
         "predicted from this machine's calibrated pass costs and a pilot's α); adaptive (each "
         "step's γ from the example's running α and the same costs); heuristic (HF's +2/−1 schedule).",
     ),
@@ -49,19 +57,24 @@ Task = Annotated[
 Limit = Annotated[int, typer.Option("--limit", help="Number of examples.")]
 Seed = Annotated[int, typer.Option("--seed", help="Seed for example choice and sampling.")]
 MaxNew = Annotated[Optional[int], typer.Option("--max-new-tokens", help="Tokens to generate (default: the task's).")]
-Device = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or mps.")]
+Device = Annotated[
+    Literal["auto", "cpu", "cuda", "mps"],
+    typer.Option("--device", case_sensitive=False, help="Where the models run (auto: cuda, else mps, else cpu)."),
+]
 Dtype = Annotated[
-    str,
+    Literal["float32", "bfloat16", "float16", "auto"],
     typer.Option(
         "--dtype",
+        case_sensitive=False,
         help="float32, bfloat16, float16, or auto (float32 vs bfloat16 "
         "where the hardware has native bf16, chosen by calibrated speed; printed, never silent).",
     ),
 ]
 Backend = Annotated[
-    str,
+    Literal["eager", "static", "compiled"],
     typer.Option(
         "--backend",
+        case_sensitive=False,
         help="How every model's forward runs: eager (dynamic KV cache), "
         "static (preallocated KV cache) or compiled (static + torch.compile; CUDA graphs on a GPU).",
     ),
@@ -84,17 +97,19 @@ BatchSize = Annotated[
     ),
 ]
 BatchPolicy = Annotated[
-    str,
+    Literal["ragged", "min"],
     typer.Option(
         "--batch-policy",
+        case_sensitive=False,
         help="At --batch-size > 1: ragged (each row keeps its own "
         "accepted prefix) or min (every row advances by the batch's minimum; an ablation).",
     ),
 ]
 PromptLength = Annotated[
-    str,
+    Literal["all", "short", "medium", "long"],
     typer.Option(
         "--prompt-length",
+        case_sensitive=False,
         help="all (every example; the default), or short, "
         "medium or long: the first --limit examples whose prompt falls in that "
         "tertile of the task's prompt tokens under the target's tokenizer.",
@@ -120,9 +135,10 @@ MaxMemory = Annotated[
     ),
 ]
 Executor = Annotated[
-    str,
+    Literal["local", "ray"],
     typer.Option(
         "--executor",
+        case_sensitive=False,
         help="Where sweep cells run: local (here, one after another) or "
         "ray (each cell on a Ray worker; pip install specbench-sd[ray]).",
     ),

@@ -28,6 +28,19 @@ def tolerate_any_encoding() -> None:
                 stream.reconfigure(errors="replace")
 
 
+@contextlib.contextmanager
+def options_checked():
+    """Around a command's option checks: what they refuse is a bad command line (exit code 2, as click's own)."""
+    from specbench.errors import SpecbenchError, UsageError
+
+    try:
+        yield
+    except UsageError:
+        raise
+    except SpecbenchError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def say(message: str) -> None:
     """One plain line on stderr (no markup, no wrapping: a long path stays one line)."""
     console.print(escape(message), highlight=False, soft_wrap=True)

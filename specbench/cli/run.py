@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 import typer
 from rich.table import Table
@@ -40,15 +40,25 @@ from specbench.cli.options import (
     TopP,
     TrustRemote,
 )
-from specbench.cli.output import console, fmt, out, progress_bar, quiet_transformers, say, warn_if_noisy
+from specbench.cli.output import (
+    console,
+    fmt,
+    options_checked,
+    out,
+    progress_bar,
+    quiet_transformers,
+    say,
+    warn_if_noisy,
+)
 from specbench.config import RunConfig, SamplingConfig, parse_gamma
 from specbench.measure.schema_doc import SUMMARY_FIELDS, run_table_rows
 from specbench.models import DEFAULT_DRAFT, DEFAULT_TARGET
 
 Engine = Annotated[
-    str,
+    Literal["specbench", "hf-assisted", "llama-cpp"],
     typer.Option(
         "--engine",
+        case_sensitive=False,
         help="specbench (ours), hf-assisted (HF assisted generation) or llama-cpp (our loop on llama.cpp's kernels, "
         "the target's GGUF as quantized; needs `make setup-llama-cpp`).",
     ),
@@ -111,31 +121,32 @@ def run(
     Example: specbench run --task aclsum --draft prompt-lookup --gamma 4 --prompt-length long   (the longest third)
     Example: specbench run --engine llama-cpp --task aclsum --draft prompt-lookup --gamma 4   (on llama.cpp)
     """
-    config = RunConfig(
-        target=target,
-        draft=draft,
-        task=task,
-        gamma=parse_gamma(gamma),
-        sampling=SamplingConfig(temperature, top_k, top_p),
-        limit=limit,
-        seed=seed,
-        max_new_tokens=max_new_tokens,
-        device=device,
-        dtype=dtype,
-        engine=engine,
-        backend=backend,
-        draft_confidence=draft_confidence,
-        trust_remote_code=trust_remote_code,
-        gamma_max=gamma_max,
-        repeats=repeats,
-        exact_shapes=exact_shapes,
-        batch_size=batch_size,
-        batch_policy=batch_policy,
-        device_map=device_map,
-        max_memory=max_memory,
-        prompt_length=prompt_length.strip().lower(),
-        threads=threads,
-    ).validate()
+    with options_checked():
+        config = RunConfig(
+            target=target,
+            draft=draft,
+            task=task,
+            gamma=parse_gamma(gamma),
+            sampling=SamplingConfig(temperature, top_k, top_p),
+            limit=limit,
+            seed=seed,
+            max_new_tokens=max_new_tokens,
+            device=device,
+            dtype=dtype,
+            engine=engine,
+            backend=backend,
+            draft_confidence=draft_confidence,
+            trust_remote_code=trust_remote_code,
+            gamma_max=gamma_max,
+            repeats=repeats,
+            exact_shapes=exact_shapes,
+            batch_size=batch_size,
+            batch_policy=batch_policy,
+            device_map=device_map,
+            max_memory=max_memory,
+            prompt_length=prompt_length.strip().lower(),
+            threads=threads,
+        ).validate()
     from specbench.measure.planning import prepare_run  # torch: after the options are checked, so bad ones fail fast
 
     quiet_transformers()

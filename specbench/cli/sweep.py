@@ -35,7 +35,7 @@ from specbench.cli.options import (
     TopP,
     TrustRemote,
 )
-from specbench.cli.output import console, fmt, out, progress_bar, quiet_transformers, warn_if_noisy
+from specbench.cli.output import console, fmt, options_checked, out, progress_bar, quiet_transformers, warn_if_noisy
 from specbench.models import DEFAULT_DRAFT, DEFAULT_TARGET
 
 Targets = Annotated[
@@ -191,36 +191,37 @@ def sweep(
         parse_str_list,
     )
 
-    if pair and (target is not None or draft is not None):
-        raise SpecbenchError("--pair names each target with its draft; drop --target/--draft, or drop --pair")
-    prompt_lengths = tuple(parse_prompt_lengths(prompt_length))
-    grid = SweepGrid.from_specs(
-        target=target or DEFAULT_TARGET,
-        draft=draft or DEFAULT_DRAFT,
-        gamma=gamma,
-        temperature=temperature,
-        task=task,
-        pairs=tuple(pair or ()),
-        top_k=top_k,
-        top_p=top_p,
-        limit=limit,
-        seed=seed,
-        max_new_tokens=parse_budgets(max_new_tokens),
-        prompt_length=prompt_lengths[0] if len(prompt_lengths) == 1 else prompt_lengths,
-        device=device,
-        dtype=dtype,
-        trust_remote_code=trust_remote_code,
-        backend=backend,
-        engine=tuple(parse_str_list(engine, "--engine")),
-        threads=threads,
-        draft_confidence=tuple(parse_float_list(draft_confidence, "--draft-confidence")),
-        gamma_max=gamma_max,
-        repeats=repeats,
-        batch_size=tuple(parse_int_list(batch_size, "--batch-size")),
-        batch_policy=tuple(parse_policy_list(batch_policy)),
-        device_map=device_map,
-        max_memory=max_memory,
-    )
+    with options_checked():  # what the option checks refuse is a bad command line (exit code 2)
+        if pair and (target is not None or draft is not None):
+            raise SpecbenchError("--pair names each target with its draft; drop --target/--draft, or drop --pair")
+        prompt_lengths = tuple(parse_prompt_lengths(prompt_length))
+        grid = SweepGrid.from_specs(
+            target=target or DEFAULT_TARGET,
+            draft=draft or DEFAULT_DRAFT,
+            gamma=gamma,
+            temperature=temperature,
+            task=task,
+            pairs=tuple(pair or ()),
+            top_k=top_k,
+            top_p=top_p,
+            limit=limit,
+            seed=seed,
+            max_new_tokens=parse_budgets(max_new_tokens),
+            prompt_length=prompt_lengths[0] if len(prompt_lengths) == 1 else prompt_lengths,
+            device=device,
+            dtype=dtype,
+            trust_remote_code=trust_remote_code,
+            backend=backend,
+            engine=tuple(parse_str_list(engine, "--engine")),
+            threads=threads,
+            draft_confidence=tuple(parse_float_list(draft_confidence, "--draft-confidence")),
+            gamma_max=gamma_max,
+            repeats=repeats,
+            batch_size=tuple(parse_int_list(batch_size, "--batch-size")),
+            batch_policy=tuple(parse_policy_list(batch_policy)),
+            device_map=device_map,
+            max_memory=max_memory,
+        )
     cells_on = make_executor(executor, address=address, gpus_per_cell=gpus_per_cell, cpus_per_cell=cpus_per_cell)
     quiet_transformers()
     outcome = sweep_with_progress(grid, results_dir, sweep_id, cells_on)
