@@ -161,3 +161,24 @@ def test_ratio_to_prediction():
     assert pr.ratio_to_prediction(None, 1.2) is None
     assert pr.ratio_to_prediction(float("nan"), 1.2) is None
     assert pr.loop_verify_factor(0.13, [2, 2], {2: 50.0}) == pytest.approx(1.3)
+
+
+def test_auto_control_times_the_runner_up_on_the_same_examples():
+    from specbench.config import RunConfig
+    from specbench.measure.auto_pilot import control_config, control_line
+    from specbench.measure.choose import AutoChoice
+
+    config = RunConfig(target="t", draft="auto", task="ding-de-en", gamma="auto", dtype="auto", limit=20)
+    choice = AutoChoice({}, "bfloat16", "lookup+distilled", 4, 4, [], {}, {}, {})
+    assert control_config(config, choice) is None  # no runner-up: nothing to time
+    choice.runner_up = {"draft": "prompt-lookup", "dtype": "float32", "gamma": 3, "speedup": 1.2}
+    control = control_config(config, choice)
+    assert (control.draft, control.dtype, control.gamma.fixed) == ("prompt-lookup", "float32", 3)
+    assert (control.task, control.limit, control.seed) == (config.task, config.limit, config.seed)  # same examples
+    line = control_line(
+        {"speedup_geomean": 1.5, "speedup_geomean_ci95": [1.3, 1.7]},
+        {"speedup_geomean": 1.25, "speedup_geomean_ci95": [1.1, 1.4]},
+        choice.runner_up,
+    )
+    assert "runner-up prompt-lookup γ 3 float32 predicted 1.20×, measured 1.25× [1.10, 1.40]" in line
+    assert line.endswith("choice ÷ runner-up 1.20×")

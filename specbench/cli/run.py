@@ -80,6 +80,14 @@ RunId = Annotated[
 Verbose = Annotated[
     bool, typer.Option("--verbose", "-v", help="Show every row of the run table (costs, predictions, percentiles).")
 ]
+AutoControl = Annotated[
+    bool,
+    typer.Option(
+        "--auto-control",
+        help="After an auto run, also time the runner-up (the best other draft or dtype) on the same examples and "
+        "print it beside the choice.",
+    ),
+]
 
 
 def run(
@@ -111,6 +119,7 @@ def run(
     run_id: RunId = None,
     as_json: AsJson = False,
     verbose: Verbose = False,
+    auto_control: AutoControl = False,
     trust_remote_code: TrustRemote = False,
 ):
     """Run one configuration on a task: baseline and speculative decoding side by side.
@@ -156,6 +165,23 @@ def run(
     outcome = measure_with_progress(plan)
     print_summary(outcome, as_json, verbose)
     warn_if_noisy(outcome.summary)
+    if auto_control:
+        run_auto_control(plan, config, results_dir, outcome.summary)
+
+
+def run_auto_control(plan, config, results_dir: Path, summary: dict) -> None:
+    """--auto-control: the runner-up timed on the same examples, then one line beside the choice (stderr)."""
+    from specbench.measure.auto_pilot import control_config, control_line
+    from specbench.measure.planning import prepare_run
+
+    control = control_config(config, plan.choice) if plan.choice else None
+    if control is None:
+        say("auto: control: no runner-up to time (nothing was chosen by the replay pilot)")
+        return
+    with console.status("control: loading the runner-up") as status:
+        control_plan = prepare_run(control, results_dir, on_status=status.update)
+    control_outcome = measure_with_progress(control_plan)
+    say(f"auto: {control_line(summary, control_outcome.summary, plan.choice.runner_up)}")
 
 
 def print_context(plan) -> None:

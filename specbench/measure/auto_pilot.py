@@ -325,3 +325,37 @@ def replay_pool(spec, config: RunConfig, examples: list) -> list:
     timed = {e.id for e in examples}
     more = select_examples(spec, len(examples) + pl.PILOT_CAP + len(timed), config.seed)
     return [e for e in more if e.id not in timed][: pl.PILOT_CAP]
+
+
+# --------------------------------------------------------------------------- --auto-control
+
+
+def control_config(config: RunConfig, choice: AutoChoice) -> RunConfig | None:
+    """The run that times the runner-up (the best other draft or dtype on the choosing half) on the same examples
+    (same task, limit and seed select them); None when there was none."""
+    import dataclasses
+
+    from specbench.run_specs import parse_gamma
+
+    ru = choice.runner_up
+    if not ru:
+        return None
+    return dataclasses.replace(config, draft=ru["draft"], dtype=ru["dtype"], gamma=parse_gamma(ru["gamma"]))
+
+
+def control_line(chosen: dict, control: dict, runner_up: dict) -> str:
+    """One line: the runner-up's prediction and measurement beside the choice's, on the same examples (pure)."""
+
+    def shown(s: dict) -> str:
+        ci = s.get("speedup_geomean_ci95") or [None, None]
+        g = s.get("speedup_geomean")
+        if g is None:
+            return "—"
+        return f"{g:.2f}×" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if None not in ci else "")
+
+    ratio = pr.ratio_to_prediction(chosen.get("speedup_geomean"), control.get("speedup_geomean"))
+    return (
+        f"control: runner-up {runner_up['draft']} γ {runner_up['gamma']} {runner_up['dtype']} predicted "
+        f"{runner_up['speedup']:.2f}×, measured {shown(control)}; the choice measured {shown(chosen)} on the same "
+        f"examples: choice ÷ runner-up {'—' if ratio is None else f'{ratio:.2f}×'}"
+    )

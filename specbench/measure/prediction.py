@@ -85,7 +85,7 @@ class Prediction:
     level: float = LEVEL
 
     def line(self) -> str:
-        return f"auto: predicted {self.speedup:.2f}× [{self.low:.2f}, {self.high:.2f}]"
+        return f"predicted {self.speedup:.2f}× [{self.low:.2f}, {self.high:.2f}]"  # the CLI prefixes "auto: "
 
     def to_dict(self) -> dict:
         return asdict(self)
