@@ -162,7 +162,9 @@ def test_grid_validates_every_cell(task_file):
     with pytest.raises(SpecbenchError, match="--limit"):
         make_grid(task_file, limit=0)
     with pytest.raises(SpecbenchError, match="cells"):
-        make_grid(task_file, gamma="1-20000")
+        make_grid(task_file, gamma="1-6000")  # × 2 drafts: 12 000 cells
+    with pytest.raises(SpecbenchError, match="range '1-20000' holds 20000 values"):
+        make_grid(task_file, gamma="1-20000")  # refused before it is expanded
 
 
 def test_sweep_id_is_deterministic_and_order_free(task_file):
