@@ -616,7 +616,7 @@ def test_a_resume_rebuilds_a_missing_summary_and_sweeps_dead_temporaries(tiny_mo
     live = run / f".summary.json.tmp{os.getppid()}"  # a live process's temporary stays
     live.write_text("{}")
     [note] = unsummarized_runs([results])
-    assert "2 example record(s) but no summary.json" in note and "rebuild" in note
+    assert "without summary.json but with 2 example record(s)" in note and "rebuild" in note
 
     from specbench.measure.records import claimed_run_dir
 
@@ -648,3 +648,21 @@ def test_an_interrupted_resume_still_leaves_a_summary(tiny_models, three_prompts
     result = invoke(*run_command(tiny_models, three_prompts, results, "--limit", "3"))
     assert result.exit_code == 130, result.output
     assert json.loads((run / "summary.json").read_text())["n_examples"] == 2
+
+
+# --------------------------------------------------------------------------- 14. a summary.json linked outside
+
+
+def test_a_symlinked_summary_is_not_read_but_named(tmp_path):
+    from specbench.measure.records import scan_runs, unsummarized_runs
+
+    outside = tmp_path / "outside.json"
+    outside.write_text(json.dumps({"n_examples": 5, "speedup": 9.9}))
+    run = fake_run_folder(tmp_path / "R" / "x")
+    (run / "summary.json").unlink()
+    (run / "summary.json").symlink_to(outside)
+    rows, notes = scan_runs([tmp_path / "R"])
+    assert rows == [] and notes == []
+    assert unsummarized_runs([tmp_path / "R"]) == [
+        f"{run}: skipped, its summary.json is a symbolic link (not followed out of a results folder)"
+    ]

@@ -829,7 +829,7 @@ def _found(paths: list[Path], name: str) -> list[Path]:
         if p.name == name and p.is_file():
             out.add(p)
         elif p.is_dir():
-            out.update(f for f in p.rglob(name) if f.is_file())
+            out.update(f for f in p.rglob(name) if f.is_file() and not f.is_symlink())  # a link may lead outside
     return sorted(out)
 
 
@@ -853,15 +853,22 @@ def unsummarized_runs(paths: list[Path]) -> list[str]:
 
 
 def _unsummarized_note(run_dir: Path) -> str:
+    return f"{run_dir}: skipped, {unsummarized_reason(run_dir)}"
+
+
+def unsummarized_reason(run_dir: Path) -> str:
+    """Why a run folder with a manifest or records but no summary.json is skipped, and how to repair it (report and
+    export say the same)."""
+    if (run_dir / "summary.json").is_symlink():
+        return "its summary.json is a symbolic link (not followed out of a results folder)"
     records, _ = scan_jsonl(run_dir / "examples.jsonl", example_problem)
     if records:  # killed between a record's append and its summary's write: the resume rebuilds the summary first
         return (
-            f"{run_dir}: skipped, {len(records)} example record(s) but no summary.json (killed before the summary "
-            f"was written); rerun its command to rebuild the summary and resume"
+            f"a run folder without summary.json but with {len(records)} example record(s) (killed before the "
+            f"summary was written); rerun its command to rebuild the summary and resume"
         )
     return (
-        f"{run_dir}: skipped, a run folder without summary.json (killed before its first example "
-        f"finished?); rerun its command to resume it"
+        "a run folder without summary.json (killed before its first example finished?); rerun its command to resume it"
     )
 
 

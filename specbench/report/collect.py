@@ -23,7 +23,7 @@ from specbench.config import GAMMA_POLICIES
 from specbench.errors import SpecbenchError
 from specbench.measure.hardware import describe
 from specbench.measure.metrics import json_safe, summarize, timing_noise
-from specbench.measure.records import Manifest
+from specbench.measure.records import Manifest, unsummarized_reason
 
 # Identity fields a usable summary must hold (non-null), and metric fields it must have (null = not measurable).
 REQUIRED = ("run_id", "target", "draft", "task", "gamma", "temperature", "top_k", "top_p", "n_examples")
@@ -521,11 +521,7 @@ def _orphan_folders(files, with_summary: set[Path], data: ReportData) -> None:
     for marker in ("manifest.json", "examples.jsonl"):
         for f in files(marker):
             if f.parent not in with_summary and not any(s.path == str(f.parent) for s in data.skipped):
-                data.skip(
-                    f.parent,
-                    "run folder without summary.json (killed before its first example finished?); "
-                    "rerun its command to resume",
-                )
+                data.skip(f.parent, unsummarized_reason(f.parent))  # records.py's, as export says it
 
 
 def _read_sweeps(files, with_summary: set[Path], data: ReportData) -> None:
