@@ -35,7 +35,15 @@ from specbench.cli.options import (
     TopP,
     TrustRemote,
 )
-from specbench.cli.output import console, fmt, options_checked, out, progress_bar, quiet_transformers, warn_if_noisy
+from specbench.cli.output import (
+    fmt,
+    options_checked,
+    out,
+    phase_status,
+    progress_bar,
+    quiet_transformers,
+    warn_if_noisy,
+)
 from specbench.models import DEFAULT_DRAFT, DEFAULT_TARGET
 
 Targets = Annotated[
@@ -245,7 +253,7 @@ def sweep_with_progress(grid, results_dir: Path, sweep_id: str | None, executor=
     """run_sweep with a transient spinner while it checks and plans, then a bar over cells × examples."""
     from specbench.measure.sweep import run_sweep
 
-    status, bar = console.status("reading tasks"), progress_bar()
+    status, bar = phase_status("reading tasks"), progress_bar()
     job = bar.add_task("cells × examples", total=None, info="")
 
     def on_plan(total: int, n_cells: int) -> None:

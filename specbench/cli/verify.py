@@ -29,7 +29,7 @@ from specbench.cli.options import (
     TopP,
     TrustRemote,
 )
-from specbench.cli.output import console, fmt, out, quiet_transformers
+from specbench.cli.output import fmt, out, phase_status, quiet_transformers
 from specbench.config import SamplingConfig
 from specbench.models import DEFAULT_DRAFT, DEFAULT_TARGET
 
@@ -98,8 +98,8 @@ def verify(
         trust_remote_code=trust_remote_code,
     )
     quiet_transformers()
-    with console.status("checking the output folder") as status:
-        outcome = verify_pair(request, results_dir, on_status=status.update)
+    with phase_status("checking the output folder") as status:
+        outcome = verify_pair(request, results_dir, on_status=status)
     if as_json:
         out.print_json(outcome.json_path.read_text())
     else:
