@@ -47,21 +47,26 @@ def population(run_dir: Path) -> np.ndarray:
 
 
 def coverage(logs: np.ndarray, n: int, draws: int = 1000, seed: int = 0, resamples: int = 1999) -> dict:
-    """Share of nominal 95 % intervals (BCa and percentile) from n-example samples that cover the population's mean
-    log ratio, and their median width on the ratio scale."""
+    """Share of nominal 95 % intervals (BCa and percentile bootstrap, and Student's t on the log ratios) from n-example
+    samples that cover the population's mean log ratio, and their median width on the ratio scale."""
+    from scipy import stats
+
     rng = np.random.default_rng(seed)
     truth = float(np.mean(logs))
-    hits = {"BCa": 0, "percentile": 0}
-    widths = {"BCa": [], "percentile": []}
+    hits = {"BCa": 0, "percentile": 0, "t": 0}
+    widths = {"BCa": [], "percentile": [], "t": []}
     for d in range(draws):
         sample = rng.choice(logs, size=n, replace=True)
-        for method in hits:
+        for method in ("BCa", "percentile"):
             lo, hi, _ = st.bootstrap_interval(
                 (sample,), lambda x, axis=-1: np.mean(x, axis=axis), 0.95, resamples=resamples, seed=d, method=method
             )
             if math.isfinite(lo) and math.isfinite(hi):
                 hits[method] += lo <= truth <= hi
                 widths[method].append(math.exp(hi) - math.exp(lo))
+        ci = stats.ttest_1samp(sample, 0.0).confidence_interval(0.95)  # Student's t on the log ratios, beside them
+        hits["t"] += ci.low <= truth <= ci.high
+        widths["t"].append(math.exp(ci.high) - math.exp(ci.low))
     return {
         "n": n,
         "draws": draws,
@@ -158,7 +163,8 @@ def coverage_table(out: list[dict]) -> str:
         for s in o["sizes"]:
             lines.append(
                 f"| {Path(o['run']).name} | {o['examples']} | {o['geomean']:.2f}× | {s['n']} | "
-                f"{s['BCa_coverage']:.1%} | {s['percentile_coverage']:.1%} | {s['BCa_median_width']:.2f} |"
+                f"{s['BCa_coverage']:.1%} | {s['percentile_coverage']:.1%} | {s['t_coverage']:.1%} | "
+                f"{s['BCa_median_width']:.2f} |"
             )
     return "\n".join(lines)
 
