@@ -182,3 +182,36 @@ def test_auto_control_times_the_runner_up_on_the_same_examples():
     )
     assert "runner-up prompt-lookup γ 3 float32 predicted 1.20×, measured 1.25× [1.10, 1.40]" in line
     assert line.endswith("choice ÷ runner-up 1.20×")
+
+
+def test_run_auto_at_t0_predicts_before_timing_and_reports_the_ratio(tmp_path):
+    # a tiny target/draft pair and a 14-example task: 3 timed, the next 11 piloted by replay (none of the timed);
+    # the run prints the prediction with its interval and the summary carries it and measured ÷ predicted
+    import json
+
+    from test_cli import CORPUS, save_tiny
+    from typer.testing import CliRunner
+
+    from specbench.cli import app
+
+    target, draft = save_tiny(tmp_path / "t", 0), save_tiny(tmp_path / "d", 1)
+    task = tmp_path / "task.jsonl"
+    prompts = [f"{CORPUS[i % len(CORPUS)]} {i}" for i in range(14)]
+    task.write_text("".join(json.dumps({"prompt": p, "reference": p}) + "\n" for p in prompts))
+    args = ["run", "--target", target, "--draft", draft, "--task", str(task), "--limit", "3", "--max-new-tokens", "12"]
+    args += ["--device", "cpu", "--gamma", "auto", "--gamma-max", "3", "--results-dir", str(tmp_path / "r"), "--json"]
+    result = CliRunner().invoke(app, args + ["--auto-control"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert "auto: predicted " in result.stderr and "auto: control: runner-up" not in result.stderr  # one draft
+    low, high = summary["auto_predicted_interval"]
+    assert low <= summary["auto_predicted_speedup"] <= high
+    assert summary["auto_prediction_ratio"] == pytest.approx(
+        summary["speedup_geomean"] / summary["auto_predicted_speedup"]
+    )
+    run_dir = next((tmp_path / "r").iterdir())
+    auto = json.loads((run_dir / "manifest.json").read_text())["auto"]
+    timed = {json.loads(x)["example_id"] for x in (run_dir / "examples.jsonl").read_text().splitlines()}
+    piloted = set(auto["pilots"][draft]["examples"])
+    assert len(piloted) == 11 and not piloted & timed  # disjoint from the timed examples
+    assert auto["loop_costs"]["float32"]["step_ms"] > 0 and auto["prediction"]["n_held_out"] == 5

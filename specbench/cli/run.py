@@ -41,7 +41,6 @@ from specbench.cli.options import (
     TrustRemote,
 )
 from specbench.cli.output import (
-    console,
     fmt,
     options_checked,
     out,
@@ -159,8 +158,10 @@ def run(
     from specbench.measure.planning import prepare_run  # torch: after the options are checked, so bad ones fail fast
 
     quiet_transformers()
-    with console.status("loading task and models") as status:
-        plan = prepare_run(config, results_dir, run_id=run_id, on_status=status.update)
+    with progress_bar() as bar:
+        setup = SetupProgress(bar)
+        plan = prepare_run(config, results_dir, run_id=run_id, on_status=setup)
+        setup.done()
     print_context(plan)
     outcome = measure_with_progress(plan)
     print_summary(outcome, as_json, verbose)
@@ -178,10 +179,30 @@ def run_auto_control(plan, config, results_dir: Path, summary: dict) -> None:
     if control is None:
         say("auto: control: no runner-up to time (nothing was chosen by the replay pilot)")
         return
-    with console.status("control: loading the runner-up") as status:
-        control_plan = prepare_run(control, results_dir, on_status=status.update)
+    with progress_bar() as bar:
+        control_plan = prepare_run(control, results_dir, on_status=SetupProgress(bar))
     control_outcome = measure_with_progress(control_plan)
     say(f"auto: {control_line(summary, control_outcome.summary, plan.choice.runner_up)}")
+
+
+class SetupProgress:
+    """prepare_run's on_status: the step under way on a "setup" line, and (`progress`, called by the auto choice)
+    one bar per phase with a count (calibration: dtypes; pilot: untimed examples); the examples get theirs later."""
+
+    def __init__(self, bar):
+        self.bar, self.bars = bar, {}
+        self.setup = bar.add_task("setup", total=None, info="loading task and models")
+
+    def __call__(self, message: str) -> None:
+        self.bar.update(self.setup, info=message)
+
+    def progress(self, phase: str, done: int, total: int) -> None:
+        if phase not in self.bars:
+            self.bars[phase] = self.bar.add_task(phase, total=total, info="")
+        self.bar.update(self.bars[phase], completed=done, total=total)
+
+    def done(self) -> None:
+        self.bar.update(self.setup, total=1, completed=1, info="ready")
 
 
 def print_context(plan) -> None:

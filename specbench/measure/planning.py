@@ -291,6 +291,7 @@ def choose_on_this_machine(
             n_run=len(examples),
             bf16_note=bf16_note if config.dtype == AUTO else None,
             on_status=on_status,
+            on_progress=getattr(on_status, "progress", lambda phase, done, total: None),  # the CLI's phase bars
         )
         return choice, sessions[choice.dtype]
     choice = choose(
