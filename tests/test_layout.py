@@ -167,3 +167,27 @@ def test_every_schema_field_is_commented_and_documented(schema):
         commented = rf"^\s+{f.name}: [^#\n]*(\n\s+(None|default_factory=\w+)\n?\s*\)?)?\s*#\s*\S"
         assert re.search(commented, source, re.M), f"{schema.__name__}.{f.name} has no comment"
         assert f"| `{f.name}` |" in doc, f"docs/results.md does not document {schema.__name__}.{f.name}"
+
+
+def test_export_and_load_runs_carry_the_peers_columns_and_the_device_that_ran(tmp_path):
+    """Issue 29 item 8: the run table has acceptance, tokens/s, TTFT and TPOT columns; `device` is what the target
+    ran on (the manifest's models.target.device), not the requested "auto"; specbench.load_runs is the same table."""
+    import specbench
+
+    run = tmp_path / OLD_RUN
+    shutil.copytree(FIXTURE / OLD_RUN, run)
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["config"]["device"] = "auto"
+    manifest["models"]["target"]["device"] = "cuda:0"
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    frame = quietly(specbench.load_runs, run)
+    row = frame.iloc[0]
+    assert row["device"] == "cuda:0"
+    for column in ("acceptance_rate", "mean_acceptance_length", "baseline_tokens_per_s", "speculative_ttft_s"):
+        assert column in frame.columns
+    summary = json.loads((run / "summary.json").read_text())
+    assert row["mean_acceptance_length"] == pytest.approx(1 + summary["mean_accepted_length"])  # older summary
+    assert row["speculative_tokens_per_s"] == pytest.approx(summary["speculative_tokens_per_s"])
+    del manifest["models"]  # a manifest without the loaded device: the requested one stays
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    assert quietly(specbench.load_runs, [run]).iloc[0]["device"] == "auto"

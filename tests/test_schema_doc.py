@@ -34,6 +34,7 @@ def test_each_table_names_its_schema_fields_in_order(table, schema):
 def test_docs_results_md_is_the_generated_text():
     """Edit measure/schema_doc.py, then run `python -m specbench.measure.schema_doc` to regenerate."""
     assert (ROOT / schema_doc.DOC_PATH).read_text(encoding="utf-8") == schema_doc.results_doc()
+    assert schema_doc.PACKAGED_DOC.read_text(encoding="utf-8") == schema_doc.results_doc()  # the wheel's copy
 
 
 def test_a_changed_meaning_changes_the_doc(monkeypatch):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 import time
 from types import SimpleNamespace
 
@@ -116,13 +117,36 @@ class EtaColumn(ProgressColumn):
         return Text("ETA " + ("…" if eta is None or task.finished else clock(eta)), style="progress.remaining")
 
 
+QUIET_S = 1.0  # a step that ends sooner prints no line in a pipe (an error right away stays one line)
+
+
+class Pending:
+    """One line that appears only if what it announces is still under way QUIET_S seconds later."""
+
+    def __init__(self) -> None:
+        self.timer: threading.Timer | None = None
+
+    def announce(self, line: str) -> None:
+        self.cancel()
+        self.timer = threading.Timer(QUIET_S, say, args=(line,))
+        self.timer.daemon = True
+        self.timer.start()
+
+    def cancel(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+
 class LineProgress:
     """progress_bar's stand-in when stderr is not a terminal: the same calls (add_task, update, start, stop),
-    printed as one line when a task starts and at every tenth of its total, with elapsed time and ETA."""
+    printed as lines: an uncounted step's when it is still under way after QUIET_S, a count's at every tenth of
+    its total, with elapsed time and ETA."""
 
     def __init__(self) -> None:
         self.tasks: dict[int, dict] = {}
         self.live = SimpleNamespace(is_started=False)
+        self.pending = Pending()
 
     def __enter__(self) -> LineProgress:
         self.start()
@@ -135,6 +159,7 @@ class LineProgress:
         self.live.is_started = True
 
     def stop(self) -> None:
+        self.pending.cancel()
         for task in self.tasks.values():
             if task["total"] is not None and task["printed"] != task["completed"] and task["completed"]:
                 self._line(task)
@@ -152,7 +177,7 @@ class LineProgress:
             "printed": None,
         }
         if total is None and fields.get("info"):  # an uncounted step says what it starts with
-            say(f"{description}: {fields['info']}")
+            self.pending.announce(f"{description}: {fields['info']}")
         return task_id
 
     def advance(self, task_id: int, advance: float = 1) -> None:
@@ -175,10 +200,11 @@ class LineProgress:
         if total is None:  # an uncounted step: a line whenever what it is doing changes
             if changed or description is not None:
                 elapsed = clock(time.monotonic() - task["t0"])
-                say(f"{task['description']}: {task['fields'].get('info') or ''} (elapsed {elapsed})")
+                self.pending.announce(f"{task['description']}: {task['fields'].get('info') or ''} (after {elapsed})")
             return
+        self.pending.cancel()
         step = max(1, int(total) // 10)
-        if task["printed"] is None or done >= total or done - task["printed"] >= step:
+        if done > (task["printed"] or 0) and (done >= total or done - (task["printed"] or 0) >= step):
             self._line(task)
 
     def _line(self, task: dict) -> None:
@@ -220,6 +246,7 @@ class PhaseStatus:
         self.message, self.t0, self.started = first, time.monotonic(), time.monotonic()
         self.count, self.printed_count = "", None
         self.bar: Progress | None = None
+        self.pending = Pending()
 
     def __enter__(self) -> PhaseStatus:
         self.start()
@@ -241,9 +268,10 @@ class PhaseStatus:
             self.job = self.bar.add_task(self.message, total=None, count="")
             self.bar.start()
         else:
-            say(f"{self.message} …")
+            self.pending.announce(f"{self.message} …")
 
     def stop(self) -> None:
+        self.pending.cancel()
         if self.bar is not None and self.bar.live.is_started:
             self._finish_phase()
             self.bar.stop()
@@ -264,7 +292,7 @@ class PhaseStatus:
             self._finish_phase()
             self.bar.reset(self.job, description=message, count="")
         else:
-            say(f"{message} … (after {clock(time.monotonic() - self.started)})")
+            self.pending.announce(f"{message} … (after {clock(time.monotonic() - self.started)})")
         self.message, self.t0, self.count, self.printed_count = message, time.monotonic(), "", None
 
     def progress(self, phase: str, done: int, total: int) -> None:
@@ -272,7 +300,9 @@ class PhaseStatus:
         self.count = f"{phase} {done}/{total}"
         if self.bar is not None:
             self.bar.update(self.job, count=self.count)
-        elif self.printed_count is None or done >= total or done - self.printed_count >= max(1, total // 10):
+        elif done > (self.printed_count or 0) and (
+            done >= total or done - (self.printed_count or 0) >= max(1, total // 10)
+        ):
             say(f"{self.message}: {self.count}, elapsed {clock(time.monotonic() - self.t0)}")
             self.printed_count = done
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from specbench.measure.records import SCHEMA_VERSION, EngineRecord, ExampleRecord, Manifest, Summary
 
 DOC_PATH = Path("docs") / "results.md"  # relative to the repository root
+PACKAGED_DOC = Path(__file__).with_name("results.md")  # the same text inside the wheel (pyproject package-data)
 
 
 @dataclass(frozen=True)
@@ -783,16 +784,17 @@ def results_doc() -> str:
 
 
 def write_results_doc(argv: list[str]) -> int:
-    """Write docs/results.md (or argv[0]; "-" prints it)."""
+    """Write docs/results.md and its copy in the package (or argv[0]; "-" prints it)."""
     text = results_doc()
-    dest = argv[0] if argv else str(DOC_PATH)
-    if dest == "-":
+    dests = [argv[0]] if argv else [str(DOC_PATH), str(PACKAGED_DOC)]
+    if dests == ["-"]:
         sys.stdout.write(text)
         return 0
     from specbench.files import atomic_write_text
 
-    atomic_write_text(Path(dest), text)
-    print(f"wrote {dest}")
+    for dest in dests:
+        atomic_write_text(Path(dest), text)
+        print(f"wrote {dest}")
     return 0
 
 

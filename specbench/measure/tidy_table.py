@@ -40,8 +40,22 @@ AXES = (
 MEASURES = (
     "n_examples",
     "complete",
+    "speedup_geomean",
+    "speedup_geomean_ci95_low",
+    "speedup_geomean_ci95_high",
     "alpha",
+    "acceptance_rate",
+    "mean_acceptance_length",
+    "mean_accepted_tokens",
     "tokens_per_target_call",
+    "baseline_tokens_per_s",
+    "speculative_tokens_per_s",
+    "baseline_ttft_s",
+    "speculative_ttft_s",
+    "baseline_tpot_s",
+    "speculative_tpot_s",
+    "speculative_tpot_p50_s",
+    "speculative_tpot_p99_s",
     "speedup",
     "speedup_ci95_low",
     "speedup_ci95_high",
@@ -83,6 +97,14 @@ def _config_axes(manifest: Manifest) -> dict:
     return out
 
 
+def _device_ran(manifest: Manifest) -> str | None:
+    """The device the target actually ran on (cpu, cuda:0, mps), as loaded: not the requested "auto"."""
+    models = manifest.models if isinstance(manifest.models, dict) else {}
+    target = models.get("target") if isinstance(models.get("target"), dict) else {}
+    device = target.get("device")
+    return device if isinstance(device, str) and device else None
+
+
 def _cpu(manifest: Manifest) -> str | None:
     hardware = manifest.hardware
     return hardware.get("cpu_model") if isinstance(hardware, dict) else None
@@ -111,13 +133,17 @@ def run_row(summary: Summary, run_dir: Path) -> tuple[dict, str | None]:
     row.update({k: getattr(summary, k, None) for k in AXES})  # device, backend, ... are the manifest's
     row.update({k: v for k, v in _config_axes(manifest).items() if row.get(k) is None or k in ("device", "backend")})
     row.update(_gamma(summary, manifest))
+    row["device"] = _device_ran(manifest) or row.get("device")  # what ran; the requested one if not recorded
     row["hardware"] = summary.hardware
     row["cpu"] = _cpu(manifest)
     intervals = {
+        **_interval_columns(summary.speedup_geomean_ci95, "speedup_geomean_ci95"),
         **_interval_columns(summary.speedup_ci95, "speedup_ci95"),
         **_interval_columns(summary.decode_speedup_ci95, "decode_speedup_ci95"),
     }
     row.update({k: intervals[k] if k in intervals else getattr(summary, k) for k in MEASURES})
+    if row["mean_acceptance_length"] is None and isinstance(summary.mean_accepted_length, (int, float)):
+        row["mean_acceptance_length"] = 1.0 + summary.mean_accepted_length  # a summary from before the field
     notes = row["timing_notes"]
     row["timing_notes"] = "; ".join(map(str, notes)) if isinstance(notes, list) else notes
     row["suspect"] = bool(row.pop("suspect_timing"))
