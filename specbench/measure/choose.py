@@ -214,11 +214,6 @@ def rank_candidates(
     return sorted(rows, key=lambda r: (r.ms_per_token, r.gamma))
 
 
-def _fmt_curve(cal: Calibration, upto: int) -> str:
-    cost = cal.pass_cost()
-    return " ".join(f"{cost[k]:.2f}" for k in range(1, upto + 1) if k in cost)
-
-
 def explain(
     config: RunConfig,
     best: Candidate,
@@ -227,40 +222,66 @@ def explain(
     pilots: dict[str, PilotResult],
     bf16_note: str | None,
 ) -> list[str]:
-    """One line per choice that was asked for (pure)."""
+    """One line per choice that was asked for (pure), each a sentence a user can act on: the value chosen, then
+    why in words and numbers, e.g. "bfloat16 (the CPU has avx512_bf16; 2.10× faster per token than float32: …)";
+    γ's line carries a small table of the candidates' predicted speedups."""
     lines = []
     if config.dtype == AUTO:
-        others = {}
-        for r in ranked:
-            others.setdefault(r.dtype, r)
-        parts = [
-            f"{d}: {r.ms_per_token:.1f} ms/token predicted ({r.draft} γ {r.gamma}), plain decoding "
-            f"{calibrations[d].target_ms[1]:.1f} ms/token"
-            for d, r in others.items()
-        ]
-        lines.append(f"dtype {best.dtype}: " + "; ".join(parts) + (f"; {bf16_note}" if bf16_note else ""))
+        lines.append(_dtype_sentence(best, ranked, bf16_note))
     if config.draft == AUTO:
-        per_draft = {}
+        per_draft: dict[str, Candidate] = {}
         for r in ranked:
             if r.dtype == best.dtype:
                 per_draft.setdefault(r.draft, r)
-        parts = [f"{d} {r.speedup:.2f}× at γ {r.gamma} (pilot α {pilots[d].alpha:.2f})" for d, r in per_draft.items()]
-        lines.append(f"draft {best.draft}: predicted " + ", ".join(parts))
+        others = [f"{d} {r.speedup:.2f}× (γ {r.gamma}, α {pilots[d].alpha:.2f})" for d, r in per_draft.items()]
+        lines.append(
+            f"draft {best.draft} (predicted {best.speedup:.2f}× at γ {best.gamma}, pilot α "
+            f"{pilots[best.draft].alpha:.2f}; the others: {', '.join(others[1:]) or 'none'})"
+        )
     if config.gamma.policy in ("auto", "adaptive"):
         same = sorted((r for r in ranked if r.dtype == best.dtype and r.draft == best.draft), key=lambda r: r.gamma)
-        preds = " ".join(f"{r.speedup:.2f}" for r in same)
         cal = calibrations[best.dtype]
         head = (
-            f"γ {best.gamma}"
+            f"γ {best.gamma} (the highest predicted speedup for {best.draft} in {best.dtype})"
             if config.gamma.policy == "auto"
-            else f"γ adaptive (starts near {best.gamma}, follows each example's running α)"
+            else f"γ adaptive (starts near {best.gamma}, then follows each example's running α)"
         )
-        lines.append(
-            f"{head}: predicted speedup for γ {same[0].gamma}..{same[-1].gamma}: {preds}; measured "
-            f"t(k)/t(1) for k = 1..{max(cal.target_ms)}: {_fmt_curve(cal, max(cal.target_ms))} "
-            f"({best.dtype}, {cal.context_tokens}-token context)"
-        )
+        lines.append(head + ":\n" + gamma_table(same, best.gamma, cal))
     return lines
+
+
+def _dtype_sentence(best: Candidate, ranked: list[Candidate], bf16_note: str | None) -> str:
+    """auto's dtype line: the chosen dtype, the hardware fact, and how much faster per token than the other."""
+    fastest: dict[str, Candidate] = {}
+    for r in ranked:
+        fastest.setdefault(r.dtype, r)
+    other = next((r for d, r in fastest.items() if d != best.dtype), None)
+    why = [bf16_note] if bf16_note else []
+    if other is not None and best.ms_per_token > 0:
+        why.append(
+            f"{other.ms_per_token / best.ms_per_token:.2f}× faster per token than {other.dtype}: "
+            f"{best.ms_per_token:.1f} vs {other.ms_per_token:.1f} ms predicted with {best.draft}"
+        )
+    elif other is None:
+        why.append("the only dtype timed")
+    return f"{best.dtype} ({'; '.join(why)})"
+
+
+def gamma_table(candidates: list[Candidate], chosen: int, cal: Calibration) -> str:
+    """The γ candidates' predicted speedups and what a verify pass over γ + 1 tokens costs here (t(γ+1)/t(1)),
+    as three aligned rows; the chosen γ is marked with *."""
+    cost = cal.pass_cost()
+    cells = [
+        (f"{r.gamma}{'*' if r.gamma == chosen else ''}", f"{r.speedup:.2f}×", cost.get(r.gamma + 1)) for r in candidates
+    ]
+    width = max(6, *(len(c[1]) + 1 for c in cells)) if cells else 6
+    rows = (
+        ("    γ              ", [c[0] for c in cells]),
+        ("    speedup        ", [c[1] for c in cells]),
+        ("    verify t(γ+1)/t(1)", [f"{c[2]:.2f}" if c[2] is not None else "—" for c in cells]),
+    )
+    label = max(len(r[0]) for r in rows)
+    return "\n".join(r[0].ljust(label) + "".join(v.rjust(width) for v in r[1]) for r in rows)
 
 
 def candidate_gammas(config: RunConfig) -> list[int]:

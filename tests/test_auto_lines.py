@@ -1,0 +1,45 @@
+"""auto's lines read as sentences a user can act on (issue 29 item 5): the chosen value first, then the hardware
+fact and how much faster it is than the alternative, and γ's candidates as a small labelled table."""
+
+from __future__ import annotations
+
+from specbench.config import RunConfig, parse_gamma
+from specbench.measure.calibration import Calibration
+from specbench.measure.choose import Candidate, PilotResult, explain
+
+
+def calibration(dtype: str) -> Calibration:
+    ms = {k: 10.0 * (1 + 0.1 * (k - 1)) for k in range(1, 10)}
+    return Calibration(dtype, "cpu", 64, ms, {k: 0.0 for k in ms}, 3)
+
+
+def pilot(draft: str, alpha: float) -> PilotResult:
+    return PilotResult(draft, alpha, 10, None, False, ["0"])
+
+
+def test_auto_lines_name_the_choice_then_why():
+    config = RunConfig(target="t", task="x", draft="auto", dtype="auto", gamma=parse_gamma("auto"), gamma_max=3)
+    bf = [Candidate("prompt-lookup", "bfloat16", g, s, 85.0 / s * 1.5) for g, s in ((1, 1.2), (2, 1.5), (3, 1.4))]
+    ranked = sorted(
+        [*bf, Candidate("unigram", "bfloat16", 2, 1.1, 95.0), Candidate("prompt-lookup", "float32", 2, 1.4, 181.4)],
+        key=lambda c: c.ms_per_token,
+    )
+    best = ranked[0]
+    assert (best.dtype, best.draft, best.gamma) == ("bfloat16", "prompt-lookup", 2)
+    lines = explain(
+        config,
+        best,
+        ranked,
+        {"bfloat16": calibration("bfloat16"), "float32": calibration("float32")},
+        {"prompt-lookup": pilot("prompt-lookup", 0.61), "unigram": pilot("unigram", 0.3)},
+        "the CPU has avx512_bf16",
+    )
+    dtype_line, draft_line, gamma_line = lines
+    assert dtype_line.startswith("bfloat16 (the CPU has avx512_bf16; ")
+    assert f"{181.4 / best.ms_per_token:.2f}× faster per token than float32" in dtype_line
+    assert draft_line.startswith("draft prompt-lookup (predicted 1.50× at γ 2, pilot α 0.61; the others: unigram")
+    head, *table = gamma_line.splitlines()
+    assert head == "γ 2 (the highest predicted speedup for prompt-lookup in bfloat16):" and len(table) == 3
+    assert table[0].split()[1:] == ["1", "2*", "3"] and table[1].split()[1:] == ["1.20×", "1.50×", "1.40×"]
+    assert table[2].split()[-3:] == ["1.10", "1.20", "1.30"]  # t(γ+1)/t(1) of the calibration above
+    assert "float32: float32" not in " ".join(lines)  # the old line repeated the dtype's name
