@@ -282,3 +282,20 @@ def test_an_underpowered_perplexity_test_says_how_many_examples_would_do(tmp_pat
     need = int(re.search(r"about ([\d,]+) examples per engine", c.verdict).group(1).replace(",", ""))
     assert 4_000 < need < 9_600, c.verdict
     assert f"--limit {need}" in c.verdict.replace(",", "")
+
+
+def test_report_takes_a_margin_and_refuses_one_outside_zero_to_one(tmp_path):
+    """--margin reaches the verdicts: a 40 % difference in sequence lengths does not hold at δ = 10 % and holds at
+    δ = 60 % (every 90 % interval within [1/1.6, 1.6]); --margin 2 is a usage error (exit 2, one line)."""
+    from typer.testing import CliRunner
+
+    from specbench.cli import app
+
+    root = tmp_path / "runs"
+    for k, (n, s) in enumerate(((16, 1.3), (64, 1.82))):
+        varied_run(root, f"n{n}", speedup=s, spread=noisy(seed=k), summary_extra={"max_new_tokens": n})
+    data = collect([root])
+    assert claims(data, margin=0.10)[2].verdict.startswith(FAILS)
+    assert claims(data, margin=0.60)[2].verdict.startswith(HOLDS)
+    bad = CliRunner().invoke(app, ["report", str(root), "--margin", "2", "--out", str(tmp_path / "rep")])
+    assert bad.exit_code == 2
