@@ -59,20 +59,56 @@ def cpu_model() -> str:
 
 
 def cpu_flags() -> list[str]:
-    """The ISA_FLAGS this CPU reports, in ISA_FLAGS order."""
+    """The ISA_FLAGS this CPU reports, in ISA_FLAGS order (/proc/cpuinfo on Linux; sysctl on macOS, where Apple
+    silicon reports bf16 as hw.optional.arm.FEAT_BF16). psutil has no ISA flags."""
     info = _cpuinfo()
     present = set((info.get("flags") or info.get("Features") or "").split())
+    if not present and platform.system() == "Darwin":
+        present = _darwin_flags()
     return [f for f in ISA_FLAGS if f in present]
 
 
+def _darwin_flags() -> set[str]:
+    """macOS: the x86 feature words (machdep.cpu.*features) or Apple silicon's FEAT_BF16 / AdvSIMD."""
+    flags: set[str] = set()
+    for key in (
+        "machdep.cpu.features",
+        "machdep.cpu.leaf7_features",
+        "hw.optional.arm.FEAT_BF16",
+        "hw.optional.AdvSIMD",
+    ):
+        try:
+            value = subprocess.run(["sysctl", "-n", key], capture_output=True, text=True, timeout=5).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if key == "hw.optional.arm.FEAT_BF16" and value == "1":
+            flags.add("bf16")
+        elif key == "hw.optional.AdvSIMD" and value == "1":
+            flags.add("asimd")
+        elif key.startswith("machdep"):
+            flags.update(w.lower().replace(".", "_") for w in value.split())
+    return flags
+
+
 def memory_gib() -> float | None:
+    """Physical memory (psutil: Linux, macOS, Windows alike)."""
+    import psutil
+
     try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return round(int(line.split()[1]) / 2**20, 1)
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+        return round(psutil.virtual_memory().total / 2**30, 1)
+    except (OSError, RuntimeError):
+        return None
+
+
+def usable_cpus() -> int | None:
+    """CPUs this process may run on (its affinity where the system has one, e.g. under taskset or a container's
+    cpuset), else the logical CPUs."""
+    import psutil
+
+    try:
+        return len(psutil.Process().cpu_affinity())
+    except (AttributeError, OSError, psutil.Error):  # macOS has no affinity
+        return psutil.cpu_count(logical=True) or os.cpu_count()
 
 
 def gpu_driver() -> str | None:
@@ -106,10 +142,7 @@ def hardware_identity() -> dict:
     """What the manifest records about the machine (every field JSON-safe)."""
     import torch
 
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        usable = os.cpu_count()
+    usable = usable_cpus()
     gpu_list = gpus()
     return {
         "cpu_model": cpu_model(),

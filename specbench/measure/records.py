@@ -432,38 +432,44 @@ def claimed_run_dir(root: Path):
 
 @contextmanager
 def flock_run_dir(root: Path):
-    """The flock itself, not re-entrant: what another process measuring into `root` holds (run_lock wraps it)."""
-    try:
-        import fcntl
-    except ImportError:  # Windows
-        yield
-        return
+    """The lock itself, not re-entrant: what another process measuring into `root` holds (run_lock wraps it).
+    filelock's FileLock (flock on Unix, msvcrt on Windows; it dies with its process, so a kill leaves no stale
+    lock); `.lock` holds who has it, for the refusal's message. A link planted at `.lock` is refused first (our
+    open_nofollow, one line), never followed to truncate the file it points to."""
+    from filelock import FileLock, Timeout
+
     path = root / ".lock"
-    try:  # never through a link: it would truncate the file it points to
-        fh = os.fdopen(open_nofollow(path, os.O_RDWR | os.O_CREAT), "r+", encoding="utf-8")
+    try:  # never through a link: refused here, before the lock library opens the path
+        os.close(open_nofollow(path, os.O_RDWR | os.O_CREAT))
     except OSError as exc:
         raise disk_error(exc, path) from exc
-    with fh:
-        try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            fh.seek(0)
-            holder = fh.read().strip() or "another process"
-            raise SpecbenchError(
-                f"{root} is being measured by {holder}; wait for it to finish, or give this run "
-                f"another --run-id (a sweep: another --sweep-id)"
-            ) from None
-        try:  # who holds the lock, for the message above; a full disk must not stop the run here
-            fh.seek(0)
-            fh.truncate()
-            fh.write(f"specbench process {os.getpid()} on {platform.node()}")
-            fh.flush()
-        except OSError:
-            pass
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    lock = FileLock(path, timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise SpecbenchError(
+            f"{root} is being measured by {_lock_holder(path)}; wait for it to finish, or give this run "
+            f"another --run-id (a sweep: another --sweep-id)"
+        ) from None
+    except OSError as exc:
+        raise disk_error(exc, path) from exc
+    try:
+        with contextlib.suppress(OSError):  # who holds the lock, for the message above; a full disk must not stop
+            fd = open_nofollow(path, os.O_WRONLY | os.O_TRUNC)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(f"specbench process {os.getpid()} on {platform.node()}")
+        yield
+    finally:
+        lock.release()
+
+
+def _lock_holder(path: Path) -> str:
+    """What the holder of a run folder's lock wrote into it ("another process" if unreadable)."""
+    try:
+        with os.fdopen(open_nofollow(path, os.O_RDONLY), encoding="utf-8", errors="replace") as fh:
+            return fh.read().strip() or "another process"
+    except (OSError, SpecbenchError):
+        return "another process"
 
 
 def repair_jsonl(path: Path) -> None:
