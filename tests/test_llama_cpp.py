@@ -236,3 +236,31 @@ def test_report_setup_names_the_engine_and_its_version():
     info = {"engine": "llama-cpp", "engine_version": "0.3.36", "threads": 2, "model_desc": "llama 256M Q4_1"}
     assert _engine_text(info) == "llama-cpp (llama-cpp-python 0.3.36, 2 threads, llama 256M Q4_1)"
     assert _engine_text(None) is None and _engine_text({}) is None  # torch runs: no engine line
+
+
+def test_run_without_the_build_is_one_line_naming_the_setup(tmp_path, monkeypatch):
+    """`specbench run --engine llama-cpp` where llama_cpp cannot be imported: exit 1, one line, no traceback."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from specbench.cli import app
+
+    real = lc.importlib.import_module
+
+    def no_llama(name, *a, **k):
+        if name == "llama_cpp":
+            raise ImportError("No module named 'llama_cpp'", name="llama_cpp")
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(lc.importlib, "import_module", no_llama)
+    monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    gguf = write_tiny_gguf(tmp_path / "tiny.gguf")
+    task = tmp_path / "task.jsonl"
+    task.write_text(json.dumps({"prompt": "the cat sat", "reference": "x"}) + "\n")
+    args = ["run", "--engine", "llama-cpp", "--target", str(gguf), "--task", str(task), "--limit", "1"]
+    result = CliRunner().invoke(app, [*args, "--draft", "prompt-lookup", "--results-dir", str(tmp_path / "res")])
+    lines = [x for x in result.output.splitlines() if x.strip()]
+    assert result.exit_code == 1 and "make setup-llama-cpp" in lines[-1] and "Traceback" not in result.output
+    assert not (tmp_path / "res").exists() or not any((tmp_path / "res").iterdir())  # nothing written
