@@ -230,6 +230,8 @@ def sweep(
             device_map=device_map,
             max_memory=max_memory,
         )
+    if executor != "local" and "llama-cpp" in grid.engines:  # a Ray worker loads torch sessions only
+        raise SpecbenchError("--engine llama-cpp cells run with --executor local; drop --executor or the engine")
     cells_on = make_executor(executor, address=address, gpus_per_cell=gpus_per_cell, cpus_per_cell=cpus_per_cell)
     quiet_transformers()
     outcome = sweep_with_progress(grid, results_dir, sweep_id, cells_on)
