@@ -219,11 +219,16 @@ def idle_runs(series: list[list[float]], m: int, n: int = WINDOWS, seed: int = 0
     return runs
 
 
-def thresholds_from_idle(series: list[list[float]], counts: list[int], rate: float = FALSE_ALARM) -> dict[int, float]:
-    """Per probe count m: the threshold on shift_ratio(·, shift_window(m)) that idle runs exceed with probability
-    `rate` (their (1 − rate) quantile)."""
+def thresholds_from_idle(
+    series: list[list[float]], counts: list[int], rate: float = FALSE_ALARM / 2, windows: int = WINDOWS
+) -> dict[int, float]:
+    """Per probe count m (with at least two windows of shift_window(m)): the threshold on shift_ratio that synthetic
+    idle runs exceed with probability `rate`, their (1 − rate) quantile. Half of FALSE_ALARM by default: the other
+    half is left for the recorded series' own sampling error (cross-validated by bench/noise.py)."""
     return {
-        m: float(np.quantile([shift_ratio(r, shift_window(m)) for r in idle_runs(series, m)], 1 - rate)) for m in counts
+        m: float(np.quantile([shift_ratio(r, shift_window(m)) for r in idle_runs(series, m, windows)], 1 - rate))
+        for m in counts
+        if m > shift_window(m)
     }
 
 
