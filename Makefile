@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.specbench-setup
 
-.PHONY: setup run test test-wheel claims bench bench-auto bench-noise bench-noise-record bench-ray setup-llama-cpp bench-engines clean
+.PHONY: setup run test lint test-wheel claims bench bench-auto bench-noise bench-noise-record bench-ray setup-llama-cpp bench-engines clean
 
 $(STAMP): pyproject.toml scripts/setup.sh
 	scripts/setup.sh
@@ -28,6 +28,12 @@ $(VENV)/.specbench-packages: pyproject.toml scripts/setup.sh
 test: $(VENV)/.specbench-packages
 	scripts/install_chromium.sh
 	$(BIN)/python -m pytest -q
+
+# ruff (lint + format, line length 120) and mypy, configured in pyproject.toml; the `lint` extra pins their versions
+lint: $(VENV)/.specbench-packages
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy specbench
 
 # The pip user's path: build the wheel, install it non-editable into a fresh venv (reusing .venv's torch, no
 # second download), then from outside the checkout: list tasks and drafts, setup, a 2-example run.

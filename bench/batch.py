@@ -185,7 +185,8 @@ def main(argv: list[str] | None = None) -> dict:
         run_engine(engine, session, args, prompts[:2], pad_id)
     print(
         f"\n{args.target}, drafts {', '.join(drafts)}, γ={args.gamma}, task {args.task}, {len(prompts)} prompts, "
-        f"max_new_tokens {args.max_new_tokens}, greedy, {session.target.device}, torch threads {torch.get_num_threads()}"
+        f"max_new_tokens {args.max_new_tokens}, greedy, {session.target.device}, "
+        f"torch threads {torch.get_num_threads()}"
     )
     table = {}
     for size in args.batch_sizes:

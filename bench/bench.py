@@ -141,10 +141,10 @@ def interleaved_runs(args, session: Session, engines: Engines, prepared) -> tupl
             # the four engines run back to back, in an order reversed every other prompt (ABBA), so
             # neither side systematically runs on a warmer cache or a quieter machine
             jobs = {
-                "base": lambda: engines.baseline(item.prompt_ids, 0, max_new),
-                "hf": lambda: hf_generate(session, item.prompt_ids, max_new, args.gamma, None),
-                "spec": lambda: engines.speculative(item.prompt_ids, 0, max_new),
-                "hf_spec": lambda: hf_generate(
+                "base": lambda item=item: engines.baseline(item.prompt_ids, 0, max_new),
+                "hf": lambda item=item: hf_generate(session, item.prompt_ids, max_new, args.gamma, None),
+                "spec": lambda item=item: engines.speculative(item.prompt_ids, 0, max_new),
+                "hf_spec": lambda item=item: hf_generate(
                     session, item.prompt_ids, max_new, args.gamma, args.draft, args.draft_confidence
                 ),
             }
@@ -190,7 +190,8 @@ def print_report(
 ) -> None:
     stop = f" (early stop below {args.draft_confidence:g})" if args.draft_confidence else ""
     print(
-        f"\n{args.target} + {args.draft}, γ={args.gamma}{stop}, task {args.task}, {n_prompts} prompts × {args.repeats} repeats, "
+        f"\n{args.target} + {args.draft}, γ={args.gamma}{stop}, task {args.task}, "
+        f"{n_prompts} prompts × {args.repeats} repeats, "
         f"max_new_tokens {args.max_new_tokens}, greedy, {session.target.device}, backend {args.backend}, "
         f"torch threads {torch.get_num_threads()}; our warm-up {warm_up_s:.0f} s (untimed)"
     )

@@ -315,7 +315,8 @@ def report_interleaved(result: dict, args) -> None:
         f"Ray's overhead per cell beside its twin: mean {statistics.fmean(ratios):+.1%}, median "
         f"{statistics.median(ratios):+.1%} (95 % CI of the mean [{low:+.1%}, {high:+.1%}]); "
         f"{statistics.median(r - lo for lo, r in pairs) * 1000:+.0f} ms on a local cell of "
-        f"{statistics.median(lo for lo, _ in pairs) * 1000:.0f} ms (medians) → {verdict(low, high, 0.05)} the ≤ 5 % goal"
+        f"{statistics.median(lo for lo, _ in pairs) * 1000:.0f} ms (medians) → "
+        f"{verdict(low, high, 0.05)} the ≤ 5 % goal"
     )
     print(
         f"not in that figure: the idle cluster's own processes use {result['idle_background_cpu_ms_per_s']:.0f} ms "

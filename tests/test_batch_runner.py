@@ -1,4 +1,5 @@
-"""--batch-size through the runner, sweep, metrics and cost model: grouping, records, resume, bad input (tiny models)."""
+"""--batch-size through the runner, sweep, metrics and cost model: grouping, records, resume, bad input (tiny
+models)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import json
 import math
 
 import pytest
-from test_sweep import MAX_NEW, PROMPTS, FakeSession
+from helpers import MAX_NEW, PROMPTS, FakeSession
 from typer.testing import CliRunner
 
 import specbench.measure.runner as runner
@@ -212,7 +213,8 @@ def test_batch_throughput_counts_each_batch_once():
 
 
 def test_min_policy_law_matches_a_simulation():
-    """E[min over B rows of (accepted + 1)] by Monte Carlo equals Eq. 1 with α^B: what min advance costs independent rows."""
+    """E[min over B rows of (accepted + 1)] by Monte Carlo equals Eq. 1 with α^B: what min advance costs independent
+    rows."""
     import numpy as np
 
     rng, alpha, gamma, b = np.random.default_rng(0), 0.7, 4, 3

@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from test_cli import CORPUS, save_tiny
+from helpers import CORPUS, save_tiny
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 

@@ -5,41 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 from conftest import needs_cxx
-from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from helpers import CORPUS, run_args, save_tiny
 from typer.testing import CliRunner
 
 from specbench.cli import app
-
-CORPUS = [
-    "the cat sat on the mat and the dog sat on the log",
-    "speculative decoding drafts tokens and the target verifies them",
-    "a small draft model proposes and a large target model checks",
-] * 5
-
-
-def save_tiny(path, seed: int, vocab: int | None = None, max_positions: int = 256):
-    tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.train_from_iterator(CORPUS, trainers.WordLevelTrainer(special_tokens=["<unk>", "<s>", "</s>"]))
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(
-        vocab_size=vocab or len(fast),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=max_positions,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    LlamaForCausalLM(cfg).save_pretrained(path)
-    fast.save_pretrained(path)
-    return str(path)
 
 
 @pytest.fixture(scope="module")
@@ -62,27 +32,6 @@ def task_file(tmp_path):
 
 def invoke(*args):
     return CliRunner().invoke(app, list(args), catch_exceptions=False)
-
-
-def run_args(models_dir, task_file, tmp_path, *extra):
-    return (
-        "run",
-        "--target",
-        models_dir["target"],
-        "--draft",
-        models_dir["draft"],
-        "--task",
-        task_file,
-        "--limit",
-        "3",
-        "--max-new-tokens",
-        "12",
-        "--device",
-        "cpu",
-        "--results-dir",
-        str(tmp_path / "res"),
-        *extra,
-    )
 
 
 def test_run_writes_manifest_examples_summary_and_resumes(models_dir, task_file, tmp_path):

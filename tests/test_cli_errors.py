@@ -117,7 +117,7 @@ def test_a_python_warning_during_a_command_is_one_line(monkeypatch):
     import specbench.tasks.specs as specs
 
     def rows_with_a_warning():
-        warnings.warn("examples.jsonl:4: skipped a line\nof the wrong shape")
+        warnings.warn("examples.jsonl:4: skipped a line\nof the wrong shape", stacklevel=2)
         return []
 
     monkeypatch.setattr(specs, "list_tasks", rows_with_a_warning)
@@ -182,7 +182,7 @@ def test_sweep_onto_an_unwritable_folder_prints_only_the_error(tmp_path, task_fi
 
 
 def test_hf_assisted_with_a_model_free_draft_leaves_no_run_folder(tmp_path, task_file):
-    from test_cli import save_tiny
+    from helpers import save_tiny
 
     target = save_tiny(tmp_path / "target", 0)
     results = tmp_path / "res"

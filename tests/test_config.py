@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from test_cli import run_args, save_tiny
+from helpers import run_args, save_tiny
 from typer.testing import CliRunner
 
 from specbench.cli import app

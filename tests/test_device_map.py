@@ -11,7 +11,7 @@ import json
 
 import pytest
 import torch
-from test_cli import CORPUS, save_tiny
+from helpers import CORPUS, save_tiny
 
 from specbench.config import RunConfig, SamplingConfig
 from specbench.decoding import timing

@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_cli import run_args, save_tiny
+from helpers import run_args, save_tiny
 from typer.testing import CliRunner
 
 import specbench.files

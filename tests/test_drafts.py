@@ -348,7 +348,8 @@ def one_step_draws(
     min_confidence: float = 0.0,
     lengths: Counter | None = None,
 ) -> Counter:
-    """N independent speculative steps from `tokens` through the real propose + verify_sampling → Counter of (e1, e2)."""
+    """N independent speculative steps from `tokens` through the real propose + verify_sampling → Counter of (e1,
+    e2)."""
     gen = torch.Generator().manual_seed(seed)
     proposer.begin(tokens[:-1], 16)
     counts = Counter()

@@ -104,7 +104,7 @@ def test_distill_still_resumes_into_its_own_folder(tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny_models(tmp_path_factory):
-    from test_cli import save_tiny
+    from helpers import save_tiny
 
     root = tmp_path_factory.mktemp("models")
     return {"target": save_tiny(root / "target", 0), "draft": save_tiny(root / "draft", 1)}

@@ -12,7 +12,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from test_cli import CORPUS, save_tiny
+from helpers import CORPUS, save_tiny
 from typer.testing import CliRunner
 
 from specbench.cli import app

@@ -60,7 +60,8 @@ def test_token_nlls_match_a_plain_forward(kind):
 
 def test_simulated_power_agrees_with_the_known_value():
     """Normal scores, n = 50 per side, shift 0.5 σ, two-sided α = 0.05: the U test's power is about 0.68
-    (t-test power 0.70 times Pitman efficiency 3/π). The simulation (400 redraws, s.e. ≤ 0.025) must land within 0.08."""
+    (t-test power 0.70 times Pitman efficiency 3/π). The simulation (400 redraws, s.e. ≤ 0.025) must land within
+    0.08."""
     pooled = np.random.default_rng(1).normal(0.0, 1.0, 4000)
     power = mw_power(pooled, 50, 50, shift=0.5, level=0.05)
     assert abs(power - 0.68) < 0.08, power

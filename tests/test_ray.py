@@ -23,7 +23,7 @@ from specbench.measure.sweep import SweepGrid, run_sweep
 
 ray = pytest.importorskip("ray")  # an optional extra: without it these tests skip (CI installs it: scripts/setup.sh)
 
-from test_cli import CORPUS, save_tiny  # noqa: E402
+from helpers import CORPUS, save_tiny  # noqa: E402
 
 TIMING = {"prefill_s", "decode_s", "draft_s", "verify_s", "repeat_s"}
 

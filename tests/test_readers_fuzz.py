@@ -21,17 +21,17 @@ import yaml
 from specbench.config import RunConfig
 from specbench.errors import SpecbenchError
 from specbench.measure import run_folder, sweep
-from specbench.measure.tidy_table import export_frames
 from specbench.measure.metrics import summarize
 from specbench.measure.records import (
     EngineRecord,
     RunFiles,
     load_examples,
-    load_runs,
     load_manifest,
+    load_runs,
     read_summary,
     scan_examples,
 )
+from specbench.measure.tidy_table import export_frames
 from specbench.tasks.specs import load_task, select_examples
 
 SEED = 19
@@ -194,7 +194,7 @@ def test_examples_jsonl(tmp_path):
         (run / "examples.jsonl").write_bytes(data)
         rows, skipped = one_line_or_ok(lambda: scan_examples([run]), where)
         assert len(rows) + len(skipped) == sum(1 for line in data.split(b"\n") if line.strip()), where
-        one_line_or_ok(lambda: summarize(rows, 3, True, [1.0], 1.0), where)
+        one_line_or_ok(lambda rows=rows: summarize(rows, 3, True, [1.0], 1.0), where)
         one_line_or_ok(lambda: load_examples(run), where)
         frame, notes = one_line_or_ok(lambda: export_frames([run], examples=True), where)
         assert len(frame) == len(rows) and notes == skipped, where
@@ -228,7 +228,7 @@ def test_manifest_json(tmp_path):
         one_line_or_ok(lambda: load_manifest(run / "manifest.json", "use another --run-id"), where)
         old = one_line_or_ok(lambda: run_folder.read_manifest(RunFiles(run)), where)
         if isinstance(old, dict):
-            one_line_or_ok(lambda: run_folder.check_resumable(RunFiles(run), good, old), where)
+            one_line_or_ok(lambda old=old: run_folder.check_resumable(RunFiles(run), good, old), where)
         frame, notes = one_line_or_ok(lambda: export_frames([run], examples=False), where)
         assert len(frame) == 1, where  # the summary still exports; a bad manifest only empties its columns
 
@@ -287,7 +287,9 @@ def test_probe_files(tmp_path, name):
         (run / name).write_bytes(data)
         probes = one_line_or_ok(lambda: run_folder.read_probes(run), where)
         drift = one_line_or_ok(lambda: run_folder.baseline_drift(RunFiles(run)), where)
-        one_line_or_ok(lambda: summarize(json.loads(valid_examples()), 3, True, probes, drift), where)
+        one_line_or_ok(
+            lambda probes=probes, drift=drift: summarize(json.loads(valid_examples()), 3, True, probes, drift), where
+        )
 
 
 # --------------------------------------------------------------------------- hostile task files (issue 30)

@@ -6,138 +6,17 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import N_EXAMPLES, make_run
 from typer.testing import CliRunner
 
 from specbench.cli import app
 from specbench.decoding import theory
 from specbench.errors import SpecbenchError
 from specbench.measure.hardware import describe
-from specbench.measure.metrics import json_safe, summarize
 from specbench.report.analysis import best_gamma_rows
 from specbench.report.collect import DRIFT_CONSEQUENCE, calibration_curves, collect
 from specbench.report.figures import fig_histograms, fig_pass_cost, fig_speedup, fig_time_split
 from specbench.report.render import PAPER_TABLE2, with_ci, write_report
-
-N_EXAMPLES = 3
-
-
-def engine(
-    n_tokens: int,
-    decode_s: float,
-    gamma: int = 0,
-    accept_lengths: tuple = (),
-    text: str = "out",
-    draft_share: float = 0.0,
-) -> dict:
-    """An EngineRecord dict; a speculative one derives drafted/accepted/trials from its accepted lengths."""
-    accepted = sum(accept_lengths)
-    trials = sum(min(a + 1, gamma) for a in accept_lengths)
-    calls = len(accept_lengths) if gamma else n_tokens - 1
-    return {
-        "text": text,
-        "token_ids": list(range(n_tokens)),
-        "n_tokens": n_tokens,
-        "stop_reason": "length",
-        "prefill_s": 0.01,
-        "decode_s": decode_s,
-        "target_calls": calls,
-        "draft_calls": gamma * len(accept_lengths),
-        "drafted": gamma * len(accept_lengths),
-        "accepted": accepted,
-        "trials": trials,
-        "accept_lengths": list(accept_lengths),
-        "draft_lengths": [gamma] * len(accept_lengths),
-        "expected_accept": [0.6] * trials,
-        "draft_s": decode_s * draft_share,
-        "verify_s": decode_s * (0.9 - draft_share) if gamma else 0.0,
-    }
-
-
-def make_run(
-    root: Path,
-    run_id: str,
-    *,
-    draft="small",
-    task="ende",
-    gamma=2,
-    temperature=0.0,
-    speedup=1.5,
-    text="hello",
-    reference="hallo",
-    quality=None,
-    target="tiny",
-    policy=None,
-    manifest_extra=None,
-) -> Path:
-    """A run folder as execute_run writes it: manifest.json, examples.jsonl, summary.json (via metrics.summarize).
-    policy: a γ policy (adaptive, heuristic) drafting up to `gamma` (= gamma_max); manifest_extra: manifest keys
-    to add or replace (hardware, calibration, auto)."""
-    run = root / run_id
-    run.mkdir(parents=True)
-    lengths = tuple(min(gamma, k % (gamma + 2)) for k in range(8))
-    records = []
-    for i in range(N_EXAMPLES):
-        base = engine(20, 1.0, text=text)
-        spec = engine(20, 1.01 / speedup - 0.01, gamma, lengths, text=text, draft_share=0.3)
-        records.append(
-            {
-                "schema_version": 1,
-                "example_id": f"ex{i}",
-                "prompt_tokens": 7,
-                "reference": reference,
-                "baseline": base,
-                "speculative": spec,
-                "identical": True,
-                "first_divergence": None,
-            }
-        )
-    config = {
-        "target": target,
-        "draft": draft,
-        "task": task,
-        "gamma": policy or gamma,
-        "sampling": {"temperature": temperature, "top_k": 0, "top_p": 1.0},
-        "limit": N_EXAMPLES,
-        "seed": 0,
-    }
-    if policy:
-        config["gamma_max"] = gamma
-    (run / "manifest.json").write_text(
-        json.dumps(
-            {
-                "schema_version": 1,
-                "run_id": run_id,
-                "config": config,
-                "task": {"name": task, "n_examples": N_EXAMPLES},
-                "models": {"target": {"spec": target, "params": 1000, "dtype": "torch.float32", "device": "cpu"}},
-                "hardware": {"cpu_count": 2},
-                "versions": {"torch": "x"},
-                "git_commit": "abc",
-                **(manifest_extra or {}),
-            }
-        )
-    )
-    (run / "examples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    summary = {
-        "schema_version": 1,
-        "run_id": run_id,
-        "target": target,
-        "draft": draft,
-        "engine": "specbench",
-        "task": task,
-        "gamma": policy or gamma,
-        "temperature": temperature,
-        "top_k": 0,
-        "top_p": 1.0,
-        "seed": 0,
-        "max_new_tokens": 20,
-        "complete": True,
-        **summarize(records, gamma, temperature == 0.0),
-        "quality": quality,
-    }
-    (run / "summary.json").write_text(json.dumps(json_safe(summary)))
-    return run
-
 
 SPEEDUPS = {
     ("small", 0.0): {1: 1.2, 2: 1.5, 4: 1.3},

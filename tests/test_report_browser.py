@@ -3,8 +3,9 @@ figures decode, and the claims table is on the first screen.
 
 Chromium is driven over the DevTools protocol through --remote-debugging-pipe (NUL-separated JSON on file
 descriptors 3 and 4), so no websocket library is needed. Skipped, with the reason, where no chromium binary exists
-(`make test` runs scripts/install_chromium.sh first: Debian's chromium via apt-get when missing and run as root; else one line, and this skips). A page with a deliberate console error is the negative control: the
-harness must report it, or a clean result would mean nothing.
+(`make test` runs scripts/install_chromium.sh first: Debian's chromium via apt-get when missing and run as root;
+else one line, and this skips). A page with a deliberate console error is the negative control: the harness must
+report it, or a clean result would mean nothing.
 """
 
 from __future__ import annotations

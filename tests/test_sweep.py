@@ -6,20 +6,16 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import tiny_llama
+from helpers import MAX_NEW, FakeSession, make_grid, write_prompts
 from typer.testing import CliRunner
 
 import specbench.measure.engines as engines
 import specbench.measure.runner as runner
 from specbench.cli import app
-from specbench.decoding.backend import ForwardBackend
-from specbench.decoding.drafts.factory import make_proposer
-from specbench.decoding.drafts.model import ModelDraft
 from specbench.errors import SpecbenchError
 from specbench.measure.records import read_records
 from specbench.measure.sweep import (
     BaselineStore,
-    SweepGrid,
     cell_ids,
     parse_float_list,
     parse_int_list,
@@ -27,54 +23,11 @@ from specbench.measure.sweep import (
     run_sweep,
     sweep_id_for,
 )
-from specbench.models import wrap_model
-
-MAX_NEW = 5  # differs from engines.WARMUP_TOKENS (8), so warm-up calls are told apart from measured ones
-PROMPTS = [
-    "The quick brown fox jumps over the lazy dog.",
-    "Speculative decoding drafts and verifies.",
-    "One two three four five six seven.",
-    "A fourth prompt that no cell should see.",
-]
-
-
-class StubTokenizer:
-    """Enough of a tokenizer for the runner: characters → ids in the tiny vocabulary, ids → text."""
-
-    chat_template = None
-    eos_token_id = 2
-
-    def __call__(self, text, add_special_tokens=True):
-        return {"input_ids": [3 + ord(ch) % 500 for ch in text]}
-
-    def decode(self, ids, skip_special_tokens=True):
-        return " ".join(f"t{i}" for i in ids)
-
-
-class FakeSession(engines.Session):
-    """An engines.Session over tiny random Llamas: a target, a model draft and prompt lookup."""
-
-    instances = 0
-
-    def __init__(self, *args, **kwargs):
-        FakeSession.instances += 1
-        self.target = wrap_model("tiny-target", tiny_llama(0), StubTokenizer())
-        self.backend, self.target_backend = "eager", ForwardBackend(self.target.model)
-        self.dtype, self.calibrations, self.draft_ms, self.pilots = "float32", {}, {}, {}
-        self.drafts = {
-            "tiny-draft": ModelDraft(tiny_llama(1), "tiny-draft"),
-            "prompt-lookup": make_proposer("prompt-lookup", self.target),
-        }
-
-    def proposer(self, spec, corpus=None):
-        return self.drafts[spec]
 
 
 @pytest.fixture
 def task_file(tmp_path) -> str:
-    path = tmp_path / "prompts.jsonl"
-    path.write_text("".join(json.dumps({"id": f"ex{i}", "prompt": p}) + "\n" for i, p in enumerate(PROMPTS)))
-    return str(path)
+    return write_prompts(tmp_path)
 
 
 @pytest.fixture
@@ -98,22 +51,6 @@ def baseline_calls(monkeypatch) -> list:
     monkeypatch.setattr(engines, "decode_autoregressive", counting)
     monkeypatch.setattr(runner, "probe_shared_baseline", probe)
     return calls
-
-
-def make_grid(task: str, **over) -> SweepGrid:
-    kw = dict(
-        target="tiny-target",
-        draft="tiny-draft,prompt-lookup",
-        gamma="1,3",
-        temperature="0",
-        task=task,
-        limit=3,
-        seed=0,
-        max_new_tokens=MAX_NEW,
-        device="cpu",
-    )
-    kw.update(over)
-    return SweepGrid.from_specs(**kw)
 
 
 def cell_records(root: Path, cell_id: str) -> list[dict]:
@@ -449,7 +386,7 @@ def test_an_intact_finished_cell_is_not_rerun(tmp_path, task_file, monkeypatch):
     assert run_sweep(grid, tmp_path, session=FakeSession()).new_examples == 0
 
 
-# --------------------------------------------------------------------------- ids, folders and γ before anything is written
+# ------------------------------------------------------------------ ids, folders and γ before anything is written
 
 
 @pytest.mark.parametrize("sweep_id", ["../escaped", "/abs/path", "a/b", "", ".", "..", ".hidden", "a\\b", "x" * 256])

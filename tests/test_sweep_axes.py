@@ -9,7 +9,7 @@ import json
 
 import numpy as np
 import pytest
-from test_sweep import MAX_NEW, PROMPTS, FakeSession, StubTokenizer, make_grid, task_file  # noqa: F401 (fixture)
+from helpers import MAX_NEW, PROMPTS, FakeSession, StubTokenizer, make_grid, write_prompts
 from typer.testing import CliRunner
 
 import specbench.measure.planning as planning
@@ -41,6 +41,11 @@ class TargetSession(FakeSession):
         super().__init__()
         self.target_spec = target_spec
         TargetSession.loaded.append(target_spec)
+
+
+@pytest.fixture
+def task_file(tmp_path) -> str:
+    return write_prompts(tmp_path)
 
 
 @pytest.fixture

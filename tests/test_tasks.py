@@ -235,7 +235,8 @@ def test_examples_hash_is_stable_and_content_sensitive():
     assert examples_hash([Example("3", "Übersetze: Hallo", "Hello"), exs[1]]) != h
 
 
-PINNED_HASH = "c2527b0ad4f84f3e4686d7332d896c753f72bffca6d60ede3849c68582666255"  # sha256 of the compact JSON [[id, prompt, reference], ...]
+# sha256 of the compact JSON [[id, prompt, reference], ...]
+PINNED_HASH = "c2527b0ad4f84f3e4686d7332d896c753f72bffca6d60ede3849c68582666255"
 
 
 def test_empty_field_or_prompt_is_an_error(tmp_path):

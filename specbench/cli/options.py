@@ -84,7 +84,8 @@ DraftConfidence = Annotated[
     typer.Option(
         "--draft-confidence",
         help="A model draft stops a proposal early once its probability of the token it just "
-        "drafted is below this (γ stays the most; 0 = always γ). Exact either way; as HF's assistant_confidence_threshold.",
+        "drafted is below this (γ stays the most; 0 = always γ). Exact either way; "
+        "as HF's assistant_confidence_threshold.",
     ),
 ]
 BatchSize = Annotated[

@@ -186,7 +186,7 @@ def sweep(
     Example: specbench sweep --draft prompt-lookup --gamma 4 --max-new-tokens 16,64,256 --prompt-length short,medium,long
     Example: specbench sweep --pair smollm2-135m:lookup+distilled --pair qwen2.5-coder-1.5b:prompt-lookup --gamma 4
     Example: specbench sweep --engine specbench,llama-cpp --draft prompt-lookup --gamma 2,4 --task aclsum
-    """
+    """  # noqa: E501 (--help prints each example on one line)
     from specbench.errors import SpecbenchError
     from specbench.measure.executors import make_executor
     from specbench.measure.sweep import (

@@ -131,7 +131,8 @@ def draft_step(ctx: StepContext, tokens: list[int], g: int, unbounded: bool, pol
 
 
 def pass_ids(ctx: StepContext, cur: int, drafted: torch.Tensor) -> torch.Tensor:
-    """[cur, x_1..x_g'] (padded to pad_to with copies of the last: the padded baseline's pass shape) → [max(g'+1, pad_to)]."""
+    """[cur, x_1..x_g'] (padded to pad_to with copies of the last: the padded baseline's pass shape) →
+    [max(g'+1, pad_to)]."""
     ids = torch.cat([torch.tensor([cur], device=ctx.target.device), drafted])
     if ctx.pad_to > ids.shape[0]:
         ids = torch.cat([ids, ids[-1:].repeat(ctx.pad_to - ids.shape[0])])

@@ -246,8 +246,12 @@ def _training_section(state: dict, step: int) -> dict:
     return {
         "seconds": seconds,
         "steps_per_s": step / seconds if seconds else None,
-        "loss_curve": [[s, round(l, 5), round(a, 4)] for s, l, a, _ in curve[::every]]
-        + ([[s, round(l, 5), round(a, 4)] for s, l, a, _ in curve[-1:]] if curve and (len(curve) - 1) % every else []),
+        "loss_curve": [[s, round(loss, 5), round(a, 4)] for s, loss, a, _ in curve[::every]]
+        + (
+            [[s, round(loss, 5), round(a, 4)] for s, loss, a, _ in curve[-1:]]
+            if curve and (len(curve) - 1) % every
+            else []
+        ),
         "loss_curve_columns": ["step", "KL(teacher top-k || draft)", "train top-1 agreement"],
         "heldout": [[s, round(a, 4), round(b, 4), round(k, 5)] for s, a, b, k in state["heldout"]],
         "heldout_columns": [

@@ -312,7 +312,8 @@ def _run_missing_jobs(cfg: DistillConfig, target, plan: Plan, folder: Path, inde
                 "teacher",
                 done,
                 len(jobs),
-                f"{tps['labels']:,} labels; {tps['score_tok_s']:.0f} scored tok/s, {tps['gen_tok_s']:.0f} generated tok/s",
+                f"{tps['labels']:,} labels; {tps['score_tok_s']:.0f} scored tok/s, "
+                f"{tps['gen_tok_s']:.0f} generated tok/s",
             )
         )
 

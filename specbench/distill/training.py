@@ -222,7 +222,7 @@ def evaluate(model, data: TeacherData, docs: list[int], preset: DistillPreset, p
     agree = kl = n = 0.0
     agree_r = n_r = 0.0
     batch: list[int] = []
-    for i, d in enumerate(order + [None]):
+    for d in order + [None]:
         if d is not None and (not batch or (len(batch) + 1) * int(lens[d]) <= preset.batch_tokens):
             batch.append(d)
             continue

@@ -484,7 +484,8 @@ def baseline_file(root: Path, grid: SweepGrid, config: RunConfig) -> Path:
     s = config.sampling
     batch = f"-b{config.batch_size}" if config.batch_size > 1 else ""  # batch 1 keeps the name it always had
     prefix, suffix = axis_parts(grid, config)
-    name = f"{prefix}{short_names(grid.tasks)[config.task]}-t{s.temperature:g}-k{s.top_k}-p{s.top_p:g}{batch}{suffix}.jsonl"
+    task = short_names(grid.tasks)[config.task]
+    name = f"{prefix}{task}-t{s.temperature:g}-k{s.top_k}-p{s.top_p:g}{batch}{suffix}.jsonl"
     return root / BASELINE_DIR / _slug(name)
 
 

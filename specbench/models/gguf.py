@@ -46,7 +46,8 @@ def package_dir(package: str) -> Path | None:
 
 
 def verified_stamp(path: Path) -> Path:
-    """Where the stamp of `path` lives: in the cache, keyed by the file's absolute path (site-packages may be read-only)."""
+    """Where the stamp of `path` lives: in the cache, keyed by the file's absolute path (site-packages may be
+    read-only)."""
     key = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
     return cache_root() / "verified" / f"{path.name}-{key}.sha256"
 

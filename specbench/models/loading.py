@@ -159,7 +159,8 @@ def resolve_source(spec: str, on_repair: Callable[[str], object] | None = None) 
         return str(path)
     if path.suffix or spec.startswith((".", "/", "~")) or spec.count("/") > 1 or not spec.strip():
         raise SpecbenchError(
-            f"model not found: {spec!r} is neither a preset ({', '.join(PRESETS)}), a directory, a .gguf file nor a hub id"
+            f"model not found: {spec!r} is neither a preset ({', '.join(PRESETS)}), a directory, a .gguf file "
+            "nor a hub id"
         )
     return resolve_hub_id(spec)
 

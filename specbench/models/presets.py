@@ -206,7 +206,8 @@ PRESETS: dict[str, Preset | SplitPreset] = {
         size=1_117_320_768,
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         licence=QWEN_LICENCE,
-        description="Qwen2.5-Coder-1.5B-Instruct GGUF Q4_K_M (vocab 151,936); ~9 GB RAM dequantized, ~3 tok/s on a 2-core CPU",
+        description="Qwen2.5-Coder-1.5B-Instruct GGUF Q4_K_M (vocab 151,936); ~9 GB RAM dequantized, "
+        "~3 tok/s on a 2-core CPU",
     ),
     "qwen2.5-coder-0.5b": SplitPreset(
         name="qwen2.5-coder-0.5b",
@@ -218,7 +219,8 @@ PRESETS: dict[str, Preset | SplitPreset] = {
         size=491_400_064,
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         licence=QWEN_LICENCE,
-        description="Qwen2.5-Coder-0.5B-Instruct GGUF Q4_K_M, the draft for qwen2.5-coder-1.5b (same 151,936-id tokenizer)",
+        description="Qwen2.5-Coder-0.5B-Instruct GGUF Q4_K_M, the draft for qwen2.5-coder-1.5b "
+        "(same 151,936-id tokenizer)",
     ),
 }
 
@@ -242,7 +244,10 @@ def _row(p: Preset | SplitPreset) -> dict:
     installed = p.installed()
     if isinstance(p, SplitPreset):
         parts = [] if installed else find_parts(p.packages)[0]
-        how = f"{p.n_parts} part packages {p.part_prefix}1..{p.n_parts}=={p.version}, hash-pinned, joined and SHA-256 checked"
+        how = (
+            f"{p.n_parts} part packages {p.part_prefix}1..{p.n_parts}=={p.version}, "
+            "hash-pinned, joined and SHA-256 checked"
+        )
         description = f"{p.description}; opt-in: {how}" + (
             f" ({len(parts)} of {p.n_parts} parts installed)" if parts else ""
         )

@@ -16,7 +16,8 @@ DISTILLED_ALIAS = "distilled"  # `--draft distilled`: the shipped draft for the 
 
 
 def shipped_draft_dir(target_spec: str, root: Path | None = None) -> Path:
-    """specbench/models/distilled/<target name>-distilled, the folder `--draft distilled` means; a clear error when it is not built."""
+    """specbench/models/distilled/<target name>-distilled, the folder `--draft distilled` means; a clear error when
+    it is not built."""
     folder = (root or DRAFTS_DIR) / f"{Path(target_spec).name}-distilled"
     if not (folder / "config.json").is_file():
         raise SpecbenchError(
@@ -48,7 +49,9 @@ def shipped_draft_rows(root: Path | None = None) -> list[dict]:
                 "name": f"{DISTILLED_ALIAS} ({folder.name})",
                 "kind": "model (distilled)",
                 "cost": "one draft forward per token",
-                "description": f"distilled from {m.get('target', {}).get('spec')}; {measured}; rebuild: {m.get('command')}",
+                "description": (
+                    f"distilled from {m.get('target', {}).get('spec')}; {measured}; rebuild: {m.get('command')}"
+                ),
             }
         )
     return rows

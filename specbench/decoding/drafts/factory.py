@@ -91,13 +91,15 @@ def draft_rows() -> list[dict]:
             "name": f"bigram[:k={DEFAULT_K:g},backoff={DEFAULT_BACKOFF:g}]",
             "kind": "model-free",
             "cost": "V-sized vector ops per token",
-            "description": "samples from a bigram law fitted on the task's prompts, backing off to the unigram (Table 3)",
+            "description": "samples from a bigram law fitted on the task's prompts, "
+            "backing off to the unigram (Table 3)",
         },
         {
             "name": "lookup+<model spec>",
             "kind": "hybrid",
             "cost": "a draft forward per token lookup cannot supply",
-            "description": "prompt lookup where the context has a match, the draft model for the rest (alias hybrid:<model spec>)",
+            "description": "prompt lookup where the context has a match, the draft model for the rest "
+            "(alias hybrid:<model spec>)",
         },
         {
             "name": "<model spec>",

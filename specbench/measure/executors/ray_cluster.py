@@ -8,7 +8,8 @@ cell's folder (mirror.py) and yields what each example added; the driver, which 
 sweep and checked the cell is unfinished, appends it under the same per-cell lock a local
 sweep takes. The worker plans nothing again per cell, so a cell's fixed cost beyond a local
 cell's is Ray's own: one call, one message per example (bench/ray_overhead.py measures it).
-Ordering we keep ourselves: the first unfinished cell of a (task, sampling) group measures the group's shared baseline, and the group's other cells start once it is done, so
+Ordering we keep ourselves: the first unfinished cell of a (task, sampling) group measures the group's shared
+baseline, and the group's other cells start once it is done, so
 every cell compares against one baseline measured once, on one worker (the drift probe then
 runs on whichever worker measures the later cell, as in a local sweep). A worker that dies
 mid-cell loses the example it was measuring; its cell is started again on a fresh actor

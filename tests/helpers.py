@@ -1,0 +1,260 @@
+"""What several test modules share (tiny saved models and CLI arguments, sweep fakes, run folders as the runner
+writes them): test modules import this module, never each other, so each test module stays a set of tests."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from conftest import tiny_llama
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+import specbench.measure.engines as engines
+from specbench.decoding.backend import ForwardBackend
+from specbench.decoding.drafts.factory import make_proposer
+from specbench.decoding.drafts.model import ModelDraft
+from specbench.measure.metrics import json_safe, summarize
+from specbench.measure.sweep import SweepGrid
+from specbench.models import wrap_model
+
+# --- tiny saved models and `specbench run` arguments (the CLI tests) ---
+
+CORPUS = [
+    "the cat sat on the mat and the dog sat on the log",
+    "speculative decoding drafts tokens and the target verifies them",
+    "a small draft model proposes and a large target model checks",
+] * 5
+
+
+def save_tiny(path, seed: int, vocab: int | None = None, max_positions: int = 256):
+    tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator(CORPUS, trainers.WordLevelTrainer(special_tokens=["<unk>", "<s>", "</s>"]))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=vocab or len(fast),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_positions,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    LlamaForCausalLM(cfg).save_pretrained(path)
+    fast.save_pretrained(path)
+    return str(path)
+
+
+def run_args(models_dir, task_file, tmp_path, *extra):
+    return (
+        "run",
+        "--target",
+        models_dir["target"],
+        "--draft",
+        models_dir["draft"],
+        "--task",
+        task_file,
+        "--limit",
+        "3",
+        "--max-new-tokens",
+        "12",
+        "--device",
+        "cpu",
+        "--results-dir",
+        str(tmp_path / "res"),
+        *extra,
+    )
+
+
+# --- sweeps over tiny random Llamas (test_sweep, test_sweep_axes, test_batch_runner) ---
+
+MAX_NEW = 5  # differs from engines.WARMUP_TOKENS (8), so warm-up calls are told apart from measured ones
+PROMPTS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Speculative decoding drafts and verifies.",
+    "One two three four five six seven.",
+    "A fourth prompt that no cell should see.",
+]
+
+
+class StubTokenizer:
+    """Enough of a tokenizer for the runner: characters → ids in the tiny vocabulary, ids → text."""
+
+    chat_template = None
+    eos_token_id = 2
+
+    def __call__(self, text, add_special_tokens=True):
+        return {"input_ids": [3 + ord(ch) % 500 for ch in text]}
+
+    def decode(self, ids, skip_special_tokens=True):
+        return " ".join(f"t{i}" for i in ids)
+
+
+class FakeSession(engines.Session):
+    """An engines.Session over tiny random Llamas: a target, a model draft and prompt lookup."""
+
+    instances = 0
+
+    def __init__(self, *args, **kwargs):
+        FakeSession.instances += 1
+        self.target = wrap_model("tiny-target", tiny_llama(0), StubTokenizer())
+        self.backend, self.target_backend = "eager", ForwardBackend(self.target.model)
+        self.dtype, self.calibrations, self.draft_ms, self.pilots = "float32", {}, {}, {}
+        self.drafts = {
+            "tiny-draft": ModelDraft(tiny_llama(1), "tiny-draft"),
+            "prompt-lookup": make_proposer("prompt-lookup", self.target),
+        }
+
+    def proposer(self, spec, corpus=None):
+        return self.drafts[spec]
+
+
+def write_prompts(tmp_path: Path) -> str:
+    """A JSONL task of PROMPTS with ids ex0…; its path."""
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("".join(json.dumps({"id": f"ex{i}", "prompt": p}) + "\n" for i, p in enumerate(PROMPTS)))
+    return str(path)
+
+
+def make_grid(task: str, **over) -> SweepGrid:
+    kw = dict(
+        target="tiny-target",
+        draft="tiny-draft,prompt-lookup",
+        gamma="1,3",
+        temperature="0",
+        task=task,
+        limit=3,
+        seed=0,
+        max_new_tokens=MAX_NEW,
+        device="cpu",
+    )
+    kw.update(over)
+    return SweepGrid.from_specs(**kw)
+
+
+# --- run folders as execute_run writes them (the report and claims tests) ---
+
+N_EXAMPLES = 3
+
+
+def engine(
+    n_tokens: int,
+    decode_s: float,
+    gamma: int = 0,
+    accept_lengths: tuple = (),
+    text: str = "out",
+    draft_share: float = 0.0,
+) -> dict:
+    """An EngineRecord dict; a speculative one derives drafted/accepted/trials from its accepted lengths."""
+    accepted = sum(accept_lengths)
+    trials = sum(min(a + 1, gamma) for a in accept_lengths)
+    calls = len(accept_lengths) if gamma else n_tokens - 1
+    return {
+        "text": text,
+        "token_ids": list(range(n_tokens)),
+        "n_tokens": n_tokens,
+        "stop_reason": "length",
+        "prefill_s": 0.01,
+        "decode_s": decode_s,
+        "target_calls": calls,
+        "draft_calls": gamma * len(accept_lengths),
+        "drafted": gamma * len(accept_lengths),
+        "accepted": accepted,
+        "trials": trials,
+        "accept_lengths": list(accept_lengths),
+        "draft_lengths": [gamma] * len(accept_lengths),
+        "expected_accept": [0.6] * trials,
+        "draft_s": decode_s * draft_share,
+        "verify_s": decode_s * (0.9 - draft_share) if gamma else 0.0,
+    }
+
+
+def make_run(
+    root: Path,
+    run_id: str,
+    *,
+    draft="small",
+    task="ende",
+    gamma=2,
+    temperature=0.0,
+    speedup=1.5,
+    text="hello",
+    reference="hallo",
+    quality=None,
+    target="tiny",
+    policy=None,
+    manifest_extra=None,
+) -> Path:
+    """A run folder as execute_run writes it: manifest.json, examples.jsonl, summary.json (via metrics.summarize).
+    policy: a γ policy (adaptive, heuristic) drafting up to `gamma` (= gamma_max); manifest_extra: manifest keys
+    to add or replace (hardware, calibration, auto)."""
+    run = root / run_id
+    run.mkdir(parents=True)
+    lengths = tuple(min(gamma, k % (gamma + 2)) for k in range(8))
+    records = []
+    for i in range(N_EXAMPLES):
+        base = engine(20, 1.0, text=text)
+        spec = engine(20, 1.01 / speedup - 0.01, gamma, lengths, text=text, draft_share=0.3)
+        records.append(
+            {
+                "schema_version": 1,
+                "example_id": f"ex{i}",
+                "prompt_tokens": 7,
+                "reference": reference,
+                "baseline": base,
+                "speculative": spec,
+                "identical": True,
+                "first_divergence": None,
+            }
+        )
+    config = {
+        "target": target,
+        "draft": draft,
+        "task": task,
+        "gamma": policy or gamma,
+        "sampling": {"temperature": temperature, "top_k": 0, "top_p": 1.0},
+        "limit": N_EXAMPLES,
+        "seed": 0,
+    }
+    if policy:
+        config["gamma_max"] = gamma
+    (run / "manifest.json").write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "run_id": run_id,
+                "config": config,
+                "task": {"name": task, "n_examples": N_EXAMPLES},
+                "models": {"target": {"spec": target, "params": 1000, "dtype": "torch.float32", "device": "cpu"}},
+                "hardware": {"cpu_count": 2},
+                "versions": {"torch": "x"},
+                "git_commit": "abc",
+                **(manifest_extra or {}),
+            }
+        )
+    )
+    (run / "examples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    summary = {
+        "schema_version": 1,
+        "run_id": run_id,
+        "target": target,
+        "draft": draft,
+        "engine": "specbench",
+        "task": task,
+        "gamma": policy or gamma,
+        "temperature": temperature,
+        "top_k": 0,
+        "top_p": 1.0,
+        "seed": 0,
+        "max_new_tokens": 20,
+        "complete": True,
+        **summarize(records, gamma, temperature == 0.0),
+        "quality": quality,
+    }
+    (run / "summary.json").write_text(json.dumps(json_safe(summary)))
+    return run
