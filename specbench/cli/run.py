@@ -264,7 +264,7 @@ def with_unit(value, unit: str) -> str:
     if unit == "×":
         return f"{value:.2f}×"
     if unit == "tokens/s":
-        return f"{value:.1f} tok/s"
+        return f"{value:.{0 if value >= 100 else 1 if value >= 10 else 2}f} tok/s"
     if unit == "s":
         return f"{value * 1e3:.1f} ms" if abs(value) < 10 else f"{value:.1f} s"
     if unit == "MiB":
@@ -279,8 +279,11 @@ def cell(summary: dict, key: str) -> str:
     if isinstance(value, list) and all(isinstance(v, (int, float, type(None))) for v in value):
         return "—" if not value else ", ".join(fmt(v, 2) for v in value[:8]) + (" …" if len(value) > 8 else "")
     interval = summary.get(f"{key}_ci95")
-    if isinstance(interval, list) and len(interval) == 2 and None not in interval and value is not None:
+    bounds = interval if isinstance(interval, list) and len(interval) == 2 else [None, None]
+    if all(isinstance(b, (int, float)) and b == b for b in bounds) and value is not None:
         return f"{with_unit(value, unit)} ({with_unit(interval[0], unit)} – {with_unit(interval[1], unit)})"
+    if f"{key}_ci95" in summary and summary.get("interval_note") and value is not None:
+        return f"{with_unit(value, unit)} (no interval: too few examples)"  # interval_note, under --verbose/--json
     return with_unit(value, unit)
 
 
@@ -294,15 +297,16 @@ def prediction_line(summary: dict) -> str | None:
         low_high = summary.get("auto_predicted_interval") or [None, None]
         interval = f", 95 % {low_high[0]:.2f}–{low_high[1]:.2f}" if None not in low_high else ""
         return f"predicted before timing (auto): {auto:.2f}×{interval}; measured {measured:.2f}×"
-    theory = summary.get("predicted_speedup_extended") or summary.get("predicted_speedup")
-    if theory is None:
+    paper, priced, cost = (summary.get(k) for k in ("predicted_speedup", "predicted_speedup_extended", "verify_cost"))
+    if priced is not None and cost is not None:
+        paper_note = f"; the paper's formula, which prices it as one, says {paper:.2f}×" if paper is not None else ""
+        return (
+            f"predicted {priced:.2f}× from the measured α and draft cost with a verify pass costing {cost:.2f} "
+            f"one-token passes here{paper_note}; measured {measured:.2f}×"
+        )
+    if paper is None:
         return None
-    cost = summary.get("verify_cost")
-    why = f"; a verify pass here costs {cost:.2f} one-token passes" if cost is not None else ""
-    return (
-        f"predicted {theory:.2f}× by the paper's formula from the measured α and draft cost{why}; "
-        f"measured {measured:.2f}× (the formula leaves out prefill and the loop's own time)"
-    )
+    return f"predicted {paper:.2f}× by the paper's formula from the measured α and draft cost; measured {measured:.2f}×"
 
 
 def summary_table(summary: dict, verbose: bool = False) -> Table:
@@ -325,7 +329,7 @@ def summary_table(summary: dict, verbose: bool = False) -> Table:
     for key, value in quality["baseline"].items() if quality else []:
         if isinstance(value, float):
             table.add_row(
-                f"{quality['metric']} {key}, baseline / speculative",
+                f"{key}, baseline / speculative",
                 f"{value:.2f} / {quality['speculative'][key]:.2f}",
                 *([key] if verbose else []),
             )

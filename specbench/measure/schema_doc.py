@@ -690,12 +690,17 @@ not a whole EngineRecord is skipped (that example's baseline is measured again).
 
 ## The export
 
-`specbench export RESULTS --format csv|parquet` writes one row per run: `run_id`, `sweep_id`, `run_dir`,
-the axes (`task`, `target`, `draft`, `gamma`, `gamma_policy`, `temperature`, `top_k`, `top_p`, `dtype`,
-`device`, `backend`, `engine`, and `confidence` / `batch` where a run has them), `hardware` (the
-summary's sentence) and `cpu`, then `n_examples`, `complete`, `alpha`, `tokens_per_target_call`,
-`speedup` with `speedup_ci95_low` / `_high`, `decode_speedup` with its interval,
-`predicted_speedup_extended`, `suspect` (the noise checks fired), `timing_notes` and `baseline_drift`.
+`specbench export RESULTS --format csv|parquet` writes one row per run (in Python: `specbench.load_runs(path)`
+returns the same table as a pandas DataFrame, `specbench.load_examples(path)` the per-example one): `run_id`,
+`sweep_id`, `run_dir`, the axes (`task`, `target`, `draft`, `gamma`, `gamma_policy`, `temperature`, `top_k`,
+`top_p`, `dtype`, `device` (the device the target ran on, e.g. `cuda:0`, not the requested `auto`), `backend`,
+`engine`, and `confidence` / `batch` where a run has them), `hardware` (the summary's sentence) and `cpu`, then
+`n_examples`, `complete`, `speedup_geomean` with `speedup_geomean_ci95_low` / `_high`, `alpha`,
+`acceptance_rate`, `mean_acceptance_length`, `mean_accepted_tokens` (#MAT), `tokens_per_target_call`,
+`baseline_tokens_per_s`, `speculative_tokens_per_s`, `baseline_ttft_s`, `speculative_ttft_s`,
+`baseline_tpot_s`, `speculative_tpot_s`, `speculative_tpot_p50_s`, `speculative_tpot_p99_s`, `speedup` with
+`speedup_ci95_low` / `_high`, `decode_speedup` with its interval, `predicted_speedup_extended`, `suspect` (the
+noise checks fired), `timing_notes` and `baseline_drift`.
 A γ policy's run has its `gamma_max` as `gamma` and the policy's name in `gamma_policy`.
 `--examples` writes one row per example instead: its run's id and axes, `example_id`, `prompt_tokens`,
 `identical`, `first_divergence`, each engine's counts and times (`baseline_*`, `speculative_*`) and the
