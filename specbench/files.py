@@ -119,7 +119,7 @@ def replacing(path: Path) -> Iterator[Path]:
             tmp.unlink(missing_ok=True)
 
 
-def atomic_write_bytes(path: Path, write: Callable[[Path], None]) -> None:
+def atomic_write_bytes(path: Path, write: Callable[[Path], object]) -> None:
     """Atomically create `path` with `write(tmp)`, a function that writes the whole file at `tmp`."""
     with replacing(path) as tmp:
         write(tmp)

@@ -173,7 +173,7 @@ def sweep(
     address: Address = None,
     gpus_per_cell: GpusPerCell = 0.0,
     cpus_per_cell: CpusPerCell = 1.0,
-    results_dir: ResultsDir = Path("results"),
+    results_dir: ResultsDir = "results",
     sweep_id: SweepId = None,
     as_json: AsJson = False,
     trust_remote_code: TrustRemote = False,
@@ -251,7 +251,7 @@ def sweep(
         warn_if_noisy(c.summary, f"{c.cell_id}: ")
 
 
-def sweep_with_progress(grid, results_dir: Path, sweep_id: str | None, executor=None):
+def sweep_with_progress(grid, results_dir: str | Path, sweep_id: str | None, executor=None):
     """run_sweep with a transient spinner while it checks and plans, then a bar over cells × examples."""
     from specbench.measure.sweep import run_sweep
 
@@ -261,14 +261,14 @@ def sweep_with_progress(grid, results_dir: Path, sweep_id: str | None, executor=
     def on_plan(total: int, n_cells: int) -> None:
         status.stop()  # the sweep folder is checked and written: from here on, progress is worth a line
         bar.start()
-        bar.update(job, total=total, info=f"{n_cells} cells; loading models")
+        bar.update(job, total=total, info=f"{n_cells} cells; loading models")  # type: ignore[arg-type]  # rich's TaskID is an int NewType
 
     def on_cell(cell_id: str, total: int, done: int) -> None:
-        bar.update(job, advance=done, info=cell_id + (f" (resumed {done}/{total})" if done else ""))
+        bar.update(job, advance=done, info=cell_id + (f" (resumed {done}/{total})" if done else ""))  # type: ignore[arg-type]  # rich's TaskID is an int NewType
 
     def on_example(cell_id: str, record: dict) -> None:
         s = record["speculative"]
-        bar.update(job, advance=1, info=f"{cell_id}: accepted {s['accepted']}/{s['drafted']}")
+        bar.update(job, advance=1, info=f"{cell_id}: accepted {s['accepted']}/{s['drafted']}")  # type: ignore[arg-type]  # rich's TaskID is an int NewType
 
     status.start()
     try:

@@ -8,7 +8,6 @@ stated alternative (--alt-tv); with less it is inconclusive, with the samples th
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -69,7 +68,7 @@ def verify(
     seed: Seed = 0,
     device: Device = "auto",
     dtype: Dtype = "float32",
-    results_dir: ResultsDir = Path("results"),
+    results_dir: ResultsDir = "results",
     as_json: AsJson = False,
     trust_remote_code: TrustRemote = False,
 ):

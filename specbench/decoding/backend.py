@@ -83,7 +83,7 @@ class ForwardBackend:
         if self.kind == "eager" or (self._static is not None and self._capacity >= needed):
             return False
         self._capacity = static_capacity(needed)
-        self._static = StaticCache(config=self.model.config, max_cache_len=self._capacity)
+        self._static = StaticCache(config=self.model.config, max_cache_len=self._capacity)  # type: ignore[arg-type]  # torch: Module attrs are Tensor | Module
         return True
 
     def new_cache(self, needed: int):
@@ -92,7 +92,7 @@ class ForwardBackend:
             return DynamicCache()
         if not self.reserve(needed):
             with torch.inference_mode():  # its tensors were made by forwards in inference mode
-                self._static.reset()
+                self._static.reset()  # type: ignore[union-attr]  # built by the first forward
         return self._static
 
     def check_room(self, cached: int, new: int) -> None:
@@ -109,6 +109,6 @@ class ForwardBackend:
                 torch.compiler.cudagraph_mark_step_begin()  # the previous step's outputs are consumed
             # a new step shape compiles inside this call: our graph count needs more than dynamo's default
             # limit (8), but other compiled code in the process keeps its own
-            with torch._dynamo.config.patch(**self._dynamo_limits):
+            with torch._dynamo.config.patch(**self._dynamo_limits):  # type: ignore[arg-type]  # torch's patch(**changes) stub lists one positional
                 return self._compiled(**kwargs)
         return self.model(**kwargs)

@@ -53,9 +53,9 @@ class CachedModel:
         """
         self.length = 0
         if self.is_seq2seq:
-            self._cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+            self._cache = EncoderDecoderCache(DynamicCache(), DynamicCache())  # type: ignore[assignment]  # set by the first forward
             ids = torch.tensor([encoder_ids], device=self.device)
-            self._encoder_outputs = self.model.get_encoder()(input_ids=ids)
+            self._encoder_outputs = self.model.get_encoder()(input_ids=ids)  # type: ignore[operator]  # torch: Module attrs are Tensor | Module
         else:
             self._cache = self.backend.new_cache(capacity)
 
@@ -106,7 +106,7 @@ class CachedModel:
                 use_cache=True,
                 **{self._cache_kw: self._cache},
             )
-            self._cache.reset()
+            self._cache.reset()  # type: ignore[attr-defined]  # set by the first forward
         for k in range(1, max_tokens + 1):
             self.forward(torch.zeros(k, dtype=torch.long, device=self.device), all_logits)
             self.truncate(0)
@@ -116,7 +116,7 @@ class CachedModel:
         """Keep only the first `length` cached tokens."""
         remove = self.length - length
         if remove > 0:
-            self._cache.crop(-remove)
+            self._cache.crop(-remove)  # type: ignore[attr-defined]  # set by the first forward
             self.length = length
 
 

@@ -50,9 +50,9 @@ def constant_assistant_tokens(assistant: torch.nn.Module | None, gamma: int, min
         return
     saved = assistant.generation_config
     fixed = copy.deepcopy(saved)
-    fixed.num_assistant_tokens = gamma
-    fixed.num_assistant_tokens_schedule = "constant"
-    fixed.assistant_confidence_threshold = min_confidence
+    fixed.num_assistant_tokens = gamma  # type: ignore[union-attr]  # torch: Module attrs are Tensor | Module
+    fixed.num_assistant_tokens_schedule = "constant"  # type: ignore[union-attr]  # torch: Module attrs are Tensor | Module
+    fixed.assistant_confidence_threshold = min_confidence  # type: ignore[union-attr]  # torch: Module attrs are Tensor | Module
     assistant.generation_config = fixed
     try:
         yield
@@ -89,9 +89,9 @@ def decode_hf(
     torch.manual_seed(seed)
     with constant_assistant_tokens(assistant, gamma, min_confidence):
         t0 = clock.now()
-        out = target.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config, **extra)
+        out = target.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config, **extra)  # type: ignore[operator]  # torch: Module attrs are Tensor | Module
         t1 = clock.now()
-    start = 1 if target.config.is_encoder_decoder else ids.shape[1]
+    start = 1 if target.config.is_encoder_decoder else ids.shape[1]  # type: ignore[union-attr]  # torch: Module attrs are Tensor | Module
     tokens = out[0, start:].tolist()
     stop = next((i for i, t in enumerate(tokens) if t in eos_ids), None)
     tokens = tokens if stop is None else tokens[: stop + 1]

@@ -156,7 +156,9 @@ class TrainingRun:
         self.pad_id = target.pad_id
         self.model = new_draft(p, target, cfg.seed).to(self.device)
         self.opt = make_optimizer(self.model, p)
-        self.step, self.curve, self.heldout_curve, self.seconds = 0, [], [], 0.0
+        self.step, self.seconds = 0, 0.0
+        self.curve: list[list] = []
+        self.heldout_curve: list[list] = []
         self.consistent = (
             True  # model, optimizer and `step` agree (False inside a step): only then is a checkpoint exact
         )

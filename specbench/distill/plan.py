@@ -161,7 +161,7 @@ def make_jobs(
 
 def target_fingerprint(model: torch.nn.Module) -> str:
     """sha256 of the target's output embedding: ties teacher data to the exact weights that made it."""
-    w = model.get_output_embeddings().weight.detach().float().cpu().contiguous()
+    w = model.get_output_embeddings().weight.detach().float().cpu().contiguous()  # type: ignore[operator]  # torch: Module attrs are Tensor | Module
     return hashlib.sha256(w.numpy().tobytes()).hexdigest()
 
 

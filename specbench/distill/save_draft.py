@@ -38,7 +38,7 @@ def export_draft(model: torch.nn.Module, target, out: Path, dtype: str) -> None:
     staging = out / WORK / "export"
     shutil.rmtree(staging, ignore_errors=True)  # what an export interrupted by an older version left
     with replacing(staging) as folder:
-        export.save_pretrained(folder, safe_serialization=True)
+        export.save_pretrained(folder, safe_serialization=True)  # type: ignore[operator]  # torch: Module attrs are Tensor | Module
         target.tokenizer.save_pretrained(folder)
         for f in sorted(folder.iterdir()):
             with replacing(out / f.name) as tmp:  # world-readable: these files are shipped
@@ -51,7 +51,7 @@ def _export_copy(model: torch.nn.Module, target, dtype: str) -> torch.nn.Module:
     from specbench.models import TORCH_DTYPES
 
     export = copy.deepcopy(model).to("cpu", TORCH_DTYPES[dtype]).eval()
-    export.generation_config.eos_token_id = (
+    export.generation_config.eos_token_id = (  # type: ignore[union-attr]  # torch: Module attrs are Tensor | Module
         sorted(target.eos_ids) if len(target.eos_ids) > 1 else (next(iter(target.eos_ids)) if target.eos_ids else None)
     )
     return export

@@ -49,15 +49,15 @@ class Teacher:
     def __init__(self, model: torch.nn.Module, top_k: int, eos_ids: frozenset[int], pad_id: int):
         self.model = model
         self.base = model.base_model
-        self.head = model.get_output_embeddings()
+        self.head = model.get_output_embeddings()  # type: ignore[operator]  # torch: Module attrs are Tensor | Module
         self.top_k = top_k
         self.eos = torch.tensor(sorted(eos_ids) or [-1])
         self.pad_id = pad_id
         self.device = next(model.parameters()).device
-        self._cache_kw = cache_keyword(self.base.forward)
+        self._cache_kw = cache_keyword(self.base.forward)  # type: ignore[union-attr]  # torch: Module attrs are Tensor | Module
 
     def _hidden(self, ids: torch.Tensor, mask: torch.Tensor | None, pos: torch.Tensor | None, cache) -> torch.Tensor:
-        out = self.base(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **{self._cache_kw: cache})
+        out = self.base(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **{self._cache_kw: cache})  # type: ignore[operator]  # torch: Module attrs are Tensor | Module
         return out.last_hidden_state
 
     def labels(

@@ -95,7 +95,8 @@ class Schedule:
 
     def __init__(self, data: TeacherData, train_docs: torch.Tensor, preset: DistillPreset, seed: int):
         self.data, self.train_docs, self.preset, self.seed = data, train_docs, preset, seed
-        self._epoch, self._start, self._batches = -1, 0, []
+        self._epoch, self._start = -1, 0
+        self._batches: list[list[int]] = []
 
     def docs_at(self, step: int) -> tuple[int, list[int]]:
         if self._epoch < 0 or step < self._start:
@@ -149,10 +150,10 @@ def new_draft(preset: DistillPreset, target, seed: int) -> torch.nn.Module:
         # logits are near zero (KL ~ log V − H(p)) instead of spread over tens of nats
         proj = proj * (model.config.initializer_range / proj.std())
         with torch.no_grad():
-            model.get_input_embeddings().weight.copy_(proj)
+            model.get_input_embeddings().weight.copy_(proj)  # type: ignore[operator]  # torch: Module attrs are Tensor | Module
             # the final norm's gain is the head's logit scale; Adam moves it ~lr per step, so a gain of 1
             # takes thousands of steps to reach a peaked law. Start where logits have unit spread instead.
-            model.base_model.norm.weight.fill_(1.0 / (preset.hidden**0.5 * float(proj.std())))
+            model.base_model.norm.weight.fill_(1.0 / (preset.hidden**0.5 * float(proj.std())))  # type: ignore[operator, union-attr]  # torch: Module attrs are Tensor | Module
     model.tie_weights()
     return model
 
@@ -199,7 +200,7 @@ def kl_loss(
 
 
 def _body(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
-    return model.base_model(input_ids=ids, use_cache=False).last_hidden_state  # [B, L, h]
+    return model.base_model(input_ids=ids, use_cache=False).last_hidden_state  # type: ignore[operator]  # torch: Module attrs are Tensor | Module; [B, L, h]
 
 
 def train_step(model, opt, data: TeacherData, batch: Batch, device) -> tuple[float, float]:
@@ -263,7 +264,7 @@ def lr_at(step: int, preset: DistillPreset, total: int) -> float:
 
 
 def make_optimizer(model: torch.nn.Module, preset: DistillPreset) -> torch.optim.Optimizer:
-    emb = model.get_input_embeddings().weight
+    emb = model.get_input_embeddings().weight  # type: ignore[operator]  # torch: Module attrs are Tensor | Module
     decay = [p for p in model.parameters() if p.ndim >= 2 and p is not emb]
     rest = [p for p in model.parameters() if p.ndim < 2 or p is emb]
     return torch.optim.AdamW(

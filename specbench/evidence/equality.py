@@ -28,9 +28,10 @@ from __future__ import annotations
 import functools
 import math
 import zlib
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import asdict, dataclass, field
+from typing import TypeVar
 
 import torch
 from scipy import optimize, stats
@@ -42,6 +43,7 @@ from specbench.decoding.sampling import processed_probs, sample
 from specbench.measure.metrics import json_safe  # noqa: F401  (re-exported: verification imports it from here)
 
 Prefix = tuple[int, ...]
+K = TypeVar("K", bound=Hashable)  # a cell of a law: a token, or a tuple of tokens
 LawFn = Callable[[Prefix], torch.Tensor]  # prefix → [V] processed target law p(· | prefix)
 DraftFn = Callable[[Prefix], tuple[torch.Tensor, torch.Tensor]]  # prefix → ([V] law drawn from, [V] law reported as q)
 CountFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], int]  # accepted_count's signature
@@ -223,9 +225,9 @@ def emitted_law(
 
 def target_sequence_law(target: LawFn, length: int, prefix: Prefix = ()) -> dict[Prefix, float]:
     """Chain-rule law of the next `length` tokens: {(x1..xL): Π p(x_i | prefix, x_<i)}."""
-    law = {(): 1.0}
+    law: dict[Prefix, float] = {(): 1.0}
     for _ in range(length):
-        nxt = {}
+        nxt: dict[Prefix, float] = {}
         for seq, w in law.items():
             p = f64(target(prefix + seq))
             for x in p.nonzero().flatten().tolist():
@@ -236,9 +238,9 @@ def target_sequence_law(target: LawFn, length: int, prefix: Prefix = ()) -> dict
 
 def draft_paths(draft: DraftFn, pre: Prefix, gamma: int) -> dict[Prefix, float]:
     """Every γ-token draft after `pre` with its probability under the draft's drawn laws."""
-    paths = {(): 1.0}
+    paths: dict[Prefix, float] = {(): 1.0}
     for _ in range(gamma):
-        longer = {}
+        longer: dict[Prefix, float] = {}
         for xs, w in paths.items():
             drawn = f64(draft(pre + xs)[0])  # [V]
             for x in drawn.nonzero().flatten().tolist():
@@ -281,7 +283,7 @@ def sequence_law(
 
     def step(pre: Prefix) -> dict[Prefix, float]:
         """Law of the tokens one step emits after `pre`."""
-        out: Counter = Counter()
+        out: dict[Prefix, float] = defaultdict(float)
         for xs, w in draft_paths(draft, pre, gamma).items():
             ctx = [pre + xs[:i] for i in range(gamma + 1)]
             p = f64(verified(torch.stack([f64(target(c)) for c in ctx])))  # [γ+1, V]
@@ -293,19 +295,19 @@ def sequence_law(
                 law = residual_fn(p[n], q[n]) if n < gamma else p[gamma]
                 for y in law.nonzero().flatten().tolist():
                     out[xs[:n] + (y,)] += w * weight * float(law[y])
-        return out
+        return dict(out)
 
     def first(pre: Prefix, remaining: int) -> dict[Prefix, float]:
         key = (pre, remaining)
         if key not in laws:
-            out: Counter = Counter()
+            out: dict[Prefix, float] = defaultdict(float)
             for emitted, w in step(pre).items():
                 if len(emitted) >= remaining:
                     out[emitted[:remaining]] += w
                 else:
                     for rest, v in first(pre + emitted, remaining - len(emitted)).items():
                         out[emitted + rest] += w * v
-            laws[key] = out
+            laws[key] = dict(out)
         return laws[key]
 
     return dict(first(prefix, length))
@@ -313,7 +315,7 @@ def sequence_law(
 
 def marginal(law: Mapping[Prefix, float], position: int) -> dict[Prefix, float]:
     """Law (or counts) of the token at `position` (0-based) of sequences keyed by token tuples."""
-    out: Counter = Counter()
+    out: dict[Prefix, float] = defaultdict(float)
     for seq, w in law.items():
         if len(seq) > position:
             out[(seq[position],)] += w
@@ -322,8 +324,8 @@ def marginal(law: Mapping[Prefix, float], position: int) -> dict[Prefix, float]:
 
 def exact_check(
     name: str,
-    law: Mapping[Hashable, float],
-    reference: Mapping[Hashable, float],
+    law: Mapping[K, float],
+    reference: Mapping[K, float],
     *,
     tol: float = 1e-6,
     detail: dict | None = None,
@@ -331,8 +333,8 @@ def exact_check(
     """max_x |law(x) − reference(x)| ≤ tol, over the union of both supports."""
     cells = set(law) | set(reference)
     errs = {c: abs(law.get(c, 0.0) - reference.get(c, 0.0)) for c in cells}
-    worst = max(errs, key=errs.get) if errs else None
-    err = errs[worst] if errs else 0.0
+    worst = max(errs, key=lambda c: errs[c]) if errs else None
+    err = errs[worst] if worst is not None else 0.0
     info = {
         "cells": len(cells),
         "worst_cell": _cell_str(worst) if worst is not None else None,
@@ -503,7 +505,7 @@ def _cell_str(cell) -> str:
     return ",".join(map(str, cell)) if isinstance(cell, tuple) else str(cell)
 
 
-def _pool(expected: Mapping[Hashable, float], min_expected: float) -> tuple[dict[Hashable, int], int]:
+def _pool(expected: Mapping[K, float], min_expected: float) -> tuple[dict[K, int], int]:
     """(cell → bin, number of pooled cells): cells with expected count < min_expected share bin 0,
     grown from the smallest remaining cells until it reaches min_expected itself (or holds everything)."""
     order = sorted(expected, key=lambda c: (expected[c], _cell_str(c)))
@@ -519,8 +521,8 @@ def _pool(expected: Mapping[Hashable, float], min_expected: float) -> tuple[dict
 
 def gof_check(
     name: str,
-    counts: Mapping[Hashable, int],
-    law: Mapping[Hashable, float],
+    counts: Mapping[K, float],
+    law: Mapping[K, float],
     *,
     level: float = LEVEL,
     alt_tv: float = ALT_TV,
@@ -574,8 +576,8 @@ def gof_check(
 
 def tv_check(
     name: str,
-    counts: Mapping[Hashable, int],
-    law: Mapping[Hashable, float],
+    counts: Mapping[K, float],
+    law: Mapping[K, float],
     *,
     level: float = LEVEL,
     alt_tv: float = ALT_TV,
@@ -699,7 +701,9 @@ def sample_checks(
 ) -> list[CheckResult]:
     """G-test and TV bound for every position and for the joint law of all positions."""
     length = max((len(s) for s in law), default=0)
-    parts = [(f"pos{i + 1}", marginal(counts, i), marginal(law, i)) for i in range(length)] if length > 1 else []
+    parts: list[tuple[str, Mapping[Prefix, float], Mapping[Prefix, float]]] = (
+        [(f"pos{i + 1}", marginal(counts, i), marginal(law, i)) for i in range(length)] if length > 1 else []
+    )
     parts.append((f"joint{length}" if length > 1 else "pos1", counts, law))
     out = []
     for part, c, w in parts:

@@ -27,6 +27,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -55,6 +56,7 @@ from specbench.files import atomic_write_text
 from specbench.measure.engines import Session, prepare_examples
 from specbench.measure.metrics import first_divergence
 from specbench.measure.records import prepare_run_dir
+from specbench.run_specs import GammaSpec
 from specbench.tasks.specs import load_task, select_examples
 
 Engine = Callable[[list[int], torch.Generator | None], list[int]]  # (prompt ids, generator) → generated ids
@@ -79,7 +81,9 @@ def engines(
     `results`, when given, receives each speculative engine's last DecodeResult under its name
     (its pass record lets the numerics classifier replay it exactly)."""
     target = CachedModel(target_model)
-    common = dict(max_new_tokens=max_new_tokens, sampling=sampling, eos_ids=eos_ids, decoder_start_id=decoder_start_id)
+    common: dict[str, Any] = dict(
+        max_new_tokens=max_new_tokens, sampling=sampling, eos_ids=eos_ids, decoder_start_id=decoder_start_id
+    )
     out: dict[str, Engine] = {
         "baseline": lambda prompt, gen: decode_autoregressive(target, prompt, generator=gen, **common).token_ids
     }
@@ -133,7 +137,7 @@ def model_sequence_law(
     """Exact law of the first `length` generated tokens (stopping at EOS) under the processed target law;
     None when more than max_cells sequences have positive probability (top-k/top-p keep it small)."""
     done: dict[tuple[int, ...], float] = {}
-    live = {(): 1.0}
+    live: dict[tuple[int, ...], float] = {(): 1.0}
     for _ in range(length):
         seqs = list(live)
         nxt: dict[tuple[int, ...], float] = {}
@@ -264,7 +268,7 @@ def sample_steps(
     vocab = None
     memo_p: dict = {}
     memo_prop: dict = {}
-    stats = Counter()
+    stats: Counter[str] = Counter()
     proposer.begin(list(prompt_ids), length + gamma)
     done: Counter = Counter()
     pending: Counter = Counter({(): n})
@@ -393,7 +397,7 @@ def pair_step_law(
     run on the model-free battery only (where every control, draft-side or verify-side, is exercised)."""
     is_model = bool(getattr(proposer_factory(), "is_model", False))
     n = max(1, step_samples // MODEL_DRAFT_SHARE) if is_model else step_samples
-    common = dict(
+    common: dict[str, Any] = dict(
         length=step_length,
         eos_ids=eos_ids,
         decoder_start_id=decoder_start_id,
@@ -496,7 +500,7 @@ def hf_greedy(model: torch.nn.Module, prompt_ids: list[int], max_new_tokens: int
         eos_token_id=eos,
         pad_token_id=eos[0] if eos else 0,
     )
-    out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=cfg)
+    out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=cfg)  # type: ignore[operator]  # torch: Module attrs are Tensor | Module
     seq2seq = getattr(model.config, "is_encoder_decoder", False)
     new = out[0, 1:] if seq2seq else out[0, ids.shape[1] :]
     return clip_at_stop(new.tolist(), eos_ids, max_new_tokens)[0]
@@ -889,7 +893,7 @@ class VerifyRequest:
             limit=self.limit,
             device=self.device,
             dtype=self.dtype,
-            gamma=min(self.gammas),
+            gamma=GammaSpec(fixed=min(self.gammas)),
         ).validate()
         if self.n_samples < 1 or self.length < 1 or self.step_samples < 0 or self.control_samples < 0:
             raise SpecbenchError("--n-samples and --length must be >= 1, --step-samples and --control-samples >= 0")

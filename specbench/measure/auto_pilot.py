@@ -100,7 +100,9 @@ def measure_loop_costs(
     verify_s = sum(r.verify_s for rs in runs.values() for r in rs)
     passes = [k for rs in runs.values() for r in rs for k in r.pass_lengths]
     factor = pr.loop_verify_factor(verify_s, passes, bare_ms)
-    call_ms, lookup_ms, overhead_ms = {}, {}, {}
+    call_ms: dict[str, float] = {}
+    lookup_ms: dict[str, float] = {}
+    overhead_ms: dict[str, float] = {}
     for d, rs in sorted(runs.items(), key=lambda kv: "+" in kv[0]):  # pure model drafts before hybrids
         draft_s = sum(r.draft_s for r in rs)
         calls = sum(r.draft_calls for r in rs)

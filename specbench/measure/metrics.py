@@ -536,7 +536,7 @@ def predicted_decode(records: list[dict], alpha: float, gamma: int, c: float, ve
     if any(math.isnan(x) for x in (alpha, c, verify_cost)):
         return nan
     law = proposal_law(records, gamma)
-    lengths = {"eos": [], "length": []}
+    lengths: dict[str, list[int]] = {"eos": [], "length": []}
     for r in records:
         spec = r["speculative"]
         if spec["n_tokens"] > 1:  # the first token comes from prefill

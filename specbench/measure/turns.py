@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
 from specbench.decoding.base import DecodeResult
 from specbench.errors import SpecbenchError
@@ -53,7 +54,7 @@ class TurnLog:
         base = self.runs["baseline"]
         out = []
         for j in range(len(spec[0])):
-            row = {}
+            row: dict[str, Any] = {}
             for engine, reps in (("baseline", base), ("speculative", spec)):
                 if not reps:
                     row[engine], row[f"{engine}_prompt_tokens"] = None, None
@@ -123,7 +124,8 @@ def ask_turns(
     (one entry per call: the runner's repeats). A one-turn example is one plain decode, logged likewise."""
     example = item.example
     messages = [{"role": "user", "content": example.prompt}]
-    prompt_ids, turns = item.prompt_ids, []
+    prompt_ids = item.prompt_ids
+    turns: list = []
     for j, question in enumerate((None, *example.turns)):
         if question is not None:
             messages += [

@@ -54,7 +54,7 @@ def files_match_record(dist: metadata.Distribution) -> bool:
     for f in dist.files or ():
         if not f.hash or f.hash.mode != "sha256" or f.parts[0].endswith(".dist-info"):
             continue
-        path, want = Path(dist.locate_file(f)), _record_hex(f.hash.value)
+        path, want = Path(dist.locate_file(f)), _record_hex(f.hash.value)  # type: ignore[arg-type]  # importlib.metadata types locate_file loosely; it returns a Path
         if not path.is_file():
             return False
         ok = matches_pin(path, want) if path.stat().st_size > BIG_FILE else file_sha256(path) == want

@@ -215,7 +215,7 @@ def _convert_into(gguf_path: Path, folder: Path) -> None:
     parent, name = str(gguf_path.parent), gguf_path.name
     tokenizer = AutoTokenizer.from_pretrained(parent, gguf_file=name)
     model = AutoModelForCausalLM.from_pretrained(parent, gguf_file=name, dtype=torch.float32)
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # type: ignore[assignment]  # torch: Module attrs are Tensor | Module
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.save_pretrained(folder, safe_serialization=True)

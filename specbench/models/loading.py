@@ -296,7 +296,7 @@ def wrap_model(name: str, model: torch.nn.Module, tokenizer) -> LoadedModel:
         tokenizer=tokenizer,
         device=param.device,
         dtype=param.dtype,
-        vocab_size=model.get_output_embeddings().weight.shape[0],
+        vocab_size=model.get_output_embeddings().weight.shape[0],  # type: ignore[operator]  # torch: Module attrs are Tensor | Module
         is_seq2seq=is_seq2seq,
         eos_ids=_eos_ids(model, tokenizer),
         decoder_start_id=getattr(config, "decoder_start_token_id", None) if is_seq2seq else None,

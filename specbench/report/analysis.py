@@ -74,7 +74,7 @@ def best_gamma_rows(runs) -> list[dict]:
 
 def quality_rows(runs) -> list[dict]:
     """One row per run and score: baseline vs speculative, with bootstrap CIs where the runner computed them."""
-    rows = []
+    rows: list[dict] = []
     if "quality.metric" not in runs:
         return rows
     scores = sorted(c.removeprefix("quality.baseline.") for c in runs.columns if c.startswith("quality.baseline."))

@@ -16,6 +16,7 @@ import math
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,6 +25,9 @@ from specbench.errors import SpecbenchError
 from specbench.measure.hardware import describe
 from specbench.measure.metrics import json_safe, summarize, timing_noise
 from specbench.measure.records import Manifest, unsummarized_reason
+
+if TYPE_CHECKING:
+    import pandas as pd  # imported where used: it is slow to import
 
 # Identity fields a usable summary must hold (non-null), and metric fields it must have (null = not measurable).
 REQUIRED = ("run_id", "target", "draft", "task", "gamma", "temperature", "top_k", "top_p", "n_examples")
@@ -65,8 +69,8 @@ class Skipped:
 
 @dataclass
 class ReportData:
-    runs: object  # pandas DataFrame, one row per usable run (flattened summary + run_dir)
-    examples: dict[str, object] = field(default_factory=dict)  # run_dir → DataFrame of its examples.jsonl
+    runs: pd.DataFrame  # one row per usable run (flattened summary + run_dir)
+    examples: dict[str, pd.DataFrame] = field(default_factory=dict)  # run_dir → DataFrame of its examples.jsonl
     manifests: dict[str, Manifest] = field(default_factory=dict)  # run_dir → manifest.json (empty: none usable)
     checks: list[tuple[str, list[dict]]] = field(default_factory=list)  # (checks.json path, its checks)
     sweeps: list[dict] = field(default_factory=list)  # sweep.json documents

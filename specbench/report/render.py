@@ -505,7 +505,8 @@ def _samples(data: ReportData) -> list[list]:
     """One example per run (the i-th run starts looking at its i-th example), for the first SAMPLE_RUNS runs; an
     example whose reference and outputs an earlier row already showed (a sweep's shared baseline) is passed over,
     so every row differs."""
-    samples, shown = [], set()
+    samples: list = []
+    shown: set = set()
     for i, (_, r) in enumerate(data.runs.head(SAMPLE_RUNS).iterrows()):
         ex = data.examples.get(r["run_dir"])
         row = None if ex is None or ex.empty else _sample_of(ex, i, shown)

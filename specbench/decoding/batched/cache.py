@@ -128,7 +128,7 @@ class BatchedCachedModel:
 
     def select(self, rows: torch.Tensor) -> None:
         """Keep only the given rows (indices [b] into the current batch), in that order."""
-        self.cache.batch_select_indices(rows.to(self.device))
+        self.cache.batch_select_indices(rows.to(self.device))  # type: ignore[union-attr]  # set by the first forward
         self.mask = self.mask[rows.to(self.device)]
         self.tidy()
 
@@ -137,7 +137,7 @@ class BatchedCachedModel:
         held = self.mask.any(0).nonzero()
         trailing = self.mask.shape[1] - (int(held.max()) + 1 if held.numel() else 0)
         if trailing:
-            self.cache.crop(-trailing)
+            self.cache.crop(-trailing)  # type: ignore[union-attr]  # set by the first forward
             self.mask = self.mask[:, : self.mask.shape[1] - trailing]
         width = self.mask.shape[1]
         if width >= COMPACT_MIN and 2 * int(self.mask.sum()) <= self.mask.numel():
@@ -146,12 +146,12 @@ class BatchedCachedModel:
     def compact(self) -> None:
         """Gather every layer's keys and values so each row's tokens are contiguous and right-aligned."""
         index, mask = compaction_index(self.mask)
-        for layer in self.cache.layers:
+        for layer in self.cache.layers:  # type: ignore[union-attr]  # set by the first forward
             if getattr(layer, "is_sliding", True) or not getattr(layer, "is_initialized", False):
                 return  # a cache layer of another kind (sliding window, quantised, shared): keep the holes
-        for layer in self.cache.layers:
-            heads, dim = layer.keys.shape[1], layer.keys.shape[3]
+        for layer in self.cache.layers:  # type: ignore[union-attr]  # set by the first forward
+            heads, dim = layer.keys.shape[1], layer.keys.shape[3]  # type: ignore[union-attr]  # full-attention layers, keys set
             idx = index[:, None, :, None].expand(-1, heads, -1, dim)  # [B, H, C', D]
-            layer.keys = layer.keys.gather(2, idx)
-            layer.values = layer.values.gather(2, idx[..., :1].expand(-1, -1, -1, layer.values.shape[3]))
+            layer.keys = layer.keys.gather(2, idx)  # type: ignore[union-attr]  # full-attention layers, keys set
+            layer.values = layer.values.gather(2, idx[..., :1].expand(-1, -1, -1, layer.values.shape[3]))  # type: ignore[union-attr]  # full-attention layers, keys set
         self.mask = mask

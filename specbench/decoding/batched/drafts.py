@@ -107,7 +107,8 @@ class BatchedModelDraft:
         position for all rows."""
         logits = self._feed([row.tokens for row in rows] if seqs is None else seqs)  # [b, V]
         most = max(gammas)
-        drafted, laws = [], [[] for _ in rows]
+        drafted: list[torch.Tensor] = []
+        laws: list[list[torch.Tensor]] = [[] for _ in rows]
         for step in range(most):
             if sampling.greedy:
                 tok = logits.argmax(-1)  # [b]

@@ -188,7 +188,7 @@ def verify_rows(
         best = logits.argmax(-1).tolist()  # [b][w]
         drafted = [p.tokens.tolist() for p in proposals]
         return [(d, verify_greedy(d, best[i][: len(d) + 1])) for i, d in enumerate(drafted)]
-    out = []
+    out: list = []
     for i, (row, prop) in enumerate(zip(rows, proposals)):
         g = prop.tokens.shape[0]
         if g == 0:
