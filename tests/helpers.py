@@ -111,7 +111,7 @@ class FakeSession(engines.Session):
         }
 
     def proposer(self, spec, corpus=None):
-        return self.drafts[spec]
+        return self.drafts[str(spec)]  # a draft spec or its text
 
 
 def write_prompts(tmp_path: Path) -> str:

@@ -91,7 +91,7 @@ class Rate:
         now = time.monotonic() if now is None else now
         if total is None:
             return None
-        if self.start is None:
+        if self.start is None or self.last is None:
             self.start = self.last = (now, completed)
         if completed != self.last[1]:
             self.last = (now, completed)
@@ -244,7 +244,8 @@ class PhaseStatus:
 
     def __init__(self, first: str) -> None:
         self.message, self.t0, self.started = first, time.monotonic(), time.monotonic()
-        self.count, self.printed_count = "", None
+        self.count = ""
+        self.printed_count: int | None = None
         self.bar: Progress | None = None
         self.pending = Pending()
 

@@ -21,7 +21,7 @@ def prompt_split(
 ) -> tuple[list[int] | None, list[int]]:
     """(encoder ids or None, initial decoder tokens) for one prompt."""
     if model.is_seq2seq:
-        return prompt_ids, [decoder_start_id]
+        return prompt_ids, [decoder_start_id]  # type: ignore[list-item]  # seq2seq: a decoder start is given
     return None, list(prompt_ids)
 
 

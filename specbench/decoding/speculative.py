@@ -145,7 +145,7 @@ def judge_proposal(ctx: StepContext, proposal: Proposal, logits: torch.Tensor) -
     if ctx.sampling.greedy:  # one host sync a step: drafted ids and the target's choices together
         ids = torch.cat([proposal.tokens, logits.argmax(-1)]).tolist()
         return ids[:g], verify_greedy(ids[:g], ids[g:])
-    verdict = verify_sampling(proposal.tokens, proposal.q_probs, processed_probs(logits, ctx.sampling), ctx.generator)
+    verdict = verify_sampling(proposal.tokens, proposal.q_probs, processed_probs(logits, ctx.sampling), ctx.generator)  # type: ignore[arg-type]  # sampling: a proposal carries q_probs
     return proposal.tokens.tolist(), verdict
 
 

@@ -43,7 +43,7 @@ def _check_gamma(gamma: int, low: int = 0) -> None:
 
 
 def _out(x: np.ndarray, like: A) -> A:
-    return x if isinstance(like, np.ndarray) else float(x)  # type: ignore[return-value]
+    return x if isinstance(like, np.ndarray) else float(x)
 
 
 def expected_tokens_per_step(alpha: A, gamma: int) -> A:
@@ -266,9 +266,9 @@ def pass_cost_curve_speedup(
         if offered + 1 not in pass_cost:
             raise SpecbenchError(f"no measured cost for a pass over {offered + 1} tokens; calibrate up to γ = {gamma}")
         tokens += p * (
-            expected_tokens_per_step(float(alpha), offered)
+            expected_tokens_per_step(float(alpha), offered)  # type: ignore[arg-type]  # np.isscalar does not narrow
             if np.isscalar(alpha)
-            else expected_tokens_positional(alpha, offered)
+            else expected_tokens_positional(alpha, offered)  # type: ignore[arg-type]  # a sequence here
         )
         cost += p * (by_model * c + float(pass_cost[offered + 1]) / float(pass_cost[1]))
     return tokens / cost

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -62,7 +63,7 @@ def _excluded_indices(n: int, seeds: int, limit: int) -> set[int]:
     return out
 
 
-def _training_candidates(spec, rows: list[dict], preset: DistillPreset) -> list[tuple[str, dict]]:
+def _training_candidates(spec, rows: Sequence[dict], preset: DistillPreset) -> list[tuple[str, dict]]:
     """(key, raw row) of every row training may use: the source's other splits when it has some, else the
     task's rows minus the benchmark's picks. The key's last ':'-part is the row's index in its split."""
     from specbench.tasks import sources as data

@@ -78,9 +78,9 @@ def row_steps(engine: Mapping) -> list[tuple[int, int]]:
 def baseline_ms(lengths: Sequence[int], table: np.ndarray) -> float:
     """Batched plain decoding of rows of these output lengths: the first token comes with prefill, then one
     step per token while any row is short of its length, each over the rows still short, at t(b, 1)."""
-    lengths = np.asarray(lengths)
-    steps = int(lengths.max()) - 1 if len(lengths) else 0
-    live = [(lengths > s).sum() for s in range(1, steps + 1)]
+    rows = np.asarray(lengths)
+    steps = int(rows.max()) - 1 if len(rows) else 0
+    live = [(rows > s).sum() for s in range(1, steps + 1)]
     return float(sum(table[b, 1] for b in live))
 
 

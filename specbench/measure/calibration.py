@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import asdict, dataclass, field
+from typing import TypeVar
 
 import torch
 
 from specbench.decoding.cached_model import CachedModel, cache_keyword
 from specbench.decoding.timing import Clock
+
+Shape = TypeVar("Shape", bound=Hashable)  # what a timed pass is keyed by: k, or (rows, k)
 
 DEFAULT_REPEATS = 7  # medians over 7 passes per k: ~3 % spread on an idle 2-core CPU
 
@@ -69,14 +72,14 @@ class Calibration:
 
 
 def time_passes(
-    step: Callable[[int], None], ks: list[int], repeats: int, clock: Callable[[], float] = time.perf_counter
-) -> dict[int, list[float]]:
+    step: Callable[[Shape], object], ks: list[Shape], repeats: int, clock: Callable[[], float] = time.perf_counter
+) -> dict[Shape, list[float]]:
     """Time `step(k)` (one pass over k new tokens, restoring its state) `repeats` times per k, in ms.
 
     Each repeat visits every k once, starting one place further along the list, so a slow
     drift of the machine is shared evenly by all k instead of landing on the last ones.
     """
-    times: dict[int, list[float]] = {k: [] for k in ks}
+    times: dict[Shape, list[float]] = {k: [] for k in ks}
     for r in range(repeats):
         for k in ks[r % len(ks) :] + ks[: r % len(ks)]:
             t0 = clock()
@@ -85,7 +88,7 @@ def time_passes(
     return times
 
 
-def median_and_spread(samples: dict[int, list[float]]) -> tuple[dict[int, float], dict[int, float]]:
+def median_and_spread(samples: dict[Shape, list[float]]) -> tuple[dict[Shape, float], dict[Shape, float]]:
     med = {k: statistics.median(v) for k, v in samples.items()}
     spread = {k: (max(v) - min(v)) / med[k] if med[k] > 0 else float("nan") for k, v in samples.items()}
     return med, spread

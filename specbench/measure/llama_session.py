@@ -105,13 +105,13 @@ class LlamaSession(Session):
             max_positions=lm.backend.n_ctx,
             params=lm.describe()["n_params"],
         )
-        self.target_backend = lm.backend
+        self.target_backend = lm.backend  # type: ignore[assignment]  # the llama.cpp Session duck-types the torch one
         self._proposers = {}
         self.calibrations = {}
         self.draft_ms = {}
         self.pilots = {}
 
-    def target_lm(self) -> LlamaCppModel:
+    def target_lm(self) -> LlamaCppModel:  # type: ignore[override]  # the llama.cpp Session duck-types the torch one
         return self.target.model
 
     def engine_info(self) -> dict:

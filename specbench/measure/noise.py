@@ -115,8 +115,8 @@ def noise_verdict(
     split = disagreeing_pairs(paired_speedups or [])
     if split:
         reasons.append(
-            f"{len(split)} of {len(paired_speedups)} examples gave speedups up to {max(split):.2f}× apart in their two "
-            f"A B B A pairs: the speedup itself moved during the run"
+            f"{len(split)} of {len(paired_speedups or [])} examples gave speedups up to {max(split):.2f}× apart in "
+            f"their two A B B A pairs: the speedup itself moved during the run"
         )
     if steal is not None and steal > STEAL_LIMIT:
         reasons.append(f"the hypervisor stole {100 * steal:.1f} % of CPU time during the run (/proc/stat steal)")

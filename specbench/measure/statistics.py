@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -276,7 +277,9 @@ def compare(
     paired = bool(shared) and not any(k.startswith("batch ") for k in shared)
     if paired:
         d = np.array([a[k] - b[k] for k in shared])
-        samples, stat, n = (d,), _mean, len(d)
+        samples: tuple[np.ndarray, ...] = (d,)
+        stat: Callable[..., float] = _mean
+        n = len(d)
         sd = float(np.std(d, ddof=1)) if n > 1 else NAN
     else:
         x, y = np.array(list(a.values())), np.array(list(b.values()))
@@ -365,7 +368,12 @@ def consistency(comparisons: list[Comparison], margin: float = DEFAULT_MARGIN, m
         return Verdict(
             HOLDS, f"every 90 % interval of the ratios lies within [{1 / (1 + margin):.2f}, {1 + margin:.2f}]"
         )
-    out = holm(comparisons, lambda c, a: beyond(*c.interval(1 - a), margin))
+
+    def rejects(c, a):
+        lo, hi = c.interval(1 - a)
+        return beyond(lo, hi, margin)
+
+    out = holm(comparisons, rejects)
     if out:
         worst = max(out, key=lambda c: abs(math.log(c.ratio)))
         lo, hi = worst.interval(1 - ALPHA / len(comparisons))

@@ -228,7 +228,7 @@ def load_model(
     if device_map is not None:
         check_placed(spec, model)
         return wrap_model(spec, model.eval(), tokenizer)  # accelerate's hooks move activations; .to() would undo them
-    return wrap_model(spec, model.to(dev).eval(), tokenizer)
+    return wrap_model(spec, model.to(dev).eval(), tokenizer)  # type: ignore[arg-type]  # transformers types .to() as returning the wrapper
 
 
 def pickle_allowed() -> bool:

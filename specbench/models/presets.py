@@ -253,7 +253,7 @@ def _row(p: Preset | SplitPreset) -> dict:
         )
         size = p.size
     else:
-        description, size = p.description, p.size()
+        description, size = p.description, p.size()  # type: ignore[assignment]  # None: not installed
     return {
         "name": p.name,
         "role": p.role,

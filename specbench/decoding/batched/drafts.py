@@ -135,7 +135,7 @@ class BatchedModelDraft:
             if g == 0:
                 out.append(empty_proposal(self.lm.device))
                 continue
-            ids = grid[i, :g]
+            ids = grid[i, :g]  # type: ignore[index]  # g > 0: some column was drafted
             self.cached[i] = self.cached[i] + ids[:-1].tolist()
             out.append(Proposal(tokens=ids, q_probs=torch.stack(laws[i]) if laws[i] else None, forward_calls=g))
         return out
@@ -150,7 +150,7 @@ class BatchedHybridDraft:
 
     def begin(self, rows: list[Row], pad_id: int) -> None:
         for row in rows:
-            self.lookups[row.index].begin(list(row.tokens), row.budget)
+            self.lookups[row.index].begin(list(row.tokens), row.budget)  # type: ignore[attr-defined]  # a mixin: its subclasses are Proposers
         self.model.begin(rows, pad_id)
 
     def select(self, keep: torch.Tensor) -> None:
@@ -160,7 +160,7 @@ class BatchedHybridDraft:
         """Lookup first, row by row (deterministic, q one-hot); the model drafts each row's γ_r − found_r after
         its tokens + found tokens, all rows in one batched pass (rows lookup filled ride along, drafting none)."""
         found = [
-            self.lookups[row.index].propose(row.tokens, g, sampling, row.generator)
+            self.lookups[row.index].propose(row.tokens, g, sampling, row.generator)  # type: ignore[attr-defined]  # a mixin: its subclasses are Proposers
             if g > 0
             else empty_proposal(self.model.lm.device)
             for row, g in zip(rows, gammas)
@@ -179,7 +179,7 @@ def joined(found: Proposal, rest: Proposal, sampling: SamplingConfig) -> Proposa
         return found
     if found.tokens.shape[0] == 0:
         return rest
-    q = None if sampling.greedy else torch.cat([found.q_probs, rest.q_probs])  # [γ', V]
+    q = None if sampling.greedy else torch.cat([found.q_probs, rest.q_probs])  # type: ignore[list-item]  # sampling: a proposal carries q_probs; [γ', V]
     return Proposal(tokens=torch.cat([found.tokens, rest.tokens]), q_probs=q, forward_calls=rest.forward_calls)
 
 

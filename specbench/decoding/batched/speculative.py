@@ -195,7 +195,7 @@ def verify_rows(
             out.append(([], Verdict(0, int(next_token(logits[i, 0], ctx.sampling, row.generator)), [])))
             continue
         p = processed_probs(logits[i, : g + 1], ctx.sampling)  # [g+1, V]
-        out.append((prop.tokens.tolist(), verify_sampling(prop.tokens, prop.q_probs, p, row.generator)))
+        out.append((prop.tokens.tolist(), verify_sampling(prop.tokens, prop.q_probs, p, row.generator)))  # type: ignore[arg-type]  # sampling: a proposal carries q_probs
     return out
 
 

@@ -84,5 +84,5 @@ class HybridDraft:
         if n_found == 0:
             return rest
         ids = torch.cat([found.tokens, rest.tokens])  # [γ'], γ' ≤ γ
-        q = None if sampling.greedy else torch.cat([found.q_probs, rest.q_probs])  # [γ', V]
+        q = None if sampling.greedy else torch.cat([found.q_probs, rest.q_probs])  # type: ignore[list-item]  # sampling: a proposal carries q_probs; [γ', V]
         return Proposal(tokens=ids, q_probs=q, forward_calls=rest.forward_calls)

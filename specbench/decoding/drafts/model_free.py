@@ -8,7 +8,7 @@ a copy must not share with the others).
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
 
@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     from specbench.decoding.base import BatchProposer
     from specbench.decoding.cached_model import CachedModel
     from specbench.decoding.timing import Clock
+
+
+D = TypeVar("D", bound="ModelFreeDraft")
 
 
 class ModelFreeDraft:
@@ -37,10 +40,10 @@ class ModelFreeDraft:
     def lookup_history(self) -> list[int] | None:
         return None
 
-    def row_copy(self) -> ModelFreeDraft:
+    def row_copy(self: D) -> D:
         """A copy for one row of a batch: a shallow copy (fitted tables shared read-only; begin() rebinds the
         per-example state). A draft with a mutable memo overrides this to give each copy its own."""
         return copy.copy(self)
 
     def batched(self, size: int, device: torch.device) -> BatchProposer:
-        return PerRowDrafts([self.row_copy() for _ in range(size)], device)
+        return PerRowDrafts([self.row_copy() for _ in range(size)], device)  # type: ignore[misc]  # a mixin: its subclasses are Proposers

@@ -124,10 +124,10 @@ class FrequencyDraft(ModelFreeDraft):
     def log_law(self, context: int | None) -> torch.Tensor:
         """[V] log q_raw(· | context): the fitted law before temperature/top-k/top-p."""
         if self.order == 1 or context not in self._follow:
-            return self._log_unigram
+            return self._log_unigram  # type: ignore[return-value]  # set by fit() before any law is read
         ids, counts, total = self._follow[context]
-        row = self._unigram * self.backoff  # [V] λ·u(x)
-        row = row.index_add(0, ids, counts)  # + c(a, x)
+        row = self._unigram * self.backoff  # type: ignore[operator]  # set by fit() before any law is read; [V] λ·u(x)
+        row = row.index_add(0, ids, counts)  # type: ignore[union-attr]  # set by fit() before any law is read; + c(a, x)
         return (row / (total + self.backoff)).log()
 
     def processed(self, context: int | None, sampling: SamplingConfig) -> torch.Tensor:
@@ -191,7 +191,7 @@ def make_frequency_draft(
     spec: DraftSpec, vocab_size: int, device: torch.device, corpus: list[list[int]] | None = None
 ) -> FrequencyDraft:
     """A parsed 'unigram[:k=..]' or 'bigram[:k=..,backoff=..]' → a FrequencyDraft (fitted if a corpus is given)."""
-    draft = FrequencyDraft(1 if spec.kind == "unigram" else 2, vocab_size, device, name=spec.text, **dict(spec.options))
+    draft = FrequencyDraft(1 if spec.kind == "unigram" else 2, vocab_size, device, name=spec.text, **dict(spec.options))  # type: ignore[arg-type]  # parse_draft checked each option
     if corpus is not None:
         draft.fit(corpus)
     return draft
