@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import numpy as np
-from test_report import make_run
+from helpers import make_run
 
 from specbench.report.claims import FAILS, HOLDS, UNSURE, UNTESTED, claims, headline
 from specbench.report.collect import collect

@@ -73,10 +73,10 @@ def distill_command(
         raise SpecbenchError("--out is empty; pass the draft's folder")
     if device not in DEVICES:  # as run and verify refuse it, before the trainer loads
         raise SpecbenchError(f"--device must be one of {', '.join(DEVICES)} (got {device!r})")
-    out_dir = Path(out_dir)
+    out_path = Path(out_dir)
     config = DistillConfig(
         target=target,
-        out=out_dir,
+        out=out_path,
         preset=get_preset(preset),
         tasks=tuple(t.strip() for t in task.split(",") if t.strip()),
         steps=steps,
@@ -94,7 +94,7 @@ def distill_command(
     if as_json:
         out.print_json(json.dumps(outcome.manifest, default=str))
     else:
-        out.print(outcome_line(outcome, out_dir), highlight=False)
+        out.print(outcome_line(outcome, out_path), highlight=False)
 
 
 def distill_with_progress(config):

@@ -114,7 +114,7 @@ def run(
     batch_policy: BatchPolicy = "ragged",
     device_map: DeviceMap = None,
     max_memory: MaxMemory = None,
-    results_dir: ResultsDir = Path("results"),
+    results_dir: ResultsDir = "results",
     run_id: RunId = None,
     as_json: AsJson = False,
     verbose: Verbose = False,
@@ -170,7 +170,7 @@ def run(
         run_auto_control(plan, config, results_dir, outcome.summary)
 
 
-def run_auto_control(plan, config, results_dir: Path, summary: dict) -> None:
+def run_auto_control(plan, config, results_dir: str | Path, summary: dict) -> None:
     """--auto-control: the runner-up timed on the same examples, then one line beside the choice (stderr)."""
     from specbench.measure.auto_pilot import control_config, control_line
     from specbench.measure.planning import prepare_run
@@ -281,7 +281,7 @@ def cell(summary: dict, key: str) -> str:
     interval = summary.get(f"{key}_ci95")
     bounds = interval if isinstance(interval, list) and len(interval) == 2 else [None, None]
     if all(isinstance(b, (int, float)) and b == b for b in bounds) and value is not None:
-        return f"{with_unit(value, unit)} ({with_unit(interval[0], unit)} – {with_unit(interval[1], unit)})"
+        return f"{with_unit(value, unit)} ({with_unit(bounds[0], unit)} – {with_unit(bounds[1], unit)})"
     if f"{key}_ci95" in summary and summary.get("interval_note") and value is not None:
         return f"{with_unit(value, unit)} (no interval: too few examples)"  # interval_note, under --verbose/--json
     return with_unit(value, unit)
@@ -330,7 +330,7 @@ def summary_table(summary: dict, verbose: bool = False) -> Table:
         if isinstance(value, float):
             table.add_row(
                 f"{key}, baseline / speculative",
-                f"{value:.2f} / {quality['speculative'][key]:.2f}",
+                f"{value:.2f} / {quality['speculative'][key]:.2f}",  # type: ignore[index]  # set: the loop runs
                 *([key] if verbose else []),
             )
     return table

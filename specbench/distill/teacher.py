@@ -334,7 +334,7 @@ def _write_shard(folder: Path, job: Job, tensors: dict[str, torch.Tensor]) -> di
 
 
 def _shard_ok(folder: Path, entry: dict | None) -> bool:
-    return bool(entry) and (folder / entry["file"]).is_file()
+    return entry is not None and bool(entry) and (folder / entry["file"]).is_file()
 
 
 def _teacher_rates(index: dict) -> dict:

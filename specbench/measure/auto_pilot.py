@@ -142,7 +142,7 @@ def trace_example(session: Session, item: Prepared, config: RunConfig, max_new: 
         step_ms=1e3 * res.decode_s / (n - 1) if n > 1 else float("nan"),
     )
     for d in drafts:
-        _, draft_lm = pl.draft_parts(session.proposer(d, corpus))
+        _, draft_lm = pl.draft_parts(session.proposer(d, corpus))  # type: ignore[misc]  # replayable drafts only
         if draft_lm is not None:
             trace.guesses[d], trace.draft_prefill_ms[d] = pl.teacher_forced_guesses(
                 draft_lm, item.prompt_ids, trace.output
@@ -232,7 +232,8 @@ def choose_by_replay(
     first = session_for(pilot_dtype)
     scales = {d: costs[d].step_ms / costs[pilot_dtype].step_ms for d in dtypes}
     gammas = candidate_gammas(config)
-    replays = Replays({d: pl.draft_parts(first.proposer(d, corpus))[0] for d in drafts}, max(gammas))
+    parts = {d: pl.draft_parts(first.proposer(d, corpus)) for d in drafts}
+    replays = Replays({d: p[0] for d, p in parts.items() if p is not None}, max(gammas))  # can_replay: none is None
     traces: list[pl.Trace] = []
     se: dict[str, float] = {}
     leaders: list[Candidate] = []

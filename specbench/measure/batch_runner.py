@@ -64,7 +64,12 @@ def decode_batch(
     # one proposer for every row: a model draft's network drafts all rows in one pass, a model-free one is
     # copied per row by the engine, and a hybrid looks up per row and drafts the rest in one batched pass
     return decode_speculative_batch(
-        t.model, engines.proposer, prompts, gamma=cfg.gamma.fixed, policy=cfg.batch_policy, **common
+        t.model,
+        engines.proposer,
+        prompts,
+        gamma=cfg.gamma.fixed,  # type: ignore[arg-type]  # batches take a fixed γ (config.py refuses a policy)
+        policy=cfg.batch_policy,
+        **common,
     )
 
 
@@ -99,7 +104,7 @@ def measure_batch(
     if store is not None and not have_base:
         for item, rec in zip(items, base):
             store[item.example.id] = rec  # never replaces one stored before (BaselineStore)
-    return base, merge_batch(runs["speculative"], tok)
+    return base, merge_batch(runs["speculative"], tok)  # type: ignore[return-value]  # have_base: none is None
 
 
 def row_record(
@@ -141,8 +146,9 @@ def row_record(
 def probe_shared_batch(engines: Engines, plan: RunPlan, index: int, items: list[Prepared], store: dict) -> None:
     """A sweep cell's drift probe at batch B (runner.probe_shared_baseline's reasons): decode one batch whose
     baselines are stored again, untimed by the run, and append fresh ÷ stored batch seconds."""
-    stored = [store.get(p.example.id) for p in items]
-    if any(s is None or s.get("batch_s") is None for s in stored):
+    found = [store.get(p.example.id) for p in items]
+    stored = [s for s in found if s is not None and s.get("batch_s") is not None]
+    if len(stored) < len(found):
         return
     seeds = [example_seed(engines.config.seed, p.example.id) for p in items]
     fresh = decode_batch(engines, "baseline", items, seeds, plan.max_new_tokens)

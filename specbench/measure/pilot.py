@@ -75,7 +75,7 @@ def replay(trace: Trace, gamma: int, lookup: Lookup | None, guesses: list[int] |
         offered = len(found) + calls
         n = 0
         while n < offered and j + n < n_out:
-            guess = found[n] if n < len(found) else guesses[j + n]
+            guess = found[n] if n < len(found) else guesses[j + n]  # type: ignore[index]  # None: offered = len(found)
             if guess != out[j + n]:
                 break
             n += 1

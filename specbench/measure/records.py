@@ -68,9 +68,8 @@ class EngineRecord:
         default_factory=list
     )  # prefill + decode seconds of each timed repeat (--repeats); the times above are their medians
     # batches (--batch-size > 1) only; absent from records decoded one at a time:
-    batch_s: float | None = (
-        None  # wall seconds of this engine's whole batch (its prefill to its last row's stop); shared by the batch's rows
-    )
+    # wall seconds of this engine's whole batch (its prefill to its last row's stop); shared by the batch's rows
+    batch_s: float | None = None
     batch_pass_rows: list[int] = field(
         default_factory=list
     )  # live rows in each batched target pass after prefill (the batch's, shared)
@@ -109,13 +108,13 @@ class ExampleRecord:
         None  # rows in this batch: B, or fewer in the last batch when B does not divide the examples
     )
     # T > 0 only (evidence/perplexity.py; older records and greedy runs lack it):
-    nll: dict | None = (
-        None  # {"baseline", "speculative"}: each output's mean negative log-likelihood per token under the target's raw law (null: empty output)
-    )
+    # {"baseline", "speculative"}: each output's mean negative log-likelihood per token under the target's raw law
+    # (null: empty output)
+    nll: dict | None = None
     # multi-turn questions only (measure/turns.py; null for one turn): the engine records above sum the turns
-    turns: list[dict] | None = (
-        None  # per turn: {"baseline", "speculative"}: that turn's EngineRecord (baseline null: a sweep's shared one), {"baseline_prompt_tokens", "speculative_prompt_tokens"}: the conversation's length
-    )
+    # per turn: {"baseline", "speculative"}: that turn's EngineRecord (baseline null: a sweep's shared one),
+    # {"baseline_prompt_tokens", "speculative_prompt_tokens"}: the conversation's length
+    turns: list[dict] | None = None
 
 
 BATCH_FIELDS = ("batch_size", "batch_index", "row", "batch_rows")  # ExampleRecord's batch fields, omitted while null
@@ -260,18 +259,17 @@ class Summary:
     tokens_per_batch_pass: float | None = (
         None  # B > 1: Σ decode tokens of all rows ÷ Σ batched target passes (a batch's passes: its longest row's)
     )
-    batch_verify_cost: float | None = (
-        None  # B > 1: calibrated t(B, γ+1) ÷ t(B, 1), a batched pass over γ+1 tokens per row in one-token batched passes
-    )
+    # B > 1: calibrated t(B, γ+1) ÷ t(B, 1), a batched pass over γ+1 tokens per row in one-token batched passes
+    batch_verify_cost: float | None = None
     batch_draft_cost: float | None = (
         None  # B > 1: calibrated batched draft-model token ÷ batched one-token target pass (0: model-free)
     )
-    predicted_speedup_batch: float | None = (
-        None  # B > 1: the batch cost model's decode speedup (measure/batch_model.py): each row's measured steps drawn at random, rows leaving as they finish, passes priced by the calibrated t(b, k)
-    )
-    replayed_speedup_batch: float | None = (
-        None  # B > 1: both engines' measured pass shapes priced by the calibrated t(b, k): what target passes alone explain of decode_speedup
-    )
+    # B > 1: the batch cost model's decode speedup (measure/batch_model.py): each row's measured steps drawn at random,
+    # rows leaving as they finish, passes priced by the calibrated t(b, k)
+    predicted_speedup_batch: float | None = None
+    # B > 1: both engines' measured pass shapes priced by the calibrated t(b, k): what target passes alone explain of
+    # decode_speedup
+    replayed_speedup_batch: float | None = None
     # --- the run's context (run_folder.write_summary)
     baseline_drift: float | None = None  # a sweep cell: re-timed ÷ stored seconds of a shared baseline (worst)
     auto: dict | None = None  # auto choices: requested, reasons, pilot_alpha, predicted speedups
@@ -312,8 +310,8 @@ class Manifest:
     """manifest.json: what was run, on what, with what; written once, before the first example, and kept by a resume.
 
     Keys in this order. The run's own fields come first (what a resume compares), then what loading and calibrating
-    found, then the environment. `prompt_length`, `engine`, `auto`, `batch_calibration` are absent from the JSON while None,
-    so a manifest without them reads as before they existed; folders written before `models` and later fields read
+    found, then the environment. `prompt_length`, `engine`, `auto`, `batch_calibration` are absent from the JSON while
+    None, so a manifest without them reads as before they existed; folders written before `models` and later fields read
     with those fields None. docs/results.md (measure/schema_doc.py) says what is inside each mapping.
     """
 
@@ -568,7 +566,7 @@ def _field_problem(doc: dict, schema, where: str = "") -> str | None:
             continue
         if f.type == "EngineRecord":
             continue  # engine_problem checks it
-        if not conforms(doc[f.name], f.type):
+        if not conforms(doc[f.name], str(f.type)):  # a str under `from __future__ import annotations`
             return f"{where}{f.name} is {type(doc[f.name]).__name__}, not {f.type}"
     return None
 
@@ -765,7 +763,7 @@ def read_json_object(path: Path, what: str) -> tuple[dict | None, str | None]:
 def load_json_object(path: Path, what: str, fix: str) -> dict:
     """read_json_object for a command that cannot go on without the file: one-line SpecbenchError naming `fix`."""
     doc, problem = read_json_object(path, what)
-    if problem:
+    if problem or doc is None:
         raise SpecbenchError(f"{problem}; {fix}")
     return doc
 
@@ -792,7 +790,7 @@ def summary_problem(doc: dict) -> str | None:
     or older writer's); the ones it declares must have their declared type."""
     declared = {f.name: f.type for f in fields(Summary)}
     for key, value in doc.items():
-        if key in declared and not conforms(value, declared[key]):
+        if key in declared and not conforms(value, str(declared[key])):
             return f"{key} is {type(value).__name__}, not {declared[key]}"
     if isinstance(doc.get("n_examples"), int) and doc["n_examples"] < 0:
         return "n_examples is negative"
@@ -847,7 +845,7 @@ def scan_runs(paths: list[Path]) -> tuple[list[dict], list[str]]:
         doc, problem = read_summary(path)
         if problem:
             notes.append(problem)
-        else:
+        elif doc is not None:
             rows.append({**doc, "run_dir": str(path.parent)})
     return rows, notes
 

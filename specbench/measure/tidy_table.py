@@ -91,7 +91,8 @@ def _config(manifest: Manifest) -> dict:
 def _config_axes(manifest: Manifest) -> dict:
     """Axis values the summary does not carry (device, backend, later options), from the manifest's config."""
     config = _config(manifest)
-    sampling = config.get("sampling") if isinstance(config.get("sampling"), dict) else {}
+    raw = config.get("sampling")
+    sampling = raw if isinstance(raw, dict) else {}
     out = {k: config[k] for k in AXES if k in config and not isinstance(config[k], (dict, list))}
     out.update({k: sampling[k] for k in ("temperature", "top_k", "top_p") if k in sampling})
     return out
@@ -100,7 +101,8 @@ def _config_axes(manifest: Manifest) -> dict:
 def _device_ran(manifest: Manifest) -> str | None:
     """The device the target actually ran on (cpu, cuda:0, mps), as loaded: not the requested "auto"."""
     models = manifest.models if isinstance(manifest.models, dict) else {}
-    target = models.get("target") if isinstance(models.get("target"), dict) else {}
+    raw = models.get("target")
+    target = raw if isinstance(raw, dict) else {}
     device = target.get("device")
     return device if isinstance(device, str) and device else None
 
@@ -333,7 +335,7 @@ def spec_bench_files(run_dir: Path, out_dir: Path | None = None) -> tuple[dict[s
 
     run_dir = Path(run_dir)
     summary, problem = read_summary(run_dir / "summary.json")
-    if problem:
+    if problem or summary is None:
         raise SpecbenchError(f"{problem}; pass one run folder of a spec-bench task")
     records, skipped = scan_jsonl(run_dir / "examples.jsonl", example_problem)
     if not records:
@@ -386,7 +388,7 @@ def category_quality(category: str, records: list[dict]) -> dict:
     from specbench.tasks.spec_bench import CATEGORY_METRIC
 
     metric = CATEGORY_METRIC.get(category)
-    refs = [r.get("reference") for r in records]
+    refs = [r.get("reference") or "" for r in records]
     if metric is None or any(not ref for ref in refs):
         return {"metric": None}
     key = "bleu" if metric == "bleu" else "rougeL"

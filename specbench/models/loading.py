@@ -254,7 +254,7 @@ def placement_kwargs(source: str, device_map: str | None, max_memory: str | None
 
     if device_map is None:
         return {}
-    kwargs = {"device_map": parse_device_map(device_map)}
+    kwargs: dict[str, object] = {"device_map": parse_device_map(device_map)}
     if max_memory is not None:
         kwargs["max_memory"] = parse_max_memory(max_memory)
     # weights placed on "disk" are written here once and read back at each forward

@@ -25,11 +25,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from specbench.measure import statistics as st
 from specbench.measure.hardware import describe
 from specbench.report.analysis import AXES, axis_column, axis_sort_key, axis_text, perplexity_rows, target_params
 from specbench.report.collect import ReportData, isnull, num
+
+if TYPE_CHECKING:
+    from specbench.evidence.perplexity import Equivalence
 
 HOLDS, FAILS, UNSURE, UNTESTED = st.HOLDS, st.FAILS, st.UNSURE, "not tested here"
 PAPER_LOW = 2.0  # the low end of the claimed 2–3× speedup
@@ -264,9 +268,10 @@ def identity_claim(runs) -> Claim:
     )
     ci = stats.binomtest(same, n).proportion_ci(0.95) if n else None
     unexplained = int(sum(num(v) for v in greedy.get("divergences_unexplained", []) if not math.isnan(num(v))))
+    share = f"[{ci.low:.3f}, {ci.high:.3f}]" if ci is not None else "—"  # — : no examples
     numbers = (
         f"{same}/{n} examples identical over {len(greedy)} run(s) (share 95 % CI "
-        f"[{ci.low:.3f}, {ci.high:.3f}]); {n - same - unexplained} divergence(s) explained by numerics, "
+        f"{share}); {n - same - unexplained} divergence(s) explained by numerics, "
         f"{unexplained} unexplained"
     )
     if same == n:
@@ -327,7 +332,7 @@ def axis_claim(runs, axis: str, data: ReportData, margin: float) -> Claim:
     claim, unit = AXIS_TEXT[axis]
     column = axis_column(runs, axis)
     groups = axis_groups(runs, column) if column else []
-    if not groups:
+    if not groups or column is None:
         return Claim(claim, untested(axis, f"no two runs differ only in {axis}"), "—", f"speedup_vs_{axis}")
     every, parts, commands = [], [], []
     for rows in groups:
@@ -440,7 +445,7 @@ def perplexity_claim(rows: list[dict]) -> Claim:
 # (intersection-union). Where no run has paired scores, the Mann-Whitney verdict above stands.
 
 
-def quality_equivalences(data: ReportData) -> list[tuple[str, object]]:
+def quality_equivalences(data: ReportData) -> list[tuple[str, Equivalence]]:
     """(run_id, Equivalence) for every T > 0 run whose examples carry both engines' `nll` (paired by example)."""
     from specbench.evidence.perplexity import nll_equivalence
 

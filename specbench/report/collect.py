@@ -244,7 +244,7 @@ def timing_warnings(row: dict) -> list[str]:
     noise probes, per-example spread, repeats, baseline drift) and the report's verify-cost check."""
     notes = row.get("timing_notes")
     from_metrics = isinstance(notes, (list, tuple))
-    out = [str(n) for n in notes] if from_metrics else []
+    out = [str(n) for n in notes] if isinstance(notes, (list, tuple)) else []
     drift = _drift_flagged(row)
     if drift is not None:  # metrics already wrote "the shared baseline ... took X×"; say what it means
         out.append(
@@ -442,7 +442,7 @@ def hardware_short(hw, device: str | None = None) -> str:
     """The CPU or GPU model a calibration ran on (the GPU's when the device is CUDA)."""
     if not isinstance(hw, dict) or not hw:
         return describe(None)
-    gpus = [g.get("name") for g in hw.get("gpus") or [] if isinstance(g, dict) and g.get("name")]
+    gpus = [str(g["name"]) for g in hw.get("gpus") or [] if isinstance(g, dict) and g.get("name")]
     if gpus and str(device or "").startswith("cuda"):
         return ", ".join(sorted(set(gpus)))
     return str(hw.get("cpu_model") or describe(hw).split(",")[0])
@@ -491,7 +491,7 @@ def calibration_curves(data: ReportData) -> list[dict]:
         run_id = str(m.run_id or Path(run_dir).name)
         for dtype_key, cal in _manifest_calibrations(m):
             curve = _curve(cal) if isinstance(cal, dict) else None
-            if curve is None:
+            if curve is None or not isinstance(cal, dict):
                 data.notes.append(
                     f"{run_id}: a calibration in manifest.json has no usable pass-cost curve; not plotted"
                 )

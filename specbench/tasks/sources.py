@@ -101,7 +101,8 @@ def validate_source(source: object, where: str, base_dir: Path | None = None) ->
     kinds = ", ".join(SOURCES)
     if not isinstance(source, dict):
         raise SpecbenchError(f"{where}: 'source' must be a mapping with a 'type' ({kinds})")
-    cls = SOURCES.get(source.get("type")) if isinstance(source.get("type"), str) else None
+    kind = source.get("type")
+    cls = SOURCES.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise SpecbenchError(f"{where}: source type {source.get('type')!r} is unknown; use one of {kinds}")
     unknown = sorted(set(source) - cls.keys)
@@ -281,7 +282,7 @@ def load_hub(
     """The one call to `datasets.load_dataset`, for hub ids and local builders alike."""
     import datasets  # heavy; imported only when a hub-type task is loaded
 
-    kwargs = {"split": split}
+    kwargs: dict[str, object] = {"split": split}
     if data_files is not None:
         kwargs["data_files"] = data_files
     if revision is not None:

@@ -407,10 +407,12 @@ def make_example(spec: TaskSpec, row: dict, index: int) -> Example:
         raise SpecbenchError(f"task {spec.name}: example {ex_id} renders an empty prompt; fix the template or the data")
     reference = None
     if spec.reference:
-        value = get_field(row, spec.reference, spec.name)
+        ref_value = get_field(row, spec.reference, spec.name)
         # a speed-only task may lack some references (Spec-Bench gives them for some categories only)
-        reference = None if value is None and not spec.metric else _as_text(value, spec.reference, spec.name, ex_id)
-        if spec.metric and not reference.strip():
+        reference = (
+            None if ref_value is None and not spec.metric else _as_text(ref_value, spec.reference, spec.name, ex_id)
+        )
+        if spec.metric and not (reference or "").strip():
             raise SpecbenchError(
                 f"task {spec.name}: reference of example {ex_id} is empty; remove that row or set metric: none"
             )

@@ -11,6 +11,7 @@ sweep would have written, and a worker that dies costs only the lines it had not
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 from specbench.files import append_jsonl_text, atomic_write_text
@@ -84,7 +85,7 @@ class Mirror:
         return sorted(found)
 
 
-def apply(root: Path, change: dict, stores: dict[str, dict]) -> list[tuple[str, dict]]:
+def apply(root: Path, change: dict, stores: Mapping[str, dict]) -> list[tuple[str, dict]]:
     """Write a worker's changes into the sweep folder → the (rel, row) pairs appended.
 
     The manifest goes first and the summary last, so the folder never describes records it lacks.

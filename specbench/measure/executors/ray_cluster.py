@@ -29,12 +29,17 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specbench.errors import SpecbenchError
 from specbench.files import append_jsonl
 from specbench.measure.executors import RAY_INSTALL_HINT
 from specbench.measure.executors.mirror import Mirror, apply, folder_files, seed
 from specbench.measure.records import PLACEMENT_FILE, CellPlacement, example_problem, run_lock, scan_jsonl
+
+if TYPE_CHECKING:  # sweep imports this module's executor; the driver imports sweep where it runs
+    from specbench.config import RunConfig
+    from specbench.measure.sweep import BaselineStore
 
 ADDRESS_TIMEOUT_S = 3.0  # a head that does not accept a TCP connection in this long is reported unreachable
 # Ray starts its workers at niceness 15, so that its own daemons stay responsive. A cell is a timed benchmark:
@@ -229,7 +234,7 @@ class Running:
     """A cell being measured: its actor, its message stream and the lock the driver holds on its folder."""
 
     cell_id: str
-    config: object
+    config: RunConfig
     actor: object
     stream: object
     lock: contextlib.ExitStack
@@ -277,7 +282,7 @@ class Driver:
         self.idle: list = []
         self.holds: dict[int, str] = {}  # id(actor) → the target it has loaded (a --pair sweep has several)
         self.running: dict = {}  # message stream → Running
-        self.stores: dict[str, object] = {}  # baseline file (relative) → the driver's BaselineStore
+        self.stores: dict[str, BaselineStore] = {}  # baseline file (relative) → the driver's BaselineStore
         self.rels: dict[str, str] = {}  # cell id → its baseline file (relative)
         self.leaders: dict[str, str | None] = {}  # baseline file → the cell measuring it (None: stored already)
         self.attempts: dict[str, int] = {}
