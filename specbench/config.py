@@ -17,6 +17,7 @@ from specbench.placement import check_placement  # pure string parsing: no torch
 from specbench.run_specs import (  # noqa: F401 (GAMMA_POLICIES, MAX_GAMMA: read from here too); no torch
     GAMMA_POLICIES,
     MAX_GAMMA,
+    DraftSpec,
     GammaSpec,
     parse_draft,
     parse_gamma,
@@ -155,7 +156,7 @@ def check_batch_options(config: RunConfig) -> None:
             f"{config.batch_size} pass an integer γ (a sweep over --gamma at this batch size finds "
             f"the best)"
         )
-    if AUTO in (config.draft, config.dtype):
+    if config.draft.auto or config.dtype == AUTO:
         raise SpecbenchError(
             f"--draft auto and --dtype auto are chosen at batch 1; with --batch-size "
             f"{config.batch_size} name the draft and dtype (a sweep compares them)"
@@ -248,7 +249,7 @@ class RunConfig:
     """One `specbench run`: a target/draft pair, γ, sampling and a task."""
 
     target: str  # preset name, hub id, local directory or .gguf file
-    draft: str  # model spec as for target, or a model-free draft name (e.g. prompt-lookup)
+    draft: DraftSpec  # what --draft asks for (run_specs.py); a string given here is parsed into it, once
     task: str  # task name from tasks/ or a JSONL file of {"prompt": ...}
     gamma: GammaSpec = GammaSpec(4)  # γ per target pass, or a policy; an int or a name given here is parsed into it
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
@@ -281,6 +282,7 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gamma", parse_gamma(self.gamma))  # an int or a name from callers and JSON
+        object.__setattr__(self, "draft", parse_draft(self.draft))  # a malformed spec fails here, before any load
 
     @property
     def draft_gamma(self) -> int:
@@ -323,14 +325,14 @@ class RunConfig:
             raise SpecbenchError(
                 f"--draft-confidence must be in [0, 1) (got {self.draft_confidence}); 0 turns early stopping off"
             )
-        draft = parse_draft(self.draft) if self.draft != AUTO else None  # a malformed spec fails here, before any load
+        draft = None if self.draft.auto else self.draft
         if draft is not None and self.engine == "hf-assisted" and not draft.uses_model:
             raise SpecbenchError(
                 "--engine hf-assisted needs a model draft (HF's assistant_model); pick a model for --draft"
             )
         if self.draft_confidence and draft is not None and draft.model_free:
             raise SpecbenchError(
-                f"--draft-confidence needs a model draft; {self.draft!r} has no confidence to check "
+                f"--draft-confidence needs a model draft; {self.draft.text!r} has no confidence to check "
                 f"(drop the option, or use a model or lookup+<model>)"
             )
         return self
@@ -339,7 +341,7 @@ class RunConfig:
         """The fields as a dict, leaving out those added later while they keep their defaults: run
         ids hash this and resumption compares it, so configurations that existed before such a
         field keep their ids and folders (from_dict restores the default)."""
-        return omit_later_defaults(dataclasses.asdict(self) | {"gamma": self.gamma.value})
+        return omit_later_defaults(dataclasses.asdict(self) | {"gamma": self.gamma.value, "draft": self.draft.text})
 
     @staticmethod
     def from_dict(d: dict) -> RunConfig:

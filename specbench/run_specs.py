@@ -1,7 +1,8 @@
 """Typed specs of a run's options, parsed once at the edge: the --draft value (DraftSpec) and γ (GammaSpec).
 
-This module sits in the config layer (below decoding, measure and cli; tests/test_layers.py): config.py validates
-a RunConfig with it, and the proposer factory, the runner and the sweep read the same `DraftSpec`.
+This module sits in the config layer (below decoding, measure and cli; tests/test_layers.py): RunConfig parses its
+draft and γ once, when it is made (a string given, or read back from JSON, becomes a DraftSpec / GammaSpec that
+writes back the same string), and the proposer factory, the runner and the sweep read the same `DraftSpec`.
 
 Every caller that needs to know what a draft spec means (the config's validators, the sweep's
 grid, the runner's pilot, the proposer factory, the bench) asks a `DraftSpec` instead of
@@ -31,6 +32,7 @@ HYBRID_PREFIXES = ("lookup+", "hybrid:")  # `lookup+<model spec>` (canonical) or
 LOOKUP_RULES = ("recent", "hf")  # which earlier match prompt lookup copies from: the most recent, or HF's leftmost
 LOOKUP_OPTIONS = ("rule", "max_ngram", "min_ngram")
 LOOKUP_HELP = "rule=recent|hf, max_ngram=<n>, min_ngram=<n>"
+AUTO_DRAFT = "auto"  # --draft auto: no draft yet, chosen before timing (its kind is "auto")
 
 
 @dataclass(frozen=True)
@@ -38,11 +40,19 @@ class DraftSpec:
     """What one --draft value asks for."""
 
     text: str  # the spec as given (the proposer's name, the run id's stem)
-    kind: str  # "prompt-lookup" | "unigram" | "bigram" | "hybrid" | "model"
+    kind: str  # "prompt-lookup" | "unigram" | "bigram" | "hybrid" | "model" | "auto"
     options: tuple[
         tuple[str, float | int | str], ...
     ] = ()  # a frequency law's or prompt lookup's options, e.g. (("k", 0.01),)
     model: str | None = None  # the draft model's spec for "model" and "hybrid" (may be "distilled"); None otherwise
+
+    def __str__(self) -> str:
+        return self.text  # the form written to config JSON, run ids and records: the spec as given
+
+    @property
+    def auto(self) -> bool:
+        """True for `--draft auto`: chosen on this machine by calibration and pilot (measure/choose.py)."""
+        return self.kind == AUTO_DRAFT
 
     @property
     def uses_model(self) -> bool:
@@ -102,8 +112,13 @@ def hybrid_model(text: str) -> str | None:
     return None
 
 
-def parse_draft(text: str) -> DraftSpec:
-    """A --draft value → its DraftSpec; a one-line SpecbenchError for a malformed one."""
+def parse_draft(text: DraftSpec | str) -> DraftSpec:
+    """A --draft value → its DraftSpec; a one-line SpecbenchError for a malformed one. A DraftSpec is returned as
+    it is (RunConfig parses its draft once, whether it is given a string or a spec)."""
+    if isinstance(text, DraftSpec):
+        return text
+    if text == AUTO_DRAFT:
+        return DraftSpec(text, AUTO_DRAFT)
     name, colon, rest = text.partition(":")
     if name in FREQUENCY_OPTIONS:
         return DraftSpec(text, name, options=parse_frequency_options(text, name, rest))
@@ -141,7 +156,10 @@ class GammaSpec:
     @property
     def value(self) -> int | str:
         """The form written to config JSON, run and cell ids and summaries: the integer or the policy's name."""
-        return self.fixed if self.fixed is not None else self.policy
+        if self.fixed is not None:
+            return self.fixed
+        assert self.policy is not None  # exactly one of the two is set
+        return self.policy
 
     def __str__(self) -> str:
         return str(self.value)

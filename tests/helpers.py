@@ -18,6 +18,7 @@ from specbench.decoding.drafts.model import ModelDraft
 from specbench.measure.metrics import json_safe, summarize
 from specbench.measure.sweep import SweepGrid
 from specbench.models import wrap_model
+from specbench.run_specs import parse_draft
 
 # --- tiny saved models and `specbench run` arguments (the CLI tests) ---
 
@@ -107,7 +108,7 @@ class FakeSession(engines.Session):
         self.dtype, self.calibrations, self.draft_ms, self.pilots = "float32", {}, {}, {}
         self.drafts = {
             "tiny-draft": ModelDraft(tiny_llama(1), "tiny-draft"),
-            "prompt-lookup": make_proposer("prompt-lookup", self.target),
+            "prompt-lookup": make_proposer(parse_draft("prompt-lookup"), self.target),
         }
 
     def proposer(self, spec, corpus=None):

@@ -173,7 +173,7 @@ def test_auto_control_times_the_runner_up_on_the_same_examples():
     assert control_config(config, choice) is None  # no runner-up: nothing to time
     choice.runner_up = {"draft": "prompt-lookup", "dtype": "float32", "gamma": 3, "speedup": 1.2}
     control = control_config(config, choice)
-    assert (control.draft, control.dtype, control.gamma.fixed) == ("prompt-lookup", "float32", 3)
+    assert (control.draft.text, control.dtype, control.gamma.fixed) == ("prompt-lookup", "float32", 3)
     assert (control.task, control.limit, control.seed) == (config.task, config.limit, config.seed)  # same examples
     line = control_line(
         {"speedup_geomean": 1.5, "speedup_geomean_ci95": [1.3, 1.7]},

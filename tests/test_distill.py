@@ -146,6 +146,7 @@ def test_cli_small_preset_writes_a_loadable_draft_and_manifest(trained, target, 
 
 def test_distilled_draft_passes_greedy_identity_against_its_target(trained, target):
     from specbench.decoding.drafts.factory import make_proposer
+    from specbench.run_specs import parse_draft
 
     out, _ = trained
     t = load_model(target, device="cpu")
@@ -163,7 +164,7 @@ def test_distilled_draft_passes_greedy_identity_against_its_target(trained, targ
             eos_ids=t.eos_ids,
         )
         for gamma in (1, 3):
-            proposer = make_proposer(str(out), t, device="cpu")
+            proposer = make_proposer(parse_draft(str(out)), t, device="cpu")
             assert isinstance(proposer, ModelDraft)
             spec = decode_speculative(
                 CachedModel(t.model),
@@ -348,15 +349,16 @@ def test_draft_alias_distilled_finds_the_shipped_draft_and_lists_it(trained, tar
     import specbench.models.shipped as shipped_module
     from specbench.decoding.drafts.factory import draft_rows, make_proposer
     from specbench.decoding.drafts.hybrid import HybridDraft
+    from specbench.run_specs import parse_draft
 
     t = load_model(target, device="cpu")
     monkeypatch.setattr(shipped_module, "DRAFTS_DIR", tmp_path / "drafts")
     with pytest.raises(SpecbenchError, match="specbench distill --target"):
-        make_proposer("distilled", t, device="cpu")
+        make_proposer(parse_draft("distilled"), t, device="cpu")
     out, _ = trained
     shutil.copytree(out, tmp_path / "drafts" / "t-distilled", ignore=shutil.ignore_patterns("work"))
-    assert isinstance(make_proposer("distilled", t, device="cpu"), ModelDraft)
-    assert isinstance(make_proposer("lookup+distilled", t, device="cpu"), HybridDraft)
+    assert isinstance(make_proposer(parse_draft("distilled"), t, device="cpu"), ModelDraft)
+    assert isinstance(make_proposer(parse_draft("lookup+distilled"), t, device="cpu"), HybridDraft)
     rows = [r for r in draft_rows() if r["kind"] == "model (distilled)"]
     assert len(rows) == 1 and "c = " in rows[0]["description"] and "specbench distill" in rows[0]["description"]
 

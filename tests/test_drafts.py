@@ -132,12 +132,12 @@ def test_bad_inputs_raise_one_line_errors():
 
 def test_make_proposer_dispatches_specs():
     target = wrap_model("tiny", tiny_llama(0), None)
-    assert isinstance(make_proposer("unigram", target), FrequencyDraft)
-    bigram = make_proposer("bigram:k=0.1", target, corpus=CORPUS)
+    assert isinstance(make_proposer(parse_draft("unigram"), target), FrequencyDraft)
+    bigram = make_proposer(parse_draft("bigram:k=0.1"), target, corpus=CORPUS)
     assert bigram.order == 2 and bigram._from_corpus
-    assert isinstance(make_proposer("prompt-lookup", target), PromptLookupDraft)
+    assert isinstance(make_proposer(parse_draft("prompt-lookup"), target), PromptLookupDraft)
     with pytest.raises(SpecbenchError, match="after lookup\\+ comes a draft model"):
-        make_proposer("lookup+bigram", target)
+        parse_draft("lookup+bigram")  # refused where it is parsed, before make_proposer
 
 
 @pytest.mark.parametrize(
@@ -194,7 +194,7 @@ def test_make_proposer_builds_a_hybrid_from_a_saved_model(tmp_path):
     tok.save_pretrained(tmp_path / "draft")
     target = wrap_model("tiny", tiny_llama(0), None)
     for spec in (f"lookup+{tmp_path / 'draft'}", f"hybrid:{tmp_path / 'draft'}"):
-        hybrid = make_proposer(spec, target, device="cpu")
+        hybrid = make_proposer(parse_draft(spec), target, device="cpu")
         assert isinstance(hybrid, HybridDraft) and hybrid.name == spec and hybrid.is_model
         assert run_speculative(tiny_llama(0), hybrid, 4).token_ids == run_baseline(tiny_llama(0))
 

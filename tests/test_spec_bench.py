@@ -288,7 +288,7 @@ class FakeSession(Session):
         self._proposers = {}
 
     def proposer(self, spec, corpus=None):
-        return self._proposers.setdefault(spec, make_proposer(spec, self.target))
+        return self._proposers.setdefault(str(spec), make_proposer(parse_draft(spec), self.target))
 
 
 def speed_py(answers: Path, baseline: Path, tokenizer) -> tuple[float, float]:
@@ -372,7 +372,7 @@ def test_lookup_options_reach_the_draft():
     spec = parse_draft("prompt-lookup:rule=hf,max_ngram=2,min_ngram=2")
     assert dict(spec.options) == {"rule": "hf", "max_ngram": 2, "min_ngram": 2} and spec.model_free
     target = wrap_model("tiny-target", tiny_llama(0), RoundTripTokenizer())
-    draft = make_proposer(spec.text, target)
+    draft = make_proposer(spec, target)
     assert (draft.rule, draft.max_ngram, draft.min_ngram) == ("hf", 2, 2)
-    default = make_proposer("prompt-lookup", target)
+    default = make_proposer(parse_draft("prompt-lookup"), target)
     assert (default.rule, default.max_ngram, default.min_ngram) == ("recent", 3, 1)

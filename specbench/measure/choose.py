@@ -134,7 +134,7 @@ class AutoChoice:
 
 def needs_choice(config: RunConfig) -> bool:
     """Whether anything must be calibrated before this run (auto values or the adaptive policy)."""
-    return AUTO in (config.draft, config.dtype) or config.gamma.policy in ("auto", "adaptive")
+    return config.draft.auto or config.dtype == AUTO or config.gamma.policy in ("auto", "adaptive")
 
 
 def pilot_from_results(
@@ -228,7 +228,7 @@ def explain(
     lines = []
     if config.dtype == AUTO:
         lines.append(_dtype_sentence(best, ranked, bf16_note))
-    if config.draft == AUTO:
+    if config.draft.auto:
         per_draft: dict[str, Candidate] = {}
         for r in ranked:
             if r.dtype == best.dtype:
@@ -291,7 +291,7 @@ def candidate_gammas(config: RunConfig) -> list[int]:
 
 def requested_auto(config: RunConfig) -> dict:
     """The requested values the choice replaces, as given (the manifest's and summary's `requested`)."""
-    given = {"gamma": config.gamma.value, "draft": config.draft, "dtype": config.dtype}
+    given = {"gamma": config.gamma.value, "draft": config.draft.text, "dtype": config.dtype}
     return {k: v for k, v in given.items() if v in (AUTO, "adaptive")}
 
 

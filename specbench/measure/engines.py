@@ -37,7 +37,7 @@ from specbench.measure.records import (
     EngineRecord,
 )
 from specbench.models import LoadedModel, load_model
-from specbench.run_specs import parse_draft
+from specbench.run_specs import DraftSpec, parse_draft
 from specbench.tasks.specs import Example, TaskSpec, render_for_model
 
 WARMUP_TOKENS = 8
@@ -97,9 +97,11 @@ class Session:
             )
         return self.calibrations[key]
 
-    def draft_token_ms(self, draft_spec: str, prompts: list[list[int]], max_new_tokens: int) -> float | None:
+    def draft_token_ms(
+        self, draft_spec: DraftSpec | str, prompts: list[list[int]], max_new_tokens: int
+    ) -> float | None:
         """ms per token of the draft's model (None for model-free drafts), measured once per session."""
-        key = (draft_spec, max_new_tokens, hashlib.sha256(repr(prompts).encode()).hexdigest())
+        key = (str(draft_spec), max_new_tokens, hashlib.sha256(repr(prompts).encode()).hexdigest())
         if key not in self.draft_ms:
             caches = self.proposer(draft_spec, prompts).model_caches()
             self.draft_ms[key] = (
@@ -112,7 +114,7 @@ class Session:
         return self.draft_ms[key]
 
     def calibrate_batch(
-        self, draft_spec: str, prompts: list[list[int]], batch_size: int, k_max: int, max_new_tokens: int
+        self, draft_spec: DraftSpec | str, prompts: list[list[int]], batch_size: int, k_max: int, max_new_tokens: int
     ) -> dict | None:
         """t(b, k) of the target (and the draft model's batched token, if any) at every row count b of
         calibration.batch_row_grid(B), timed interleaved, once per session and batch size (a sweep's ragged and
@@ -121,7 +123,7 @@ class Session:
             return None
         key = (
             "batch",
-            draft_spec,
+            str(draft_spec),
             batch_size,
             k_max,
             max_new_tokens,
@@ -142,13 +144,15 @@ class Session:
             self.calibrations[key] = cal.batch_calibration_dict(batch_size, per_rows, time.perf_counter() - t_start)
         return self.calibrations[key]
 
-    def proposer(self, draft_spec: str, corpus: list[list[int]] | None = None) -> Proposer:
-        """The draft for `draft_spec`, built once; frequency drafts are fitted on `corpus` (once per corpus)."""
-        fits = parse_draft(draft_spec).fits_corpus
-        key = (draft_spec, hashlib.sha256(repr(corpus).encode()).hexdigest() if fits and corpus else None)
+    def proposer(self, draft_spec: DraftSpec | str, corpus: list[list[int]] | None = None) -> Proposer:
+        """The draft for `draft_spec`, built once; frequency drafts are fitted on `corpus` (once per corpus). A
+        RunConfig's DraftSpec is used as it is; a candidate's name (the auto pilot's, a bench's) is parsed here."""
+        spec = parse_draft(draft_spec)  # a DraftSpec comes back as it is
+        fits = spec.fits_corpus
+        key = (spec.text, hashlib.sha256(repr(corpus).encode()).hexdigest() if fits and corpus else None)
         if key not in self._proposers:
             self._proposers[key] = make_proposer(
-                draft_spec,
+                spec,
                 self.target,
                 self.device,
                 self.dtype,

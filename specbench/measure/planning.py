@@ -100,7 +100,7 @@ def run_id_for(config: RunConfig) -> str:
     """A readable, deterministic id: rerunning the same command resumes the same run directory."""
     digest = hashlib.sha256(repr(sorted(config.to_dict().items())).encode()).hexdigest()[:8]
     s = config.sampling
-    stem = f"{Path(config.task).stem}-{Path(config.draft).name}-g{config.gamma}-t{s.temperature:g}"
+    stem = f"{Path(config.task).stem}-{Path(config.draft.text).name}-g{config.gamma}-t{s.temperature:g}"
     stem += batch_suffix(config) + prompt_length_suffix(config)
     return re.sub(r"[^A-Za-z0-9._-]+", "_", f"{stem}-{digest}")
 
@@ -130,9 +130,9 @@ def check_model_sources(config: RunConfig) -> None:
     """Target and draft model exist (preset, folder, .gguf, reachable or cached hub id) before the target loads,
     so a misspelt --draft fails in a second rather than after the target's load."""
     resolve_source(config.target)
-    if config.draft == AUTO:
+    if config.draft.auto:
         return
-    draft = parse_draft(config.draft)
+    draft = config.draft
     if draft.model == "distilled":
         shipped_draft_dir(config.target)
     elif draft.model is not None:
@@ -184,7 +184,8 @@ def run_pilot(
         return session.pilots[key]
     proposer = session.proposer(draft, corpus)
     t = session.target
-    results, lookups = [], None if proposer.lookup_history() is None else []  # [] for a lookup-then-model draft
+    results: list = []
+    lookups: list[int] | None = None if proposer.lookup_history() is None else []  # [] for a lookup-then-model draft
     for item in pilot:
         if sum(len(r.accept_lengths) for r in results) >= PILOT_MIN_STEPS:
             break
@@ -258,7 +259,7 @@ def choose_on_this_machine(
     prepared = prepare_examples(spec, examples, first.target, max_new)
     corpus = [p.prompt_ids for p in prepared]
     pilot_prepared = prepare_examples(spec, pilot, first.target, max_new)
-    drafts = available_drafts(config.target) if config.draft == AUTO else [config.draft]
+    drafts = available_drafts(config.target) if config.draft.auto else [config.draft.text]
     k_max = calibration_k_max(config)
     capacity = max(len(p.prompt_ids) for p in prepared + pilot_prepared) + max_new + k_max
 
@@ -324,7 +325,7 @@ def load_session(config: RunConfig, dtype: str) -> Session:
 
 def prepare_run(
     config: RunConfig,
-    results_dir: Path,
+    results_dir: str | Path,
     *,
     run_id: str | None = None,
     session: Session | None = None,
@@ -396,7 +397,7 @@ def _prepare_run(config, results_dir, run_id, session, on_status, lock: contextl
         # the session's curve is shared by every cell of a sweep: this run's draft goes on a copy
         curve = dataclasses.replace(
             session.calibrate(corpus, k_max, max_new),
-            draft=run_config.draft,
+            draft=run_config.draft.text,
             draft_ms=session.draft_token_ms(run_config.draft, corpus, max_new),
         )
         calibration = curve.to_dict()
@@ -408,7 +409,7 @@ def _prepare_run(config, results_dir, run_id, session, on_status, lock: contextl
             "vocab_size": target.vocab_size,
             "device": str(target.device),
         },
-        "draft": {"spec": run_config.draft},
+        "draft": {"spec": run_config.draft.text},
     }
     engine_info = getattr(session, "engine_info", dict)()  # llama-cpp: name, version, threads, the GGUF as loaded
     if engine_info:

@@ -190,7 +190,7 @@ def write_summary(
             "schema_version": SCHEMA_VERSION,
             "run_id": files.root.name,
             "target": config.target,
-            "draft": config.draft,
+            "draft": config.draft.text,
             "engine": config.engine,
             "engine_version": manifest.get("engine", {}).get("engine_version"),
             "threads": manifest.get("engine", {}).get("threads"),

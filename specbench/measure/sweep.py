@@ -61,7 +61,7 @@ from specbench.measure.records import (
     repair_jsonl,
     scan_jsonl,
 )
-from specbench.run_specs import parse_draft, parse_gamma
+from specbench.run_specs import DraftSpec, parse_draft, parse_gamma
 
 SWEEP_FILE = "sweep.json"
 BASELINE_DIR = "baselines"
@@ -159,9 +159,7 @@ def parse_pair(spec: str) -> tuple[str, str]:
             f"--pair {spec!r} must be TARGET:DRAFT, e.g. --pair smollm2-135m:prompt-lookup "
             f"(the draft may hold its own ':' and ',')"
         )
-    target, draft = target.strip(), draft.strip()
-    parse_draft(draft)  # a malformed draft fails here, naming itself
-    return target, draft
+    return target.strip(), draft.strip()  # the grid parses the draft (SweepGrid.draft_specs)
 
 
 def parse_str_list(spec: str, option: str) -> list[str]:
@@ -244,6 +242,7 @@ class SweepGrid:
     def validate(self) -> SweepGrid:
         if not (self.target_drafts() and self.gammas and self.temperatures and self.tasks):
             raise SpecbenchError("a sweep needs at least one draft, γ, temperature and task")
+        self.draft_specs()  # a malformed draft (listed or paired) fails here, before any load
         if "auto" in (self.dtype, *self.all_drafts):
             raise SpecbenchError(
                 "--dtype auto and --draft auto choose one configuration for `specbench run`; a sweep "
@@ -287,6 +286,11 @@ class SweepGrid:
     @property
     def all_drafts(self) -> tuple[str, ...]:
         return tuple(sorted({d for _, d in self.target_drafts()}))
+
+    def draft_specs(self) -> dict[str, DraftSpec]:
+        """Each draft of the grid → its DraftSpec, parsed once here (a malformed one fails, naming itself); the
+        cells carry these specs."""
+        return {d: parse_draft(d) for d in self.all_drafts}
 
     @property
     def budgets(self) -> tuple[int | None, ...]:
@@ -332,7 +336,7 @@ class SweepGrid:
             target=target,
             draft=draft,
             task=self.tasks[0],
-            gamma=self.gammas[0],
+            gamma=parse_gamma(self.gammas[0]),
             sampling=SamplingConfig(self.temperatures[0], self.top_k, self.top_p),
             limit=self.limit,
             seed=self.seed,
@@ -358,14 +362,15 @@ class SweepGrid:
         policy, so each target loads once and cells sharing a baseline run together; the min policy only at B > 1
         (at B = 1 it is the ragged cell)."""
         base = self.base_config()
-        drafts_of = {t: [d for tt, d in self.target_drafts() if tt == t] for t in self.targets}
+        spec_of = self.draft_specs()
+        drafts_of = {t: [spec_of[d] for tt, d in self.target_drafts() if tt == t] for t in self.targets}
         return [
             replace(
                 base,
                 target=target,
                 task=task,
                 draft=draft,
-                gamma=gamma,
+                gamma=parse_gamma(gamma),
                 draft_confidence=conf,
                 sampling=SamplingConfig(t, self.top_k, self.top_p),
                 batch_size=b,
@@ -386,7 +391,7 @@ class SweepGrid:
             for conf in self.confidences
             for b in self.batch_sizes
             for policy in self.batch_policies
-            if not (conf and parse_draft(draft).model_free)  # no confidence to check there
+            if not (conf and draft.model_free)  # no confidence to check there
             and not (b == 1 and policy != self.batch_policies[0])  # B = 1: one policy (they agree there)
             and not self.over_budget(gamma, budget)
         ]  # skipped, one line says so (skipped_gammas)
@@ -446,7 +451,7 @@ def cell_ids(grid: SweepGrid) -> list[tuple[str, RunConfig]]:
         cells.append(
             (
                 _slug(
-                    f"{prefix}{tasks[c.task]}-{drafts[c.draft]}-g{c.gamma}-t{c.sampling.temperature:g}"
+                    f"{prefix}{tasks[c.task]}-{drafts[c.draft.text]}-g{c.gamma}-t{c.sampling.temperature:g}"
                     + (f"-conf{c.draft_confidence:g}" if c.draft_confidence else "")
                     + batch_suffix(c)
                     + suffix
@@ -673,7 +678,7 @@ def release_memory() -> None:
 
 def run_sweep(
     grid: SweepGrid,
-    results_dir: Path,
+    results_dir: str | Path,
     *,
     sweep_id: str | None = None,
     session=None,

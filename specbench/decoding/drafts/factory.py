@@ -14,7 +14,7 @@ from specbench.decoding.drafts.prompt_lookup import PromptLookupDraft
 from specbench.errors import SpecbenchError
 from specbench.models import PRESETS, LoadedModel, SplitPreset, load_model
 from specbench.models.shipped import shipped_draft_dir, shipped_draft_rows
-from specbench.run_specs import parse_draft
+from specbench.run_specs import DraftSpec
 
 
 def check_compatible(target: LoadedModel, draft: LoadedModel) -> None:
@@ -29,7 +29,7 @@ def check_compatible(target: LoadedModel, draft: LoadedModel) -> None:
 
 
 def make_proposer(
-    spec: str,
+    spec: DraftSpec,
     target: LoadedModel,
     device: str = "auto",
     dtype: str = "float32",
@@ -37,21 +37,21 @@ def make_proposer(
     corpus: list[list[int]] | None = None,
     backend: str = "eager",
 ):
-    """A --draft spec (grammar in run_specs.py) → a Proposer for this target.
+    """A parsed --draft value (run_specs.DraftSpec; grammar there) → a Proposer for this target.
 
     Frequency laws are fitted on `corpus` (token-id sequences of the task's prompts) when given,
     else on each example's prompt in begin(); `corpus` is ignored by drafts that fit nothing.
     `distilled` (also after lookup+) is the draft `specbench distill` built for this target.
     `backend` (backend.py) is how a model draft runs its forwards.
     """
-    parsed = parse_draft(spec)
+    parsed = spec
     if parsed.kind == "prompt-lookup":
         return lookup_draft(target, **dict(parsed.options))
     if parsed.fits_corpus:
         return make_frequency_draft(parsed, target.vocab_size, target.device, corpus)
     model = model_draft(parsed.model, target, device, dtype, trust_remote_code, backend)
     if parsed.kind == "hybrid":
-        return HybridDraft(lookup_draft(target), model, name=spec)
+        return HybridDraft(lookup_draft(target), model, name=parsed.text)
     return model
 
 
