@@ -14,7 +14,7 @@ from helpers import make_run
 
 from specbench.report.claims import FAILS, HOLDS, UNSURE, UNTESTED, claims, headline
 from specbench.report.collect import collect
-from specbench.report.render import write_report
+from specbench.report.render import md_escape, write_report
 
 SPREAD = (0.8, 0.9, 1.0, 1.1, 1.2)  # per-example factors on the speculative decode time: a real bootstrap interval
 
@@ -223,13 +223,17 @@ def test_claims_table_heads_the_report_with_links_and_the_headline(tmp_path):
         varied_run(root, f"n{n}", speedup=s, summary_extra={"max_new_tokens": n}, manifest_extra={"hardware": hw})
     out = write_report([root], tmp_path / "rep").out
     md, page = (out / "report.md").read_text(), (out / "report.html").read_text()
-    assert md.index("## Claims") < md.index("## Setup") < md.index("## Runs")
+    assert md.index("## Speedup vs γ") < md.index("## Claims") < md.index("## Runs") < md.index("## Setup")
     head = md.split("## Claims")[0]
     assert "Best configuration found (chosen on half of the examples of 2 run(s)): target tiny, draft small" in head
     assert "speedup 1." in head and "on the other half" in head and "too few for an interval" in head
     assert "Measured on one machine: AMD EPYC 7B13, 2 CPUs (avx2; no AMX)" in head and "{" not in head
     table = md.split("## Claims")[1].split("\n## ")[0]
-    assert table.count("\n| ") == 8  # header and seven claims
+    every = claims(collect([root]))
+    tested = [c for c in every if not c.verdict.startswith(UNTESTED)]
+    assert len(every) == 7 and table.count("\n| ") == 1 + len(tested)  # header and the claims these runs tested
+    (line,) = [x for x in table.splitlines() if x.startswith("Not tested by these runs: ")]  # the rest: one line
+    assert all(md_escape(c.claim) in line for c in every if c not in tested), line
     assert "[Speedup vs new tokens per example](figures/speedup_vs_max_new_tokens.png)" in table
     assert '<h2 id="claims">Claims</h2>' in page and '<a href="#fig-speedup_vs_max_new_tokens">' in page
     assert '<figure id="fig-speedup_vs_max_new_tokens">' in page

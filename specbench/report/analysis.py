@@ -242,3 +242,19 @@ def batch_sentence(curves: list[dict]) -> str:
         f"Speedups run from {low[0]:.2f}× (B={low[1]}, {low[2]}) to {high[0]:.2f}× (B={high[1]}, {high[2]}); "
         f"whether gains are consistent across batch sizes is judged in the claims table, by intervals."
     )
+
+
+def short_labels(runs) -> dict[str, str]:
+    """run id → a short label for the report's tables and figures: the draft, γ and T (and the task when the runs
+    span several), with the run id's last part added only where two runs would otherwise read alike."""
+    several_tasks = "task" in runs and runs["task"].nunique() > 1
+    labels = {}
+    for _, r in runs.iterrows():
+        gamma = r.get("gamma_label") if isinstance(r.get("gamma_label"), str) else r.get("gamma")
+        temperature = num(r.get("temperature"))
+        label = f"{r.get('draft')} γ{gamma}" + (f" T{temperature:g}" if temperature == temperature else "")
+        labels[r["run_id"]] = f"{r.get('task')}: {label}" if several_tasks else label
+    counts: dict[str, int] = {}
+    for label in labels.values():
+        counts[label] = counts.get(label, 0) + 1
+    return {rid: lab if counts[lab] == 1 else f"{lab} ({str(rid).rsplit('-', 1)[-1]})" for rid, lab in labels.items()}

@@ -14,7 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specbench.files import atomic_write_bytes
-from specbench.report.analysis import axis_sort_key, axis_text, batch_curves, batch_sentence, quality_rows
+from specbench.report.analysis import (
+    axis_sort_key,
+    axis_text,
+    batch_curves,
+    batch_sentence,
+    quality_rows,
+    short_labels,
+)
 from specbench.report.collect import fixed_gamma, num
 
 
@@ -352,7 +359,7 @@ def fig_histograms(runs, task: str) -> object:
     sub = fixed_gamma(runs)
     sub = sub[sub["task"] == task]
     series, gammas = sorted(sub["series"].unique()), sorted(sub["gamma"].unique())
-    fig = _new_figure(2.3 * len(gammas) + 0.6, 2.0 * len(series) + 0.8)
+    fig = _new_figure(max(6.0, 2.3 * len(gammas) + 0.6), 2.0 * len(series) + 1.1)
     axes = fig.subplots(len(series), len(gammas), squeeze=False)
     for r, label in enumerate(series):
         for col, gamma in enumerate(gammas):
@@ -392,7 +399,7 @@ def fig_histograms(runs, task: str) -> object:
             ax.set_ylim(0, 1.0)
             ax.set_xticks(list(n))
             ax.legend(fontsize=6)
-    fig.suptitle(f"Accepted-length histograms: {task} (law: (1−α)αⁿ for n < γ, α^γ for n = γ)", fontsize=10)
+    fig.suptitle(f"Accepted-length histograms: {task}\n(law: (1−α)αⁿ for n < γ, α^γ for n = γ)", fontsize=9)
     return fig
 
 
@@ -432,18 +439,12 @@ def fig_time_split(runs) -> object:
         parts, y = time_parts(sub), np.arange(len(sub))
         left = np.zeros(len(sub))
         for key, label, color in TIME_PARTS:
-            ax.barh(y, parts[key], 0.72, left=left, color=color, edgecolor="white", linewidth=0.6, label=label)
+            shown = label if np.nanmax(parts[key], initial=0.0) > 0 else "_nolegend_"  # no zero-width entries
+            ax.barh(y, parts[key], 0.72, left=left, color=color, edgecolor="white", linewidth=0.6, label=shown)
             left += parts[key]
         ax.plot(parts["baseline"], y, "|", color="black", ms=16, mew=2.2, label="baseline (target alone)")
-        labels = sub["gamma_label"] if "gamma_label" in sub else sub["gamma"]
-        ax.set_yticks(
-            y,
-            [
-                f"{r}\n{d}, T={float(t):g}, γ={g}"
-                for r, d, t, g in zip(sub["run_id"], sub["draft"], sub["temperature"], labels)
-            ],
-            fontsize=8,
-        )
+        short = short_labels(runs)
+        ax.set_yticks(y, [short[r] for r in sub["run_id"]], fontsize=8)
         ax.invert_yaxis()
         ax.set_xlim(0, max(float(np.nanmax(np.append(left, parts["baseline"]))) * 1.08, 1e-6))
         ax.set_xlabel("milliseconds per generated token")
@@ -474,7 +475,7 @@ def fig_quality(rows: list[dict]) -> object:
                 ]
             ).T
             ax.bar(x + offset, vals, 0.38, yerr=np.clip(err, 0, None), capsize=3, color=color, label=engine)
-        ax.set_xticks(x, [r["run_id"] for r in sub], fontsize=7, rotation=30, ha="right")
+        ax.set_xticks(x, [r.get("label", r["run_id"]) for r in sub], fontsize=7, rotation=30, ha="right")
         ax.set_ylabel(name)
         ax.set_title(f"{name}: baseline vs speculative (whiskers: 95% CI)")
         ax.legend(fontsize=7)
@@ -674,8 +675,10 @@ def _figure_plan(
     auto_runs = _auto_runs(runs)
     if auto_runs is not None:
         plan.append((fig_prediction, auto_runs, "auto_prediction", "Auto: predicted vs measured", PREDICTION_CAPTION))
-    qrows = quality_rows(runs)
-    if qrows:
+    sampled = set(runs.loc[runs["temperature"].map(num) > 0, "run_id"]) if "temperature" in runs else set()
+    short = short_labels(runs)
+    qrows = [{**q, "label": short.get(q["run_id"], q["run_id"])} for q in quality_rows(runs) if q["run_id"] in sampled]
+    if qrows:  # at T = 0 both engines emit the same tokens: a quality figure would carry no information
         plan.append((fig_quality, qrows, "quality", "Output quality", QUALITY_CAPTION))
     curves = batch_curves(runs)
     if curves:  # named as the claims table's batch figure, so the generic axis figure is not drawn twice

@@ -27,8 +27,8 @@ import numpy as np
 from specbench.errors import SpecbenchError
 from specbench.measure.hardware import describe
 from specbench.measure.records import Manifest
-from specbench.report.analysis import best_gamma_rows, perplexity_rows, quality_rows, target_params
-from specbench.report.claims import Claim, claims, headline
+from specbench.report.analysis import best_gamma_rows, perplexity_rows, quality_rows, short_labels, target_params
+from specbench.report.claims import UNTESTED, Claim, claims, headline
 from specbench.report.collect import (
     ReportData,
     Skipped,
@@ -154,25 +154,31 @@ QUALITY_TEXT = (
     "(same output distribution)."
 )
 
-RUNS_COLUMNS = [
+LEAD_FIGURES = ("speedup_vs_gamma", "pass_cost_curve", "time_per_token")  # shown right after the headline
+RUNS_COLUMNS = [  # at most 10: the rest are in RUNS_DETAIL_COLUMNS, behind a <details> element
     "run",
     "task",
-    "draft",
-    "T",
-    "γ",
     "n",
+    "speedup [95% CI]",
     "α",
+    "mean acc. length",
+    "base tok/s",
+    "spec tok/s",
+    "identical share",
+    "timing",
+]
+RUNS_DETAIL_COLUMNS = [
+    "run",
+    "run id",
     "α exp.",
     "c",
     "verify",
     "tok/call",
-    "speedup [95% CI]",
-    "timing",
+    "ratio-of-sums speedup [95% CI]",
     "Thm 3.8",
     "extended",
     "decode [95% CI]",
     "predicted decode",
-    "identical share",
     "complete",
 ]
 BEST_GAMMA_COLUMNS = [
@@ -290,28 +296,48 @@ def _thm_gamma_text(b: dict):
 
 
 def runs_table(runs) -> Table:
+    """The runs at a glance: at most 10 columns (runs_detail_table has the rest)."""
+    labels = short_labels(runs)
     return Table(
         RUNS_COLUMNS,
         [
             [
-                r["run_id"],
+                labels[r["run_id"]],
                 r["task"],
-                r["draft"],
-                f"{r['temperature']:g}",
-                _gamma_text(r),
                 r["n_examples"],
+                with_ci(r.get("speedup_geomean"), r.get("speedup_geomean_ci95"))
+                if num(r.get("speedup_geomean")) == num(r.get("speedup_geomean"))
+                else with_ci(r["speedup"], r.get("speedup_ci95")),
                 num(r["alpha"]),
+                num(r.get("mean_acceptance_length")),
+                num(r.get("baseline_tokens_per_s")),
+                num(r.get("speculative_tokens_per_s")),
+                num(r.get("identical_rate")),
+                _timing_text(r),
+            ]
+            for _, r in runs.iterrows()
+        ],
+    )
+
+
+def runs_detail_table(runs) -> Table:
+    """Every other column of the runs, keyed by the full run id (the folder's name)."""
+    labels = short_labels(runs)
+    return Table(
+        RUNS_DETAIL_COLUMNS,
+        [
+            [
+                labels[r["run_id"]],
+                r["run_id"],
                 num(r["alpha_expected"]),
                 num(r["c"]),
                 num(r["verify_cost"]),
                 num(r["tokens_per_target_call"]),
                 with_ci(r["speedup"], r.get("speedup_ci95")),
-                _timing_text(r),
                 num(r["predicted_speedup"]),
                 num(r["predicted_speedup_extended"]),
                 with_ci(r.get("decode_speedup"), r.get("decode_speedup_ci95")),
                 num(r.get("predicted_decode_speedup")),
-                num(r.get("identical_rate")),
                 r.get("complete"),
             ]
             for _, r in runs.iterrows()
@@ -554,11 +580,21 @@ def _claim_link(claim: Claim, figures: list[RenderedFigure]):
 
 
 def claims_section(data: ReportData, figures: list[RenderedFigure], rows: list[dict]) -> list[tuple]:
-    table = Table(
-        ["claim", "verdict on this data and hardware", "numbers behind it (95% CI)", "figure"],
-        [[c.claim, c.verdict, c.numbers, _claim_link(c, figures)] for c in claims(data, rows)],
-    )
-    return [("h2", "Claims"), ("p", CLAIMS_TEXT), ("table", table)]
+    """The claims these runs tested, as a table; the untested ones in one line (each says what would test it)."""
+    every = claims(data, rows)
+    tested = [c for c in every if not c.verdict.startswith(UNTESTED)]
+    untested_ = [c for c in every if c.verdict.startswith(UNTESTED)]
+    blocks = [("h2", "Claims"), ("p", CLAIMS_TEXT)]
+    if tested:
+        table = Table(
+            ["claim", "verdict on this data and hardware", "numbers behind it (95% CI)", "figure"],
+            [[c.claim, c.verdict, c.numbers, _claim_link(c, figures)] for c in tested],
+        )
+        blocks.append(("table", table))
+    if untested_:
+        why = lambda c: c.verdict.removeprefix(f"{UNTESTED}: ").replace("; run ", ", run ")  # noqa: E731
+        blocks.append(("p", "Not tested by these runs: " + "; ".join(f"{c.claim} ({why(c)})" for c in untested_) + "."))
+    return blocks
 
 
 def perplexity_section(rows: list[dict]) -> list[tuple]:
@@ -625,7 +661,15 @@ def setup_sections(data: ReportData) -> list[tuple]:
 
 
 def runs_sections(runs) -> list[tuple]:
-    blocks = [("h2", "Runs"), ("p", RUNS_TEXT), ("table", runs_table(runs))]
+    blocks = [
+        ("h2", "Runs"),
+        ("p", RUNS_TEXT),
+        ("table", runs_table(runs)),
+        (
+            "details",
+            ("Every other column: costs, predictions, the ratio-of-sums and decode speedups", runs_detail_table(runs)),
+        ),
+    ]
     greedy = runs[runs["identity_line"].notna()] if "identity_line" in runs else runs.iloc[0:0]
     if len(greedy):
         blocks += [
@@ -735,18 +779,21 @@ def closing_sections(data: ReportData) -> list[tuple]:
 def build_blocks(
     data: ReportData, figures: list[RenderedFigure], title: str, perplexity: list[dict] | None = None
 ) -> list[tuple]:
-    """The report as a list of (kind, payload) blocks, rendered identically to Markdown and HTML: the headline,
-    the claims and the timing warnings first, then the evidence."""
+    """The report as a list of (kind, payload) blocks, rendered identically to Markdown and HTML: shows before it
+    tells: the headline, the speedup-vs-γ and cost figures, the claims tested (the untested in one line), the timing
+    warnings and the runs, then the rest of the evidence."""
     runs = data.runs
     perplexity = perplexity_rows(data) if perplexity is None else perplexity
+    first = [f for name in LEAD_FIGURES for f in figures if f.name == name]
     return (
         header_section(data, title)
+        + figure_sections(first)
         + claims_section(data, figures, perplexity)
         + timing_section(data)
-        + setup_sections(data)
         + runs_sections(runs)
+        + setup_sections(data)
         + gamma_sections(runs, best_gamma_rows(runs))
-        + figure_sections(figures)
+        + figure_sections([f for f in figures if f not in first])
         + quality_section(runs)
         + perplexity_section(perplexity)
         + checks_sections(data)
@@ -786,6 +833,9 @@ def _md_block(kind: str, payload) -> list[str]:
         return ["\n".join(f"- {md_escape(item)}" for item in payload) + "\n"]
     if kind == "table":
         return _md_table(payload)
+    if kind == "details":  # HTML folds it; Markdown shows it under its summary
+        summary, table = payload
+        return [f"*{md_escape(summary)}:*\n", *_md_table(table)]
     if kind == "figure":
         return [
             f"![{md_escape(payload.title)}](figures/{payload.name}.png)\n",
