@@ -45,7 +45,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from specbench.decoding.autoregressive import prompt_split
-from specbench.decoding.cached_model import CachedModel
+from specbench.decoding.cached_model import as_cached
 
 
 @dataclass
@@ -81,7 +81,7 @@ def prefill(
     model: torch.nn.Module, prompt_ids: list[int], decoder_start_id: int | None = None, backend=None
 ) -> Prefilled:
     """The prompt cached once; every replay of one example starts from it (cropped back to it)."""
-    lm = CachedModel(model, backend=backend)  # the run's backend: the same kernels as the timed decodes
+    lm = as_cached(model, backend)  # the run's backend (or llama.cpp's model): the same kernels as the timed decodes
     encoder_ids, start = prompt_split(lm, prompt_ids, decoder_start_id)
     lm.start(encoder_ids)
     first = lm.forward(torch.tensor(start, device=lm.device))
