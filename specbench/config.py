@@ -25,10 +25,12 @@ from specbench.run_specs import (  # noqa: F401 (GAMMA_POLICIES, MAX_GAMMA: read
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("float32", "bfloat16", "float16")
-AUTO = "auto"  # --draft auto, --dtype auto, --gamma auto: chosen on this machine by calibration + pilot (measure/choose.py)
+# --draft auto, --dtype auto, --gamma auto: chosen on this machine by calibration + pilot (measure/choose.py)
+AUTO = "auto"
 ENGINES = ("specbench", "hf-assisted", "llama-cpp")  # llama-cpp: our loop on llama.cpp (decoding/llama_cpp.py)
 BACKENDS = ("eager", "static", "compiled")  # see decoding/backend.py
-BATCH_POLICIES = ("ragged", "min")  # per-row advance, or every row by the batch's minimum (decoding/batched/speculative.py)
+# per-row advance, or every row by the batch's minimum (decoding/batched/speculative.py)
+BATCH_POLICIES = ("ragged", "min")
 MAX_BATCH_SIZE = 1024  # a batch beyond this is a typo; caches and masks are sized by it
 PROMPT_LENGTHS = (
     "all",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -17,6 +17,9 @@ from specbench.cli.output import out, progress_bar, quiet_transformers
 from specbench.config import DEVICES
 from specbench.errors import SpecbenchError
 from specbench.models import DEFAULT_TARGET
+
+if TYPE_CHECKING:  # the trainer imports torch: loaded once the options are checked
+    from specbench.distill.pipeline import Outcome
 
 DraftDir = Annotated[
     str,  # not Path: typer would turn an empty --out into "." (the current folder)
@@ -97,7 +100,7 @@ def distill_command(
         out.print(outcome_line(outcome, out_path), highlight=False)
 
 
-def distill_with_progress(config):
+def distill_with_progress(config) -> Outcome:
     """The trainer under one progress bar per phase (teacher data, training, export)."""
     from specbench.distill import distill as run_distill
 
@@ -107,7 +110,7 @@ def distill_with_progress(config):
         def on_event(event) -> None:
             if event.phase not in jobs:
                 jobs[event.phase] = bar.add_task(PHASE_NAMES.get(event.phase, event.phase), total=event.total, info="")
-            bar.update(jobs[event.phase], completed=event.done, total=event.total, info=event.info)
+            bar.update(jobs[event.phase], completed=event.done, total=event.total, info=event.info)  # type: ignore[arg-type]  # rich's TaskID is an int NewType
 
         return run_distill(config, progress=on_event)
 

@@ -52,6 +52,7 @@ from specbench.cli.output import (
 from specbench.config import RunConfig, SamplingConfig, parse_gamma
 from specbench.measure.schema_doc import SUMMARY_FIELDS, run_table_rows
 from specbench.models import DEFAULT_DRAFT, DEFAULT_TARGET
+from specbench.run_specs import parse_draft
 
 Engine = Annotated[
     Literal["specbench", "hf-assisted", "llama-cpp"],
@@ -132,7 +133,7 @@ def run(
     with options_checked():
         config = RunConfig(
             target=target,
-            draft=draft,
+            draft=parse_draft(draft),  # the --draft value parsed here, once
             task=task,
             gamma=parse_gamma(gamma),
             sampling=SamplingConfig(temperature, top_k, top_p),

@@ -56,7 +56,7 @@ from specbench.files import atomic_write_text
 from specbench.measure.engines import Session, prepare_examples
 from specbench.measure.metrics import first_divergence
 from specbench.measure.records import prepare_run_dir
-from specbench.run_specs import GammaSpec
+from specbench.run_specs import GammaSpec, parse_draft
 from specbench.tasks.specs import load_task, select_examples
 
 Engine = Callable[[list[int], torch.Generator | None], list[int]]  # (prompt ids, generator) → generated ids
@@ -887,7 +887,7 @@ class VerifyRequest:
             raise SpecbenchError("--gamma needs at least one value (e.g. 1,3)")
         RunConfig(
             target=self.target,
-            draft=self.draft,
+            draft=parse_draft(self.draft),
             task=self.task,
             sampling=self.sampling,
             limit=self.limit,

@@ -25,7 +25,7 @@ from specbench.config import AUTO, RunConfig
 from specbench.decoding import theory
 from specbench.errors import SpecbenchError
 from specbench.measure.calibration import Calibration
-from specbench.run_specs import GammaSpec, parse_gamma
+from specbench.run_specs import GammaSpec, parse_draft, parse_gamma
 
 
 @dataclass
@@ -333,4 +333,4 @@ def choose(
 
 def resolved_config(config: RunConfig, choice: AutoChoice) -> RunConfig:
     """The config the engines run: auto values replaced by the choice (the run id keeps the requested ones)."""
-    return dataclasses.replace(config, dtype=choice.dtype, draft=choice.draft, gamma=choice.gamma)
+    return dataclasses.replace(config, dtype=choice.dtype, draft=parse_draft(choice.draft), gamma=choice.gamma)

@@ -16,6 +16,7 @@ import dataclasses
 import hashlib
 import time
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 
@@ -71,7 +72,8 @@ class Session:
         # one backend for the target, shared by the baseline and the speculative engine (same forward for both)
         self.target_backend = ForwardBackend(self.target.model, backend)
         self._proposers: dict[tuple, Proposer] = {}
-        self.calibrations: dict[tuple, cal.Calibration] = {}  # (k_max, context key) → the target's curve
+        # (k_max, context key) → the target's Calibration; ("batch", …) → calibrate_batch's dict
+        self.calibrations: dict[tuple, Any] = {}
         self.draft_ms: dict[tuple, float | None] = {}  # (draft spec, context key) → ms per draft-model token
         self.pilots: dict[tuple, PilotResult] = {}  # (draft, pilot ids, sampling, budget, γ) → pilot
 
@@ -273,7 +275,7 @@ class Engines:
                 seed=seed,
                 eos_ids=t.eos_ids,
                 assistant=assistant,
-                gamma=cfg.gamma.fixed,
+                gamma=cfg.gamma.fixed,  # type: ignore[arg-type]  # fixed: auto resolved, policies refused (config)
                 min_confidence=cfg.draft_confidence,
             )
         return decode_speculative(

@@ -203,7 +203,7 @@ def run_pilot(
         )
         results.append(res)
         if lookups is not None:
-            lookups.extend(proposer.lookup_history())
+            lookups.extend(proposer.lookup_history() or [])
     lookup_only = parse_draft(draft).model_free
     session.pilots[key] = pilot_from_results(
         draft, results, lookups, lookup_only, [p.example.id for p in pilot[: len(results)]]
@@ -411,7 +411,7 @@ def _prepare_run(config, results_dir, run_id, session, on_status, lock: contextl
         },
         "draft": {"spec": run_config.draft.text},
     }
-    engine_info = getattr(session, "engine_info", dict)()  # llama-cpp: name, version, threads, the GGUF as loaded
+    engine_info: dict = getattr(session, "engine_info", dict)()  # llama-cpp: name, version, threads, the GGUF as loaded
     if engine_info:
         manifest["engine"] = engine_info
     manifest["calibration"] = calibration
@@ -439,9 +439,6 @@ def batch_calibration(
         return {}
     if old.get("batch_calibration"):
         return {"batch_calibration": old["batch_calibration"]}
-    on_status(f"calibrating: batched target passes, {config.batch_size} rows × 1..{config.gamma.fixed + 1} tokens")
-    return {
-        "batch_calibration": session.calibrate_batch(
-            config.draft, corpus, config.batch_size, config.gamma.fixed + 1, max_new
-        )
-    }
+    k_max = config.draft_gamma + 1  # batches take a fixed γ (RunConfig.validate refuses a policy)
+    on_status(f"calibrating: batched target passes, {config.batch_size} rows × 1..{k_max} tokens")
+    return {"batch_calibration": session.calibrate_batch(config.draft, corpus, config.batch_size, k_max, max_new)}

@@ -102,7 +102,8 @@ def check_resumable(files: RunFiles, manifest: dict, old: dict) -> None:
     for key in ("config", "max_new_tokens"):
         if old.get(key) != manifest[key]:
             raise SpecbenchError(f"{files.root} holds a run with a different {key}; use another --run-id or delete it")
-    task = old.get("task") if isinstance(old.get("task"), dict) else {}
+    raw = old.get("task")
+    task = raw if isinstance(raw, dict) else {}
     if task.get("examples_hash") != manifest["task"]["examples_hash"]:
         raise SpecbenchError(f"{files.root} holds a run on different examples; use another --run-id or delete it")
 
@@ -224,7 +225,8 @@ def write_summary(
 
 def prompt_length_fields(config: RunConfig, manifest: dict) -> dict:
     """The summary's prompt-length axis: the bucket, and for a bucket its thresholds and token range (manifest)."""
-    bucket = manifest.get("prompt_length") if isinstance(manifest.get("prompt_length"), dict) else {}
+    raw = manifest.get("prompt_length")
+    bucket = raw if isinstance(raw, dict) else {}
     return {
         "prompt_length": config.prompt_length,
         "prompt_length_thresholds": bucket.get("thresholds"),
@@ -239,7 +241,7 @@ def quality(spec: TaskSpec, records: list[dict], sampling: SamplingConfig) -> di
         return None
     from specbench.tasks.quality import bootstrap_ci, score
 
-    out = {"metric": spec.metric}
+    out: dict[str, object] = {"metric": spec.metric}
     for engine in ("baseline", "speculative"):
         hyps = [r[engine]["text"] for r in records]
         scores = score(spec.metric, hyps, refs)

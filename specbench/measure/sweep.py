@@ -23,6 +23,7 @@ skips finished cells and examples (a killed sweep loses nothing already measured
 
 from __future__ import annotations
 
+import functools
 import gc
 import hashlib
 import json
@@ -334,7 +335,7 @@ class SweepGrid:
         target, draft = self.target_drafts()[0]
         return RunConfig(
             target=target,
-            draft=draft,
+            draft=parse_draft(draft),
             task=self.tasks[0],
             gamma=parse_gamma(self.gammas[0]),
             sampling=SamplingConfig(self.temperatures[0], self.top_k, self.top_p),
@@ -404,7 +405,7 @@ class SweepGrid:
 
     def skipped_gammas(self) -> list[tuple[int, int]]:
         """(γ, budget) of every γ the budget axis skips: the sweep prints them in one line."""
-        return [(g, b) for b in self.budgets for g in self.gammas if self.over_budget(g, b)]
+        return [(g, b) for b in self.budgets for g in self.gammas if self.over_budget(g, b)]  # type: ignore[misc]  # over_budget: g fixed, b set
 
 
 def _digest(obj, n: int = 8) -> str:
@@ -578,7 +579,11 @@ def _bucket_info(grid: SweepGrid) -> dict:
         examples, bucket = select_run_examples(load_task(cfg.task), cfg)
         for batch_size in grid.batch_sizes:
             check_batch_size(batch_size, len(examples))
-        info[key] = {"n_examples": len(examples), "examples_hash": examples_hash(examples), **bucket.to_dict()}
+        info[key] = {
+            "n_examples": len(examples),
+            "examples_hash": examples_hash(examples),
+            **(bucket.to_dict() if bucket is not None else {}),  # a bucket: prompt_length is not "all"
+        }
     return info
 
 
@@ -617,7 +622,8 @@ def _cell_done(run_dir: Path, config: RunConfig, n_examples: int) -> dict | None
         return None
     if summary.get("n_examples") != n_examples:
         return None
-    task = manifest.get("task") if isinstance(manifest.get("task"), dict) else {}
+    raw = manifest.get("task")
+    task = raw if isinstance(raw, dict) else {}
     expected = task.get("example_ids") if isinstance(task.get("example_ids"), list) else None
     return summary if records_cover(run_dir / "examples.jsonl", expected, n_examples) else None
 
@@ -756,8 +762,8 @@ def run_sweep(
             run_id=cell_id,
             session=session,
             baseline_store=stores[key],
-            on_start=lambda total, done, cid=cell_id: on_cell(cid, total, done),
-            on_example=lambda record, cid=cell_id: on_example(cid, record),
+            on_start=functools.partial(on_cell, cell_id),
+            on_example=functools.partial(on_example, cell_id),
         )
         outcome.cells.append(CellOutcome(cell_id, config, run.summary, run.new_examples))
     write_sweep_file(

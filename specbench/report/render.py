@@ -584,7 +584,7 @@ def claims_section(data: ReportData, figures: list[RenderedFigure], rows: list[d
     every = claims(data, rows)
     tested = [c for c in every if not c.verdict.startswith(UNTESTED)]
     untested_ = [c for c in every if c.verdict.startswith(UNTESTED)]
-    blocks = [("h2", "Claims"), ("p", CLAIMS_TEXT)]
+    blocks: list[tuple] = [("h2", "Claims"), ("p", CLAIMS_TEXT)]
     if tested:
         table = Table(
             ["claim", "verdict on this data and hardware", "numbers behind it (95% CI)", "figure"],

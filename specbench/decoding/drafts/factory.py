@@ -49,7 +49,7 @@ def make_proposer(
         return lookup_draft(target, **dict(parsed.options))
     if parsed.fits_corpus:
         return make_frequency_draft(parsed, target.vocab_size, target.device, corpus)
-    model = model_draft(parsed.model, target, device, dtype, trust_remote_code, backend)
+    model = model_draft(parsed.model, target, device, dtype, trust_remote_code, backend)  # type: ignore[arg-type]  # model, hybrid: set
     if parsed.kind == "hybrid":
         return HybridDraft(lookup_draft(target), model, name=parsed.text)
     return model

@@ -129,7 +129,7 @@ class CellWorker:
     decoded on a fresh thread each made every forward of the tiny model 2.6 → 8.5 ms (2 threads on 2 cores, AMD
     EPYC) and a cell about 20 % slower than the same cell run locally, on the main thread."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.key: tuple | None = None
         self.loaded = None  # the Session of the target this worker measured last
         self.compute = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specbench-compute")
