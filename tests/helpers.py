@@ -259,3 +259,34 @@ def make_run(
     }
     (run / "summary.json").write_text(json.dumps(json_safe(summary)))
     return run
+
+
+SPREAD = (0.8, 0.9, 1.0, 1.1, 1.2)  # per-example factors on the speculative decode time: a real bootstrap interval
+
+
+def varied_run(
+    root: Path, run_id: str, *, speedup: float, spread=SPREAD, summary_extra=None, nll=None, flag=False, **kw
+) -> Path:
+    """make_run, with per-example spread in the speculative time (so the speedup has a non-degenerate interval),
+    summary fields added or replaced (axis values), optional per-example `nll` scores, and (flag) repeats that
+    disagree 3× so the noise check flags the run."""
+    run = make_run(root, run_id, speedup=speedup, **kw)
+    path = run / "examples.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    rows = [dict(rows[0], example_id=f"ex{i}") for i in range(len(spread))]
+    for i, (row, f) in enumerate(zip(rows, spread)):
+        row["speculative"] = dict(
+            row["speculative"],
+            decode_s=row["speculative"]["decode_s"] * f,
+            verify_s=row["speculative"]["verify_s"] * f,
+            draft_s=row["speculative"]["draft_s"] * f,
+        )
+        if nll is not None:
+            row["nll"] = {"baseline": nll[0][i], "speculative": nll[1][i]}
+        if flag:
+            row["speculative"]["repeat_s"] = [1.0, 3.0]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = json.loads((run / "summary.json").read_text())
+    summary.update(summary_extra or {}, n_examples=len(spread))
+    (run / "summary.json").write_text(json.dumps(summary))
+    return run

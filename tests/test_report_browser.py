@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_claims import varied_run
+from helpers import varied_run
 
 from specbench.report.render import write_report
 
