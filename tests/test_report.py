@@ -370,7 +370,7 @@ def test_gamma_policy_runs_do_not_crash_and_are_shown_apart(tmp_path):
     out = write_report([root], tmp_path / "rep")
     md, _ = read(out.out)
     runs_section = md.split("## Runs")[1].split("\n## ")[0]
-    assert "| small γadaptive (≤4) T0 |" in runs_section and "| small γheuristic (≤3) T0 |" in runs_section
+    assert "| small, γ=adaptive (≤4), T=0 |" in runs_section and "| small, γ=heuristic (≤3), T=0 |" in runs_section
     section = md.split("## Recommended γ")[1].split("\n## ")[0]
     assert "| heur | ende | small, T=0 | heuristic | 3 |" in section
 
@@ -497,7 +497,7 @@ def test_results_written_before_the_reorganisation_still_report(tmp_path):
     md, page = read(outcome.out)
     runs_section = md.split("## Runs")[1].split("\n## ")[0]
     for run_id, gamma in (("task-draft-g1-t0", 1), ("task-draft-g2-t0", 2), ("task-draft-g3-t0-0caf17bc", 3)):
-        assert f"| draft γ{gamma} T0 | task |" in runs_section and f"| {run_id} |" in runs_section  # label, then id
+        assert f"| draft, γ={gamma}, T=0 | task |" in runs_section and f"| {run_id} |" in runs_section  # label, then id
     assert "sweep old-sweep: 2 cells, 2 complete" in md and "## Recommended γ" in md
     assert "| task-draft-g1-t0 | float32 | 2/2 identical |" in md  # the greedy identity of the old records
     assert page.count("data:image/png;base64,") == 5 and "## Pass-cost curve" in md  # the runs were calibrated

@@ -252,7 +252,7 @@ def short_labels(runs) -> dict[str, str]:
     for _, r in runs.iterrows():
         gamma = r.get("gamma_label") if isinstance(r.get("gamma_label"), str) else r.get("gamma")
         temperature = num(r.get("temperature"))
-        label = f"{r.get('draft')} γ{gamma}" + (f" T{temperature:g}" if temperature == temperature else "")
+        label = f"{r.get('draft')}, γ={gamma}" + (f", T={temperature:g}" if temperature == temperature else "")
         labels[r["run_id"]] = f"{r.get('task')}: {label}" if several_tasks else label
     counts: dict[str, int] = {}
     for label in labels.values():

@@ -154,7 +154,7 @@ QUALITY_TEXT = (
     "(same output distribution)."
 )
 
-LEAD_FIGURES = ("speedup_vs_gamma", "pass_cost_curve", "time_per_token")  # shown right after the headline
+LEAD_FIGURES = ("speedup_vs_gamma", "time_per_token")  # right after the headline: the speedup and its cost
 RUNS_COLUMNS = [  # at most 10: the rest are in RUNS_DETAIL_COLUMNS, behind a <details> element
     "run",
     "task",
