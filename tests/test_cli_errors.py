@@ -130,7 +130,16 @@ def test_verify_bad_sizes_fail_before_the_folder_is_made(tmp_path):
     line = one_line_error(
         "verify", "--target", "t", "--draft", "d", "--n-samples", "0", "--results-dir", str(tmp_path / "v")
     )
-    assert "--n-samples and --length must be >= 1" in line
+    assert "--n-samples must be >= 1" in line
+    assert not (tmp_path / "v").exists()
+
+
+def test_verify_length_1_is_refused_before_sampling(tmp_path):
+    """--length 1 sampled for a minute, then raised UnboundLocalError: the sequence tests compare ℓ ≥ 2 tokens."""
+    line = one_line_error(
+        "verify", "--target", "t", "--draft", "d", "--length", "1", "--results-dir", str(tmp_path / "v")
+    )
+    assert "--length must be >= 2" in line
     assert not (tmp_path / "v").exists()
 
 

@@ -895,8 +895,14 @@ class VerifyRequest:
             dtype=self.dtype,
             gamma=GammaSpec(fixed=min(self.gammas)),
         ).validate()
-        if self.n_samples < 1 or self.length < 1 or self.step_samples < 0 or self.control_samples < 0:
-            raise SpecbenchError("--n-samples and --length must be >= 1, --step-samples and --control-samples >= 0")
+        if (
+            self.length < 2
+        ):  # the sequence tests compare ℓ ≥ 2 tokens (the first comes from the prefill in both engines)
+            raise SpecbenchError(
+                f"--length must be >= 2 (got {self.length}): the sequence tests compare the first 2+ tokens"
+            )
+        if self.n_samples < 1 or self.step_samples < 0 or self.control_samples < 0:
+            raise SpecbenchError("--n-samples must be >= 1, --step-samples and --control-samples >= 0")
         if not 0.0 < self.alt_tv <= 1.0:
             raise SpecbenchError(f"--alt-tv must lie in (0, 1] (got {self.alt_tv:g})")
         return self
