@@ -124,7 +124,7 @@ def _speedup_legend(fig, colors: dict) -> None:
         Line2D([], [], color="0.2", ls="-.", marker="x", label="extended: + measured verify cost"),
     ]
     # as many columns as fit the figure's width (7 pt text: ~0.055 in a character, plus the marker): never clipped
-    column_in = 0.055 * max(len(h.get_label()) for h in handles) + 0.6
+    column_in = 0.055 * max(len(str(h.get_label())) for h in handles) + 0.6
     ncol = max(1, min(3, len(handles), int(fig.get_figwidth() // column_in)))
     fig.legend(handles=handles, loc="outside lower center", ncol=ncol, fontsize=7)
 
@@ -236,7 +236,7 @@ def fig_targets(cells: list[tuple[str, list]], params: dict[str, float]) -> obje
 
     fig = _new_figure(max(6.0, 1.8 * sum(len(rows) for _, rows in cells) + 1.5), 4.4)
     ax = fig.subplots()
-    x, ticks = 0, []
+    x, ticks = 0.0, []
     for task, rows in cells:
         for r in rows:
             s, lo, hi = interval(r)
@@ -571,7 +571,7 @@ def _claim_figures(runs, params: dict | None, perplexity: list[dict] | None, tak
     from specbench.report.analysis import AXES, axis_column
     from specbench.report.claims import axis_groups, size_cells
 
-    plan = []
+    plan: list[tuple] = []
     for axis in AXES:
         column = axis_column(runs, axis)
         groups = axis_groups(runs, column) if column else []
@@ -589,7 +589,7 @@ def _claim_figures(runs, params: dict | None, perplexity: list[dict] | None, tak
     if cells:
         plan.append(
             (
-                lambda c: fig_targets(c, params),
+                lambda c: fig_targets(c, params or {}),
                 cells,
                 "speedup_by_target",
                 "Speedup by target model",
@@ -659,7 +659,7 @@ def _figure_plan(
 ) -> list[tuple]:
     """(draw, its argument, file stem, title, caption) for every figure these runs call for, in report order."""
     fixed = fixed_gamma(runs)
-    plan = [
+    plan: list[tuple] = [
         (fig_speedup, fixed, "speedup_vs_gamma", "Speedup vs γ", SPEEDUP_CAPTION + flagged_caption(fixed)),
         (fig_pass_cost, curves, "pass_cost_curve", "Pass-cost curve", PASS_COST_CAPTION),
         (fig_alpha, runs, "alpha", "Acceptance rate α", ALPHA_CAPTION),
