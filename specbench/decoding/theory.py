@@ -121,9 +121,9 @@ def optimal_gamma_extended(alpha: float, c: float, verify_cost: VerifyCost, max_
     """The integer γ maximising the extended walltime factor, searched over 1..max_gamma
     (only the measured γ when verify_cost is a mapping)."""
     _check_gamma(max_gamma, low=1)
-    grid = range(1, max_gamma + 1)
+    grid: Sequence[int] = range(1, max_gamma + 1)
     if isinstance(verify_cost, Mapping):
-        grid = [g for g in grid if g in verify_cost]  # type: ignore[assignment]
+        grid = [g for g in grid if g in verify_cost]
         if not grid:
             raise SpecbenchError(f"verify costs cover no γ in [1, {max_gamma}]")
     factors = [walltime_factor_extended(float(alpha), g, c, verify_cost) for g in grid]
