@@ -109,7 +109,7 @@ def measure_loop_costs(
         steps = sum(r.target_calls for r in rs)
         overhead_ms[d] = 1e3 * sum(r.decode_s - r.draft_s - r.verify_s for r in rs) / max(steps, 1)
         own_model = d.split("+", 1)[1] if "+" in d else None
-        if calls and own_model in call_ms:  # a hybrid: its model's call as measured alone, the rest is lookup
+        if own_model in call_ms:  # a hybrid: its model's call as measured alone (even when this run made none)
             call_ms[d] = call_ms[own_model]
             lookup_ms[d] = max(0.0, 1e3 * draft_s - calls * call_ms[d]) / max(steps, 1)
         elif calls:
