@@ -158,23 +158,7 @@ def tiny_tmpfs(tmp_path):
 
 
 def test_a_real_full_disk_then_more_space(models_dir, task_file, tmp_path, tiny_tmpfs):
-    args = [
-        "run",
-        "--target",
-        models_dir["target"],
-        "--draft",
-        models_dir["draft"],
-        "--task",
-        task_file,
-        "--limit",
-        "3",
-        "--max-new-tokens",
-        "12",
-        "--device",
-        "cpu",
-        "--results-dir",
-        str(tiny_tmpfs / "res"),
-    ]
+    args = list(run_args(models_dir, task_file, tiny_tmpfs))  # results under the tiny disk: tiny_tmpfs/res
     disk_full_error(CliRunner().invoke(app, args))
     assert temp_files(tiny_tmpfs) == []
     subprocess.run(["mount", "-o", "remount,size=1m", str(tiny_tmpfs)], check=True, capture_output=True, timeout=10)
