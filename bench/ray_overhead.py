@@ -107,7 +107,7 @@ def timed_sweep(grid, results: Path, executor) -> dict:
     """Per cell, in cell order: seconds (see the module docstring), CPU seconds over the same span (the cells' own
     and Ray's other processes', tree_cpu_s), the torch threads its manifest records, and the seconds of its timed
     speculative decodes (prefill + decode, summed over its examples, from its records)."""
-    from specbench.measure.sweep import run_sweep
+    from specbench.measure.sweep_run import run_sweep
 
     done: dict[str, int] = {}  # cell id → records seen
     ends: dict[str, tuple] = {}  # cell id → (wall, (cells' CPU, other CPU)) when its last record reached the folder
@@ -195,7 +195,7 @@ def twin_server(args) -> None:
 
     from specbench.measure.engines import Session
     from specbench.measure.runner import execute_run
-    from specbench.measure.sweep import BaselineStore, baseline_file, cell_ids, write_sweep_file
+    from specbench.measure.sweep_run import BaselineStore, baseline_file, cell_ids, write_sweep_file
 
     grid = bench_grid(args)
     torch.set_num_threads(args.cpus_per_cell)
@@ -251,7 +251,7 @@ def interleaved(args, folder: Path) -> dict:
     import torch
 
     from specbench.measure.executors import make_executor
-    from specbench.measure.sweep import run_sweep
+    from specbench.measure.sweep_run import run_sweep
 
     grid = bench_grid(args)
     twin = subprocess.Popen(

@@ -19,7 +19,8 @@ from specbench.measure import metrics
 from specbench.measure.batch_runner import batch_groups
 from specbench.measure.planning import run_id_for
 from specbench.measure.records import read_records
-from specbench.measure.sweep import SweepGrid, cell_ids, run_sweep
+from specbench.measure.sweep import SweepGrid
+from specbench.measure.sweep_run import cell_ids, run_sweep
 
 MORE = PROMPTS + ["Fifth prompt, a little longer than the others here.", "Six."]
 

@@ -206,7 +206,8 @@ def test_sweep_takes_the_engine_as_an_axis(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
     from specbench.cli import app
-    from specbench.measure.sweep import SweepGrid, cell_ids
+    from specbench.measure.sweep import SweepGrid
+    from specbench.measure.sweep_run import cell_ids
 
     monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

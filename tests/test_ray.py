@@ -19,7 +19,8 @@ import pytest
 from specbench.errors import SpecbenchError
 from specbench.measure.executors import make_executor
 from specbench.measure.records import PLACEMENT_FILE, read_placements
-from specbench.measure.sweep import SweepGrid, run_sweep
+from specbench.measure.sweep import SweepGrid
+from specbench.measure.sweep_run import run_sweep
 
 ray = pytest.importorskip("ray")  # an optional extra: without it these tests skip (CI installs it: scripts/setup.sh)
 
@@ -127,7 +128,7 @@ def test_a_killed_worker_loses_only_its_unfinished_examples(cluster, tiny, tmp_p
             os.kill(pid, signal.SIGKILL)  # the worker process dies mid-cell, after one example came back
             killed.append(cell_id)
 
-    from specbench.measure.sweep import sweep_id_for
+    from specbench.measure.sweep_run import sweep_id_for
 
     out_id = sweep_id_for(g)
     executor = make_executor("ray", max_cell_retries=retries)
@@ -193,11 +194,11 @@ def test_the_worker_measures_its_cell_without_planning_the_sweep_again(tiny, tmp
     """measure_in_scratch (the actor's body, run here without Ray): one message per example, then done carrying
     the cell's last change; the driver planned the sweep, so the worker loads no task list and writes no sweep.json
     (each of those was a fixed cost per cell under Ray)."""
-    import specbench.measure.sweep as sweep_module
+    import specbench.measure.sweep_run as sweep_module
     from specbench.measure.engines import Session
     from specbench.measure.executors.mirror import apply, folder_files
     from specbench.measure.executors.ray_cluster import measure_in_scratch
-    from specbench.measure.sweep import BaselineStore, baseline_file, cell_ids
+    from specbench.measure.sweep_run import BaselineStore, baseline_file, cell_ids
 
     g = grid(tiny, draft="prompt-lookup", gamma="2")
     local = run_sweep(g, tmp_path / "local")
@@ -241,7 +242,7 @@ def test_every_torch_call_of_a_worker_runs_on_one_thread(tiny, tmp_path, monkeyp
     import specbench.measure.engines as engines
     import specbench.measure.runner as runner
     from specbench.measure.executors.ray_cluster import CellWorker
-    from specbench.measure.sweep import baseline_file, cell_ids
+    from specbench.measure.sweep_run import baseline_file, cell_ids
 
     threads = []
     real_session, real_execute = engines.Session, runner.execute_run

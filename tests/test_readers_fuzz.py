@@ -20,7 +20,7 @@ import yaml
 
 from specbench.config import RunConfig
 from specbench.errors import SpecbenchError
-from specbench.measure import run_folder, sweep
+from specbench.measure import run_folder, sweep, sweep_run
 from specbench.measure.metrics import summarize
 from specbench.measure.records import (
     EngineRecord,
@@ -211,7 +211,7 @@ def test_summary_json(tmp_path):
         one_line_or_ok(lambda: load_runs([run]), where)
         frame, notes = one_line_or_ok(lambda: export_frames([run], examples=False), where)
         assert len(frame) + len(notes) >= 1, f"{where}: neither exported nor listed as skipped"
-        one_line_or_ok(lambda: sweep._cell_done(run, _config(), 3), where)
+        one_line_or_ok(lambda: sweep_run._cell_done(run, _config(), 3), where)
 
 
 def _config():
@@ -244,18 +244,18 @@ def sweep_setup(tmp_path: Path):
         limit=2,
         max_new_tokens=8,
     )
-    return grid, sweep.cell_ids(grid), {"task.jsonl": {"n_examples": 2, "examples_hash": "x"}}
+    return grid, sweep_run.cell_ids(grid), {"task.jsonl": {"n_examples": 2, "examples_hash": "x"}}
 
 
 def test_sweep_json(tmp_path):
     root = tmp_path / "sw"
     root.mkdir()
     grid, cells, tasks = sweep_setup(tmp_path)
-    valid = json.dumps(sweep.write_sweep_file(root, "sw", grid, cells, tasks)).encode()
+    valid = json.dumps(sweep_run.write_sweep_file(root, "sw", grid, cells, tasks)).encode()
     for kind, i, data in each_case("sweep.json", valid, jsonl=False):
         where = f"sweep.json {kind} #{i}"
         (root / "sweep.json").write_bytes(data)
-        one_line_or_ok(lambda: sweep.write_sweep_file(root, "sw", grid, cells, tasks), where)
+        one_line_or_ok(lambda: sweep_run.write_sweep_file(root, "sw", grid, cells, tasks), where)
         (root / "sweep.json").write_bytes(data)
         one_line_or_ok(lambda: export_frames([root], examples=False), where)
 
@@ -268,7 +268,7 @@ def test_baselines(tmp_path):
     for kind, i, data in each_case("baselines", valid, jsonl=True):
         where = f"baselines {kind} #{i}"
         path.write_bytes(data)
-        store = one_line_or_ok(lambda: sweep.BaselineStore(path), where)
+        store = one_line_or_ok(lambda: sweep_run.BaselineStore(path), where)
         for record in store.values():
             EngineRecord(**record)
 

@@ -14,15 +14,8 @@ import specbench.measure.runner as runner
 from specbench.cli import app
 from specbench.errors import SpecbenchError
 from specbench.measure.records import read_records
-from specbench.measure.sweep import (
-    BaselineStore,
-    cell_ids,
-    parse_float_list,
-    parse_int_list,
-    parse_str_list,
-    run_sweep,
-    sweep_id_for,
-)
+from specbench.measure.sweep import parse_float_list, parse_int_list, parse_str_list
+from specbench.measure.sweep_run import BaselineStore, cell_ids, run_sweep, sweep_id_for
 
 
 @pytest.fixture

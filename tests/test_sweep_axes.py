@@ -20,16 +20,8 @@ from specbench.errors import SpecbenchError
 from specbench.measure.buckets import bucket_of, bucket_thresholds, choose_bucket, short_bucket_note
 from specbench.measure.planning import run_id_for
 from specbench.measure.records import read_records
-from specbench.measure.sweep import (
-    SweepGrid,
-    baseline_key,
-    cell_ids,
-    parse_budgets,
-    parse_pair,
-    parse_prompt_lengths,
-    run_sweep,
-    sweep_id_for,
-)
+from specbench.measure.sweep import SweepGrid, parse_budgets, parse_pair, parse_prompt_lengths
+from specbench.measure.sweep_run import baseline_key, cell_ids, run_sweep, sweep_id_for
 
 
 class TargetSession(FakeSession):

@@ -1,6 +1,6 @@
 """`specbench sweep`: a grid of run configurations into one resumable sweep folder.
 
-The grid is parsed and run by specbench.measure.sweep; this command only shows progress and
+The grid is parsed by specbench.measure.sweep and run by measure.sweep_run; this command only shows progress and
 the table of cells. The progress bar starts once the sweep has checked its folder and
 planned its cells, so a bad --sweep-id or an unwritable folder prints its error alone.
 """
@@ -253,7 +253,7 @@ def sweep(
 
 def sweep_with_progress(grid, results_dir: str | Path, sweep_id: str | None, executor=None):
     """run_sweep with a transient spinner while it checks and plans, then a bar over cells × examples."""
-    from specbench.measure.sweep import run_sweep
+    from specbench.measure.sweep_run import run_sweep
 
     status, bar = phase_status("reading tasks"), progress_bar()
     job = bar.add_task("cells × examples", total=None, info="")

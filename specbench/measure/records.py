@@ -7,7 +7,7 @@ A run directory `results/<run-id>/` holds:
   summary.json    one `Summary` (metrics from specbench.measure.metrics), rewritten atomically after every example
   noise_probes.jsonl, baseline_probes.jsonl   the timing-noise checks (measure/noise.py, a sweep's baseline drift)
   .lock           held (flock) by the process measuring into the directory, so a second one fails fast
-A sweep folder holds sweep.json, baselines/*.jsonl and one run directory per cell (measure/sweep.py).
+A sweep folder holds sweep.json, baselines/*.jsonl and one run directory per cell (measure/sweep_run.py).
 The schema is versioned; each field carries its meaning as a comment here, and measure/schema_doc.py
 says it in words for docs/results.md (generated from it).
 

@@ -37,9 +37,9 @@ from specbench.measure.executors import RAY_INSTALL_HINT
 from specbench.measure.executors.mirror import Mirror, apply, folder_files, seed
 from specbench.measure.records import PLACEMENT_FILE, CellPlacement, example_problem, run_lock, scan_jsonl
 
-if TYPE_CHECKING:  # sweep imports this module's executor; the driver imports sweep where it runs
+if TYPE_CHECKING:  # sweep_run imports this module's executor; the driver imports sweep_run where it runs
     from specbench.config import RunConfig
-    from specbench.measure.sweep import BaselineStore
+    from specbench.measure.sweep_run import BaselineStore
 
 ADDRESS_TIMEOUT_S = 3.0  # a head that does not accept a TCP connection in this long is reported unreachable
 # Ray starts its workers at niceness 15, so that its own daemons stay responsive. A cell is a timed benchmark:
@@ -138,7 +138,7 @@ class CellWorker:
         """The cell's target loaded once: kept for the next cell of the same target, freed before another loads
         (a sweep of --pair holds one target per worker at a time, as a local sweep does)."""
         from specbench.measure.engines import Session
-        from specbench.measure.sweep import release_memory
+        from specbench.measure.sweep_run import release_memory
 
         key = (
             config.target,
@@ -188,7 +188,7 @@ def measure_in_scratch(scratch: Path, session, request: dict, compute: ThreadPoo
     What run_sweep's loop does for one unfinished cell, without re-planning the sweep (task loading,
     sweep.json writes) in the scratch folder: the driver planned it and sends the cell's config."""
     from specbench.measure.runner import execute_run
-    from specbench.measure.sweep import BaselineStore
+    from specbench.measure.sweep_run import BaselineStore
 
     root = scratch / request["sweep_id"]
     seed(root, request["files"])
@@ -290,7 +290,7 @@ class Driver:
         self.outcomes: dict[str, object] = {}
 
     def run(self, cells: list) -> list:
-        from specbench.measure.sweep import CellOutcome, _cell_done
+        from specbench.measure.sweep_run import CellOutcome, _cell_done
 
         pending = []
         for cell_id, config in cells:
@@ -319,7 +319,7 @@ class Driver:
 
     def baseline_rel(self, cell_id: str, config) -> str:
         """The cell's shared baseline file; the first unfinished cell of a group not yet stored measures it."""
-        from specbench.measure.sweep import BaselineStore, baseline_file
+        from specbench.measure.sweep_run import BaselineStore, baseline_file
 
         if cell_id not in self.rels:  # asked for every pending cell after every message: named once per cell
             self.rels[cell_id] = str(baseline_file(self.root, self.grid, config).relative_to(self.root))
@@ -408,7 +408,7 @@ class Driver:
                 self.on_example(run.cell_id, row)
 
     def finish(self, run: Running, kind: str, message: dict) -> None:
-        from specbench.measure.sweep import CellOutcome
+        from specbench.measure.sweep_run import CellOutcome
 
         del self.running[run.stream]
         run.lock.close()

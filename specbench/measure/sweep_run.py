@@ -1,0 +1,429 @@
+"""Run a sweep's cells into one resumable sweep folder: the cells' names, the folder's sweep.json, and the loop.
+
+The grid (what to measure) is measure/sweep.py; this module is how it is measured, kept apart so
+that each stays readable. A sweep is many `execute_run` calls that share what may be shared and
+nothing else:
+  - one `Session` per target (models load once, lazily: a finished sweep reruns without loading any;
+    cells are grouped by target, and a target's session is freed before the next one loads);
+  - no decode state: execute_run builds fresh caches and a generator per example.
+
+Layout of `results/<sweep-id>/`:
+  sweep.json                    the grid, its cells and task hashes (atomically written)
+  baselines/[<target>-]<task>-t<T>-k<k>-p<p>[-b<B>][-n<budget>][-p<bucket>].jsonl
+                                {"example_id", "baseline": EngineRecord} per line (the bracketed parts only
+                                where the grid has that axis, so older sweeps keep their names)
+  <cell-id>/                    an ordinary run folder (manifest.json, examples.jsonl, summary.json)
+
+The sweep id is a hash of the grid, so rerunning the same command finds the same folder and
+skips finished cells and examples (a killed sweep loses nothing already measured).
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import hashlib
+import json
+import re
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specbench.config import (
+    RunConfig,
+    batch_suffix,
+    check_batch_size,
+    check_gamma_budget,
+    check_id,
+    check_results_dir,
+    prompt_length_suffix,
+)
+from specbench.errors import SpecbenchError
+from specbench.files import append_jsonl, atomic_write_json
+from specbench.measure.records import (
+    SCHEMA_VERSION,
+    baseline_row_problem,
+    example_problem,
+    prepare_run_dir,
+    read_json_object,
+    read_records,
+    repair_jsonl,
+    scan_jsonl,
+)
+from specbench.measure.sweep import SweepGrid
+from specbench.run_specs import parse_gamma
+
+SWEEP_FILE = "sweep.json"
+BASELINE_DIR = "baselines"
+
+
+def _digest(obj, n: int = 8) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:n]
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "x"
+
+
+def short_names(values: tuple[str, ...]) -> dict[str, str]:
+    """Readable, unique folder-name parts: a path's stem or a hub id's last part, plus a hash on a clash."""
+    stems = {
+        v: _slug(Path(v).stem if Path(v).suffix in (".jsonl", ".yaml", ".yml", ".gguf") else Path(v).name)
+        for v in values
+    }
+    clashes = {s for s in stems.values() if list(stems.values()).count(s) > 1}
+    return {v: f"{s}-{_digest(v, 6)}" if s in clashes else s for v, s in stems.items()}
+
+
+def sweep_id_for(grid: SweepGrid) -> str:
+    """Deterministic from the grid (the axes are sorted), so a rerun of the same command resumes the same folder."""
+    tasks = "+".join(short_names(grid.tasks).values())[:40]
+    return _slug(f"sweep-{tasks}-{len(grid.configs())}cells-{_digest(grid.to_dict())}")
+
+
+def axis_parts(grid: SweepGrid, config: RunConfig) -> tuple[str, str]:
+    """(prefix, suffix) a cell's id and baseline file gain from the newer axes: the target's short name first when
+    the grid has several, '-n<budget>' when the budget is an axis, '-p<bucket>' for a prompt-length bucket.
+    Grids without these axes get ('', ''), so their ids and file names stay as they always were."""
+    prefix = f"{short_names(grid.targets)[config.target]}-" if len(grid.targets) > 1 else ""
+    budget = f"-n{config.max_new_tokens}" if len(grid.budgets) > 1 and config.max_new_tokens else ""
+    engine = f"-e{config.engine}" if len(grid.engines) > 1 else ""  # the engine axis: its own cells and baselines
+    return prefix, budget + prompt_length_suffix(config) + engine
+
+
+def cell_ids(grid: SweepGrid) -> list[tuple[str, RunConfig]]:
+    """(cell id, config) per cell: [target-]task-draft-gγ-tT[-n<budget>][-p<bucket>]; top-k/top-p/seed are shared by
+    the sweep, not in the id."""
+    tasks, drafts = short_names(grid.tasks), short_names(grid.all_drafts)
+    cells = []
+    for c in grid.configs():
+        prefix, suffix = axis_parts(grid, c)
+        cells.append(
+            (
+                _slug(
+                    f"{prefix}{tasks[c.task]}-{drafts[c.draft.text]}-g{c.gamma}-t{c.sampling.temperature:g}"
+                    + (f"-conf{c.draft_confidence:g}" if c.draft_confidence else "")
+                    + batch_suffix(c)
+                    + suffix
+                ),
+                c,
+            )
+        )
+    return cells
+
+
+def engine_session_kind(config: RunConfig) -> str:
+    """Which session a cell decodes on: llama.cpp's (LlamaSession.engine) or torch's (shared by specbench and
+    hf-assisted cells)."""
+    return "llama-cpp" if config.engine == "llama-cpp" else "specbench"
+
+
+def baseline_key(config: RunConfig) -> tuple:
+    """What the baseline depends on within one sweep (seed, limit, device, dtype are fixed by the grid): the target
+    alone decodes the same tokens whatever the draft and γ, but not whatever the target, budget or examples."""
+    s = config.sampling
+    return (
+        config.target,
+        config.engine,  # llama.cpp's baseline is not torch's
+        config.task,
+        s.temperature,
+        s.top_k,
+        s.top_p,
+        config.batch_size,  # batched: timed per B
+        config.max_new_tokens,
+        config.prompt_length,
+    )
+
+
+def baseline_file(root: Path, grid: SweepGrid, config: RunConfig) -> Path:
+    s = config.sampling
+    batch = f"-b{config.batch_size}" if config.batch_size > 1 else ""  # batch 1 keeps the name it always had
+    prefix, suffix = axis_parts(grid, config)
+    task = short_names(grid.tasks)[config.task]
+    name = f"{prefix}{task}-t{s.temperature:g}-k{s.top_k}-p{s.top_p:g}{batch}{suffix}.jsonl"
+    return root / BASELINE_DIR / _slug(name)
+
+
+# --------------------------------------------------------------------------- the persistent baseline store
+
+
+class BaselineStore(dict):
+    """example id → baseline EngineRecord dict, mirrored to an append-only JSONL.
+
+    execute_run reads it with .get() and fills it with store[id] = record; every fill is
+    appended and fsync'ed at once, so a killed sweep keeps each baseline it measured.
+    """
+
+    def __init__(self, path: Path):
+        super().__init__()
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        repair_jsonl(path)  # a kill mid-write leaves a partial last line; appends must start clean
+        for row in read_records(path, baseline_row_problem):  # a line of another shape is skipped with a warning
+            super().setdefault(row["example_id"], row["baseline"])  # first wins: cells already used it
+
+    def __setitem__(self, example_id: str, record: dict) -> None:
+        if example_id in self:
+            return  # never replace a baseline that earlier cells were compared against
+        append_jsonl(self.path, {"example_id": example_id, "baseline": record})
+        super().__setitem__(example_id, record)
+
+
+# --------------------------------------------------------------------------- running
+
+
+@dataclass
+class CellOutcome:
+    cell_id: str
+    config: RunConfig
+    summary: dict
+    new_examples: int  # measured by this call (0 for a cell finished earlier)
+
+
+@dataclass
+class SweepOutcome:
+    root: Path
+    cells: list[CellOutcome] = field(default_factory=list)
+
+    @property
+    def new_examples(self) -> int:
+        return sum(c.new_examples for c in self.cells)
+
+
+def _task_info(grid: SweepGrid) -> dict:
+    """n examples and their hash per task, computed before any model loads (bad tasks fail fast);
+    every integer γ of the grid is checked against each task's token budget here too (a budget axis
+    skips instead: SweepGrid.over_budget)."""
+    from specbench.tasks.specs import examples_hash, load_task, select_examples
+
+    info = {}
+    for task in grid.tasks:
+        spec = load_task(task)
+        examples = select_examples(spec, grid.limit, grid.seed)
+        for gamma in grid.gammas:
+            for budget in grid.budgets:
+                if not grid.over_budget(gamma, budget):
+                    check_gamma_budget(parse_gamma(gamma), budget or spec.max_new_tokens)
+        for batch_size in grid.batch_sizes:
+            check_batch_size(batch_size, len(examples))
+        info[task] = {"n_examples": len(examples), "examples_hash": examples_hash(examples)}
+    return info
+
+
+def bucket_key(config: RunConfig) -> str:
+    return f"{config.target}|{config.task}|{config.prompt_length}"
+
+
+def _bucket_info(grid: SweepGrid) -> dict:
+    """n examples, their hash and the bucket's record per (target, task, prompt-length bucket), from the target's
+    tokenizer alone (no weights): {} when the grid has no buckets, so sweep.json stays as before buckets."""
+    from specbench.measure.planning import select_run_examples
+    from specbench.tasks.specs import examples_hash, load_task
+
+    info = {}
+    for cfg in grid.configs():
+        key = bucket_key(cfg)
+        if cfg.prompt_length == "all" or key in info:
+            continue
+        examples, bucket = select_run_examples(load_task(cfg.task), cfg)
+        for batch_size in grid.batch_sizes:
+            check_batch_size(batch_size, len(examples))
+        info[key] = {
+            "n_examples": len(examples),
+            "examples_hash": examples_hash(examples),
+            **(bucket.to_dict() if bucket is not None else {}),  # a bucket: prompt_length is not "all"
+        }
+    return info
+
+
+def cell_examples(tasks: dict, buckets: dict, config: RunConfig) -> int:
+    """How many examples a cell measures: its task's, or its prompt-length bucket's."""
+    return (tasks[config.task] if config.prompt_length == "all" else buckets[bucket_key(config)])["n_examples"]
+
+
+def records_cover(path: Path, example_ids: list[str] | None, n_examples: int) -> bool:
+    """Whether examples.jsonl ends on a whole line and holds a record for every example of the cell.
+
+    The summary alone is not proof: a torn or lost last line after it was written (a kill, a
+    full disk, a copy cut short) must send the cell back to the runner, which repairs the file
+    and measures what is missing."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return False
+    if data and not data.endswith(b"\n"):
+        return False
+    rows, _ = scan_jsonl(path, example_problem)  # a wrong-shape line is no finished example
+    ids = {str(row["example_id"]) for row in rows}
+    return {str(i) for i in example_ids} <= ids if example_ids is not None else len(ids) >= n_examples
+
+
+def _cell_done(run_dir: Path, config: RunConfig, n_examples: int) -> dict | None:
+    """The summary of a finished cell (same config, every example on disk as a whole record), else None."""
+    try:
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not (isinstance(manifest, dict) and isinstance(summary, dict)):
+        return None
+    if manifest.get("config") != config.to_dict() or not summary.get("complete"):
+        return None
+    if summary.get("n_examples") != n_examples:
+        return None
+    raw = manifest.get("task")
+    task = raw if isinstance(raw, dict) else {}
+    expected = task.get("example_ids") if isinstance(task.get("example_ids"), list) else None
+    return summary if records_cover(run_dir / "examples.jsonl", expected, n_examples) else None
+
+
+def write_sweep_file(
+    root: Path,
+    sweep_id: str,
+    grid: SweepGrid,
+    cells: list[tuple[str, RunConfig]],
+    tasks: dict,
+    complete: list[str] | None = None,
+    buckets: dict | None = None,
+) -> dict:
+    """Create sweep.json, or check that an existing one describes the same grid and examples."""
+    path = root / SWEEP_FILE
+    doc = {
+        "schema_version": SCHEMA_VERSION,
+        "sweep_id": sweep_id,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "grid": grid.to_dict(),
+        "tasks": tasks,
+        **({"prompt_length": buckets} if buckets else {}),  # per target|task|bucket: n, hash, thresholds
+        "cells": [{"cell_id": cid, "config": cfg.to_dict()} for cid, cfg in cells],
+        "baselines": sorted({str(baseline_file(root, grid, cfg).relative_to(root)) for _, cfg in cells}),
+        "complete_cells": sorted(complete or []),
+    }
+    if path.exists():
+        # unreadable or not an object: a torn file cannot happen with atomic writes, but a hand edit can: rewrite it
+        old, _ = read_json_object(path, SWEEP_FILE)
+        if old is not None:
+            if old.get("grid") != doc["grid"]:
+                raise SpecbenchError(f"{root} holds a sweep of a different grid; use another --sweep-id or delete it")
+            if old.get("tasks") != tasks:
+                raise SpecbenchError(
+                    f"{root} holds a sweep on different examples (the task data changed); "
+                    f"use another --sweep-id or delete it"
+                )
+            if old.get("prompt_length") != doc.get("prompt_length"):
+                raise SpecbenchError(
+                    f"{root} holds a sweep whose prompt-length buckets hold other examples (the task "
+                    f"data or tokenizer changed); use another --sweep-id or delete it"
+                )
+            doc["created"] = old.get("created", doc["created"])
+            if complete is None:
+                doc["complete_cells"] = old.get("complete_cells", [])
+    atomic_write_json(path, doc)
+    return doc
+
+
+def release_memory() -> None:
+    """Return a dropped session's memory before the next target loads (the GPU's cache too, where there is one)."""
+    gc.collect()
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def run_sweep(
+    grid: SweepGrid,
+    results_dir: str | Path,
+    *,
+    sweep_id: str | None = None,
+    session=None,
+    on_plan: Callable[[int, int], None] = lambda total, n_cells: None,
+    on_cell: Callable[[str, int, int], None] = lambda cell_id, total, done: None,
+    on_example: Callable[[str, dict], None] = lambda cell_id, record: None,
+    executor=None,
+) -> SweepOutcome:
+    """Run every cell of the grid not finished yet; resume per example; share models and baselines.
+
+    on_plan(total examples over all cells, cells) fires once before any model loads; on_cell
+    (cell id, its examples, those already done) before each cell; on_example(cell id, record)
+    after each example is on disk (an exception there stops the sweep with nothing lost).
+    executor: None runs the cells here, one after another; an executor from measure/executors
+    (Ray) runs them on its workers and streams their records back to be written here.
+    """
+    from specbench.measure.engines import Session
+    from specbench.measure.runner import execute_run
+
+    grid.validate()
+    results_dir = check_results_dir(results_dir)
+    if sweep_id is not None:
+        check_id(sweep_id, "--sweep-id")
+    tasks, buckets = _task_info(grid), _bucket_info(grid)
+    cells = cell_ids(grid)
+    sweep_id = sweep_id or sweep_id_for(grid)
+    root = prepare_run_dir(results_dir / sweep_id)
+    write_sweep_file(root, sweep_id, grid, cells, tasks, buckets=buckets)
+    if grid.skipped_gammas():
+        warnings.warn(
+            "skipped cells whose γ exceeds their --max-new-tokens (a step never drafts past the budget): "
+            + ", ".join(f"γ {g} at {b}" for g, b in grid.skipped_gammas()),
+            stacklevel=2,
+        )
+    counts = {cid: cell_examples(tasks, buckets, cfg) for cid, cfg in cells}  # cell id → examples it measures
+    on_plan(sum(counts.values()), len(cells))
+
+    stores: dict[tuple, BaselineStore] = {}
+    outcome = SweepOutcome(root)
+    if executor is not None:  # the cells run on its workers; every file of the sweep is still written here
+        outcome.cells = executor.run_cells(grid, root, cells, counts, on_cell=on_cell, on_example=on_example)
+    for cell_id, config in cells if executor is None else []:
+        n = counts[cell_id]
+        finished = _cell_done(root / cell_id, config, n)
+        if finished is not None:
+            on_cell(cell_id, n, n)
+            outcome.cells.append(CellOutcome(cell_id, config, finished, 0))
+            continue
+        if session is not None and (
+            getattr(session, "target_spec", config.target) != config.target
+            or getattr(session, "engine", "specbench") != engine_session_kind(config)
+        ):
+            session = None  # cells are grouped by target: the previous one is done, free it before the next loads
+            release_memory()
+        if session is None and config.engine == "llama-cpp":
+            from specbench.measure.llama_session import LlamaSession
+
+            session = LlamaSession(config.target, config.threads, grid.dtype, grid.trust_remote_code)
+        if session is None:  # loaded at the first cell with work left, once per target for the whole sweep
+            session = Session(
+                config.target,
+                grid.device,
+                grid.dtype,
+                grid.trust_remote_code,
+                grid.backend,
+                grid.device_map,
+                grid.max_memory,
+            )
+        key = baseline_key(config)
+        if key not in stores:
+            stores[key] = BaselineStore(baseline_file(root, grid, config))
+        run = execute_run(
+            config,
+            root,
+            run_id=cell_id,
+            session=session,
+            baseline_store=stores[key],
+            on_start=functools.partial(on_cell, cell_id),
+            on_example=functools.partial(on_example, cell_id),
+        )
+        outcome.cells.append(CellOutcome(cell_id, config, run.summary, run.new_examples))
+    write_sweep_file(
+        root,
+        sweep_id,
+        grid,
+        cells,
+        tasks,
+        complete=[c.cell_id for c in outcome.cells if c.summary.get("complete")],
+        buckets=buckets,
+    )
+    return outcome
