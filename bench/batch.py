@@ -36,7 +36,7 @@ from specbench.errors import SpecbenchError
 from specbench.files import atomic_write_json
 from specbench.measure.engines import Session, prepare_examples
 from specbench.measure.metrics import json_safe
-from specbench.measure.records import environment_info
+from specbench.measure.provenance import environment_info
 from specbench.tasks.specs import load_task, select_examples
 
 GREEDY = SamplingConfig()

@@ -40,7 +40,7 @@ from specbench.errors import SpecbenchError
 from specbench.files import atomic_write_json
 from specbench.measure.engines import Engines, Session, engine_record, prepare_examples
 from specbench.measure.metrics import json_safe, summarize
-from specbench.measure.records import environment_info
+from specbench.measure.provenance import environment_info
 from specbench.run_specs import parse_draft
 from specbench.tasks.specs import load_task, select_examples
 

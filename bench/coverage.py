@@ -39,7 +39,8 @@ SIM_RATIOS = (1.0, 1.1, 1.3)
 def population(run_dir: Path) -> np.ndarray:
     """A run folder's per-example log throughput ratios (finite ones), from its examples.jsonl."""
     from specbench.measure.metrics import unit_log_ratios
-    from specbench.measure.records import example_problem, scan_jsonl
+    from specbench.measure.record_checks import example_problem
+    from specbench.measure.records import scan_jsonl
 
     records, _ = scan_jsonl(Path(run_dir) / "examples.jsonl", example_problem)
     logs = np.array(list(unit_log_ratios(records).values()), dtype=float)

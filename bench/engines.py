@@ -42,7 +42,7 @@ from specbench.measure import calibration as cal
 from specbench.measure.engines import Session, prepare_examples
 from specbench.measure.llama_session import LlamaSession, gguf_of
 from specbench.measure.metrics import json_safe
-from specbench.measure.records import environment_info
+from specbench.measure.provenance import environment_info
 from specbench.tasks.specs import load_task, select_examples
 
 GREEDY = SamplingConfig(temperature=0.0)

@@ -68,7 +68,7 @@ def test_resume_after_a_truncated_line(models_dir, task_file, tmp_path):
 def test_a_run_folder_in_use_refuses_a_second_process(models_dir, task_file, tmp_path):
     """The same command started twice must not append to one examples.jsonl twice: the second one
     stops with one line naming the folder and the ways out, and the first one's records are intact."""
-    from specbench.measure.records import flock_run_dir
+    from specbench.measure.record_writing import flock_run_dir
 
     first = invoke(*run_args(models_dir, task_file, tmp_path, "--run-id", "busy"))
     assert first.exit_code == 0, first.output

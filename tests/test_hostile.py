@@ -154,7 +154,7 @@ def test_a_symlinked_lock_is_refused_and_the_file_it_points_to_is_untouched(tiny
 
 def test_appends_and_repairs_refuse_links(tmp_path):
     from specbench.files import append_jsonl
-    from specbench.measure.records import prepare_run_dir, repair_jsonl, run_lock
+    from specbench.measure.record_writing import prepare_run_dir, repair_jsonl, run_lock
 
     outside = tmp_path / "outside.txt"
     outside.write_text("precious, no newline at the end")
@@ -250,20 +250,20 @@ def test_a_kill_during_the_torn_line_repair_loses_no_record(tmp_path):
     write left 0 bytes."""
     path = torn_file(tmp_path / "examples.jsonl")
     code = (
-        "import sys\nfrom pathlib import Path\nfrom specbench.measure.records import repair_jsonl\n"
+        "import sys\nfrom pathlib import Path\nfrom specbench.measure.record_writing import repair_jsonl\n"
         f"go = lambda: repair_jsonl(Path({str(path)!r}))"
     )
     assert strace_kill(code, WRITES) == -signal.SIGKILL
     text = path.read_text()
     assert text.startswith(WHOLE), f"whole records lost: {len(text)} bytes left"
-    from specbench.measure.records import repair_jsonl
+    from specbench.measure.record_writing import repair_jsonl
 
     repair_jsonl(path)
     assert path.read_text() == WHOLE
 
 
 def test_a_repair_keeps_a_last_record_that_lacks_only_its_newline(tmp_path):
-    from specbench.measure.records import repair_jsonl
+    from specbench.measure.record_writing import repair_jsonl
 
     path = tmp_path / "examples.jsonl"
     path.write_text(WHOLE.rstrip("\n"))
@@ -304,7 +304,8 @@ def test_a_sigkill_while_appending_loses_no_acknowledged_record(tmp_path):
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=30)
     acknowledged = max([acknowledged] + [int(line) for line in child.stdout.read().split()])
-    from specbench.measure.records import repair_jsonl, scan_jsonl
+    from specbench.measure.record_writing import repair_jsonl
+    from specbench.measure.records import scan_jsonl
 
     repair_jsonl(path)
     rows, skipped = scan_jsonl(path)
@@ -586,7 +587,7 @@ def test_a_second_run_with_the_same_id_fails_before_loading_anything(tiny_models
 
 
 def test_a_refused_run_leaves_no_folder_and_the_lock_is_reentrant(tmp_path):
-    from specbench.measure.records import claimed_run_dir, run_lock
+    from specbench.measure.record_writing import claimed_run_dir, run_lock
 
     root = tmp_path / "run"
     with pytest.raises(RuntimeError):
@@ -618,7 +619,7 @@ def test_a_resume_rebuilds_a_missing_summary_and_sweeps_dead_temporaries(tiny_mo
     [note] = unsummarized_runs([results])
     assert "without summary.json but with 2 example record(s)" in note and "rebuild" in note
 
-    from specbench.measure.records import claimed_run_dir
+    from specbench.measure.record_writing import claimed_run_dir
 
     with claimed_run_dir(run):
         pass

@@ -16,15 +16,8 @@ from helpers import CORPUS, save_tiny
 from typer.testing import CliRunner
 
 from specbench.cli import app
-from specbench.measure.records import (
-    EngineRecord,
-    ExampleRecord,
-    Manifest,
-    Summary,
-    load_examples,
-    load_runs,
-    read_examples,
-)
+from specbench.measure.records import load_examples, load_runs, read_examples
+from specbench.measure.schema import EngineRecord, ExampleRecord, Manifest, Summary
 from specbench.measure.tidy_table import export_frames
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results_v0_1"

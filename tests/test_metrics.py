@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from specbench.measure.metrics import accepted_length_histogram, predicted_decode, proposal_law, summarize
-from specbench.measure.records import Summary, example_problem, summary_dict
+from specbench.measure.record_checks import example_problem
+from specbench.measure.schema import Summary, summary_dict
 
 
 def record(n_tokens: int, stop: str, proposals: list[int] | None, target_calls: int, draft_lengths: list[int]):

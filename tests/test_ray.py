@@ -18,7 +18,8 @@ import pytest
 
 from specbench.errors import SpecbenchError
 from specbench.measure.executors import make_executor
-from specbench.measure.records import PLACEMENT_FILE, read_placements
+from specbench.measure.records import read_placements
+from specbench.measure.schema import PLACEMENT_FILE
 from specbench.measure.sweep import SweepGrid
 from specbench.measure.sweep_run import run_sweep
 

@@ -22,15 +22,8 @@ from specbench.config import RunConfig
 from specbench.errors import SpecbenchError
 from specbench.measure import run_folder, sweep, sweep_run
 from specbench.measure.metrics import summarize
-from specbench.measure.records import (
-    EngineRecord,
-    RunFiles,
-    load_examples,
-    load_manifest,
-    load_runs,
-    read_summary,
-    scan_examples,
-)
+from specbench.measure.records import load_examples, load_manifest, load_runs, read_summary, scan_examples
+from specbench.measure.schema import EngineRecord, RunFiles
 from specbench.measure.tidy_table import export_frames
 from specbench.tasks.specs import load_task, select_examples
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from specbench.measure import schema_doc
-from specbench.measure.records import EngineRecord, ExampleRecord, Manifest, Summary
+from specbench.measure.schema import EngineRecord, ExampleRecord, Manifest, Summary
 
 ROOT = Path(__file__).parents[1]
 FIXTURE_RUN = ROOT / "tests" / "fixtures" / "results_v0_1" / "task-draft-g3-t0-0caf17bc"

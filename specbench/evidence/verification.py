@@ -55,7 +55,7 @@ from specbench.evidence.equality import (
 from specbench.files import atomic_write_text
 from specbench.measure.engines import Session, prepare_examples
 from specbench.measure.metrics import first_divergence
-from specbench.measure.records import prepare_run_dir
+from specbench.measure.record_writing import prepare_run_dir
 from specbench.run_specs import GammaSpec, parse_draft
 from specbench.tasks.specs import load_task, select_examples
 

@@ -33,8 +33,9 @@ from specbench.measure.engines import (
 from specbench.measure.metrics import first_divergence
 from specbench.measure.numerics import explain_example
 from specbench.measure.planning import RunPlan
-from specbench.measure.records import SCHEMA_VERSION, EngineRecord, ExampleRecord, append_record, engine_dict
+from specbench.measure.record_writing import append_record
 from specbench.measure.run_folder import write_summary
+from specbench.measure.schema import SCHEMA_VERSION, EngineRecord, ExampleRecord, engine_dict
 
 
 def batch_groups(prepared: list[Prepared], batch_size: int) -> list[list[Prepared]]:

@@ -34,9 +34,7 @@ from specbench.errors import SpecbenchError
 from specbench.measure import calibration as cal
 from specbench.measure.choose import AutoChoice, PilotResult
 from specbench.measure.noise import probe_ms
-from specbench.measure.records import (
-    EngineRecord,
-)
+from specbench.measure.schema import EngineRecord
 from specbench.models import LoadedModel, load_model
 from specbench.run_specs import DraftSpec, parse_draft
 from specbench.tasks.specs import Example, TaskSpec, render_for_model

@@ -43,13 +43,10 @@ from specbench.measure.engines import (
     prepare_examples,
     prompt_token_ids,
 )
-from specbench.measure.records import (
-    RunFiles,
-    claimed_run_dir,
-    environment_info,
-    prepare_run_dir,
-)
+from specbench.measure.provenance import environment_info
+from specbench.measure.record_writing import claimed_run_dir, prepare_run_dir
 from specbench.measure.run_folder import check_resumable, first_manifest, read_manifest, write_manifest
+from specbench.measure.schema import RunFiles
 from specbench.models import resolve_source
 from specbench.models.shipped import shipped_draft_dir
 from specbench.run_specs import parse_draft

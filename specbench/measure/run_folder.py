@@ -22,17 +22,10 @@ from specbench.errors import SpecbenchError
 from specbench.files import atomic_write_json
 from specbench.measure.buckets import BucketChoice
 from specbench.measure.metrics import batch_prediction, json_safe, summarize
-from specbench.measure.records import (
-    SCHEMA_VERSION,
-    Manifest,
-    RunFiles,
-    baseline_probe_problem,
-    noise_probe_problem,
-    prepare_run_dir,
-    read_json_object,
-    read_records,
-    summary_dict,
-)
+from specbench.measure.record_checks import baseline_probe_problem, noise_probe_problem
+from specbench.measure.record_writing import prepare_run_dir
+from specbench.measure.records import read_json_object, read_records
+from specbench.measure.schema import SCHEMA_VERSION, Manifest, RunFiles, summary_dict
 from specbench.tasks.specs import Example, TaskSpec, examples_hash
 
 

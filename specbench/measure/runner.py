@@ -38,18 +38,10 @@ from specbench.measure.nll import example_nll
 from specbench.measure.noise import steal_counters
 from specbench.measure.numerics import explain_example
 from specbench.measure.planning import RunPlan, prepare_run
-from specbench.measure.records import (
-    SCHEMA_VERSION,
-    EngineRecord,
-    ExampleRecord,
-    RunFiles,
-    append_record,
-    engine_dict,
-    read_examples,
-    repair_jsonl,
-    run_lock,
-)
+from specbench.measure.record_writing import append_record, repair_jsonl, run_lock
+from specbench.measure.records import read_examples
 from specbench.measure.run_folder import write_summary
+from specbench.measure.schema import SCHEMA_VERSION, EngineRecord, ExampleRecord, RunFiles, engine_dict
 
 
 @dataclass

@@ -42,16 +42,10 @@ from specbench.config import (
 )
 from specbench.errors import SpecbenchError
 from specbench.files import append_jsonl, atomic_write_json
-from specbench.measure.records import (
-    SCHEMA_VERSION,
-    baseline_row_problem,
-    example_problem,
-    prepare_run_dir,
-    read_json_object,
-    read_records,
-    repair_jsonl,
-    scan_jsonl,
-)
+from specbench.measure.record_checks import baseline_row_problem, example_problem
+from specbench.measure.record_writing import prepare_run_dir, repair_jsonl
+from specbench.measure.records import read_json_object, read_records, scan_jsonl
+from specbench.measure.schema import SCHEMA_VERSION
 from specbench.measure.sweep import SweepGrid
 from specbench.run_specs import parse_gamma
 

@@ -11,15 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specbench.measure.records import (
-    Manifest,
-    Summary,
-    read_json_object,
-    run_identity,
-    scan_examples,
-    scan_runs,
-    unsummarized_runs,
-)
+from specbench.measure.records import read_json_object, run_identity, scan_examples, scan_runs, unsummarized_runs
+from specbench.measure.schema import Manifest, Summary
 
 # run columns in order: identity, the grid's axes, the machine, then the measurements
 AXES = (
@@ -331,7 +324,8 @@ def spec_bench_files(run_dir: Path, out_dir: Path | None = None) -> tuple[dict[s
     (default: the run folder) → ({engine: path}, the per-category table, notes on lines skipped)."""
     from specbench.errors import SpecbenchError
     from specbench.files import atomic_write_jsonl
-    from specbench.measure.records import example_problem, read_summary, scan_jsonl
+    from specbench.measure.record_checks import example_problem
+    from specbench.measure.records import read_summary, scan_jsonl
 
     run_dir = Path(run_dir)
     summary, problem = read_summary(run_dir / "summary.json")

@@ -24,7 +24,8 @@ from specbench.config import GAMMA_POLICIES
 from specbench.errors import SpecbenchError
 from specbench.measure.hardware import describe
 from specbench.measure.metrics import json_safe, summarize, timing_noise
-from specbench.measure.records import Manifest, unsummarized_reason
+from specbench.measure.records import unsummarized_reason
+from specbench.measure.schema import Manifest
 
 if TYPE_CHECKING:
     import pandas as pd  # imported where used: it is slow to import
@@ -288,7 +289,8 @@ def _summary_row(summary: Path, data: ReportData) -> dict | None:
 def _read_examples(run_dir: Path, data: ReportData) -> list[dict]:
     """The run's example records that the metrics can use; every other line (torn, not UTF-8, or valid JSON
     of the wrong shape: records.example_problem) is listed as skipped, and the run keeps the rest."""
-    from specbench.measure.records import example_problem, scan_jsonl
+    from specbench.measure.record_checks import example_problem
+    from specbench.measure.records import scan_jsonl
 
     records, problems = scan_jsonl(run_dir / "examples.jsonl", example_problem)
     _skip_warnings(data, problems, run_dir / "examples.jsonl")
@@ -317,8 +319,8 @@ def _read_probes(run_dir: Path, data: ReportData) -> list[float]:
 
 def _read_drift(run_dir: Path, row: dict, data: ReportData) -> float | None:
     """The shared baseline's drift from baseline_probes.jsonl, else the summary's own value."""
-    from specbench.measure.records import RunFiles
     from specbench.measure.run_folder import baseline_drift
+    from specbench.measure.schema import RunFiles
 
     try:
         drift, msgs = _captured(baseline_drift, RunFiles(run_dir))

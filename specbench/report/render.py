@@ -26,7 +26,7 @@ import numpy as np
 
 from specbench.errors import SpecbenchError
 from specbench.measure.hardware import describe
-from specbench.measure.records import Manifest
+from specbench.measure.schema import Manifest
 from specbench.report.analysis import best_gamma_rows, perplexity_rows, quality_rows, short_labels, target_params
 from specbench.report.claims import UNTESTED, Claim, claims, headline
 from specbench.report.collect import (

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from specbench.files import append_jsonl_text, atomic_write_text
-from specbench.measure.records import repair_jsonl
+from specbench.measure.record_writing import repair_jsonl
 
 SKIPPED = (".lock",)  # the worker's own lock; hidden temporaries start with '.' too
 

@@ -35,7 +35,10 @@ from specbench.errors import SpecbenchError
 from specbench.files import append_jsonl
 from specbench.measure.executors import RAY_INSTALL_HINT
 from specbench.measure.executors.mirror import Mirror, apply, folder_files, seed
-from specbench.measure.records import PLACEMENT_FILE, CellPlacement, example_problem, run_lock, scan_jsonl
+from specbench.measure.record_checks import example_problem
+from specbench.measure.record_writing import run_lock
+from specbench.measure.records import scan_jsonl
+from specbench.measure.schema import PLACEMENT_FILE, CellPlacement
 
 if TYPE_CHECKING:  # sweep_run imports this module's executor; the driver imports sweep_run where it runs
     from specbench.config import RunConfig
