@@ -19,7 +19,7 @@ masked rejected slots, rows leaving early), and every row must still be its own 
    24 (T = 1, top-k 2: 2^4 = 16 possible 4-token outputs), draft = the target's logits ÷ 10 (same
    top-2, other weights), γ = 2, B = 3 rows with different prompts, each row its own generator.
    N = 1,000 batches (1,000 outputs per row, rows and batches independent), each row's counts
-   against that row's exact chain-rule law by a G-test (specbench.evidence.equality.gof_check,
+   against that row's exact chain-rule law by a G-test (specbench.evidence.stat_checks.gof_check,
    cells expected < 5 times pooled) at level 1e-3; asserted power ≥ 0.9 against any law at total
    variation ≥ 0.1 on the tested bins. Negative controls on the same test (N = 400): the residual
    norm(|p − q|) instead of norm(max(0, p − q)) (ragged), and a min policy that keeps a row's
@@ -51,7 +51,8 @@ from specbench.decoding.drafts.prompt_lookup import PromptLookupDraft
 from specbench.decoding.sampling import processed_probs
 from specbench.decoding.speculative import decode_speculative
 from specbench.errors import SpecbenchError
-from specbench.evidence.equality import gof_check, rejection_step, residual_abs
+from specbench.evidence.controls import rejection_step, residual_abs
+from specbench.evidence.stat_checks import gof_check
 
 GREEDY = SamplingConfig()
 CPU = torch.device("cpu")

@@ -9,7 +9,7 @@ Three kinds of evidence:
    emitted token e1 and the pair (e1, e2) (e2 = the step's second token, or a fresh target
    draw when it emitted only one, which is what the next step emits if the step is exact)
    tested against the target's processed law by a G-test at level 1e-3
-   (specbench.evidence.equality.gof_check, cells expected < 5 times pooled). Asserted power of the e1
+   (specbench.evidence.stat_checks.gof_check, cells expected < 5 times pooled). Asserted power of the e1
    test ≥ 0.99 against any law at total variation ≥ 0.05 (N = 20,000) or ≥ 0.1 (N = 3,000).
    The same holds for a model draft that stops early below a confidence of 0.3 (N = 3,000; both
    proposal lengths occur > 10 % of the time each).
@@ -38,7 +38,7 @@ from specbench.decoding.drafts.prompt_lookup import PromptLookupDraft
 from specbench.decoding.sampling import processed_probs, sample
 from specbench.decoding.speculative import decode_speculative
 from specbench.errors import SpecbenchError
-from specbench.evidence.equality import gof_check
+from specbench.evidence.stat_checks import gof_check
 from specbench.models import wrap_model
 from specbench.run_specs import DraftSpec, parse_draft
 

@@ -19,26 +19,28 @@ import torch
 
 from specbench.config import SamplingConfig
 from specbench.decoding.accept import accepted_count
-from specbench.evidence.equality import (
-    CONTROLS,
-    StepSetup,
+from specbench.evidence.controls import CONTROLS, Control
+from specbench.evidence.equality import StepSetup, one_position_check, step_checks
+from specbench.evidence.exact_laws import (
     TabulatedLM,
     acceptance_measure,
     closed_form_law,
-    detectable_tv,
     emitted_law,
-    exact_check,
     f64,
+    honest_draft,
+    sequence_law,
+    target_laws,
+    target_sequence_law,
+)
+from specbench.evidence.stat_checks import (
+    detectable_tv,
+    exact_check,
     gof_check,
     gof_power,
     homogeneity_check,
-    honest_draft,
-    one_position_check,
-    sequence_law,
-    step_checks,
-    target_laws,
-    target_sequence_law,
     tv_check,
+    tv_power,
+    tv_samples_for_power,
 )
 
 SAMPLING = SamplingConfig(temperature=0.9, top_k=8, top_p=0.95)
@@ -160,7 +162,6 @@ def test_negative_control_fails(name):
 
 def test_faithful_rebuild_of_verify_passes():
     """The controls' verify is verify_sampling's body with swappable pieces: unswapped, it must pass."""
-    from specbench.evidence.equality import Control
 
     res = step_checks(SAMPLING, n=5_000, seed=3, control=Control("none"))
     assert all(r.passed for r in res), [r for r in res if not r.passed]
@@ -277,7 +278,6 @@ def test_pass_needs_power_and_inconclusive_says_how_many_samples():
 def test_tv_power_bound_is_honest():
     """At the N tv_samples_for_power gives (k = 11 bins, α = 1e-3, TV 0.05), 200 replicates under an alternative at
     TV 0.05 reject at a rate ≥ the bound's 0.8 (the bound is conservative), and the true law passes."""
-    from specbench.evidence.equality import tv_power, tv_samples_for_power
 
     law = _law(10, 6)
     n = tv_samples_for_power(11, 0.05, 1e-3)

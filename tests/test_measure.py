@@ -12,7 +12,7 @@ so the second step drafts 2 tokens after a full accept and 1 after a rejection (
 runs, asserted). The draft is the target's own weights with logits ÷ 10 (same top-2 everywhere,
 other weights; α ≈ 0.73). N = 1,500 outputs (generator seeds 0..1499) are compared with the
 target's exact law of 6-token sequences (chain rule over processed_probs, 64 cells) by a G-test
-(specbench.evidence.equality.gof_check) at level 1e-3; asserted power ≥ 0.95 against any law at total
+(specbench.evidence.stat_checks.gof_check) at level 1e-3; asserted power ≥ 0.95 against any law at total
 variation ≥ 0.1 on the tested bins (0.989 here: df 21 after pooling). Negative control: 500
 outputs of the draft alone (same sampling, every one inside the target's support, exact joint
 TV 0.64 from the target's law) must fail it at p < 1e-6 — fewer draws than the test makes
@@ -39,7 +39,7 @@ from specbench.decoding.drafts.model import ModelDraft
 from specbench.decoding.gamma_policy import AdaptiveGamma, FixedGamma, HeuristicGamma
 from specbench.decoding.sampling import processed_probs
 from specbench.decoding.speculative import decode_speculative
-from specbench.evidence.equality import gof_check
+from specbench.evidence.stat_checks import gof_check
 from specbench.measure import hardware, noise
 from specbench.measure.calibration import (
     Calibration,

@@ -23,7 +23,7 @@ from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.drafts.model import ModelDraft
 from specbench.decoding.sampling import processed_probs
 from specbench.errors import SpecbenchError
-from specbench.evidence.equality import CONTROLS
+from specbench.evidence.controls import CONTROLS
 from specbench.evidence.verification import (
     first_divergence,
     greedy_checks,

@@ -39,22 +39,13 @@ from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.sampling import processed_probs, sample
 from specbench.decoding.speculative import decode_speculative
 from specbench.errors import SpecbenchError
-from specbench.evidence.equality import (
-    ALT_TV,
-    CONTROLS,
-    LEVEL,
-    CheckResult,
-    Control,
-    VerifyFn,
-    gof_check,
-    homogeneity_check,
-    json_safe,
-    sample_checks,
-    step_checks,
-)
+from specbench.evidence.controls import CONTROLS, Control
+from specbench.evidence.equality import step_checks
+from specbench.evidence.exact_laws import VerifyFn
+from specbench.evidence.stat_checks import ALT_TV, LEVEL, CheckResult, gof_check, homogeneity_check, sample_checks
 from specbench.files import atomic_write_text
 from specbench.measure.engines import Session, prepare_examples
-from specbench.measure.metrics import first_divergence
+from specbench.measure.metrics import first_divergence, json_safe
 from specbench.measure.record_writing import prepare_run_dir
 from specbench.run_specs import GammaSpec, parse_draft
 from specbench.tasks.specs import load_task, select_examples
