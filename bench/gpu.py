@@ -24,9 +24,11 @@ from pathlib import Path
 import torch
 
 import bench  # the sibling script: Python puts this file's folder first on sys.path when it runs
-from specbench.evidence.verification import greedy_checks
+from specbench.config import LoadSpec
+from specbench.evidence.greedy_identity import greedy_checks
 from specbench.measure.engines import Session, prepare_examples
-from specbench.tasks.specs import load_task, select_examples
+from specbench.tasks.examples import select_examples
+from specbench.tasks.specs import load_task
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -90,7 +92,7 @@ def main(argv: list[str] | None = None) -> dict:
         f"speculative {results['backend_ratio']['ours_spec']:.3f}"
     )
 
-    session = Session(target, device, dtype)
+    session = Session(LoadSpec(target, device=device, dtype=dtype))
     spec = load_task(args.task)
     prepared = prepare_examples(spec, select_examples(spec, limit, 0), session.target, max_new)
     corpus = [p.prompt_ids for p in prepared]

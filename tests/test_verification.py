@@ -24,18 +24,11 @@ from specbench.decoding.drafts.model import ModelDraft
 from specbench.decoding.sampling import processed_probs
 from specbench.errors import SpecbenchError
 from specbench.evidence.controls import CONTROLS
-from specbench.evidence.verification import (
-    first_divergence,
-    greedy_checks,
-    hf_greedy,
-    homogeneity_on_prefixes,
-    margin_at,
-    model_sequence_law,
-    pair_step_checks,
-    run_checks,
-    sequence_checks,
-    write_checks,
-)
+from specbench.evidence.greedy_identity import greedy_checks, hf_greedy, identity_check, margin_at
+from specbench.evidence.pair_step import pair_step_checks
+from specbench.evidence.sequence_law import homogeneity_on_prefixes, model_sequence_law, sequence_checks
+from specbench.evidence.verification import run_checks, write_checks
+from specbench.measure.metrics import first_divergence
 
 EOS = frozenset({2})
 SAMPLING = SamplingConfig(temperature=1.0, top_k=2)
@@ -377,7 +370,6 @@ def test_every_control_fails_through_run_checks_at_the_default_sampling(sharp_ta
 def test_identity_check_applies_the_margin_gate():
     """A divergence the replay calls numerics, at a margin (0.5) within the dtype's tolerance (1.0) but above every
     margin the floor saw flip (0.1), is unexplained and fails the check; at margin 0.05 it stays numerics."""
-    from specbench.evidence.verification import identity_check
 
     def div(margin):
         return {"margin": margin, "tolerance": 1.0, "class": "numerics", "class_method": "replay-last-pass"}

@@ -1,0 +1,271 @@
+"""Greedy identity in `specbench verify`: every engine token for token against the baseline at T = 0.
+
+Each divergence is reported with its position and the target's logit margin (top1 − top2) there. A
+divergence at a margin above the numerical tolerance of the dtype is a bug; below it, a near-tie resolved
+differently by different kernel shapes (expected in bf16/fp16, reported as a mismatch rate, never hidden).
+The numerics classifier (measure/numerics.py) replays the engine's recorded passes, and its margin gate
+turns a "numerics" verdict at a margin larger than the floor ever flipped into "unexplained".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from specbench.config import SamplingConfig
+from specbench.decoding.autoregressive import clip_at_stop, prompt_split
+from specbench.decoding.cached_model import CachedModel
+from specbench.evidence.sequence_law import Engine, ProposerFactory, engines, last_logits, model_device
+from specbench.evidence.stat_checks import CheckResult
+from specbench.measure.metrics import first_divergence
+
+
+@torch.inference_mode()
+def hf_greedy(model: torch.nn.Module, prompt_ids: list[int], max_new_tokens: int, eos_ids: frozenset[int]) -> list[int]:
+    """HF `generate(do_sample=False)` continuation, clipped at the first EOS as our engines do."""
+    from transformers import GenerationConfig
+
+    dev = model_device(model)
+    ids = torch.tensor([list(prompt_ids)], device=dev)
+    eos = sorted(eos_ids) or None
+    cfg = GenerationConfig(
+        do_sample=False,
+        num_beams=1,
+        max_new_tokens=max_new_tokens,
+        min_new_tokens=0,
+        eos_token_id=eos,
+        pad_token_id=eos[0] if eos else 0,
+    )
+    out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=cfg)  # type: ignore[operator]  # torch: Module attrs are Tensor | Module
+    seq2seq = getattr(model.config, "is_encoder_decoder", False)
+    new = out[0, 1:] if seq2seq else out[0, ids.shape[1] :]
+    return clip_at_stop(new.tolist(), eos_ids, max_new_tokens)[0]
+
+
+@torch.inference_mode()
+def margin_at(
+    model: torch.nn.Module, prompt_ids: list[int], prefix: list[int], decoder_start_id: int | None = None
+) -> dict:
+    """The target's top1 − top2 logit margin after prompt + prefix, and the numerical noise there.
+
+    noise: the largest logit difference between three kernel shapes of the same computation
+    (one full pass without cache; prefill then one token at a time, as the baseline; prefill
+    then the prefix as one chunk, as a verify pass). tolerance = max(2·eps·|top1|, 4·noise):
+    a divergence at a larger margin is not a rounding effect.
+    """
+    full = last_logits(model, prompt_ids, [prefix], decoder_start_id)[0].float()
+    variants = [full]
+    if prefix:
+        cm = CachedModel(model)
+        encoder_ids, tokens = prompt_split(cm, prompt_ids, decoder_start_id)
+        dev = cm.device
+        cm.start(encoder_ids)
+        cm.forward(torch.tensor(tokens, device=dev))
+        for t in prefix:
+            step = cm.forward(torch.tensor([t], device=dev))
+        variants.append(step.float())
+        cm.start(encoder_ids)
+        cm.forward(torch.tensor(tokens, device=dev))
+        variants.append(cm.forward(torch.tensor(prefix, device=dev), all_logits=True)[-1].float())
+    noise = max(float((a - b).abs().max()) for a in variants for b in variants)
+    top = full.topk(2).values
+    eps = torch.finfo(next(model.parameters()).dtype).eps
+    return {
+        "margin": float(top[0] - top[1]),
+        "noise": noise,
+        "tolerance": max(2 * eps * float(top[0].abs()), 4 * noise),
+    }
+
+
+def greedy_checks(
+    target_model: torch.nn.Module,
+    proposer_factory: ProposerFactory,
+    prompts: Sequence[list[int]],
+    *,
+    gammas: Sequence[int] = (1, 2, 4),
+    max_new_tokens: int = 16,
+    eos_ids: frozenset[int] = frozenset(),
+    decoder_start_id: int | None = None,
+    hf_generate: bool = True,
+    margin_tol: float | None = None,
+    extra_engines: dict[str, Engine] | None = None,
+) -> list[CheckResult]:
+    """(b) Greedy token identity of every engine against the baseline, one check per engine.
+
+    Passes when every divergence happens at a near-tie: the target's top1 − top2 logit margin
+    there (in the model's dtype) is ≤ margin_tol, by default the tolerance `margin_at` derives
+    from the measured rounding noise at that position, and — for our engines, whose passes are
+    recorded and replayed exactly — the numerics classifier (measure/numerics.py) finds the
+    target itself flips under the pass shape there. In float32 on CPU expect no divergence.
+    `extra_engines` lets tests feed a deliberately broken engine through the same check.
+    """
+    greedy = SamplingConfig(temperature=0.0)
+    last: dict = {}
+    runs = engines(
+        target_model,
+        proposer_factory,
+        gammas,
+        max_new_tokens=max_new_tokens,
+        sampling=greedy,
+        eos_ids=eos_ids,
+        decoder_start_id=decoder_start_id,
+        results=last,
+    )
+    base = runs.pop("baseline")
+    if hf_generate:
+        runs = {"hf-generate": lambda prompt, gen: hf_greedy(target_model, prompt, max_new_tokens, eos_ids), **runs}
+    runs.update(extra_engines or {})
+    reference = [base(list(p), None) for p in prompts]
+    gamma = max(gammas) if gammas else 1
+    margins = floor_margin_range(target_model, prompts, reference, gamma, decoder_start_id)
+    out = []
+    for name, run in runs.items():
+        divergences, matched, total = [], 0, 0
+        for i, (prompt, ref) in enumerate(zip(prompts, reference)):
+            got = run(list(prompt), None)
+            pos = first_divergence(ref, got)
+            total += len(ref)
+            matched += len(ref) if pos is None else pos
+            if pos is not None:
+                divergences.append(
+                    explain_divergence(
+                        target_model,
+                        i,
+                        list(prompt),
+                        ref,
+                        got,
+                        pos,
+                        gamma,
+                        last.get(name),
+                        margin_tol,
+                        decoder_start_id,
+                    )
+                )
+        out.append(
+            identity_check(
+                name,
+                divergences,
+                len(prompts),
+                matched / max(1, total),
+                margin_tol,
+                next(target_model.parameters()).dtype,
+                max_new_tokens,
+                margins,
+            )
+        )
+    return out
+
+
+def floor_margin_range(
+    target_model: torch.nn.Module,
+    prompts: Sequence[list[int]],
+    reference: Sequence[list[int]],
+    gamma: int,
+    decoder_start_id: int | None,
+) -> tuple[float, float] | None:
+    """The margin gate's range over these prompts (measure/numerics.py): the baseline's top-2 margins at every
+    position where a teacher-forced (γ+1)-token pass over its output flips the argmax."""
+    from specbench.measure.margin_gate import margin_range
+    from specbench.measure.numerics import numerics_floor, step_margin
+
+    flips = []
+    for prompt, ref in zip(prompts, reference):
+        for j in numerics_floor(target_model, list(prompt), ref, gamma, decoder_start_id):
+            flips.append(step_margin(target_model, list(prompt), ref, j, decoder_start_id))
+    return margin_range(flips)
+
+
+def explain_divergence(
+    target_model: torch.nn.Module,
+    index: int,
+    prompt: list[int],
+    ref: list[int],
+    got: list[int],
+    pos: int,
+    gamma: int,
+    record,
+    margin_tol: float | None,
+    decoder_start_id: int | None,
+) -> dict:
+    """Where and why one engine's greedy output left the baseline's: the target's logit margin there and
+    the numerics classifier's verdict, replayed exactly where the engine's pass record exists (our
+    engines), by a search over verify-shaped chunkings otherwise (HF, test engines)."""
+    from dataclasses import asdict
+
+    from specbench.measure.numerics import classify, numerics_floor
+
+    m = margin_at(target_model, prompt, ref[:pos], decoder_start_id)
+    if margin_tol is not None:
+        m["tolerance"] = margin_tol
+    kind = asdict(
+        classify(
+            target_model,
+            prompt,
+            ref,
+            got,
+            pos,
+            gamma,
+            numerics_floor(target_model, prompt, ref, gamma, decoder_start_id),
+            pass_lengths=record.pass_lengths if record else None,
+            accept_lengths=record.accept_lengths if record else None,
+            decoder_start_id=decoder_start_id,
+        )
+    )
+    return {
+        "prompt": index,
+        "position": pos,
+        "baseline_token": ref[pos] if pos < len(ref) else None,
+        "engine_token": got[pos] if pos < len(got) else None,
+        **m,
+        "class": kind["kind"],
+        "class_method": kind["method"],
+    }
+
+
+def identity_check(
+    name: str,
+    divergences: list[dict],
+    n_prompts: int,
+    token_agreement: float,
+    margin_tol: float | None,
+    dtype: torch.dtype,
+    max_new_tokens: int,
+    margins: tuple[float, float] | None = None,
+) -> CheckResult:
+    """One engine's greedy identity verdict: it fails on a divergence above the margin tolerance, or on
+    one the exact replay cannot explain. The margin gate (measure/numerics.gated_kind over `margins`, the
+    floor's flip range on these prompts) turns a replay's "numerics" at a larger margin into "unexplained"."""
+    from specbench.measure.margin_gate import gated_kind
+
+    for d in divergences:
+        replay_class = d.setdefault("replay_class", d["class"])
+        d["class"] = gated_kind({"kind": replay_class, "margin": d["margin"]}, margins)
+    suspicious = [
+        d
+        for d in divergences
+        if d["margin"] > d["tolerance"] or (d["class"] == "unexplained" and d["class_method"].startswith("replay"))
+    ]
+    return CheckResult(
+        name=f"greedy/{name}/identity",
+        kind="identity",
+        statistic=len(divergences) / max(1, n_prompts),
+        p_value=None,
+        n=n_prompts,
+        threshold=(margin_tol if margin_tol is not None else math.nan),
+        power=None,
+        alternative="any divergence at a logit margin above the dtype's tolerance",
+        passed=not suspicious,
+        detail={
+            "dtype": str(dtype).removeprefix("torch."),
+            "mismatch_rate": len(divergences) / max(1, n_prompts),
+            "token_agreement": token_agreement,
+            "max_new_tokens": max_new_tokens,
+            "divergences": divergences,
+            "suspicious": len(suspicious),
+            "numerics": sum(d["class"] == "numerics" for d in divergences),
+            "unexplained": sum(d["class"] == "unexplained" for d in divergences),
+            "numerics_margin_range": list(margins) if margins else None,
+        },
+    )

@@ -1,0 +1,258 @@
+"""The step law on the real pair: many speculative steps from one context, each verified by the real rule.
+
+The per-step accept/resample law has far more power per sample than whole sequences: a step costs one
+verification, its target forwards are memoised per state, so 100,000 steps fit where a few hundred
+sequences do. `sample_steps` runs the engine's step (the real proposer, the target's processed laws
+p_1..p_{g+1} from one pass over prompt + emitted + drafted, `verify_sampling` or a control's variant);
+`pair_step_checks` tests its first tokens against the target's exact chain-rule law with a stated power;
+`pair_step_law` runs it at every γ plus the verify-side negative controls through the same path.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from specbench.config import SamplingConfig
+from specbench.decoding.accept import verify_sampling
+from specbench.decoding.base import Proposer
+from specbench.decoding.sampling import processed_probs, sample
+from specbench.evidence.controls import CONTROLS, Control
+from specbench.evidence.exact_laws import VerifyFn
+from specbench.evidence.sequence_law import ProposerFactory, model_device, model_sequence_law, sampling_dict
+from specbench.evidence.stat_checks import ALT_TV, LEVEL, CheckResult, sample_checks
+
+
+@torch.inference_mode()
+def tail_logits(
+    model: torch.nn.Module, prompt_ids: list[int], seq: list[int], rows: int, decoder_start_id: int | None = None
+) -> torch.Tensor:
+    """[rows, V] logits of the last `rows` positions of prompt + seq (one forward, no cache): row i predicts
+    seq[len(seq) − rows + 1 + i], so rows = g + 1 over seq = emitted + g drafted gives p_1..p_{g+1}."""
+    dev = model_device(model)
+    if getattr(model.config, "is_encoder_decoder", False):
+        enc = torch.tensor([prompt_ids], device=dev)
+        dec = torch.tensor([[decoder_start_id] + seq], device=dev)
+        return model(input_ids=enc, decoder_input_ids=dec).logits[0, -rows:]
+    return model(input_ids=torch.tensor([list(prompt_ids) + seq], device=dev)).logits[0, -rows:]
+
+
+def sample_steps(
+    target_model: torch.nn.Module,
+    proposer: Proposer,
+    prompt_ids: list[int],
+    sampling: SamplingConfig,
+    *,
+    gamma: int,
+    length: int,
+    n: int,
+    generator: torch.Generator,
+    eos_ids: frozenset[int] = frozenset(),
+    decoder_start_id: int | None = None,
+    verify: VerifyFn = verify_sampling,
+) -> tuple[Counter, dict]:
+    """Counts of the first `length` tokens (ending early at EOS) of n runs of speculative steps from the prompt,
+    and how often the steps drafted, accepted and rejected.
+
+    Every step is the engine's: the real proposer drafts from the run's tokens, the target's processed laws
+    p_1..p_{g+1} over prompt + emitted + drafted feed `verify` (the engine's `verify_sampling`, or a
+    control's variant), which accepts or resamples. Only the target's forwards are shared: they are
+    memoised per (emitted, drafted) state, and a model-free proposer (deterministic given the tokens)
+    proposes once per state; a model draft proposes afresh for every run, from its own generator draws.
+    """
+    vocab = None
+    memo_p: dict = {}
+    memo_prop: dict = {}
+    stats: Counter[str] = Counter()
+    proposer.begin(list(prompt_ids), length + gamma)
+    done: Counter = Counter()
+    pending: Counter = Counter({(): n})
+    while pending:
+        nxt: Counter = Counter()
+        for emitted, m in pending.items():
+            for _ in range(m):
+                tokens = list(prompt_ids) + list(emitted)
+                if not proposer.is_model and emitted in memo_prop:
+                    prop = memo_prop[emitted]
+                else:
+                    prop = proposer.propose(tokens, gamma, sampling, generator)
+                    memo_prop[emitted] = prop
+                drafted = tuple(prop.tokens.tolist())
+                key = (emitted, drafted)
+                if key not in memo_p:
+                    logits = tail_logits(
+                        target_model, prompt_ids, list(emitted + drafted), len(drafted) + 1, decoder_start_id
+                    )
+                    memo_p[key] = processed_probs(logits, sampling).float()  # [g+1, V]
+                    vocab = memo_p[key].shape[-1]
+                p = memo_p[key]
+                stats["steps"] += 1
+                if drafted:
+                    v = verify(prop.tokens.to(p.device), prop.q_probs.to(p.device), p, generator)
+                    new = drafted[: v.n_accepted] + (v.next_token,)
+                    stats["drafted_steps"] += 1
+                    stats["accepted"] += v.n_accepted
+                    stats["rejected"] += v.n_accepted < len(drafted)
+                else:
+                    new = (int(sample(p[0], generator)),)
+                out = emitted + new
+                stop = next((i for i, t in enumerate(out) if t in eos_ids), None)
+                if stop is not None and stop < length:
+                    done[out[: stop + 1]] += 1
+                elif len(out) >= length:
+                    done[out[:length]] += 1
+                else:
+                    nxt[out] += 1
+        pending = nxt
+    stats["vocab"] = vocab or 0
+    return done, dict(stats)
+
+
+def pair_step_checks(
+    target_model: torch.nn.Module,
+    proposer_factory: ProposerFactory,
+    prompt_ids: list[int],
+    sampling: SamplingConfig,
+    *,
+    gamma: int,
+    n: int,
+    length: int = 2,
+    eos_ids: frozenset[int] = frozenset(),
+    decoder_start_id: int | None = None,
+    level: float = LEVEL,
+    alt_tv: float = ALT_TV,
+    seed: int = 0,
+    max_cells: int = 4096,
+    control: Control | None = None,
+) -> list[CheckResult]:
+    """(a') The step law on the real pair: n runs of speculative steps from the prompt (sample_steps), their
+    first `length` tokens tested against the target's exact chain-rule law, per position and jointly (G-test
+    and TV bound, power against total variation `alt_tv`). A step costs no decode of its own, so n can be
+    large where a whole-sequence sample cannot (sequence_checks). [] when the law is not enumerable
+    (top-k/top-p leave more than max_cells sequences). `control` swaps the verifier for a known bug's.
+    """
+    law = model_sequence_law(
+        target_model,
+        prompt_ids,
+        length,
+        sampling,
+        eos_ids=eos_ids,
+        decoder_start_id=decoder_start_id,
+        max_cells=max_cells,
+    )
+    if law is None:
+        return []
+    dev = model_device(target_model)
+    counts, stats = sample_steps(
+        target_model,
+        proposer_factory(),
+        prompt_ids,
+        sampling,
+        gamma=gamma,
+        length=length,
+        n=n,
+        generator=torch.Generator(device=dev).manual_seed(seed),
+        eos_ids=eos_ids,
+        decoder_start_id=decoder_start_id,
+        verify=control.verify() if control else verify_sampling,
+    )
+    label = f"pair-step/γ={gamma}" + (f"/control={control.name}" if control else "")
+    out = sample_checks(label, counts, law, level=level, alt_tv=alt_tv)
+    for r in out:
+        r.detail.update({"gamma": gamma, "length": length, "sampling": sampling_dict(sampling), **stats})
+    return out
+
+
+MODEL_DRAFT_SHARE = 10  # a model draft runs its network γ times a step: its pair step law gets step_samples ÷ 10 runs
+
+
+def pair_step_law(
+    target_model: torch.nn.Module,
+    proposer_factory: ProposerFactory,
+    prompt_ids: list[int],
+    sampling: SamplingConfig,
+    *,
+    gammas: Sequence[int],
+    step_samples: int,
+    control_samples: int,
+    step_length: int,
+    eos_ids: frozenset[int],
+    decoder_start_id: int | None,
+    level: float,
+    alt_tv: float,
+    seed: int,
+    max_cells: int,
+    say: Callable[[str], None],
+) -> list[CheckResult]:
+    """run_checks' step 3: the pair's step law at every γ, then the verify-side controls through the same path.
+
+    A model-free proposer is deterministic given the tokens, so its steps share memoised forwards and cost a
+    verification each: step_samples runs per γ and control_samples per control. A model draft must draw afresh
+    for every run (γ forwards of its network): it gets step_samples ÷ MODEL_DRAFT_SHARE runs, and its controls
+    run on the model-free battery only (where every control, draft-side or verify-side, is exercised)."""
+    is_model = bool(getattr(proposer_factory(), "is_model", False))
+    n = max(1, step_samples // MODEL_DRAFT_SHARE) if is_model else step_samples
+    common: dict[str, Any] = dict(
+        length=step_length,
+        eos_ids=eos_ids,
+        decoder_start_id=decoder_start_id,
+        level=level,
+        alt_tv=alt_tv,
+        max_cells=max_cells,
+    )
+    out = []
+    for gamma in gammas:
+        say(f"step law on the pair, γ={gamma} ({n} steps)")
+        out += pair_step_checks(
+            target_model, proposer_factory, prompt_ids, sampling, gamma=gamma, n=n, seed=seed, **common
+        )
+    if is_model or control_samples <= 0:
+        return out
+    for name, control in CONTROLS.items():
+        if control.verify_side:
+            say(f"negative control {name} on the pair ({control_samples} steps)")
+            found = pair_step_checks(
+                target_model,
+                proposer_factory,
+                prompt_ids,
+                sampling,
+                gamma=max(gammas),
+                n=control_samples,
+                seed=seed + 1,
+                control=control,
+                **common,
+            )
+            if found:
+                out.append(control_check(f"control/{name}/pair-step", found, required=False))
+    return out
+
+
+def control_check(name: str, checks: list[CheckResult], *, required: bool = True) -> CheckResult:
+    """A negative control's row: it passes when the control's joint G-test *fails* (the bug is caught), with that
+    test's n and level. A required control (the model-free battery's, where every bug moves the law) that is
+    not caught fails; an optional one (the pair's: whether a bug shows depends on what this pair's draft
+    proposes and the target accepts) is inconclusive at power 0, with the steps' draft counts in detail."""
+    joint = next(c for c in checks if c.kind == "gof" and "/joint" in c.name) if len(checks) > 2 else checks[0]
+    caught = not joint.passed
+    stats = {k: joint.detail[k] for k in ("steps", "drafted_steps", "accepted", "rejected") if k in joint.detail}
+    return CheckResult(
+        name=name,
+        kind="control",
+        statistic=joint.statistic,
+        p_value=joint.p_value,
+        n=joint.n,
+        threshold=joint.threshold,
+        power=None if caught or required else 0.0,  # a rejection needs no power; the test's own is in detail
+        alternative=f"a known bug must be rejected by {joint.name}",
+        passed=caught or not required,
+        detail={
+            "test": joint.name,
+            "test_power": joint.power,
+            "caught": caught,
+            "failed_checks": [c.name for c in checks if not c.passed],
+            **stats,
+        },
+    )
