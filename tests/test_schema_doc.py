@@ -1,6 +1,7 @@
-"""The results schema's words stay with its fields: each table in measure/schema_doc.py lists its dataclass's
-fields in order, docs/results.md is exactly what the module generates, the `run` table's rows come from it,
-and Summary/Manifest read a run's files back by attribute without changing a byte of what was written."""
+"""The results schema's words stay with its fields: each table (measure/field_docs.py,
+measure/summary_field_docs.py) lists its dataclass's fields in order, docs/results.md is exactly what
+measure/schema_doc.py generates, the `run` table's rows come from it, and Summary/Manifest read a run's files back by
+attribute without changing a byte of what was written."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from specbench.measure import schema_doc
+from specbench.measure.field_docs import ENGINE_FIELDS, EXAMPLE_FIELDS, MANIFEST_FIELDS
 from specbench.measure.schema import EngineRecord, ExampleRecord, Manifest, Summary
+from specbench.measure.summary_field_docs import SUMMARY_FIELDS
 
 ROOT = Path(__file__).parents[1]
 FIXTURE_RUN = ROOT / "tests" / "fixtures" / "results_v0_1" / "task-draft-g3-t0-0caf17bc"
@@ -20,10 +23,10 @@ FIXTURE_RUN = ROOT / "tests" / "fixtures" / "results_v0_1" / "task-draft-g3-t0-0
 @pytest.mark.parametrize(
     "table, schema",
     [
-        (schema_doc.SUMMARY_FIELDS, Summary),
-        (schema_doc.MANIFEST_FIELDS, Manifest),
-        (schema_doc.EXAMPLE_FIELDS, ExampleRecord),
-        (schema_doc.ENGINE_FIELDS, EngineRecord),
+        (SUMMARY_FIELDS, Summary),
+        (MANIFEST_FIELDS, Manifest),
+        (EXAMPLE_FIELDS, ExampleRecord),
+        (ENGINE_FIELDS, EngineRecord),
     ],
 )
 def test_each_table_names_its_schema_fields_in_order(table, schema):
@@ -32,15 +35,15 @@ def test_each_table_names_its_schema_fields_in_order(table, schema):
 
 
 def test_docs_results_md_is_the_generated_text():
-    """Edit measure/schema_doc.py, then run `python -m specbench.measure.schema_doc` to regenerate."""
+    """Edit a table (measure/field_docs.py, measure/summary_field_docs.py) or the prose (measure/schema_doc.py),
+    then run `python -m specbench.measure.schema_doc` to regenerate."""
     assert (ROOT / schema_doc.DOC_PATH).read_text(encoding="utf-8") == schema_doc.results_doc()
     assert schema_doc.PACKAGED_DOC.read_text(encoding="utf-8") == schema_doc.results_doc()  # the wheel's copy
 
 
 def test_a_changed_meaning_changes_the_doc(monkeypatch):
-    """Negative control for the test above: the doc really is made from the table."""
-    first = schema_doc.SUMMARY_FIELDS[0]
-    changed = (dataclasses.replace(first, meaning="SOMETHING ELSE"), *schema_doc.SUMMARY_FIELDS[1:])
+    """Negative control for the test above: the doc really is made from the table (as schema_doc reads it)."""
+    changed = (dataclasses.replace(SUMMARY_FIELDS[0], meaning="SOMETHING ELSE"), *SUMMARY_FIELDS[1:])
     monkeypatch.setattr(schema_doc, "SUMMARY_FIELDS", changed)
     assert "SOMETHING ELSE" in schema_doc.results_doc()
 
@@ -48,7 +51,7 @@ def test_a_changed_meaning_changes_the_doc(monkeypatch):
 def test_the_run_table_rows_come_from_the_labels():
     rows = schema_doc.run_table_rows(batch=True, verbose=True)
     every = schema_doc.RUN_TABLE + schema_doc.RUN_TABLE_BATCH + schema_doc.RUN_TABLE_VERBOSE
-    labelled = {d.name for d in schema_doc.SUMMARY_FIELDS if d.label}
+    labelled = {d.name for d in SUMMARY_FIELDS if d.label}
     assert [k for k, _ in rows] == list(every) and set(every) == labelled
     assert all(label for _, label in rows) and len(set(every)) == len(rows)
 

@@ -50,7 +50,8 @@ from specbench.cli.output import (
     warn_if_noisy,
 )
 from specbench.config import RunConfig, SamplingConfig, parse_gamma
-from specbench.measure.schema_doc import SUMMARY_FIELDS, run_table_rows
+from specbench.measure.schema_doc import run_table_rows
+from specbench.measure.summary_field_docs import SUMMARY_FIELDS
 from specbench.models import DEFAULT_DRAFT, DEFAULT_TARGET
 from specbench.run_specs import parse_draft
 
