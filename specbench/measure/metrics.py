@@ -1,6 +1,6 @@
 """Every ratio specbench reports, derived from raw counts in one documented place.
 
-Records store counts and seconds only (specbench.measure.records); this module turns a list of
+Records store counts and seconds only (specbench.measure.schema); this module turns a list of
 example records into the summary. A ratio whose denominator is zero is NaN (written as
 null in JSON), never 0 or an exception.
 
@@ -68,9 +68,9 @@ Spec-Bench's names for the same runs (spec_bench_metrics):
                         seconds (turns summed, prefill included), ÷ the same mean for the baseline. A mean of
                         rates, unlike `speedup` (a ratio of sums): short answers weigh as much as long ones.
                         speed.py counts the baseline's tokens by re-tokenizing its answer text minus one (a
-                        BOS); this counts the tokens the baseline generated (README: the two differ by
-                        about the EOS, one token per turn)
-The summary's keys are declared once, in records.Summary; summarize fills its metric fields.
+                        BOS); this counts the tokens the baseline generated (docs/report-and-export.md: the two
+                        differ by about the EOS, one token per turn)
+The summary's keys are declared once, in schema.Summary; summarize fills its metric fields.
 """
 
 from __future__ import annotations
@@ -269,8 +269,8 @@ def timing_noise(records: list[dict], probes: list[float] | None = None, drift: 
 def summarize(
     records: list[dict], gamma: int, greedy: bool, probes: list[float] | None = None, drift: float | None = None
 ) -> dict:
-    """Records of one run (ExampleRecord dicts that records.example_problem accepts) → the summary's metric
-    fields, each declared in records.Summary (see the module docstring for their definitions)."""
+    """Records of one run (ExampleRecord dicts that record_checks.example_problem accepts) → the summary's metric
+    fields, each declared in schema.Summary (see the module docstring for their definitions)."""
     if not records:
         return {"n_examples": 0, "suspect_timing": False, "timing_notes": []}
     base = engine_totals(records, "baseline")

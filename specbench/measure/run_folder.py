@@ -180,7 +180,7 @@ def write_summary(
             batch_prediction(records, config.draft_gamma, manifest.get("batch_calibration"), config.batch_policy)
         )
     summary = summary_dict(
-        {  # every key declared in records.Summary
+        {  # every key declared in schema.Summary
             "schema_version": SCHEMA_VERSION,
             "run_id": files.root.name,
             "target": config.target,
