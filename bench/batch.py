@@ -37,7 +37,8 @@ from specbench.files import atomic_write_json
 from specbench.measure.engines import Session, prepare_examples
 from specbench.measure.metrics import json_safe
 from specbench.measure.provenance import environment_info
-from specbench.tasks.specs import load_task, select_examples
+from specbench.tasks.examples import select_examples
+from specbench.tasks.specs import load_task
 
 GREEDY = SamplingConfig()
 

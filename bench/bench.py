@@ -42,7 +42,8 @@ from specbench.measure.engines import Engines, Session, engine_record, prepare_e
 from specbench.measure.metrics import json_safe, summarize
 from specbench.measure.provenance import environment_info
 from specbench.run_specs import parse_draft
-from specbench.tasks.specs import load_task, select_examples
+from specbench.tasks.examples import select_examples
+from specbench.tasks.specs import load_task
 
 HF_COUNTERPARTS = ("prompt-lookup", "model")  # draft kinds HF generate() has: prompt_lookup_num_tokens, assistant_model
 

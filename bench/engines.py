@@ -43,7 +43,8 @@ from specbench.measure.engines import Session, prepare_examples
 from specbench.measure.llama_session import LlamaSession, gguf_of
 from specbench.measure.metrics import json_safe
 from specbench.measure.provenance import environment_info
-from specbench.tasks.specs import load_task, select_examples
+from specbench.tasks.examples import select_examples
+from specbench.tasks.specs import load_task
 
 GREEDY = SamplingConfig(temperature=0.0)
 K_MAX = 8  # the calibration curves' longest pass

@@ -35,7 +35,8 @@ from specbench.files import atomic_write_text
 from specbench.measure.engines import Session, prepare_examples
 from specbench.measure.metrics import first_divergence
 from specbench.measure.numerics import explain_example, identity_line
-from specbench.tasks.specs import load_task, select_examples
+from specbench.tasks.examples import select_examples
+from specbench.tasks.specs import load_task
 
 GREEDY = SamplingConfig(temperature=0.0)
 

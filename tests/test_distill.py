@@ -218,7 +218,8 @@ def test_teacher_labels_are_the_targets_laws_and_continuations_its_greedy_output
 
 
 def test_training_never_sees_the_benchmark_picks(trained, task_file):
-    from specbench.tasks.specs import load_task, select_examples
+    from specbench.tasks.examples import select_examples
+    from specbench.tasks.specs import load_task
 
     out, _ = trained
     plan = json.loads((out / "work" / "teacher" / "plan.json").read_text())

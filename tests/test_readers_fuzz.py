@@ -25,7 +25,8 @@ from specbench.measure.metrics import summarize
 from specbench.measure.records import load_examples, load_manifest, load_runs, read_summary, scan_examples
 from specbench.measure.schema import EngineRecord, RunFiles
 from specbench.measure.tidy_table import export_frames
-from specbench.tasks.specs import load_task, select_examples
+from specbench.tasks.examples import select_examples
+from specbench.tasks.specs import load_task
 
 SEED = 19
 CASES_PER_KIND = 40

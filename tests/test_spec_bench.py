@@ -31,7 +31,8 @@ from specbench.measure.tidy_table import pass_tokens, spec_bench_files
 from specbench.models import wrap_model
 from specbench.run_specs import parse_draft
 from specbench.tasks import spec_bench
-from specbench.tasks.specs import Example, load_task, select_examples
+from specbench.tasks.examples import Example, select_examples
+from specbench.tasks.specs import load_task
 
 FIXTURE = Path(__file__).parent / "fixtures" / "spec_bench_questions.jsonl"
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "spec-bench" / "question.jsonl"

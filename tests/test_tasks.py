@@ -9,9 +9,11 @@ import pytest
 import yaml
 
 from specbench.errors import SpecbenchError
+from specbench.tasks import examples, offline
 from specbench.tasks import sources as data
 from specbench.tasks import specs as tasks
-from specbench.tasks.specs import Example, TaskSpec, examples_hash, load_task, render_for_model, select_examples
+from specbench.tasks.examples import Example, examples_hash, render_for_model, select_examples
+from specbench.tasks.specs import TaskSpec, load_task
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SHIPPED = ["aclsum", "cnn-dailymail", "ding-de-en", "wmt14-de-en", "wmt14-en-de", "xsum"]  # with a reference metric
@@ -184,13 +186,13 @@ def test_non_text_field_is_refused(tmp_path):
 
 def test_get_field_nested_and_exact_dotted_key():
     row = {"translation": {"de": "Hallo", "en": "Hello"}, "a.b": "exact", "a": {"b": "nested"}}
-    assert tasks.get_field(row, "translation.de") == "Hallo"
-    assert tasks.get_field(row, "a.b") == "exact"
-    assert tasks.flat_fields(row) == ["translation.de", "translation.en", "a.b", "a.b"]
+    assert examples.get_field(row, "translation.de") == "Hallo"
+    assert examples.get_field(row, "a.b") == "exact"
+    assert examples.flat_fields(row) == ["translation.de", "translation.en", "a.b", "a.b"]
     with pytest.raises(
         SpecbenchError, match=r"'translation.fr' is missing; available fields: translation.de, translation.en"
     ):
-        tasks.get_field(row, "translation.fr")
+        examples.get_field(row, "translation.fr")
 
 
 def test_nested_fields_fill_template_and_reference(tmp_path):
@@ -400,7 +402,7 @@ def test_parse_ding_keeps_clean_sentence_pairs():
     lines = (FIXTURES / "ding_sample.txt").read_text(encoding="utf-8").splitlines(keepends=True)
     # dropped: headwords, "/" alternatives, sth./etw. placeholders, < 5 or > 30 words, a repeated German
     # sentence, and a line whose ' | ' sub-entries do not pair up
-    assert data.parse_ding(lines) == EXPECTED_DING
+    assert offline.parse_ding(lines) == EXPECTED_DING
 
 
 def test_ding_cache_build_and_task(tmp_path):
@@ -408,7 +410,7 @@ def test_ding_cache_build_and_task(tmp_path):
     spec = load_task("ding-de-en")
     with pytest.raises(SpecbenchError, match=r"ding-de-en is not fetched yet .*run `specbench data fetch`"):
         select_examples(spec, 2, 0)
-    n = data.build_ding_jsonl(FIXTURES / "ding_sample.txt", data.ding_path())
+    n = offline.build_ding_jsonl(FIXTURES / "ding_sample.txt", offline.ding_path())
     assert n == 6 and sorted(p.name for p in data.data_dir().iterdir()) == ["ding-de-en.jsonl"]  # no temp file left
     exs = select_examples(spec, 10, 0)
     assert len(exs) == 6
@@ -422,20 +424,22 @@ def test_fetch_offline_data_reports_each_source(monkeypatch):
     def no_apt(dest=None):
         raise SpecbenchError("ding-de-en needs apt-get (a Debian/Ubuntu system)")
 
-    monkeypatch.setattr(data, "fetch_ding", no_apt)
+    monkeypatch.setattr(offline, "fetch_ding", no_apt)
     printed = []
-    messages = data.fetch_offline_data(console_print=printed.append)
+    messages = offline.fetch_offline_data(console_print=printed.append)
     assert messages == printed and len(messages) == 2
     assert messages[0].startswith("ding-de-en: unavailable: ding-de-en needs apt-get")
     assert messages[1] == "aclsum: ready from the installed package (train 100, val 50, test 100)"
 
     monkeypatch.setattr(
-        data,
+        offline,
         "fetch_ding",
-        lambda dest=None: data.build_ding_jsonl(FIXTURES / "ding_sample.txt", dest or data.ding_path()),
+        lambda dest=None: offline.build_ding_jsonl(FIXTURES / "ding_sample.txt", dest or offline.ding_path()),
     )
-    assert data.fetch_offline_data(console_print=lambda m: None)[0].startswith("ding-de-en: 6 sentence pairs written")
-    assert data.fetch_offline_data(console_print=lambda m: None)[0].startswith("ding-de-en: already fetched (6 ")
+    assert offline.fetch_offline_data(console_print=lambda m: None)[0].startswith(
+        "ding-de-en: 6 sentence pairs written"
+    )
+    assert offline.fetch_offline_data(console_print=lambda m: None)[0].startswith("ding-de-en: already fetched (6 ")
 
 
 def test_aclsum_task():
@@ -446,18 +450,18 @@ def test_aclsum_task():
         abstract = ex.prompt.split("\n\n", 1)[1]
         assert len(abstract.split()) > 20 and " ," not in abstract and " ." not in abstract
         assert ex.reference and ex.reference.count(". ") >= 1  # approach + outcome: two sentences
-    assert len(data.load_aclsum("all")) == 250
+    assert len(offline.load_aclsum("all")) == 250
 
 
 def test_aclsum_missing_package_says_how_to_install(monkeypatch):
-    monkeypatch.setattr(data.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(offline.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(SpecbenchError, match=r"pip install --no-deps aclsum"):
         select_examples(load_task("aclsum"), 1, 0)
 
 
 def test_detokenize():
     assert (
-        data.detokenize("a user 's \" big \" model ( MT ) , that is n't bad / good .")
+        offline.detokenize("a user 's \" big \" model ( MT ) , that is n't bad / good .")
         == "a user's \"big\" model (MT), that isn't bad/good."
     )
 

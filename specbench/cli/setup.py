@@ -1,7 +1,7 @@
 """`specbench setup` and `specbench data fetch`: put models and offline task data in the cache.
 
 What to install, with which pins and hashes, is specbench.models' business (and the offline
-data's, specbench.tasks.sources'); these commands only call them and print their lines.
+data's, specbench.tasks.offline'); these commands only call them and print their lines.
 """
 
 from __future__ import annotations
@@ -29,6 +29,6 @@ def setup(target: Target = DEFAULT_TARGET):
 @data_app.command("fetch")
 def data_fetch():
     """Fetch the offline task data (Debian trans-de-en, PyPI aclsum) into the cache."""
-    from specbench.tasks.sources import fetch_offline_data
+    from specbench.tasks.offline import fetch_offline_data
 
     fetch_offline_data(out.print)

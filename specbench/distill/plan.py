@@ -67,11 +67,12 @@ def _training_candidates(spec, rows: Sequence[dict], preset: DistillPreset) -> l
     """(key, raw row) of every row training may use: the source's other splits when it has some, else the
     task's rows minus the benchmark's picks. The key's last ':'-part is the row's index in its split."""
     from specbench.tasks import sources as data
+    from specbench.tasks.offline import OFFLINE_SOURCES
 
     source = spec.source
     other_splits = []
     if source["type"] == "offline" and source["split"] != "all":
-        other_splits = [s for s in data.OFFLINE_SOURCES[source["name"]].splits if s not in ("all", source["split"])]
+        other_splits = [s for s in OFFLINE_SOURCES[source["name"]].splits if s not in ("all", source["split"])]
     if other_splits:
         return [(f"{s}:{i}", r) for s in other_splits for i, r in enumerate(data.load_rows({**source, "split": s}))]
     excluded = _excluded_indices(len(rows), preset.exclude_seeds, preset.exclude_limit)
@@ -81,7 +82,7 @@ def _training_candidates(spec, rows: Sequence[dict], preset: DistillPreset) -> l
 def task_rows(spec, preset: DistillPreset, task_index: int, tokenizer, eos_id: int | None):
     """(training rows, held-out rows) of one task (see the module's docstring for which rows are which)."""
     from specbench.tasks import sources as data
-    from specbench.tasks.specs import check_fields, make_example, render_for_model, select_examples
+    from specbench.tasks.examples import check_fields, make_example, render_for_model, select_examples
 
     max_new = min(spec.max_new_tokens, preset.max_new_tokens or spec.max_new_tokens)
 

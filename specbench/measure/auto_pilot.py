@@ -323,7 +323,7 @@ def predict(replays, traces, idx, cand: Candidate, costs, scales, n_run: int) ->
 def replay_pool(spec, config: RunConfig, examples: list) -> list:
     """Pilot candidates: the task's examples after the run's in its seeded order, none of the timed ones, up to
     PILOT_CAP; [] when the task has none left (the runner's own pilot is used then)."""
-    from specbench.tasks.specs import select_examples
+    from specbench.tasks.examples import select_examples
 
     timed = {e.id for e in examples}
     more = select_examples(spec, len(examples) + pl.PILOT_CAP + len(timed), config.seed)

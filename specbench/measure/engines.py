@@ -37,7 +37,8 @@ from specbench.measure.noise import probe_ms
 from specbench.measure.schema import EngineRecord
 from specbench.models import LoadedModel, load_model
 from specbench.run_specs import DraftSpec, parse_draft
-from specbench.tasks.specs import Example, TaskSpec, render_for_model
+from specbench.tasks.examples import Example, render_for_model
+from specbench.tasks.specs import TaskSpec
 
 WARMUP_TOKENS = 8
 

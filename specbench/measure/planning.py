@@ -50,7 +50,8 @@ from specbench.measure.schema import RunFiles
 from specbench.models import resolve_source
 from specbench.models.shipped import shipped_draft_dir
 from specbench.run_specs import parse_draft
-from specbench.tasks.specs import Example, TaskSpec, load_task, select_examples
+from specbench.tasks.examples import Example, select_examples
+from specbench.tasks.specs import TaskSpec, load_task
 
 PILOT_EXAMPLES = 6  # at most this many untimed examples per draft for the auto choices' α estimate …
 PILOT_MIN_STEPS = 48  # … stopping once this many verified steps were seen (2 short examples gave α 0.80–0.94)

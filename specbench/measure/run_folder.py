@@ -26,7 +26,8 @@ from specbench.measure.record_checks import baseline_probe_problem, noise_probe_
 from specbench.measure.record_writing import prepare_run_dir
 from specbench.measure.records import read_json_object, read_records
 from specbench.measure.schema import SCHEMA_VERSION, Manifest, RunFiles, summary_dict
-from specbench.tasks.specs import Example, TaskSpec, examples_hash
+from specbench.tasks.examples import Example, examples_hash
+from specbench.tasks.specs import TaskSpec
 
 
 def first_manifest(

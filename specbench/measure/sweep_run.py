@@ -190,7 +190,8 @@ def _task_info(grid: SweepGrid) -> dict:
     """n examples and their hash per task, computed before any model loads (bad tasks fail fast);
     every integer γ of the grid is checked against each task's token budget here too (a budget axis
     skips instead: SweepGrid.over_budget)."""
-    from specbench.tasks.specs import examples_hash, load_task, select_examples
+    from specbench.tasks.examples import examples_hash, select_examples
+    from specbench.tasks.specs import load_task
 
     info = {}
     for task in grid.tasks:
@@ -214,7 +215,8 @@ def _bucket_info(grid: SweepGrid) -> dict:
     """n examples, their hash and the bucket's record per (target, task, prompt-length bucket), from the target's
     tokenizer alone (no weights): {} when the grid has no buckets, so sweep.json stays as before buckets."""
     from specbench.measure.planning import select_run_examples
-    from specbench.tasks.specs import examples_hash, load_task
+    from specbench.tasks.examples import examples_hash
+    from specbench.tasks.specs import load_task
 
     info = {}
     for cfg in grid.configs():

@@ -104,7 +104,7 @@ def answer_text(tokenizer, token_ids: list[int]) -> str:
 
 def conversation_ids(spec, messages: list[dict], target, max_new_tokens: int, where: str) -> list[int]:
     """The conversation through the task's chat template, tokenized; one line when it overflows the context."""
-    from specbench.tasks.specs import render_conversation
+    from specbench.tasks.examples import render_conversation
 
     tok = target.tokenizer
     templated = bool(spec.chat_template and getattr(tok, "chat_template", None))

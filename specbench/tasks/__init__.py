@@ -1,5 +1,7 @@
 """Tasks: what to decode and how to score it. A task is data (a YAML file validated into a TaskSpec,
-`specs`), examples come from a source (hub, local file, offline package: `sources`), and outputs are
-scored by `quality`. The tasks that ship with specbench are package data under `builtin/`."""
+`specs`), turned into seeded, hashed Examples (`examples`); rows come from a source (`sources`: the
+registry of kinds, with the hub and local-file kinds; `offline` and `spec_bench` register theirs), and
+outputs are scored by `quality`. The tasks that ship with specbench are package data under `builtin/`."""
 
-from specbench.tasks import spec_bench  # noqa: F401  (registers the spec-bench source kind in sources.SOURCES)
+# these register their source kinds in sources.SOURCES, in this order (error messages list them so)
+from specbench.tasks import offline, spec_bench  # noqa: F401
