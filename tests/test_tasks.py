@@ -377,6 +377,47 @@ def test_hub_loader_bad_split_and_missing_file(tmp_path):
         data.load_hub("json", split="train", data_files=str(tmp_path / "none.jsonl"))
 
 
+def hub_task(tmp_path: Path, data_files) -> Path:
+    """A hub-type task over two local JSON-lines files (a.jsonl: a0..a2, b.jsonl: b0..b2) with this data_files."""
+    for name in ("a", "b"):
+        rows = [{"id": f"{name}{i}", "text": f"row {name} {i}"} for i in range(3)]
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    task = {"source": {"type": "hub", "path": "json", "data_files": data_files}, "fields": {"x": "text"}}
+    path = tmp_path / "hub.yaml"
+    path.write_text(yaml.safe_dump({**task, "template": "{x}"}))
+    return path
+
+
+@pytest.mark.parametrize(
+    "data_files",
+    [{"test": ["a.jsonl", "b.jsonl"]}, [{"split": "test", "path": ["a.jsonl", "b.jsonl"]}]],
+    ids=["split-to-list", "list-of-split-entries"],
+)
+def test_hub_data_files_of_a_split_may_list_several_files(tmp_path, spy_load_dataset, data_files):
+    spec = load_task(str(hub_task(tmp_path, data_files)))
+    assert spec.source["data_files"] == {"test": [str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")]}
+    assert sorted(e.id for e in select_examples(spec, 10, 0)) == ["a0", "a1", "a2", "b0", "b1", "b2"]
+
+
+@pytest.mark.parametrize(
+    ("data_files", "message"),
+    [
+        ({"test": {"x": "a.jsonl"}}, r"maps split 'test' to a mapping; nest no deeper"),
+        ({"test": [["a.jsonl", "b.jsonl"]]}, r"maps split 'test' to a list holding a list; nest no deeper"),
+        ({"test": []}, r"maps split 'test' to an empty list"),
+        ([["a.jsonl"]], r"'data_files' is a list holding a list; give a path, a list of paths, or a mapping"),
+        ({}, r"'data_files' is an empty mapping"),
+        ([{"split": "test", "files": "a.jsonl"}], r"needs exactly 'split' and 'path'"),
+        ([{"split": "test", "path": "a.jsonl"}, {"split": "test", "path": "b.jsonl"}], r"each split once"),
+    ],
+)
+def test_nested_hub_data_files_are_one_line_before_any_download(tmp_path, spy_load_dataset, data_files, message):
+    with pytest.raises(SpecbenchError, match=message) as err:
+        load_task(str(hub_task(tmp_path, data_files)))
+    assert "\n" not in str(err.value) and "e.g. " in str(err.value)  # names the fix
+    assert spy_load_dataset == []  # refused while the task is read, before datasets saw it
+
+
 # --------------------------------------------------------------------------- offline sources
 
 

@@ -199,14 +199,66 @@ def _resolve(path: str, base_dir: Path | None) -> Path:
 
 
 def _resolve_data_files(files: object, base_dir: Path | None, where: str) -> str | list | dict:
-    """data_files as `datasets` takes them (str, list, or split → str/list), relative to the task file."""
-    if isinstance(files, str):
-        return str(_resolve(files, base_dir))
-    if isinstance(files, list) and all(isinstance(f, str) for f in files):
-        return [str(_resolve(f, base_dir)) for f in files]
-    if isinstance(files, dict):
-        return {str(k): _resolve_data_files(v, base_dir, where) for k, v in files.items()}
-    raise SpecbenchError(f"{where}: source 'data_files' must be a path, a list of paths or a split → path mapping")
+    """data_files in a shape `datasets` takes (a path, a list of paths, or split → a path or a list of paths; a list
+    of {split, path} entries becomes that mapping), each path relative to the task file. Any deeper nesting is one
+    line here, before any download (datasets raised a 226-line traceback on it)."""
+    if isinstance(files, (str, list)) and _is_paths(files):
+        return _resolve_paths(files, base_dir)
+    if isinstance(files, list) and files and all(isinstance(f, dict) for f in files):
+        files = _split_entries(files, where)
+    if not isinstance(files, dict) or not files:
+        raise SpecbenchError(
+            f"{where}: source 'data_files' is {_shape(files)}; give a path, a list of paths, or a mapping of split "
+            f"to path(s), e.g. data_files: {{test: [a.json, b.json]}}"
+        )
+    for split, paths in files.items():
+        if not isinstance(split, str) or not _is_paths(paths):
+            raise SpecbenchError(
+                f"{where}: source 'data_files' maps split {str(split)[:60]!r} to {_shape(paths)}; nest no deeper: "
+                f"give each split a path or a list of paths, e.g. data_files: {{{str(split)[:60]}: [a.json, b.json]}}"
+            )
+    return {split: _resolve_paths(paths, base_dir) for split, paths in files.items()}
+
+
+def _is_paths(value: object) -> bool:
+    """A non-empty path, or a non-empty list of them."""
+    if isinstance(value, list):
+        return bool(value) and all(isinstance(v, str) and v for v in value)
+    return isinstance(value, str) and bool(value)
+
+
+def _resolve_paths(paths: str | list[str], base_dir: Path | None) -> str | list[str]:
+    if isinstance(paths, str):
+        return str(_resolve(paths, base_dir))
+    return [str(_resolve(p, base_dir)) for p in paths]
+
+
+def _split_entries(entries: list[dict], where: str) -> dict:
+    """[{split: train, path: a.json}, ...] (the form a dataset card's `configs:` uses) → {train: a.json, ...}."""
+    out: dict = {}
+    for entry in entries:
+        if set(entry) != {"split", "path"} or not isinstance(entry["split"], str) or entry["split"] in out:
+            raise SpecbenchError(
+                f"{where}: each entry of a data_files list of mappings needs exactly 'split' and 'path', "
+                f"each split once; write e.g. - {{split: test, path: a.json}}"
+            )
+        out[entry["split"]] = entry["path"]
+    return out
+
+
+def _shape(value: object, inner: bool = False) -> str:
+    """A few words for what a data_files value is, never its whole text (it may be huge); a list says what it holds
+    that is not a path."""
+    if isinstance(value, dict):
+        return "an empty mapping" if not value else "a mapping"
+    if isinstance(value, list):
+        if inner or not value:
+            return "an empty list" if not value else "a list"
+        odd = [v for v in value if not (isinstance(v, str) and v)]
+        return f"a list holding {_shape(odd[0], inner=True)}" if odd else "a list of paths"
+    if isinstance(value, str):
+        return "an empty path" if not value else "a path"
+    return f"a {type(value).__name__}"
 
 
 def _flatten_files(files: str | list | dict) -> list[str]:
