@@ -8,7 +8,7 @@ stated alternative (--alt-tv); with less it is inconclusive, with the samples th
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from rich.table import Table
@@ -47,6 +47,17 @@ AltTV = Annotated[
     typer.Option("--alt-tv", help="Alternative for every stated power: total variation on the tested law."),
 ]
 
+VerifyEngine = Annotated[
+    Literal["specbench", "llama-cpp"],
+    typer.Option(
+        "--engine",
+        case_sensitive=False,
+        help="specbench (torch) or llama-cpp (the target's GGUF in llama.cpp as quantized: the step law, its "
+        "controls, sequence level and greedy identity on llama.cpp's kernels; needs `make setup-llama-cpp`).",
+    ),
+]
+Threads = Annotated[int, typer.Option("--threads", help="--engine llama-cpp: llama.cpp's CPU threads (0: every core).")]
+
 TABLE_COLUMNS = ("check", "statistic", "p-value", "N", "level", "power", "result")
 VERDICT_STYLE = {"pass": "green", "fail": "red", "inconclusive": "yellow"}
 
@@ -71,10 +82,13 @@ def verify(
     results_dir: ResultsDir = "results",
     as_json: AsJson = False,
     trust_remote_code: TrustRemote = False,
+    engine: VerifyEngine = "specbench",
+    threads: Threads = 0,
 ):
     """Check that speculative decoding emits the target's distribution: exact laws, statistical tests, greedy identity.
 
     Example: specbench verify --temperature 0.7 --top-k 3   (small top-k makes the exact sequence law enumerable)
+    Example: specbench verify --engine llama-cpp   (the same checks on llama.cpp's kernels, the GGUF as quantized)
     """
     from specbench.evidence.verification import VerifyRequest, verify_pair
     from specbench.measure.sweep import parse_int_list
@@ -95,6 +109,8 @@ def verify(
         device=device,
         dtype=dtype,
         trust_remote_code=trust_remote_code,
+        engine=engine.lower(),
+        threads=threads,
     )
     quiet_transformers()
     with phase_status("checking the output folder") as status:
@@ -109,8 +125,9 @@ def verify(
 
 def print_checks(request, outcome) -> None:
     s = request.sampling
+    on = "" if request.engine == "specbench" else f" on {request.engine}"
     table = Table(
-        title=f"verify: {request.target} + {request.draft}, T={s.temperature:g}, top-k {s.top_k}, top-p {s.top_p:g}"
+        title=f"verify: {request.target} + {request.draft}{on}, T={s.temperature:g}, top-k {s.top_k}, top-p {s.top_p:g}"
     )
     for col in TABLE_COLUMNS:
         table.add_column(col, justify="left" if col == "check" else "right", no_wrap=col == "check")

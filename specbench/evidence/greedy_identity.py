@@ -16,8 +16,15 @@ import torch
 
 from specbench.config import SamplingConfig
 from specbench.decoding.autoregressive import clip_at_stop, prompt_split
-from specbench.decoding.cached_model import CachedModel
-from specbench.evidence.sequence_law import Engine, ProposerFactory, engines, last_logits, model_device
+from specbench.decoding.cached_model import as_cached
+from specbench.evidence.sequence_law import (
+    Engine,
+    ProposerFactory,
+    engines,
+    last_logits,
+    model_device,
+    model_dtype,
+)
 from specbench.evidence.stat_checks import CheckResult
 from specbench.measure.metrics import first_divergence
 
@@ -58,7 +65,7 @@ def margin_at(
     full = last_logits(model, prompt_ids, [prefix], decoder_start_id)[0].float()
     variants = [full]
     if prefix:
-        cm = CachedModel(model)
+        cm = as_cached(model)  # a torch module's fresh CachedModel, or llama.cpp's model itself
         encoder_ids, tokens = prompt_split(cm, prompt_ids, decoder_start_id)
         dev = cm.device
         cm.start(encoder_ids)
@@ -71,7 +78,7 @@ def margin_at(
         variants.append(cm.forward(torch.tensor(prefix, device=dev), all_logits=True)[-1].float())
     noise = max(float((a - b).abs().max()) for a in variants for b in variants)
     top = full.topk(2).values
-    eps = torch.finfo(next(model.parameters()).dtype).eps
+    eps = torch.finfo(model_dtype(model)).eps
     return {
         "margin": float(top[0] - top[1]),
         "noise": noise,
@@ -114,7 +121,7 @@ def greedy_checks(
         results=last,
     )
     base = runs.pop("baseline")
-    if hf_generate:
+    if hf_generate and isinstance(target_model, torch.nn.Module):  # HF generate needs a transformers model
         runs = {"hf-generate": lambda prompt, gen: hf_greedy(target_model, prompt, max_new_tokens, eos_ids), **runs}
     runs.update(extra_engines or {})
     reference = [base(list(p), None) for p in prompts]
@@ -150,7 +157,7 @@ def greedy_checks(
                 len(prompts),
                 matched / max(1, total),
                 margin_tol,
-                next(target_model.parameters()).dtype,
+                model_dtype(target_model),
                 max_new_tokens,
                 margins,
             )

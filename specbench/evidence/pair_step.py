@@ -22,7 +22,13 @@ from specbench.decoding.base import Proposer
 from specbench.decoding.sampling import processed_probs, sample
 from specbench.evidence.controls import CONTROLS, Control
 from specbench.evidence.exact_laws import VerifyFn
-from specbench.evidence.sequence_law import ProposerFactory, model_device, model_sequence_law, sampling_dict
+from specbench.evidence.sequence_law import (
+    ProposerFactory,
+    cached_tail,
+    model_device,
+    model_sequence_law,
+    sampling_dict,
+)
 from specbench.evidence.stat_checks import ALT_TV, LEVEL, CheckResult, sample_checks
 
 
@@ -31,7 +37,11 @@ def tail_logits(
     model: torch.nn.Module, prompt_ids: list[int], seq: list[int], rows: int, decoder_start_id: int | None = None
 ) -> torch.Tensor:
     """[rows, V] logits of the last `rows` positions of prompt + seq (one forward, no cache): row i predicts
-    seq[len(seq) − rows + 1 + i], so rows = g + 1 over seq = emitted + g drafted gives p_1..p_{g+1}."""
+    seq[len(seq) − rows + 1 + i], so rows = g + 1 over seq = emitted + g drafted gives p_1..p_{g+1}. On a model
+    with CachedModel's interface (llama.cpp's) the last `rows` tokens go in one pass after the rest (cached_tail):
+    the engine's verify-pass shape, whose rounding (quantized kernels) the step law then includes."""
+    if not isinstance(model, torch.nn.Module):
+        return cached_tail(model, list(prompt_ids) + list(seq), rows)
     dev = model_device(model)
     if getattr(model.config, "is_encoder_decoder", False):
         enc = torch.tensor([prompt_ids], device=dev)

@@ -70,7 +70,23 @@ def engines(
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
-    return next(model.parameters()).device
+    """Where the model's logits live: a torch module's parameters, or a cache wrapper's device (llama.cpp: the host)."""
+    return next(model.parameters()).device if isinstance(model, torch.nn.Module) else model.device
+
+
+def model_dtype(model: torch.nn.Module) -> torch.dtype:
+    """The dtype of the logits: a torch module's parameters', float32 for llama.cpp (its weights stay quantized)."""
+    return next(model.parameters()).dtype if isinstance(model, torch.nn.Module) else torch.float32
+
+
+def cached_tail(lm, ids: list[int], rows: int) -> torch.Tensor:
+    """[rows, V] logits of the last `rows` positions of `ids` on a model with CachedModel's interface (llama.cpp's):
+    the prefix in one pass from an empty cache, then the last `rows` tokens in one pass of their own, the shapes
+    the engine runs (a verify pass over γ + 1 tokens for the step law; one token for the baseline's law)."""
+    lm.start(capacity=len(ids))
+    if len(ids) > rows:
+        lm.forward(ids[:-rows])
+    return lm.forward(ids[-rows:], all_logits=True)
 
 
 def sample_continuations(engine: Engine, prompt_ids: list[int], k: int, generator: torch.Generator) -> Counter:
@@ -82,7 +98,10 @@ def sample_continuations(engine: Engine, prompt_ids: list[int], k: int, generato
 def last_logits(
     model: torch.nn.Module, prompt_ids: list[int], continuations: list[list[int]], decoder_start_id: int | None = None
 ) -> torch.Tensor:
-    """[B, V] logits after prompt + each continuation (all of one length), one full forward, no cache."""
+    """[B, V] logits after prompt + each continuation (all of one length), one full forward, no cache; on a
+    model with CachedModel's interface (llama.cpp's), each continuation from an empty cache (cached_tail)."""
+    if not isinstance(model, torch.nn.Module):
+        return torch.stack([cached_tail(model, list(prompt_ids) + list(c), 1)[0] for c in continuations])
     dev = model_device(model)
     if getattr(model.config, "is_encoder_decoder", False):
         enc = torch.tensor([prompt_ids] * len(continuations), device=dev)

@@ -13,6 +13,9 @@ runner on a real target and draft, each kind in its own module:
 This module orchestrates: `run_checks` runs all of it plus the model-free battery in order; `write_checks`
 stores checks.json (atomic) and checks.jsonl; `verify_pair` is the whole `specbench verify` (validate the
 request, check the output folder is writable, load the pair and the prompts, run the checks, write them).
+`--engine llama-cpp` loads the target's GGUF into llama.cpp (measure/llama_session.py) and runs the same checks on
+its kernels: the step law's target passes in the engine's verify shape, its controls, the sequence level and
+greedy identity (no HF generate row: there is no transformers model).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pathlib import Path
 import torch
 
 from specbench.config import LoadSpec, RunConfig, SamplingConfig, check_results_dir
+from specbench.decoding.llama_cpp import ENGINE_NAME
 from specbench.errors import SpecbenchError
 from specbench.evidence.controls import CONTROLS
 from specbench.evidence.equality import step_checks
@@ -34,6 +38,7 @@ from specbench.evidence.sequence_law import ProposerFactory, sampling_dict, sequ
 from specbench.evidence.stat_checks import ALT_TV, LEVEL, CheckResult
 from specbench.files import atomic_write_text
 from specbench.measure.engines import Session, prepare_examples
+from specbench.measure.llama_session import LlamaSession
 from specbench.measure.metrics import json_safe
 from specbench.measure.record_writing import prepare_run_dir
 from specbench.run_specs import GammaSpec, parse_draft
@@ -41,6 +46,7 @@ from specbench.tasks.examples import select_examples
 from specbench.tasks.specs import load_task
 
 CHECKS_SCHEMA_VERSION = 1
+VERIFY_ENGINES = ("specbench", ENGINE_NAME)  # hf-assisted has no step of its own to test
 
 
 def run_checks(
@@ -185,15 +191,25 @@ class VerifyRequest:
     device: str = "auto"
     dtype: str = "float32"
     trust_remote_code: bool = False
+    engine: str = "specbench"  # specbench (torch) or llama-cpp (the target's GGUF in llama.cpp, as quantized)
+    threads: int = 0  # --engine llama-cpp: llama.cpp's threads (0: every core this process may use)
 
     @property
     def load(self) -> LoadSpec:
         """The target and how it loads, as `run` has them."""
-        return LoadSpec(self.target, device=self.device, dtype=self.dtype, trust_remote_code=self.trust_remote_code)
+        return LoadSpec(
+            self.target,
+            device=self.device,
+            dtype=self.dtype,
+            trust_remote_code=self.trust_remote_code,
+            threads=self.threads,
+        )
 
     def validate(self) -> VerifyRequest:
         if not self.gammas:
             raise SpecbenchError("--gamma needs at least one value (e.g. 1,3)")
+        if self.engine not in VERIFY_ENGINES:
+            raise SpecbenchError(f"verify runs on {' or '.join(VERIFY_ENGINES)} (got --engine {self.engine})")
         RunConfig(
             load=self.load,
             draft=parse_draft(self.draft),
@@ -201,6 +217,7 @@ class VerifyRequest:
             sampling=self.sampling,
             limit=self.limit,
             gamma=GammaSpec(fixed=min(self.gammas)),
+            engine=self.engine,
         ).validate()
         if (
             self.length < 2
@@ -216,7 +233,8 @@ class VerifyRequest:
 
     def folder_name(self) -> str:
         s = self.sampling
-        return f"verify-{Path(self.target).name}-{Path(self.draft).name}-t{s.temperature:g}-k{s.top_k}-p{s.top_p:g}"
+        name = f"verify-{Path(self.target).name}-{Path(self.draft).name}-t{s.temperature:g}-k{s.top_k}-p{s.top_p:g}"
+        return name if self.engine == "specbench" else f"{name}-{self.engine}"  # torch's folder keeps its old name
 
 
 @dataclass
@@ -253,6 +271,7 @@ def verify_pair(
         step_samples=request.step_samples,
         control_samples=request.control_samples,
         alt_tv=request.alt_tv,
+        hf_generate=request.engine == "specbench",  # HF generate needs a transformers model
         progress=lambda msg: on_status(f"checking: {msg}"),
     )
     json_path, _ = write_checks(
@@ -266,6 +285,8 @@ def verify_pair(
             "task": task_name,
             "seed": request.seed,
             "alternative_tv": request.alt_tv,
+            "engine": request.engine,
+            **({"engine_info": target.model.describe()} if request.engine == ENGINE_NAME else {}),
         },
     )
     return VerifyOutcome(checks, json_path)
@@ -281,7 +302,7 @@ def check_writable(out_dir: Path) -> None:
 def load_pair(request: VerifyRequest):
     """(target LoadedModel, fresh-proposer factory, prompt token ids, task name); the draft is loaded
     once here so that a bad draft fails before any check runs."""
-    session = Session(request.load)
+    session = LlamaSession(request.load) if request.engine == ENGINE_NAME else Session(request.load)
     spec = load_task(request.task)
     prepared = prepare_examples(spec, select_examples(spec, request.limit, request.seed), session.target, 16)
     corpus = [p.prompt_ids for p in prepared]
