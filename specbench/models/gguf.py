@@ -8,6 +8,8 @@ when its size or mtime no longer match the stamp. The safetensors folder a GGUF 
 pinned the same way: each file's SHA-256, size and mtime are recorded at conversion, every load checks
 the sizes and re-hashes a file whose mtime moved, so a damaged cache is a one-line error before any
 example runs (and `specbench setup` converts it again) instead of a model that emits token 0 forever.
+A conversion is keyed by what decides its bytes (the GGUF's SHA-256, the converters' versions, the dtype),
+not by where the GGUF is installed, so every venv shares one copy, readable as the umask allows.
 This module knows files, hashes and packages, never presets: presets.py describes the models and calls in here.
 """
 
@@ -174,15 +176,69 @@ def joined_path(gguf_name: str) -> Path:
 
 # ---- conversion: dequantize once into a safetensors folder ---------------------------------------------
 
+CONVERSION_FORMAT = 2  # bump when _convert_into's output changes; format 1 was keyed by the GGUF's path and mtime
+CONVERTED_DTYPE = "float32"  # what _convert_into dequantizes to
+CONVERTERS = ("transformers", "gguf")  # the distributions whose versions decide the converted bytes
+
+
+def gguf_digest(path: Path) -> str:
+    """The SHA-256 of a GGUF: from its stamp while its size and mtime are unchanged, else hashed (and stamped)."""
+    stamp = verified_stamp(path)
+    try:
+        digest, key = stamp.read_text().split()
+        if key == _stat_key(path):
+            return digest
+    except (OSError, ValueError):
+        pass
+    digest = file_sha256(path)
+    with contextlib.suppress(OSError, SpecbenchError):  # a read-only cache: hashed again next time
+        _write_stamp(path, digest)
+    return digest
+
+
+def converter_versions() -> dict[str, str]:
+    """{distribution: version} of the converters installed here ('none' for one that is missing)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for dist in CONVERTERS:
+        try:
+            found[dist] = version(dist)
+        except PackageNotFoundError:
+            found[dist] = "none"
+    return found
+
+
+def conversion_provenance(gguf_path: Path) -> dict:
+    """What decides a conversion's bytes: the GGUF's SHA-256, the converters' versions, the dtype, the format."""
+    return {
+        "gguf": gguf_path.name,
+        "gguf_sha256": gguf_digest(gguf_path),
+        "converters": converter_versions(),
+        "dtype": CONVERTED_DTYPE,
+        "format": CONVERSION_FORMAT,
+    }
+
 
 def gguf_cache_dir(gguf_path: Path) -> Path:
-    """Where the safetensors conversion of a GGUF lives, keyed by the file's name, size and mtime."""
+    """Where the safetensors conversion of a GGUF lives: keyed by what decides its bytes (conversion_provenance),
+    never by where the GGUF lies or when it was installed, so every venv with the same GGUF and converters
+    shares one copy (the path-and-mtime key of format 1 made one 538 MB copy per venv and per reinstall)."""
+    provenance = conversion_provenance(gguf_path)
+    provenance.pop("gguf")  # the same bytes under another name are the same model
+    key = hashlib.sha256(json.dumps(provenance, sort_keys=True).encode()).hexdigest()[:16]
+    return cache_root() / "models" / f"{gguf_path.stem}-{key}"
+
+
+def legacy_cache_dir(gguf_path: Path) -> Path:
+    """Where format 1 put this GGUF's conversion (keyed by its absolute path, size and mtime): what setup retires."""
     st = gguf_path.stat()
     key = hashlib.sha256(f"{gguf_path.resolve()}:{st.st_size}:{int(st.st_mtime)}".encode()).hexdigest()[:12]
     return cache_root() / "models" / f"{gguf_path.stem}-{key}"
 
 
 DIGESTS = "specbench-digests.json"  # in a converted folder: {file: {"sha256", "size", "mtime_ns"}} at conversion
+PROVENANCE = "specbench-conversion.json"  # in a converted folder: conversion_provenance, itself digested
 
 
 def convert_gguf(
@@ -190,21 +246,66 @@ def convert_gguf(
 ) -> Path:
     """Dequantize a GGUF once into a safetensors directory (atomic: built aside, then renamed), its files' digests
     recorded. A cached conversion is checked first (conversion_problem): a damaged one is a one-line error naming
-    `fix`, or, given `on_repair` (setup), is reported to it, discarded and converted again."""
+    `fix`, or, given `on_repair` (setup), is reported to it in a line, discarded and converted again; setup also
+    retires this GGUF's format-1 conversion, saying so."""
     out = gguf_cache_dir(gguf_path)
     if out.exists() or out.is_symlink():
         problem = conversion_problem(out)
         if problem is None:
+            _retire_legacy(gguf_path, out, on_repair)
             return out
         if on_repair is None:
-            raise SpecbenchError(f"the converted model in {out} is damaged ({problem}); fix: {fix}")
-        on_repair(problem)
+            raise SpecbenchError(f"the converted model in {out} is damaged or unverifiable ({problem}); fix: {fix}")
+        on_repair(f"the converted cache is damaged or unverifiable ({problem}); converting again")
         _discard(out)
     cache_folder(out.parent)
-    with replacing(out) as tmp:  # a folder, built aside and renamed into place
-        _convert_into(gguf_path, tmp)
-        record_digests(tmp)
+    try:
+        with replacing(out) as tmp:  # a folder, built aside and renamed into place
+            _convert_into(gguf_path, tmp)
+            atomic_write_json(tmp / PROVENANCE, conversion_provenance(gguf_path))
+            record_digests(tmp)
+            share_as_umask_allows(tmp)
+    except SpecbenchError:  # the rename fails when another venv's process put the same conversion there first
+        if not out.is_dir() or conversion_problem(out) is not None:
+            raise
+    _retire_legacy(gguf_path, out, on_repair)
     return out
+
+
+def _retire_legacy(gguf_path: Path, out: Path, on_repair: Callable[[str], object] | None) -> None:
+    """Setup only (on_repair given): remove this GGUF's format-1 conversion, which nothing reads any more, in a line
+    that says whether its bytes were ever digest-checked (conversions older than digests had headers checked only)."""
+    legacy = legacy_cache_dir(gguf_path)
+    if on_repair is None or legacy == out or not legacy.is_dir() or legacy.is_symlink():
+        return
+    checked = (
+        "digest-checked" if (legacy / DIGESTS).is_file() else "its safetensors headers checked only, never digests"
+    )
+    _discard(legacy)
+    on_repair(
+        f"removed the older conversion {legacy} (keyed by the GGUF's install path, so each venv made its own; "
+        f"{checked}): {out} replaces it"
+    )
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it where /proc says it (os.umask can only set it)."""
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        status = Path("/proc/self/status").read_text().splitlines()
+        return int(next(line for line in status if line.startswith("Umask:")).split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def share_as_umask_allows(folder: Path) -> None:
+    """Give a conversion the modes the umask allows (files 0666, the folder 0777, less the umask): safetensors and
+    the atomic writes made its files 0600, so other users of a shared cache could not read them."""
+    mask = current_umask()
+    for path in folder.iterdir():
+        if path.is_file() and not path.is_symlink():
+            os.chmod(path, 0o666 & ~mask)
+    os.chmod(folder, 0o777 & ~mask)
 
 
 def _convert_into(gguf_path: Path, folder: Path) -> None:
@@ -248,14 +349,15 @@ def record_digests(folder: Path) -> None:
 
 def conversion_problem(folder: Path) -> str | None:
     """Why a converted folder cannot be used, or None. Every recorded file must be there with its recorded size;
-    one whose mtime moved is hashed (and its record refreshed when the hash still matches). A folder converted
-    before digests were recorded gets its safetensors files' structure checked, then its digests recorded."""
+    one whose mtime moved is hashed (and its record refreshed when the hash still matches). A folder without a
+    record cannot be checked, so it is refused too (setup converts it again): headers alone miss damage inside
+    the tensors' bytes."""
     if not folder.is_dir() or folder.is_symlink():
         return "not a folder"
     try:
         recorded = json.loads((folder / DIGESTS).read_bytes())
     except FileNotFoundError:
-        return _unrecorded_problem(folder)
+        return f"it has no {DIGESTS}, so its bytes cannot be checked (converted before digests were recorded)"
     except (OSError, ValueError, RecursionError):
         return f"{DIGESTS} is unreadable"
     if not isinstance(recorded, dict) or "config.json" not in recorded:
@@ -288,45 +390,3 @@ def _entry_problem(path: Path, want) -> tuple[str | None, bool]:
         return "changed since conversion (its SHA-256 differs)", False
     want["mtime_ns"] = st.st_mtime_ns
     return None, True
-
-
-def _unrecorded_problem(folder: Path) -> str | None:
-    """A conversion from before digests: its config and safetensors files must be whole; then record digests."""
-    if not (folder / "config.json").is_file():
-        return "config.json is missing"
-    weights = sorted(folder.glob("*.safetensors"))
-    if not weights:
-        return "it holds no .safetensors file"
-    for path in weights:
-        problem = safetensors_problem(path)
-        if problem:
-            return f"{path.name} {problem}"
-    with contextlib.suppress(OSError, SpecbenchError):
-        record_digests(folder)
-    return None
-
-
-def safetensors_problem(path: Path) -> str | None:
-    """Why `path` is not a whole safetensors file (its header must parse and describe exactly its size), or None.
-    Reads the header only: a truncated file or a garbled header, not damage inside the tensors' bytes."""
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as fh:
-            head = fh.read(8)
-            length = int.from_bytes(head, "little") if len(head) == 8 else -1
-            if not 0 < length <= min(size - 8, 100 << 20):
-                return "has no valid safetensors header"
-            header = json.loads(fh.read(length))
-    except OSError as exc:
-        return f"is unreadable ({exc.strerror or exc})"
-    except (ValueError, RecursionError):
-        return "has a garbled safetensors header"
-    if not isinstance(header, dict):
-        return "has a garbled safetensors header"
-    try:
-        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
-    except (TypeError, KeyError, IndexError):
-        return "has a garbled safetensors header"
-    if not isinstance(end, int) or 8 + length + end != size:
-        return f"is {size} bytes, its header describes {8 + length + end if isinstance(end, int) else '?'}"
-    return None

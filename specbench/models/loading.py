@@ -144,7 +144,8 @@ def resolve_source(spec: str, on_repair: Callable[[str], object] | None = None) 
     """A preset name, .gguf file, local directory or hub id → a directory or hub id transformers can load.
 
     A preset's or GGUF's converted cache is checked first (gguf.conversion_problem): damaged, it is a one-line
-    error, or with `on_repair` (setup) it is reported there and converted again."""
+    error, or with `on_repair` (setup) it is reported there in a line and converted again (and an older,
+    path-keyed conversion of the same GGUF is retired, in a line)."""
     fix = f"run `specbench setup --target {spec}` to convert it again"
     if spec in PRESETS:
         return str(convert_gguf(preset_gguf(PRESETS[spec]), fix=fix, on_repair=on_repair))
