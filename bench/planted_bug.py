@@ -33,8 +33,9 @@ from specbench.decoding.speculative import decode_speculative
 from specbench.evidence.planted import caused, late_verified_logits
 from specbench.files import atomic_write_text
 from specbench.measure.engines import Session, prepare_examples
+from specbench.measure.margin_gate import identity_line, ulp_limit
 from specbench.measure.metrics import first_divergence
-from specbench.measure.numerics import explain_example, identity_line
+from specbench.measure.numerics import explain_example
 from specbench.tasks.examples import select_examples
 from specbench.tasks.specs import load_task
 
@@ -51,6 +52,12 @@ def classified(model, prompt, base, res, gamma, start) -> dict:
     d = first_divergence(base.token_ids, res.token_ids)
     numerics = explain_example(model, prompt, {"token_ids": base.token_ids}, spec_record(res), gamma, d, start)
     return {"identical": d is None, "first_divergence": d, "numerics": numerics}
+
+
+def gaps(records: list[dict]) -> list[float]:
+    """The logit gap, in spacings, at each record's divergence (sorted; None where it was not measured)."""
+    out = [((r["numerics"] or {}).get("divergence") or {}).get("gap_ulps") for r in records if not r["identical"]]
+    return sorted(out, key=lambda g: (g is None, g or 0.0))
 
 
 def floor_only(records: list[dict]) -> list[dict]:
@@ -128,6 +135,9 @@ def main(argv: list[str] | None = None) -> dict:
         "clean": {"divergences": clean_div, **clean_summary},
         "planted": {"divergences": k, "unexplained": k_unexplained, **planted_summary},
         "planted_share_unexplained": k_unexplained / k if k else None,
+        "gate_limit_ulps": ulp_limit(u for r in clean for u in r["numerics"].get("floor_flip_ulps") or []),
+        "clean_gap_ulps": gaps(clean),
+        "planted_gap_ulps": gaps(ours),
         "seconds": time.perf_counter() - t0,
         "load_average_start": load0,
         "load_average_end": os.getloadavg(),
@@ -136,6 +146,10 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"clean: {clean_div} divergences, {clean_summary['divergences_unexplained']} unexplained")
     print(f"planted: {k} divergences, {k_unexplained} unexplained")
     print(f"numerics margin range (the floor's flips): {clean_summary['numerics_margin_range']}")
+    print(
+        f"gate: logit gaps up to {result['gate_limit_ulps']:g} spacings are numerics; gaps in spacings, clean "
+        f"{result['clean_gap_ulps']}, planted {result['planted_gap_ulps']}"
+    )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, json.dumps(result, indent=2, default=float) + "\n")

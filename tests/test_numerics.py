@@ -27,8 +27,9 @@ from specbench.decoding.base import Verdict
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.drafts.model import ModelDraft
 from specbench.decoding.speculative import decode_speculative
+from specbench.measure.margin_gate import FLOOR_CAP_ULPS, ROUNDING_ULPS, identity_line, in_spacings, spacing
 from specbench.measure.metrics import first_divergence
-from specbench.measure.numerics import explain_example, identity_line, replay, speculative_passes, step_passes
+from specbench.measure.numerics import explain_example, replay, speculative_passes, step_passes
 
 GREEDY = SamplingConfig()
 EOS = frozenset([2])
@@ -162,10 +163,11 @@ def _record(kind: str, margin: float, flips: list[float] | None) -> dict:
     return {"identical": False, "numerics": numerics}
 
 
-def test_margin_gate_overrides_the_replay_and_old_records_stay_readable():
-    """The replay says numerics for both divergences; the floor saw flips at margins up to 0.125, so the one at
-    margin 0.5 is unexplained whatever the replay says. Records without floor margins (written before the gate)
-    keep their replay class and say they were not gated."""
+def test_records_without_gaps_keep_the_raw_margin_gate_and_older_ones_stay_readable():
+    """Records written before gaps were stored (no gap_ulps, no floor_flip_ulps) keep the raw-margin gate: the
+    replay says numerics for both divergences; the floor saw flips at margins up to 0.125, so the one at margin
+    0.5 is unexplained. Records without floor margins (written before any gate) keep their replay class and say
+    they were not gated."""
     gated = identity_line([_record("numerics", 0.0625, [0.0, 0.125]), _record("numerics", 0.5, [])])
     assert gated["numerics_margin_range"] == [0.0, 0.125]
     assert gated["divergences_numerics"] == 1 and gated["divergences_unexplained"] == 1
@@ -204,3 +206,73 @@ def test_planted_late_logits_are_unexplained_and_the_clean_engine_is_not():
     summary = identity_line(hit + floor_only)
     assert len(hit) >= 6, summary
     assert summary["divergences_unexplained"] >= 0.95 * len(hit), summary
+
+
+# ---- the gap in spacings ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "dtype,value,ulp",
+    [
+        (torch.bfloat16, 40.0, 0.25),
+        (torch.bfloat16, 32.0, 0.25),
+        (torch.bfloat16, 31.5, 0.125),
+        (torch.bfloat16, -12.0, 0.0625),
+        (torch.float16, 1.0, 2.0**-10),
+        (torch.float32, 3.0, 2.0**-22),
+    ],
+)
+def test_spacing_is_the_distance_to_the_next_number_of_the_dtype(dtype, value, ulp):
+    """spacing() against the dtype itself: |value| and |value| + spacing are representable, the midpoint is not."""
+    assert spacing(value, dtype) == ulp
+    v = abs(value)
+    assert float(torch.tensor(v, dtype=dtype)) == v and float(torch.tensor(v + ulp, dtype=dtype)) == v + ulp
+    assert float(torch.tensor(v + ulp / 2, dtype=dtype)) != v + ulp / 2
+
+
+def _gap_record(kind: str, gap_ulps: float, flip_ulps: list[float]) -> dict:
+    record = _record(kind, 0.25, [0.125] * len(flip_ulps))
+    record["numerics"]["divergence"]["gap_ulps"] = gap_ulps
+    record["numerics"]["floor_flip_ulps"] = flip_ulps
+    return record
+
+
+def test_gate_reads_the_gap_in_spacings():
+    """Issue 27's case: a bf16 gap of 0.25 at a logit of 40 is one spacing; the floor's flips (raw margins up to
+    0.125) were at most one spacing too. One spacing is within the final rounding's reach: numerics. Three
+    spacings are not, unless the floor saw the pass shape flip that wide; a gap beyond FLOOR_CAP_ULPS is
+    unexplained even when a (possibly buggy) floor flipped wider."""
+    one = in_spacings(0.25, 40.0, torch.bfloat16)
+    assert one == 1.0
+    assert identity_line([_gap_record("numerics", one, [0.0, 1.0])])["divergences_unexplained"] == 0
+    assert identity_line([_gap_record("numerics", ROUNDING_ULPS, [])])["divergences_numerics"] == 1
+    wide = identity_line([_gap_record("numerics", 3.0, [0.0, 1.0])])
+    assert wide["divergences_unexplained"] == 1 and wide["divergences_above_margin_range"] == 1
+    assert f"wider than {ROUNDING_ULPS:g} spacings" in wide["identity_line"], wide
+    seen = identity_line([_gap_record("numerics", 3.0, [3.0])])  # the floor flipped a gap this wide
+    assert seen["divergences_numerics"] == 1 and "all at near-ties" in seen["identity_line"], seen
+    capped = identity_line([_gap_record("numerics", FLOOR_CAP_ULPS + 1, [1e6])])
+    assert capped["divergences_unexplained"] == 1, capped
+    replay_says_no = identity_line([_gap_record("unexplained", 0.0, [1.0])])
+    assert replay_says_no["divergences_unexplained"] == 1
+
+
+def test_bias_in_the_model_call_fools_the_replay_but_not_the_gate():
+    """A logit bias planted in the model call of every multi-token pass (evidence/planted.biased_multi_token_rows:
+    +10 on token 3 in every row): the classifier's replays run that call too, so they reproduce the emitted token
+    and say numerics; the floor, run under the bug as well, flips at gaps far beyond rounding (so its widening of
+    the gate stops at FLOOR_CAP_ULPS). bf16, 12 prompts: every example must diverge (≥ 10), the replay alone must
+    call most of them numerics (≥ 80 %: the replay is fooled), and after the gate ≥ 95 % are unexplained, all of
+    them at gaps wider than the gate's limit. The clean engine's numerics (0 unexplained) are
+    test_correct_verifier_in_bf16_only_numerics's, on the same pair and prompts."""
+    from specbench.evidence.planted import biased_multi_token_rows
+
+    target, draft = pair(torch.bfloat16)
+    with biased_multi_token_rows(token=3):
+        bugged = [r for r in records(target, draft) if not r["identical"]]
+    assert len(bugged) >= 10, len(bugged)
+    divergences = [r["numerics"]["divergence"] for r in bugged]
+    assert sum(d["kind"] == "numerics" for d in divergences) >= 0.8 * len(bugged), divergences  # the replay is fooled
+    summary = identity_line(bugged)
+    assert summary["divergences_unexplained"] >= 0.95 * len(bugged), summary
+    assert all(d["gap_ulps"] > FLOOR_CAP_ULPS for d in divergences if d["kind"] == "numerics"), divergences

@@ -430,7 +430,7 @@ def predicted_and_checks(
     out.update(predicted_decode(records, alpha, gamma, c, verify_cost))
     out.update(timing_noise(records, probes, drift))
     if greedy:
-        from specbench.measure.numerics import identity_line
+        from specbench.measure.margin_gate import identity_line
 
         out.update(identity_line(records))
     return out

@@ -27,13 +27,11 @@ searching the verify-shaped alignments instead: numerics if some (γ+1)-token ch
 common prefix flips the argmax at d.
 
   margin gate     the replay uses the same multi-token code as the engine, so a bug in that code would
-                  reproduce itself and pass for numerics. What the replay cannot fake is the margin: the
-                  floor records the baseline's top-2 logit margin at every position it flips
-                  (`floor_flip_margins`), and a divergence counts as numerics only when the baseline's
-                  margin at d lies within the range the floor measured flipping over the run (`margin_range`,
-                  [0, the largest flip margin]); a larger margin is unexplained whatever the replay says.
-                  `identity_line` applies it over a run's records; records written before the margins were
-                  stored (no `floor_flip_margins`) keep their replay-only class and are counted as ungated.
+                  reproduce itself and pass for numerics. What the replay cannot fake is the logit gap at d
+                  between the baseline's token and the emitted one (`gap`, `gap_ulps`: in spacings of the
+                  logit dtype); the floor records the same gap at each of its flips (`floor_flip_ulps`, beside
+                  the top-2 margins `floor_flip_margins`). measure/margin_gate.py decides from them and
+                  applies the gate over a run's records (`identity_line`).
 
 Everything here runs after an example's timed decodes, never inside them.
 """
@@ -46,6 +44,7 @@ import torch
 
 from specbench.decoding.autoregressive import prompt_split
 from specbench.decoding.cached_model import as_cached
+from specbench.measure.margin_gate import coarser_dtype, in_spacings
 
 
 @dataclass
@@ -64,7 +63,9 @@ class Divergence:
     verify_margin: float | None  # top1 − top2 logit there, verify-shaped passes
     floor_flips_here: bool  # whether the numerics floor (γ+1 chunks of the baseline's output) flips at d
     method: str  # "replay-last-pass" / "replay" (recorded passes: the last one alone, or all) or "alignment-search"
-    margin: float | None = None  # the baseline's top-2 logit margin at d (= step_margin), what the margin gate reads
+    margin: float | None = None  # the baseline's top-2 logit margin at d (= step_margin)
+    gap: float | None = None  # the baseline's logit for its token minus for the emitted one at d (1-token pass)
+    gap_ulps: float | None = None  # that gap in spacings of the logit dtype at |its logit|: what the margin gate reads
 
 
 def _top2(logits: torch.Tensor) -> tuple[int, float]:
@@ -162,7 +163,7 @@ def last_pass_only(passes: list[tuple[int, int]], d: int) -> list[tuple[int, int
     return None
 
 
-def numerics_floor(
+def floor_flips(
     model: torch.nn.Module,
     prompt_ids: list[int],
     tokens: list[int],
@@ -171,11 +172,11 @@ def numerics_floor(
     backend=None,
     pad_to: int = 1,
     prefilled: Prefilled | None = None,
-) -> list[int]:
-    """Positions where a teacher-forced (γ+1)-chunk pass over the baseline's greedy output picks
-    another argmax than the baseline did (position 0, the prefill's, is shared and never counted)."""
+) -> dict[int, int]:
+    """{position: the argmax there} wherever a teacher-forced (γ+1)-chunk pass over the baseline's greedy output
+    picks another argmax than the baseline did (position 0, the prefill's, is shared and never counted)."""
     if len(tokens) < 2:
-        return []
+        return {}
     rows = replay(
         model,
         prompt_ids,
@@ -187,7 +188,39 @@ def numerics_floor(
         pad_to,
         prefilled,
     )
-    return [j for j in range(1, len(tokens)) if j in rows and int(rows[j].argmax()) != tokens[j]]
+    argmax = {j: int(rows[j].argmax()) for j in range(1, len(tokens)) if j in rows}
+    return {j: b for j, b in argmax.items() if b != tokens[j]}
+
+
+def numerics_floor(
+    model: torch.nn.Module,
+    prompt_ids: list[int],
+    tokens: list[int],
+    gamma: int,
+    decoder_start_id: int | None = None,
+    backend=None,
+    pad_to: int = 1,
+    prefilled: Prefilled | None = None,
+) -> list[int]:
+    """The positions of floor_flips, in order."""
+    return list(floor_flips(model, prompt_ids, tokens, gamma, decoder_start_id, backend, pad_to, prefilled))
+
+
+def step_row(
+    model: torch.nn.Module,
+    prompt_ids: list[int],
+    tokens: list[int],
+    position: int,
+    decoder_start_id: int | None = None,
+    backend=None,
+    pad_to: int = 1,
+    prefilled: Prefilled | None = None,
+) -> torch.Tensor:
+    """The baseline's logits [V] at `position` of its own output: one 1-token pass after the prefix cached in one
+    pass (2 forwards instead of d; the cache then differs from the decode's in rounding only)."""
+    d = position
+    passes = [(max(1, d - 1), max(1, d - 1)), (1, 1)] if d >= 2 else step_passes(d + 1)
+    return replay(model, prompt_ids, tokens, passes, d, decoder_start_id, backend, pad_to, prefilled)[d]
 
 
 def step_margin(
@@ -200,30 +233,17 @@ def step_margin(
     pad_to: int = 1,
     prefilled: Prefilled | None = None,
 ) -> float:
-    """The baseline's top-2 logit margin at `position` of its own output: one 1-token pass after the prefix
-    cached in one pass (2 forwards; the cache then differs from the decode's in rounding only)."""
-    d = position
-    passes = [(max(1, d - 1), max(1, d - 1)), (1, 1)] if d >= 2 else step_passes(d + 1)
-    rows = replay(model, prompt_ids, tokens, passes, d, decoder_start_id, backend, pad_to, prefilled)
-    return _top2(rows[d])[1]
+    """The baseline's top-2 logit margin at `position` of its own output (step_row's)."""
+    row = step_row(model, prompt_ids, tokens, position, decoder_start_id, backend, pad_to, prefilled)
+    return _top2(row)[1]
 
 
-def margin_range(margins) -> tuple[float, float] | None:
-    """[0, the largest baseline margin at which the floor saw a flip]: the margins numerics can explain; None when
-    the floor saw no flip (then no divergence is numerics). Non-finite entries are ignored."""
-    finite = [float(m) for m in margins if m is not None and float(m) == float(m) and abs(float(m)) != float("inf")]
-    return (0.0, max(finite)) if finite else None
-
-
-def gated_kind(divergence: dict, margins: tuple[float, float] | None) -> str:
-    """A divergence's class after the margin gate: numerics only when the replay says so and the baseline's margin
-    at d lies within `margins` (margin_range of the run's floor flips)."""
-    if divergence.get("kind") != "numerics":
-        return "unexplained"
-    m = divergence.get("margin", divergence.get("step_margin"))
-    if margins is None or m is None or not (m == m) or m > margins[1]:
-        return "unexplained"
-    return "numerics"
+def logit_gap(model, row: torch.Tensor, a: int, b: int | None) -> tuple[float, float]:
+    """(z_a − z_b, the same in spacings of the logit dtype at |z_a|) in a 1-token pass's row: how far a pass shape
+    must move the two logits to swap a and b (margin_gate.py). b = None (the other output ended): the runner-up."""
+    z = row.float()
+    gap = float(z[a] - z[b]) if b is not None else _top2(row)[1]
+    return gap, in_spacings(gap, float(z[a]), coarser_dtype(row.dtype, getattr(model, "dtype", None)))
 
 
 def classify(
@@ -248,21 +268,11 @@ def classify(
     if d >= len(baseline):  # the speculative output runs past the baseline's end: no pass shape explains that
         return Divergence(d, "unexplained", -1, spec_token, -1, None, float("nan"), None, False, "none")
     # the baseline's argmax at d is the token it emitted (its own replay reproduces it exactly, see the
-    # tests); the step-shaped margin comes from one 1-token pass after the prefix filled in one pass,
-    # which costs 2 forwards instead of d (the cache then differs from the decode's in rounding only)
+    # tests); the step-shaped margin and gap come from step_row (2 forwards instead of d)
     a = baseline[d]
-    rows = replay(
-        model,
-        prompt_ids,
-        baseline,
-        [(max(1, d - 1), max(1, d - 1)), (1, 1)] if d >= 2 else step_passes(d + 1),
-        d,
-        decoder_start_id,
-        backend,
-        pad_to,
-        prefilled,
-    )
-    margin_a = _top2(rows[d])[1]
+    row_a = step_row(model, prompt_ids, baseline, d, decoder_start_id, backend, pad_to, prefilled)
+    margin_a = _top2(row_a)[1]
+    gap, gap_ulps = logit_gap(model, row_a, a, spec_token)
     b = margin_b = None
     if pass_lengths:
         passes = speculative_passes(pass_lengths, accept_lengths or [])
@@ -311,6 +321,8 @@ def classify(
         floor_flips_here=d in floor,
         method=method,
         margin=margin_a,
+        gap=gap,
+        gap_ulps=gap_ulps,
     )
 
 
@@ -332,14 +344,16 @@ def explain_example(
     t0 = time.perf_counter()
     shared = prefill(model, prompt_ids, decoder_start_id, backend)  # one prompt prefill for every replay below
     base = baseline["token_ids"]
-    floor = numerics_floor(model, prompt_ids, base, gamma, decoder_start_id, backend, pad_to, shared)
+    flipped = floor_flips(model, prompt_ids, base, gamma, decoder_start_id, backend, pad_to, shared)
+    floor = list(flipped)
+    # at each flip, the baseline's 1-token row (2 forwards a flip; flips are rare): its top-2 margin, and the gap
+    # between its token and the one the verify-shaped pass chose, in spacings: what the margin gate admits
+    rows = {j: step_row(model, prompt_ids, base, j, decoder_start_id, backend, pad_to, shared) for j in floor}
     out = {
         "floor_positions": max(0, len(base) - 1),
         "floor_flips": len(floor),
-        # the baseline's margin at each flip: the range the margin gate admits (2 forwards a flip; flips are rare)
-        "floor_flip_margins": [
-            step_margin(model, prompt_ids, base, j, decoder_start_id, backend, pad_to, shared) for j in floor
-        ],
+        "floor_flip_margins": [_top2(rows[j])[1] for j in floor],
+        "floor_flip_ulps": [logit_gap(model, rows[j], base[j], flipped[j])[1] for j in floor],
         "divergence": None,
     }
     if first_divergence is not None:
@@ -362,58 +376,3 @@ def explain_example(
         )
     out["seconds"] = time.perf_counter() - t0
     return out
-
-
-def identity_line(records: list[dict]) -> dict:
-    """Summary fields and the one line the run table prints, from the records' `numerics` fields."""
-    n = len(records)
-    identical = sum(1 for r in records if r["identical"])
-    fields = [r.get("numerics") or {} for r in records]
-    divs = [f["divergence"] for f in fields if f.get("divergence")]
-    unclassified = n - identical - len(divs)
-    gated = any("floor_flip_margins" in f for f in fields)  # records from before the gate carry no margins
-    margins = margin_range(m for f in fields for m in f.get("floor_flip_margins") or [])
-    kinds = [gated_kind(d, margins) if gated else d["kind"] for d in divs]
-    numerics = kinds.count("numerics")
-    unexplained = len(divs) - numerics
-    above = sum(1 for d, k in zip(divs, kinds) if d["kind"] == "numerics" and k != "numerics")
-    positions = sum((r.get("numerics") or {}).get("floor_positions", 0) for r in records)
-    cost = sum((r.get("numerics") or {}).get("seconds", 0.0) for r in records)
-    timed = sum(
-        sum(r[e].get("repeat_s") or [r[e].get("prefill_s", 0.0) + r[e].get("decode_s", 0.0)])
-        for r in records
-        for e in ("baseline", "speculative")
-        if isinstance(r.get(e), dict)
-    )
-    flips = sum((r.get("numerics") or {}).get("floor_flips", 0) for r in records)
-    diverged = n - identical
-    if diverged == 0:
-        line = f"{identical}/{n} identical"
-    elif unexplained == 0 and unclassified == 0:
-        gate = f" (margin ≤ {margins[1]:.3g}, within the floor's flip range)" if gated and margins else ""
-        line = (
-            f"{identical}/{n} identical; {diverged} diverged, all at near-ties{gate} that the verify-shaped pass "
-            f"flips by itself (numerics), 0 unexplained"
-        )
-    else:
-        line = (
-            f"{identical}/{n} identical; {diverged} diverged: {numerics} numerics, {unexplained} unexplained "
-            f"(candidate bugs)"
-            + (f", {above} of them at a margin above the floor's flip range" if above else "")
-            + (f", {unclassified} not classified" if unclassified else "")
-        )
-    if divs and not gated:
-        line += " [no floor margins recorded: replay only, not margin-gated]"
-    return {
-        "identity_line": line,
-        "divergences_numerics": numerics,
-        "divergences_unexplained": unexplained,
-        "divergences_unclassified": unclassified,
-        "numerics_explained_share": numerics / diverged if diverged else None,
-        "numerics_floor": flips / positions if positions else None,
-        "numerics_floor_flips": flips,
-        "numerics_floor_positions": positions,
-        "numerics_cost_share": cost / timed if timed and cost else None,
-        "numerics_margin_range": list(margins) if gated and margins else None,
-        "divergences_above_margin_range": above if gated else None,
-    }
