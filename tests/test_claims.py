@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 from helpers import make_run, varied_run
 
-from specbench.report.claims import FAILS, HOLDS, UNSURE, UNTESTED, claims, headline
+from specbench.report.claims import FAILS, HOLDS, UNSURE, UNTESTED, claims
 from specbench.report.collect import collect
+from specbench.report.headline import headline
 from specbench.report.render import md_escape, write_report
 
 

@@ -232,11 +232,11 @@ def test_sweep_takes_the_engine_as_an_axis(tmp_path, monkeypatch):
 
 
 def test_report_setup_names_the_engine_and_its_version():
-    from specbench.report.render import _engine_text
+    from specbench.report.environment import engine_text
 
     info = {"engine": "llama-cpp", "engine_version": "0.3.36", "threads": 2, "model_desc": "llama 256M Q4_1"}
-    assert _engine_text(info) == "llama-cpp (llama-cpp-python 0.3.36, 2 threads, llama 256M Q4_1)"
-    assert _engine_text(None) is None and _engine_text({}) is None  # torch runs: no engine line
+    assert engine_text(info) == "llama-cpp (llama-cpp-python 0.3.36, 2 threads, llama 256M Q4_1)"
+    assert engine_text(None) is None and engine_text({}) is None  # torch runs: no engine line
 
 
 def test_run_without_the_build_is_one_line_naming_the_setup(tmp_path, monkeypatch):

@@ -111,9 +111,9 @@ def test_four_cells_under_ray_equal_the_local_sweep(cluster, tiny, tmp_path):
     assert all(p[0]["device"] == "cpu" and p[0]["executor"] == "ray" for p in placed.values())
     assert not (local.root / PLACEMENT_FILE).exists()  # the local executor writes what it always wrote
     from specbench.report.collect import collect
-    from specbench.report.render import _environment
+    from specbench.report.environment import environment_lines
 
-    assert any("cells measured on" in line and "(cpu)" in line for line in _environment(collect([remote.root])))
+    assert any("cells measured on" in line and "(cpu)" in line for line in environment_lines(collect([remote.root])))
     again = run_sweep(g, tmp_path / "ray", executor=make_executor("ray"))
     assert again.new_examples == 0  # resumed from the driver's folder: nothing measured twice
 

@@ -14,9 +14,13 @@ from specbench.decoding import theory
 from specbench.errors import SpecbenchError
 from specbench.measure.hardware import describe
 from specbench.report.analysis import best_gamma_rows
-from specbench.report.collect import DRIFT_CONSEQUENCE, calibration_curves, collect
-from specbench.report.figures import fig_histograms, fig_pass_cost, fig_speedup, fig_time_split
-from specbench.report.render import PAPER_TABLE2, with_ci, write_report
+from specbench.report.calibrations import calibration_curves
+from specbench.report.collect import collect
+from specbench.report.detail_figures import fig_histograms, fig_pass_cost, fig_time_split
+from specbench.report.render import write_report
+from specbench.report.speedup_figures import fig_speedup
+from specbench.report.tables import PAPER_TABLE2, with_ci
+from specbench.report.timing_checks import DRIFT_CONSEQUENCE
 
 SPEEDUPS = {
     ("small", 0.0): {1: 1.2, 2: 1.5, 4: 1.3},
@@ -257,7 +261,7 @@ def test_pass_cost_curve_figure_and_auto_reasons(tmp_path):
     }
     make_run(root, "chosen", gamma=3, manifest_extra={"hardware": HW, "calibration": BF16, "auto": auto})
     data = collect([root])
-    curves = calibration_curves(data)
+    curves = calibration_curves(data.manifests, data.notes)
     assert sorted(c["label"] for c in curves) == [
         "bfloat16, 40-token context, AMD EPYC 7B13",
         "float32, 40-token context, AMD EPYC 7B13",
@@ -606,7 +610,7 @@ def test_speedup_figure_has_error_bars_and_draws_flagged_cells_hollow(tmp_path):
 
 
 def test_quality_axis_reads_bleu_and_versions_read_as_words(tmp_path):
-    from specbench.report.figures import fig_quality
+    from specbench.report.detail_figures import fig_quality
 
     rows = [
         {
@@ -644,7 +648,7 @@ def test_sample_outputs_differ_per_row(tmp_path):
 
 
 def test_a_pair_sweep_is_described_by_its_pairs_and_its_baselines():
-    from specbench.report.render import _sweep_line
+    from specbench.report.environment import sweep_line
 
     doc = {
         "sweep_id": "s",
@@ -659,8 +663,8 @@ def test_a_pair_sweep_is_described_by_its_pairs_and_its_baselines():
         },
         "baselines": ["baselines/a.jsonl", "baselines/b.jsonl", "baselines/c.jsonl", "baselines/d.jsonl"],
     }
-    line = _sweep_line(doc)
+    line = sweep_line(doc)
     assert "pairs smollm2-135m:prompt-lookup, qwen:prompt-lookup" in line and "drafts []" not in line
     assert "4 baseline(s), one per target" in line
     old = {**doc, "grid": {**doc["grid"], "pairs": [], "drafts": ["distilled"]}, "baselines": None}
-    assert "drafts ['distilled']" in _sweep_line(old) and "one baseline per task and temperature" in _sweep_line(old)
+    assert "drafts ['distilled']" in sweep_line(old) and "one baseline per task and temperature" in sweep_line(old)

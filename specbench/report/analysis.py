@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 
-from specbench.report.collect import fixed_gamma, isnull, num
+from specbench.report.collect import fixed_gamma
+from specbench.report.values import isnull, num
 
 NAN = float("nan")
 

@@ -28,9 +28,17 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from specbench.measure import statistics as st
-from specbench.measure.hardware import describe
 from specbench.report.analysis import AXES, axis_column, axis_sort_key, axis_text, perplexity_rows, target_params
-from specbench.report.collect import ReportData, isnull, num
+from specbench.report.collect import ReportData
+from specbench.report.selection import (
+    best_run,
+    config_text,
+    estimate_text,
+    select_then_confirm,
+    trusted,
+    unit_logs,
+)
+from specbench.report.values import isnull, num
 
 if TYPE_CHECKING:
     from specbench.evidence.perplexity import Equivalence
@@ -81,96 +89,6 @@ class Claim:
 
 def untested(key: str, why: str) -> str:
     return f"{UNTESTED}: {why}; run {COMMANDS[key]}"
-
-
-def interval(row) -> tuple[float, float, float]:
-    """(speedup, low, high): the 95 % bootstrap interval, or the point itself where none was computed (figures)."""
-    x, ci = num(row.get("speedup")), row.get("speedup_ci95")
-    if isinstance(ci, (list, tuple)) and len(ci) == 2 and not any(math.isnan(num(v)) for v in ci):
-        return x, num(ci[0]), num(ci[1])
-    return x, x, x
-
-
-def estimate_text(e: st.Estimate) -> str:
-    """'1.50× [1.31, 1.72] (n = 40)', or '1.50× (n = 8: too few for an interval)'."""
-    if math.isnan(e.value):
-        return "— (no examples)"
-    if e.has_interval:
-        return f"{e.value:.2f}× [{e.low:.2f}, {e.high:.2f}] (n = {e.n})"
-    return f"{e.value:.2f}× (n = {e.n}: too few for an interval)"
-
-
-def trusted(runs):
-    """The runs whose timings passed every check, or all of them when none did."""
-    ok = runs[~runs["timing_suspect"].astype(bool)] if "timing_suspect" in runs else runs
-    return ok if len(ok) else runs
-
-
-def config_text(row) -> str:
-    """A run's configuration in words: target, draft, γ, T and task."""
-    gamma = row.get("gamma_label") if isinstance(row.get("gamma_label"), str) else row.get("gamma")
-    return (
-        f"target {row['target']}, draft {row['draft']}, γ {gamma}, T {float(row['temperature']):g}, task {row['task']}"
-    )
-
-
-def best_run(runs):
-    """The trustworthy run with the largest speedup (point estimate; the figures' pick), or None."""
-    pool = trusted(runs)
-    speed = pool["speedup"].map(num)
-    return None if speed.isna().all() else pool.loc[speed.idxmax()]
-
-
-# --------------------------------------------------------------------------- per-example data
-
-
-def unit_logs(data: ReportData, row) -> dict[str, float]:
-    """A run's per-unit log throughput ratios (example id, or batch → log ratio), from its records."""
-    from specbench.measure.metrics import unit_log_ratios
-
-    frame = data.examples.get(row["run_dir"]) if "run_dir" in row else None
-    if frame is None or not len(frame):
-        return {}
-    return unit_log_ratios(records_of(frame))
-
-
-def records_of(frame) -> list[dict]:
-    """The flattened examples table of one run back as the nested records metrics reads (the timing fields)."""
-    keys = ("n_tokens", "prefill_s", "decode_s", "batch_s")
-    out = []
-    for r in frame.to_dict("records"):
-        rec = {k: (None if isnull(r.get(k)) else r.get(k)) for k in ("example_id", "batch_size", "batch_index")}
-        rec["identical"] = bool(r.get("identical")) if not isnull(r.get("identical")) else False
-        for engine in ("baseline", "speculative"):
-            rec[engine] = {k: r.get(f"{engine}.{k}") for k in keys if not isnull(r.get(f"{engine}.{k}"))}
-        out.append(rec)
-    return out
-
-
-def halves(logs: dict[str, float]) -> tuple[dict[str, float], dict[str, float]]:
-    """(selection half, confirmation half) of a run's units, split by a hash of each id (statistics.half_of)."""
-    a = {k: v for k, v in logs.items() if st.half_of(k) == 0}
-    return a, {k: v for k, v in logs.items() if k not in a}
-
-
-def geomean_of(logs: dict[str, float]) -> float:
-    vals = [v for v in logs.values() if math.isfinite(v)]
-    return math.exp(sum(vals) / len(vals)) if vals else float("nan")
-
-
-def select_then_confirm(data: ReportData, runs):
-    """The run whose primary measure is largest on the selection half of its examples, and that run's confirmation
-    half (key → log ratio): (row, confirmation logs, runs considered), or None."""
-    scored = []
-    for _, row in runs.iterrows():
-        pick, confirm = halves(unit_logs(data, row))
-        score = geomean_of(pick)
-        if not math.isnan(score):
-            scored.append((score, row, confirm))
-    if not scored:
-        return None
-    score, row, confirm = max(scored, key=lambda t: t[0])
-    return row, confirm, len(scored)
 
 
 def needed_text(key: str, n: int | None, per_cell: bool = True, command: str | None = None) -> str:
@@ -520,40 +438,3 @@ def claims(data: ReportData, rows: list[dict] | None = None, margin: float | Non
         with_and_without(size_claim, runs, target_params(data), data, margin),
         quality_claim(data, perplexity_rows(data) if rows is None else rows),
     ]
-
-
-# --------------------------------------------------------------------------- the headline
-
-
-def hardware_sentence(data: ReportData) -> str:
-    """The machine(s) the runs were measured on, as a sentence."""
-    machines = sorted({describe(m.hardware) for m in data.manifests.values() if m.hardware})
-    if not machines:
-        return "The runs did not record their hardware."
-    if len(machines) == 1:
-        return f"Measured on one machine: {machines[0]}."
-    return f"Measured on {len(machines)} machines: " + "; ".join(machines) + "."
-
-
-def headline(data: ReportData) -> str:
-    """The best configuration, chosen on one half of the examples and quoted with the other half's speedup, the
-    hardware, and how many runs were flagged."""
-    runs = data.runs
-    found = select_then_confirm(data, runs) if len(runs) else None
-    if found is None:
-        text = "No run has a measurable speedup."
-    else:
-        best, confirm, k = found
-        est = st.geometric_mean(list(confirm.values()))
-        text = (
-            f"Best configuration found (chosen on half of the examples of {k} run(s)): {config_text(best)}, "
-            f"{best.get('max_new_tokens')} new tokens: speedup {estimate_text(est)} on the other half over the "
-            f"target alone (geometric mean of per-example speedups, 95 % BCa interval)."
-        )
-    suspect = int(runs["timing_suspect"].astype(bool).sum()) if "timing_suspect" in runs else 0
-    if suspect:
-        text += (
-            f" {suspect} of {len(runs)} runs failed a timing check (see Timing warnings below); they stay in the "
-            f"verdicts, and each verdict says where leaving them out would change it."
-        )
-    return f"{text} {hardware_sentence(data)}"

@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from specbench.config import GAMMA_POLICIES
 from specbench.errors import SpecbenchError
-from specbench.measure.hardware import describe
-from specbench.measure.metrics import json_safe, summarize, timing_noise
+from specbench.measure.metrics import json_safe, summarize
 from specbench.measure.records import unsummarized_reason
 from specbench.measure.schema import Manifest
+from specbench.report.calibrations import calibration_curves
+from specbench.report.timing_checks import timing_note, timing_warnings
+from specbench.report.values import isnull, num, truthy
 
 if TYPE_CHECKING:
     import pandas as pd  # imported where used: it is slow to import
@@ -54,11 +54,6 @@ METRICS = (
 # caught per run, so one such run is listed as skipped instead of ending the report.
 DATA_ERRORS = (TypeError, ValueError, KeyError, AttributeError, IndexError, ZeroDivisionError)
 
-DRIFT_CONSEQUENCE = (
-    "the machine's speed changed between the baseline and this run, so its speedup is off by about "
-    "that factor (rerun the sweep on a quiet machine)"
-)
-
 
 @dataclass
 class Skipped:
@@ -83,38 +78,6 @@ class ReportData:
     def skip(self, path, reason: str) -> None:
         if not any(s.path == str(path) and s.reason == reason for s in self.skipped):
             self.skipped.append(Skipped(str(path), reason))
-
-
-# --------------------------------------------------------------------------- small value helpers
-
-
-def isnull(value) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
-
-
-def num(value) -> float:
-    """A float, NaN for anything that is not a number."""
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return float("nan")
-
-
-def truthy(value) -> bool:
-    return not isnull(value) and bool(value)
-
-
-def cell_text(value, digits: int = 3) -> str:
-    """A value as table text: '—' for missing, yes/no, floats to `digits` places (tiny ones in e-notation)."""
-    if isnull(value):
-        return "—"
-    if isinstance(value, (bool, np.bool_)):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.2e}" if 0 < abs(value) < 10**-digits else f"{value:.{digits}f}"  # p-values stay visible
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(cell_text(v, digits) for v in value) + "]"
-    return str(value)
 
 
 # --------------------------------------------------------------------------- files
@@ -192,73 +155,6 @@ def resolve_gamma(gamma, manifest: Manifest) -> tuple[int, str | None]:
     top = top if isinstance(top, int) and not isinstance(top, bool) and top >= 1 else 8
     policy = auto.get("gamma") if gamma == "auto" and isinstance(auto.get("gamma"), str) else gamma
     return top, str(policy)
-
-
-# --------------------------------------------------------------------------- timing checks
-
-
-def _verify_cost_note(row: dict) -> str | None:
-    """The report's own check: a verify cost outside [0.5, γ+1] single-token passes (None when plausible)."""
-    cost, gamma = num(row.get("verify_cost")), int(row["gamma"])
-    if not math.isnan(cost) and not 0.5 <= cost <= gamma + 1:
-        return (
-            f"verify cost {cost:.2f} single-token passes for γ+1 = {gamma + 1} tokens is "
-            f"implausible; the baseline and speculative timings were probably taken under different machine "
-            f"load, so its speedup is unreliable (rerun on a quiet machine)"
-        )
-    return None
-
-
-def _drift_flagged(row: dict) -> float | None:
-    """The run's baseline drift when metrics.timing_noise (the one drift rule) flags it, else None."""
-    drift = num(row.get("baseline_drift"))
-    if math.isnan(drift) or not timing_noise([], None, drift)["suspect_timing"]:
-        return None
-    return drift
-
-
-def timing_note(row: dict) -> str | None:
-    """Flag a verify cost no honest measurement gives: the baseline and speculative timings disagree.
-
-    One target pass over γ+1 tokens costs at least about one single-token step and at most
-    about γ+1 of them. Outside [0.5, γ+1] the baseline was most likely timed under another
-    load than the speculative run (a sweep measures each baseline once, in the first cell of
-    its task and temperature), so that run's speedup is not trustworthy.
-    Sweeps also re-time one shared baseline before each cell (runner.probe_shared_baseline):
-    a `baseline_drift` (fresh ÷ stored seconds) that metrics.timing_noise flags is reported too
-    (the tolerance lives there, so run, sweep and report agree).
-    """
-    note = _verify_cost_note(row)
-    if note:
-        return f"{row['run_id']}: {note}"
-    drift = _drift_flagged(row)
-    if drift is not None:
-        return (
-            f"{row['run_id']}: its shared baseline, re-timed before the run, took {drift:.2f}× the stored time; "
-            f"{DRIFT_CONSEQUENCE}"
-        )
-    return None
-
-
-def timing_warnings(row: dict) -> list[str]:
-    """Why a run's timings are suspect, one reason a line: the summary's timing_notes (metrics.timing_noise:
-    noise probes, per-example spread, repeats, baseline drift) and the report's verify-cost check."""
-    notes = row.get("timing_notes")
-    from_metrics = isinstance(notes, (list, tuple))
-    out = [str(n) for n in notes] if isinstance(notes, (list, tuple)) else []
-    drift = _drift_flagged(row)
-    if drift is not None:  # metrics already wrote "the shared baseline ... took X×"; say what it means
-        out.append(
-            DRIFT_CONSEQUENCE
-            if from_metrics
-            else f"its shared baseline, re-timed before the run, took {drift:.2f}× the stored time; {DRIFT_CONSEQUENCE}"
-        )
-    note = _verify_cost_note(row)
-    if note:
-        out.append(note)
-    if not out and truthy(row.get("suspect_timing")):
-        out.append("the summary flags its timings as suspect (no reason recorded)")
-    return out
 
 
 # --------------------------------------------------------------------------- reading one run
@@ -437,88 +333,6 @@ def policy_runs(runs):
     return runs[runs["gamma_policy"].notna()]
 
 
-# --------------------------------------------------------------------------- calibrations
-
-
-def hardware_short(hw, device: str | None = None) -> str:
-    """The CPU or GPU model a calibration ran on (the GPU's when the device is CUDA)."""
-    if not isinstance(hw, dict) or not hw:
-        return describe(None)
-    gpus = [str(g["name"]) for g in hw.get("gpus") or [] if isinstance(g, dict) and g.get("name")]
-    if gpus and str(device or "").startswith("cuda"):
-        return ", ".join(sorted(set(gpus)))
-    return str(hw.get("cpu_model") or describe(hw).split(",")[0])
-
-
-def _curve(cal: dict) -> dict[int, float] | None:
-    """k → t(k)/t(1) of a Calibration.to_dict(): its pass_cost, or derived from target_ms; None if unusable."""
-    cost = cal.get("pass_cost")
-    try:
-        if not isinstance(cost, dict) or not cost:
-            ms = {int(k): float(v) for k, v in (cal.get("target_ms") or {}).items()}
-            cost = {k: v / ms[1] for k, v in ms.items()} if ms.get(1, 0) > 0 else {}
-        curve = {int(k): float(v) for k, v in cost.items()}
-    except (TypeError, ValueError, AttributeError):
-        return None
-    curve = {k: v for k, v in sorted(curve.items()) if k >= 1 and math.isfinite(v) and v > 0}
-    return curve or None
-
-
-def _manifest_calibrations(manifest: Manifest) -> list[tuple[str, object]]:
-    """(dtype key, calibration) pairs: the run's own, then each dtype an `auto` choice calibrated."""
-    cals = [("", manifest.calibration)]
-    auto = manifest.auto
-    if isinstance(auto, dict) and isinstance(auto.get("calibrations"), dict):
-        cals += sorted(auto["calibrations"].items())
-    return [(key, cal) for key, cal in cals if cal is not None]
-
-
-def _label_curves(curves: list[dict]) -> None:
-    """A legend label per curve; the same setup calibrated twice (another session) is told apart by a run."""
-    for c in curves:
-        c["label"] = f"{c['dtype']}, {cell_text(c['context_tokens'])}-token context, {c['hardware']}"
-    counts: dict[str, int] = {}
-    for c in curves:
-        counts[c["label"]] = counts.get(c["label"], 0) + 1
-    for c in curves:
-        if counts[c["label"]] > 1:
-            c["label"] += f" ({c['runs'][0]})"
-
-
-def calibration_curves(data: ReportData) -> list[dict]:
-    """Each distinct pass-cost calibration across the runs' manifests (the run's own, and each dtype an
-    `auto` choice calibrated): {label, dtype, context_tokens, hardware, device, curve {k: t(k)/t(1)}, runs}."""
-    found: dict[tuple, dict] = {}
-    for run_dir, m in sorted(data.manifests.items()):
-        run_id = str(m.run_id or Path(run_dir).name)
-        for dtype_key, cal in _manifest_calibrations(m):
-            curve = _curve(cal) if isinstance(cal, dict) else None
-            if curve is None or not isinstance(cal, dict):
-                data.notes.append(
-                    f"{run_id}: a calibration in manifest.json has no usable pass-cost curve; not plotted"
-                )
-                continue
-            dtype, device = str(cal.get("dtype") or dtype_key or "?"), str(cal.get("device") or "?")
-            hw = hardware_short(m.hardware, device)
-            key = (dtype, device, cal.get("context_tokens"), hw, tuple((k, round(v, 6)) for k, v in curve.items()))
-            entry = found.setdefault(
-                key,
-                {
-                    "dtype": dtype,
-                    "device": device,
-                    "context_tokens": cal.get("context_tokens"),
-                    "hardware": hw,
-                    "curve": curve,
-                    "runs": [],
-                },
-            )
-            if run_id not in entry["runs"]:
-                entry["runs"].append(run_id)
-    curves = list(found.values())
-    _label_curves(curves)
-    return curves
-
-
 # --------------------------------------------------------------------------- sweeps and checks
 
 
@@ -591,7 +405,7 @@ def collect(paths: list[Path]) -> ReportData:
     rows = [row for row in (_read_run(s, data) for s in summaries) if row is not None]
     if rows:
         data.runs = _runs_frame(rows)
-    data.curves = calibration_curves(data)
+    data.curves = calibration_curves(data.manifests, data.notes)
     _read_sweeps(files, with_summary, data)
     _read_checks(files, data)
     return data
