@@ -357,6 +357,19 @@ def test_a_nan_prompt_is_refused(tmp_path):
     refused(lambda: select_examples(load_task(str(path)), 2, 0), "nan", "not text")
 
 
+@pytest.mark.parametrize(
+    "data_files", [{"test": {"x": "rows.jsonl"}}, {"test": [["rows.jsonl"]]}, [["rows.jsonl"]], {"test": []}, {}]
+)
+def test_nested_hub_data_files_are_refused_before_datasets_sees_them(tmp_path, monkeypatch, data_files):
+    """Issue 30 item 10: `datasets` raised a 226-line traceback on a split mapped to a mapping."""
+    import datasets
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: pytest.fail("the task reached datasets"))
+    path = hostile_yaml(tmp_path, source={"type": "hub", "path": "json", "data_files": data_files})
+    refused(lambda: select_examples(load_task(str(path)), 2, 0), "data_files", "e.g.")
+
+
 def valid_examples() -> str:
     return "[" + ",".join((OLD_RUN / "examples.jsonl").read_text().splitlines()) + "]"
 
