@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from specbench.config import SamplingConfig
+from specbench.config import LoadSpec, SamplingConfig
 from specbench.decoding.autoregressive import clip_at_stop
 from specbench.decoding.batched import decode_autoregressive_batch, decode_speculative_batch
 from specbench.decoding.batched.cache import left_pad
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> dict:
     import transformers
 
     transformers.utils.logging.set_verbosity_error()
-    session = Session(args.target, args.device, args.dtype)
+    session = Session(LoadSpec(args.target, device=args.device, dtype=args.dtype))
     spec = load_task(args.task)
     prompts = [
         p.prompt_ids

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from specbench.config import RunConfig, SamplingConfig
+from specbench.config import LoadSpec, RunConfig, SamplingConfig
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.hf_assisted import decode_hf
 from specbench.decoding.speculative import decode_speculative
@@ -223,25 +223,23 @@ def main(argv: list[str] | None = None) -> dict:
     import transformers
 
     transformers.utils.logging.set_verbosity_error()
-    config = RunConfig(
-        target=args.target,
-        draft=args.draft,
-        task=args.task,
-        gamma=args.gamma,
-        limit=args.limit,
+    load = LoadSpec(
+        args.target,
         device=args.device,
         dtype=args.dtype,
-        backend=args.backend,
-        draft_confidence=args.draft_confidence,
-    ).validate()
-    session = Session(
-        args.target,
-        args.device,
-        args.dtype,
         backend=args.backend,
         device_map=args.device_map,
         max_memory=args.max_memory,
     )
+    config = RunConfig(
+        load=load,
+        draft=args.draft,
+        task=args.task,
+        gamma=args.gamma,
+        limit=args.limit,
+        draft_confidence=args.draft_confidence,
+    ).validate()
+    session = Session(load)
     spec = load_task(args.task)
     prepared = prepare_examples(spec, select_examples(spec, args.limit, 0), session.target, args.max_new_tokens)
     engines = Engines(session, config, session.proposer(args.draft, corpus=[p.prompt_ids for p in prepared]))

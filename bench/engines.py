@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specbench.config import SamplingConfig
+from specbench.config import LoadSpec, SamplingConfig
 from specbench.decoding import llama_cpp as lc
 from specbench.decoding.autoregressive import decode_autoregressive
 from specbench.decoding.base import DecodeResult
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     torch.set_num_threads(threads)  # both engines on the same number of threads
     spec = load_task(args.task)
-    llama = LlamaSession(args.target, threads=threads)
+    llama = LlamaSession(LoadSpec(args.target, threads=threads))
     prepared = prepare_examples(spec, select_examples(spec, args.limit, 0), llama.target, args.max_new_tokens)
     prompts = [p.prompt_ids for p in prepared]
     eos, max_new = llama.target.eos_ids, args.max_new_tokens
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> dict:
     curves = {f"llama.cpp ({llama.engine_info()['model_desc']})": curve(llama.target_lm(), prompts, max_new, "gguf")}
     if not args.no_torch:
         for dtype in ("float32", "bfloat16"):
-            s = Session(args.target, "cpu", dtype)
+            s = Session(LoadSpec(args.target, device="cpu", dtype=dtype))
             name = "torch-fp32" if dtype == "float32" else "torch-bf16"
             decoders |= loop_decoders(name, s.target_lm(), s.proposer(args.draft, prompts), eos, args.gamma, max_new)
             curves[f"torch {dtype}"] = curve(CachedModel(s.target.model), prompts, max_new, dtype)

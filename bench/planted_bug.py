@@ -26,7 +26,7 @@ import os
 import time
 from pathlib import Path
 
-from specbench.config import SamplingConfig
+from specbench.config import LoadSpec, SamplingConfig
 from specbench.decoding.autoregressive import decode_autoregressive
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.speculative import decode_speculative
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     t0 = time.perf_counter()
     load0 = os.getloadavg()
-    session = Session(args.target, args.device, args.dtype)
+    session = Session(LoadSpec(args.target, device=args.device, dtype=args.dtype))
     spec = load_task(args.task)
     prompts = [
         p.prompt_ids

@@ -193,6 +193,7 @@ def twin_server(args) -> None:
     cell as run_sweep's local loop does (execute_run on its session) and answer its seconds on stdout."""
     import torch
 
+    from specbench.config import LoadSpec
     from specbench.measure.engines import Session
     from specbench.measure.runner import execute_run
     from specbench.measure.sweep_run import BaselineStore, baseline_file, cell_ids, write_sweep_file
@@ -203,7 +204,7 @@ def twin_server(args) -> None:
     root.mkdir(parents=True)
     cells = dict(cell_ids(grid))
     write_sweep_file(root, "twins", grid, list(cells.items()), {})
-    session = Session(grid.target, "cpu", grid.dtype)
+    session = Session(LoadSpec(grid.load.target, device="cpu", dtype=grid.load.dtype))
     print("ready", flush=True)
     for line in sys.stdin:
         cell_id = line.strip()

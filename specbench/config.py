@@ -147,9 +147,9 @@ def check_batch_options(config: RunConfig) -> None:
             "--engine hf-assisted decodes one sequence at a time: HF's assisted generation does not "
             "support batches (use --batch-size 1, or the specbench engine)"
         )
-    if config.backend != "eager":
+    if config.load.backend != "eager":
         raise SpecbenchError(
-            f"--backend {config.backend} is for one sequence at a time; batches run eager "
+            f"--backend {config.load.backend} is for one sequence at a time; batches run eager "
             f"(drop --backend, or use --batch-size 1)"
         )
     if config.gamma.policy is not None:
@@ -158,7 +158,7 @@ def check_batch_options(config: RunConfig) -> None:
             f"{config.batch_size} pass an integer γ (a sweep over --gamma at this batch size finds "
             f"the best)"
         )
-    if config.draft.auto or config.dtype == AUTO:
+    if config.draft.auto or config.load.dtype == AUTO:
         raise SpecbenchError(
             f"--draft auto and --dtype auto are chosen at batch 1; with --batch-size "
             f"{config.batch_size} name the draft and dtype (a sweep compares them)"
@@ -175,26 +175,25 @@ def check_batch_options(config: RunConfig) -> None:
 def check_llama_cpp_options(config: RunConfig) -> None:
     """--engine llama-cpp runs the target's GGUF as quantized, one sequence at a time on the CPU build's threads:
     the torch-side choices (dtype, backend, placement, batches) do not apply to it."""
-    if config.threads < 0:
-        raise SpecbenchError(f"--threads must be >= 0 (got {config.threads}); 0 uses every core")
+    load = config.load
     if config.engine != "llama-cpp":
-        if config.threads:
+        if load.threads:
             raise SpecbenchError("--threads sets llama.cpp's threads: use it with --engine llama-cpp")
         return
     for given, default, name in (
-        (config.dtype, "float32", "--dtype"),
-        (config.backend, "eager", "--backend"),
+        (load.dtype, "float32", "--dtype"),
+        (load.backend, "eager", "--backend"),
         (config.batch_size, 1, "--batch-size"),
-        (config.device_map, None, "--device-map"),
+        (load.device_map, None, "--device-map"),
     ):
         if given != default:
             raise SpecbenchError(
                 f"{name} {given} does not apply to --engine llama-cpp (it runs the GGUF as quantized, one sequence "
                 f"at a time); drop {name}"
             )
-    if config.device not in ("auto", "cpu"):
+    if load.device not in ("auto", "cpu"):
         raise SpecbenchError(
-            f"--engine llama-cpp places itself (a CUDA build offloads to the GPU); drop --device {config.device}"
+            f"--engine llama-cpp places itself (a CUDA build offloads to the GPU); drop --device {load.device}"
         )
 
 
@@ -226,6 +225,53 @@ def check_backend(name: str) -> None:
 
 
 @dataclass(frozen=True)
+class LoadSpec:
+    """How the target is loaded and run: everything a `Session` (measure/engines.py) needs to hold a run's models.
+
+    RunConfig, SweepGrid and Session embed one instead of re-declaring these fields, so a new load option is one
+    field here, its check in `validate`, its CLI option and its use. RunConfig.to_dict writes the fields flat, as
+    they were before this spec existed, so run ids and config JSON keep their bytes."""
+
+    target: str  # preset name, hub id, local directory or .gguf file
+    device: str = "auto"
+    dtype: str = "float32"  # or auto: chosen on this machine by calibration (measure/choose.py)
+    trust_remote_code: bool = False
+    backend: str = "eager"  # how every model's forward runs: eager, static (KV cache) or compiled (decoding/backend.py)
+    # the target's layers placed by accelerate: auto, balanced, … or JSON (specbench/placement.py)
+    device_map: str | None = None
+    max_memory: str | None = None  # per-device caps for device_map, e.g. 0=20GiB,cpu=60GiB
+    threads: int = 0  # --engine llama-cpp: llama.cpp's CPU threads (0: every core this process may use)
+
+    def validate(self) -> LoadSpec:
+        """Each value on its own; what the engine rules out (llama.cpp's own placement) is check_llama_cpp_options."""
+        if self.device not in DEVICES:
+            raise SpecbenchError(f"--device must be one of {', '.join(DEVICES)} (got {self.device!r})")
+        if self.dtype not in DTYPES + (AUTO,):
+            raise SpecbenchError(f"--dtype must be one of {', '.join(DTYPES + (AUTO,))} (got {self.dtype!r})")
+        check_backend(self.backend)
+        check_placement(self.device_map, self.max_memory)
+        if self.threads < 0:
+            raise SpecbenchError(f"--threads must be >= 0 (got {self.threads}); 0 uses every core")
+        return self
+
+
+LOAD_KEYS = tuple(f.name for f in dataclasses.fields(LoadSpec))  # written flat in config JSON, beside the run's own
+# config JSON's keys in the order they have always had (new fields go after them): manifests keep their bytes
+CONFIG_KEYS = tuple(
+    "target draft task gamma sampling limit seed max_new_tokens device dtype engine trust_remote_code backend "
+    "draft_confidence gamma_max repeats exact_shapes device_map max_memory batch_size batch_policy prompt_length "
+    "threads".split()
+)
+
+
+def flat_load(fields: dict, order: tuple[str, ...] = CONFIG_KEYS) -> dict:
+    """asdict() of a RunConfig (or SweepGrid) with its "load" entry written flat, keys in `order` (then any others):
+    the dict it wrote before LoadSpec existed."""
+    flat = {k: v for k, v in fields.items() if k != "load"} | fields["load"]
+    return {k: flat[k] for k in order if k in flat} | flat
+
+
+@dataclass(frozen=True)
 class SamplingConfig:
     """How logits become a distribution; applied identically to target and draft."""
 
@@ -250,7 +296,7 @@ class SamplingConfig:
 class RunConfig:
     """One `specbench run`: a target/draft pair, γ, sampling and a task."""
 
-    target: str  # preset name, hub id, local directory or .gguf file
+    load: LoadSpec  # the target and how it loads and runs; a target string given here is LoadSpec(target)
     draft: DraftSpec  # what --draft asks for (run_specs.py); a string given here is parsed into it, once
     task: str  # task name from tasks/ or a JSONL file of {"prompt": ...}
     gamma: GammaSpec = GammaSpec(4)  # γ per target pass, or a policy; an int or a name given here is parsed into it
@@ -258,21 +304,13 @@ class RunConfig:
     limit: int = 8  # number of examples
     seed: int = 0
     max_new_tokens: int | None = None  # None: the task's default
-    device: str = "auto"
-    dtype: str = "float32"
-    engine: str = "specbench"  # our loop, or HF assisted generation for comparison
-    trust_remote_code: bool = False
-    backend: str = "eager"  # how every model's forward runs: eager, static (KV cache) or compiled (decoding/backend.py)
+    engine: str = "specbench"  # our loop, HF assisted generation for comparison, or our loop on llama.cpp
     draft_confidence: float = 0.0  # > 0: a model draft stops a proposal early below this confidence (γ is the most)
     gamma_max: int = 8  # the largest γ that auto / adaptive / heuristic consider (calibrated up to γ+1 tokens)
     repeats: int = 1  # timed decodes per engine and example, interleaved A B B A …; times are their median
     exact_shapes: bool = (
         False  # pad every target pass of both engines to γ+1 tokens: identical kernels, identity in bf16
     )
-    device_map: str | None = (
-        None  # the target's layers placed by accelerate: auto, balanced, … or JSON (specbench/placement.py)
-    )
-    max_memory: str | None = None  # per-device caps for device_map, e.g. 0=20GiB,cpu=60GiB
     batch_size: int = 1  # examples decoded together, in the task's seeded order (1: one at a time, as before batches)
     batch_policy: str = (
         "ragged"  # B > 1: each row keeps its own accepted prefix (ragged) or all advance by the minimum (min)
@@ -280,9 +318,10 @@ class RunConfig:
     prompt_length: str = (
         "all"  # all examples, or the short / medium / long tertile of prompt tokens (measure/buckets.py)
     )
-    threads: int = 0  # --engine llama-cpp: llama.cpp's CPU threads (0: every core this process may use)
 
     def __post_init__(self) -> None:
+        if isinstance(self.load, str):  # a bare target (tests, the bench): every other load setting at its default
+            object.__setattr__(self, "load", LoadSpec(self.load))
         object.__setattr__(self, "gamma", parse_gamma(self.gamma))  # an int or a name from callers and JSON
         object.__setattr__(self, "draft", parse_draft(self.draft))  # a malformed spec fails here, before any load
 
@@ -312,14 +351,9 @@ class RunConfig:
             raise SpecbenchError(f"--limit must be >= 1 (got {self.limit})")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
             raise SpecbenchError(f"--max-new-tokens must be >= 1 (got {self.max_new_tokens})")
-        if self.device not in DEVICES:
-            raise SpecbenchError(f"--device must be one of {', '.join(DEVICES)} (got {self.device!r})")
-        if self.dtype not in DTYPES + (AUTO,):
-            raise SpecbenchError(f"--dtype must be one of {', '.join(DTYPES + (AUTO,))} (got {self.dtype!r})")
+        self.load.validate()
         if self.engine not in ENGINES:
             raise SpecbenchError(f"--engine must be one of {', '.join(ENGINES)} (got {self.engine!r})")
-        check_backend(self.backend)
-        check_placement(self.device_map, self.max_memory)
         check_batch_options(self)
         check_prompt_length(self.prompt_length)
         check_llama_cpp_options(self)
@@ -342,11 +376,14 @@ class RunConfig:
     def to_dict(self) -> dict:
         """The fields as a dict, leaving out those added later while they keep their defaults: run
         ids hash this and resumption compares it, so configurations that existed before such a
-        field keep their ids and folders (from_dict restores the default)."""
-        return omit_later_defaults(dataclasses.asdict(self) | {"gamma": self.gamma.value, "draft": self.draft.text})
+        field keep their ids and folders (from_dict restores the default). The load spec's fields are written
+        flat, among the others, as before it existed."""
+        fields = dataclasses.asdict(self) | {"gamma": self.gamma.value, "draft": self.draft.text}
+        return omit_later_defaults(flat_load(fields))
 
     @staticmethod
     def from_dict(d: dict) -> RunConfig:
+        """The config of a to_dict (a manifest's, a sweep cell's; an older one lacks the fields added later)."""
         d = dict(d)
-        d["sampling"] = SamplingConfig(**d["sampling"])
-        return RunConfig(**d)
+        load = LoadSpec(**{k: d.pop(k) for k in LOAD_KEYS if k in d})
+        return RunConfig(load=load, sampling=SamplingConfig(**d.pop("sampling")), **d)

@@ -12,6 +12,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 import specbench.measure.engines as engines
+from specbench.config import LoadSpec
 from specbench.decoding.backend import ForwardBackend
 from specbench.decoding.drafts.factory import make_proposer
 from specbench.decoding.drafts.model import ModelDraft
@@ -104,8 +105,8 @@ class FakeSession(engines.Session):
     def __init__(self, *args, **kwargs):
         FakeSession.instances += 1
         self.target = wrap_model("tiny-target", tiny_llama(0), StubTokenizer())
-        self.backend, self.target_backend = "eager", ForwardBackend(self.target.model)
-        self.dtype, self.calibrations, self.draft_ms, self.pilots = "float32", {}, {}, {}
+        self.load, self.target_backend = LoadSpec("tiny-target", device="cpu"), ForwardBackend(self.target.model)
+        self.calibrations, self.draft_ms, self.pilots = {}, {}, {}
         self.drafts = {
             "tiny-draft": ModelDraft(tiny_llama(1), "tiny-draft"),
             "prompt-lookup": make_proposer(parse_draft("prompt-lookup"), self.target),

@@ -3,7 +3,7 @@ fact and how much faster it is than the alternative, and γ's candidates as a sm
 
 from __future__ import annotations
 
-from specbench.config import RunConfig, parse_gamma
+from specbench.config import LoadSpec, RunConfig, parse_gamma
 from specbench.measure.calibration import Calibration
 from specbench.measure.choose import Candidate, PilotResult, explain
 
@@ -18,7 +18,7 @@ def pilot(draft: str, alpha: float) -> PilotResult:
 
 
 def test_auto_lines_name_the_choice_then_why():
-    config = RunConfig(target="t", task="x", draft="auto", dtype="auto", gamma=parse_gamma("auto"), gamma_max=3)
+    config = RunConfig(LoadSpec("t", dtype="auto"), task="x", draft="auto", gamma=parse_gamma("auto"), gamma_max=3)
     bf = [Candidate("prompt-lookup", "bfloat16", g, s, 85.0 / s * 1.5) for g, s in ((1, 1.2), (2, 1.5), (3, 1.4))]
     ranked = sorted(
         [*bf, Candidate("unigram", "bfloat16", 2, 1.1, 95.0), Candidate("prompt-lookup", "float32", 2, 1.4, 181.4)],

@@ -164,16 +164,16 @@ def test_ratio_to_prediction():
 
 
 def test_auto_control_times_the_runner_up_on_the_same_examples():
-    from specbench.config import RunConfig
+    from specbench.config import LoadSpec, RunConfig
     from specbench.measure.auto_pilot import control_config, control_line
     from specbench.measure.choose import AutoChoice
 
-    config = RunConfig(target="t", draft="auto", task="ding-de-en", gamma="auto", dtype="auto", limit=20)
+    config = RunConfig(LoadSpec("t", dtype="auto"), draft="auto", task="ding-de-en", gamma="auto", limit=20)
     choice = AutoChoice({}, "bfloat16", "lookup+distilled", 4, 4, [], {}, {}, {})
     assert control_config(config, choice) is None  # no runner-up: nothing to time
     choice.runner_up = {"draft": "prompt-lookup", "dtype": "float32", "gamma": 3, "speedup": 1.2}
     control = control_config(config, choice)
-    assert (control.draft.text, control.dtype, control.gamma.fixed) == ("prompt-lookup", "float32", 3)
+    assert (control.draft.text, control.load.dtype, control.gamma.fixed) == ("prompt-lookup", "float32", 3)
     assert (control.task, control.limit, control.seed) == (config.task, config.limit, config.seed)  # same examples
     line = control_line(
         {"speedup_geomean": 1.5, "speedup_geomean_ci95": [1.3, 1.7]},

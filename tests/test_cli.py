@@ -312,10 +312,10 @@ def test_fields_added_later_leave_existing_run_ids_alone():
     from specbench.config import RunConfig
     from specbench.measure.planning import run_id_for
 
-    plain = RunConfig(target="t", draft="d", task="x")
+    plain = RunConfig("t", draft="d", task="x")
     assert "draft_confidence" not in plain.to_dict()
     assert RunConfig.from_dict(plain.to_dict()) == plain
-    stopping = RunConfig(target="t", draft="d", task="x", draft_confidence=0.4)
+    stopping = RunConfig("t", draft="d", task="x", draft_confidence=0.4)
     assert stopping.to_dict()["draft_confidence"] == 0.4 and RunConfig.from_dict(stopping.to_dict()) == stopping
     assert run_id_for(plain) != run_id_for(stopping)
 

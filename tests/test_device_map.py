@@ -13,7 +13,7 @@ import pytest
 import torch
 from helpers import CORPUS, save_tiny
 
-from specbench.config import RunConfig, SamplingConfig
+from specbench.config import LoadSpec, RunConfig, SamplingConfig
 from specbench.decoding import timing
 from specbench.errors import SpecbenchError
 from specbench.measure.runner import execute_run
@@ -67,15 +67,13 @@ def test_specs_parse_or_fail_in_one_line():
 
 def run(tiny, tmp_path, draft: str, **over):
     cfg = RunConfig(
-        target=tiny["target"],
+        load=LoadSpec(tiny["target"], device="cpu", **over),  # over: load settings (backend, device_map)
         draft=draft,
         task=tiny["task"],
         gamma=2,
         sampling=SamplingConfig(0.0),
         limit=2,
         max_new_tokens=6,
-        device="cpu",
-        **over,
     ).validate()
     out = execute_run(cfg, tmp_path)
     return [json.loads(line) for line in out.files.examples.read_text().splitlines()]

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from specbench.config import LoadSpec
 from specbench.errors import SpecbenchError
 from specbench.measure.executors import make_executor
 from specbench.measure.records import read_placements
@@ -182,7 +183,7 @@ def test_a_worker_holds_one_target_at_a_time(monkeypatch):
     from specbench.measure.executors.ray_cluster import CellWorker
 
     loaded = []
-    monkeypatch.setattr(engines, "Session", lambda target, *rest: loaded.append(target) or f"session:{target}")
+    monkeypatch.setattr(engines, "Session", lambda load: loaded.append(load.target) or f"session:{load.target}")
     worker, g = (
         CellWorker(),
         SweepGrid.from_specs(target="a", draft="prompt-lookup", gamma="1", temperature="0", task="t"),
@@ -222,7 +223,8 @@ def test_the_worker_measures_its_cell_without_planning_the_sweep_again(tiny, tmp
         "files": folder_files(root, [cell_id, rel]),
     }
     scratch = tmp_path / "scratch"
-    messages = list(measure_in_scratch(scratch, Session(g.target, "cpu", "float32"), request, ThreadPoolExecutor(1)))
+    session = Session(LoadSpec(g.load.target, device="cpu"))
+    messages = list(measure_in_scratch(scratch, session, request, ThreadPoolExecutor(1)))
     assert [m["kind"] for m in messages] == ["change"] * 3 + ["done"], messages[-1]
     # done carries whatever the cell wrote after its last example (the final summary: empty when it rewrote the
     # same bytes, e.g. no new peak memory), so no separate message is needed for it

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specbench.config import RunConfig
+from specbench.config import LoadSpec, RunConfig
 from specbench.errors import SpecbenchError
 from specbench.measure import run_folder, sweep, sweep_run
 from specbench.measure.metrics import summarize
@@ -229,12 +229,11 @@ def test_manifest_json(tmp_path):
 
 def sweep_setup(tmp_path: Path):
     grid = sweep.SweepGrid(
-        target="target",
+        load=LoadSpec("target", device="cpu"),
         drafts=("draft",),
         gammas=(1,),
         temperatures=(0.0,),
         tasks=("task.jsonl",),
-        device="cpu",
         limit=2,
         max_new_tokens=8,
     )

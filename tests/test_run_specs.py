@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from specbench.config import RunConfig, SamplingConfig
+from specbench.config import LoadSpec, RunConfig, SamplingConfig
 from specbench.errors import SpecbenchError
 from specbench.measure.planning import run_id_for
 from specbench.run_specs import MAX_GAMMA, DraftSpec, GammaSpec, parse_draft, parse_gamma
@@ -57,7 +57,9 @@ PINNED = [  # (config, its run id as computed before GammaSpec)
     (RunConfig("smollm2-135m", "prompt-lookup", "aclsum", gamma=4), "aclsum-prompt-lookup-g4-t0-338151fc"),
     (RunConfig("t", "d", "x", gamma="adaptive", gamma_max=6), "x-d-gadaptive-t0-210b7623"),
     (
-        RunConfig("t", "lookup+distilled", "x", gamma="auto", dtype="auto", sampling=SamplingConfig(0.7, 5, 0.9)),
+        RunConfig(
+            LoadSpec("t", dtype="auto"), "lookup+distilled", "x", gamma="auto", sampling=SamplingConfig(0.7, 5, 0.9)
+        ),
         "x-lookup_distilled-gauto-t0.7-8a8a5c6b",
     ),
     (RunConfig("t", "d", "x", gamma=3, batch_size=2, batch_policy="min"), "x-d-g3-t0-b2-min-3629ca6a"),
@@ -113,3 +115,90 @@ def test_the_draft_is_parsed_once_into_a_spec():
     assert not config.draft.auto
     with pytest.raises(SpecbenchError, match="max_ngram"):
         RunConfig("t", "prompt-lookup:max_ngram=0", "x")  # malformed: one line at construction, before any load
+
+
+# --------------------------------------------------------------------------- the load spec
+
+# to_dict of a config with every load setting off its default, by the code before RunConfig embedded a LoadSpec
+# (2e1ee79's config.py): the load fields sit flat among the others, in this order, and the run id hashes them
+LOADED = RunConfig(
+    LoadSpec(
+        "smollm2-135m",
+        device="cpu",
+        dtype="bfloat16",
+        trust_remote_code=True,
+        backend="static",
+        device_map="auto",
+        max_memory="0=1GiB",
+        threads=2,
+    ),
+    "prompt-lookup",
+    "aclsum",
+    gamma=3,
+)
+LOADED_JSON = (
+    '{"target": "smollm2-135m", "draft": "prompt-lookup", "task": "aclsum", "gamma": 3, "sampling": {"temperature": '
+    '0.0, "top_k": 0, "top_p": 1.0}, "limit": 8, "seed": 0, "max_new_tokens": null, "device": "cpu", "dtype": '
+    '"bfloat16", "engine": "specbench", "trust_remote_code": true, "backend": "static", "device_map": "auto", '
+    '"max_memory": "0=1GiB", "threads": 2}'
+)
+
+
+def test_the_load_spec_is_written_flat_as_config_json_always_was():
+    assert json.dumps(LOADED.to_dict()) == LOADED_JSON  # the same bytes, key order included (manifests, sweep.json)
+    assert run_id_for(LOADED) == "aclsum-prompt-lookup-g3-t0-0019e7b8"
+    assert RunConfig.from_dict(json.loads(LOADED_JSON)) == LOADED
+    assert RunConfig("t", "d", "x").load == LoadSpec("t")  # a bare target: every other load setting at its default
+
+
+def test_an_older_config_without_the_later_load_fields_reads_back():
+    old = {k: v for k, v in json.loads(LOADED_JSON).items() if k not in ("device_map", "max_memory", "threads")}
+    config = RunConfig.from_dict(old)
+    assert config.load == dataclasses.replace(LOADED.load, device_map=None, max_memory=None, threads=0)
+    assert config.to_dict() == old  # the later fields at their defaults stay out of the id, as before
+
+
+def test_a_pinned_id_catches_the_load_spec_written_nested(monkeypatch):
+    """Negative control: were the load spec written as a nested object (asdict's form), ids and resume would change."""
+    monkeypatch.setattr(
+        RunConfig,
+        "to_dict",
+        lambda self: dataclasses.asdict(self) | {"gamma": self.gamma.value, "draft": str(self.draft)},
+    )
+    assert run_id_for(LOADED) != "aclsum-prompt-lookup-g3-t0-0019e7b8"
+
+
+def test_the_load_spec_checks_its_own_values():
+    for load, needle in (
+        (LoadSpec("t", device="tpu"), "--device must be one of"),
+        (LoadSpec("t", dtype="int8"), "--dtype must be one of"),
+        (LoadSpec("t", backend="jit"), "--backend must be one of"),
+        (LoadSpec("t", threads=-1), "--threads must be >= 0"),
+        (LoadSpec("t", max_memory="0=1GiB"), "--device-map"),
+    ):
+        with pytest.raises(SpecbenchError, match=needle):
+            RunConfig(load, "d", "x").validate()  # RunConfig.validate checks its load spec
+    assert LoadSpec("t", device="cpu", dtype="auto").validate() == LoadSpec("t", device="cpu", dtype="auto")
+
+
+def test_a_grid_writes_its_load_spec_flat_as_sweep_json_always_had_it():
+    """SweepGrid embeds the LoadSpec too; sweep.json's grid (and the sweep id hashing it) keeps the flat keys and
+    their order (pinned by 2e1ee79's sweep.py for the same grid)."""
+    from specbench.measure.sweep import SweepGrid
+
+    grid = SweepGrid(
+        load=LOADED.load,
+        drafts=("prompt-lookup",),
+        gammas=(1, 3),
+        temperatures=(0.0,),
+        tasks=("x",),
+        engine=("llama-cpp", "specbench"),
+    )
+    assert json.dumps(grid.to_dict()) == (
+        '{"target": "smollm2-135m", "drafts": ["prompt-lookup"], "gammas": [1, 3], "temperatures": [0.0], "tasks": '
+        '["x"], "top_k": 0, "top_p": 1.0, "limit": 8, "seed": 0, "max_new_tokens": null, "device": "cpu", "dtype": '
+        '"bfloat16", "engine": ["llama-cpp", "specbench"], "threads": 2, "trust_remote_code": true, "backend": '
+        '"static", "device_map": "auto", "max_memory": "0=1GiB"}'
+    )
+    cells = {c.engine: c.load for c in grid.configs()}
+    assert cells["llama-cpp"] == LOADED.load and cells["specbench"] == dataclasses.replace(LOADED.load, threads=0)

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 import specbench.measure.runner as runner
 from specbench.cli import app
-from specbench.config import RunConfig, SamplingConfig
+from specbench.config import LoadSpec, RunConfig, SamplingConfig
 from specbench.decoding.backend import ForwardBackend
 from specbench.decoding.base import DecodeResult
 from specbench.decoding.drafts.factory import make_proposer
@@ -284,8 +284,8 @@ class FakeSession(Session):
 
     def __init__(self, *args, **kwargs):
         self.target = wrap_model("tiny-target", tiny_llama(0), RoundTripTokenizer())
-        self.backend, self.target_backend = "eager", ForwardBackend(self.target.model)
-        self.dtype, self.calibrations, self.draft_ms, self.pilots = "float32", {}, {}, {}
+        self.load, self.target_backend = LoadSpec("tiny-target", device="cpu"), ForwardBackend(self.target.model)
+        self.calibrations, self.draft_ms, self.pilots = {}, {}, {}
         self._proposers = {}
 
     def proposer(self, spec, corpus=None):
@@ -307,14 +307,13 @@ def speed_py(answers: Path, baseline: Path, tokenizer) -> tuple[float, float]:
 
 def test_a_run_exports_answers_that_speed_py_reads_back_to_the_summary(tmp_path):
     config = RunConfig(
-        target="tiny-target",
+        load=LoadSpec("tiny-target", device="cpu"),
         draft="prompt-lookup:rule=hf,max_ngram=2",
         task=yaml_task(tmp_path),
         gamma=3,
         limit=2,
         seed=0,
         max_new_tokens=MAX_NEW,
-        device="cpu",
         sampling=SamplingConfig(temperature=0.0),
     )
     outcome = runner.execute_run(config, tmp_path / "results", session=FakeSession())

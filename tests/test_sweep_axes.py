@@ -29,10 +29,10 @@ class TargetSession(FakeSession):
 
     loaded: list[str] = []
 
-    def __init__(self, target_spec, *args, **kwargs):
+    def __init__(self, load, *args, **kwargs):
         super().__init__()
-        self.target_spec = target_spec
-        TargetSession.loaded.append(target_spec)
+        self.load = load
+        TargetSession.loaded.append(load.target)
 
 
 @pytest.fixture
@@ -236,8 +236,8 @@ def test_pairs_load_each_target_once_and_keep_baselines_apart(tmp_path, task_fil
     grid = make_grid(
         task_file, gamma="1,2", pairs=("tiny-b:prompt-lookup", "tiny-a:tiny-draft", "tiny-a:prompt-lookup")
     )
-    assert grid.targets == ("tiny-a", "tiny-b") and grid.target == ""
-    targets_in_order = [c.target for c in grid.configs()]
+    assert grid.targets == ("tiny-a", "tiny-b") and grid.load.target == ""
+    targets_in_order = [c.load.target for c in grid.configs()]
     assert targets_in_order == sorted(targets_in_order)  # grouped by target
     import specbench.measure.engines as r
 

@@ -49,7 +49,7 @@ from specbench.cli.output import (
     say,
     warn_if_noisy,
 )
-from specbench.config import RunConfig, SamplingConfig, parse_gamma
+from specbench.config import LoadSpec, RunConfig, SamplingConfig, parse_gamma
 from specbench.measure.schema_doc import run_table_rows
 from specbench.measure.summary_field_docs import SUMMARY_FIELDS
 from specbench.models import DEFAULT_DRAFT, DEFAULT_TARGET
@@ -132,8 +132,18 @@ def run(
     Example: specbench run --engine llama-cpp --task aclsum --draft prompt-lookup --gamma 4   (on llama.cpp)
     """
     with options_checked():
+        load = LoadSpec(
+            target,
+            device=device,
+            dtype=dtype,
+            trust_remote_code=trust_remote_code,
+            backend=backend,
+            device_map=device_map,
+            max_memory=max_memory,
+            threads=threads,
+        )
         config = RunConfig(
-            target=target,
+            load=load,
             draft=parse_draft(draft),  # the --draft value parsed here, once
             task=task,
             gamma=parse_gamma(gamma),
@@ -141,21 +151,14 @@ def run(
             limit=limit,
             seed=seed,
             max_new_tokens=max_new_tokens,
-            device=device,
-            dtype=dtype,
             engine=engine,
-            backend=backend,
             draft_confidence=draft_confidence,
-            trust_remote_code=trust_remote_code,
             gamma_max=gamma_max,
             repeats=repeats,
             exact_shapes=exact_shapes,
             batch_size=batch_size,
             batch_policy=batch_policy,
-            device_map=device_map,
-            max_memory=max_memory,
             prompt_length=prompt_length.strip().lower(),
-            threads=threads,
         ).validate()
     from specbench.measure.planning import prepare_run  # torch: after the options are checked, so bad ones fail fast
 

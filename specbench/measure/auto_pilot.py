@@ -38,7 +38,7 @@ Progress = Callable[[str, int, int], None]  # (phase, done, total)
 def can_replay(session: Session, config: RunConfig, drafts: list[str], corpus: list[list[int]]) -> bool:
     """Whether every candidate draft can be piloted by replay in this session."""
     seq2seq = bool(getattr(session.target_lm(), "is_seq2seq", False))
-    return getattr(session, "backend", None) == "eager" and all(
+    return session.load.backend == "eager" and all(
         pl.replayable(session.proposer(d, corpus), config.sampling.greedy, config.draft_confidence, seq2seq)
         for d in drafts
     )
@@ -117,7 +117,7 @@ def measure_loop_costs(
         else:
             lookup_ms[d] = 1e3 * draft_s / max(steps, 1)
     return pr.LoopCosts(
-        dtype=session.dtype,
+        dtype=session.load.dtype,
         step_ms=step_ms,
         prefill_ms=prefill_ms,
         verify_ms={k: factor * v for k, v in bare_ms.items()},
@@ -343,7 +343,8 @@ def control_config(config: RunConfig, choice: AutoChoice) -> RunConfig | None:
     ru = choice.runner_up
     if not ru:
         return None
-    return dataclasses.replace(config, draft=ru["draft"], dtype=ru["dtype"], gamma=parse_gamma(ru["gamma"]))
+    load = dataclasses.replace(config.load, dtype=ru["dtype"])
+    return dataclasses.replace(config, load=load, draft=ru["draft"], gamma=parse_gamma(ru["gamma"]))
 
 
 def control_line(chosen: dict, control: dict, runner_up: dict) -> str:

@@ -134,7 +134,7 @@ class AutoChoice:
 
 def needs_choice(config: RunConfig) -> bool:
     """Whether anything must be calibrated before this run (auto values or the adaptive policy)."""
-    return config.draft.auto or config.dtype == AUTO or config.gamma.policy in ("auto", "adaptive")
+    return config.draft.auto or config.load.dtype == AUTO or config.gamma.policy in ("auto", "adaptive")
 
 
 def pilot_from_results(
@@ -226,7 +226,7 @@ def explain(
     why in words and numbers, e.g. "bfloat16 (the CPU has avx512_bf16; 2.10× faster per token than float32: …)";
     γ's line carries a small table of the candidates' predicted speedups."""
     lines = []
-    if config.dtype == AUTO:
+    if config.load.dtype == AUTO:
         lines.append(_dtype_sentence(best, ranked, bf16_note))
     if config.draft.auto:
         per_draft: dict[str, Candidate] = {}
@@ -291,7 +291,7 @@ def candidate_gammas(config: RunConfig) -> list[int]:
 
 def requested_auto(config: RunConfig) -> dict:
     """The requested values the choice replaces, as given (the manifest's and summary's `requested`)."""
-    given = {"gamma": config.gamma.value, "draft": config.draft.text, "dtype": config.dtype}
+    given = {"gamma": config.gamma.value, "draft": config.draft.text, "dtype": config.load.dtype}
     return {k: v for k, v in given.items() if v in (AUTO, "adaptive")}
 
 
@@ -333,4 +333,5 @@ def choose(
 
 def resolved_config(config: RunConfig, choice: AutoChoice) -> RunConfig:
     """The config the engines run: auto values replaced by the choice (the run id keeps the requested ones)."""
-    return dataclasses.replace(config, dtype=choice.dtype, draft=parse_draft(choice.draft), gamma=choice.gamma)
+    load = dataclasses.replace(config.load, dtype=choice.dtype)
+    return dataclasses.replace(config, load=load, draft=parse_draft(choice.draft), gamma=choice.gamma)

@@ -20,9 +20,7 @@ from typing import Any
 
 import torch
 
-from specbench.config import (
-    RunConfig,
-)
+from specbench.config import LoadSpec, RunConfig
 from specbench.decoding.autoregressive import decode_autoregressive
 from specbench.decoding.backend import ForwardBackend
 from specbench.decoding.base import DecodeResult, Proposer
@@ -52,24 +50,16 @@ class Prepared:
 
 
 class Session:
-    """Models loaded once and reused across runs (and sweep cells)."""
+    """Models loaded once and reused across runs (and sweep cells), as `load` says (a resolved dtype: not auto)."""
 
-    def __init__(
-        self,
-        target_spec: str,
-        device: str,
-        dtype: str,
-        trust_remote_code: bool = False,
-        backend: str = "eager",
-        device_map: str | None = None,
-        max_memory: str | None = None,
-    ):
-        self.device, self.dtype, self.trust_remote_code, self.backend = device, dtype, trust_remote_code, backend
-        self.target_spec = target_spec  # --target as given: a sweep over pairs holds one session per target
-        self.device_map = device_map  # the target's placement over devices (--device-map); drafts load on `device`
-        self.target: LoadedModel = load_model(target_spec, device, dtype, trust_remote_code, device_map, max_memory)
+    def __init__(self, load: LoadSpec):
+        self.load = load  # --target as given and how it loads: a sweep holds one session per target; drafts load on
+        # load.device (the placement over devices, device_map, is the target's)
+        self.target: LoadedModel = load_model(
+            load.target, load.device, load.dtype, load.trust_remote_code, load.device_map, load.max_memory
+        )
         # one backend for the target, shared by the baseline and the speculative engine (same forward for both)
-        self.target_backend = ForwardBackend(self.target.model, backend)
+        self.target_backend = ForwardBackend(self.target.model, load.backend)
         self._proposers: dict[tuple, Proposer] = {}
         # (k_max, context key) → the target's Calibration; ("batch", …) → calibrate_batch's dict
         self.calibrations: dict[tuple, Any] = {}
@@ -94,7 +84,7 @@ class Session:
                 k_max=k_max,
                 max_new_tokens=max_new_tokens,
                 max_positions=self.target.max_positions,
-                dtype=self.dtype,
+                dtype=self.load.dtype,
             )
         return self.calibrations[key]
 
@@ -155,11 +145,11 @@ class Session:
             self._proposers[key] = make_proposer(
                 spec,
                 self.target,
-                self.device,
-                self.dtype,
-                self.trust_remote_code,
+                self.load.device,
+                self.load.dtype,
+                self.load.trust_remote_code,
                 corpus=corpus if fits else None,
-                backend=self.backend,
+                backend=self.load.backend,
             )
         return self._proposers[key]
 

@@ -9,11 +9,12 @@ so both engines see the same prompt ids); drafts that run a network still run it
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
+from specbench.config import LoadSpec
 from specbench.decoding.llama_cpp import ENGINE_NAME, LlamaCppModel, default_threads, import_llama_cpp
 from specbench.errors import SpecbenchError
 from specbench.measure.engines import Session
@@ -78,10 +79,11 @@ class LlamaSession(Session):
 
     engine = ENGINE_NAME  # a sweep reloads its session when a cell's engine differs
 
-    def __init__(self, target_spec: str, threads: int = 0, dtype: str = "float32", trust_remote_code: bool = False):
+    def __init__(self, load: LoadSpec):
         import_llama_cpp()  # the one-line error naming `make setup-llama-cpp`, before anything loads
-        self.device, self.dtype, self.trust_remote_code, self.backend = "cpu", dtype, trust_remote_code, "eager"
-        self.target_spec, self.device_map = target_spec, None
+        # llama.cpp places the target itself; drafts that run a network run in torch on the CPU, eager
+        self.load = replace(load, device="cpu", backend="eager", device_map=None, max_memory=None)
+        target_spec, trust_remote_code, threads = load.target, load.trust_remote_code, load.threads
         path = gguf_of(target_spec)
         tokenizer = load_tokenizer(target_spec, trust_remote_code)
         max_pos = max_positions_of(target_spec, trust_remote_code)

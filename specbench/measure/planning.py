@@ -83,7 +83,7 @@ def select_run_examples(spec: TaskSpec, config: RunConfig, tokenizer=None) -> tu
     if tokenizer is None:
         from specbench.models.loading import load_tokenizer
 
-        tokenizer = load_tokenizer(config.target, config.trust_remote_code)
+        tokenizer = load_tokenizer(config.load.target, config.load.trust_remote_code)
     pool = select_examples(spec, PROMPT_POOL, config.seed)
     choice = choose_bucket(
         [len(prompt_token_ids(spec, e.prompt, tokenizer)) for e in pool], config.prompt_length, config.limit
@@ -127,12 +127,12 @@ def check_run_inputs(
 def check_model_sources(config: RunConfig) -> None:
     """Target and draft model exist (preset, folder, .gguf, reachable or cached hub id) before the target loads,
     so a misspelt --draft fails in a second rather than after the target's load."""
-    resolve_source(config.target)
+    resolve_source(config.load.target)
     if config.draft.auto:
         return
     draft = config.draft
     if draft.model == "distilled":
-        shipped_draft_dir(config.target)
+        shipped_draft_dir(config.load.target)
     elif draft.model is not None:
         resolve_source(draft.model)
 
@@ -147,7 +147,7 @@ def pilot_examples(spec: TaskSpec, config: RunConfig, examples: list[Example]) -
 def calibration_k_max(config: RunConfig) -> int:
     """Pass sizes to calibrate: up to gamma_max + 1 (the curve the report plots and auto/adaptive need);
     under the compiled backend with a fixed γ only the γ + 1 shapes that are compiled anyway."""
-    if config.backend == "compiled" and config.gamma.fixed is not None:
+    if config.load.backend == "compiled" and config.gamma.fixed is not None:
         return config.gamma.fixed + 1
     return max(config.draft_gamma, config.gamma_max) + 1
 
@@ -155,7 +155,7 @@ def calibration_k_max(config: RunConfig) -> int:
 def prime_for_calibration(session: Session, proposer: Proposer, capacity: int, k_max: int) -> None:
     """Non-eager backends: size the static caches for the whole run and compile the pass shapes
     before calibrating, so the curve is the one the run will see (a no-op for eager)."""
-    if session.backend == "eager":
+    if session.load.backend == "eager":
         return
     target = session.target_lm()
     target.backend.reserve(capacity)
@@ -240,24 +240,25 @@ def choose_on_this_machine(
     from specbench.models import resolve_device
 
     bf16_note = None
-    if config.dtype == AUTO:
-        ok, bf16_note = bf16_support(resolve_device(config.device).type)
+    if config.load.dtype == AUTO:
+        ok, bf16_note = bf16_support(resolve_device(config.load.device).type)
         dtypes = ["float32", "bfloat16"] if ok else ["float32"]
     else:
-        dtypes = [config.dtype]
+        dtypes = [config.load.dtype]
     sessions: dict[str, Session] = {}
 
     def session_for(dtype: str) -> Session:
         if dtype not in sessions:
             on_status(f"loading the target in {dtype}")
-            sessions[dtype] = session if session is not None and session.dtype == dtype else load_session(config, dtype)
+            held = session if session is not None and session.load.dtype == dtype else None
+            sessions[dtype] = held or load_session(config, dtype)
         return sessions[dtype]
 
     first = session_for(dtypes[-1])
     prepared = prepare_examples(spec, examples, first.target, max_new)
     corpus = [p.prompt_ids for p in prepared]
     pilot_prepared = prepare_examples(spec, pilot, first.target, max_new)
-    drafts = available_drafts(config.target) if config.draft.auto else [config.draft.text]
+    drafts = available_drafts(config.load.target) if config.draft.auto else [config.draft.text]
     k_max = calibration_k_max(config)
     capacity = max(len(p.prompt_ids) for p in prepared + pilot_prepared) + max_new + k_max
 
@@ -288,7 +289,7 @@ def choose_on_this_machine(
             max_new=max_new,
             calibrate_dtype=calibrate_dtype,
             n_run=len(examples),
-            bf16_note=bf16_note if config.dtype == AUTO else None,
+            bf16_note=bf16_note if config.load.dtype == AUTO else None,
             on_status=on_status,
             on_progress=getattr(on_status, "progress", lambda phase, done, total: None),  # the CLI's phase bars
         )
@@ -299,26 +300,19 @@ def choose_on_this_machine(
         drafts=drafts,
         calibrate_dtype=calibrate_dtype,
         pilot=pilot_draft,
-        bf16_note=bf16_note if config.dtype == AUTO else None,
+        bf16_note=bf16_note if config.load.dtype == AUTO else None,
     )
     return choice, sessions[choice.dtype]
 
 
 def load_session(config: RunConfig, dtype: str) -> Session:
     """The run's models in `dtype`: torch's Session, or (--engine llama-cpp) the target's GGUF in llama.cpp."""
+    load = dataclasses.replace(config.load, dtype=dtype)
     if config.engine == "llama-cpp":
         from specbench.measure.llama_session import LlamaSession  # imports llama_cpp only when asked for
 
-        return LlamaSession(config.target, config.threads, dtype, config.trust_remote_code)
-    return Session(
-        config.target,
-        config.device,
-        dtype,
-        config.trust_remote_code,
-        config.backend,
-        config.device_map,
-        config.max_memory,
-    )
+        return LlamaSession(load)
+    return Session(load)
 
 
 def prepare_run(
@@ -354,7 +348,7 @@ def _prepare_run(config, results_dir, run_id, session, on_status, lock: contextl
     if needs_choice(config):
         if old.get("auto"):  # a resumed run keeps the choices its first examples were measured with
             choice = AutoChoice.from_dict(old["auto"])
-            if session is None or session.dtype != choice.dtype:
+            if session is None or session.load.dtype != choice.dtype:
                 session = load_session(config, choice.dtype)
         else:
             choice, session = choose_on_this_machine(
@@ -365,15 +359,15 @@ def _prepare_run(config, results_dir, run_id, session, on_status, lock: contextl
         run_config = config
         if session is None:
             on_status("loading task and models")
-            session = load_session(config, config.dtype)
-    if session.backend != config.backend:
+            session = load_session(config, config.load.dtype)
+    if session.load.backend != config.load.backend:
         raise SpecbenchError(
-            f"this session runs --backend {session.backend}, the run asks for {config.backend}; "
+            f"this session runs --backend {session.load.backend}, the run asks for {config.load.backend}; "
             f"load a session per backend"
         )
-    if session.dtype != run_config.dtype:
+    if session.load.dtype != run_config.load.dtype:
         raise SpecbenchError(
-            f"this session holds the target in {session.dtype}, the run asks for {run_config.dtype}; "
+            f"this session holds the target in {session.load.dtype}, the run asks for {run_config.load.dtype}; "
             f"load a session per dtype"
         )
     target = session.target
@@ -401,7 +395,7 @@ def _prepare_run(config, results_dir, run_id, session, on_status, lock: contextl
         calibration = curve.to_dict()
     manifest["models"] = {
         "target": {
-            "spec": config.target,
+            "spec": config.load.target,
             "params": target.n_params,
             "dtype": str(target.dtype),
             "vocab_size": target.vocab_size,

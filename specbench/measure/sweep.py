@@ -13,17 +13,26 @@ from dataclasses import asdict, dataclass, replace
 from specbench.config import (
     BATCH_POLICIES,
     GAMMA_POLICIES,
+    LOAD_KEYS,
     PROMPT_LENGTHS,
+    LoadSpec,
     RunConfig,
     SamplingConfig,
     check_finite,
     check_temperature,
+    flat_load,
     omit_later_defaults,
 )
 from specbench.errors import SpecbenchError
 from specbench.run_specs import DraftSpec, parse_draft, parse_gamma
 
 MAX_CELLS = 10_000  # a typo like --gamma 1-100000 should fail fast, not plan a year of decoding
+# sweep.json's grid keys in the order they have always had (the load spec's fields among them, flat)
+GRID_KEYS = tuple(
+    "target drafts gammas temperatures tasks top_k top_p limit seed max_new_tokens device dtype engine threads "
+    "trust_remote_code backend draft_confidence gamma_max repeats batch_size batch_policy device_map max_memory "
+    "prompt_length pairs".split()
+)
 
 
 # --------------------------------------------------------------------------- grid specs
@@ -149,7 +158,7 @@ def as_axis(value) -> tuple:
 class SweepGrid:
     """One `specbench sweep`: the axes swept and the settings every cell shares."""
 
-    target: str  # as RunConfig.target ("" when `pairs` name the targets)
+    load: LoadSpec  # what every cell loads (target "" when `pairs` name the targets; threads: llama-cpp cells only)
     drafts: tuple[str, ...]  # draft specs, sorted (() when `pairs` name the drafts)
     gammas: tuple[int | str, ...]  # γ values, sorted, then policies (auto, adaptive, heuristic)
     temperatures: tuple[float, ...]  # sorted
@@ -159,12 +168,7 @@ class SweepGrid:
     limit: int = 8  # examples per cell
     seed: int = 0
     max_new_tokens: int | None | tuple[int, ...] = None  # None: each task's default; a tuple is an axis (16,64,256)
-    device: str = "auto"
-    dtype: str = "float32"
     engine: str | tuple[str, ...] = "specbench"  # a tuple is an axis (--engine specbench,llama-cpp)
-    threads: int = 0  # llama.cpp's threads in the llama-cpp cells (0: every core; as RunConfig.threads)
-    trust_remote_code: bool = False
-    backend: str = "eager"
     draft_confidence: float | tuple[float, ...] = (
         0.0  # a model draft's early-stop confidence (0 = off); a tuple is an axis
     )
@@ -172,8 +176,6 @@ class SweepGrid:
     repeats: int = 1  # timed decodes per engine and example (as RunConfig.repeats)
     batch_size: int | tuple[int, ...] = 1  # examples decoded together; a tuple is an axis (--batch-size 1,2,4,8,16)
     batch_policy: str | tuple[str, ...] = "ragged"  # ragged / min at B > 1; a tuple is an axis (B = 1 cells run once)
-    device_map: str | None = None  # the target's placement over devices (as RunConfig.device_map)
-    max_memory: str | None = None  # per-device caps for device_map (as RunConfig.max_memory)
     prompt_length: str | tuple[str, ...] = (
         "all"  # all, or prompt-length buckets; a tuple is an axis (short,medium,long)
     )
@@ -184,10 +186,12 @@ class SweepGrid:
         *, target: str, draft: str, gamma: str, temperature: str, task: str, pairs: tuple[str, ...] = (), **shared
     ) -> SweepGrid:
         """Parse the CLI's comma/range strings (and --pair TARGET:DRAFT values); every error is a one-line
-        SpecbenchError. With pairs, target and draft are not used (the CLI refuses both at once)."""
+        SpecbenchError. With pairs, target and draft are not used (the CLI refuses both at once). The load options
+        (device, dtype, …: LoadSpec's fields) come flat, as the CLI has them, and become the grid's LoadSpec."""
         parsed = tuple(sorted(set(parse_pair(p) for p in pairs)))
+        load = LoadSpec("" if parsed else target, **{k: shared.pop(k) for k in LOAD_KEYS if k in shared})
         grid = SweepGrid(
-            target="" if parsed else target,
+            load=load,
             drafts=() if parsed else tuple(parse_draft_list(draft)),
             pairs=parsed,
             gammas=tuple(parse_gamma_list(gamma)),
@@ -201,7 +205,7 @@ class SweepGrid:
         if not (self.target_drafts() and self.gammas and self.temperatures and self.tasks):
             raise SpecbenchError("a sweep needs at least one draft, γ, temperature and task")
         self.draft_specs()  # a malformed draft (listed or paired) fails here, before any load
-        if "auto" in (self.dtype, *self.all_drafts):
+        if "auto" in (self.load.dtype, *self.all_drafts):
             raise SpecbenchError(
                 "--dtype auto and --draft auto choose one configuration for `specbench run`; a sweep "
                 "compares configurations: list the dtypes (one sweep each) and drafts to compare"
@@ -234,7 +238,7 @@ class SweepGrid:
 
     def target_drafts(self) -> list[tuple[str, str]]:
         """(target, draft) of every cell: the pairs, or the one target with each draft."""
-        return list(self.pairs) if self.pairs else [(self.target, d) for d in self.drafts]
+        return list(self.pairs) if self.pairs else [(self.load.target, d) for d in self.drafts]
 
     @property
     def targets(self) -> tuple[str, ...]:
@@ -275,7 +279,8 @@ class SweepGrid:
         return as_axis(self.batch_policy)
 
     def to_dict(self) -> dict:
-        d = asdict(self)
+        """The grid as sweep.json holds it and its id hashes: the load spec's fields flat, as before it existed."""
+        d = flat_load(asdict(self), GRID_KEYS)
         for key in ("draft_confidence", "batch_size", "batch_policy", "max_new_tokens", "prompt_length", "engine"):
             if isinstance(getattr(self, key), tuple) and len(getattr(self, key)) == 1:
                 d[key] = getattr(self, key)[0]  # one value: the id it always had
@@ -288,30 +293,27 @@ class SweepGrid:
             }
         )
 
-    def base_config(self) -> RunConfig:
-        target, draft = self.target_drafts()[0]
+    def cell_load(self, target: str, engine: str) -> LoadSpec:
+        """A cell's load spec: the grid's for the cell's target; llama.cpp's threads in the llama-cpp cells only."""
+        return replace(self.load, target=target, threads=self.load.threads if engine == "llama-cpp" else 0)
+
+    def base_config(self, draft: DraftSpec) -> RunConfig:
+        """The first cell's config, with `draft`: the settings every cell shares (configs() sets each cell's axes)."""
         return RunConfig(
-            target=target,
-            draft=parse_draft(draft),
+            load=self.cell_load(self.target_drafts()[0][0], self.engines[0]),
+            draft=draft,
             task=self.tasks[0],
             gamma=parse_gamma(self.gammas[0]),
             sampling=SamplingConfig(self.temperatures[0], self.top_k, self.top_p),
             limit=self.limit,
             seed=self.seed,
             max_new_tokens=self.budgets[0],
-            device=self.device,
-            dtype=self.dtype,
             engine=self.engines[0],
-            threads=self.threads if self.engines[0] == "llama-cpp" else 0,
-            trust_remote_code=self.trust_remote_code,
-            backend=self.backend,
             draft_confidence=self.confidences[0],
             gamma_max=self.gamma_max,
             repeats=self.repeats,
             batch_size=self.batch_sizes[0],
             batch_policy=self.batch_policies[0],
-            device_map=self.device_map,
-            max_memory=self.max_memory,
             prompt_length=self.prompt_lengths[0],
         )
 
@@ -319,13 +321,13 @@ class SweepGrid:
         """Every cell, ordered target → task → temperature → budget → prompt length → draft → γ → batch size →
         policy, so each target loads once and cells sharing a baseline run together; the min policy only at B > 1
         (at B = 1 it is the ragged cell)."""
-        base = self.base_config()
         spec_of = self.draft_specs()
+        base = self.base_config(spec_of[self.target_drafts()[0][1]])
         drafts_of = {t: [spec_of[d] for tt, d in self.target_drafts() if tt == t] for t in self.targets}
         return [
             replace(
                 base,
-                target=target,
+                load=self.cell_load(target, engine),
                 task=task,
                 draft=draft,
                 gamma=parse_gamma(gamma),
@@ -336,7 +338,6 @@ class SweepGrid:
                 max_new_tokens=budget,
                 prompt_length=bucket,
                 engine=engine,
-                threads=self.threads if engine == "llama-cpp" else 0,
             )
             for target in self.targets
             for engine in self.engines  # each engine's session loads once per target

@@ -81,7 +81,7 @@ def axis_parts(grid: SweepGrid, config: RunConfig) -> tuple[str, str]:
     """(prefix, suffix) a cell's id and baseline file gain from the newer axes: the target's short name first when
     the grid has several, '-n<budget>' when the budget is an axis, '-p<bucket>' for a prompt-length bucket.
     Grids without these axes get ('', ''), so their ids and file names stay as they always were."""
-    prefix = f"{short_names(grid.targets)[config.target]}-" if len(grid.targets) > 1 else ""
+    prefix = f"{short_names(grid.targets)[config.load.target]}-" if len(grid.targets) > 1 else ""
     budget = f"-n{config.max_new_tokens}" if len(grid.budgets) > 1 and config.max_new_tokens else ""
     engine = f"-e{config.engine}" if len(grid.engines) > 1 else ""  # the engine axis: its own cells and baselines
     return prefix, budget + prompt_length_suffix(config) + engine
@@ -119,7 +119,7 @@ def baseline_key(config: RunConfig) -> tuple:
     alone decodes the same tokens whatever the draft and γ, but not whatever the target, budget or examples."""
     s = config.sampling
     return (
-        config.target,
+        config.load.target,
         config.engine,  # llama.cpp's baseline is not torch's
         config.task,
         s.temperature,
@@ -208,7 +208,7 @@ def _task_info(grid: SweepGrid) -> dict:
 
 
 def bucket_key(config: RunConfig) -> str:
-    return f"{config.target}|{config.task}|{config.prompt_length}"
+    return f"{config.load.target}|{config.task}|{config.prompt_length}"
 
 
 def _bucket_info(grid: SweepGrid) -> dict:
@@ -381,7 +381,7 @@ def run_sweep(
             outcome.cells.append(CellOutcome(cell_id, config, finished, 0))
             continue
         if session is not None and (
-            getattr(session, "target_spec", config.target) != config.target
+            getattr(session, "load", config.load).target != config.load.target
             or getattr(session, "engine", "specbench") != engine_session_kind(config)
         ):
             session = None  # cells are grouped by target: the previous one is done, free it before the next loads
@@ -389,17 +389,9 @@ def run_sweep(
         if session is None and config.engine == "llama-cpp":
             from specbench.measure.llama_session import LlamaSession
 
-            session = LlamaSession(config.target, config.threads, grid.dtype, grid.trust_remote_code)
+            session = LlamaSession(config.load)
         if session is None:  # loaded at the first cell with work left, once per target for the whole sweep
-            session = Session(
-                config.target,
-                grid.device,
-                grid.dtype,
-                grid.trust_remote_code,
-                grid.backend,
-                grid.device_map,
-                grid.max_memory,
-            )
+            session = Session(config.load)
         key = baseline_key(config)
         if key not in stores:
             stores[key] = BaselineStore(baseline_file(root, grid, config))

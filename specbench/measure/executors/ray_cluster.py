@@ -41,7 +41,7 @@ from specbench.measure.records import scan_jsonl
 from specbench.measure.schema import PLACEMENT_FILE, CellPlacement
 
 if TYPE_CHECKING:  # sweep_run imports this module's executor; the driver imports sweep_run where it runs
-    from specbench.config import RunConfig
+    from specbench.config import LoadSpec, RunConfig
     from specbench.measure.sweep_run import BaselineStore
 
 ADDRESS_TIMEOUT_S = 3.0  # a head that does not accept a TCP connection in this long is reported unreachable
@@ -133,7 +133,7 @@ class CellWorker:
     EPYC) and a cell about 20 % slower than the same cell run locally, on the main thread."""
 
     def __init__(self) -> None:
-        self.key: tuple | None = None
+        self.key: LoadSpec | None = None
         self.loaded = None  # the Session of the target this worker measured last
         self.compute = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specbench-compute")
 
@@ -143,19 +143,11 @@ class CellWorker:
         from specbench.measure.engines import Session
         from specbench.measure.sweep_run import release_memory
 
-        key = (
-            config.target,
-            grid.device,
-            grid.dtype,
-            grid.trust_remote_code,
-            grid.backend,
-            grid.device_map,
-            grid.max_memory,
-        )
+        key = config.load  # the cell's target with the grid's load settings
         if key != self.key:
             self.key, self.loaded = None, None
             release_memory()
-            self.loaded, self.key = self.compute.submit(Session, *key).result(), key
+            self.loaded, self.key = self.compute.submit(Session, key).result(), key
         return self.loaded
 
     def where(self, session) -> dict:
@@ -355,7 +347,7 @@ class Driver:
             if not self.idle:
                 return
             pending.remove((cell_id, config))
-            self.start(cell_id, config, self.idle_actor_for(config.target))
+            self.start(cell_id, config, self.idle_actor_for(config.load.target))
 
     def idle_actor_for(self, target: str):
         """An idle actor that holds `target` already (no reload), else the most recently idle one."""
