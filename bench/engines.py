@@ -3,8 +3,14 @@
 One GGUF (the preset's, quantized as shipped), one set of task prompts, one draft and γ, greedy. Decoders:
   torch-fp32 / torch-bf16   specbench's loop on the GGUF de-quantized into transformers (plain and speculative)
   llama-cpp                 specbench's loop on llama.cpp's kernels (decoding/llama_cpp.py; plain and speculative)
-  llama-cpp-python          the binding's own Llama.generate: plain, and its prompt-lookup draft
-                            (LlamaPromptLookupDecoding, num_pred_tokens=γ) when the draft is prompt-lookup
+  llama-cpp-python          the binding's own Llama.generate: plain, and its own speculative loop with
+                            its prompt-lookup draft (LlamaPromptLookupDecoding, num_pred_tokens=γ) when the
+                            draft is prompt-lookup, or with a draft GGUF (a path or a preset shipping one)
+                            behind its draft hook. The binding ships no draft-model class: its speculative
+                            decoding takes any `LlamaDraftModel` (context ids → draft ids) and verifies by
+                            token match, so the draft GGUF runs through decoding/llama_draft.GgufDraftHook
+                            (γ greedy tokens from its own llama.cpp context), the binding's loop unchanged.
+                            With a draft GGUF, specbench's loops draft with it in llama.cpp as well.
 Every decoder runs on every prompt, interleaved prompt by prompt in an order reversed on every repeat
 (A B … B A), after one warm-up each; a decode's time is prefill + decode, its median over the repeats.
 The primary measure of each pair is the geometric mean over prompts of the per-prompt time ratio, with a
@@ -35,12 +41,13 @@ from specbench.decoding import llama_cpp as lc
 from specbench.decoding.autoregressive import decode_autoregressive
 from specbench.decoding.base import DecodeResult
 from specbench.decoding.cached_model import CachedModel
+from specbench.decoding.llama_draft import GgufDraftHook, load_gguf_draft
 from specbench.decoding.speculative import decode_speculative
 from specbench.errors import SpecbenchError
 from specbench.files import atomic_write_json
 from specbench.measure import calibration as cal
 from specbench.measure.engines import Session, prepare_examples
-from specbench.measure.llama_session import LlamaSession, gguf_of
+from specbench.measure.llama_session import LlamaSession, gguf_of, is_gguf_spec
 from specbench.measure.metrics import json_safe
 from specbench.measure.provenance import environment_info
 from specbench.tasks.examples import select_examples
@@ -85,11 +92,18 @@ def loop_decoders(name: str, lm, proposer, eos: frozenset[int], gamma: int, max_
 
 
 def peer_decoders(path: str, n_ctx: int, threads: int, draft: str, gamma: int, eos, max_new: int) -> dict:
-    """llama-cpp-python's own generate: plain, and (prompt-lookup drafts) its own prompt lookup at the same γ."""
+    """llama-cpp-python's own generate: plain, and its own speculative loop at the same γ with its prompt lookup
+    (prompt-lookup drafts) or a draft GGUF behind its draft hook (a .gguf path or a preset shipping one)."""
     plain_llm = lc.load_llama(path, n_ctx, threads)
     out = {"llama-cpp-python plain": lambda ids: lc.peer_generate(plain_llm, ids, max_new_tokens=max_new, eos_ids=eos)}
+    hook = None
     if draft == "prompt-lookup":
         hook = lc.prompt_lookup_peer(gamma)
+    elif is_gguf_spec(draft):
+        vocab = plain_llm.n_vocab()
+        draft_lm = load_gguf_draft(str(gguf_of(draft)), n_ctx=n_ctx, threads=threads, target_vocab=vocab)
+        hook = lc.CountingDraft(GgufDraftHook(draft_lm, gamma), gamma)
+    if hook is not None:
         pl_llm = lc.load_llama(path, n_ctx, threads, draft_model=hook)
         out["llama-cpp-python spec"] = lambda ids: lc.peer_generate(
             pl_llm, ids, max_new_tokens=max_new, eos_ids=eos, draft=hook
@@ -175,12 +189,12 @@ PAIRS = [  # (label, slower side, faster side, goal on the ratio)
     ("llama.cpp: specbench plain ÷ binding's generate (speed)", "llama-cpp-python plain", "llama-cpp plain", ">= 0.95"),
     ("llama.cpp: specbench speculative vs its plain decoding", "llama-cpp plain", "llama-cpp spec", ">= 1.3"),
     (
-        "llama.cpp: specbench speculative vs binding's prompt lookup",
+        "llama.cpp: specbench spec vs binding's own spec (same draft)",
         "llama-cpp-python spec",
         "llama-cpp spec",
         ">= 1.0",
     ),
-    ("llama.cpp: binding's prompt lookup vs binding's plain", "llama-cpp-python plain", "llama-cpp-python spec", "-"),
+    ("llama.cpp: binding's own speculative vs its plain", "llama-cpp-python plain", "llama-cpp-python spec", "-"),
     ("torch fp32: speculative vs plain", "torch-fp32 plain", "torch-fp32 spec", "-"),
     ("torch bf16: speculative vs plain", "torch-bf16 plain", "torch-bf16 spec", "-"),
     ("llama.cpp plain vs torch bf16 plain", "torch-bf16 plain", "llama-cpp plain", "-"),

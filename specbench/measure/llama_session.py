@@ -4,7 +4,10 @@ The runner talks to a `Session` (models loaded once, calibration and drafts cach
 holds the target as a `LlamaCppModel` (decoding/llama_cpp.py) instead of a torch module, so the same
 baseline and speculative loops, drafts, γ policies, calibration, noise probes and numerics replays run
 on llama.cpp's kernels. The tokenizer is the target's Hugging Face tokenizer (as the torch engine uses,
-so both engines see the same prompt ids); drafts that run a network still run it in torch.
+so both engines see the same prompt ids). A draft model given as a GGUF (a path ending in .gguf, or a preset
+that ships one) runs in llama.cpp too, in its own context on the same threads (decoding/llama_draft.py), alone
+or behind prompt lookup (`lookup+<gguf>`); any other draft model (the distilled draft, a hub id, a torch
+folder) still runs in torch.
 """
 
 from __future__ import annotations
@@ -15,11 +18,16 @@ from pathlib import Path
 import torch
 
 from specbench.config import LoadSpec
+from specbench.decoding.base import Proposer
+from specbench.decoding.drafts.factory import lookup_draft
+from specbench.decoding.drafts.hybrid import HybridDraft
 from specbench.decoding.llama_cpp import ENGINE_NAME, LlamaCppModel, default_threads, import_llama_cpp
+from specbench.decoding.llama_draft import LlamaModelDraft, load_gguf_draft
 from specbench.errors import SpecbenchError
 from specbench.measure.engines import Session
 from specbench.models import PRESETS, LoadedModel, preset_gguf, resolve_source
 from specbench.models.loading import load_tokenizer
+from specbench.run_specs import DraftSpec, parse_draft
 
 MAX_CONTEXT = 8192  # a longer trained context is capped: llama.cpp allocates the whole KV cache up front
 
@@ -122,3 +130,27 @@ class LlamaSession(Session):
 
     def calibrate_batch(self, *args, **kwargs) -> dict | None:
         raise SpecbenchError(f"--engine {ENGINE_NAME} decodes one sequence at a time: use --batch-size 1")
+
+    def proposer(self, draft_spec: DraftSpec | str, corpus: list[list[int]] | None = None) -> Proposer:
+        """As Session.proposer, except that a draft model given as a GGUF loads into llama.cpp (built once)."""
+        spec = parse_draft(draft_spec)
+        if spec.kind not in ("model", "hybrid") or not spec.model or not is_gguf_spec(spec.model):
+            return super().proposer(spec, corpus)
+        key = (spec.text, ENGINE_NAME)
+        if key not in self._proposers:
+            lm = self.target.model
+            draft = LlamaModelDraft(
+                load_gguf_draft(
+                    str(gguf_of(spec.model)), n_ctx=lm.backend.n_ctx, threads=lm.threads, target_vocab=lm.n_vocab
+                ),
+                spec.model,
+            )
+            self._proposers[key] = (
+                HybridDraft(lookup_draft(self.target), draft, name=spec.text) if spec.kind == "hybrid" else draft
+            )
+        return self._proposers[key]
+
+
+def is_gguf_spec(spec: str) -> bool:
+    """A model spec llama.cpp can load: a path ending in .gguf, or a preset that ships a GGUF."""
+    return spec.endswith(".gguf") or bool(getattr(PRESETS.get(spec), "gguf", None))
