@@ -196,7 +196,7 @@ def twin_server(args) -> None:
     from specbench.config import LoadSpec
     from specbench.measure.engines import Session
     from specbench.measure.runner import execute_run
-    from specbench.measure.sweep_run import BaselineStore, baseline_file, cell_ids, write_sweep_file
+    from specbench.measure.sweep_run import cell_ids, write_sweep_file
 
     grid = bench_grid(args)
     torch.set_num_threads(args.cpus_per_cell)
@@ -209,13 +209,7 @@ def twin_server(args) -> None:
     for line in sys.stdin:
         cell_id = line.strip()
         start = time.perf_counter()
-        execute_run(
-            cells[cell_id],
-            root,
-            run_id=cell_id,
-            session=session,
-            baseline_store=BaselineStore(baseline_file(root, grid, cells[cell_id])),
-        )
+        execute_run(cells[cell_id], root, run_id=cell_id, session=session)
         print(time.perf_counter() - start, flush=True)
 
 

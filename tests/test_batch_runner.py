@@ -225,7 +225,7 @@ def test_min_policy_law_matches_a_simulation():
 # --------------------------------------------------------------------------- sweeps and the CLI
 
 
-def test_sweep_batch_axis_runs_b1_once_and_shares_baselines_per_batch_size(tmp_path, task_file):
+def test_sweep_batch_axis_runs_b1_once_and_times_each_cells_baseline_at_its_batch_size(tmp_path, task_file):
     grid = SweepGrid.from_specs(
         target="tiny-target",
         draft="tiny-draft",
@@ -241,8 +241,10 @@ def test_sweep_batch_axis_runs_b1_once_and_shares_baselines_per_batch_size(tmp_p
     ids = [cid for cid, _ in cell_ids(grid)]
     assert ids == ["prompts-tiny-draft-g2-t0", "prompts-tiny-draft-g2-t0-b2", "prompts-tiny-draft-g2-t0-b2-min"]
     out = run_sweep(grid, tmp_path, session=FakeSession())
-    names = sorted(p.name for p in (out.root / "baselines").iterdir())
-    assert names == ["prompts-t0-k0-p1-b2.jsonl", "prompts-t0-k0-p1.jsonl"]
+    assert not (out.root / "baselines").exists()
+    for c in out.cells:  # a batched cell's baseline was timed in batches of its own size (batch_s)
+        rows = read_records(out.root / c.cell_id / "examples.jsonl")
+        assert len(rows) == 4 and all((r["baseline"].get("batch_s") is not None) == ("-b2" in c.cell_id) for r in rows)
     b2 = [c.summary for c in out.cells if c.cell_id.endswith("-b2")][0]
     assert b2["batch_size"] == 2 and b2["complete"]
     single = SweepGrid.from_specs(

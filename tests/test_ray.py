@@ -102,11 +102,7 @@ def test_four_cells_under_ray_equal_the_local_sweep(cluster, tiny, tmp_path):
             json.loads((local.root / name).read_text())["cells"]
             == json.loads((remote.root / name).read_text())["cells"]
         )
-    base = sorted(local.root.glob("baselines/*.jsonl"))
-    assert [p.name for p in base] == [p.name for p in sorted(remote.root.glob("baselines/*.jsonl"))]
-    assert [json.loads(x)["example_id"] for x in base[0].read_text().splitlines()] == [
-        json.loads(x)["example_id"] for x in (remote.root / "baselines" / base[0].name).read_text().splitlines()
-    ]
+    assert not (remote.root / "baselines").exists()  # every cell timed its own baseline on its worker
     placed = read_placements(remote.root)
     assert sorted(placed) == sorted(c.cell_id for c in remote.cells)
     assert all(p[0]["device"] == "cpu" and p[0]["executor"] == "ray" for p in placed.values())
@@ -200,14 +196,13 @@ def test_the_worker_measures_its_cell_without_planning_the_sweep_again(tiny, tmp
     from specbench.measure.engines import Session
     from specbench.measure.executors.mirror import apply, folder_files
     from specbench.measure.executors.ray_cluster import measure_in_scratch
-    from specbench.measure.sweep_run import BaselineStore, baseline_file, cell_ids
+    from specbench.measure.sweep_run import cell_ids
 
     g = grid(tiny, draft="prompt-lookup", gamma="2")
     local = run_sweep(g, tmp_path / "local")
     ((cell_id, config),) = cell_ids(g)
     root = tmp_path / "driver" / local.root.name
     root.mkdir(parents=True)
-    rel = str(baseline_file(root, g, config).relative_to(root))
 
     def no_planning(*args, **kwargs):
         raise AssertionError("the worker planned the sweep again")
@@ -219,8 +214,7 @@ def test_the_worker_measures_its_cell_without_planning_the_sweep_again(tiny, tmp
         "config": config,
         "sweep_id": root.name,
         "cell_id": cell_id,
-        "baseline": rel,
-        "files": folder_files(root, [cell_id, rel]),
+        "files": folder_files(root, [cell_id]),
     }
     scratch = tmp_path / "scratch"
     session = Session(LoadSpec(g.load.target, device="cpu"))
@@ -230,9 +224,8 @@ def test_the_worker_measures_its_cell_without_planning_the_sweep_again(tiny, tmp
     # same bytes, e.g. no new peak memory), so no separate message is needed for it
     assert set(messages[-1]["change"]) == {"rows", "json"}
     assert not (scratch / root.name / "sweep.json").exists()
-    stores = {rel: BaselineStore(root / rel)}
     for m in messages:
-        apply(root, m.get("change", m), stores)
+        apply(root, m.get("change", m))
     assert records(root) == records(local.root)
     for name in ("examples.jsonl", "summary.json", "manifest.json"):  # the driver copies the worker's bytes
         assert (root / cell_id / name).read_bytes() == (scratch / root.name / cell_id / name).read_bytes(), name
@@ -245,7 +238,7 @@ def test_every_torch_call_of_a_worker_runs_on_one_thread(tiny, tmp_path, monkeyp
     import specbench.measure.engines as engines
     import specbench.measure.runner as runner
     from specbench.measure.executors.ray_cluster import CellWorker
-    from specbench.measure.sweep_run import baseline_file, cell_ids
+    from specbench.measure.sweep_run import cell_ids
 
     threads = []
     real_session, real_execute = engines.Session, runner.execute_run
@@ -265,8 +258,7 @@ def test_every_torch_call_of_a_worker_runs_on_one_thread(tiny, tmp_path, monkeyp
     root.mkdir(parents=True)
     worker = CellWorker()
     for cell_id, config in cell_ids(g):
-        rel = str(baseline_file(root, g, config).relative_to(root))
-        request = {"grid": g, "config": config, "sweep_id": root.name, "cell_id": cell_id, "baseline": rel, "files": {}}
+        request = {"grid": g, "config": config, "sweep_id": root.name, "cell_id": cell_id, "files": {}}
         assert list(worker.run_cell(request))[-1]["kind"] == "done"
     assert [kind for kind, _ in threads] == ["load", "cell", "cell"]
     assert len({ident for _, ident in threads}) == 1 and threads[0][1] != threading.get_ident()

@@ -23,7 +23,7 @@ from specbench.errors import SpecbenchError
 from specbench.measure import run_folder, sweep, sweep_run
 from specbench.measure.metrics import summarize
 from specbench.measure.records import load_examples, load_manifest, load_runs, read_summary, scan_examples
-from specbench.measure.schema import EngineRecord, RunFiles
+from specbench.measure.schema import RunFiles
 from specbench.measure.tidy_table import export_frames
 from specbench.tasks.examples import select_examples
 from specbench.tasks.specs import load_task
@@ -251,19 +251,6 @@ def test_sweep_json(tmp_path):
         one_line_or_ok(lambda: sweep_run.write_sweep_file(root, "sw", grid, cells, tasks), where)
         (root / "sweep.json").write_bytes(data)
         one_line_or_ok(lambda: export_frames([root], examples=False), where)
-
-
-def test_baselines(tmp_path):
-    """A stored baseline the runner would reuse must be a whole EngineRecord: everything else is skipped."""
-    valid = next((FIXTURE / "old-sweep" / "baselines").glob("*.jsonl")).read_bytes()
-    path = tmp_path / "baselines" / "b.jsonl"
-    path.parent.mkdir()
-    for kind, i, data in each_case("baselines", valid, jsonl=True):
-        where = f"baselines {kind} #{i}"
-        path.write_bytes(data)
-        store = one_line_or_ok(lambda: sweep_run.BaselineStore(path), where)
-        for record in store.values():
-            EngineRecord(**record)
 
 
 @pytest.mark.parametrize("name", ["noise_probes.jsonl", "baseline_probes.jsonl"])

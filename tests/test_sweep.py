@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -10,12 +11,11 @@ from helpers import MAX_NEW, FakeSession, make_grid, write_prompts
 from typer.testing import CliRunner
 
 import specbench.measure.engines as engines
-import specbench.measure.runner as runner
 from specbench.cli import app
 from specbench.errors import SpecbenchError
 from specbench.measure.records import read_records
 from specbench.measure.sweep import parse_float_list, parse_int_list, parse_str_list
-from specbench.measure.sweep_run import BaselineStore, cell_ids, run_sweep, sweep_id_for
+from specbench.measure.sweep_run import cell_ids, run_sweep, sweep_id_for
 
 
 @pytest.fixture
@@ -25,24 +25,16 @@ def task_file(tmp_path) -> str:
 
 @pytest.fixture
 def baseline_calls(monkeypatch) -> list:
-    """Count measured baseline decodes (warm-up ones and the per-cell drift probe excluded)."""
-    calls, probing = [], []
-    real, real_probe = engines.decode_autoregressive, runner.probe_shared_baseline
+    """Count measured baseline decodes (warm-up ones excluded)."""
+    calls = []
+    real = engines.decode_autoregressive
 
     def counting(*args, **kwargs):
-        if kwargs["max_new_tokens"] == MAX_NEW and not probing:
+        if kwargs["max_new_tokens"] == MAX_NEW:
             calls.append(1)
         return real(*args, **kwargs)
 
-    def probe(*args, **kwargs):
-        probing.append(1)
-        try:
-            return real_probe(*args, **kwargs)
-        finally:
-            probing.pop()
-
     monkeypatch.setattr(engines, "decode_autoregressive", counting)
-    monkeypatch.setattr(runner, "probe_shared_baseline", probe)
     return calls
 
 
@@ -120,57 +112,79 @@ def test_cell_ids_readable_unique_and_grouped(task_file):
 # --------------------------------------------------------------------------- running
 
 
-def test_sweep_shares_one_baseline_per_task_and_temperature(tmp_path, task_file, baseline_calls):
+def test_every_cell_times_its_own_baseline(tmp_path, task_file, baseline_calls):
     grid = make_grid(task_file)
     out = run_sweep(grid, tmp_path, session=FakeSession())
     root = out.root
     assert root == tmp_path / sweep_id_for(grid)
     assert len(out.cells) == 4 and out.new_examples == 12
-    assert len(baseline_calls) == 3  # 3 examples, once each, not once per cell
+    assert len(baseline_calls) == 12  # 3 examples in each of 4 cells (a shared baseline timed 3): the sweep's cost
     doc = json.loads((root / "sweep.json").read_text())
     assert doc["grid"] == grid.to_dict() and len(doc["cells"]) == 4 and len(doc["complete_cells"]) == 4
-    store = read_records(root / doc["baselines"][0])
-    assert len(store) == 3
-    by_id = {r["example_id"]: r["baseline"] for r in store}
-    for cid, _ in cell_ids(grid):
-        recs = cell_records(root, cid)
-        assert sorted(r["example_id"] for r in recs) == sorted(by_id)
-        for r in recs:
-            assert r["baseline"] == by_id[r["example_id"]]  # the same measurement, timings included
     for r in cell_records(root, "prompts-tiny-draft-g3-t0"):
-        assert r["identical"]  # greedy: speculative output equals the shared baseline
+        assert r["identical"]  # greedy: speculative output equals the cell's own baseline
 
 
-def test_each_later_cell_re_times_one_shared_baseline(tmp_path, task_file):
-    """The drift probe: every cell after the one that timed the baselines decodes one stored example
-    again and records fresh ÷ stored seconds; the summary carries the worst ratio."""
-    out = run_sweep(make_grid(task_file), tmp_path, session=FakeSession())
-    first, *later = [c.cell_id for c in out.cells]
-    assert not (out.root / first / "baseline_probes.jsonl").exists()
-    assert json.loads((out.root / first / "summary.json").read_text())["baseline_drift"] is None
-    for cid in later:
-        probes = read_records(out.root / cid / "baseline_probes.jsonl")
-        assert len(probes) == 1 and probes[0]["same_tokens"] and probes[0]["ratio"] > 0
-        summary = json.loads((out.root / cid / "summary.json").read_text())
-        assert summary["baseline_drift"] == pytest.approx(probes[0]["ratio"])
+def test_each_cell_times_its_own_baseline_a_b_b_a(tmp_path, task_file, monkeypatch):
+    """Per-cell baselines (issue 26 item 7): every cell decodes both engines on its own examples in the run's
+    A B B A order, and each record's timings are the medians of that cell's own repeats. On the shared-baseline
+    code this fails: later cells decoded no baseline and copied the first cell's timings."""
+    order: dict[str, list[str]] = {}
+    current: list[str] = []
+    real_base, real_spec = engines.decode_autoregressive, engines.decode_speculative
+
+    def logged(name, real):
+        def decode(*args, **kwargs):
+            if kwargs["max_new_tokens"] == MAX_NEW:  # a timed decode (warm-up runs WARMUP_TOKENS)
+                order.setdefault(current[-1], []).append(name)
+            return real(*args, **kwargs)
+
+        return decode
+
+    monkeypatch.setattr(engines, "decode_autoregressive", logged("baseline", real_base))
+    monkeypatch.setattr(engines, "decode_speculative", logged("speculative", real_spec))
+    grid = make_grid(task_file, repeats=2)
+    out = run_sweep(grid, tmp_path, session=FakeSession(), on_cell=lambda cid, total, done: current.append(cid))
+    assert len(out.cells) == 4
+    expected = [e for i in range(3) for e in engines.engine_order(2, i)]  # 3 examples: A B B A, B A A B, A B B A
+    assert expected[:4] == ["baseline", "speculative", "speculative", "baseline"]
+    for cell in out.cells:
+        assert order[cell.cell_id] == expected, cell.cell_id
+        for r in cell_records(out.root, cell.cell_id):
+            for engine in ("baseline", "speculative"):
+                rec = r[engine]
+                assert len(rec["repeat_s"]) == 2  # this cell's two repeats of this engine on this example
+                assert rec["prefill_s"] + rec["decode_s"] == pytest.approx(statistics.mean(rec["repeat_s"]))
+    first, second = (
+        {r["example_id"]: r["baseline"]["repeat_s"] for r in cell_records(out.root, c.cell_id)} for c in out.cells[:2]
+    )
+    assert first.keys() == second.keys() and all(first[k] != second[k] for k in first)  # timed apart, not shared
+    assert not (out.root / "baselines").exists()
+    assert not any(out.root.glob("*/baseline_probes.jsonl"))  # no shared baseline, so no drift probe
+    doc = json.loads((out.root / "sweep.json").read_text())
+    assert doc["baselines_per_cell"] is True and "baselines" not in doc
 
 
-def test_a_sweep_resumes_on_baselines_stored_before_proposal_lengths_existed(tmp_path, task_file):
+def test_a_sweep_begun_with_shared_baselines_resumes_and_keeps_their_list(tmp_path, task_file):
+    """A sweep folder from before per-cell baselines stays readable and resumable: its sweep.json keeps naming the
+    shared baseline files its earlier cells were compared with, and the missing examples are measured."""
     grid = make_grid(task_file)
     out = run_sweep(grid, tmp_path, session=FakeSession())
-    store = out.root / json.loads((out.root / "sweep.json").read_text())["baselines"][0]
-    rows = read_records(store)
-    for row in rows:  # as an older specbench wrote them
-        del row["baseline"]["proposal_lengths"]
-    store.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    doc = json.loads((out.root / "sweep.json").read_text())
+    del doc["baselines_per_cell"]
+    doc["baselines"] = ["baselines/prompts-t0-k0-p1.jsonl"]  # as an older specbench wrote it
+    (out.root / "sweep.json").write_text(json.dumps(doc))
     last = out.cells[-1].cell_id
     for name in ("examples.jsonl", "summary.json"):
         (out.root / last / name).unlink()
     again = run_sweep(grid, tmp_path, session=FakeSession())
     assert again.new_examples == 3 and again.cells[-1].summary["complete"]
+    kept = json.loads((out.root / "sweep.json").read_text())
+    assert kept["baselines"] == doc["baselines"] and "baselines_per_cell" not in kept
 
 
 def test_baseline_drift_beyond_tolerance_is_flagged():
+    """Cells of sweep folders from before per-cell baselines carry a drift; the report still flags it."""
     from specbench.report import timing_note
 
     row = {"run_id": "r", "gamma": 3, "verify_cost": 1.3}
@@ -196,12 +210,12 @@ def test_killed_sweep_resumes_without_loss_or_duplicates(tmp_path, task_file, ba
     killed_cell = seen[-1][0]
     with (root / killed_cell / "examples.jsonl").open("a") as fh:
         fh.write('{"schema_version": 1, "example_id": "ex')  # a kill in the middle of a write
-    assert len(baseline_calls) == min(kill_after, 3)
+    assert len(baseline_calls) == kill_after  # each example measured its own baseline before its record
     baseline_calls.clear()
 
     out = run_sweep(grid, tmp_path, session=FakeSession())
     assert out.new_examples == 12 - kill_after
-    assert len(baseline_calls) == 3 - min(kill_after, 3)  # baselines persisted before the kill are reused
+    assert len(baseline_calls) == 12 - kill_after  # only the examples not on disk are measured again
     for cid, _ in cell_ids(grid):
         ids = [r["example_id"] for r in cell_records(root, cid)]
         assert len(ids) == 3 == len(set(ids))
@@ -250,44 +264,6 @@ def test_same_sweep_id_with_another_grid_is_refused(tmp_path, task_file):
         )
     with pytest.raises(SpecbenchError, match="folder name"):
         run_sweep(make_grid(task_file, draft="prompt-lookup", gamma="2"), tmp_path, sweep_id="../x")
-
-
-def stored_baseline(n: int) -> dict:
-    """A whole baseline EngineRecord of n tokens (the store skips lines that are not one)."""
-    return {
-        "text": "",
-        "token_ids": [5] * n,
-        "n_tokens": n,
-        "stop_reason": "length",
-        "prefill_s": 0.1,
-        "decode_s": 0.2,
-        "target_calls": n,
-        "draft_calls": 0,
-        "drafted": 0,
-        "accepted": 0,
-        "trials": 0,
-        "accept_lengths": [],
-        "draft_lengths": [],
-        "expected_accept": [],
-        "draft_s": 0.0,
-        "verify_s": 0.2,
-    }
-
-
-def test_baseline_store_persists_first_write_wins(tmp_path):
-    path = tmp_path / "baselines" / "t.jsonl"
-    store = BaselineStore(path)
-    store["a"] = stored_baseline(1)
-    store["a"] = stored_baseline(99)  # ignored: cells already compared against the first
-    store["b"] = stored_baseline(2)
-    with path.open("a") as fh:
-        fh.write('{"example_id": "d", "baseline": {"n_tokens": 4}}\n')  # not a whole record: skipped
-        fh.write('{"example_id": "c", "base')  # torn last line
-    with pytest.warns(UserWarning, match="t.jsonl:3: skipped a line of the wrong shape"):
-        again = BaselineStore(path)
-    assert dict(again) == {"a": stored_baseline(1), "b": stored_baseline(2)}
-    again["c"] = stored_baseline(3)
-    assert len(read_records(path)) == 4
 
 
 # --------------------------------------------------------------------------- CLI

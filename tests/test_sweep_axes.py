@@ -21,7 +21,7 @@ from specbench.measure.buckets import bucket_of, bucket_thresholds, choose_bucke
 from specbench.measure.planning import run_id_for
 from specbench.measure.records import read_records
 from specbench.measure.sweep import SweepGrid, parse_budgets, parse_pair, parse_prompt_lengths
-from specbench.measure.sweep_run import baseline_key, cell_ids, run_sweep, sweep_id_for
+from specbench.measure.sweep_run import cell_ids, run_sweep, sweep_id_for
 
 
 class TargetSession(FakeSession):
@@ -100,16 +100,13 @@ def test_budget_axis_gives_each_cell_its_budget_and_its_own_baseline(tmp_path, t
     ids = [cid for cid, _ in cells]
     assert ids == ["prompts-prompt-lookup-g1-t0-n3", "prompts-prompt-lookup-g1-t0-n5", "prompts-prompt-lookup-g4-t0-n5"]
     assert grid.skipped_gammas() == [(4, 3)]  # γ 4 > budget 3: skipped, not clamped
-    assert len({baseline_key(c) for _, c in cells}) == 2
     with pytest.warns(UserWarning, match="γ 4 at 3"):
         out = run_sweep(grid, tmp_path, session=FakeSession())
     budgets = {c.cell_id: c.summary["max_new_tokens"] for c in out.cells}
     assert budgets == {ids[0]: 3, ids[1]: 5, ids[2]: 5}
-    doc = json.loads((out.root / "sweep.json").read_text())
-    assert len(doc["baselines"]) == 2
-    for rel in doc["baselines"]:
-        budget = 3 if rel.endswith("-n3.jsonl") else 5
-        assert all(len(r["baseline"]["token_ids"]) == budget for r in read_records(out.root / rel))
+    for cell in out.cells:  # each cell's own baseline decodes its own budget
+        rows = read_records(out.root / cell.cell_id / "examples.jsonl")
+        assert all(len(r["baseline"]["token_ids"]) == budgets[cell.cell_id] for r in rows)
 
 
 def test_a_single_budget_still_refuses_a_larger_gamma(task_file, tmp_path):
@@ -181,7 +178,7 @@ def test_bucket_axis_measures_each_bucket_and_records_thresholds(tmp_path, task_
         manifest = json.loads((out.root / cell.cell_id / "manifest.json").read_text())
         assert manifest["prompt_length"]["bucket"] == s["prompt_length"]
     doc = json.loads((out.root / "sweep.json").read_text())
-    assert len(doc["baselines"]) == 2 and len(doc["prompt_length"]) == 2
+    assert doc["baselines_per_cell"] and len(doc["prompt_length"]) == 2
 
 
 def test_run_prompt_length_long_on_the_cli(tmp_path, task_file, stub_tokenizer, monkeypatch):
@@ -252,10 +249,7 @@ def test_pairs_load_each_target_once_and_keep_baselines_apart(tmp_path, task_fil
     assert "tiny-a-prompts-tiny-draft-g1-t0" in ids and "tiny-b-prompts-prompt-lookup-g2-t0" in ids and len(ids) == 6
     assert {c.summary["target"] for c in out.cells} == {"tiny-a", "tiny-b"}
     doc = json.loads((out.root / "sweep.json").read_text())
-    assert sorted(doc["baselines"]) == [
-        "baselines/tiny-a-prompts-t0-k0-p1.jsonl",
-        "baselines/tiny-b-prompts-t0-k0-p1.jsonl",
-    ]
+    assert "baselines" not in doc and not (out.root / "baselines").exists()  # each cell timed its own
     assert doc["grid"]["pairs"] == [["tiny-a", "prompt-lookup"], ["tiny-a", "tiny-draft"], ["tiny-b", "prompt-lookup"]]
 
 

@@ -88,24 +88,16 @@ def merge_batch(runs: list[list[DecodeResult]], tokenizer) -> list[EngineRecord]
 
 
 def measure_batch(
-    engines: Engines, plan: RunPlan, index: int, items: list[Prepared], store: dict | None
+    engines: Engines, plan: RunPlan, index: int, items: list[Prepared]
 ) -> tuple[list[dict], list[EngineRecord]]:
-    """Both engines over one batch (a sweep's stored baselines reused when every row has one) →
-    (baseline record dicts, speculative records), one per row."""
+    """Both engines over one batch, A B B A → (baseline record dicts, speculative records), one per row."""
     cfg, tok = engines.config, engines.session.target.tokenizer
     seeds = [example_seed(cfg.seed, p.example.id) for p in items]
-    stored = [None if store is None else store.get(p.example.id) for p in items]
-    have_base = all(s is not None for s in stored)
     runs: dict[str, list[list[DecodeResult]]] = {"baseline": [], "speculative": []}
     for engine in engine_order(cfg.repeats, index):
-        if engine == "baseline" and have_base:
-            continue
         runs[engine].append(decode_batch(engines, engine, items, seeds, plan.max_new_tokens))
-    base = stored if have_base else [engine_dict(r) for r in merge_batch(runs["baseline"], tok)]
-    if store is not None and not have_base:
-        for item, rec in zip(items, base):
-            store[item.example.id] = rec  # never replaces one stored before (BaselineStore)
-    return base, merge_batch(runs["speculative"], tok)  # type: ignore[return-value]  # have_base: none is None
+    base = [engine_dict(r) for r in merge_batch(runs["baseline"], tok)]
+    return base, merge_batch(runs["speculative"], tok)
 
 
 def row_record(
@@ -144,34 +136,10 @@ def row_record(
     )
 
 
-def probe_shared_batch(engines: Engines, plan: RunPlan, index: int, items: list[Prepared], store: dict) -> None:
-    """A sweep cell's drift probe at batch B (runner.probe_shared_baseline's reasons): decode one batch whose
-    baselines are stored again, untimed by the run, and append fresh ÷ stored batch seconds."""
-    found = [store.get(p.example.id) for p in items]
-    stored = [s for s in found if s is not None and s.get("batch_s") is not None]
-    if len(stored) < len(found):
-        return
-    seeds = [example_seed(engines.config.seed, p.example.id) for p in items]
-    fresh = decode_batch(engines, "baseline", items, seeds, plan.max_new_tokens)
-    same = [r.token_ids for r in fresh] == [s["token_ids"] for s in stored]
-    stored_s, fresh_s = stored[0]["batch_s"], fresh[0].batch_s
-    append_jsonl(
-        plan.files.root / "baseline_probes.jsonl",
-        {
-            "example_id": items[0].example.id,
-            "stored_s": stored_s,
-            "fresh_s": fresh_s,
-            "ratio": fresh_s / stored_s if stored_s > 0 and same else None,
-            "same_tokens": same,
-        },
-    )
-
-
 def measure_batches(
     plan: RunPlan,
     engines: Engines,
     records: list[dict],
-    store: dict | None,
     on_example: Callable[[dict], None],
     memory: Callable[[], dict] | None,
 ) -> None:
@@ -185,11 +153,9 @@ def measure_batches(
         seeds = [example_seed(0, p.example.id) for p in first]
         decode_batch(engines, "baseline", first, seeds, WARMUP_TOKENS)  # warm-up: allocations, kernel choice
         decode_batch(engines, "speculative", first, seeds, WARMUP_TOKENS)
-        if store is not None:
-            probe_shared_batch(engines, plan, todo[0][0], first, store)
         append_jsonl(probe_file, {"after": None, "ms": probe_target(plan.session, plan.prepared[0].prompt_ids)})
     for index, items in todo:
-        base, spec = measure_batch(engines, plan, index, items, store)
+        base, spec = measure_batch(engines, plan, index, items)
         for row, item in enumerate(items):
             if item.example.id in done:
                 continue  # written before a kill cut the batch short: measured again for its rows' timing only

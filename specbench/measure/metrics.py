@@ -80,7 +80,9 @@ from collections import Counter
 from statistics import mean
 
 NAN = float("nan")
-BASELINE_DRIFT_TOLERANCE = 0.10  # a sweep's re-timed shared baseline more than 10 % off the stored one flags the run
+# Sweep folders written before cells timed their own baselines (issue 26 item 7) shared one baseline per task and
+# re-timed it before each cell; a re-timed baseline more than 10 % off the stored one flags such a cell when read.
+BASELINE_DRIFT_TOLERANCE = 0.10
 
 
 def ratio(num: float, den: float) -> float:
@@ -246,7 +248,8 @@ def median_example_speedup(records: list[dict]) -> float:
 
 
 def timing_noise(records: list[dict], probes: list[float] | None = None, drift: float | None = None) -> dict:
-    """suspect_timing and timing_notes from the noise checks (measure/noise.py) and a sweep's baseline drift."""
+    """suspect_timing and timing_notes from the noise checks (measure/noise.py) and, for a cell of a sweep folder
+    from before per-cell baselines, its shared baseline's drift (None otherwise)."""
     from specbench.measure.noise import noise_verdict, paired_speedups
 
     token_ms = [

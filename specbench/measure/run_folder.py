@@ -108,7 +108,8 @@ def read_probes(root: Path) -> list[float]:
 
 
 def baseline_drift(files: RunFiles) -> float | None:
-    """The probe ratio (fresh ÷ stored baseline seconds) farthest from 1 in log terms; None without probes."""
+    """The probe ratio (fresh ÷ stored baseline seconds) farthest from 1 in log terms; None without probes (only
+    cells of sweep folders from before per-cell baselines have them: read, never written now)."""
     ratios = [
         r["ratio"] for r in read_records(files.root / "baseline_probes.jsonl", baseline_probe_problem) if r.get("ratio")
     ]

@@ -24,7 +24,6 @@ from specbench.measure import turns
 from specbench.measure.batch_runner import measure_batches
 from specbench.measure.engines import (
     Engines,
-    Prepared,
     Session,
     engine_order,
     engine_record,
@@ -62,23 +61,19 @@ def measure(
     *,
     on_start: Callable[[int, int], None] = lambda total, done: None,
     on_example: Callable[[dict], None] = lambda record: None,
-    baseline_store: dict | None = None,
 ) -> RunOutcome:
-    """Measure every not-yet-recorded example of the plan; resume from examples.jsonl if present.
-
-    `baseline_store` (example id → baseline EngineRecord dict) lets a sweep measure each
-    baseline once per task and temperature and share it across cells.
-    """
+    """Measure every not-yet-recorded example of the plan; resume from examples.jsonl if present. Each
+    example times both engines here, A B B A (a sweep's cell too: it shares no baseline with other cells)."""
     try:
         with run_lock(plan.files.root):  # already held since prepare_run (re-entrant); a plan built by hand takes it
-            return _measure_locked(plan, on_start, on_example, baseline_store)
+            return _measure_locked(plan, on_start, on_example)
     finally:
         if plan.lock is not None:
             plan.lock.close()
             plan.lock = None
 
 
-def _measure_locked(plan: RunPlan, on_start, on_example, baseline_store: dict | None) -> RunOutcome:
+def _measure_locked(plan: RunPlan, on_start, on_example) -> RunOutcome:
     config, files, target = plan.config, plan.files, plan.session.target
     repair_jsonl(files.examples)
     records = read_examples(files.examples)  # a line of the wrong shape is skipped (warned), never summarized
@@ -92,31 +87,23 @@ def _measure_locked(plan: RunPlan, on_start, on_example, baseline_store: dict | 
     memory = start_memory(target.device) if todo else None  # a call that measures nothing keeps the stored peak
     if config.batch_size > 1:
         turns.refuse_batched_turns(plan.prepared)
-        measure_batches(plan, engines, records, baseline_store, on_example, memory)
+        measure_batches(plan, engines, records, on_example, memory)
         return RunOutcome(files, write_summary(files, config, plan.spec, records, plan.manifest, memory), len(todo))
     if todo:
         engines.warm_up(todo[0].prompt_ids, max(len(p.prompt_ids) for p in plan.prepared) + plan.max_new_tokens)
-        if baseline_store is not None:
-            probe_shared_baseline(engines, todo[0], config.seed, plan.max_new_tokens, baseline_store, files)
         ms = probe_target(plan.session, plan.prepared[0].prompt_ids)
         append_jsonl(probe_file, {"after": None, "ms": ms, **steal_counters()})
     for item in todo:
         seed = example_seed(config.seed, item.example.id)
-        base = None if baseline_store is None else baseline_store.get(item.example.id)
         runs: dict[str, list[DecodeResult]] = {"baseline": [], "speculative": []}
         log = turns.TurnLog()  # each turn of a multi-turn question (measure/turns.py)
         for engine in engine_order(config.repeats, plan.prepared.index(item)):
-            if engine == "baseline" and base is not None:
-                continue  # a sweep's shared baseline, measured once for every cell
             decode = engines.baseline if engine == "baseline" else engines.speculative
             runs[engine].append(
                 turns.ask_turns(decode, item, seed, plan.max_new_tokens, plan.spec, target, log.runs[engine])
             )
-        if base is None:
-            merged, repeat_s = merge_repeats(runs["baseline"])
-            base = engine_dict(engine_record(merged, target.tokenizer, repeat_s))
-            if baseline_store is not None:
-                baseline_store[item.example.id] = base
+        merged, repeat_s = merge_repeats(runs["baseline"])
+        base = engine_dict(engine_record(merged, target.tokenizer, repeat_s))
         merged, repeat_s = merge_repeats(runs["speculative"])
         spec_rec = engine_record(merged, target.tokenizer, repeat_s)
         divergence = first_divergence(base["token_ids"], spec_rec.token_ids)
@@ -166,36 +153,6 @@ def _measure_locked(plan: RunPlan, on_start, on_example, baseline_store: dict | 
     return RunOutcome(files, summary, len(todo))
 
 
-def probe_shared_baseline(
-    engines: Engines, item: Prepared, seed: int, max_new_tokens: int, store: dict, files: RunFiles
-) -> None:
-    """Re-time one shared baseline before a sweep cell measures against the stored ones.
-
-    A sweep times each baseline once and compares every later cell with it; if the machine has
-    slowed down or sped up since, those speedups are off by the same factor. So each cell first
-    decodes one stored example again (untimed by the run, same seed) and appends fresh ÷ stored
-    seconds to baseline_probes.jsonl; the summary reports the worst ratio as `baseline_drift`
-    and the report flags runs beyond ±metrics.BASELINE_DRIFT_TOLERANCE. One example is a small
-    sample (a single decode of a second or so varies by a few per cent), so a flag says "look
-    at this cell", not "this cell is wrong".
-    """
-    stored = store.get(item.example.id)
-    if stored is None:  # nothing stored yet: this cell times the baselines itself
-        return
-    fresh = engines.baseline(item.prompt_ids, example_seed(seed, item.example.id), max_new_tokens)
-    stored_s = stored["prefill_s"] + stored["decode_s"]
-    fresh_s = fresh.prefill_s + fresh.decode_s
-    same = fresh.token_ids == stored["token_ids"]  # else (a non-deterministic kernel) the times are not comparable
-    row = {
-        "example_id": item.example.id,
-        "stored_s": stored_s,
-        "fresh_s": fresh_s,
-        "ratio": fresh_s / stored_s if stored_s > 0 and same else None,
-        "same_tokens": same,
-    }
-    append_jsonl(files.root / "baseline_probes.jsonl", row)
-
-
 def execute_run(
     config: RunConfig,
     results_dir: Path,
@@ -204,8 +161,7 @@ def execute_run(
     session: Session | None = None,
     on_start: Callable[[int, int], None] = lambda total, done: None,
     on_example: Callable[[dict], None] = lambda record: None,
-    baseline_store: dict | None = None,
 ) -> RunOutcome:
     """prepare_run then measure: one call for a whole run."""
     plan = prepare_run(config, results_dir, run_id=run_id, session=session)
-    return measure(plan, on_start=on_start, on_example=on_example, baseline_store=baseline_store)
+    return measure(plan, on_start=on_start, on_example=on_example)

@@ -5,13 +5,14 @@ that each stays readable. A sweep is many `execute_run` calls that share what ma
 nothing else:
   - one `Session` per target (models load once, lazily: a finished sweep reruns without loading any;
     cells are grouped by target, and a target's session is freed before the next one loads);
-  - no decode state: execute_run builds fresh caches and a generator per example.
+  - no decode state: execute_run builds fresh caches and a generator per example;
+  - no timing: each cell times its own baseline beside the speculative engine, A B B A on its own examples,
+    exactly as `specbench run` does (issue 26 item 7). Sweeps before that shared one baseline per task
+    and sampling setting (baselines/*.jsonl, re-timed before each cell as a drift probe); their folders
+    stay readable, and their sweep.json keeps "baselines", the list of those files.
 
 Layout of `results/<sweep-id>/`:
   sweep.json                    the grid, its cells and task hashes (atomically written)
-  baselines/[<target>-]<task>-t<T>-k<k>-p<p>[-b<B>][-n<budget>][-p<bucket>].jsonl
-                                {"example_id", "baseline": EngineRecord} per line (the bracketed parts only
-                                where the grid has that axis, so older sweeps keep their names)
   <cell-id>/                    an ordinary run folder (manifest.json, examples.jsonl, summary.json)
 
 The sweep id is a hash of the grid, so rerunning the same command finds the same folder and
@@ -41,16 +42,15 @@ from specbench.config import (
     prompt_length_suffix,
 )
 from specbench.errors import SpecbenchError
-from specbench.files import append_jsonl, atomic_write_json
-from specbench.measure.record_checks import baseline_row_problem, example_problem
-from specbench.measure.record_writing import prepare_run_dir, repair_jsonl
-from specbench.measure.records import read_json_object, read_records, scan_jsonl
+from specbench.files import atomic_write_json
+from specbench.measure.record_checks import example_problem
+from specbench.measure.record_writing import prepare_run_dir
+from specbench.measure.records import read_json_object, scan_jsonl
 from specbench.measure.schema import SCHEMA_VERSION
 from specbench.measure.sweep import SweepGrid
 from specbench.run_specs import parse_gamma
 
 SWEEP_FILE = "sweep.json"
-BASELINE_DIR = "baselines"
 
 
 def _digest(obj, n: int = 8) -> str:
@@ -78,12 +78,12 @@ def sweep_id_for(grid: SweepGrid) -> str:
 
 
 def axis_parts(grid: SweepGrid, config: RunConfig) -> tuple[str, str]:
-    """(prefix, suffix) a cell's id and baseline file gain from the newer axes: the target's short name first when
+    """(prefix, suffix) a cell's id gains from the newer axes: the target's short name first when
     the grid has several, '-n<budget>' when the budget is an axis, '-p<bucket>' for a prompt-length bucket.
     Grids without these axes get ('', ''), so their ids and file names stay as they always were."""
     prefix = f"{short_names(grid.targets)[config.load.target]}-" if len(grid.targets) > 1 else ""
     budget = f"-n{config.max_new_tokens}" if len(grid.budgets) > 1 and config.max_new_tokens else ""
-    engine = f"-e{config.engine}" if len(grid.engines) > 1 else ""  # the engine axis: its own cells and baselines
+    engine = f"-e{config.engine}" if len(grid.engines) > 1 else ""  # the engine axis: its own cells
     return prefix, budget + prompt_length_suffix(config) + engine
 
 
@@ -112,57 +112,6 @@ def engine_session_kind(config: RunConfig) -> str:
     """Which session a cell decodes on: llama.cpp's (LlamaSession.engine) or torch's (shared by specbench and
     hf-assisted cells)."""
     return "llama-cpp" if config.engine == "llama-cpp" else "specbench"
-
-
-def baseline_key(config: RunConfig) -> tuple:
-    """What the baseline depends on within one sweep (seed, limit, device, dtype are fixed by the grid): the target
-    alone decodes the same tokens whatever the draft and γ, but not whatever the target, budget or examples."""
-    s = config.sampling
-    return (
-        config.load.target,
-        config.engine,  # llama.cpp's baseline is not torch's
-        config.task,
-        s.temperature,
-        s.top_k,
-        s.top_p,
-        config.batch_size,  # batched: timed per B
-        config.max_new_tokens,
-        config.prompt_length,
-    )
-
-
-def baseline_file(root: Path, grid: SweepGrid, config: RunConfig) -> Path:
-    s = config.sampling
-    batch = f"-b{config.batch_size}" if config.batch_size > 1 else ""  # batch 1 keeps the name it always had
-    prefix, suffix = axis_parts(grid, config)
-    task = short_names(grid.tasks)[config.task]
-    name = f"{prefix}{task}-t{s.temperature:g}-k{s.top_k}-p{s.top_p:g}{batch}{suffix}.jsonl"
-    return root / BASELINE_DIR / _slug(name)
-
-
-# --------------------------------------------------------------------------- the persistent baseline store
-
-
-class BaselineStore(dict):
-    """example id → baseline EngineRecord dict, mirrored to an append-only JSONL.
-
-    execute_run reads it with .get() and fills it with store[id] = record; every fill is
-    appended and fsync'ed at once, so a killed sweep keeps each baseline it measured.
-    """
-
-    def __init__(self, path: Path):
-        super().__init__()
-        self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        repair_jsonl(path)  # a kill mid-write leaves a partial last line; appends must start clean
-        for row in read_records(path, baseline_row_problem):  # a line of another shape is skipped with a warning
-            super().setdefault(row["example_id"], row["baseline"])  # first wins: cells already used it
-
-    def __setitem__(self, example_id: str, record: dict) -> None:
-        if example_id in self:
-            return  # never replace a baseline that earlier cells were compared against
-        append_jsonl(self.path, {"example_id": example_id, "baseline": record})
-        super().__setitem__(example_id, record)
 
 
 # --------------------------------------------------------------------------- running
@@ -294,7 +243,7 @@ def write_sweep_file(
         "tasks": tasks,
         **({"prompt_length": buckets} if buckets else {}),  # per target|task|bucket: n, hash, thresholds
         "cells": [{"cell_id": cid, "config": cfg.to_dict()} for cid, cfg in cells],
-        "baselines": sorted({str(baseline_file(root, grid, cfg).relative_to(root)) for _, cfg in cells}),
+        "baselines_per_cell": True,  # each cell times its own baseline, A B B A (older sweeps: "baselines")
         "complete_cells": sorted(complete or []),
     }
     if path.exists():
@@ -314,6 +263,9 @@ def write_sweep_file(
                     f"data or tokenizer changed); use another --sweep-id or delete it"
                 )
             doc["created"] = old.get("created", doc["created"])
+            if isinstance(old.get("baselines"), list):  # begun with shared baselines: its earlier cells used them
+                doc["baselines"] = old["baselines"]
+                del doc["baselines_per_cell"]
             if complete is None:
                 doc["complete_cells"] = old.get("complete_cells", [])
     atomic_write_json(path, doc)
@@ -340,7 +292,7 @@ def run_sweep(
     on_example: Callable[[str, dict], None] = lambda cell_id, record: None,
     executor=None,
 ) -> SweepOutcome:
-    """Run every cell of the grid not finished yet; resume per example; share models and baselines.
+    """Run every cell of the grid not finished yet; resume per example; share models, never timings.
 
     on_plan(total examples over all cells, cells) fires once before any model loads; on_cell
     (cell id, its examples, those already done) before each cell; on_example(cell id, record)
@@ -369,7 +321,6 @@ def run_sweep(
     counts = {cid: cell_examples(tasks, buckets, cfg) for cid, cfg in cells}  # cell id → examples it measures
     on_plan(sum(counts.values()), len(cells))
 
-    stores: dict[tuple, BaselineStore] = {}
     outcome = SweepOutcome(root)
     if executor is not None:  # the cells run on its workers; every file of the sweep is still written here
         outcome.cells = executor.run_cells(grid, root, cells, counts, on_cell=on_cell, on_example=on_example)
@@ -392,15 +343,11 @@ def run_sweep(
             session = LlamaSession(config.load)
         if session is None:  # loaded at the first cell with work left, once per target for the whole sweep
             session = Session(config.load)
-        key = baseline_key(config)
-        if key not in stores:
-            stores[key] = BaselineStore(baseline_file(root, grid, config))
         run = execute_run(
             config,
             root,
             run_id=cell_id,
             session=session,
-            baseline_store=stores[key],
             on_start=functools.partial(on_cell, cell_id),
             on_example=functools.partial(on_example, cell_id),
         )

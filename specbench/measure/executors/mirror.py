@@ -1,7 +1,7 @@
 """A cell's files copied to a worker's scratch folder, and the worker's new lines copied back.
 
 Workers share no file system with the driver. The driver sends the cell's folder as it is on
-disk (torn last lines repaired first) plus the baselines its group shares; the worker measures
+disk (torn last lines repaired first); the worker measures
 into that copy with the ordinary runner, and after each example sends what changed: the new
 whole lines of every JSONL file and the new contents of every JSON file, as text. The driver
 appends and replaces them verbatim through files.py, so its folder holds exactly what a local
@@ -11,7 +11,6 @@ sweep would have written, and a worker that dies costs only the lines it had not
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from pathlib import Path
 
 from specbench.files import append_jsonl_text, atomic_write_text
@@ -85,14 +84,12 @@ class Mirror:
         return sorted(found)
 
 
-def apply(root: Path, change: dict, stores: Mapping[str, dict]) -> list[tuple[str, dict]]:
+def apply(root: Path, change: dict) -> list[tuple[str, dict]]:
     """Write a worker's changes into the sweep folder → the (rel, row) pairs appended.
 
     The manifest goes first and the summary last, so the folder never describes records it lacks.
     Lines and documents are written as the worker wrote them (by the same files.py writers, so the
-    bytes are what a local cell writes). Baseline rows go through the group's BaselineStore
-    (`stores`: rel → store), whose first write for an example wins, exactly as when a local cell
-    fills it."""
+    bytes are what a local cell writes)."""
     manifests = {rel: text for rel, text in change["json"].items() if Path(rel).name == "manifest.json"}
     for rel, text in manifests.items():
         _write_json(root / rel, text)
@@ -100,11 +97,7 @@ def apply(root: Path, change: dict, stores: Mapping[str, dict]) -> list[tuple[st
     for rel, lines in change["rows"].items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         rows = [json.loads(line) for line in lines.splitlines() if line.strip()]
-        if rel in stores:
-            for row in rows:
-                stores[rel][row["example_id"]] = row["baseline"]
-        else:
-            append_jsonl_text(root / rel, lines)
+        append_jsonl_text(root / rel, lines)
         appended += [(rel, row) for row in rows]
     for rel, text in change["json"].items():
         if rel not in manifests:

@@ -3,15 +3,13 @@
 Why actors and not plain tasks: an actor keeps its `Session` (models loaded once) between the
 cells it runs. Each cell is one streaming call on an actor holding --cpus-per-cell CPUs and
 --gpus-per-cell GPUs; Ray decides where that actor lives. The actor runs the cell exactly as
-run_sweep's loop does (execute_run with the group's baseline store) in a scratch copy of the
+run_sweep's loop does (execute_run, both engines timed in the cell) in a scratch copy of the
 cell's folder (mirror.py) and yields what each example added; the driver, which planned the
 sweep and checked the cell is unfinished, appends it under the same per-cell lock a local
 sweep takes. The worker plans nothing again per cell, so a cell's fixed cost beyond a local
 cell's is Ray's own: one call, one message per example (bench/ray_overhead.py measures it).
-Ordering we keep ourselves: the first unfinished cell of a (task, sampling) group measures the group's shared
-baseline, and the group's other cells start once it is done, so
-every cell compares against one baseline measured once, on one worker (the drift probe then
-runs on whichever worker measures the later cell, as in a local sweep). A worker that dies
+Each cell times its own baseline on its worker, A B B A with the speculative engine, so cells
+need no order among themselves and start as soon as an actor is free. A worker that dies
 mid-cell loses the example it was measuring; its cell is started again on a fresh actor
 from what the driver holds (max_cell_retries times), so no example is measured twice.
 """
@@ -42,7 +40,6 @@ from specbench.measure.schema import PLACEMENT_FILE, CellPlacement
 
 if TYPE_CHECKING:  # sweep_run imports this module's executor; the driver imports sweep_run where it runs
     from specbench.config import LoadSpec, RunConfig
-    from specbench.measure.sweep_run import BaselineStore
 
 ADDRESS_TIMEOUT_S = 3.0  # a head that does not accept a TCP connection in this long is reported unreachable
 # Ray starts its workers at niceness 15, so that its own daemons stay responsive. A cell is a timed benchmark:
@@ -183,11 +180,10 @@ def measure_in_scratch(scratch: Path, session, request: dict, compute: ThreadPoo
     What run_sweep's loop does for one unfinished cell, without re-planning the sweep (task loading,
     sweep.json writes) in the scratch folder: the driver planned it and sends the cell's config."""
     from specbench.measure.runner import execute_run
-    from specbench.measure.sweep_run import BaselineStore
 
     root = scratch / request["sweep_id"]
     seed(root, request["files"])
-    mirror = Mirror(root, [request["cell_id"], request["baseline"]])
+    mirror = Mirror(root, [request["cell_id"]])
     messages: queue.Queue = queue.Queue()
 
     def work() -> None:
@@ -197,7 +193,6 @@ def measure_in_scratch(scratch: Path, session, request: dict, compute: ThreadPoo
                 root,
                 run_id=request["cell_id"],
                 session=session,
-                baseline_store=BaselineStore(root / request["baseline"]),
                 on_example=lambda record: messages.put({"kind": "change", **mirror.changes()}),
             )
             messages.put({"kind": "done", "summary": run.summary, "new_examples": run.new_examples})
@@ -277,9 +272,6 @@ class Driver:
         self.idle: list = []
         self.holds: dict[int, str] = {}  # id(actor) → the target it has loaded (a --pair sweep has several)
         self.running: dict = {}  # message stream → Running
-        self.stores: dict[str, BaselineStore] = {}  # baseline file (relative) → the driver's BaselineStore
-        self.rels: dict[str, str] = {}  # cell id → its baseline file (relative)
-        self.leaders: dict[str, str | None] = {}  # baseline file → the cell measuring it (None: stored already)
         self.attempts: dict[str, int] = {}
         self.lost: list[str] = []
         self.outcomes: dict[str, object] = {}
@@ -296,7 +288,6 @@ class Driver:
                 self.outcomes[cell_id] = CellOutcome(cell_id, config, finished, 0)
             else:
                 pending.append((cell_id, config))
-                self.baseline_rel(cell_id, config)
         try:
             self.loop(pending)
         finally:
@@ -312,34 +303,15 @@ class Driver:
             )
         return [self.outcomes[cid] for cid, _ in cells if cid in self.outcomes]
 
-    def baseline_rel(self, cell_id: str, config) -> str:
-        """The cell's shared baseline file; the first unfinished cell of a group not yet stored measures it."""
-        from specbench.measure.sweep_run import BaselineStore, baseline_file
-
-        if cell_id not in self.rels:  # asked for every pending cell after every message: named once per cell
-            self.rels[cell_id] = str(baseline_file(self.root, self.grid, config).relative_to(self.root))
-        rel = self.rels[cell_id]
-        if rel not in self.stores:
-            self.stores[rel] = BaselineStore(self.root / rel)
-            complete = len(self.stores[rel]) >= self.n_examples[cell_id]
-            self.leaders[rel] = None if complete else cell_id
-        return rel
-
     def loop(self, pending: list) -> None:
         while pending or self.running:
             self.dispatch(pending)
-            if not self.running:
-                self.lost += [cid for cid, _ in pending]  # waiting on a baseline whose cell was lost
-                return
             ready, _ = self.ray.wait(list(self.running), num_returns=1)
             self.step(ready[0], pending)
 
     def dispatch(self, pending: list) -> None:
-        """Start every cell whose baseline is ready on an idle actor (new actors up to the cluster's slots)."""
+        """Start pending cells on idle actors (new actors up to the cluster's slots), in the sweep's order."""
         for cell_id, config in list(pending):
-            leader = self.leaders[self.baseline_rel(cell_id, config)]
-            if leader not in (None, cell_id):
-                continue
             if not self.idle and len(self.actors) < self.slots:
                 actor = self.actor_class.remote()
                 self.actors.append(actor)
@@ -360,8 +332,7 @@ class Driver:
         (self.root / cell_id).mkdir(parents=True, exist_ok=True)
         lock = contextlib.ExitStack()
         lock.enter_context(run_lock(self.root / cell_id))  # as a local cell: one process measures into a folder
-        rel = self.baseline_rel(cell_id, config)
-        files = folder_files(self.root, [cell_id, rel])
+        files = folder_files(self.root, [cell_id])
         rows, _ = scan_jsonl(self.root / cell_id / "examples.jsonl", example_problem)
         self.on_cell(cell_id, self.n_examples[cell_id], len({r["example_id"] for r in rows}))
         request = {
@@ -369,7 +340,6 @@ class Driver:
             "config": config,
             "sweep_id": self.root.name,
             "cell_id": cell_id,
-            "baseline": rel,
             "files": files,
             "cwd": os.getcwd(),
         }
@@ -398,7 +368,7 @@ class Driver:
             self.finish(run, kind, message)
 
     def write_change(self, run: Running, change: dict) -> None:
-        for rel, row in apply(self.root, change, self.stores):
+        for rel, row in apply(self.root, change):
             if rel == f"{run.cell_id}/examples.jsonl":
                 self.on_example(run.cell_id, row)
 
@@ -411,9 +381,6 @@ class Driver:
         if kind == "error":
             raise SpecbenchError(f"cell {run.cell_id}: {message['message']}")
         self.outcomes[run.cell_id] = CellOutcome(run.cell_id, run.config, message["summary"], message["new_examples"])
-        for rel, leader in self.leaders.items():
-            if leader == run.cell_id:
-                self.leaders[rel] = None  # its baselines are stored: the group's other cells may start
 
     def worker_lost(self, run: Running, pending: list, exc: Exception) -> None:
         """The actor died (killed, out of memory, node lost): start the cell again from what is on disk."""
