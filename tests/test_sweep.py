@@ -269,6 +269,29 @@ def test_same_sweep_id_with_another_grid_is_refused(tmp_path, task_file):
 # --------------------------------------------------------------------------- CLI
 
 
+def test_cell_table_shows_the_primary_measure_with_its_interval():
+    from rich.console import Console
+
+    from specbench.cli.sweep import cells_table
+    from specbench.measure.statistics import MIN_INTERVAL_N
+    from specbench.measure.sweep_run import CellOutcome, SweepOutcome
+
+    summaries = {
+        "new": {"n_examples": 20, "speedup_geomean": 1.4321, "speedup_geomean_ci95": [1.2, 1.7], "speedup": 9.87},
+        "few": {"n_examples": 4, "speedup_geomean": 1.1, "speedup_geomean_ci95": [None, None], "interval_note": "n"},
+        "old": {"n_examples": 8, "speedup": 1.25, "speedup_ci95": [1.1, 1.4]},  # written before the geomean
+    }
+    outcome = SweepOutcome(Path("sweep"), [CellOutcome(k, None, s, 0) for k, s in summaries.items()])  # type: ignore[arg-type]
+    console = Console(width=200, record=True)
+    console.print(cells_table(outcome))
+    text = console.export_text()
+    lines = {cell: next(line for line in text.splitlines() if f" {cell} " in line) for cell in summaries}
+    assert "speedup (geomean)" in text
+    assert "1.432" in lines["new"] and "1.20 – 1.70" in lines["new"] and "9.87" not in lines["new"]  # not Σ/Σ
+    assert "1.100" in lines["few"] and f"n < {MIN_INTERVAL_N}" in lines["few"]
+    assert "1.250 (ratio of sums)" in lines["old"] and "1.10 – 1.40" in lines["old"]
+
+
 @pytest.mark.parametrize("gamma", ["0", "3-1", "x"])
 def test_cli_bad_grid_is_one_line(gamma, tmp_path):
     result = CliRunner().invoke(app, ["sweep", "--gamma", gamma, "--results-dir", str(tmp_path)])

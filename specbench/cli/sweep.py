@@ -140,8 +140,9 @@ Threads = Annotated[
     int, typer.Option("--threads", help="llama.cpp's CPU threads in the llama-cpp cells (0: every core).")
 ]
 
-# columns of the cell table; Thm 3.8 and extended are predictions from the measured α, c (+ verify cost)
-CELL_COLUMNS = ("n", "α", "speedup", "95% CI", "Thm 3.8", "extended", "timing")
+# columns of the cell table; the speedup is the primary measure (statistics.PRIMARY_MEASURE: the geometric mean
+# of per-example throughput ratios) with its interval; Thm 3.8 and extended are predictions from the measured α, c
+CELL_COLUMNS = ("n", "α", "speedup (geomean)", "95% CI", "Thm 3.8", "extended", "timing")
 
 
 def sweep(
@@ -178,7 +179,7 @@ def sweep(
     as_json: AsJson = False,
     trust_remote_code: TrustRemote = False,
 ):
-    """Run a grid (γ × draft × temperature × task × …) into results/<sweep-id>/, resumably, one baseline per task and T.
+    """Run a grid (γ × draft × temperature × task × …) into results/<sweep-id>/, resumably; each cell times its own baseline.
 
     Example: specbench sweep --gamma 1-8 --draft prompt-lookup --temperature 0,1 --limit 8
     Example: specbench sweep --gamma 3 --batch-size 1,2,4,8,16 --batch-policy ragged,min --limit 32
@@ -287,6 +288,18 @@ def sweep_with_progress(grid, results_dir: str | Path, sweep_id: str | None, exe
             bar.stop()
 
 
+def primary_speedup(summary: dict) -> tuple[str, str]:
+    """(speedup, 95 % interval) cells: the geometric mean and its BCa interval ("n < MIN_INTERVAL_N" where too few give
+    none); a summary from before the primary measure shows its ratio of sums, labelled so."""
+    from specbench.measure.statistics import MIN_INTERVAL_N
+
+    if "speedup_geomean" not in summary:
+        return f"{fmt(summary.get('speedup'))} (ratio of sums)", fmt(summary.get("speedup_ci95"), 2)
+    if summary.get("interval_note"):
+        return fmt(summary["speedup_geomean"]), f"n < {MIN_INTERVAL_N}"
+    return fmt(summary["speedup_geomean"]), fmt(summary.get("speedup_geomean_ci95"), 2)
+
+
 def cells_table(outcome) -> Table:
     table = Table(
         title=f"{outcome.root.name}  ({len(outcome.cells)} cells, {outcome.new_examples} examples measured now)"
@@ -300,8 +313,7 @@ def cells_table(outcome) -> Table:
             c.cell_id,
             fmt(s.get("n_examples")),
             fmt(s.get("alpha")),
-            fmt(s.get("speedup")),
-            fmt(s.get("speedup_ci95"), 2),
+            *primary_speedup(s),
             fmt(s.get("predicted_speedup")),
             fmt(s.get("predicted_speedup_extended")),
             "suspect" if s.get("suspect_timing") else "ok",
