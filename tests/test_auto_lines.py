@@ -43,3 +43,50 @@ def test_auto_lines_name_the_choice_then_why():
     assert table[0].split()[1:] == ["1", "2*", "3"] and table[1].split()[1:] == ["1.20×", "1.50×", "1.40×"]
     assert table[2].split()[-3:] == ["1.10", "1.20", "1.30"]  # t(γ+1)/t(1) of the calibration above
     assert "float32: float32" not in " ".join(lines)  # the old line repeated the dtype's name
+
+
+def test_a_best_configuration_predicted_slower_is_said_before_timing():
+    # llama.cpp's case (issue 28): every candidate below 1×; the line says so plainly, an interval straddling 1×
+    # says "may be", an interval above 1× says nothing
+    from specbench.measure.choose import slower_warning
+
+    below = slower_warning("prompt-lookup γ 4 float32", 0.83, 0.71, 0.97)
+    assert below == (
+        "no speculative configuration is predicted faster than plain decoding on this machine "
+        "(best: prompt-lookup γ 4 float32 predicted 0.83× [0.71, 0.97]); timing it anyway"
+    )
+    straddles = slower_warning("prompt-lookup γ 4 float32", 0.93, 0.80, 1.08)
+    assert straddles is not None and straddles.startswith("the best speculative configuration may be slower than")
+    assert "may be slower" in (slower_warning("m γ 2 bfloat16", 1.05, 0.95, 1.16) or "")  # point above, low below
+    assert slower_warning("m γ 2 bfloat16", 1.2, 1.05, 1.35) is None
+    assert "predicted 0.83×, no interval" in (slower_warning("m γ 2 bfloat16", 0.83) or "")  # the old pilot's
+    assert slower_warning("m γ 2 bfloat16", 1.01) is None
+    assert slower_warning("m γ 2 bfloat16", float("nan"), float("nan"), float("nan")) is None
+
+
+def test_choose_flags_and_says_when_every_candidate_is_slower():
+    # a costly verify pass (t(k) = k · t(1)) and a poor draft: no (draft, γ) can beat plain decoding
+    from specbench.measure.choose import AutoChoice, choose
+
+    config = RunConfig("t", task="x", draft="prompt-lookup", gamma=parse_gamma("auto"), gamma_max=3)
+
+    def curve(slope):
+        ms = {k: 10.0 * (1 + slope * (k - 1)) for k in range(1, 5)}
+        return Calibration("float32", "cpu", 64, ms, {k: 0.0 for k in ms}, 3)
+
+    def run(slope, alpha):
+        return choose(
+            config,
+            dtypes=["float32"],
+            drafts=["prompt-lookup"],
+            calibrate_dtype=lambda dtype, drafts: (curve(slope), {}),
+            pilot=lambda d: PilotResult(d, alpha, 40, {g: 1.0 if g == 3 else 0.0 for g in range(4)}, False, ["0"]),
+        )
+
+    slow = run(1.0, 0.05)
+    assert slow.predicts_slower is True and slow.draft == "prompt-lookup"  # still the run's configuration
+    assert slow.reasons[-1].startswith("no speculative configuration is predicted faster than plain decoding")
+    assert slow.reasons[-1].endswith(f"predicted {slow.candidates[0].speedup:.2f}×, no interval); timing it anyway")
+    assert AutoChoice.from_dict(slow.to_dict()).predicts_slower is True
+    fast = run(0.1, 0.8)  # negative control: a cheap verify and a good draft → no such line
+    assert fast.predicts_slower is False and not any("plain decoding on this machine" in r for r in fast.reasons)

@@ -209,9 +209,40 @@ def test_run_auto_at_t0_predicts_before_timing_and_reports_the_ratio(tmp_path):
     assert summary["auto_prediction_ratio"] == pytest.approx(
         summary["speedup_geomean"] / summary["auto_predicted_speedup"]
     )
+    # predicted below 1× (unrelated random models): flagged in the summary and said before timing; timed anyway
+    assert summary["auto_predicts_slower"] is (summary["auto_predicted_speedup"] < 1)
+    said = "auto: no speculative configuration is predicted faster than plain decoding" in result.stderr
+    assert said is (high < 1) and (summary["n_examples"] == 3)
     run_dir = next((tmp_path / "r").iterdir())
     auto = json.loads((run_dir / "manifest.json").read_text())["auto"]
     timed = {json.loads(x)["example_id"] for x in (run_dir / "examples.jsonl").read_text().splitlines()}
     piloted = set(auto["pilots"][draft]["examples"])
     assert len(piloted) == 11 and not piloted & timed  # disjoint from the timed examples
     assert auto["loop_costs"]["float32"]["step_ms"] > 0 and auto["prediction"]["n_held_out"] == 5
+
+
+def test_run_auto_at_t_above_0_pilots_by_replay_along_the_sample(tmp_path):
+    # T > 0 takes the replay pilot too (issue 31 item 1): the sampled output's laws, every draft scored along it;
+    # the reasons say so, the prediction is held out, and the pilot's α is a probability-weighted count
+    import json
+
+    from helpers import CORPUS, save_tiny
+    from typer.testing import CliRunner
+
+    from specbench.cli import app
+
+    target = save_tiny(tmp_path / "t", 0)
+    task = tmp_path / "task.jsonl"
+    prompts = [f"{CORPUS[i % len(CORPUS)]} {i}" for i in range(12)]
+    task.write_text("".join(json.dumps({"prompt": p, "reference": p}) + "\n" for p in prompts))
+    args = ["run", "--target", target, "--draft", target, "--task", str(task), "--limit", "2", "--max-new-tokens"]
+    args += ["10", "--device", "cpu", "--gamma", "auto", "--gamma-max", "3", "--temperature", "0.7", "--json"]
+    result = CliRunner().invoke(app, args + ["--results-dir", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output
+    assert "replayed along the target's sampled output (T 0.7" in result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["auto_predicted_speedup"] > 0 and summary["auto_predicts_slower"] in (True, False)
+    auto = json.loads((next((tmp_path / "r").iterdir()) / "manifest.json").read_text())["auto"]
+    pilot = auto["pilots"][target]
+    assert len(pilot["examples"]) == 10 and auto["prediction"]["n_held_out"] == 5
+    assert pilot["alpha"] > 0.9  # the draft is the target itself: Σ min(p, q) = 1 at every position (numerics aside)

@@ -1,13 +1,14 @@
-"""`--draft/--dtype/--gamma auto` at T = 0: calibrate on real decode-loop steps, replay-pilot, choose on one half,
-predict on the other.
+"""`--draft/--dtype/--gamma auto` by replay (T = 0 and T > 0): calibrate on real decode-loop steps, replay-pilot,
+choose on one half, predict on the other.
 
 Phases (each reported through on_status / on_progress so the CLI can show its own bar):
   1. calibration, per candidate dtype: the bare pass-cost curve t(k) (calibration.calibrate, kept for the report
      and the adaptive policy), then a plain decode and one speculative decode per candidate draft in the real loop
      on one untimed example, giving LoopCosts (measure/prediction.py);
   2. pilot: untimed examples *after* the run's in the task's seeded order (disjoint from the timed ones), each
-     decoded once by the target plus one teacher-forced pass per model draft, every (draft, γ) replayed
-     (measure/pilot.py), until α's standard error is ≤ TARGET_SE for the leading candidates or the cap;
+     decoded once by the target (sampled with the run's seed at T > 0, then one teacher-forced target pass for
+     its laws p) plus one teacher-forced pass per model draft, every (draft, γ) replayed (measure/pilot.py), until
+     α's standard error is ≤ TARGET_SE for the leading candidates or the cap;
   3. choice on the even pilot examples, the end-to-end speedup predicted on the odd ones, with an interval.
 """
 
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+
+import numpy as np
 
 from specbench.config import RunConfig
 from specbench.decoding.autoregressive import decode_autoregressive
@@ -26,9 +29,11 @@ from specbench.measure.choose import (
     Candidate,
     PilotResult,
     candidate_gammas,
+    candidate_label,
     chosen_gamma,
     explain,
     requested_auto,
+    slower_warning,
 )
 from specbench.measure.engines import Prepared, Session, example_seed, make_generator
 
@@ -39,8 +44,7 @@ def can_replay(session: Session, config: RunConfig, drafts: list[str], corpus: l
     """Whether every candidate draft can be piloted by replay in this session."""
     seq2seq = bool(getattr(session.target_lm(), "is_seq2seq", False))
     return session.load.backend == "eager" and all(
-        pl.replayable(session.proposer(d, corpus), config.sampling.greedy, config.draft_confidence, seq2seq)
-        for d in drafts
+        pl.replayable(session.proposer(d, corpus), config.draft_confidence, seq2seq) for d in drafts
     )
 
 
@@ -128,9 +132,11 @@ def measure_loop_costs(
     )
 
 
-def trace_example(session: Session, item: Prepared, config: RunConfig, max_new: int, drafts, corpus) -> pl.Trace:
-    """One pilot example: the target's greedy decode in the real loop, then each model draft's teacher-forced
-    guesses along it."""
+def trace_example(
+    session: Session, item: Prepared, config: RunConfig, max_new: int, drafts, corpus, gamma_max: int
+) -> pl.Trace:
+    """One pilot example: the target's decode in the real loop, then each model draft's teacher-forced guesses
+    along it (T = 0), or each draft's acceptance probabilities along the sample (T > 0: sampled_trace)."""
     res = plain_decode(session, item, config, max_new)
     n = len(res.token_ids)
     trace = pl.Trace(
@@ -141,6 +147,8 @@ def trace_example(session: Session, item: Prepared, config: RunConfig, max_new: 
         prefill_ms=1e3 * res.prefill_s,
         step_ms=1e3 * res.decode_s / (n - 1) if n > 1 else float("nan"),
     )
+    if not config.sampling.greedy:
+        return sampled_trace(session, trace, config, drafts, corpus, gamma_max)
     for d in drafts:
         _, draft_lm = pl.draft_parts(session.proposer(d, corpus))  # type: ignore[misc]  # replayable drafts only
         if draft_lm is not None:
@@ -150,12 +158,30 @@ def trace_example(session: Session, item: Prepared, config: RunConfig, max_new: 
     return trace
 
 
-class Replays:
-    """Every (trace, draft, γ) replay, computed once; prompt lookup's proposal memoised per position."""
+def sampled_trace(session: Session, trace: pl.Trace, config: RunConfig, drafts, corpus, gamma_max: int) -> pl.Trace:
+    """T > 0: the target's laws p along its sample (one teacher-forced pass), each model draft's q the same way
+    (β = Σ min(p, q) per position) and each lookup's tokens scored by p, for every step start."""
+    trace.sampled = True
+    p, _ = pl.teacher_forced_laws(session.target_lm(), trace.prompt_ids, trace.output, config.sampling)
+    for d in drafts:
+        lookup, draft_lm = pl.draft_parts(session.proposer(d, corpus))  # type: ignore[misc]  # replayable drafts only
+        if draft_lm is not None:
+            q, trace.draft_prefill_ms[d] = pl.teacher_forced_laws(
+                draft_lm, trace.prompt_ids, trace.output, config.sampling
+            )
+            trace.beta[d] = pl.expected_betas(p, q)
+        if lookup is not None:
+            trace.found_p[d] = pl.lookup_probs(lookup, trace.prompt_ids, trace.output, p, gamma_max)
+    return trace
 
-    def __init__(self, lookups: dict[str, pl.Lookup | None], gamma_max: int):
-        self.lookups, self.gamma_max = lookups, gamma_max
-        self.memo: dict[tuple, list[pl.Step]] = {}
+
+class Replays:
+    """Every (trace, draft, γ) replay, computed once: one at T = 0 (prompt lookup's proposal memoised per
+    position), pl.WALKS at T > 0 over uniforms shared by every candidate on the same example."""
+
+    def __init__(self, lookups: dict[str, pl.Lookup | None], gamma_max: int, seed: int = 0):
+        self.lookups, self.gamma_max, self.seed = lookups, gamma_max, seed
+        self.memo: dict[tuple, list[list[pl.Step]]] = {}
         self.found: dict[tuple, list[int]] = {}
 
     def lookup_for(self, i: int, draft: str) -> pl.Lookup | None:
@@ -171,15 +197,25 @@ class Replays:
 
         return memo
 
-    def steps(self, i: int, trace: pl.Trace, draft: str, gamma: int) -> list[pl.Step]:
+    def walks(self, i: int, trace: pl.Trace, draft: str, gamma: int) -> list[list[pl.Step]]:
         key = (i, draft, gamma)
         if key not in self.memo:
-            self.memo[key] = pl.replay(trace, gamma, self.lookup_for(i, draft), trace.guesses.get(draft))
+            if trace.sampled:
+                u = np.random.default_rng([self.seed, i]).random((pl.WALKS, len(trace.output)))
+                found, beta = trace.found_p.get(draft), trace.beta.get(draft)
+                self.memo[key] = [pl.replay_sampled(trace, gamma, found, beta, row) for row in u]
+            else:
+                self.memo[key] = [pl.replay(trace, gamma, self.lookup_for(i, draft), trace.guesses.get(draft))]
         return self.memo[key]
 
 
 def candidate_times(replays, traces, idx, draft, gamma, costs: pr.LoopCosts, scale: float):
-    return [pr.example_times(traces[i], replays.steps(i, traces[i], draft, gamma), draft, costs, scale) for i in idx]
+    """(baseline ms, speculative ms) per example; at T > 0 the speculative time is the mean over the walks."""
+    rows = []
+    for i in idx:
+        times = [pr.example_times(traces[i], w, draft, costs, scale) for w in replays.walks(i, traces[i], draft, gamma)]
+        rows.append((times[0][0], sum(t[1] for t in times) / len(times)))
+    return rows
 
 
 def rank(replays, traces, idx, drafts, gammas, costs: dict[str, pr.LoopCosts], scales) -> list[Candidate]:
@@ -199,7 +235,12 @@ def rank(replays, traces, idx, drafts, gammas, costs: dict[str, pr.LoopCosts], s
 
 
 def alpha_counts(replays, traces, idx, draft, gamma):
-    return [pl.alpha_counts(replays.steps(i, traces[i], draft, gamma)) for i in idx]
+    """(accepted, trials) per example, summed over its walks (the example stays the unit resampled)."""
+    counts = []
+    for i in idx:
+        each = [pl.alpha_counts(w) for w in replays.walks(i, traces[i], draft, gamma)]
+        counts.append((sum(a for a, _ in each), sum(t for _, t in each)))
+    return counts
 
 
 def choose_by_replay(
@@ -233,7 +274,7 @@ def choose_by_replay(
     scales = {d: costs[d].step_ms / costs[pilot_dtype].step_ms for d in dtypes}
     gammas = candidate_gammas(config)
     parts = {d: pl.draft_parts(first.proposer(d, corpus)) for d in drafts}
-    replays = Replays({d: p[0] for d, p in parts.items() if p is not None}, max(gammas))  # can_replay: none is None
+    replays = Replays({d: p[0] for d, p in parts.items() if p is not None}, max(gammas), config.seed)  # can_replay
     traces: list[pl.Trace] = []
     se: dict[str, float] = {}
     leaders: list[Candidate] = []
@@ -241,7 +282,7 @@ def choose_by_replay(
     on_status(f"pilot: up to {cap} untimed examples until α's standard error ≤ {pl.TARGET_SE}")
     for item in pool[:cap]:
         on_progress("pilot", len(traces), cap)
-        traces.append(trace_example(first, item, config, max_new, drafts, corpus))
+        traces.append(trace_example(first, item, config, max_new, drafts, corpus, max(gammas)))
         idx = list(range(len(traces)))
         if len(traces) < min(pl.PILOT_MIN, cap) and len(traces) < cap:
             continue
@@ -262,11 +303,12 @@ def choose_by_replay(
     for d in drafts:
         g = best.gamma if d == best.draft else max(gammas)
         counts = alpha_counts(replays, traces, range(len(traces)), d, g)
-        steps = sum(len(replays.steps(i, traces[i], d, g)) for i in range(len(traces)))
+        walks = [replays.walks(i, traces[i], d, g) for i in range(len(traces))]
+        steps = sum(sum(len(w) for w in ws) / len(ws) for ws in walks)  # per walk at T > 0
         pilots[d] = PilotResult(
             draft=d,
             alpha=pl.pooled_alpha(counts),
-            steps=steps,
+            steps=round(steps),
             lookup_law=None,
             model_fills=d in traces[0].guesses if traces else False,
             examples=[t.example_id for t in traces],
@@ -281,12 +323,14 @@ def choose_by_replay(
     reasons = explain(config, best, ranked, calibrations, pilots, bf16_note)
     reasons.append(
         f"pilot: {len(traces)} untimed examples (none of the timed ones), every draft replayed along the target's "
-        f"greedy output; {stop}; chosen on {len(choose_idx)}, predicted on the other {len(predict_idx)}"
+        f"{along(config)}; {stop}; chosen on {len(choose_idx)}, predicted on the other {len(predict_idx)}"
     )
     reasons.append(
         f"{prediction.line()} (end to end, geometric mean over examples; loop costs: plain step "
         f"{costs[best.dtype].step_ms:.1f} ms, verify ×{costs[best.dtype].verify_factor:.2f} the bare pass)"
     )
+    warning = slower_warning(candidate_label(best), prediction.speedup, prediction.low, prediction.high)
+    reasons += [warning] if warning else []
     choice = AutoChoice(
         requested=requested,
         dtype=best.dtype,
@@ -298,6 +342,7 @@ def choose_by_replay(
         draft_ms=draft_ms,
         pilots=pilots,
         candidates=ranked,
+        predicts_slower=prediction.speedup < 1.0 if math.isfinite(prediction.speedup) else None,
     )
     choice.loop_costs = {d: c.to_dict() for d, c in costs.items()}
     choice.prediction = prediction.to_dict() | {"alpha_se": se_reached if math.isfinite(se_reached) else None}
@@ -309,6 +354,16 @@ def choose_by_replay(
             **predict(replays, traces, predict_idx, runner_up, costs, scales, n_run).to_dict(),
         }
     return choice
+
+
+def along(config: RunConfig) -> str:
+    """What the pilot replays along, in the reasons line."""
+    if config.sampling.greedy:
+        return "greedy output"
+    return (
+        f"sampled output (T {config.sampling.temperature:g}, the run's seed; each drafted token accepted with "
+        f"probability Σ min(p, q), {pl.WALKS} walks per example)"
+    )
 
 
 def _key(c: Candidate) -> str:

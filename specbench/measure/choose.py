@@ -18,6 +18,7 @@ the target's own numerics, so it is never silent.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -66,9 +67,10 @@ class AutoChoice:
     draft_ms: dict[str, dict[str, float]]  # dtype → draft → ms per draft token (model drafts only)
     pilots: dict[str, PilotResult]
     candidates: list[Candidate] = field(default_factory=list)
-    loop_costs: dict | None = None  # dtype → prediction.LoopCosts as a dict (the replay pilot, T = 0)
+    loop_costs: dict | None = None  # dtype → prediction.LoopCosts as a dict (the replay pilot)
     prediction: dict | None = None  # the chosen configuration's held-out prediction (prediction.Prediction)
     runner_up: dict | None = None  # the best other (draft, dtype) and its held-out prediction (--auto-control)
+    predicts_slower: bool | None = None  # the chosen configuration's predicted speedup is below 1× (slower_warning)
 
     def c(self, dtype: str | None = None, draft: str | None = None) -> float:
         dtype, draft = dtype or self.dtype, draft or self.draft
@@ -98,6 +100,7 @@ class AutoChoice:
             "loop_costs": self.loop_costs,
             "prediction": self.prediction,
             "runner_up": self.runner_up,
+            "predicts_slower": self.predicts_slower,
         }
 
     @staticmethod
@@ -129,6 +132,7 @@ class AutoChoice:
             loop_costs=d.get("loop_costs"),
             prediction=d.get("prediction"),
             runner_up=d.get("runner_up"),
+            predicts_slower=d.get("predicts_slower"),
         )
 
 
@@ -250,6 +254,30 @@ def explain(
     return lines
 
 
+def slower_warning(label: str, speedup: float, low: float | None = None, high: float | None = None) -> str | None:
+    """The line auto prints before timing when its best configuration is predicted slower than plain decoding
+    (pure): the whole interval below 1× (or, without an interval, the prediction) says so plainly; an interval
+    straddling 1× says it may be; None when it is predicted faster (the whole interval above 1×). The run still
+    times what was asked."""
+    bounds = (
+        (low, high) if low is not None and high is not None and math.isfinite(low) and math.isfinite(high) else None
+    )
+    shown = f"{label} predicted {speedup:.2f}×" + (
+        f" [{bounds[0]:.2f}, {bounds[1]:.2f}]" if bounds else ", no interval"
+    )
+    if (bounds[1] if bounds else speedup) < 1.0:
+        verdict = "no speculative configuration is predicted faster than plain decoding on this machine"
+    elif bounds and bounds[0] < 1.0:
+        verdict = "the best speculative configuration may be slower than plain decoding on this machine"
+    else:
+        return None
+    return f"{verdict} (best: {shown}); timing it anyway"
+
+
+def candidate_label(c: Candidate) -> str:
+    return f"{c.draft} γ {c.gamma} {c.dtype}"
+
+
 def _dtype_sentence(best: Candidate, ranked: list[Candidate], bf16_note: str | None) -> str:
     """auto's dtype line: the chosen dtype, the hardware fact, and how much faster per token than the other."""
     fastest: dict[str, Candidate] = {}
@@ -317,17 +345,19 @@ def choose(
     pilots = {d: pilot(d) for d in drafts}
     ranked = rank_candidates(calibrations, draft_ms, pilots, candidate_gammas(config))
     best = ranked[0]
+    warning = slower_warning(candidate_label(best), best.speedup)
     return AutoChoice(
         requested=requested_auto(config),
         dtype=best.dtype,
         draft=best.draft,
         gamma=chosen_gamma(config, best.gamma),
         policy_gamma=best.gamma,
-        reasons=explain(config, best, ranked, calibrations, pilots, bf16_note),
+        reasons=explain(config, best, ranked, calibrations, pilots, bf16_note) + ([warning] if warning else []),
         calibrations=calibrations,
         draft_ms=draft_ms,
         pilots=pilots,
         candidates=ranked,
+        predicts_slower=best.speedup < 1.0,
     )
 
 

@@ -1,4 +1,4 @@
-"""The auto choices' pilot at T = 0: every candidate draft replayed along the target's own greedy output.
+"""The auto choices' pilot: every candidate draft replayed along the target's own output, greedy or sampled.
 
 At temperature 0 speculative decoding emits exactly the target's greedy output, and which drafted tokens are
 accepted is decided by one thing: whether the draft's guess at each position equals the target's token there. A
@@ -10,10 +10,19 @@ target decode per pilot example plus one teacher-forced pass per model draft rep
 every (draft, γ) step by step — accepted lengths, pass sizes, draft calls, where the output ends and the budget
 cuts γ — at the price of about one plain decode (issue 31). Every candidate is piloted on the same examples.
 
+At T > 0 speculative decoding's output is distributed as the target's own sample, and a drafted token at a
+position whose prefix is that output is accepted with probability β = Σ_x min(p(x), q(x)) (Leviathan et al.,
+Algorithm 1; for prompt lookup q is a point mass on its token x, so β = p(x)). So the target samples its output
+once per pilot example (the run's seed), one teacher-forced pass of the target and of each model draft along it
+gives every p and q, and each (draft, γ) is replayed by WALKS walks whose position j accepts when a uniform u_j
+(shared by every candidate: common random numbers) is below β_j (`replay_sampled`). Along the sample a deeper
+drafted token is scored after the target's token, not the draft's accepted one; the T > 0 test bounds what that
+costs against decode_speculative's own α.
+
 The pilot grows until the standard error of α (resampling whole examples) is ≤ TARGET_SE for the leading
 candidates, or PILOT_CAP examples (then the error reached is printed). Drafts whose proposal depends on more
-than the tokens so far (a confidence stop, frequency drafts, encoder-decoder targets) and T > 0 use the
-runner's own decode instead (planning.run_pilot).
+than the tokens so far (a confidence stop, frequency drafts, encoder-decoder targets) use the runner's own
+decode instead (planning.run_pilot).
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -29,11 +39,13 @@ PILOT_MIN = 8  # … but not before this many examples (4 per half) …
 PILOT_CAP = 24  # … and never beyond this many (the error reached is printed)
 LEADERS = 3  # candidates whose α's error must reach TARGET_SE (the rest cannot win anyway)
 SE_RESAMPLES = 400
+WALKS = 8  # T > 0: seeded acceptance walks per (example, draft, γ) along the one sampled output
 
 
 @dataclass
 class Trace:
-    """One pilot example decoded greedily by the target in the real loop, with each model draft's guesses."""
+    """One pilot example decoded by the target in the real loop (greedy, or sampled at T > 0), with each model
+    draft's guesses (T = 0) or each draft's acceptance probabilities along the sample (T > 0)."""
 
     example_id: str
     prompt_ids: list[int]
@@ -43,6 +55,9 @@ class Trace:
     step_ms: float  # the plain decode's ms per decoded token (real loop; nan for a one-token output)
     guesses: dict[str, list[int]] = field(default_factory=dict)  # draft spec → guess[j] for output[j], j ≥ 1
     draft_prefill_ms: dict[str, float] = field(default_factory=dict)  # draft spec → its model's prefill (ms)
+    sampled: bool = False  # T > 0: replayed by replay_sampled from beta / found_p, not by replay
+    beta: dict[str, list[float]] = field(default_factory=dict)  # model draft → Σ min(p_j, q_j) for output[j] (j ≥ 1)
+    found_p: dict[str, list[list[float]]] = field(default_factory=dict)  # lookup → [j][k]: p_{j+k}(its k-th token)
 
 
 @dataclass(frozen=True)
@@ -77,6 +92,35 @@ def replay(trace: Trace, gamma: int, lookup: Lookup | None, guesses: list[int] |
         while n < offered and j + n < n_out:
             guess = found[n] if n < len(found) else guesses[j + n]  # type: ignore[index]  # None: offered = len(found)
             if guess != out[j + n]:
+                break
+            n += 1
+        steps.append(Step(offered, calls, n))
+        j += min(n + 1, n_out - j)
+    return steps
+
+
+def replay_sampled(
+    trace: Trace, gamma: int, found_p: list[list[float]] | None, beta: list[float] | None, u: np.ndarray
+) -> list[Step]:
+    """One T > 0 walk of decode_speculative's steps along the target's sample (pure, given the uniforms u[j]):
+    as `replay`, but the drafted token for output position j is accepted when u[j] < its acceptance probability,
+    `found_p[j'][k]` for lookup's k-th token of the step starting at j' = j − k, else `beta[j]` (the model draft's
+    Σ min(p_j, q_j)). Each position is judged at most once per walk, so one uniform per position suffices."""
+    n_out = len(trace.output)
+    steps, j = [], 1
+    while j < n_out:
+        g = min(gamma, trace.budget - j - 1)
+        if g <= 0:
+            steps.append(Step(0, 0, 0))
+            j += 1
+            continue
+        found = found_p[j][:g] if found_p is not None else []
+        calls = g - len(found) if beta is not None else 0
+        offered = len(found) + calls
+        n = 0
+        while n < offered and j + n < n_out:
+            accept = found[n] if n < len(found) else beta[j + n]  # type: ignore[index]  # None: offered = len(found)
+            if not u[j + n] < accept:
                 break
             n += 1
         steps.append(Step(offered, calls, n))
@@ -131,10 +175,56 @@ def teacher_forced_guesses(draft_lm, prompt_ids: list[int], output: list[int]) -
     return guesses, prefill_ms
 
 
-def replayable(proposer, greedy: bool, min_confidence: float, seq2seq: bool) -> bool:
-    """Whether replay() reproduces this draft's decode: T = 0, no confidence stop, decoder-only, and a draft made of
-    prompt lookup and/or one greedy model draft."""
-    return greedy and min_confidence == 0.0 and not seq2seq and draft_parts(proposer) is not None
+def teacher_forced_laws(lm, prompt_ids: list[int], output: list[int], sampling) -> tuple[Any, float]:
+    """T > 0: a model's processed law (the sampling config's, as decoding uses) for every output position j ≥ 1
+    after prompt + output[:j], [len(output) − 1, V] float32 (one pass over the prompt, timed: the prefill, then one
+    over output[:-1])."""
+    import torch
+
+    from specbench.decoding.sampling import processed_probs
+
+    if hasattr(lm, "backend"):
+        lm.backend.reserve(len(prompt_ids) + len(output) + 1)
+    lm.start(capacity=len(prompt_ids) + len(output) + 1)
+    t0 = time.perf_counter()
+    first = lm.forward(torch.tensor(prompt_ids, device=lm.device))
+    int(first.argmax(-1))  # the host sync a prefill pays
+    prefill_ms = (time.perf_counter() - t0) * 1e3
+    if len(output) < 2:
+        return torch.zeros(0, first.shape[-1]), prefill_ms
+    logits = lm.forward(torch.tensor(output[:-1], device=lm.device), all_logits=True)
+    return processed_probs(logits.view(len(output) - 1, -1), sampling), prefill_ms
+
+
+def expected_betas(p, q) -> list[float]:
+    """Σ_x min(p_j(x), q_j(x)) for output positions j ≥ 1 from the two teacher-forced laws; [0] is a placeholder."""
+    from specbench.decoding.accept import expected_acceptance
+
+    return [float("nan")] + expected_acceptance(p, q.to(p.device)).tolist()
+
+
+def lookup_probs(lookup: Lookup, prompt_ids: list[int], output: list[int], p, gamma_max: int) -> list[list[float]]:
+    """For each step start j ≥ 1: the target's probability p_{j+k}(x_k) of lookup's k-th token x_k after
+    prompt + output[:j] (a point-mass q accepts x with probability p(x)); 0 past the output's end."""
+    import torch
+
+    rows: list[list[float]] = [[]]
+    at: list[tuple[int, int, int]] = []  # (step start j, position row, token)
+    for j in range(1, len(output)):
+        found = lookup(prompt_ids + output[:j], gamma_max)
+        rows.append([0.0] * len(found))
+        at += [(j, j + k - 1, x) for k, x in enumerate(found) if j + k < len(output)]
+    if at:
+        idx = torch.tensor([[r, x] for _, r, x in at], device=p.device)
+        for (j, r, _), v in zip(at, p[idx[:, 0], idx[:, 1]].tolist()):
+            rows[j][r - j + 1] = v
+    return rows
+
+
+def replayable(proposer, min_confidence: float, seq2seq: bool) -> bool:
+    """Whether replay() (T = 0) and replay_sampled() (T > 0) follow this draft's decode: no confidence stop,
+    decoder-only, and a draft made of prompt lookup and/or one model draft."""
+    return min_confidence == 0.0 and not seq2seq and draft_parts(proposer) is not None
 
 
 def draft_parts(proposer) -> tuple[Lookup | None, object | None] | None:

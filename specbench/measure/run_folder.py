@@ -153,6 +153,7 @@ def auto_prediction_fields(manifest: dict, measured: float | None) -> dict:
         "auto_predicted_speedup": speedup,
         "auto_predicted_interval": [pred.get("low"), pred.get("high")] if pred else None,
         "auto_prediction_ratio": ratio_to_prediction(measured, speedup),
+        "auto_predicts_slower": (manifest.get("auto") or {}).get("predicts_slower"),
     }
 
 
