@@ -2,9 +2,9 @@
 
 Coverage (real records): each run folder's per-example log throughput ratios are taken as the population; samples
 of n examples are drawn from it with replacement, and each sample's nominal 95 % interval of the geometric mean
-(BCa, as measure/statistics.py gives it, and the percentile bootstrap beside it) is checked against the
-population's geometric mean. The share that cover it is the interval's true coverage at that n; its Monte-Carlo
-standard error is √(c(1−c)/draws) (0.7 points at 1,000 draws).
+(Student t on the log ratios, as measure/statistics.py gives it, with the BCa and percentile bootstraps beside
+it) is checked against the population's geometric mean. The share that cover it is the interval's true coverage
+at that n; its Monte-Carlo standard error is √(c(1−c)/draws) (0.7 points at 1,000 draws).
 
 Simulation (known truth): two cells on the same n examples, the second's true throughput ratio to the first
 equal, 10 % or 30 % apart (and a sweep of ratios), per-example log ratios with a shared example effect and
@@ -13,6 +13,7 @@ The promises: "holds" at most 5 % of the time when the true ratio lies outside 1
 5 % of the time when the cells are equal (tests/test_statistics.py asserts both).
 
   .venv/bin/python bench/coverage.py /tmp/F_cov/*/            # coverage of every run folder given
+  .venv/bin/python bench/coverage.py --populations bench/data/coverage_populations_2026-12-02.json  # recorded
   .venv/bin/python bench/coverage.py --simulate               # the verdict table
 """
 
@@ -107,7 +108,6 @@ def verdict_rates(
     reps: int = 400,
     margin: float = st.DEFAULT_MARGIN,
     seed: int = 0,
-    resamples: int = 1000,
     min_n: int = st.MIN_VERDICT_N,
     noise_sd: float = 0.15,
 ) -> dict:
@@ -115,9 +115,9 @@ def verdict_rates(
     the code path the claims table uses)."""
     rng = np.random.default_rng(seed)
     counts = {st.HOLDS: 0, st.FAILS: 0, st.UNSURE: 0}
-    for r in range(reps):
+    for _ in range(reps):
         a, b = simulated_cells(n, ratio, rng, noise_sd=noise_sd)
-        comp = st.compare(b, a, "b vs a", resamples=resamples, seed=r)
+        comp = st.compare(b, a, "b vs a")
         counts[st.consistency([comp], margin, min_n).outcome] += 1
     return {"ratio": ratio, "n": n, "reps": reps, **{k: v / reps for k, v in counts.items()}}
 
@@ -128,6 +128,9 @@ def verdict_rates(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("runs", nargs="*", type=Path, help="run folders (examples.jsonl) for the coverage study")
+    parser.add_argument(
+        "--populations", type=Path, help="a JSON of recorded per-example log ratios (bench/data/coverage_populations_*)"
+    )
     parser.add_argument("--draws", type=int, default=1000, help="samples drawn per n (coverage)")
     parser.add_argument("--simulate", action="store_true", help="the verdict simulation instead")
     parser.add_argument("--reps", type=int, default=400, help="simulated pairs of cells per row (simulation)")
@@ -137,11 +140,14 @@ def main(argv: list[str] | None = None) -> int:
         rows = [verdict_rates(r, n, args.reps, seed=k) for k, (r, n) in enumerate(_grid())]
         print(json.dumps(rows) if args.json else simulation_table(rows))
         return 0
-    if not args.runs:
-        parser.error("give run folders, or --simulate")
+    if not args.runs and not args.populations:
+        parser.error("give run folders, --populations FILE, or --simulate")
+    named = [(str(run), population(run)) for run in args.runs]
+    if args.populations:
+        recorded = json.loads(args.populations.read_text())["populations"]
+        named += [(name, np.array(p["log_ratios"], dtype=float)) for name, p in recorded.items()]
     out = []
-    for run in args.runs:
-        logs = population(run)
+    for run, logs in named:
         if len(logs) < 2 * max(SIZES):
             print(f"note: {run} holds {len(logs)} examples, fewer than twice the largest n", file=sys.stderr)
         out.append(
@@ -157,15 +163,15 @@ def _grid():
 
 def coverage_table(out: list[dict]) -> str:
     lines = [
-        "| run | examples | geomean | n | BCa 95 % covers | percentile covers | BCa median width |",
-        "|" + "---|" * 7,
+        "| run | examples | geomean | n | BCa 95 % covers | percentile covers | t covers | BCa width | t width |",
+        "|" + "---|" * 9,
     ]
     for o in out:
         for s in o["sizes"]:
             lines.append(
                 f"| {Path(o['run']).name} | {o['examples']} | {o['geomean']:.2f}× | {s['n']} | "
                 f"{s['BCa_coverage']:.1%} | {s['percentile_coverage']:.1%} | {s['t_coverage']:.1%} | "
-                f"{s['BCa_median_width']:.2f} |"
+                f"{s['BCa_median_width']:.2f} | {s['t_median_width']:.2f} |"
             )
     return "\n".join(lines)
 

@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # `make claims`: measure each claim of the seed paper on this machine, then write the report whose claims table
 # answers them. Every sweep resumes (rerun after a kill and only the missing examples are measured).
-#   batch sizes        the batch curve B = 1..16, ragged and min advance (float32: exact at every B)
-#   model size + tier  SmolLM2-135M vs Qwen2.5-Coder-1.5B with prompt lookup, and the Qwen tier's model and
-#                      hybrid drafts (bfloat16 where the CPU has it natively, else float32: said below)
+#   batch sizes        the batch curve B = 1, 2, 4, 8, ragged advance (float32: exact at every B)
+#   model size         Qwen2.5-Coder-0.5B and -1.5B as targets, one family, same draft (prompt lookup), same
+#                      examples (paired); SmolLM2-135M beside them, never the comparison; the Qwen tier's model
+#                      and hybrid drafts (bfloat16 where the CPU has it natively, else float32: said below)
 #   sequence lengths   16 / 64 / 256 new tokens;  prompt lengths: the task's short / medium / long tertiles
-#   quality            perplexity of T = 1 samples under the target, both engines (N = 160 each)
+#   quality            perplexity of T = 1 samples under the target, both engines (N = 160 each, paired TOST)
+# Sizes: the claims table gives no verdict below 20 examples (units) per cell (measure/statistics.py
+# MIN_VERDICT_N), so every claim cell has at least 20; at B = 8 a unit is a batch, hence 160 examples; the size
+# claim selects each target's configuration on one half and compares on the other, hence 40.
 # Set-up first (once): make setup; specbench setup --target qwen2.5-coder-1.5b; specbench setup --target
-# qwen2.5-coder-0.5b. Budget: under 60 minutes on a 2-core CPU (README gives the measured figure).
+# qwen2.5-coder-0.5b. Budget ≤ 2 h on a 2-core CPU; estimated ~80 min from the per-token costs in
+# docs/benchmarks.md (not yet timed end to end: the script prints its own elapsed time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SB="${SPECBENCH:-.venv/bin/specbench}"
@@ -24,14 +29,14 @@ else
   echo "this machine has no native bfloat16 (no avx512_bf16/AMX, no CUDA bf16): the model-size sweeps run float32"
 fi
 
-step "batch sizes: the speedup-vs-B curve (16 examples, 32 new tokens, float32, prompt lookup γ 3)"
+step "batch sizes: the speedup-vs-B curve (160 examples = 20 batches at B 8, 32 new tokens, float32, prompt lookup γ 3)"
 $SB sweep --results-dir "$OUT" --sweep-id claims-batch --task "$TASKS" --draft prompt-lookup --gamma 3 \
-  --batch-size 1,2,4,8,16 --batch-policy ragged,min --limit 16 --max-new-tokens 32 --dtype float32
+  --batch-size 1,2,4,8 --batch-policy ragged --limit 160 --max-new-tokens 32 --dtype float32
 
-step "model size and the Qwen2.5-Coder-1.5B tier: prompt lookup on both targets ($DTYPE, 4 examples, 48 tokens)"
-$SB sweep --results-dir "$OUT" --sweep-id claims-targets --task "$TASKS" --gamma 4,8 --limit 4 \
+step "model size within one family: Qwen2.5-Coder-0.5B and -1.5B targets, prompt lookup γ 4 ($DTYPE, 40 examples, 48 tokens)"
+$SB sweep --results-dir "$OUT" --sweep-id claims-targets --task "$TASKS" --gamma 4 --limit 40 \
   --max-new-tokens 48 --dtype "$DTYPE" \
-  --pair smollm2-135m:prompt-lookup --pair qwen2.5-coder-1.5b:prompt-lookup
+  --pair qwen2.5-coder-0.5b:prompt-lookup --pair qwen2.5-coder-1.5b:prompt-lookup --pair smollm2-135m:prompt-lookup
 
 step "the Qwen tier at 128 new tokens on aclsum (prefill weighs less on longer outputs), prompt lookup γ 8"
 $SB sweep --results-dir "$OUT" --sweep-id claims-qwen-long --task aclsum --gamma 8 --limit 4 \
@@ -44,11 +49,11 @@ $SB sweep --results-dir "$OUT" --sweep-id claims-qwen-drafts --task "$TASKS" --g
 
 step "sequence lengths: 16 / 64 / 256 new tokens"
 $SB sweep --results-dir "$OUT" --sweep-id claims-lengths --task "$TASKS" --draft prompt-lookup --gamma 4 \
-  --limit 6 --max-new-tokens 16,64,256 --dtype "$DTYPE"
+  --limit 20 --max-new-tokens 16,64,256 --dtype "$DTYPE"
 
 step "prompt lengths: the tasks' short / medium / long tertiles"
 $SB sweep --results-dir "$OUT" --sweep-id claims-prompts --task "$TASKS" --draft prompt-lookup --gamma 4 \
-  --limit 6 --max-new-tokens 64 --prompt-length short,medium,long --dtype "$DTYPE"
+  --limit 20 --max-new-tokens 64 --prompt-length short,medium,long --dtype "$DTYPE"
 
 step "quality at T = 1: perplexity of 160 samples per engine under the target"
 $SB sweep --results-dir "$OUT" --sweep-id claims-perplexity --task ding-de-en --draft prompt-lookup --gamma 4 \

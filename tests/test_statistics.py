@@ -22,14 +22,14 @@ import coverage as bench  # noqa: E402
 from specbench.measure import statistics as st  # noqa: E402
 
 REPS = 150
-FAST = dict(reps=REPS, resamples=500)
+FAST = dict(reps=REPS)
 
 
 def test_geometric_mean_gives_no_interval_below_the_covered_n_and_says_so():
     logs = np.log([1.2, 0.9, 1.5, 1.1, 1.3, 0.8, 1.4, 1.2])
     few = st.geometric_mean(logs)
     assert few.value == pytest.approx(math.exp(np.mean(logs))) and not few.has_interval
-    assert few.note.startswith("n = 8 < 20") and "docs/statistics.md" in few.note
+    assert few.note.startswith("n = 8 < 10") and "docs/statistics.md" in few.note
     many = st.geometric_mean(np.tile(logs, 3))
     assert many.has_interval and many.low < many.value < many.high and many.note is None
 
@@ -66,7 +66,7 @@ def test_holm_steps_down():
 
 def test_no_verdict_below_twenty_examples_per_cell():
     for n in (4, 10):
-        rates = bench.verdict_rates(1.0, n, reps=20, resamples=200)
+        rates = bench.verdict_rates(1.0, n, reps=20)
         assert rates[st.UNSURE] == 1.0, rates
     v = st.consistency([st.compare({"a": 0.1, "b": 0.2}, {"a": 0.1, "b": 0.25})])
     assert v.outcome == st.UNSURE and v.reason.startswith("n = 2 < 20") and v.needed >= 20
