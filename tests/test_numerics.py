@@ -276,3 +276,24 @@ def test_bias_in_the_model_call_fools_the_replay_but_not_the_gate():
     summary = identity_line(bugged)
     assert summary["divergences_unexplained"] >= 0.95 * len(bugged), summary
     assert all(d["gap_ulps"] > FLOOR_CAP_ULPS for d in divergences if d["kind"] == "numerics"), divergences
+
+
+def test_verify_identity_check_gates_on_the_gap_in_spacings():
+    """verify's greedy identity (evidence/greedy_identity.identity_check) reads the same gate: a divergence the
+    replay calls numerics at 1 spacing passes, at 3 spacings (limit 2) it is unexplained and fails the check,
+    both within the dtype's margin tolerance."""
+    from specbench.evidence.greedy_identity import identity_check
+
+    def div(gap_ulps):
+        return {
+            "margin": 0.25,
+            "tolerance": 1.0,
+            "class": "numerics",
+            "class_method": "replay-last-pass",
+            "gap_ulps": gap_ulps,
+        }
+
+    ok = identity_check("x", [div(1.0)], 4, 0.9, None, torch.bfloat16, 16, (0.0, 0.125), ROUNDING_ULPS)
+    assert ok.passed and ok.detail["numerics"] == 1 and ok.detail["numerics_gap_limit_ulps"] == ROUNDING_ULPS
+    bad = identity_check("x", [div(3.0)], 4, 0.9, None, torch.bfloat16, 16, (0.0, 0.125), ROUNDING_ULPS)
+    assert not bad.passed and bad.detail["unexplained"] == 1

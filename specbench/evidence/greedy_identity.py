@@ -126,7 +126,7 @@ def greedy_checks(
     runs.update(extra_engines or {})
     reference = [base(list(p), None) for p in prompts]
     gamma = max(gammas) if gammas else 1
-    margins = floor_margin_range(target_model, prompts, reference, gamma, decoder_start_id)
+    margins, limit = floor_gate(target_model, prompts, reference, gamma, decoder_start_id)
     out = []
     for name, run in runs.items():
         divergences, matched, total = [], 0, 0
@@ -160,28 +160,32 @@ def greedy_checks(
                 model_dtype(target_model),
                 max_new_tokens,
                 margins,
+                limit,
             )
         )
     return out
 
 
-def floor_margin_range(
+def floor_gate(
     target_model: torch.nn.Module,
     prompts: Sequence[list[int]],
     reference: Sequence[list[int]],
     gamma: int,
     decoder_start_id: int | None,
-) -> tuple[float, float] | None:
-    """The margin gate's range over these prompts (measure/numerics.py): the baseline's top-2 margins at every
-    position where a teacher-forced (γ+1)-token pass over its output flips the argmax."""
-    from specbench.measure.margin_gate import margin_range
-    from specbench.measure.numerics import numerics_floor, step_margin
+) -> tuple[tuple[float, float] | None, float]:
+    """The margin gate over these prompts (measure/margin_gate.py), from every position where a teacher-forced
+    (γ+1)-token pass over the baseline's output flips the argmax: the range of the baseline's top-2 margins
+    there, and the widest gap, in spacings of the logit dtype, that the gate calls numerics."""
+    from specbench.measure.margin_gate import margin_range, ulp_limit
+    from specbench.measure.numerics import floor_flips, logit_gap, step_row, top2
 
-    flips = []
+    margins, ulps = [], []
     for prompt, ref in zip(prompts, reference):
-        for j in numerics_floor(target_model, list(prompt), ref, gamma, decoder_start_id):
-            flips.append(step_margin(target_model, list(prompt), ref, j, decoder_start_id))
-    return margin_range(flips)
+        for j, flipped in floor_flips(target_model, list(prompt), ref, gamma, decoder_start_id).items():
+            row = step_row(target_model, list(prompt), ref, j, decoder_start_id)
+            margins.append(top2(row)[1])
+            ulps.append(logit_gap(target_model, row, ref[j], flipped)[1])
+    return margin_range(margins), ulp_limit(ulps)
 
 
 def explain_divergence(
@@ -228,6 +232,8 @@ def explain_divergence(
         **m,
         "class": kind["kind"],
         "class_method": kind["method"],
+        "gap": kind["gap"],  # the baseline's logit for its token minus for the engine's (1-token pass)
+        "gap_ulps": kind["gap_ulps"],  # the same in spacings of the logit dtype: what the margin gate reads
     }
 
 
@@ -240,15 +246,18 @@ def identity_check(
     dtype: torch.dtype,
     max_new_tokens: int,
     margins: tuple[float, float] | None = None,
+    limit_ulps: float | None = None,
 ) -> CheckResult:
     """One engine's greedy identity verdict: it fails on a divergence above the margin tolerance, or on
-    one the exact replay cannot explain. The margin gate (measure/numerics.gated_kind over `margins`, the
-    floor's flip range on these prompts) turns a replay's "numerics" at a larger margin into "unexplained"."""
+    one the exact replay cannot explain. The margin gate (measure/margin_gate.gated_kind: the gap in spacings
+    against `limit_ulps`, from floor_gate; without them the raw margin against `margins`, the floor's flip range
+    on these prompts) turns a replay's "numerics" at a wider gap into "unexplained"."""
     from specbench.measure.margin_gate import gated_kind
 
     for d in divergences:
         replay_class = d.setdefault("replay_class", d["class"])
-        d["class"] = gated_kind({"kind": replay_class, "margin": d["margin"]}, margins)
+        gate_input = {"kind": replay_class, "margin": d["margin"], "gap_ulps": d.get("gap_ulps")}
+        d["class"] = gated_kind(gate_input, margins, limit_ulps)
     suspicious = [
         d
         for d in divergences
@@ -274,5 +283,6 @@ def identity_check(
             "numerics": sum(d["class"] == "numerics" for d in divergences),
             "unexplained": sum(d["class"] == "unexplained" for d in divergences),
             "numerics_margin_range": list(margins) if margins else None,
+            "numerics_gap_limit_ulps": limit_ulps,
         },
     )

@@ -68,7 +68,7 @@ class Divergence:
     gap_ulps: float | None = None  # that gap in spacings of the logit dtype at |its logit|: what the margin gate reads
 
 
-def _top2(logits: torch.Tensor) -> tuple[int, float]:
+def top2(logits: torch.Tensor) -> tuple[int, float]:
     """(argmax as the engines take it, top1 − top2 logit). argmax, not topk's first index: on an exact
     tie (common in bf16) the two may name different tokens, and the engines use argmax."""
     top = logits.float().topk(2)
@@ -235,14 +235,14 @@ def step_margin(
 ) -> float:
     """The baseline's top-2 logit margin at `position` of its own output (step_row's)."""
     row = step_row(model, prompt_ids, tokens, position, decoder_start_id, backend, pad_to, prefilled)
-    return _top2(row)[1]
+    return top2(row)[1]
 
 
 def logit_gap(model, row: torch.Tensor, a: int, b: int | None) -> tuple[float, float]:
     """(z_a − z_b, the same in spacings of the logit dtype at |z_a|) in a 1-token pass's row: how far a pass shape
     must move the two logits to swap a and b (margin_gate.py). b = None (the other output ended): the runner-up."""
     z = row.float()
-    gap = float(z[a] - z[b]) if b is not None else _top2(row)[1]
+    gap = float(z[a] - z[b]) if b is not None else top2(row)[1]
     return gap, in_spacings(gap, float(z[a]), coarser_dtype(row.dtype, getattr(model, "dtype", None)))
 
 
@@ -271,7 +271,7 @@ def classify(
     # tests); the step-shaped margin and gap come from step_row (2 forwards instead of d)
     a = baseline[d]
     row_a = step_row(model, prompt_ids, baseline, d, decoder_start_id, backend, pad_to, prefilled)
-    margin_a = _top2(row_a)[1]
+    margin_a = top2(row_a)[1]
     gap, gap_ulps = logit_gap(model, row_a, a, spec_token)
     b = margin_b = None
     if pass_lengths:
@@ -284,7 +284,7 @@ def classify(
                 continue
             rows = replay(model, prompt_ids, speculative, attempt, d, decoder_start_id, backend, pad_to, prefilled)
             if d in rows:
-                b, margin_b = _top2(rows[d])
+                b, margin_b = top2(rows[d])
             numerics = b is not None and b == spec_token and b != a
             if numerics:
                 method = "replay-last-pass" if attempt is not passes else "replay"
@@ -305,7 +305,7 @@ def classify(
                 prefilled,
             )
             if d in rows:
-                arg, margin = _top2(rows[d])
+                arg, margin = top2(rows[d])
                 if arg != a and (spec_token is None or arg == spec_token):
                     b, margin_b, numerics = arg, margin, True
                     break
@@ -352,7 +352,7 @@ def explain_example(
     out = {
         "floor_positions": max(0, len(base) - 1),
         "floor_flips": len(floor),
-        "floor_flip_margins": [_top2(rows[j])[1] for j in floor],
+        "floor_flip_margins": [top2(rows[j])[1] for j in floor],
         "floor_flip_ulps": [logit_gap(model, rows[j], base[j], flipped[j])[1] for j in floor],
         "divergence": None,
     }
