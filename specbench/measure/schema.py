@@ -13,8 +13,8 @@ run directory per cell (measure/sweep_run.py).
 
 The schema is versioned (SCHEMA_VERSION). It is kept apart from the code that writes it (measure/record_writing.py:
 the lock and the appends), checks it on read (measure/record_checks.py) and reads it back (measure/records.py), so
-that each of those can change without touching the declaration every one of them shares. measure/schema_doc.py
-says each field in words for docs/results.md (generated from it).
+that each of those can change without touching the declaration every one of them shares. measure/field_docs.py and
+measure/summary_field_docs.py say each field in words for docs/results.md (measure/schema_doc.py generates it).
 """
 
 from __future__ import annotations
@@ -302,7 +302,7 @@ class Manifest:
     Keys in this order. The run's own fields come first (what a resume compares), then what loading and calibrating
     found, then the environment. `prompt_length`, `engine`, `auto`, `batch_calibration` are absent from the JSON while
     None, so a manifest without them reads as before they existed; folders written before `models` and later fields read
-    with those fields None. docs/results.md (measure/schema_doc.py) says what is inside each mapping.
+    with those fields None. docs/results.md (measure/field_docs.py) says what is inside each mapping.
     """
 
     schema_version: int = SCHEMA_VERSION  # this module's SCHEMA_VERSION when the run started
