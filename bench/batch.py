@@ -37,6 +37,7 @@ from specbench.files import atomic_write_json
 from specbench.measure.engines import Session, prepare_examples
 from specbench.measure.metrics import json_safe
 from specbench.measure.provenance import environment_info
+from specbench.run_specs import parse_draft
 from specbench.tasks.examples import select_examples
 from specbench.tasks.specs import load_task
 
@@ -106,7 +107,7 @@ def run_engine(name: str, session: Session, args, group: list[list[int]], pad_id
         draft, policy = name.split("|")
         res = decode_speculative_batch(
             t.model,
-            session.proposer(draft),
+            session.proposer(parse_draft(draft)),
             group,
             gamma=args.gamma,
             policy=policy,

@@ -54,7 +54,7 @@ def hf_generate(
     """HF generate() greedy: plain (draft None), prompt lookup, or assisted by the draft model; → (tokens, seconds)."""
     t = session.target
     kind = parse_draft(draft).kind if draft is not None else None
-    assistant = session.proposer(draft).hf_assistant() if kind == "model" else None
+    assistant = session.proposer(parse_draft(draft)).hf_assistant() if kind == "model" else None
     res = decode_hf(
         t.model,
         prompt_ids,
@@ -75,7 +75,7 @@ def loop_overhead(
 ) -> float:
     """Share of speculative decode time spent outside model forwards (target and draft), profiled."""
     t = session.target
-    proposer = session.proposer(draft, corpus=[p.prompt_ids for p in prepared])
+    proposer = session.proposer(parse_draft(draft), corpus=[p.prompt_ids for p in prepared])
     clock = Clock(t.device)
     inside, total = 0.0, 0.0
     for item in prepared:
@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> dict:
     session = Session(load)
     spec = load_task(args.task)
     prepared = prepare_examples(spec, select_examples(spec, args.limit, 0), session.target, args.max_new_tokens)
-    engines = Engines(session, config, session.proposer(args.draft, corpus=[p.prompt_ids for p in prepared]))
+    engines = Engines(session, config, session.proposer(config.draft, corpus=[p.prompt_ids for p in prepared]))
     max_new = args.max_new_tokens
 
     # warm-up of every engine on the first prompt (under --backend compiled: every step shape compiles here)

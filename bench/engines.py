@@ -50,6 +50,7 @@ from specbench.measure.engines import Session, prepare_examples
 from specbench.measure.llama_session import LlamaSession, gguf_of, is_gguf_spec
 from specbench.measure.metrics import json_safe
 from specbench.measure.provenance import environment_info
+from specbench.run_specs import parse_draft
 from specbench.tasks.examples import select_examples
 from specbench.tasks.specs import load_task
 
@@ -215,17 +216,16 @@ def main(argv: list[str] | None = None) -> dict:
     prepared = prepare_examples(spec, select_examples(spec, args.limit, 0), llama.target, args.max_new_tokens)
     prompts = [p.prompt_ids for p in prepared]
     eos, max_new = llama.target.eos_ids, args.max_new_tokens
+    draft = parse_draft(args.draft)  # --draft, parsed once
     n_ctx = lc.context_size(max(len(p) for p in prompts) + max_new + args.gamma + 1)
-    decoders = loop_decoders(
-        "llama-cpp", llama.target_lm(), llama.proposer(args.draft, prompts), eos, args.gamma, max_new
-    )
+    decoders = loop_decoders("llama-cpp", llama.target_lm(), llama.proposer(draft, prompts), eos, args.gamma, max_new)
     decoders |= peer_decoders(str(gguf_of(args.target)), n_ctx, threads, args.draft, args.gamma, eos, max_new)
     curves = {f"llama.cpp ({llama.engine_info()['model_desc']})": curve(llama.target_lm(), prompts, max_new, "gguf")}
     if not args.no_torch:
         for dtype in ("float32", "bfloat16"):
             s = Session(LoadSpec(args.target, device="cpu", dtype=dtype))
             name = "torch-fp32" if dtype == "float32" else "torch-bf16"
-            decoders |= loop_decoders(name, s.target_lm(), s.proposer(args.draft, prompts), eos, args.gamma, max_new)
+            decoders |= loop_decoders(name, s.target_lm(), s.proposer(draft, prompts), eos, args.gamma, max_new)
             curves[f"torch {dtype}"] = curve(CachedModel(s.target.model), prompts, max_new, dtype)
             print(f"  loaded and calibrated torch {dtype}", file=sys.stderr, flush=True)
     t0 = time.perf_counter()

@@ -27,6 +27,7 @@ import bench  # the sibling script: Python puts this file's folder first on sys.
 from specbench.config import LoadSpec
 from specbench.evidence.greedy_identity import greedy_checks
 from specbench.measure.engines import Session, prepare_examples
+from specbench.run_specs import parse_draft
 from specbench.tasks.examples import select_examples
 from specbench.tasks.specs import load_task
 
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> dict:
     corpus = [p.prompt_ids for p in prepared]
     checks = greedy_checks(
         session.target.model,
-        lambda: session.proposer(draft, corpus),
+        lambda: session.proposer(parse_draft(draft), corpus),
         corpus,
         gammas=(1, args.gamma),
         max_new_tokens=max_new,

@@ -36,6 +36,7 @@ from specbench.measure.engines import Session, prepare_examples
 from specbench.measure.margin_gate import identity_line, ulp_limit
 from specbench.measure.metrics import first_divergence
 from specbench.measure.numerics import explain_example
+from specbench.run_specs import parse_draft
 from specbench.tasks.examples import select_examples
 from specbench.tasks.specs import load_task
 
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
 
     def speculative(prompt):
-        draft = session.proposer(args.draft, prompts)
+        draft = session.proposer(parse_draft(args.draft), prompts)
         return decode_speculative(CachedModel(model), draft, prompt, gamma=args.gamma, **common)
 
     clean, planted, steps = [], [], 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 from specbench.config import LoadSpec, RunConfig, parse_gamma
 from specbench.measure.calibration import Calibration
 from specbench.measure.choose import Candidate, PilotResult, explain
+from specbench.run_specs import parse_draft
 
 
 def calibration(dtype: str) -> Calibration:
@@ -78,9 +79,9 @@ def test_choose_flags_and_says_when_every_candidate_is_slower():
         return choose(
             config,
             dtypes=["float32"],
-            drafts=["prompt-lookup"],
+            drafts=[parse_draft("prompt-lookup")],
             calibrate_dtype=lambda dtype, drafts: (curve(slope), {}),
-            pilot=lambda d: PilotResult(d, alpha, 40, {g: 1.0 if g == 3 else 0.0 for g in range(4)}, False, ["0"]),
+            pilot=lambda d: PilotResult(d.text, alpha, 40, {g: 1.0 if g == 3 else 0.0 for g in range(4)}, False, ["0"]),
         )
 
     slow = run(1.0, 0.05)

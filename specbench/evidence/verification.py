@@ -20,6 +20,7 @@ greedy identity (no HF generate row: there is no transformers model).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -41,7 +42,7 @@ from specbench.measure.engines import Session, prepare_examples
 from specbench.measure.llama_session import LlamaSession
 from specbench.measure.metrics import json_safe
 from specbench.measure.record_writing import prepare_run_dir
-from specbench.run_specs import GammaSpec, parse_draft
+from specbench.run_specs import DraftSpec, GammaSpec, parse_draft
 from specbench.tasks.examples import select_examples
 from specbench.tasks.specs import load_task
 
@@ -205,6 +206,11 @@ class VerifyRequest:
             threads=self.threads,
         )
 
+    @functools.cached_property
+    def draft_spec(self) -> DraftSpec:
+        """--draft parsed once for the command: the config check and the loaded pair both use it."""
+        return parse_draft(self.draft)
+
     def validate(self) -> VerifyRequest:
         if not self.gammas:
             raise SpecbenchError("--gamma needs at least one value (e.g. 1,3)")
@@ -212,7 +218,7 @@ class VerifyRequest:
             raise SpecbenchError(f"verify runs on {' or '.join(VERIFY_ENGINES)} (got --engine {self.engine})")
         RunConfig(
             load=self.load,
-            draft=parse_draft(self.draft),
+            draft=self.draft_spec,
             task=self.task,
             sampling=self.sampling,
             limit=self.limit,
@@ -306,5 +312,6 @@ def load_pair(request: VerifyRequest):
     spec = load_task(request.task)
     prepared = prepare_examples(spec, select_examples(spec, request.limit, request.seed), session.target, 16)
     corpus = [p.prompt_ids for p in prepared]
-    session.proposer(request.draft, corpus)
-    return session.target, lambda: session.proposer(request.draft, corpus), corpus, spec.name
+    draft = request.draft_spec
+    session.proposer(draft, corpus)
+    return session.target, lambda: session.proposer(draft, corpus), corpus, spec.name

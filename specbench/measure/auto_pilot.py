@@ -36,11 +36,12 @@ from specbench.measure.choose import (
     slower_warning,
 )
 from specbench.measure.engines import Prepared, Session, example_seed, make_generator
+from specbench.run_specs import DraftSpec
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 
 
-def can_replay(session: Session, config: RunConfig, drafts: list[str], corpus: list[list[int]]) -> bool:
+def can_replay(session: Session, config: RunConfig, drafts: list[DraftSpec], corpus: list[list[int]]) -> bool:
     """Whether every candidate draft can be piloted by replay in this session."""
     seq2seq = bool(getattr(session.target_lm(), "is_seq2seq", False))
     return session.load.backend == "eager" and all(
@@ -81,7 +82,7 @@ LOOP_REPEATS = 1  # real decodes per engine in the loop calibration (their sums 
 
 def measure_loop_costs(
     session: Session,
-    drafts: list[str],
+    drafts: list[DraftSpec],
     item: Prepared,
     config: RunConfig,
     max_new: int,
@@ -96,7 +97,7 @@ def measure_loop_costs(
     decoded = sum(max(len(r.token_ids) - 1, 0) for r in base)
     step_ms = 1e3 * sum(r.decode_s for r in base) / decoded if decoded else bare_ms[1]
     prefill_ms = 1e3 * sum(r.prefill_s for r in base) / len(base)
-    runs = {}
+    runs: dict[DraftSpec, list] = {}
     for d in drafts:
         proposer = session.proposer(d, corpus)
         spec_decode(session, proposer, item, config, gamma, 8)
@@ -107,19 +108,20 @@ def measure_loop_costs(
     call_ms: dict[str, float] = {}
     lookup_ms: dict[str, float] = {}
     overhead_ms: dict[str, float] = {}
-    for d, rs in sorted(runs.items(), key=lambda kv: "+" in kv[0]):  # pure model drafts before hybrids
+    for spec, rs in sorted(runs.items(), key=lambda kv: kv[0].kind == "hybrid"):  # model drafts before hybrids
+        name = spec.text  # the costs are keyed by the draft's name (the choice's records)
         draft_s = sum(r.draft_s for r in rs)
         calls = sum(r.draft_calls for r in rs)
         steps = sum(r.target_calls for r in rs)
-        overhead_ms[d] = 1e3 * sum(r.decode_s - r.draft_s - r.verify_s for r in rs) / max(steps, 1)
-        own_model = d.split("+", 1)[1] if "+" in d else None
+        overhead_ms[name] = 1e3 * sum(r.decode_s - r.draft_s - r.verify_s for r in rs) / max(steps, 1)
+        own_model = spec.model if spec.kind == "hybrid" else None
         if own_model in call_ms:  # a hybrid: its model's call as measured alone (even when this run made none)
-            call_ms[d] = call_ms[own_model]
-            lookup_ms[d] = max(0.0, 1e3 * draft_s - calls * call_ms[d]) / max(steps, 1)
+            call_ms[name] = call_ms[own_model]
+            lookup_ms[name] = max(0.0, 1e3 * draft_s - calls * call_ms[name]) / max(steps, 1)
         elif calls:
-            call_ms[d] = 1e3 * draft_s / calls
+            call_ms[name] = 1e3 * draft_s / calls
         else:
-            lookup_ms[d] = 1e3 * draft_s / max(steps, 1)
+            lookup_ms[name] = 1e3 * draft_s / max(steps, 1)
     return pr.LoopCosts(
         dtype=session.load.dtype,
         step_ms=step_ms,
@@ -152,7 +154,7 @@ def trace_example(
     for d in drafts:
         _, draft_lm = pl.draft_parts(session.proposer(d, corpus))  # type: ignore[misc]  # replayable drafts only
         if draft_lm is not None:
-            trace.guesses[d], trace.draft_prefill_ms[d] = pl.teacher_forced_guesses(
+            trace.guesses[d.text], trace.draft_prefill_ms[d.text] = pl.teacher_forced_guesses(
                 draft_lm, item.prompt_ids, trace.output
             )
     return trace
@@ -166,12 +168,12 @@ def sampled_trace(session: Session, trace: pl.Trace, config: RunConfig, drafts, 
     for d in drafts:
         lookup, draft_lm = pl.draft_parts(session.proposer(d, corpus))  # type: ignore[misc]  # replayable drafts only
         if draft_lm is not None:
-            q, trace.draft_prefill_ms[d] = pl.teacher_forced_laws(
+            q, trace.draft_prefill_ms[d.text] = pl.teacher_forced_laws(
                 draft_lm, trace.prompt_ids, trace.output, config.sampling
             )
-            trace.beta[d] = pl.expected_betas(p, q)
+            trace.beta[d.text] = pl.expected_betas(p, q)
         if lookup is not None:
-            trace.found_p[d] = pl.lookup_probs(lookup, trace.prompt_ids, trace.output, p, gamma_max)
+            trace.found_p[d.text] = pl.lookup_probs(lookup, trace.prompt_ids, trace.output, p, gamma_max)
     return trace
 
 
@@ -247,7 +249,7 @@ def choose_by_replay(
     config: RunConfig,
     *,
     dtypes: list[str],
-    drafts: list[str],
+    drafts: list[DraftSpec],
     session_for: Callable[[str], Session],
     pool: list[Prepared],
     corpus: list[list[int]],
@@ -273,7 +275,8 @@ def choose_by_replay(
     first = session_for(pilot_dtype)
     scales = {d: costs[d].step_ms / costs[pilot_dtype].step_ms for d in dtypes}
     gammas = candidate_gammas(config)
-    parts = {d: pl.draft_parts(first.proposer(d, corpus)) for d in drafts}
+    parts = {d.text: pl.draft_parts(first.proposer(d, corpus)) for d in drafts}
+    names = list(parts)  # the candidates by name: the replays, ranks and records key by it
     replays = Replays({d: p[0] for d, p in parts.items() if p is not None}, max(gammas), config.seed)  # can_replay
     traces: list[pl.Trace] = []
     se: dict[str, float] = {}
@@ -286,7 +289,7 @@ def choose_by_replay(
         idx = list(range(len(traces)))
         if len(traces) < min(pl.PILOT_MIN, cap) and len(traces) < cap:
             continue
-        ranked = rank(replays, traces, idx, drafts, gammas, costs, scales)
+        ranked = rank(replays, traces, idx, names, gammas, costs, scales)
         leaders = ranked[: pl.LEADERS]
         se = {_key(c): pl.alpha_se(alpha_counts(replays, traces, idx, c.draft, c.gamma)) for c in leaders}
         if pl.pilot_done(se, [_key(c) for c in leaders], len(traces)):
@@ -295,12 +298,12 @@ def choose_by_replay(
     choose_idx, predict_idx = pr.halves(len(traces))
     if not predict_idx:  # a one-example pilot: nothing held out
         predict_idx = choose_idx
-    ranked = rank(replays, traces, choose_idx, drafts, gammas, costs, scales)
+    ranked = rank(replays, traces, choose_idx, names, gammas, costs, scales)
     best = ranked[0]
     prediction = predict(replays, traces, predict_idx, best, costs, scales, n_run)
     runner_up = next((c for c in ranked[1:] if (c.draft, c.dtype) != (best.draft, best.dtype)), None)
     pilots = {}
-    for d in drafts:
+    for d in names:
         g = best.gamma if d == best.draft else max(gammas)
         counts = alpha_counts(replays, traces, range(len(traces)), d, g)
         walks = [replays.walks(i, traces[i], d, g) for i in range(len(traces))]

@@ -26,7 +26,7 @@ from specbench.config import AUTO, RunConfig
 from specbench.decoding import theory
 from specbench.errors import SpecbenchError
 from specbench.measure.calibration import Calibration
-from specbench.run_specs import GammaSpec, parse_draft, parse_gamma
+from specbench.run_specs import DraftSpec, GammaSpec, parse_draft, parse_gamma
 
 
 @dataclass
@@ -332,9 +332,9 @@ def choose(
     config: RunConfig,
     *,
     dtypes: list[str],
-    drafts: list[str],
-    calibrate_dtype: Callable[[str, list[str]], tuple[Calibration, dict[str, float]]],
-    pilot: Callable[[str], PilotResult],
+    drafts: list[DraftSpec],
+    calibrate_dtype: Callable[[str, list[DraftSpec]], tuple[Calibration, dict[str, float]]],
+    pilot: Callable[[DraftSpec], PilotResult],
     bf16_note: str | None = None,
 ) -> AutoChoice:
     """Calibrate each dtype, pilot each draft, rank, choose. `calibrate_dtype(dtype, drafts)` returns
@@ -342,7 +342,7 @@ def choose(
     calibrations, draft_ms = {}, {}
     for dtype in dtypes:
         calibrations[dtype], draft_ms[dtype] = calibrate_dtype(dtype, drafts)
-    pilots = {d: pilot(d) for d in drafts}
+    pilots = {d.text: pilot(d) for d in drafts}
     ranked = rank_candidates(calibrations, draft_ms, pilots, candidate_gammas(config))
     best = ranked[0]
     warning = slower_warning(candidate_label(best), best.speedup)
@@ -364,4 +364,5 @@ def choose(
 def resolved_config(config: RunConfig, choice: AutoChoice) -> RunConfig:
     """The config the engines run: auto values replaced by the choice (the run id keeps the requested ones)."""
     load = dataclasses.replace(config.load, dtype=choice.dtype)
-    return dataclasses.replace(config, load=load, draft=parse_draft(choice.draft), gamma=choice.gamma)
+    draft = parse_draft(choice.draft)  # the chosen candidate's name, as stored (a resumed run reads it back)
+    return dataclasses.replace(config, load=load, draft=draft, gamma=choice.gamma)

@@ -34,7 +34,7 @@ from specbench.measure.choose import AutoChoice, PilotResult
 from specbench.measure.noise import probe_ms
 from specbench.measure.schema import EngineRecord
 from specbench.models import LoadedModel, load_model
-from specbench.run_specs import DraftSpec, parse_draft
+from specbench.run_specs import DraftSpec
 from specbench.tasks.examples import Example, render_for_model
 from specbench.tasks.specs import TaskSpec
 
@@ -88,9 +88,7 @@ class Session:
             )
         return self.calibrations[key]
 
-    def draft_token_ms(
-        self, draft_spec: DraftSpec | str, prompts: list[list[int]], max_new_tokens: int
-    ) -> float | None:
+    def draft_token_ms(self, draft_spec: DraftSpec, prompts: list[list[int]], max_new_tokens: int) -> float | None:
         """ms per token of the draft's model (None for model-free drafts), measured once per session."""
         key = (str(draft_spec), max_new_tokens, hashlib.sha256(repr(prompts).encode()).hexdigest())
         if key not in self.draft_ms:
@@ -105,7 +103,7 @@ class Session:
         return self.draft_ms[key]
 
     def calibrate_batch(
-        self, draft_spec: DraftSpec | str, prompts: list[list[int]], batch_size: int, k_max: int, max_new_tokens: int
+        self, draft_spec: DraftSpec, prompts: list[list[int]], batch_size: int, k_max: int, max_new_tokens: int
     ) -> dict | None:
         """t(b, k) of the target (and the draft model's batched token, if any) at every row count b of
         calibration.batch_row_grid(B), timed interleaved, once per session and batch size (a sweep's ragged and
@@ -135,10 +133,9 @@ class Session:
             self.calibrations[key] = cal.batch_calibration_dict(batch_size, per_rows, time.perf_counter() - t_start)
         return self.calibrations[key]
 
-    def proposer(self, draft_spec: DraftSpec | str, corpus: list[list[int]] | None = None) -> Proposer:
-        """The draft for `draft_spec`, built once; frequency drafts are fitted on `corpus` (once per corpus). A
-        RunConfig's DraftSpec is used as it is; a candidate's name (the auto pilot's, a bench's) is parsed here."""
-        spec = parse_draft(draft_spec)  # a DraftSpec comes back as it is
+    def proposer(self, spec: DraftSpec, corpus: list[list[int]] | None = None) -> Proposer:
+        """The draft for `spec`, built once; frequency drafts are fitted on `corpus` (once per corpus). Every caller
+        hands over a spec parsed where its text came in (the command line, the auto candidates, a manifest)."""
         fits = spec.fits_corpus
         key = (spec.text, hashlib.sha256(repr(corpus).encode()).hexdigest() if fits and corpus else None)
         if key not in self._proposers:

@@ -27,7 +27,7 @@ from specbench.errors import SpecbenchError
 from specbench.measure.engines import Session
 from specbench.models import PRESETS, LoadedModel, preset_gguf, resolve_source
 from specbench.models.loading import load_tokenizer
-from specbench.run_specs import DraftSpec, parse_draft
+from specbench.run_specs import DraftSpec
 
 MAX_CONTEXT = 8192  # a longer trained context is capped: llama.cpp allocates the whole KV cache up front
 
@@ -131,9 +131,8 @@ class LlamaSession(Session):
     def calibrate_batch(self, *args, **kwargs) -> dict | None:
         raise SpecbenchError(f"--engine {ENGINE_NAME} decodes one sequence at a time: use --batch-size 1")
 
-    def proposer(self, draft_spec: DraftSpec | str, corpus: list[list[int]] | None = None) -> Proposer:
+    def proposer(self, spec: DraftSpec, corpus: list[list[int]] | None = None) -> Proposer:
         """As Session.proposer, except that a draft model given as a GGUF loads into llama.cpp (built once)."""
-        spec = parse_draft(draft_spec)
         if spec.kind not in ("model", "hybrid") or not spec.model or not is_gguf_spec(spec.model):
             return super().proposer(spec, corpus)
         key = (spec.text, ENGINE_NAME)

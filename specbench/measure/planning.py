@@ -49,7 +49,7 @@ from specbench.measure.run_folder import check_resumable, first_manifest, read_m
 from specbench.measure.schema import RunFiles
 from specbench.models import resolve_source
 from specbench.models.shipped import shipped_draft_dir
-from specbench.run_specs import parse_draft
+from specbench.run_specs import DraftSpec, parse_draft
 from specbench.tasks.examples import Example, select_examples
 from specbench.tasks.specs import TaskSpec, load_task
 
@@ -166,12 +166,17 @@ def prime_for_calibration(session: Session, proposer: Proposer, capacity: int, k
 
 
 def run_pilot(
-    session: Session, config: RunConfig, draft: str, pilot: list[Prepared], corpus: list[list[int]], max_new_tokens: int
+    session: Session,
+    config: RunConfig,
+    draft: DraftSpec,
+    pilot: list[Prepared],
+    corpus: list[list[int]],
+    max_new_tokens: int,
 ) -> PilotResult:
     """Decode pilot examples with `draft` at γ = gamma_max (untimed by the run) until PILOT_MIN_STEPS verified
     steps were seen → α per position, the lookup law."""
     key = (
-        draft,
+        draft.text,
         tuple(p.example.id for p in pilot),
         config.sampling,
         max_new_tokens,
@@ -202,16 +207,16 @@ def run_pilot(
         results.append(res)
         if lookups is not None:
             lookups.extend(proposer.lookup_history() or [])
-    lookup_only = parse_draft(draft).model_free
     session.pilots[key] = pilot_from_results(
-        draft, results, lookups, lookup_only, [p.example.id for p in pilot[: len(results)]]
+        draft.text, results, lookups, draft.model_free, [p.example.id for p in pilot[: len(results)]]
     )
     return session.pilots[key]
 
 
-def available_drafts(target_spec: str) -> list[str]:
+def available_drafts(target_spec: str) -> list[DraftSpec]:
     """The drafts `--draft auto` compares for a target: prompt lookup always; the distilled draft and
-    lookup+distilled where drafts/ ships one; a paired preset draft (and lookup+it) where installed."""
+    lookup+distilled where drafts/ ships one; a paired preset draft (and lookup+it) where installed. Each name is
+    parsed here, where it is made: the pilot, the choice and the session take the specs."""
     from specbench.models import PAIRED_DRAFTS, preset_installed
 
     drafts = ["prompt-lookup"]
@@ -223,7 +228,7 @@ def available_drafts(target_spec: str) -> list[str]:
     for name in PAIRED_DRAFTS.get(Path(target_spec).name, ()):
         if preset_installed(name):
             drafts += [name, f"lookup+{name}"]
-    return drafts
+    return [parse_draft(d) for d in drafts]
 
 
 def choose_on_this_machine(
@@ -258,19 +263,19 @@ def choose_on_this_machine(
     prepared = prepare_examples(spec, examples, first.target, max_new)
     corpus = [p.prompt_ids for p in prepared]
     pilot_prepared = prepare_examples(spec, pilot, first.target, max_new)
-    drafts = available_drafts(config.load.target) if config.draft.auto else [config.draft.text]
+    drafts = available_drafts(config.load.target) if config.draft.auto else [config.draft]
     k_max = calibration_k_max(config)
     capacity = max(len(p.prompt_ids) for p in prepared + pilot_prepared) + max_new + k_max
 
-    def calibrate_dtype(dtype: str, drafts: list[str]):
+    def calibrate_dtype(dtype: str, drafts: list[DraftSpec]):
         s = session_for(dtype)
         for d in drafts:
             prime_for_calibration(s, s.proposer(d, corpus), capacity, k_max)
         on_status(f"calibrating {dtype}: target passes over 1..{k_max} tokens, draft tokens")
         curve = s.calibrate(corpus, k_max, max_new)
-        return curve, {d: ms for d in drafts if (ms := s.draft_token_ms(d, corpus, max_new)) is not None}
+        return curve, {d.text: ms for d in drafts if (ms := s.draft_token_ms(d, corpus, max_new)) is not None}
 
-    def pilot_draft(draft: str) -> PilotResult:
+    def pilot_draft(draft: DraftSpec) -> PilotResult:
         on_status(f"pilot: {draft} on {len(pilot_prepared)} untimed examples")
         return run_pilot(first, config, draft, pilot_prepared, corpus, max_new)
 
