@@ -89,6 +89,49 @@ def test_grid_validates_every_cell(task_file):
         make_grid(task_file, gamma="1-20000")  # refused before it is expanded
 
 
+def temperatures(n: int) -> str:
+    """n distinct temperatures, a cheap way to a large grid (nothing in these tests decodes at them)."""
+    return ",".join(f"{i / 10000:g}" for i in range(n))
+
+
+def test_max_cells_refuses_a_larger_grid_and_admits_its_own_size(task_file):
+    big = temperatures(51)  # 51 temperatures × 2 drafts × 2 γ = 204 cells
+    with pytest.raises(SpecbenchError, match=r"204 cells \(more than 200\).*pass --max-cells 204") as err:
+        make_grid(task_file, temperature=big, max_cells=200)
+    assert "\n" not in str(err.value)
+    assert len(make_grid(task_file, temperature=big, max_cells=204).configs()) == 204
+
+
+def test_cli_refuses_more_than_10000_cells_as_a_usage_error(tmp_path, task_file, monkeypatch):
+    monkeypatch.setattr(engines, "Session", lambda *a, **k: pytest.fail("a refused grid loaded a model"))
+    args = ["sweep", "--target", "tiny-target", "--draft", "prompt-lookup", "--gamma", "1,2", "--task", task_file]
+    args += ["--temperature", temperatures(5001), "--results-dir", str(tmp_path / "res")]  # 10 002 cells
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output  # a bad command line
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("error:") and "10002 cells (more than 10000)" in line and "--max-cells 10002" in line
+    assert not (tmp_path / "res").exists()  # refused before anything was written
+
+
+def test_a_large_sweep_prints_its_size_and_a_rough_time_before_loading_models(tmp_path, task_file, monkeypatch):
+    def no_models(*args, **kwargs):
+        raise SpecbenchError("stopped where the models would load")
+
+    monkeypatch.setattr(engines, "Session", no_models)
+    args = ["sweep", "--target", "tiny-target", "--draft", "prompt-lookup,tiny-draft", "--gamma", "1,2"]
+    args += ["--task", task_file, "--limit", "3", "--max-new-tokens", str(MAX_NEW), "--device", "cpu"]
+    large = CliRunner().invoke(app, [*args, "--temperature", temperatures(51), "--results-dir", str(tmp_path / "a")])
+    assert large.exit_code == 1 and "stopped where the models would load" in large.output
+    (line,) = [x for x in large.output.splitlines() if "estimate" in x]
+    # 204 cells × 3 examples; each example decodes MAX_NEW tokens per engine: 2 × 612 × 5 × 50 ms = 306 s
+    assert line.startswith("204 cells, 612 examples, 1224 timed decodes") and "rough estimate" in line
+    assert line.endswith("about 5 min")
+    small = CliRunner().invoke(app, [*args, "--temperature", temperatures(50), "--results-dir", str(tmp_path / "b")])
+    assert small.exit_code == 1 and "estimate" not in small.output  # 200 cells: no line
+    with pytest.raises(SpecbenchError, match="more than 204"):
+        run_sweep(make_grid(task_file, temperature=temperatures(52), max_cells=208), tmp_path / "c", max_cells=204)
+
+
 def test_sweep_id_is_deterministic_and_order_free(task_file):
     a = make_grid(task_file, draft="tiny-draft,prompt-lookup", gamma="3,1", temperature="1,0")
     b = make_grid(task_file, draft="prompt-lookup,tiny-draft", gamma="1,3", temperature="0,1")

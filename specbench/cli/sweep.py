@@ -42,6 +42,7 @@ from specbench.cli.output import (
     phase_status,
     progress_bar,
     quiet_transformers,
+    say,
     warn_if_noisy,
 )
 from specbench.models import DEFAULT_DRAFT, DEFAULT_TARGET
@@ -123,6 +124,15 @@ BatchPolicies = Annotated[
         help="Batch policies, an axis: ragged, min or ragged,min (batch 1 runs once: the policies agree there).",
     ),
 ]
+MaxCells = Annotated[
+    Optional[int],
+    typer.Option(
+        "--max-cells",
+        min=1,
+        help="The most cells the grid may have (default 10000): a larger one is refused before anything runs, "
+        "so a typo like --gamma 1-100000 fails at once. Above 200 cells a line gives the count and a rough time.",
+    ),
+]
 SweepId = Annotated[
     Optional[str],
     typer.Option("--sweep-id", help="Sweep folder name (default: derived from the grid; a rerun resumes it)."),
@@ -176,6 +186,7 @@ def sweep(
     cpus_per_cell: CpusPerCell = 1.0,
     results_dir: ResultsDir = "results",
     sweep_id: SweepId = None,
+    max_cells: MaxCells = None,
     as_json: AsJson = False,
     trust_remote_code: TrustRemote = False,
 ):
@@ -191,6 +202,7 @@ def sweep(
     from specbench.errors import SpecbenchError
     from specbench.measure.executors import make_executor
     from specbench.measure.sweep import (
+        MAX_CELLS,
         SweepGrid,
         parse_budgets,
         parse_float_list,
@@ -211,6 +223,7 @@ def sweep(
             temperature=temperature,
             task=task,
             pairs=tuple(pair or ()),
+            max_cells=max_cells or MAX_CELLS,
             top_k=top_k,
             top_p=top_p,
             limit=limit,
@@ -235,7 +248,7 @@ def sweep(
         raise SpecbenchError("--engine llama-cpp cells run with --executor local; drop --executor or the engine")
     cells_on = make_executor(executor, address=address, gpus_per_cell=gpus_per_cell, cpus_per_cell=cpus_per_cell)
     quiet_transformers()
-    outcome = sweep_with_progress(grid, results_dir, sweep_id, cells_on)
+    outcome = sweep_with_progress(grid, results_dir, sweep_id, cells_on, max_cells or MAX_CELLS)
     if as_json:
         out.print_json(
             json.dumps(
@@ -252,8 +265,9 @@ def sweep(
         warn_if_noisy(c.summary, f"{c.cell_id}: ")
 
 
-def sweep_with_progress(grid, results_dir: str | Path, sweep_id: str | None, executor=None):
+def sweep_with_progress(grid, results_dir: str | Path, sweep_id: str | None, executor=None, max_cells=None):
     """run_sweep with a transient spinner while it checks and plans, then a bar over cells × examples."""
+    from specbench.measure.sweep import MAX_CELLS
     from specbench.measure.sweep_run import run_sweep
 
     status, bar = phase_status("reading tasks"), progress_bar()
@@ -280,7 +294,9 @@ def sweep_with_progress(grid, results_dir: str | Path, sweep_id: str | None, exe
             on_plan=on_plan,
             on_cell=on_cell,
             on_example=on_example,
+            on_estimate=say,  # a large grid's cells and rough time, before any model loads
             executor=executor,
+            max_cells=max_cells or MAX_CELLS,
         )
     finally:
         status.stop()

@@ -183,7 +183,15 @@ class SweepGrid:
 
     @staticmethod
     def from_specs(
-        *, target: str, draft: str, gamma: str, temperature: str, task: str, pairs: tuple[str, ...] = (), **shared
+        *,
+        target: str,
+        draft: str,
+        gamma: str,
+        temperature: str,
+        task: str,
+        pairs: tuple[str, ...] = (),
+        max_cells: int = MAX_CELLS,
+        **shared,
     ) -> SweepGrid:
         """Parse the CLI's comma/range strings (and --pair TARGET:DRAFT values); every error is a one-line
         SpecbenchError. With pairs, target and draft are not used (the CLI refuses both at once). The load options
@@ -199,9 +207,10 @@ class SweepGrid:
             tasks=tuple(parse_str_list(task, "--task")),
             **shared,
         )
-        return grid.validate()
+        return grid.validate(max_cells)
 
-    def validate(self) -> SweepGrid:
+    def validate(self, max_cells: int = MAX_CELLS) -> SweepGrid:
+        """Every cell valid, and no more than max_cells of them (--max-cells), checked before any load."""
         if not (self.target_drafts() and self.gammas and self.temperatures and self.tasks):
             raise SpecbenchError("a sweep needs at least one draft, γ, temperature and task")
         self.draft_specs()  # a malformed draft (listed or paired) fails here, before any load
@@ -222,9 +231,10 @@ class SweepGrid:
             * len(self.budgets)
             * len(self.prompt_lengths)
         )
-        if n > MAX_CELLS:
+        if n > max_cells:
             raise SpecbenchError(
-                f"the grid has {n} cells (more than {MAX_CELLS}); narrow --gamma/--draft/--temperature/--task"
+                f"the grid has {n} cells (more than {max_cells}); narrow --gamma/--draft/--temperature/--task, "
+                f"or pass --max-cells {n} to run them all"
             )
         configs = self.configs()
         if not configs:

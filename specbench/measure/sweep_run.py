@@ -47,10 +47,14 @@ from specbench.measure.record_checks import example_problem
 from specbench.measure.record_writing import prepare_run_dir
 from specbench.measure.records import read_json_object, scan_jsonl
 from specbench.measure.schema import SCHEMA_VERSION
-from specbench.measure.sweep import SweepGrid
+from specbench.measure.sweep import MAX_CELLS, SweepGrid
 from specbench.run_specs import parse_gamma
 
 SWEEP_FILE = "sweep.json"
+LARGE_SWEEP_CELLS = 200  # above this many cells a sweep says what it is about to cost before it starts
+# A stated rough constant, not a measurement of this machine: SmolLM2-135M decodes a token in about 43 ms in float32
+# on a 2-core AMD EPYC (docs/benchmarks.md); rounded up to 50 ms for the speculative engine's drafting.
+ESTIMATE_S_PER_TOKEN = 0.05
 
 
 def _digest(obj, n: int = 8) -> str:
@@ -272,6 +276,28 @@ def write_sweep_file(
     return doc
 
 
+def cost_line(n_cells: int, n_examples: int, repeats: int, tokens: int) -> str:
+    """The one line a large sweep prints before it starts: its cells, examples, timed decodes and a rough time.
+
+    tokens: the token budget summed over every (cell, example); each example decodes it once per engine and
+    repeat (a cell times its own baseline beside the speculative engine, A B B A, as `run` does)."""
+    seconds = 2 * repeats * tokens * ESTIMATE_S_PER_TOKEN
+    time = f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
+    return (
+        f"{n_cells} cells, {n_examples} examples, {2 * repeats * n_examples} timed decodes (baseline and "
+        f"speculative, {repeats} repeat(s) each); a rough estimate at {1000 * ESTIMATE_S_PER_TOKEN:g} ms per "
+        f"token (a small model on a 2-core CPU, not this machine): about {time}"
+    )
+
+
+def budget_tokens(grid: SweepGrid, cells: list[tuple[str, RunConfig]], counts: dict[str, int]) -> int:
+    """Σ over cells of its examples × its new-token budget (--max-new-tokens, else its task's default)."""
+    from specbench.tasks.specs import load_task
+
+    default = {task: load_task(task).max_new_tokens for task in grid.tasks}
+    return sum(counts[cid] * (cfg.max_new_tokens or default[cfg.task]) for cid, cfg in cells)
+
+
 def release_memory() -> None:
     """Return a dropped session's memory before the next target loads (the GPU's cache too, where there is one)."""
     gc.collect()
@@ -290,20 +316,23 @@ def run_sweep(
     on_plan: Callable[[int, int], None] = lambda total, n_cells: None,
     on_cell: Callable[[str, int, int], None] = lambda cell_id, total, done: None,
     on_example: Callable[[str, dict], None] = lambda cell_id, record: None,
+    on_estimate: Callable[[str], None] = lambda line: None,
     executor=None,
+    max_cells: int = MAX_CELLS,
 ) -> SweepOutcome:
     """Run every cell of the grid not finished yet; resume per example; share models, never timings.
 
     on_plan(total examples over all cells, cells) fires once before any model loads; on_cell
     (cell id, its examples, those already done) before each cell; on_example(cell id, record)
-    after each example is on disk (an exception there stops the sweep with nothing lost).
+    after each example is on disk (an exception there stops the sweep with nothing lost). A grid of more than
+    LARGE_SWEEP_CELLS cells first gives on_estimate one line (cost_line); more than max_cells are refused.
     executor: None runs the cells here, one after another; an executor from measure/executors
     (Ray) runs them on its workers and streams their records back to be written here.
     """
     from specbench.measure.engines import Session
     from specbench.measure.runner import execute_run
 
-    grid.validate()
+    grid.validate(max_cells)
     results_dir = check_results_dir(results_dir)
     if sweep_id is not None:
         check_id(sweep_id, "--sweep-id")
@@ -319,6 +348,8 @@ def run_sweep(
             stacklevel=2,
         )
     counts = {cid: cell_examples(tasks, buckets, cfg) for cid, cfg in cells}  # cell id → examples it measures
+    if len(cells) > LARGE_SWEEP_CELLS:
+        on_estimate(cost_line(len(cells), sum(counts.values()), grid.repeats, budget_tokens(grid, cells, counts)))
     on_plan(sum(counts.values()), len(cells))
 
     outcome = SweepOutcome(root)
