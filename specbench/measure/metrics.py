@@ -32,9 +32,10 @@ Definitions (sums run over all examples of a run):
   numerics_floor        at T = 0: share of the baseline's positions whose argmax a teacher-forced (γ+1)-token
                         pass changes (measure/numerics.py): the divergence this hardware forces on any verifier
   numerics_cost_share   the classifier's seconds (after each example's timing) ÷ the timed decode seconds
-  suspect_timing        True when the run's noise checks (measure/noise.py: probe drift, spread of the
-                        baseline's per-token time, disagreeing repeats, a sweep's baseline drift) found the
-                        machine busy; `timing_notes` says why
+  suspect_timing        True when the noise moved (or may have moved) the speedup: the run's two A B B A
+                        halves differ beyond ±δ, or, without a verdict from them, the noise checks
+                        (measure/noise.py: probes, the baseline's per-token spread, disagreeing repeats) fired;
+                        `timing_notes` says what was seen, `speedup_stability` what it did to the speedup
   predicted_decode_speedup  what the cost model predicts for decode_speedup from the measured α, c,
                         verify cost and proposal law, for outputs of the lengths measured (EOS and
                         budget endings priced in: theory.decode_cost_table)
@@ -250,7 +251,7 @@ def median_example_speedup(records: list[dict]) -> float:
 def timing_noise(records: list[dict], probes: list[float] | None = None, drift: float | None = None) -> dict:
     """suspect_timing and timing_notes from the noise checks (measure/noise.py) and, for a cell of a sweep folder
     from before per-cell baselines, its shared baseline's drift (None otherwise)."""
-    from specbench.measure.noise import noise_verdict, paired_speedups
+    from specbench.measure.noise import judge, noise_verdict, paired_speedups, speedup_stability
 
     token_ms = [
         1e3 * r["baseline"]["decode_s"] / (r["baseline"]["n_tokens"] - 1)
@@ -263,10 +264,20 @@ def timing_noise(records: list[dict], probes: list[float] | None = None, drift: 
         for e in ("baseline", "speculative")
         if len(x := r[e].get("repeat_s") or []) > 1 and min(x) > 0
     ]
-    notes = noise_verdict(probes or [], token_ms, repeats, paired_speedups(records))
+    pairs = paired_speedups(records)
+    reasons = noise_verdict(probes or [], token_ms, repeats, pairs)
     if drift is not None and abs(drift - 1.0) > BASELINE_DRIFT_TOLERANCE:
-        notes.append(f"the shared baseline, re-timed before this cell, took {drift:.2f}× its stored time")
-    return {"suspect_timing": bool(notes), "timing_notes": notes}
+        reasons.append(f"the shared baseline, re-timed before this cell, took {drift:.2f}× its stored time")
+    stability = speedup_stability(pairs)
+    suspect, notes = judge(reasons, stability)
+    out = {"suspect_timing": suspect, "timing_notes": notes}
+    if stability is not None:
+        out |= {
+            "speedup_stability": stability.outcome,
+            "repeat_halves_ratio": stability.ratio,
+            "repeat_halves_ci90": [stability.low, stability.high],
+        }
+    return out
 
 
 def summarize(

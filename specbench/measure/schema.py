@@ -225,8 +225,11 @@ class Summary:
     predicted_speedup_extended: float | None = None  # Theorem 3.8 with the measured verify cost and proposal lengths
     predicted_target_calls: float | None = None  # the cost model's expected target passes for these outputs
     predicted_decode_speedup: float | None = None  # the cost model's decode_speedup for these outputs
-    suspect_timing: bool | None = None  # a noise check fired: the machine looked busy
-    timing_notes: list[str] | None = None  # why suspect_timing is set, one sentence per check
+    suspect_timing: bool | None = None  # the noise moved (or may have moved) the speedup: rerun on an idle machine
+    timing_notes: list[str] | None = None  # what the noise checks saw, one sentence per check (also when harmless)
+    speedup_stability: str | None = None  # stable / moved / unsure: the two A B B A halves' speedups (--repeats 2)
+    repeat_halves_ratio: float | None = None  # first pairs' geometric-mean speedup ÷ second pairs'
+    repeat_halves_ci90: list[float | None] | None = None  # its paired 90 % Student t interval (TOST against ±δ)
     identity_line: str | None = None  # at T = 0: "n/N identical" and how divergences were classified
     divergences_numerics: int | None = None  # at T = 0: divergences at near-ties the verify-shaped pass flips
     divergences_unexplained: int | None = None  # at T = 0: divergences numerics do not explain (candidate bugs)

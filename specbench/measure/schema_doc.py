@@ -185,7 +185,7 @@ returns the same table as a pandas DataFrame, `specbench.load_examples(path)` th
 `baseline_tokens_per_s`, `speculative_tokens_per_s`, `baseline_ttft_s`, `speculative_ttft_s`,
 `baseline_tpot_s`, `speculative_tpot_s`, `speculative_tpot_p50_s`, `speculative_tpot_p99_s`, `speedup` with
 `speedup_ci95_low` / `_high`, `decode_speedup` with its interval, `predicted_speedup_extended`, `suspect` (the
-noise checks fired), `timing_notes` and `baseline_drift`.
+noise moved, or may have moved, the speedup), `timing_notes` and `baseline_drift`.
 A γ policy's run has its `gamma_max` as `gamma` and the policy's name in `gamma_policy`.
 `--examples` writes one row per example instead: its run's id and axes, `example_id`, `prompt_tokens`,
 `identical`, `first_divergence`, each engine's counts and times (`baseline_*`, `speculative_*`) and the

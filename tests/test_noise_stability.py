@@ -1,0 +1,88 @@
+"""Did the noise move the speedup? The two A B B A halves of a run compared (measure/noise.py speedup_stability).
+
+The rule weighs what the user reads (the speedup measured twice, seconds apart) above single slow probes: halves
+equivalent within ±10 % (paired t, TOST at 5 % per side) clear a run whatever the probes say; a 95 % interval wholly
+beyond ±10 % flags it. Simulated halves use a per-example log difference with Student-t(4) noise of sd 0.2 (the
+real ding-de-en run of docs/statistics.md had sd ≈ 0.26 over 120 examples)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from specbench.measure import noise
+from specbench.measure.metrics import timing_noise
+
+REPS = 200
+
+
+def halves(n: int, shift: float, rng, sd: float = 0.2) -> list[tuple[float, float]]:
+    """n examples' (first pair, second pair) speedups; the second pair's speedup is `shift`× lower on average."""
+    scale = sd / math.sqrt(2.0)  # t(4) has variance 2
+    base = rng.normal(math.log(1.6), 0.3, n)
+    first = base + scale * rng.standard_t(4, n)
+    second = base - math.log(shift) + scale * rng.standard_t(4, n)
+    return list(zip(np.exp(first), np.exp(second)))
+
+
+def outcome_rates(n: int, shift: float, seed: int) -> dict[str, float]:
+    rng = np.random.default_rng(seed)
+    outs = [noise.speedup_stability(halves(n, shift, rng)).outcome for _ in range(REPS)]
+    return {k: outs.count(k) / REPS for k in (noise.STABLE, noise.MOVED, noise.UNSURE)}
+
+
+def test_equal_halves_rarely_read_moved_and_usually_read_stable():
+    """True ratio 1, n = 20 and 50, 200 draws: 'moved' ≤ 5 %. 'stable' needs the halves' 90 % interval inside ±10 %:
+    at this spread (sd of the log difference ≈ 0.28) that takes n ≈ 120 (≥ 80 % of draws); at n = 50 it is about a
+    coin (the rest read 'unsure' and the probes decide, as before)."""
+    for n in (20, 50):
+        r = outcome_rates(n, 1.0, seed=n)
+        assert r[noise.MOVED] <= 0.05, (n, r)
+    assert outcome_rates(120, 1.0, seed=7)[noise.STABLE] >= 0.8
+
+
+def test_a_speedup_that_moved_by_a_third_is_caught():
+    """Negative control: the second halves 1.35× slower (a hog that hit one engine more than the other, half-way);
+    at n = 20 it reads 'moved' in ≥ 80 % of 200 draws and 'stable' in none."""
+    r = outcome_rates(20, 1.35, seed=3)
+    assert r[noise.MOVED] >= 0.8 and r[noise.STABLE] == 0.0, r
+
+
+def test_too_few_examples_give_no_verdict_and_the_old_reasons_decide():
+    rng = np.random.default_rng(0)
+    assert noise.speedup_stability(halves(9, 1.0, rng)) is None
+    assert noise.judge(["2 of 11 probes ..."], None) == (True, ["2 of 11 probes ..."])
+    assert noise.judge([], None) == (False, [])
+
+
+def test_stable_halves_clear_slow_probes_and_moved_halves_flag_quiet_probes():
+    rng = np.random.default_rng(1)
+    stable = noise.speedup_stability([(1.6, 1.6 * f) for f in rng.uniform(0.97, 1.03, 30)])
+    assert stable.outcome == noise.STABLE
+    suspect, notes = noise.judge(["3 of 31 probes took up to 99 ms"], stable)
+    assert not suspect and notes[0].startswith("the speedup did not move") and "3 of 31 probes" in notes[1]
+    assert noise.judge([], stable) == (False, [])
+    moved = noise.speedup_stability([(2.0 * f, 1.4 * g) for f, g in rng.uniform(0.95, 1.05, (30, 2))])
+    assert moved.outcome == noise.MOVED and 1.38 < moved.ratio < 1.48
+    suspect, notes = noise.judge([], moved)
+    assert suspect and notes[0].startswith("the speedup moved during the run")
+
+
+def _record(i: int, b: tuple[float, float], s: tuple[float, float]) -> dict:
+    engine = lambda times: {"decode_s": sum(times) / 2, "n_tokens": 33, "repeat_s": list(times)}  # noqa: E731
+    return {"example_id": f"e{i}", "baseline": engine(b), "speculative": engine(s)}
+
+
+def test_the_summary_carries_the_stability_and_only_a_moved_speedup_is_suspect():
+    rng = np.random.default_rng(2)
+    steady = [_record(i, (2.0, 2.0 * f), (1.25, 1.25 * f)) for i, f in enumerate(rng.uniform(0.9, 1.1, 24))]
+    steady[3]["baseline"]["repeat_s"] = [2.0, 9.0]  # one gross repeat: the old rule flags the run on its own
+    steady[3]["speculative"]["repeat_s"] = [1.25, 5.6]  # …but both engines were hit alike: the speedup held
+    out = timing_noise(steady)
+    assert out["speedup_stability"] == noise.STABLE and out["suspect_timing"] is False
+    assert any("repeated decodes disagreed" in n for n in out["timing_notes"])
+    moved = [_record(i, (2.0, 2.0), (1.0, 1.6)) for i in range(24)]  # the speculative engine slowed half-way
+    out = timing_noise(moved)
+    assert out["speedup_stability"] == noise.MOVED and out["suspect_timing"] is True
+    assert out["repeat_halves_ratio"] == np.float64(1.6) or abs(out["repeat_halves_ratio"] - 1.6) < 1e-9
