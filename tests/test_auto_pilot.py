@@ -246,3 +246,38 @@ def test_run_auto_at_t_above_0_pilots_by_replay_along_the_sample(tmp_path):
     pilot = auto["pilots"][target]
     assert len(pilot["examples"]) == 10 and auto["prediction"]["n_held_out"] == 5
     assert pilot["alpha"] > 0.9  # the draft is the target itself: Σ min(p, q) = 1 at every position (numerics aside)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_a_hybrid_shares_its_model_drafts_teacher_forced_pass(monkeypatch, temperature):
+    # the pilot's costliest part after the plain decode: one teacher-forced pass per draft *network*, not per
+    # candidate (distilled and lookup+distilled are one network); the shared result is the one a pass would give
+    import dataclasses
+    from types import SimpleNamespace
+
+    from helpers import FakeSession
+
+    from specbench.config import RunConfig
+    from specbench.measure import auto_pilot
+    from specbench.run_specs import parse_draft
+
+    session = FakeSession()
+    model = session.drafts["tiny-draft"]
+    session.drafts["lookup+tiny-draft"] = HybridDraft(session.drafts["prompt-lookup"], model, "lookup+tiny-draft")
+    config = dataclasses.replace(
+        RunConfig("tiny-target", draft="tiny-draft", task="x"), sampling=SamplingConfig(temperature=temperature)
+    )
+    drafts = [parse_draft(d) for d in ("tiny-draft", "lookup+tiny-draft", "prompt-lookup")]
+    item = SimpleNamespace(example=SimpleNamespace(id="e0"), prompt_ids=[5, 17, 99, 3, 5, 17, 99])
+    name = "teacher_forced_guesses" if temperature == 0 else "teacher_forced_laws"
+    calls = []
+    real = getattr(pl, name)
+    monkeypatch.setattr(pl, name, lambda *a: calls.append(a[0]) or real(*a))
+    trace = auto_pilot.trace_example(session, item, config, 12, drafts, [], 4)
+    assert calls.count(model.lm) == 1  # one pass of the draft network for both candidates
+    if temperature == 0:
+        assert trace.guesses["tiny-draft"] == trace.guesses["lookup+tiny-draft"]
+        assert trace.guesses["tiny-draft"] == real(model.lm, item.prompt_ids, trace.output)[0]
+    else:
+        assert trace.sampled and trace.beta["tiny-draft"] == trace.beta["lookup+tiny-draft"]
+        assert set(trace.found_p) == {"lookup+tiny-draft", "prompt-lookup"}

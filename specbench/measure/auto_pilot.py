@@ -151,12 +151,13 @@ def trace_example(
     )
     if not config.sampling.greedy:
         return sampled_trace(session, trace, config, drafts, corpus, gamma_max)
+    by_network: dict[str, tuple[list[int], float]] = {}  # a hybrid shares its model draft's guesses: one pass each
     for d in drafts:
         _, draft_lm = pl.draft_parts(session.proposer(d, corpus))  # type: ignore[misc]  # replayable drafts only
         if draft_lm is not None:
-            trace.guesses[d.text], trace.draft_prefill_ms[d.text] = pl.teacher_forced_guesses(
-                draft_lm, item.prompt_ids, trace.output
-            )
+            if d.model not in by_network:
+                by_network[d.model] = pl.teacher_forced_guesses(draft_lm, item.prompt_ids, trace.output)
+            trace.guesses[d.text], trace.draft_prefill_ms[d.text] = by_network[d.model]
     return trace
 
 
@@ -165,13 +166,14 @@ def sampled_trace(session: Session, trace: pl.Trace, config: RunConfig, drafts, 
     (β = Σ min(p, q) per position) and each lookup's tokens scored by p, for every step start."""
     trace.sampled = True
     p, _ = pl.teacher_forced_laws(session.target_lm(), trace.prompt_ids, trace.output, config.sampling)
+    by_network: dict[str, tuple[list[float], float]] = {}  # a hybrid shares its model draft's β: one pass each
     for d in drafts:
         lookup, draft_lm = pl.draft_parts(session.proposer(d, corpus))  # type: ignore[misc]  # replayable drafts only
         if draft_lm is not None:
-            q, trace.draft_prefill_ms[d.text] = pl.teacher_forced_laws(
-                draft_lm, trace.prompt_ids, trace.output, config.sampling
-            )
-            trace.beta[d.text] = pl.expected_betas(p, q)
+            if d.model not in by_network:
+                q, prefill_ms = pl.teacher_forced_laws(draft_lm, trace.prompt_ids, trace.output, config.sampling)
+                by_network[d.model] = (pl.expected_betas(p, q), prefill_ms)
+            trace.beta[d.text], trace.draft_prefill_ms[d.text] = by_network[d.model]
         if lookup is not None:
             trace.found_p[d.text] = pl.lookup_probs(lookup, trace.prompt_ids, trace.output, p, gamma_max)
     return trace
