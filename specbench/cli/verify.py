@@ -29,7 +29,7 @@ from specbench.cli.options import (
     TrustRemote,
 )
 from specbench.cli.output import fmt, out, phase_status, quiet_transformers
-from specbench.config import SamplingConfig
+from specbench.config import LoadSpec, SamplingConfig
 from specbench.models import DEFAULT_DRAFT, DEFAULT_TARGET
 
 Gammas = Annotated[str, typer.Option("--gamma", help="γ values for the sequence and identity checks, comma-separated.")]
@@ -93,8 +93,9 @@ def verify(
     from specbench.evidence.verification import VerifyRequest, verify_pair
     from specbench.measure.sweep import parse_int_list
 
+    load = LoadSpec(target, device=device, dtype=dtype, trust_remote_code=trust_remote_code, threads=threads)
     request = VerifyRequest(
-        target=target,
+        load=load,
         draft=draft,
         sampling=SamplingConfig(temperature, top_k, top_p),
         gammas=tuple(parse_int_list(gammas, "--gamma")),
@@ -106,11 +107,7 @@ def verify(
         control_samples=control_samples,
         alt_tv=alt_tv,
         seed=seed,
-        device=device,
-        dtype=dtype,
-        trust_remote_code=trust_remote_code,
         engine=engine.lower(),
-        threads=threads,
     )
     quiet_transformers()
     with phase_status("checking the output folder") as status:
@@ -126,9 +123,8 @@ def verify(
 def print_checks(request, outcome) -> None:
     s = request.sampling
     on = "" if request.engine == "specbench" else f" on {request.engine}"
-    table = Table(
-        title=f"verify: {request.target} + {request.draft}{on}, T={s.temperature:g}, top-k {s.top_k}, top-p {s.top_p:g}"
-    )
+    pair = f"{request.load.target} + {request.draft}{on}"
+    table = Table(title=f"verify: {pair}, T={s.temperature:g}, top-k {s.top_k}, top-p {s.top_p:g}")
     for col in TABLE_COLUMNS:
         table.add_column(col, justify="left" if col == "check" else "right", no_wrap=col == "check")
     for c in outcome.checks:

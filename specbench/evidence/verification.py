@@ -177,7 +177,7 @@ def write_checks(checks: Sequence[CheckResult], out_dir: str | Path, *, extra: d
 class VerifyRequest:
     """What `specbench verify` checks: one target and draft pair under one sampling configuration."""
 
-    target: str  # model spec, as for --target
+    load: LoadSpec  # the target and how it loads (--target, --device, --dtype, --trust-remote-code, --threads)
     draft: str  # draft spec, as for --draft
     sampling: SamplingConfig  # the law the sequence-level tests check (T = 0: identity only)
     gammas: tuple[int, ...]  # γ of the sequence-level and greedy-identity engines
@@ -189,22 +189,7 @@ class VerifyRequest:
     control_samples: int = 20_000  # draws per negative control (0 skips the controls)
     alt_tv: float = ALT_TV  # the alternative every power is stated against: total variation on the tested law
     seed: int = 0
-    device: str = "auto"
-    dtype: str = "float32"
-    trust_remote_code: bool = False
     engine: str = "specbench"  # specbench (torch) or llama-cpp (the target's GGUF in llama.cpp, as quantized)
-    threads: int = 0  # --engine llama-cpp: llama.cpp's threads (0: every core this process may use)
-
-    @property
-    def load(self) -> LoadSpec:
-        """The target and how it loads, as `run` has them."""
-        return LoadSpec(
-            self.target,
-            device=self.device,
-            dtype=self.dtype,
-            trust_remote_code=self.trust_remote_code,
-            threads=self.threads,
-        )
 
     @functools.cached_property
     def draft_spec(self) -> DraftSpec:
@@ -239,7 +224,8 @@ class VerifyRequest:
 
     def folder_name(self) -> str:
         s = self.sampling
-        name = f"verify-{Path(self.target).name}-{Path(self.draft).name}-t{s.temperature:g}-k{s.top_k}-p{s.top_p:g}"
+        pair = f"{Path(self.load.target).name}-{Path(self.draft).name}"
+        name = f"verify-{pair}-t{s.temperature:g}-k{s.top_k}-p{s.top_p:g}"
         return name if self.engine == "specbench" else f"{name}-{self.engine}"  # torch's folder keeps its old name
 
 
@@ -284,7 +270,7 @@ def verify_pair(
         checks,
         out_dir,
         extra={
-            "target": request.target,
+            "target": request.load.target,
             "draft": request.draft,
             **sampling_dict(request.sampling),
             "gammas": list(request.gammas),
