@@ -164,6 +164,9 @@ def test_every_cell_times_its_own_baseline(tmp_path, task_file, baseline_calls):
     assert len(baseline_calls) == 12  # 3 examples in each of 4 cells (a shared baseline timed 3): the sweep's cost
     doc = json.loads((root / "sweep.json").read_text())
     assert doc["grid"] == grid.to_dict() and len(doc["cells"]) == 4 and len(doc["complete_cells"]) == 4
+    from specbench.report.environment import sweep_line
+
+    assert "each cell timed its own baseline" in sweep_line(doc) and "shared" not in sweep_line(doc)
     for r in cell_records(root, "prompts-tiny-draft-g3-t0"):
         assert r["identical"]  # greedy: speculative output equals the cell's own baseline
 

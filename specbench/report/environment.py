@@ -81,12 +81,15 @@ def sweep_line(doc: dict) -> str:
         else f"drafts {grid.get('drafts')}"
     )
     baselines = doc.get("baselines") if isinstance(doc.get("baselines"), list) else []
-    shared = (
-        f"{len(baselines)} baseline(s), one per target, task, sampling, budget, batch size and prompt-length "
-        f"bucket, each shared by its cells"
-        if baselines
-        else "one baseline per task and temperature, shared by its cells"
-    )
+    if doc.get("baselines_per_cell") is True:  # sweeps since issue 26 item 7
+        shared = "each cell timed its own baseline, A B B A with the speculative engine, as run does"
+    elif baselines:
+        shared = (
+            f"{len(baselines)} baseline(s), one per target, task, sampling, budget, batch size and prompt-length "
+            f"bucket, each shared by its cells"
+        )
+    else:
+        shared = "one baseline per task and temperature, shared by its cells"
     return (
         f"sweep {doc.get('sweep_id')}: {len(doc.get('cells', []))} cells, "
         f"{len(doc.get('complete_cells', []) or [])} complete; {models}, γ {grid.get('gammas')}, "
