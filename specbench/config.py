@@ -1,7 +1,9 @@
 """Frozen run configuration, validated once at the edge.
 
 Everything downstream (models, runner, results) receives these dataclasses and trusts them;
-each check here raises a one-line `SpecbenchError` that names the bad value and the fix.
+each check here raises a one-line `SpecbenchError` that names the bad value and the fix. A run is a RunConfig:
+its draft and γ specs (run_specs.py), its SamplingConfig and its LoadSpec (the target and how it loads and runs,
+shared with the sweep's grid and the Session that holds the models).
 """
 
 from __future__ import annotations
