@@ -43,11 +43,10 @@ def timing_note(row: dict) -> str | None:
 
     One target pass over γ+1 tokens costs at least about one single-token step and at most
     about γ+1 of them. Outside [0.5, γ+1] the baseline was most likely timed under another
-    load than the speculative run (a sweep measures each baseline once, in the first cell of
-    its task and temperature), so that run's speedup is not trustworthy.
-    Sweeps also re-time one shared baseline before each cell (runner.probe_shared_baseline):
-    a `baseline_drift` (fresh ÷ stored seconds) that metrics.timing_noise flags is reported too
-    (the tolerance lives there, so run, sweep and report agree).
+    load than the speculative run (as in sweeps written before cells timed their own baselines, whose
+    baseline was measured once, in the first cell of its task and temperature), so that run's speedup is
+    not trustworthy. Those sweeps also re-timed one shared baseline before each cell: a `baseline_drift`
+    (fresh ÷ stored seconds) that metrics.timing_noise flags is reported too (the tolerance lives there).
     """
     note = _verify_cost_note(row)
     if note:
