@@ -281,3 +281,35 @@ def test_a_hybrid_shares_its_model_drafts_teacher_forced_pass(monkeypatch, tempe
     else:
         assert trace.sampled and trace.beta["tiny-draft"] == trace.beta["lookup+tiny-draft"]
         assert set(trace.found_p) == {"lookup+tiny-draft", "prompt-lookup"}
+
+
+@pytest.mark.parametrize("temperature", ["0", "0.7"])
+def test_auto_on_llama_cpp_says_when_plain_decoding_is_predicted_faster(tmp_path, monkeypatch, temperature):
+    # issue 28's case (llama.cpp: predicted 0.83×, measured 0.67×): the replay pilot runs on llama.cpp's kernels
+    # at both temperatures and the line before timing agrees with the printed interval; the run is still timed
+    import json
+
+    pytest.importorskip("llama_cpp", reason="the llama-cpp extra is not built (make setup-llama-cpp)")
+    from tiny_gguf import write_tiny_gguf
+    from typer.testing import CliRunner
+
+    from specbench.cli import app
+
+    monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    gguf = write_tiny_gguf(tmp_path / "tiny.gguf", quant="Q8_0")
+    task = tmp_path / "task.jsonl"
+    lines = [f"the cat sat on the mat and the cat sat on the {i}" for i in range(12)]
+    task.write_text("".join(json.dumps({"prompt": p, "reference": p}) + "\n" for p in lines))
+    args = ["run", "--engine", "llama-cpp", "--threads", "1", "--target", str(gguf), "--task", str(task), "--json"]
+    args += ["--draft", "prompt-lookup", "--gamma", "auto", "--gamma-max", "3", "--limit", "2", "--max-new-tokens"]
+    args += ["16", "--temperature", temperature, "--results-dir", str(tmp_path / "res")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    low, high = summary["auto_predicted_interval"]
+    assert summary["auto_predicts_slower"] is (summary["auto_predicted_speedup"] < 1) and summary["n_examples"] == 2
+    said_no = "auto: no speculative configuration is predicted faster than plain decoding" in result.stderr
+    said_may = "auto: the best speculative configuration may be slower than plain decoding" in result.stderr
+    assert (said_no, said_may) == (high < 1, low < 1 <= high)
+    assert ("sampled output (T 0.7" in result.stderr) is (temperature == "0.7")
