@@ -115,7 +115,7 @@ def test_speedup_figure_draws_measured_and_both_predictions(shared_report):
     by_style = {}
     for ln in lines:
         by_style.setdefault(ln.get_linestyle(), []).append(list(ln.get_ydata()))
-    assert list(sub["speedup"]) in by_style["-"]
+    assert list(sub["speedup_geomean"]) in by_style["-"]  # the primary measure, not the ratio of sums
     assert list(sub["predicted_speedup"]) in by_style["--"]
     assert list(sub["predicted_speedup_extended"]) in by_style["-."]
     assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title() and fig.legends
@@ -301,6 +301,8 @@ def test_hardware_is_a_sentence_not_json(tmp_path):
 
 
 def test_speedup_tables_show_the_bootstrap_interval(shared_report):
+    """The ratio of sums (details table) with its interval, and the primary measure (geometric mean of per-example
+    speedups) in the runs, best-γ and paper tables, each with its own interval where there is one."""
     root, outcome = shared_report
     md, page = read(outcome.out)
     runs = collect([root]).runs
@@ -309,13 +311,15 @@ def test_speedup_tables_show_the_bootstrap_interval(shared_report):
     assert lo <= r["speedup"] <= hi
     text = with_ci(r["speedup"], r["speedup_ci95"])
     assert text == f"{r['speedup']:.2f} [{lo:.2f}, {hi:.2f}]"
+    geo = with_ci(r["speedup_geomean"], r["speedup_geomean_ci95"])
     runs_section = md.split("## Runs")[1].split("\n## ")[0]
-    assert "speedup [95% CI]" in runs_section and f"| {text} |" in runs_section  # the details table's ratio of sums
+    assert "ratio-of-sums speedup [95% CI]" in runs_section and f"| {text} |" in runs_section
+    assert "| speedup (geomean) [95% CI] |" in runs_section and f"| {geo} |" in runs_section
     best = md.split("## Recommended γ")[1].split("\n## ")[0]
-    assert "its speedup [95% CI]" in best and text in best
+    assert "its speedup (geomean) [95% CI]" in best and f"| {geo} |" in best
     paper = md.split("## Compared with the paper")[1].split("\n## ")[0]
-    assert f"{r['speedup']:.2f}× [{lo:.2f}, {hi:.2f}]" in paper
-    assert f"<td>{text}</td>" in page
+    assert f"| {with_ci(r['speedup_geomean'], r['speedup_geomean_ci95'], unit='×')} |" in paper
+    assert f"<td>{text}</td>" in page and f"<td>{geo}</td>" in page
     assert "## Timing warnings" not in md  # a quiet fake sweep: nothing to warn about
 
 
@@ -606,7 +610,7 @@ def test_speedup_figure_has_error_bars_and_draws_flagged_cells_hollow(tmp_path):
     assert [list(ln.get_xdata()) for ln in hollow] == [[4]]  # only the flagged γ
     md, _ = read(write_report([root], tmp_path / "rep").out)
     caption = md.split("![Speedup vs γ](figures/speedup_vs_gamma.png)")[1].split("\n\n")[1]
-    assert "Hollow grey markers" in caption and "(g4)" in caption and "95% bootstrap interval" in caption
+    assert "Hollow grey markers" in caption and "(g4)" in caption and "95% BCa bootstrap interval" in caption
 
 
 def test_quality_axis_reads_bleu_and_versions_read_as_words(tmp_path):
@@ -668,3 +672,23 @@ def test_a_pair_sweep_is_described_by_its_pairs_and_its_baselines():
     assert "4 baseline(s), one per target" in line
     old = {**doc, "grid": {**doc["grid"], "pairs": [], "drafts": ["distilled"]}, "baselines": None}
     assert "drafts ['distilled']" in sweep_line(old) and "one baseline per task and temperature" in sweep_line(old)
+
+
+def test_runs_table_shows_the_primary_measure_and_labels_the_old_fallback(tmp_path):
+    """The runs table's speedup is the geometric mean of per-example speedups; a summary written before it (no
+    speedup_geomean, no records to re-derive it from) shows its ratio of sums labelled "(ratio of sums)", and
+    only that run does (the negative control: a run with records carries no label)."""
+    root = tmp_path / "runs"
+    make_run(root, "new", speedup=1.5)
+    old = make_run(root, "old", speedup=1.2, gamma=4)
+    summary = json.loads((old / "summary.json").read_text())
+    for key in [k for k in summary if k.startswith("speedup_geomean")]:
+        del summary[key]
+    (old / "summary.json").write_text(json.dumps(summary))
+    (old / "examples.jsonl").write_text("")  # an old run folder without per-example records
+    md = (write_report([root], tmp_path / "rep").out / "report.md").read_text()
+    runs = md.split("## Runs")[1].split("\n## ")[0].split("*Every other column")[0]  # the main table only
+    assert "| speedup (geomean) [95% CI] |" in runs
+    rows = {line.split(" | ")[0]: line for line in runs.splitlines() if line.startswith("| small, γ=")}
+    assert rows["| small, γ=4, T=0"].count("(ratio of sums)") == 1
+    assert "(ratio of sums)" not in rows["| small, γ=2, T=0"]

@@ -8,7 +8,8 @@ them). The work flows one way:
                       summary, a non-UTF-8 or wrongly shaped examples.jsonl line, a sweep cell never run)
                       is listed as skipped with its reason, never raised; helped by values.py (missing,
                       numbers, cell text), timing_checks.py (the report's timing flags) and
-                      calibrations.py (the manifests' pass-cost curves)
+                      calibrations.py (the manifests' pass-cost curves); run_frame.py types the runs'
+                      table and splits fixed-γ from γ-policy runs
   analysis.py         the runs → best γ measured and predicted (Theorem 3.8 and the extended model),
                       quality, axes, perplexity, batch curves
   selection.py        per-example log ratios, the two halves, select-then-confirm (no winner's curse)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 
-from specbench.report.collect import fixed_gamma
-from specbench.report.values import isnull, num
+from specbench.report.run_frame import fixed_gamma
+from specbench.report.values import isnull, num, primary_speedup
 
 NAN = float("nan")
 
@@ -27,8 +27,10 @@ def _trusted(group, row: dict):
 
 
 def _measured_best(group, row: dict) -> None:
-    speed = group["speedup"].map(num)
-    best = speed.idxmax() if speed.notna().any() else None
+    """The γ whose primary measure (values.primary_speedup) is largest, and that speedup."""
+    speed = {i: primary_speedup(r)[0] for i, r in group.iterrows()}
+    speed = {i: s for i, s in speed.items() if not math.isnan(s)}
+    best = max(speed, key=lambda i: speed[i]) if speed else None
     row["measured_gamma"] = int(group.loc[best, "gamma"]) if best is not None else None
     row["measured_speedup"] = float(speed[best]) if best is not None else float("nan")
 
@@ -143,32 +145,34 @@ def target_params(data) -> dict[str, float]:
     return out
 
 
-def perplexity_rows(data, level: float | None = None) -> list[dict]:
-    """One row per T > 0 run whose records carry `nll` scores: its Mann-Whitney check (evidence/perplexity.py)
-    and the scores. `level` defaults to perplexity.LEVEL split over the runs tested (Bonferroni)."""
-    from specbench.evidence.perplexity import LEVEL, finite, nll_check
+def perplexity_rows(data, margin: float | None = None) -> list[dict]:
+    """One row per T > 0 run whose records carry `nll` scores: the paired equivalence test of its per-example mean
+    NLLs (evidence/perplexity.nll_equivalence: a TOST against ±margin nats/token, perplexity.MARGIN by default;
+    the claims table's quality verdict is read from the same rows) and each engine's finite scores (the figure)."""
+    from specbench.evidence.perplexity import MARGIN, finite, nll_equivalence
 
-    found = []
+    rows = []
     for _, r in data.runs.iterrows():
         ex = data.examples.get(r["run_dir"])
         if float(r["temperature"]) == 0.0 or ex is None or "nll.baseline" not in ex or "nll.speculative" not in ex:
             continue
         base, spec = finite(ex["nll.baseline"]), finite(ex["nll.speculative"])
-        if len(base) or len(spec):
-            found.append((r, base, spec))
-    level = level if level is not None else LEVEL / max(1, len(found))
-    return [
-        {
-            "run_id": r["run_id"],
-            "target": r["target"],
-            "task": r["task"],
-            "series": r["series"],
-            "baseline": base,
-            "speculative": spec,
-            "check": nll_check(f"perplexity/{r['run_id']}", base, spec, level=level),
-        }
-        for r, base, spec in found
-    ]
+        if not (len(base) or len(spec)):
+            continue
+        rows.append(
+            {
+                "run_id": r["run_id"],
+                "target": r["target"],
+                "task": r["task"],
+                "series": r["series"],
+                "baseline": base,
+                "speculative": spec,
+                "equivalence": nll_equivalence(
+                    list(ex["nll.baseline"]), list(ex["nll.speculative"]), margin=MARGIN if margin is None else margin
+                ),
+            }
+        )
+    return rows
 
 
 # --------------------------------------------------------------------------- batch sizes
@@ -183,12 +187,12 @@ def batch_point(row) -> dict:
     """One batch size of a curve: the measured speedup and its 95 % interval, the measured decode speedup, and the
     cost model's prediction of the decode speedup (predicted_speedup_batch at B > 1, predicted_decode_speedup
     at B = 1) with the pass-shape replay beside it."""
-    ci = row.get("speedup_ci95")
+    speed, ci, _ = primary_speedup(row)
     low, high = (num(ci[0]), num(ci[1])) if isinstance(ci, (list, tuple)) and len(ci) == 2 else (NAN, NAN)
     batched = row["b"] > 1
     return {
         "batch_size": int(row["b"]),
-        "speedup": num(row["speedup"]),
+        "speedup": speed,
         "ci_low": low,
         "ci_high": high,
         "decode_speedup": num(row.get("decode_speedup")),

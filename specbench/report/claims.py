@@ -25,27 +25,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from specbench.measure import statistics as st
 from specbench.report.analysis import AXES, axis_column, axis_sort_key, axis_text, perplexity_rows, target_params
 from specbench.report.collect import ReportData
 from specbench.report.selection import (
-    best_run,
     config_text,
     estimate_text,
     select_then_confirm,
-    trusted,
     unit_logs,
 )
 from specbench.report.values import isnull, num
 
-if TYPE_CHECKING:
-    from specbench.evidence.perplexity import Equivalence
-
 HOLDS, FAILS, UNSURE, UNTESTED = st.HOLDS, st.FAILS, st.UNSURE, "not tested here"
 PAPER_LOW = 2.0  # the low end of the claimed 2–3× speedup
-ENOUGH_POWER = 0.8  # a perplexity test with less power than this against its stated shift is inconclusive
 
 # what to run where a claim has no data: every command here runs as written (a test checks each option exists)
 COMMANDS = {
@@ -271,16 +264,28 @@ def axis_claim(runs, axis: str, data: ReportData, margin: float) -> Claim:
     return Claim(claim, verdict, numbers, f"speedup_vs_{axis}")
 
 
-def size_cells(runs, params: dict[str, float]) -> list[tuple[str, list]]:
-    """Per task that ≥ 2 targets ran: each target's best trustworthy run (point estimate), smallest model first.
-    For the figure; the claim chooses on one half of the examples and compares on the other (size_claim)."""
+def size_picks(data: ReportData, runs, params: dict[str, float]) -> list[tuple[str, list]]:
+    """Per task that ≥ 2 targets of known size ran: each target's best configuration, chosen on one half of the
+    examples (selection.select_then_confirm: row, the other half's log ratios, runs considered), smallest first."""
     out = []
-    for task, g in trusted(runs).groupby("task", sort=True):
-        best = [best_run(t) for _, t in g.groupby("target", sort=True)]
-        best = [b for b in best if b is not None and str(b["target"]) in params]
-        if len(best) >= 2:
-            out.append((task, sorted(best, key=lambda b: params[str(b["target"])])))
+    for task, g in runs.groupby("task", sort=True):
+        picks = []
+        for target, t in g.groupby("target", sort=True):
+            found = select_then_confirm(data, t) if str(target) in params else None
+            if found is not None:
+                picks.append(found)
+        if len(picks) >= 2:
+            out.append((task, sorted(picks, key=lambda f: params[str(f[0]["target"])])))
     return out
+
+
+def size_cells(data: ReportData, params: dict[str, float]) -> list[tuple[str, list]]:
+    """For the figure, per task: each target's pick (size_picks) with the geometric mean of its other half
+    (statistics.geometric_mean: value and 95 % BCa interval), so the bar is not the pick's own lucky figure."""
+    return [
+        (task, [(row, st.geometric_mean(list(logs.values()))) for row, logs, _ in picks])
+        for task, picks in size_picks(data, data.runs, params)
+    ]
 
 
 def size_claim(runs, params: dict[str, float], data: ReportData, margin: float) -> Claim:
@@ -289,25 +294,18 @@ def size_claim(runs, params: dict[str, float], data: ReportData, margin: float) 
     bound is > 1; does not hold when a Holm-adjusted one-sided upper bound is below 1+δ (no larger gain beyond δ)."""
     claim = "Larger target models benefit more"
     pairs, parts = [], []
-    for task, g in runs.groupby("task", sort=True):
-        picks = []
-        for target, t in g.groupby("target", sort=True):
-            found = select_then_confirm(data, t) if str(target) in params else None
-            if found is not None:
-                picks.append(found)
-        picks.sort(key=lambda f: params[str(f[0]["target"])])
+    for task, picks in size_picks(data, runs, params):
         for (small, s_logs, _), (big, b_logs, _) in zip(picks, picks[1:]):
             label = f"{big['target']} vs {small['target']} ({task})"
             pairs.append((label, st.compare(b_logs, s_logs, label)))
-        if len(picks) >= 2:
-            parts.append(
-                f"{task}: "
-                + " vs ".join(
-                    f"{r['target']} ({params[str(r['target'])] / 1e6:,.0f}M) "
-                    f"{estimate_text(st.geometric_mean(list(c.values())))}"
-                    for r, c, _ in picks
-                )
+        parts.append(
+            f"{task}: "
+            + " vs ".join(
+                f"{r['target']} ({params[str(r['target'])] / 1e6:,.0f}M) "
+                f"{estimate_text(st.geometric_mean(list(c.values())))}"
+                for r, c, _ in picks
             )
+        )
     if not pairs:
         return Claim(
             claim, untested("target", "no task was run with two targets of known size"), "—", "speedup_by_target"
@@ -325,69 +323,16 @@ def size_claim(runs, params: dict[str, float], data: ReportData, margin: float) 
     return Claim(claim, verdict, numbers, "speedup_by_target")
 
 
-def perplexity_claim(rows: list[dict]) -> Claim:
-    """Mann-Whitney U per T > 0 run on per-example mean NLL, level split over the runs (Bonferroni)."""
+def quality_claim(rows: list[dict]) -> Claim:
+    """Quality by paired equivalence (analysis.perplexity_rows: per T > 0 run, evidence/perplexity.nll_equivalence
+    on per-example mean NLLs, same prompt and seed): holds when every run's TOST holds, does not hold when any run's
+    90 % interval lies beyond the margin, else inconclusive with the pairs that would decide it. Several runs need
+    no level split (intersection-union); the report's Perplexity table shows the same tests."""
     claim = "Quality unchanged: same perplexity under the target (T > 0)"
     if not rows:
         return Claim(claim, untested("perplexity", "no T > 0 run recorded per-example NLL"), "—", "perplexity")
-    checks = [r["check"] for r in rows]
-    worst = min(checks, key=lambda c: c.p_value if c.p_value is not None else -1.0)
-    weakest = min(c.power for c in checks)
-    d = worst.detail
-    numbers = (
-        f"{len(rows)} run(s), U test at level {worst.threshold:.3g} each (0.01 split over the runs); "
-        f"lowest p = {num(worst.p_value):.3g} ({rows[checks.index(worst)]['run_id']}: mean NLL "
-        f"{num(d.get('mean_nll_baseline')):.3f} vs {num(d.get('mean_nll_speculative')):.3f} nats/token, "
-        f"difference 95 % CI {_ci_text(d.get('diff_ci95'))}, N = {d.get('n_baseline')}+{d.get('n_speculative')});"
-        f" lowest power {weakest:.2f} against {worst.alternative}"
-    )
-    failed = [r["run_id"] for r, c in zip(rows, checks) if not c.passed]
-    if failed:
-        return Claim(
-            claim, f"{FAILS}: the perplexity distributions differ in {', '.join(failed)}", numbers, "perplexity"
-        )
-    if weakest < ENOUGH_POWER:
-        weak = rows[[c.power for c in checks].index(weakest)]["check"]
-        return Claim(
-            claim,
-            f"{UNSURE}: no difference found, but power {weakest:.2f} < {ENOUGH_POWER}; {examples_needed(weak)}",
-            numbers,
-            "perplexity",
-        )
-    return Claim(claim, f"{HOLDS}: no difference at power ≥ {ENOUGH_POWER}", numbers, "perplexity")
-
-
-# --------------------------------------------------------------------------- QUALITY HOOK (helper E's function)
-# The quality claim's verdict comes from evidence/perplexity.nll_equivalence: a paired TOST on per-example mean NLL
-# differences (same prompt and seed) against a margin in nats/token. Several runs need no level split
-# (intersection-union). Where no run has paired scores, the Mann-Whitney verdict above stands.
-
-
-def quality_equivalences(data: ReportData) -> list[tuple[str, Equivalence]]:
-    """(run_id, Equivalence) for every T > 0 run whose examples carry both engines' `nll` (paired by example)."""
-    from specbench.evidence.perplexity import nll_equivalence
-
-    out = []
-    for _, r in data.runs.iterrows():
-        ex = data.examples.get(r["run_dir"]) if "run_dir" in r else None
-        if float(r["temperature"]) == 0.0 or ex is None or "nll.baseline" not in ex or "nll.speculative" not in ex:
-            continue
-        eq = nll_equivalence(list(ex["nll.baseline"]), list(ex["nll.speculative"]))
-        if eq.n >= 2:
-            out.append((str(r["run_id"]), eq))
-    return out
-
-
-def quality_claim(data: ReportData, rows: list[dict]) -> Claim:
-    """The perplexity claim judged by paired equivalence (holds when every run's TOST holds, does not hold when any
-    run's 90 % interval lies beyond the margin, else inconclusive with the pairs that would decide it); the
-    Mann-Whitney numbers stay beside it. Without paired scores: perplexity_claim alone."""
-    base = perplexity_claim(rows)
-    found = quality_equivalences(data) if len(data.runs) else []
-    if not found:
-        return base
+    found = [(str(r["run_id"]), r["equivalence"]) for r in rows]
     outcomes = [eq.verdict for _, eq in found]
-    sentences = "; ".join(f"{run}: {eq.sentence()}" for run, eq in found)
     if FAILS in outcomes:
         verdict = f"{FAILS}: a run's mean NLL differs beyond the margin (paired TOST)"
     elif all(o == HOLDS for o in outcomes):
@@ -400,28 +345,10 @@ def quality_claim(data: ReportData, rows: list[dict]) -> Claim:
             if need
             else ""
         )
-    return Claim(base.claim, verdict, f"paired TOST: {sentences}; U test: {base.numbers}", base.figure)
-
-
-def examples_needed(check) -> str:
-    """What to run for power 0.8 against the stated shift: the shift a U test detects with power 0.8 falls as 1/√N,
-    so N × (detectable shift ÷ stated shift)² examples per engine would do (the run's own spread of NLL)."""
-    from specbench.evidence.perplexity import SHIFT as shift
-
-    d = check.detail or {}
-    found, n = num(d.get("detectable_shift")), num(d.get("n_baseline"))
-    if math.isnan(found) or math.isnan(n) or found <= 0:
-        return f"run more examples ({COMMANDS['perplexity']})"
-    need = int(math.ceil(n * (found / shift) ** 2))
-    return (
-        f"with this run's spread it detects {found:.2f} nats/token at power 0.8; about {need:,} examples per "
-        f"engine would detect {shift:g} (the shift falls as 1/√N; longer outputs lower the spread): "
-        f"{COMMANDS['perplexity'].replace('--limit 32', f'--limit {need}')}"
+    numbers = "paired TOST on per-example mean NLL (speculative − baseline): " + "; ".join(
+        f"{run}: {eq.sentence()}" for run, eq in found
     )
-
-
-def _ci_text(ci) -> str:
-    return f"[{num(ci[0]):.3f}, {num(ci[1]):.3f}]" if isinstance(ci, (list, tuple)) and len(ci) == 2 else "—"
+    return Claim(claim, verdict, numbers, "perplexity")
 
 
 def claims(data: ReportData, rows: list[dict] | None = None, margin: float | None = None) -> list[Claim]:
@@ -436,5 +363,5 @@ def claims(data: ReportData, rows: list[dict] | None = None, margin: float | Non
         with_and_without(axis_claim, runs, "prompt_length", data, margin),
         with_and_without(axis_claim, runs, "batch_size", data, margin),
         with_and_without(size_claim, runs, target_params(data), data, margin),
-        quality_claim(data, perplexity_rows(data) if rows is None else rows),
+        quality_claim(perplexity_rows(data) if rows is None else rows),
     ]

@@ -24,6 +24,7 @@ from specbench.measure.metrics import json_safe, summarize
 from specbench.measure.records import unsummarized_reason
 from specbench.measure.schema import Manifest
 from specbench.report.calibrations import calibration_curves
+from specbench.report.run_frame import runs_frame
 from specbench.report.timing_checks import timing_note, timing_warnings
 from specbench.report.values import isnull, num, truthy
 
@@ -287,52 +288,6 @@ def _read_run(summary: Path, data: ReportData) -> dict | None:
     return row
 
 
-# --------------------------------------------------------------------------- the table of runs
-
-
-def series_keys(runs) -> list[str]:
-    """Columns that tell lines apart: draft and temperature, plus target/top-k/top-p and the sweep axes (batch,
-    budget, prompt-length bucket) when they vary: runs at another B, budget or bucket are other lines."""
-    return ["draft", "temperature"] + [
-        k
-        for k in ("target", "top_k", "top_p", "batch_size", "batch_policy", "max_new_tokens", "prompt_length")
-        if k in runs and runs[k].nunique() > 1
-    ]
-
-
-def series_label(row, keys: list[str]) -> str:
-    parts = [str(row["draft"]), f"T={float(row['temperature']):g}"]
-    parts += [f"{k}={row[k]}" for k in keys if k not in ("draft", "temperature")]
-    return ", ".join(parts)
-
-
-def _runs_frame(rows: list[dict]):
-    """The usable runs as one DataFrame with typed axes and a series label, in a stable order."""
-    import pandas as pd
-
-    runs = pd.DataFrame(rows)
-    runs["gamma"] = runs["gamma"].astype(int)
-    runs["temperature"] = runs["temperature"].astype(float)
-    runs["timing_suspect"] = runs["timing_suspect"].astype(bool)
-    keys = series_keys(runs)
-    runs["series"] = [series_label(r, keys) for _, r in runs.iterrows()]
-    return runs.sort_values(["task", "draft", "temperature", "gamma", "run_id"]).reset_index(drop=True)
-
-
-def fixed_gamma(runs):
-    """The runs with an integer γ (a policy run's γ varies per step: it has no place on a γ axis)."""
-    if "gamma_policy" not in runs:
-        return runs
-    return runs[runs["gamma_policy"].isna()]
-
-
-def policy_runs(runs):
-    """The runs whose γ is a policy (adaptive, heuristic): shown beside the fixed-γ ones, never mixed in."""
-    if "gamma_policy" not in runs:
-        return runs.iloc[0:0]
-    return runs[runs["gamma_policy"].notna()]
-
-
 # --------------------------------------------------------------------------- sweeps and checks
 
 
@@ -404,7 +359,7 @@ def collect(paths: list[Path]) -> ReportData:
     _orphan_folders(files, with_summary, data)
     rows = [row for row in (_read_run(s, data) for s in summaries) if row is not None]
     if rows:
-        data.runs = _runs_frame(rows)
+        data.runs = runs_frame(rows)
     data.curves = calibration_curves(data.manifests, data.notes)
     _read_sweeps(files, with_summary, data)
     _read_checks(files, data)

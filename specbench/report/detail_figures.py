@@ -9,8 +9,8 @@ from __future__ import annotations
 import textwrap
 
 from specbench.report.analysis import short_labels
-from specbench.report.collect import fixed_gamma
 from specbench.report.figure_kit import grid_panels, new_figure, palette
+from specbench.report.run_frame import fixed_gamma
 from specbench.report.values import num
 
 
@@ -38,16 +38,13 @@ def fig_perplexity(rows: list[dict]) -> object:
             ax.plot(i + offset + jitter, vals, ".", color=color, ms=3, alpha=0.7, label=engine if i == 0 else None)
     ax.set_xticks(
         range(len(rows)),
-        [
-            f"{r['run_id']}\np = {r['check'].p_value:.2g}" if r["check"].p_value is not None else r["run_id"]
-            for r in rows
-        ],
+        [f"{r['run_id']}\n{r['equivalence'].verdict}" for r in rows],
         fontsize=7,
         rotation=20,
         ha="right",
     )
     ax.set_ylabel("mean NLL per token under the target (nats)")
-    ax.set_title("Perplexity of sampled outputs: baseline vs speculative (Mann-Whitney p below each run)")
+    ax.set_title("Perplexity of sampled outputs: baseline vs speculative (paired TOST verdict below each run)")
     ax.legend(fontsize=7)
     return fig
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specbench.report.analysis import batch_curves, batch_sentence, quality_rows, short_labels
-from specbench.report.collect import fixed_gamma
+from specbench.report.collect import ReportData
 from specbench.report.detail_figures import (
     fig_alpha,
     fig_histograms,
@@ -21,8 +21,9 @@ from specbench.report.detail_figures import (
     fig_time_split,
 )
 from specbench.report.figure_kit import RenderedFigure, figure_style, render_figure
+from specbench.report.run_frame import fixed_gamma
 from specbench.report.speedup_figures import fig_axis, fig_batch, fig_prediction, fig_speedup, fig_targets
-from specbench.report.values import num
+from specbench.report.values import num, primary_speedup
 
 PASS_COST_CAPTION = (
     "Each line: one calibration (the target's median time for a pass over k new tokens after a context of the "
@@ -32,23 +33,27 @@ PASS_COST_CAPTION = (
     "than the theorem says; a drop is a kernel that handles that k better."
 )
 SPEEDUP_CAPTION = (
-    "Solid: measured walltime speedup. Dashed: Theorem 3.8 from the measured α and c. Dash-dot: the "
-    "extended model, which also charges the measured cost of verifying γ+1 tokens. Grey line: no speedup. "
-    "Bars: the 95% bootstrap interval over examples. Runs with a γ policy (adaptive, heuristic) are not drawn "
-    "here; see Recommended γ."
+    "Solid: measured speedup, the geometric mean over examples of each example's speedup (the primary measure). "
+    "Dashed: Theorem 3.8 from the measured α and c. Dash-dot: the extended model, which also charges the measured "
+    "cost of verifying γ+1 tokens. Grey line: no speedup. Bars: the 95% BCa bootstrap interval over examples. Runs "
+    "with a γ policy (adaptive, heuristic) are not drawn here; see Recommended γ."
 )
 AXIS_CAPTION = (
     "Each line: one configuration (target, draft, γ, T, task) run at several values of this axis and nothing else "
-    "changed; bars: 95% bootstrap intervals over examples. Consistent gains mean intervals that overlap."
+    "changed; points: geometric mean of per-example speedups; bars: 95% BCa bootstrap intervals over examples. "
+    "Whether the gains are consistent is judged in the claims table by paired intervals of the ratios."
 )
 TARGET_CAPTION = (
-    "The best trustworthy speedup of each target model on each task it ran, smallest model first; bars: 95% "
-    "bootstrap intervals. The paper expects larger targets (slower passes, same draft cost) to gain more."
+    "Each target model's best configuration on each task it ran, smallest model first, chosen on one half of the "
+    "examples (split by a hash of each example id) and drawn with the other half's speedup (geometric mean of "
+    "per-example speedups; bars: its 95% BCa interval), so the luck of the pick does not inflate the bar. The "
+    "paper expects larger targets (slower passes, same draft cost) to gain more."
 )
 PERPLEXITY_CAPTION = (
     "Each output's mean negative log-likelihood per token under the target's raw law (its log-perplexity), "
     "baseline (grey) beside speculative (blue); box: quartiles and median. Equal output laws give equal "
-    "distributions here; the Mann-Whitney U test of that, with its power, is in the Perplexity table."
+    "distributions here; the paired equivalence test of the mean (TOST against a margin in nats/token, the same "
+    "prompt and seed per pair), with its power, is in the Perplexity table; its verdict is under each run."
 )
 ALPHA_CAPTION = (
     "α per draft, task and temperature; black diamonds: the expected acceptance E[Σ min(p, q)] at the "
@@ -70,8 +75,9 @@ QUALITY_CAPTION = (
 
 
 BATCH_CAPTION = (
-    "Solid: measured walltime speedup at each batch size (total tokens/s of batched speculative decoding ÷ the "
-    "batched baseline's) with its 95 % bootstrap interval over batches, per draft, γ and batch policy (ragged: each "
+    "Solid: measured speedup at each batch size, the geometric mean over batches (at B = 1 over examples) of each "
+    "one's tokens/s of batched speculative decoding ÷ the batched baseline's, with its 95 % BCa bootstrap interval, "
+    "per draft, γ and batch policy (ragged: each "
     "row keeps its own accepted prefix; min: every row advances by the batch's minimum); hollow grey points had "
     "suspect timings. Dotted: the measured decode speedup (prefill excluded). Dashed: the batch cost model's "
     "decode speedup (each row's own measured steps, rows leaving as they finish, every pass priced by the "
@@ -90,10 +96,23 @@ def flagged_caption(runs) -> str:
     )
 
 
+def ratio_of_sums_caption(runs) -> str:
+    """The caption's sentence naming the runs drawn with their ratio of sums (a summary without the primary
+    measure, values.primary_speedup), or ''."""
+    if not len(runs):
+        return ""
+    names = sorted(str(r["run_id"]) for _, r in runs.iterrows() if not primary_speedup(r)[2])
+    return (
+        f" Drawn with their ratio of sums (no geometric mean in their summaries): {', '.join(names)}." if names else ""
+    )
+
+
 AXIS_LABELS = {"max_new_tokens": "new tokens per example", "prompt_length": "prompt length", "batch_size": "batch size"}
 
 
-def _claim_figures(runs, params: dict | None, perplexity: list[dict] | None, taken: list[str]) -> list[tuple]:
+def _claim_figures(
+    runs, params: dict | None, perplexity: list[dict] | None, taken: list[str], data: ReportData | None
+) -> list[tuple]:
     """The figures the claims table links to: speedup against each measured axis, per target, and perplexity."""
     from specbench.report.analysis import AXES, axis_column
     from specbench.report.claims import axis_groups, size_cells
@@ -109,10 +128,10 @@ def _claim_figures(runs, params: dict | None, perplexity: list[dict] | None, tak
                     groups,
                     f"speedup_vs_{axis}",
                     f"Speedup vs {AXIS_LABELS[axis]}",
-                    AXIS_CAPTION + flagged_caption(runs),
+                    AXIS_CAPTION + flagged_caption(runs) + ratio_of_sums_caption(runs),
                 )
             )
-    cells = size_cells(runs, params or {})
+    cells = size_cells(data, params or {}) if data is not None else []
     if cells:
         plan.append(
             (
@@ -146,12 +165,22 @@ def _auto_runs(runs):
 
 
 def _figure_plan(
-    runs, curves: list[dict] | None, params: dict | None = None, perplexity: list[dict] | None = None
+    runs,
+    curves: list[dict] | None,
+    params: dict | None = None,
+    perplexity: list[dict] | None = None,
+    data: ReportData | None = None,
 ) -> list[tuple]:
     """(draw, its argument, file stem, title, caption) for every figure these runs call for, in report order."""
     fixed = fixed_gamma(runs)
     plan: list[tuple] = [
-        (fig_speedup, fixed, "speedup_vs_gamma", "Speedup vs γ", SPEEDUP_CAPTION + flagged_caption(fixed)),
+        (
+            fig_speedup,
+            fixed,
+            "speedup_vs_gamma",
+            "Speedup vs γ",
+            SPEEDUP_CAPTION + flagged_caption(fixed) + ratio_of_sums_caption(fixed),
+        ),
         (fig_pass_cost, curves, "pass_cost_curve", "Pass-cost curve", PASS_COST_CAPTION),
         (fig_alpha, runs, "alpha", "Acceptance rate α", ALPHA_CAPTION),
     ]
@@ -186,7 +215,7 @@ def _figure_plan(
                 BATCH_CAPTION + " " + batch_sentence(curves),
             )
         )
-    return plan + _claim_figures(runs, params, perplexity, [step[2] for step in plan])
+    return plan + _claim_figures(runs, params, perplexity, [step[2] for step in plan], data)
 
 
 def make_figures(
@@ -195,11 +224,13 @@ def make_figures(
     curves: list[dict] | None = None,
     params: dict | None = None,
     perplexity: list[dict] | None = None,
+    data: ReportData | None = None,
 ) -> list[RenderedFigure]:
-    """Draw and save every figure (PNG and SVG under `folder`); `params` (target → parameters) and `perplexity`
-    (analysis.perplexity_rows) add the figures the claims table links to."""
+    """Draw and save every figure (PNG and SVG under `folder`); `params` (target → parameters), `perplexity`
+    (analysis.perplexity_rows) and `data` (the per-example records a best configuration is chosen and confirmed
+    on) add the figures the claims table links to."""
     with figure_style():
         return [
             render_figure(draw(arg), name, title, caption, folder)
-            for draw, arg, name, title, caption in _figure_plan(runs, curves, params, perplexity)
+            for draw, arg, name, title, caption in _figure_plan(runs, curves, params, perplexity, data)
         ]

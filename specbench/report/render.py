@@ -143,7 +143,7 @@ def write_report(
     except OSError as exc:
         raise SpecbenchError(f"cannot write the report to {out}: {exc.strerror}; pass a writable --out") from exc
     perplexity = perplexity_rows(data)
-    figures = make_figures(data.runs, out / "figures", data.curves, target_params(data), perplexity)
+    figures = make_figures(data.runs, out / "figures", data.curves, target_params(data), perplexity, data)
     blocks = build_blocks(data, figures, f"specbench report: {default_name(paths)}", perplexity)
     atomic_write_text(out / "report.md", to_markdown(blocks))
     atomic_write_text(out / "report.html", to_html(blocks))

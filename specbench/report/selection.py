@@ -12,12 +12,13 @@ import math
 
 from specbench.measure import statistics as st
 from specbench.report.collect import ReportData
-from specbench.report.values import isnull, num
+from specbench.report.values import isnull, num, primary_speedup
 
 
 def interval(row) -> tuple[float, float, float]:
-    """(speedup, low, high): the 95 % bootstrap interval, or the point itself where none was computed (figures)."""
-    x, ci = num(row.get("speedup")), row.get("speedup_ci95")
+    """(speedup, low, high): the primary measure (values.primary_speedup) and its 95 % interval, or the point itself
+    where none was computed (figures)."""
+    x, ci, _ = primary_speedup(row)
     if isinstance(ci, (list, tuple)) and len(ci) == 2 and not any(math.isnan(num(v)) for v in ci):
         return x, num(ci[0]), num(ci[1])
     return x, x, x
@@ -32,12 +33,6 @@ def estimate_text(e: st.Estimate) -> str:
     return f"{e.value:.2f}× (n = {e.n}: too few for an interval)"
 
 
-def trusted(runs):
-    """The runs whose timings passed every check, or all of them when none did."""
-    ok = runs[~runs["timing_suspect"].astype(bool)] if "timing_suspect" in runs else runs
-    return ok if len(ok) else runs
-
-
 def config_text(row) -> str:
     """A run's configuration in words: target, draft, γ, T and task."""
     gamma = row.get("gamma_label") if isinstance(row.get("gamma_label"), str) else row.get("gamma")
@@ -46,19 +41,12 @@ def config_text(row) -> str:
     )
 
 
-def best_run(runs):
-    """The trustworthy run with the largest speedup (point estimate; the figures' pick), or None."""
-    pool = trusted(runs)
-    speed = pool["speedup"].map(num)
-    return None if speed.isna().all() else pool.loc[speed.idxmax()]
-
-
 # --------------------------------------------------------------------------- per-example data
 
 
 def unit_logs(data: ReportData, row) -> dict[str, float]:
     """A run's per-unit log throughput ratios (example id, or batch → log ratio), from its records."""
-    from specbench.measure.metrics import unit_log_ratios
+    from specbench.measure.metric_units import unit_log_ratios
 
     frame = data.examples.get(row["run_dir"]) if "run_dir" in row else None
     if frame is None or not len(frame):

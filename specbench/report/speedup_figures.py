@@ -10,27 +10,29 @@ from __future__ import annotations
 import math
 
 from specbench.report.analysis import axis_sort_key, axis_text
-from specbench.report.collect import fixed_gamma
 from specbench.report.figure_kit import draw_speedups, grid_panels, new_figure, palette
+from specbench.report.run_frame import fixed_gamma
 from specbench.report.selection import config_text, interval
-from specbench.report.values import num
+from specbench.report.values import num, primary_speedup
 
 
 def _speedup_points(g):
-    """One point per γ of a series: mean speedup and predictions over duplicate runs, the widest interval, and
-    whether every run at that γ is flagged (suspect timing)."""
+    """One point per γ of a series: the mean of the primary measure (values.primary_speedup) and of the predictions
+    over duplicate runs, the widest interval, and whether every run at that γ is flagged (suspect timing)."""
     import numpy as np
 
     rows = []
     for gamma, cell in g.groupby("gamma", sort=True):
-        speed = cell["speedup"].map(num)
-        cis = [ci for ci in cell.get("speedup_ci95", []) if isinstance(ci, (list, tuple)) and len(ci) == 2]
+        measured = [primary_speedup(r) for _, r in cell.iterrows()]
+        values = [m[0] for m in measured if not math.isnan(m[0])]
+        speed = sum(values) / len(values) if values else float("nan")
+        cis = [ci for _, ci, _ in measured if isinstance(ci, (list, tuple)) and len(ci) == 2]
         lo = min((num(c[0]) for c in cis), default=float("nan"))
         hi = max((num(c[1]) for c in cis), default=float("nan"))
         rows.append(
             {
                 "gamma": gamma,
-                "speedup": speed.mean(),
+                "speedup": speed,
                 "lo": lo,
                 "hi": hi,
                 "predicted_speedup": cell["predicted_speedup"].map(num).mean(),
@@ -84,7 +86,7 @@ def fig_speedup(runs) -> object:
         ax.axhline(1.0, color="0.4", lw=0.8)
         ax.set_title(f"Speedup vs γ: {task}")
         ax.set_xlabel("draft length γ (tokens drafted per target pass)")
-        ax.set_ylabel("walltime speedup (× target alone)")
+        ax.set_ylabel("speedup, geometric mean over examples (× target alone)")
         ax.set_xticks(sorted(int(g) for g in sub["gamma"].unique()))
     _speedup_legend(fig, colors)
     return fig
@@ -116,7 +118,7 @@ def fig_axis(groups: list[list], column: str, label: str) -> object:
     ax.axhline(1.0, color="0.4", lw=0.8)
     ax.set_xticks(range(len(values)), [axis_text(v) for v in values])
     ax.set_xlabel(label)
-    ax.set_ylabel("walltime speedup (× target alone)")
+    ax.set_ylabel("speedup, geometric mean over examples (× target alone)")
     ax.set_title(f"Speedup vs {label} (bars: 95% bootstrap CI)")
     fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=1, fontsize=7)
     return fig
@@ -147,7 +149,7 @@ def fig_batch(curves: list[dict]) -> object:
         ax.set_xticks(sizes, [str(b) for b in sizes])
         ax.set_title(f"Speedup vs batch size: {task}")
         ax.set_xlabel("batch size B (examples decoded together)")
-        ax.set_ylabel("walltime speedup (× batched target alone)")
+        ax.set_ylabel("speedup, geometric mean over batches (× batched target alone)")
     handles = [Line2D([], [], color=colors[label], ls="-", marker="o", label=label) for label in colors]
     handles += [
         Line2D([], [], color="0.2", ls="-", marker="o", label="measured, 95% CI bars"),
@@ -160,15 +162,17 @@ def fig_batch(curves: list[dict]) -> object:
 
 
 def fig_targets(cells: list[tuple[str, list]], params: dict[str, float]) -> object:
-    """Each target's best speedup per task, smallest model first, with its 95 % interval."""
+    """Each target's best configuration per task (claims.size_cells: chosen on one half of the examples), drawn
+    with the other half's geometric-mean speedup and its 95 % interval, smallest model first."""
     import numpy as np
 
     fig = new_figure(max(6.0, 1.8 * sum(len(rows) for _, rows in cells) + 1.5), 4.4)
     ax = fig.subplots()
     x, ticks = 0.0, []
     for task, rows in cells:
-        for r in rows:
-            s, lo, hi = interval(r)
+        for r, est in rows:
+            s = est.value
+            lo, hi = (est.low, est.high) if est.has_interval else (s, s)
             suspect = bool(r.get("timing_suspect"))
             ax.bar(
                 x,
@@ -184,8 +188,8 @@ def fig_targets(cells: list[tuple[str, list]], params: dict[str, float]) -> obje
         x += 0.5
     ax.axhline(1.0, color="0.4", lw=0.8)
     ax.set_xticks([t for t, _ in ticks], [label for _, label in ticks], fontsize=8)
-    ax.set_ylabel("best walltime speedup (× target alone)")
-    ax.set_title("Best speedup per target model (bars: 95% bootstrap CI)")
+    ax.set_ylabel("best configuration's speedup on held-out examples (×)")
+    ax.set_title("Best speedup per target model, confirmed on the other half (bars: 95% BCa CI)")
     return fig
 
 

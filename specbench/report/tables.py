@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from specbench.report.analysis import short_labels
-from specbench.report.collect import fixed_gamma
-from specbench.report.values import num, truthy
+from specbench.report.run_frame import fixed_gamma
+from specbench.report.values import num, primary_speedup, truthy
 
 # Leviathan, Kalman & Matias, "Fast Inference from Transformers via Speculative Decoding", ICML 2023
 # (arXiv:2211.17192), Table 2: T5-XXL (11B) target, batch 1, one TPU-v4; speed = walltime improvement
@@ -41,7 +41,7 @@ RUNS_COLUMNS = [  # at most 10: the rest are in RUNS_DETAIL_COLUMNS, behind a <d
     "run",
     "task",
     "n",
-    "speedup [95% CI]",
+    "speedup (geomean) [95% CI]",
     "α",
     "mean acc. length",
     "base tok/s",
@@ -68,7 +68,7 @@ BEST_GAMMA_COLUMNS = [
     "draft, T",
     "γ run",
     "best γ measured",
-    "its speedup [95% CI]",
+    "its speedup (geomean) [95% CI]",
     "pooled α",
     "pooled c",
     "γ* Thm 3.8",
@@ -86,7 +86,7 @@ POLICY_COLUMNS = [
     "n",
     "α",
     "tok/call",
-    "speedup [95% CI]",
+    "speedup (geomean) [95% CI]",
     "timing",
     "decode [95% CI]",
 ]
@@ -130,6 +130,14 @@ def with_ci(value, ci, digits: int = 2, unit: str = "") -> str:
     return text
 
 
+def speedup_text(row, unit: str = "") -> str:
+    """A run's speedup as the report shows it: the primary measure (geometric mean of per-example speedups) with
+    its 95 % interval; an older summary without it shows its ratio of sums, labelled "(ratio of sums)"."""
+    value, ci, primary = primary_speedup(row)
+    text = with_ci(value, ci, unit=unit)
+    return text if primary or text == "—" else f"{text} (ratio of sums)"
+
+
 def _timing_text(r) -> str:
     return "SUSPECT" if truthy(r.get("timing_suspect")) else "ok"
 
@@ -149,8 +157,7 @@ def _best_speedup_text(runs, b: dict) -> str:
     r = _best_cell(runs, b)
     if r is None:
         return with_ci(b["measured_speedup"], None)
-    text = with_ci(b["measured_speedup"], r.get("speedup_ci95"))
-    return text + (" (suspect timing)" if truthy(r.get("timing_suspect")) else "")
+    return speedup_text(r) + (" (suspect timing)" if truthy(r.get("timing_suspect")) else "")
 
 
 def _thm_gamma_text(b: dict):
@@ -177,9 +184,7 @@ def runs_table(runs) -> Table:
                 labels[r["run_id"]],
                 r["task"],
                 r["n_examples"],
-                with_ci(r.get("speedup_geomean"), r.get("speedup_geomean_ci95"))
-                if num(r.get("speedup_geomean")) == num(r.get("speedup_geomean"))
-                else with_ci(r["speedup"], r.get("speedup_ci95")),
+                speedup_text(r),
                 num(r["alpha"]),
                 num(r.get("mean_acceptance_length")),
                 num(r.get("baseline_tokens_per_s")),
@@ -253,7 +258,7 @@ def policy_table(policies) -> Table:
                 r["n_examples"],
                 num(r["alpha"]),
                 num(r["tokens_per_target_call"]),
-                with_ci(r["speedup"], r.get("speedup_ci95")),
+                speedup_text(r),
                 _timing_text(r),
                 with_ci(r.get("decode_speedup"), r.get("decode_speedup_ci95")),
             ]
@@ -271,7 +276,7 @@ def paper_table(runs, best: list[dict]) -> Table:
         r = _best_cell(runs, b)
         if r is None:
             continue
-        speed = with_ci(b["measured_speedup"], r.get("speedup_ci95"), unit="×")
+        speed = speedup_text(r, unit="×")
         rows.append(
             [
                 f"specbench ({r['target']})",

@@ -38,3 +38,13 @@ def cell_text(value, digits: int = 3) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(cell_text(v, digits) for v in value) + "]"
     return str(value)
+
+
+def primary_speedup(row) -> tuple[float, object, bool]:
+    """(speedup, its 95 % interval, is the primary measure) of one run: the geometric mean of its per-example
+    speedups (statistics.PRIMARY_MEASURE, summary speedup_geomean) with its interval; an older summary without it
+    gives the ratio of sums (speedup, speedup_ci95) and False, which the report labels "(ratio of sums)"."""
+    geo = num(row.get("speedup_geomean"))
+    if not math.isnan(geo):
+        return geo, row.get("speedup_geomean_ci95"), True
+    return num(row.get("speedup")), row.get("speedup_ci95"), False
