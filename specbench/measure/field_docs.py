@@ -26,7 +26,11 @@ EXAMPLE_FIELDS: tuple[FieldDoc, ...] = (
     FieldDoc("example_id", "", "the task's id of the example"),
     FieldDoc("prompt_tokens", "", "prompt length in target tokens"),
     FieldDoc("reference", "", "the task's reference output, if any"),
-    FieldDoc("baseline", "", "the target alone (a sweep cell: the shared baseline from baselines/)"),
+    FieldDoc(
+        "baseline",
+        "",
+        "the target alone, timed in this run or cell (in sweeps from before per-cell baselines: the shared one)",
+    ),
     FieldDoc("speculative", "", "the draft proposing, the target verifying"),
     FieldDoc("identical", "", "speculative token ids equal the baseline's (expected at T = 0 only)"),
     FieldDoc("first_divergence", "", "index of the first differing token, None when identical"),
@@ -54,7 +58,7 @@ EXAMPLE_FIELDS: tuple[FieldDoc, ...] = (
         (
             "multi-turn questions only (Spec-Bench's MT-bench; measure/turns.py), else null: one entry per "
             "turn with that turn's `baseline` and `speculative` EngineRecords (its own timing, α counts and "
-            "accepted lengths; `baseline` null for a sweep's shared baseline) and `baseline_prompt_tokens` / "
+            "accepted lengths; `baseline` null for an older sweep's shared baseline) and `baseline_prompt_tokens` / "
             "`speculative_prompt_tokens` (the conversation so far, each engine's own answers in it). The "
             "record's `baseline` and `speculative` then sum the turns: counts and seconds added, token lists "
             "concatenated"

@@ -6,10 +6,11 @@ A run directory `results/<run-id>/` holds:
   examples.jsonl  one `ExampleRecord` per line, appended as each example finishes (a kill loses
                   nothing already measured; a rerun skips the ids already there)
   summary.json    one `Summary` (metrics from specbench.measure.metrics), rewritten atomically after every example
-  noise_probes.jsonl, baseline_probes.jsonl   the timing-noise checks (measure/noise.py, a sweep's baseline drift)
+  noise_probes.jsonl, baseline_probes.jsonl   the timing-noise checks (measure/noise.py; the second only in
+                  cells of sweeps from before per-cell baselines)
   .lock           held (flock) by the process measuring into the directory, so a second one fails fast
-A sweep folder holds sweep.json, baselines/*.jsonl, placement.jsonl under Ray (one `CellPlacement` per line) and one
-run directory per cell (measure/sweep_run.py).
+A sweep folder holds sweep.json, placement.jsonl under Ray (one `CellPlacement` per line) and one run directory per
+cell (measure/sweep_run.py); sweeps from before per-cell baselines also hold baselines/*.jsonl.
 
 The schema is versioned (SCHEMA_VERSION). It is kept apart from the code that writes it (measure/record_writing.py:
 the lock and the appends), checks it on read (measure/record_checks.py) and reads it back (measure/records.py), so
@@ -81,7 +82,7 @@ class ExampleRecord:
     example_id: str  # the task's id of the example
     prompt_tokens: int  # prompt length in target tokens
     reference: str | None  # the task's reference output, if any
-    baseline: EngineRecord  # the target alone (a sweep cell: the shared baseline from baselines/)
+    baseline: EngineRecord  # the target alone, timed in this run or cell (older sweeps: a shared one)
     speculative: EngineRecord  # the draft proposing, the target verifying
     identical: bool  # speculative token ids equal the baseline's (expected at T = 0 only)
     first_divergence: int | None  # index of the first differing token, None when identical
@@ -263,7 +264,7 @@ class Summary:
     # decode_speedup
     replayed_speedup_batch: float | None = None
     # --- the run's context (run_folder.write_summary)
-    baseline_drift: float | None = None  # a sweep cell: re-timed ÷ stored seconds of a shared baseline (worst)
+    baseline_drift: float | None = None  # older sweep cells: re-timed ÷ stored s of their shared baseline (worst)
     auto: dict | None = None  # auto choices: requested, reasons, pilot_alpha, predicted speedups
     auto_predicted_speedup: float | None = (
         None  # auto (replay pilot): the choice's end-to-end speedup predicted before timing (measure/prediction.py)

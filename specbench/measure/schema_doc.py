@@ -72,12 +72,12 @@ results/
     examples.jsonl            one ExampleRecord per line, appended (fsynced) as each example finishes
     summary.json              one Summary, rewritten atomically after every example
     noise_probes.jsonl        the timing-noise probes (measure/noise.py)
-    baseline_probes.jsonl     sweep cells only: a shared baseline re-timed before the cell
+    baseline_probes.jsonl     cells of sweeps from before per-cell baselines: the shared one re-timed
     .lock                     held while a process measures into the folder
   <sweep-id>/                 one `specbench sweep` (id: a hash of the grid, or --sweep-id)
     sweep.json                the grid, its cells and the task hashes
     placement.jsonl           --executor ray only: which node and device measured each cell
-    baselines/<task>-t<T>-k<k>-p<p>.jsonl   the baselines every cell of that sampling setting shares
+    baselines/*.jsonl         sweeps from before per-cell baselines only: the baselines their cells shared
     <cell-id>/                an ordinary run folder, as above
 ```
 
@@ -131,9 +131,10 @@ throughputs (above 1: speculative decoding is faster), share a fraction in [0, 1
 One line per probe of a one-token target pass: `{"after": <example id, or null for the probe before the
 first example>, "ms": <median milliseconds>}`. How much these drift drives `suspect_timing`.
 
-## baseline_probes.jsonl (sweep cells)
+## baseline_probes.jsonl (cells of sweeps from before per-cell baselines)
 
-One line per (re)start of a cell that compares against stored baselines: `example_id`, `stored_s` (the
+Written by sweeps from before each cell timed its own baseline (read now, never written): one line per
+(re)start of a cell that compared against stored baselines: `example_id`, `stored_s` (the
 stored baseline's seconds), `fresh_s` (the same example decoded again just before the cell), `ratio`
 (fresh ÷ stored; null when the fresh tokens differ, so the times are not comparable), `same_tokens`.
 The ratio farthest from 1 is the summary's `baseline_drift`.
@@ -148,7 +149,8 @@ The ratio farthest from 1 is the summary's `baseline_drift`.
 | `grid` | the SweepGrid: the axes `target`, `drafts`, `gammas`, `temperatures`, `tasks`, and what every cell shares (`top_k`, `top_p`, `limit`, `seed`, `max_new_tokens`, `device`, `dtype`, `engine`, `trust_remote_code`, `backend`, later options when not at their default); a rerun with another grid is refused |
 | `tasks` | per task: `n_examples` and `examples_hash` (a rerun on changed data is refused) |
 | `cells` | `cell_id` (the cell's run folder) and its full `config` (as in a manifest) |
-| `baselines` | the baseline files under `baselines/`, relative to the sweep folder |
+| `baselines_per_cell` | `true`: each cell timed its own baseline, A B B A with the speculative engine, as `run` does |
+| `baselines` | sweeps from before per-cell baselines (and their resumes) instead: the shared baseline files under `baselines/`, relative to the sweep folder |
 | `complete_cells` | the cells finished when the sweep last ended |
 
 ## placement.jsonl (sweeps run with `--executor ray`)
@@ -168,7 +170,7 @@ two); a local sweep writes none. The report's setup section lists the nodes and 
 
 ## baselines/*.jsonl
 
-One line per example: `{"example_id": ..., "baseline": <EngineRecord>}`. The target alone does not
+Sweeps from before per-cell baselines only (read now, never written). One line per example: `{"example_id": ..., "baseline": <EngineRecord>}`. The target alone does not
 depend on the draft or γ, so each (task, temperature, top-k, top-p) baseline is measured once, by the
 first cell that needs it, and reused by every other cell; the first line for an id wins. A line that is
 not a whole EngineRecord is skipped (that example's baseline is measured again).

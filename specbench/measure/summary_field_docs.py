@@ -302,7 +302,11 @@ SUMMARY_FIELDS: tuple[FieldDoc, ...] = (
         ),
         "the measured pass shapes priced by t(b, k) (B > 1)",
     ),
-    FieldDoc("baseline_drift", "ratio", "a sweep cell: re-timed ÷ stored seconds of a shared baseline (worst)"),
+    FieldDoc(
+        "baseline_drift",
+        "ratio",
+        "a cell of a sweep from before per-cell baselines: re-timed ÷ stored seconds of its shared baseline (worst)",
+    ),
     FieldDoc("auto", "", "auto choices: requested, reasons, pilot_alpha, predicted speedups"),
     FieldDoc(
         "auto_predicted_speedup",
