@@ -186,6 +186,7 @@ class Replays:
     def __init__(self, lookups: dict[str, pl.Lookup | None], gamma_max: int, seed: int = 0):
         self.lookups, self.gamma_max, self.seed = lookups, gamma_max, seed
         self.memo: dict[tuple, list[list[pl.Step]]] = {}
+        self.times: dict[tuple, tuple[float, float]] = {}  # (example, draft, γ, dtype) → candidate_times' row
         self.found: dict[tuple, list[int]] = {}
 
     def lookup_for(self, i: int, draft: str) -> pl.Lookup | None:
@@ -214,11 +215,16 @@ class Replays:
 
 
 def candidate_times(replays, traces, idx, draft, gamma, costs: pr.LoopCosts, scale: float):
-    """(baseline ms, speculative ms) per example; at T > 0 the speculative time is the mean over the walks."""
+    """(baseline ms, speculative ms) per example; at T > 0 the speculative time is the mean over the walks. Each
+    row is computed once: the pilot re-ranks every candidate on all its examples after each new one."""
     rows = []
     for i in idx:
-        times = [pr.example_times(traces[i], w, draft, costs, scale) for w in replays.walks(i, traces[i], draft, gamma)]
-        rows.append((times[0][0], sum(t[1] for t in times) / len(times)))
+        key = (i, draft, gamma, costs.dtype)
+        if key not in replays.times:
+            walks = replays.walks(i, traces[i], draft, gamma)
+            times = [pr.example_times(traces[i], w, draft, costs, scale) for w in walks]
+            replays.times[key] = (times[0][0], sum(t[1] for t in times) / len(times))
+        rows.append(replays.times[key])
     return rows
 
 
