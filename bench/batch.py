@@ -35,7 +35,7 @@ from specbench.decoding.batched.cache import left_pad
 from specbench.errors import SpecbenchError
 from specbench.files import atomic_write_json
 from specbench.measure.engines import Session, prepare_examples
-from specbench.measure.metrics import json_safe
+from specbench.measure.metric_units import json_safe
 from specbench.measure.provenance import environment_info
 from specbench.run_specs import parse_draft
 from specbench.tasks.examples import select_examples

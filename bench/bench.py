@@ -8,7 +8,7 @@ after a warm-up of each. Figures and their goals:
       (prompt lookup: HF `prompt_lookup_num_tokens=γ`, `max_matching_ngram_size=3`;
        a model draft: HF `assistant_model=` with constant `num_assistant_tokens=γ`)
   (c) measured decode speedup ÷ the cost model's prediction from the measured α, c, verify cost and
-      proposal law for outputs of the measured lengths (metrics.predicted_decode)  goal ≥ 0.9.
+      proposal law for outputs of the measured lengths (predicted_metrics.predicted_decode)  goal ≥ 0.9.
       c and the verify cost come from the same run, so this tests what is left: the loop's own
       time (d) and the model's pass count (printed beside the measured one). Prefill is outside
       both sides; the end-to-end speedup over the endless-stream formula is printed under it,
@@ -39,7 +39,8 @@ from specbench.decoding.timing import Clock
 from specbench.errors import SpecbenchError
 from specbench.files import atomic_write_json
 from specbench.measure.engines import Engines, Session, engine_record, prepare_examples
-from specbench.measure.metrics import json_safe, summarize
+from specbench.measure.metric_units import json_safe
+from specbench.measure.metrics import summarize
 from specbench.measure.provenance import environment_info
 from specbench.run_specs import parse_draft
 from specbench.tasks.examples import select_examples

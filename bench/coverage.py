@@ -39,7 +39,7 @@ SIM_RATIOS = (1.0, 1.1, 1.3)
 
 def population(run_dir: Path) -> np.ndarray:
     """A run folder's per-example log throughput ratios (finite ones), from its examples.jsonl."""
-    from specbench.measure.metrics import unit_log_ratios
+    from specbench.measure.metric_units import unit_log_ratios
     from specbench.measure.record_checks import example_problem
     from specbench.measure.records import scan_jsonl
 

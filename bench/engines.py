@@ -48,7 +48,7 @@ from specbench.files import atomic_write_json
 from specbench.measure import calibration as cal
 from specbench.measure.engines import Session, prepare_examples
 from specbench.measure.llama_session import LlamaSession, gguf_of, is_gguf_spec
-from specbench.measure.metrics import json_safe
+from specbench.measure.metric_units import json_safe
 from specbench.measure.provenance import environment_info
 from specbench.run_specs import parse_draft
 from specbench.tasks.examples import select_examples

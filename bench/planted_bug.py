@@ -15,7 +15,8 @@ prints
     clean: D divergences, U unexplained            (the goal: U = 0)
     planted: K divergences, K' unexplained         (the goal: K' >= 0.95 K)
 
-and writes the counts and every classified divergence to --out (JSON, atomic). Nothing is timed here.
+and writes the counts and every classified divergence to --out (JSON, atomic), rewritten after every example so
+that a run stopped early leaves its tally ("examples_done"). Nothing is timed here.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from specbench.evidence.planted import caused, late_verified_logits
 from specbench.files import atomic_write_text
 from specbench.measure.engines import Session, prepare_examples
 from specbench.measure.margin_gate import identity_line, ulp_limit
-from specbench.measure.metrics import first_divergence
+from specbench.measure.metric_units import first_divergence
 from specbench.measure.numerics import explain_example
 from specbench.run_specs import parse_draft
 from specbench.tasks.examples import select_examples
@@ -64,6 +65,39 @@ def gaps(records: list[dict]) -> list[float]:
 def floor_only(records: list[dict]) -> list[dict]:
     """The clean run's records reduced to their floors (identical, no divergence): the margin range they give."""
     return [{"identical": True, "numerics": {**r["numerics"], "divergence": None}} for r in records]
+
+
+def summarize(args, n_examples: int, clean: list[dict], planted: list[dict], steps: int, t0: float, load0) -> dict:
+    """The bench's result over the examples done so far: both runs' identity lines (the planted run's over the
+    divergences the bug caused, its floor the clean run's), the gate's limit and every gap."""
+    clean_summary = identity_line(clean)
+    ours = [r for r in planted if r["caused"]]
+    planted_summary = identity_line(ours + floor_only(clean))
+    k, k_unexplained = len(ours), planted_summary["divergences_unexplained"]
+    clean_div = sum(not r["identical"] for r in clean)
+    return {
+        "target": args.target,
+        "draft": args.draft,
+        "task": args.task,
+        "dtype": args.dtype,
+        "examples": n_examples,
+        "examples_done": len(clean),
+        "max_new_tokens": args.max_new_tokens,
+        "gamma": args.gamma,
+        "every": args.every,
+        "verification_steps": steps,
+        "bugged_steps": sum(len(r["planted_at"]) for r in planted),
+        "clean": {"divergences": clean_div, **clean_summary},
+        "planted": {"divergences": k, "unexplained": k_unexplained, **planted_summary},
+        "planted_share_unexplained": k_unexplained / k if k else None,
+        "gate_limit_ulps": ulp_limit(u for r in clean for u in r["numerics"].get("floor_flip_ulps") or []),
+        "clean_gap_ulps": gaps(clean),
+        "planted_gap_ulps": gaps(ours),
+        "seconds": time.perf_counter() - t0,
+        "load_average_start": load0,
+        "load_average_end": os.getloadavg(),
+        "records": {"clean": clean, "planted": planted},
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -101,7 +135,12 @@ def main(argv: list[str] | None = None) -> dict:
         draft = session.proposer(parse_draft(args.draft), prompts)
         return decode_speculative(CachedModel(model), draft, prompt, gamma=args.gamma, **common)
 
-    clean, planted, steps = [], [], 0
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    clean: list[dict] = []
+    planted: list[dict] = []
+    steps = 0
+    result: dict = {}
     for i, prompt in enumerate(prompts):
         base = decode_autoregressive(CachedModel(model), prompt, **common)
         clean.append({"example": i, **classified(model, prompt, base, speculative(prompt), args.gamma, start)})
@@ -111,49 +150,31 @@ def main(argv: list[str] | None = None) -> dict:
         rec = {"example": i, "planted_at": plant.positions, **classified(model, prompt, base, res, args.gamma, start)}
         rec["caused"] = caused(rec["first_divergence"], plant.first())
         planted.append(rec)
+        result = summarize(args, len(prompts), clean, planted, steps, t0, load0)
+        # the tally so far, rewritten after every example: a run stopped early still leaves its counts
+        atomic_write_text(out, json.dumps(result, indent=2, default=float) + "\n")
         print(
             f"example {i + 1}/{len(prompts)}: clean {clean[-1]['first_divergence']}, planted at {plant.positions} "
-            f"-> {rec['first_divergence']}",
+            f"-> {rec['first_divergence']}; so far clean {result['clean']['divergences']} divergences "
+            f"{result['clean']['divergences_unexplained']} unexplained, planted {result['planted']['divergences']} "
+            f"divergences {result['planted']['unexplained']} unexplained",
             flush=True,
         )
 
-    clean_summary = identity_line(clean)
-    ours = [r for r in planted if r["caused"]]
-    planted_summary = identity_line(ours + floor_only(clean))
-    k, k_unexplained = len(ours), planted_summary["divergences_unexplained"]
-    clean_div = sum(not r["identical"] for r in clean)
-    result = {
-        "target": args.target,
-        "draft": args.draft,
-        "task": args.task,
-        "dtype": args.dtype,
-        "examples": len(prompts),
-        "max_new_tokens": args.max_new_tokens,
-        "gamma": args.gamma,
-        "every": args.every,
-        "verification_steps": steps,
-        "bugged_steps": sum(len(r["planted_at"]) for r in planted),
-        "clean": {"divergences": clean_div, **clean_summary},
-        "planted": {"divergences": k, "unexplained": k_unexplained, **planted_summary},
-        "planted_share_unexplained": k_unexplained / k if k else None,
-        "gate_limit_ulps": ulp_limit(u for r in clean for u in r["numerics"].get("floor_flip_ulps") or []),
-        "clean_gap_ulps": gaps(clean),
-        "planted_gap_ulps": gaps(ours),
-        "seconds": time.perf_counter() - t0,
-        "load_average_start": load0,
-        "load_average_end": os.getloadavg(),
-        "records": {"clean": clean, "planted": planted},
-    }
-    print(f"clean: {clean_div} divergences, {clean_summary['divergences_unexplained']} unexplained")
+    clean_summary, k, k_unexplained = (
+        result["clean"],
+        result["planted"]["divergences"],
+        result["planted"]["unexplained"],
+    )
+    print(
+        f"clean: {result['clean']['divergences']} divergences, {clean_summary['divergences_unexplained']} unexplained"
+    )
     print(f"planted: {k} divergences, {k_unexplained} unexplained")
     print(f"numerics margin range (the floor's flips): {clean_summary['numerics_margin_range']}")
     print(
         f"gate: logit gaps up to {result['gate_limit_ulps']:g} spacings are numerics; gaps in spacings, clean "
         f"{result['clean_gap_ulps']}, planted {result['planted_gap_ulps']}"
     )
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out, json.dumps(result, indent=2, default=float) + "\n")
     return result
 
 

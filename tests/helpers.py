@@ -16,7 +16,8 @@ from specbench.config import LoadSpec
 from specbench.decoding.backend import ForwardBackend
 from specbench.decoding.drafts.factory import make_proposer
 from specbench.decoding.drafts.model import ModelDraft
-from specbench.measure.metrics import json_safe, summarize
+from specbench.measure.metric_units import json_safe
+from specbench.measure.metrics import summarize
 from specbench.measure.sweep import SweepGrid
 from specbench.models import wrap_model
 from specbench.run_specs import parse_draft

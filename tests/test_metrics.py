@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from specbench.measure.metrics import accepted_length_histogram, predicted_decode, proposal_law, summarize
+from specbench.measure.metrics import summarize
+from specbench.measure.predicted_metrics import accepted_length_histogram, predicted_decode, proposal_law
 from specbench.measure.record_checks import example_problem
 from specbench.measure.schema import Summary, summary_dict
 

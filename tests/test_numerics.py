@@ -12,6 +12,10 @@ accepted often and rejected often):
    identical on the same 12 prompts where 5 diverge without it, and its floor is 0.
 4. Negative control: a deliberately wrong verifier (it accepts every drafted token) produces
    divergences that are unexplained in ≥ 90 % of diverging examples, in float32 and in bfloat16.
+5. The margin gate (measure/margin_gate.py) reads the logit gap in the dtype's spacings: issue 27's
+   bf16 case (0.25 at a logit of 40, one spacing) is numerics; a planted bug the replay reproduces (a logit
+   bias in the multi-token model call) is unexplained in ≥ 95 % of its divergences; planted late logits
+   in the verifier likewise; verify's identity check applies the same gate.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.drafts.model import ModelDraft
 from specbench.decoding.speculative import decode_speculative
 from specbench.measure.margin_gate import FLOOR_CAP_ULPS, ROUNDING_ULPS, identity_line, in_spacings, spacing
-from specbench.measure.metrics import first_divergence
+from specbench.measure.metric_units import first_divergence
 from specbench.measure.numerics import explain_example, replay, speculative_passes, step_passes
 
 GREEDY = SamplingConfig()

@@ -26,7 +26,7 @@ from specbench.evidence.sequence_law import (
     model_dtype,
 )
 from specbench.evidence.stat_checks import CheckResult
-from specbench.measure.metrics import first_divergence
+from specbench.measure.metric_units import first_divergence
 
 
 @torch.inference_mode()

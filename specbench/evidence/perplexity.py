@@ -51,7 +51,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from specbench.evidence.stat_checks import CheckResult
-from specbench.measure.metrics import json_safe
+from specbench.measure.metric_units import json_safe
 
 LEVEL = 0.01  # default level α of one Mann-Whitney test
 SHIFT = 0.1  # default alternative for the stated power: mean NLL per token shifted by 0.1 nats (perplexity ×1.105)

@@ -40,7 +40,7 @@ from specbench.evidence.stat_checks import ALT_TV, LEVEL, CheckResult
 from specbench.files import atomic_write_text
 from specbench.measure.engines import Session, prepare_examples
 from specbench.measure.llama_session import LlamaSession
-from specbench.measure.metrics import json_safe
+from specbench.measure.metric_units import json_safe
 from specbench.measure.record_writing import prepare_run_dir
 from specbench.run_specs import DraftSpec, GammaSpec, parse_draft
 from specbench.tasks.examples import select_examples

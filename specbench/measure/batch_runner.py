@@ -30,7 +30,7 @@ from specbench.measure.engines import (
     merge_repeats,
     probe_target,
 )
-from specbench.measure.metrics import first_divergence
+from specbench.measure.metric_units import first_divergence
 from specbench.measure.numerics import explain_example
 from specbench.measure.planning import RunPlan
 from specbench.measure.record_writing import append_record

@@ -77,89 +77,25 @@ The summary's keys are declared once, in schema.Summary; summarize fills its met
 from __future__ import annotations
 
 import math
-from collections import Counter
 from statistics import mean
 
-NAN = float("nan")
+from specbench.measure.metric_units import (
+    NAN,
+    batch_unit,
+    batches,
+    engine_totals,
+    is_batched,
+    per_example_speedups,
+    ratio,
+)
+from specbench.measure.predicted_metrics import accepted_length_histogram, predicted_decode, predictions
+
 # Sweep folders written before cells timed their own baselines (issue 26 item 7) shared one baseline per task and
 # re-timed it before each cell; a re-timed baseline more than 10 % off the stored one flags such a cell when read.
 BASELINE_DRIFT_TOLERANCE = 0.10
 
 
-def ratio(num: float, den: float) -> float:
-    return num / den if den else NAN
-
-
-def _total(records: list[dict], engine: str, key: str) -> float:
-    return sum(r[engine][key] for r in records)
-
-
-def engine_totals(records: list[dict], engine: str) -> dict:
-    """Summed raw counts of one engine over the records."""
-    keys = (
-        "n_tokens",
-        "prefill_s",
-        "decode_s",
-        "target_calls",
-        "draft_calls",
-        "drafted",
-        "accepted",
-        "trials",
-        "draft_s",
-        "verify_s",
-    )
-    return {k: _total(records, engine, k) for k in keys}
-
-
 BOOTSTRAP_RESAMPLES = 2000
-
-
-def is_batched(records: list[dict]) -> bool:
-    """Whether the records come from a run with --batch-size > 1 (their rows share batch times)."""
-    return any((r.get("batch_size") or 1) > 1 for r in records)
-
-
-def batches(records: list[dict]) -> list[list[dict]]:
-    """The records grouped by batch_index, in the order the batches first appear."""
-    groups: dict[int, list[dict]] = {}
-    for r in records:
-        groups.setdefault(r.get("batch_index") or 0, []).append(r)
-    return list(groups.values())
-
-
-def batch_unit(rows: list[dict], engine: str, decode_only: bool = False) -> tuple[float, float]:
-    """(tokens, seconds) of one engine over one batch: Σ row tokens and its batch_s (minus its prefill, the
-    rows' longest, when decode_only)."""
-    tokens = sum(r[engine]["n_tokens"] - (1 if decode_only else 0) for r in rows)
-    seconds = rows[0][engine]["batch_s"] - (max(r[engine]["prefill_s"] for r in rows) if decode_only else 0.0)
-    return tokens, seconds
-
-
-def per_batch_speedups(records: list[dict], decode_only: bool = False):
-    """(speculative tokens, seconds, baseline tokens, seconds) per batch as numpy arrays."""
-    import numpy as np
-
-    units = [
-        (*batch_unit(b, "speculative", decode_only), *batch_unit(b, "baseline", decode_only)) for b in batches(records)
-    ]
-    return tuple(np.array(col, dtype=float) for col in zip(*units))
-
-
-def per_example_speedups(records: list[dict], decode_only: bool = False):
-    """(speculative tokens, seconds, baseline tokens, seconds) per example (per batch when batched) as numpy arrays."""
-    import numpy as np
-
-    if is_batched(records):
-        return per_batch_speedups(records, decode_only)
-
-    def arrays(engine):
-        tok = np.array([r[engine]["n_tokens"] - (1 if decode_only else 0) for r in records], dtype=float)
-        sec = np.array(
-            [r[engine]["decode_s"] + (0.0 if decode_only else r[engine]["prefill_s"]) for r in records], dtype=float
-        )
-        return tok, sec
-
-    return (*arrays("speculative"), *arrays("baseline"))
 
 
 def bootstrap_speedup_ci(
@@ -179,15 +115,6 @@ def bootstrap_speedup_ci(
         return [NAN, NAN]
     lo, hi, _ = bootstrap_interval(cols, log_ratio_of_sums, level, resamples=resamples, seed=seed, method="percentile")
     return [math.exp(lo), math.exp(hi)] if math.isfinite(lo) and math.isfinite(hi) else [NAN, NAN]
-
-
-def unit_log_ratios(records: list[dict]) -> dict[str, float]:
-    """Each resampling unit's log throughput ratio (speculative ÷ baseline tokens/s), keyed by example id, or by
-    batch when batched (statistics.unit_keys): what two cells are paired on."""
-    from specbench.measure import statistics as st
-
-    logs = st.log_ratios(*per_example_speedups(records))
-    return {k: float(v) for k, v in zip(st.unit_keys(records), logs)}
 
 
 def primary_metrics(records: list[dict]) -> dict:
@@ -413,26 +340,6 @@ def batch_metrics(records: list[dict]) -> dict:
     }
 
 
-def batch_prediction(records: list[dict], gamma: int, calibration: dict | None, policy: str) -> dict:
-    """batch_verify_cost t(B, γ+1)/t(B, 1) and batch_draft_cost from a run's batch calibration
-    (calibration.calibrate_batch_grid), and the batch cost model's predicted and replayed decode speedups
-    (measure/batch_model.py: each row's own steps, rows leaving as they finish, t(b, k) at every b)."""
-    from specbench.measure.batch_model import batch_cost_figures
-
-    out = {
-        "batch_verify_cost": NAN,
-        "batch_draft_cost": NAN,
-        "predicted_speedup_batch": NAN,
-        "replayed_speedup_batch": NAN,
-    }
-    if not calibration or str(gamma) not in calibration.get("verify_cost", {}):
-        return out
-    out["batch_verify_cost"] = float(calibration["verify_cost"][str(gamma)])
-    out["batch_draft_cost"] = float(calibration.get("draft_cost") or 0.0)
-    out.update(batch_cost_figures(batches(records), calibration, gamma, policy))
-    return out
-
-
 def predicted_and_checks(
     records: list[dict], measured: dict, gamma: int, greedy: bool, probes: list[float] | None, drift: float | None
 ) -> dict:
@@ -505,117 +412,3 @@ def peer_metrics(records: list[dict]) -> dict:
         out[f"{engine}_tpot_p50_s"] = float(np.percentile(each, 50)) if each else NAN
         out[f"{engine}_tpot_p99_s"] = float(np.percentile(each, 99)) if each else NAN
     return out
-
-
-def accepted_length_histogram(full: list[int], gamma: int) -> list[int]:
-    """Counts of 0..γ accepted over the steps that drafted all γ tokens; [] when no step did.
-
-    Built from a Counter, so its size follows the records: γ + 1 bins exist only when some step
-    really drafted γ tokens (γ ≤ the generation budget), and a run asked for γ = 10⁹ gets [] instead
-    of allocating a billion bins."""
-    if not full:
-        return []
-    counts = Counter(full)
-    return [counts.get(k, 0) for k in range(gamma + 1)]
-
-
-def proposal_law(records: list[dict], gamma: int) -> dict[int, float]:
-    """Share of passes by the number of tokens the proposer offered, where the budget did not bind
-    (a model draft: always γ; prompt lookup: often fewer, 0 = no match). Records written before
-    `proposal_lengths` existed fall back to every pass (undrafted passes count as 0)."""
-    lengths = [g for r in records for g in r["speculative"].get("proposal_lengths", [])]
-    if not lengths:
-        lengths = [g for r in records for g in r["speculative"].get("draft_lengths", [])]
-        lengths += [0] * max(0, sum(r["speculative"]["target_calls"] for r in records) - len(lengths))
-    if not lengths:
-        return {gamma: 1.0}
-    return {g: lengths.count(g) / len(lengths) for g in sorted(set(lengths))}
-
-
-def predicted_decode(records: list[dict], alpha: float, gamma: int, c: float, verify_cost: float) -> dict:
-    """The decode phase the cost model predicts for these very outputs, from the measured α, c,
-    verify cost and proposal law (theory.decode_cost_table): `predicted_target_calls` (Σ E[passes],
-    to set beside the measured `target_calls`) and `predicted_decode_speedup` (Σ decode tokens ÷
-    Σ E[decode cost], to set beside `decode_speedup`).
-
-    Unlike the stream formula it knows each output's length and how it ended: a step that emits
-    an EOS wastes the drafts accepted beyond it, and the budget shortens the last drafts. An
-    output that ended at an EOS is priced as if the budget were far (a small error when the EOS
-    came within γ tokens of it). Prefill, the same work for both engines plus the draft's own
-    prefill, is outside both sides.
-    """
-    from specbench.decoding import theory
-
-    nan = {"predicted_target_calls": NAN, "predicted_decode_speedup": NAN}
-    if any(math.isnan(x) for x in (alpha, c, verify_cost)):
-        return nan
-    law = proposal_law(records, gamma)
-    lengths: dict[str, list[int]] = {"eos": [], "length": []}
-    for r in records:
-        spec = r["speculative"]
-        if spec["n_tokens"] > 1:  # the first token comes from prefill
-            lengths["length" if spec["stop_reason"] == "length" else "eos"].append(spec["n_tokens"] - 1)
-    passes = cost = 0.0
-    for ending, slack in (("eos", None), ("length", 0)):
-        if lengths[ending]:
-            p, k = theory.decode_cost_table(max(lengths[ending]), alpha, c, verify_cost, law, slack)
-            passes += sum(p[n] for n in lengths[ending])
-            cost += sum(k[n] for n in lengths[ending])
-    tokens = sum(lengths["eos"]) + sum(lengths["length"])
-    return {"predicted_target_calls": passes, "predicted_decode_speedup": ratio(tokens, cost)} if tokens else nan
-
-
-def predictions(
-    alpha: float,
-    gamma: int,
-    c: float,
-    verify_cost: float,
-    draft_lengths: list[int] | None = None,
-    target_calls: int = 0,
-) -> dict:
-    """Predicted speedups from measured quantities.
-
-    predicted_speedup: the paper's Theorem 3.8 from α and c (every step drafts γ, a target pass
-    costs one token's). predicted_speedup_extended: our cost model, E[tokens per target pass] /
-    (c · drafted per pass + verify_cost), with the measured verify cost and — when the steps'
-    proposal lengths are known — E[tokens per pass] averaged over the proposals actually made
-    (a step that drafted γ' yields (1 − α^(γ'+1))/(1 − α) in expectation; a pass with no draft
-    yields 1). Model drafts always propose γ, so for them this is Theorem 3.8 with the verify
-    cost; model-free drafts (prompt lookup) often propose fewer or none, which the paper's
-    formula does not see.
-    """
-    from specbench.decoding import theory
-
-    if any(math.isnan(x) for x in (alpha, c, verify_cost)):
-        return {"predicted_tokens_per_call": NAN, "predicted_speedup": NAN, "predicted_speedup_extended": NAN}
-    if draft_lengths is not None and target_calls:
-        undrafted = target_calls - len(draft_lengths)  # passes with no proposal: exactly one token each
-        tokens = (sum(theory.expected_tokens_per_step(alpha, g) for g in draft_lengths) + undrafted) / target_calls
-        extended = tokens / (c * sum(draft_lengths) / target_calls + verify_cost)
-    else:
-        tokens = theory.expected_tokens_per_step(alpha, gamma)
-        extended = theory.walltime_factor_extended(alpha, gamma, c, verify_cost)
-    return {
-        "predicted_tokens_per_call": tokens,
-        "predicted_speedup": theory.walltime_factor(alpha, gamma, c),
-        "predicted_speedup_extended": extended,
-    }
-
-
-def first_divergence(a: list[int], b: list[int]) -> int | None:
-    """Index of the first position where two token lists differ (a length difference counts), None if equal."""
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
-
-
-def json_safe(obj):
-    """Non-finite floats → None, tuples → lists, recursively (strict JSON has no NaN/Infinity)."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [json_safe(v) for v in obj]
-    return obj

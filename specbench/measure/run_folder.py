@@ -21,7 +21,9 @@ from specbench.config import (
 from specbench.errors import SpecbenchError
 from specbench.files import atomic_write_json
 from specbench.measure.buckets import BucketChoice
-from specbench.measure.metrics import batch_prediction, json_safe, summarize
+from specbench.measure.metric_units import json_safe
+from specbench.measure.metrics import summarize
+from specbench.measure.predicted_metrics import batch_prediction
 from specbench.measure.record_checks import baseline_probe_problem, noise_probe_problem
 from specbench.measure.record_writing import prepare_run_dir
 from specbench.measure.records import read_json_object, read_records
@@ -173,6 +175,53 @@ def write_summary(
     manifest: dict,
     memory: Callable[[], dict] | None = None,
 ) -> dict:
+    """summary.json rewritten from the records on disk (after every example, and first thing on a resume)."""
+    summary = summary_of(files, config, spec, records, manifest, memory)
+    atomic_write_json(files.summary, summary)
+    return summary
+
+
+def rebuild_summary(files: RunFiles, records: list[dict]) -> dict:
+    """The summary a run folder without summary.json would hold, from its manifest and `records`, not written: for
+    a reader (the report) of a run killed between a record's append and its summary's write, which must not write
+    into a folder that a resumed run may hold. The summary reads only the task's name and metric, which the
+    manifest records, so the task itself is not loaded. SpecbenchError when the manifest cannot say the run's
+    configuration."""
+    from specbench.measure.choose import AutoChoice, resolved_config
+
+    manifest = read_manifest(files)
+    try:
+        config = RunConfig.from_dict(manifest["config"])
+        if manifest.get("auto"):  # the choices the records were measured with, as a resume applies them
+            config = resolved_config(config, AutoChoice.from_dict(manifest["auto"]))
+        task = manifest["task"]
+        spec = TaskSpec(
+            name=str(task["name"]),
+            description="",
+            source={},
+            fields={},
+            template="",
+            chat_template=False,
+            reference=None,
+            metric=task.get("metric"),
+            max_new_tokens=int(manifest["max_new_tokens"]),
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise SpecbenchError(
+            f"{files.manifest} does not say the run's configuration ({type(exc).__name__}: {str(exc)[:80]})"
+        ) from None
+    return summary_of(files, config, spec, records, manifest)
+
+
+def summary_of(
+    files: RunFiles,
+    config: RunConfig,
+    spec: TaskSpec,
+    records: list[dict],
+    manifest: dict,
+    memory: Callable[[], dict] | None = None,
+) -> dict:
+    """The summary of `records` (every key schema.Summary declares), JSON-safe, as write_summary writes it."""
     from specbench.measure.hardware import describe
 
     drift = baseline_drift(files)
@@ -214,9 +263,7 @@ def write_summary(
             **summary_memory(files, memory),
         }
     )
-    summary = json_safe(summary)
-    atomic_write_json(files.summary, summary)
-    return summary
+    return json_safe(summary)
 
 
 def prompt_length_fields(config: RunConfig, manifest: dict) -> dict:

@@ -32,7 +32,7 @@ from specbench.measure.engines import (
     probe_target,
 )
 from specbench.measure.memory import peak_memory, reset_peak_memory
-from specbench.measure.metrics import first_divergence
+from specbench.measure.metric_units import first_divergence
 from specbench.measure.nll import example_nll
 from specbench.measure.noise import steal_counters
 from specbench.measure.numerics import explain_example

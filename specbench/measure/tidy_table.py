@@ -351,7 +351,8 @@ def spec_bench_files(run_dir: Path, out_dir: Path | None = None) -> tuple[dict[s
 def category_table(records: list[dict]) -> list[dict]:
     """Per category (then mt_bench and overall, as speed.py reports them): n, α, acceptance rate (vLLM's draft
     acceptance rate), #MAT, Spec-Bench speedup, and the category's reference metric on both engines where it has one."""
-    from specbench.measure.metrics import ratio, spec_bench_metrics
+    from specbench.measure.metric_units import ratio
+    from specbench.measure.metrics import spec_bench_metrics
     from specbench.tasks.spec_bench import CATEGORIES, MT_BENCH
 
     by_cat: dict[str, list[dict]] = {}

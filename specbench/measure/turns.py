@@ -25,7 +25,7 @@ from typing import Any
 from specbench.decoding.base import DecodeResult
 from specbench.errors import SpecbenchError
 from specbench.measure.engines import engine_record, merge_repeats
-from specbench.measure.metrics import first_divergence
+from specbench.measure.metric_units import first_divergence
 
 Decode = Callable[[list[int], int, int], DecodeResult]  # (prompt ids, seed, max_new_tokens) → result
 

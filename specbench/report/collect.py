@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 
 from specbench.config import GAMMA_POLICIES
 from specbench.errors import SpecbenchError
-from specbench.measure.metrics import json_safe, summarize
+from specbench.measure.metric_units import json_safe
+from specbench.measure.metrics import summarize
 from specbench.measure.records import unsummarized_reason
 from specbench.measure.schema import Manifest
 from specbench.report.calibrations import calibration_curves
@@ -264,13 +265,48 @@ def _rederive(row: dict, records: list[dict], run_dir: Path, manifest: Manifest,
 
 def _read_run(summary: Path, data: ReportData) -> dict | None:
     """One run folder → its checked, re-derived row (its examples and manifest go into `data`), or None."""
+    row = _summary_row(summary, data)
+    return None if row is None else _use_run(summary.parent, row, _read_examples(summary.parent, data), data)
+
+
+def _rebuilt_run(run_dir: Path, data: ReportData) -> dict | None:
+    """A run folder killed between a record's append and its summary's write (records, no summary.json): its row,
+    from the summary run_folder.rebuild_summary makes of its manifest and records (as a resume rebuilds it), which
+    the report does not write (it never writes into a run folder). None when the folder has no records; None and a
+    Skipped entry when its summary cannot be rebuilt."""
     import pandas as pd
 
-    row = _summary_row(summary, data)
-    if row is None:
+    from specbench.measure.record_checks import summary_problem
+    from specbench.measure.run_folder import rebuild_summary
+    from specbench.measure.schema import RunFiles
+
+    records = [] if (run_dir / "summary.json").is_symlink() else _read_examples(run_dir, data)
+    if not records:
         return None
-    run_dir = summary.parent
-    records = _read_examples(run_dir, data)
+    try:
+        doc = rebuild_summary(RunFiles(run_dir), records)
+        why = summary_problem(doc)
+    except (SpecbenchError, *DATA_ERRORS) as exc:
+        doc, why = {}, f"{type(exc).__name__}: {str(exc)[:160]}"
+    row = pd.json_normalize([{**doc, "run_dir": str(run_dir)}]).iloc[0].to_dict()
+    why = why or _check_summary(row)
+    if why:
+        data.skip(run_dir, f"{unsummarized_reason(run_dir)} (the report could not rebuild its summary: {why})")
+        return None
+    out = _use_run(run_dir, row, records, data)
+    if out is not None:
+        data.notes.append(
+            f"{row['run_id']}: no summary.json (killed between a record's append and its summary's write); its summary "
+            f"was rebuilt from its {len(records)} record(s) for this report, not written: rerun its command to write it"
+        )
+    return out
+
+
+def _use_run(run_dir: Path, row: dict, records: list[dict], data: ReportData) -> dict | None:
+    """A run's summary row checked against its records and re-derived (its examples and manifest go into `data`),
+    or None (and a Skipped entry) when its records cannot be summarised."""
+    import pandas as pd
+
     manifest = _read_manifest(run_dir, data)
     notes_before = len(data.notes)
     _coverage_notes(row, len(records), manifest, data)
@@ -291,12 +327,21 @@ def _read_run(summary: Path, data: ReportData) -> dict | None:
 # --------------------------------------------------------------------------- sweeps and checks
 
 
-def _orphan_folders(files, with_summary: set[Path], data: ReportData) -> None:
-    """Run folders with a manifest or examples but no summary: killed before their first example finished."""
+def _unsummarized_runs(files, with_summary: set[Path], data: ReportData) -> list[dict]:
+    """Run folders with a manifest or examples but no summary.json: one with records is read with its summary
+    rebuilt (_rebuilt_run); one without (killed before its first example finished) is listed as skipped."""
+    rows, seen = [], set()
     for marker in ("manifest.json", "examples.jsonl"):
         for f in files(marker):
-            if f.parent not in with_summary and not any(s.path == str(f.parent) for s in data.skipped):
+            if f.parent in with_summary or f.parent in seen:
+                continue
+            seen.add(f.parent)
+            row = _rebuilt_run(f.parent, data)
+            if row is not None:
+                rows.append(row)
+            elif not any(s.path == str(f.parent) for s in data.skipped):
                 data.skip(f.parent, unsummarized_reason(f.parent))  # records.py's, as export says it
+    return rows
 
 
 def _read_sweeps(files, with_summary: set[Path], data: ReportData) -> None:
@@ -356,11 +401,11 @@ def collect(paths: list[Path]) -> ReportData:
     data = ReportData(runs=pd.DataFrame())
     summaries = files("summary.json")
     with_summary = {s.parent for s in summaries}
-    _orphan_folders(files, with_summary, data)
-    rows = [row for row in (_read_run(s, data) for s in summaries) if row is not None]
+    rebuilt = _unsummarized_runs(files, with_summary, data)
+    rows = [row for row in (_read_run(s, data) for s in summaries) if row is not None] + rebuilt
     if rows:
         data.runs = runs_frame(rows)
     data.curves = calibration_curves(data.manifests, data.notes)
-    _read_sweeps(files, with_summary, data)
+    _read_sweeps(files, with_summary | {Path(r["run_dir"]) for r in rebuilt}, data)
     _read_checks(files, data)
     return data

@@ -46,7 +46,7 @@ def config_text(row) -> str:
 
 def unit_logs(data: ReportData, row) -> dict[str, float]:
     """A run's per-unit log throughput ratios (example id, or batch → log ratio), from its records."""
-    from specbench.measure.metrics import unit_log_ratios
+    from specbench.measure.metric_units import unit_log_ratios
 
     frame = data.examples.get(row["run_dir"]) if "run_dir" in row else None
     if frame is None or not len(frame):
