@@ -692,3 +692,32 @@ def test_runs_table_shows_the_primary_measure_and_labels_the_old_fallback(tmp_pa
     rows = {line.split(" | ")[0]: line for line in runs.splitlines() if line.startswith("| small, γ=")}
     assert rows["| small, γ=4, T=0"].count("(ratio of sums)") == 1
     assert "(ratio of sums)" not in rows["| small, γ=2, T=0"]
+
+
+def test_a_run_killed_before_its_summary_is_reported_from_its_records(tmp_path):
+    """Issue 30 item 12: a real run folder whose summary.json is gone (killed between a record's append and the
+    summary's write) is reported with the summary the resume code would rebuild (run_folder.rebuild_summary), equal
+    to the one the run wrote, and nothing is written into the folder; a folder without records is still skipped."""
+    from helpers import run_args, save_tiny
+
+    models = {"target": save_tiny(tmp_path / "m" / "target", 0), "draft": save_tiny(tmp_path / "m" / "draft", 1)}
+    task = tmp_path / "task.jsonl"
+    task.write_text("".join(json.dumps({"prompt": p, "reference": p}) + "\n" for p in ("the cat sat", "a dog ran")))
+    result = CliRunner().invoke(app, list(run_args(models, str(task), tmp_path)), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    (run,) = (tmp_path / "res").iterdir()
+    written = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").unlink()
+    before = sorted(p.name for p in run.iterdir())
+    outcome = write_report([tmp_path / "res"], tmp_path / "rep")
+    assert outcome.n_runs == 1 and outcome.skipped == [], outcome.skipped
+    assert any("rebuilt from its 2 record(s)" in n for n in outcome.notes), outcome.notes
+    assert sorted(p.name for p in run.iterdir()) == before  # the report wrote nothing into the run folder
+    row = collect([tmp_path / "res"]).runs.iloc[0]
+    for key in ("run_id", "draft", "task", "gamma", "n_examples", "complete"):
+        assert row[key] == written[key], key
+    for key in ("speedup", "speedup_geomean", "alpha", "c", "predicted_speedup"):
+        assert row[key] == pytest.approx(written[key]), key
+    (run / "examples.jsonl").write_text("")  # negative control: no record to rebuild from
+    data = collect([tmp_path / "res"])
+    assert data.runs.empty and "killed before its first example finished" in data.skipped[0].reason
