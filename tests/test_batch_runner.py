@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 import specbench.measure.runner as runner
 from specbench.cli import app
-from specbench.config import LoadSpec, RunConfig, SamplingConfig
+from specbench.config import LOAD_KEYS, LoadSpec, RunConfig, SamplingConfig
 from specbench.decoding import theory
 from specbench.errors import SpecbenchError
 from specbench.measure import metrics
@@ -33,9 +33,10 @@ def task_file(tmp_path) -> str:
 
 
 def config(task: str, **over) -> RunConfig:
+    load = dict(device="cpu") | {k: over.pop(k) for k in LOAD_KEYS if k in over}  # e.g. backend
     kw = dict(draft="tiny-draft", task=task, gamma=3, limit=5, max_new_tokens=MAX_NEW)
     kw.update(over)
-    return RunConfig(LoadSpec("tiny-target", device="cpu"), **kw)
+    return RunConfig(LoadSpec("tiny-target", **load), **kw)
 
 
 def run(cfg: RunConfig, tmp_path, **kw):
