@@ -21,7 +21,9 @@ from specbench.config import (
 from specbench.errors import SpecbenchError
 from specbench.files import atomic_write_json
 from specbench.measure.buckets import BucketChoice
-from specbench.measure.metrics import batch_prediction, json_safe, summarize
+from specbench.measure.metric_units import json_safe
+from specbench.measure.metrics import summarize
+from specbench.measure.predicted_metrics import batch_prediction
 from specbench.measure.record_checks import baseline_probe_problem, noise_probe_problem
 from specbench.measure.record_writing import prepare_run_dir
 from specbench.measure.records import read_json_object, read_records

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 
 from specbench.config import GAMMA_POLICIES
 from specbench.errors import SpecbenchError
-from specbench.measure.metrics import json_safe, summarize
+from specbench.measure.metric_units import json_safe
+from specbench.measure.metrics import summarize
 from specbench.measure.records import unsummarized_reason
 from specbench.measure.schema import Manifest
 from specbench.report.calibrations import calibration_curves
