@@ -49,7 +49,8 @@ EXAMPLE_FIELDS: tuple[FieldDoc, ...] = (
         (
             "T > 0 only (evidence/perplexity.py): `baseline` and `speculative`, each output's mean negative "
             "log-likelihood per token under the target's raw law (temperature 1, no filters; null for an "
-            "empty output); the report's perplexity equality test (Mann-Whitney U) reads them"
+            "empty output); the report's paired equivalence test of quality reads them (TOST, "
+            "evidence/perplexity.nll_equivalence)"
         ),
     ),
     FieldDoc(
