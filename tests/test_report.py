@@ -316,9 +316,10 @@ def test_speedup_tables_show_the_bootstrap_interval(shared_report):
     assert "ratio-of-sums speedup [95% CI]" in runs_section and f"| {text} |" in runs_section
     assert "| speedup (geomean) [95% CI] |" in runs_section and f"| {geo} |" in runs_section
     best = md.split("## Recommended γ")[1].split("\n## ")[0]
-    assert "its speedup (geomean) [95% CI]" in best and f"| {geo} |" in best
+    held_out = f"{r['speedup_geomean']:.2f}"  # every example alike: the other half (ex0) has the same speedup
+    assert "its speedup (geomean) [95% CI]" in best and f"| {held_out} (other half, n = 1) |" in best
     paper = md.split("## Compared with the paper")[1].split("\n## ")[0]
-    assert f"| {with_ci(r['speedup_geomean'], r['speedup_geomean_ci95'], unit='×')} |" in paper
+    assert f"| {held_out}× (other half, n = 1) |" in paper
     assert f"<td>{text}</td>" in page and f"<td>{geo}</td>" in page
     assert "## Timing warnings" not in md  # a quiet fake sweep: nothing to warn about
 
@@ -721,3 +722,27 @@ def test_a_run_killed_before_its_summary_is_reported_from_its_records(tmp_path):
     (run / "examples.jsonl").write_text("")  # negative control: no record to rebuild from
     data = collect([tmp_path / "res"])
     assert data.runs.empty and "killed before its first example finished" in data.skipped[0].reason
+
+
+def test_the_recommended_gamma_is_chosen_on_one_half_and_quoted_on_the_other(tmp_path):
+    """No winner's curse in the best-γ and paper tables: γ 2 is 2× on the examples of selection half 0 and 1× on
+    half 1, γ 1 is 1.5× on both (40 examples). Choosing on half 0 picks γ 2 and quotes its other half (about 1×),
+    not its pooled √2 ≈ 1.41× nor γ 1's 1.5×; without the records (best_gamma_rows(runs)) the old all-examples
+    pick, γ 1 at 1.5×, is the negative control."""
+    from helpers import varied_run
+
+    from specbench.measure.statistics import half_of
+
+    n = 40
+    lucky = tuple(1.0 if half_of(f"ex{i}") == 0 else 2.0 for i in range(n))  # speculative time ×2 on half 1
+    root = tmp_path / "runs"
+    varied_run(root, "g2", speedup=2.0, gamma=2, spread=lucky)
+    varied_run(root, "g1", speedup=1.5, gamma=1, spread=(1.0,) * n)
+    data = collect([root])
+    [row] = best_gamma_rows(data.runs, data)
+    assert row["measured_gamma"] == 2 and abs(row["measured_speedup"] - 1.0) < 0.05 and row["held_out"].n < n
+    [pooled] = best_gamma_rows(data.runs)
+    assert pooled["measured_gamma"] == 1 and pooled["measured_speedup"] > 1.45
+    md = (write_report([root], tmp_path / "rep").out / "report.md").read_text()
+    best = md.split("## Recommended γ")[1].split("\n## ")[0]
+    assert f"(other half, n = {row['held_out'].n})" in best and "on one half of the examples" in best
