@@ -32,6 +32,8 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
+from specbench.measure.schema import Summary
+
 console = Console(stderr=True)
 out = Console()
 
@@ -333,10 +335,10 @@ def rows_table(rows: list[dict], title: str) -> Table:
     return table
 
 
-def warn_if_noisy(summary: dict, label: str = "") -> None:
+def warn_if_noisy(summary: Summary, label: str = "") -> None:
     """One warning line per run whose noise checks fired (the summary's suspect_timing)."""
-    if summary.get("suspect_timing"):
-        notes = "; ".join(summary.get("timing_notes") or [])
+    if summary.suspect_timing:
+        notes = "; ".join(summary.timing_notes or [])
         warn(f"{label}timings look disturbed ({notes}); the speedup is not trustworthy: rerun on an idle machine")
 
 

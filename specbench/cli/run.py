@@ -50,6 +50,7 @@ from specbench.cli.output import (
     warn_if_noisy,
 )
 from specbench.config import LoadSpec, RunConfig, SamplingConfig, parse_gamma
+from specbench.measure.schema import SUMMARY_NAMES, Summary
 from specbench.measure.schema_doc import run_table_rows
 from specbench.measure.summary_field_docs import SUMMARY_FIELDS
 from specbench.models import DEFAULT_DRAFT, DEFAULT_TARGET
@@ -169,8 +170,9 @@ def run(
         setup.done()
     print_context(plan)
     outcome = measure_with_progress(plan)
-    print_summary(outcome, as_json, verbose)
-    warn_if_noisy(outcome.summary)
+    summary = Summary.from_dict(outcome.summary)  # read by attribute from here on: a renamed field fails mypy
+    print_summary(outcome, summary, as_json, verbose)
+    warn_if_noisy(summary)
     if auto_control:
         run_auto_control(plan, config, results_dir, outcome.summary)
 
@@ -236,19 +238,19 @@ def measure_with_progress(plan):
         return measure(plan, on_start=on_start, on_example=on_example)
 
 
-def print_summary(outcome, as_json: bool, verbose: bool = False) -> None:
+def print_summary(outcome, summary: Summary, as_json: bool, verbose: bool = False) -> None:
+    """--json: summary.json as written (every key, in schema order); else the table and the lines below it."""
     if as_json:
         out.print_json(json.dumps(outcome.summary))
         return
-    summary = outcome.summary
     out.print(summary_table(summary, verbose))
     line = prediction_line(summary)
     if line:
         out.print(line, highlight=False)
-    if summary.get("identity_line"):
-        floor = summary.get("numerics_floor")
+    if summary.identity_line:
+        floor = summary.numerics_floor
         out.print(
-            f"greedy identity: {summary['identity_line']}"
+            f"greedy identity: {summary.identity_line}"
             + (
                 f" (numerics floor: {floor:.1%} of positions flip under verify-shaped passes)"
                 if floor is not None
@@ -277,32 +279,33 @@ def with_unit(value, unit: str) -> str:
     return fmt(value)
 
 
-def cell(summary: dict, key: str) -> str:
+def cell(summary: Summary, key: str) -> str:
     """A table cell: the value in its unit, its `<key>_ci95` interval beside it when the summary has one, a list's
-    entries."""
-    value, unit = summary.get(key), UNITS.get(key, "")
+    entries. `key` is a Summary field named by the run table's rows (schema_doc.run_table_rows)."""
+    value, unit = getattr(summary, key), UNITS.get(key, "")
     if isinstance(value, list) and all(isinstance(v, (int, float, type(None))) for v in value):
         return "—" if not value else ", ".join(fmt(v, 2) for v in value[:8]) + (" …" if len(value) > 8 else "")
-    interval = summary.get(f"{key}_ci95")
+    has_interval = f"{key}_ci95" in SUMMARY_NAMES
+    interval = getattr(summary, f"{key}_ci95") if has_interval else None
     bounds = interval if isinstance(interval, list) and len(interval) == 2 else [None, None]
     if all(isinstance(b, (int, float)) and b == b for b in bounds) and value is not None:
         return f"{with_unit(value, unit)} ({with_unit(bounds[0], unit)} – {with_unit(bounds[1], unit)})"
-    if f"{key}_ci95" in summary and summary.get("interval_note") and value is not None:
+    if has_interval and summary.interval_note and value is not None:
         return f"{with_unit(value, unit)} (no interval: too few examples)"  # interval_note, under --verbose/--json
     return with_unit(value, unit)
 
 
-def prediction_line(summary: dict) -> str | None:
+def prediction_line(summary: Summary) -> str | None:
     """One line setting the prediction beside the measurement, saying which prediction it is."""
-    measured = summary.get("speedup_geomean") or summary.get("speedup")
+    measured = summary.speedup_geomean or summary.speedup
     if measured is None:
         return None
-    auto = summary.get("auto_predicted_speedup")
+    auto = summary.auto_predicted_speedup
     if auto is not None:
-        low_high = summary.get("auto_predicted_interval") or [None, None]
+        low_high: list = summary.auto_predicted_interval or [None, None]
         interval = f", 95 % {low_high[0]:.2f}–{low_high[1]:.2f}" if None not in low_high else ""
         return f"predicted before timing (auto): {auto:.2f}×{interval}; measured {measured:.2f}×"
-    paper, priced, cost = (summary.get(k) for k in ("predicted_speedup", "predicted_speedup_extended", "verify_cost"))
+    paper, priced, cost = summary.predicted_speedup, summary.predicted_speedup_extended, summary.verify_cost
     if priced is not None and cost is not None:
         paper_note = f"; the paper's formula, which prices it as one, says {paper:.2f}×" if paper is not None else ""
         return (
@@ -314,12 +317,11 @@ def prediction_line(summary: dict) -> str | None:
     return f"predicted {paper:.2f}× by the paper's formula from the measured α and draft cost; measured {measured:.2f}×"
 
 
-def summary_table(summary: dict, verbose: bool = False) -> Table:
-    batched = (summary.get("batch_size") or 1) > 1
-    batch = f", batch {summary['batch_size']} {summary.get('batch_policy')}" if batched else ""
+def summary_table(summary: Summary, verbose: bool = False) -> Table:
+    batched = (summary.batch_size or 1) > 1
+    batch = f", batch {summary.batch_size} {summary.batch_policy}" if batched else ""
     title = (
-        f"{summary['run_id']}  ({summary['n_examples']} examples; {summary.get('draft')}, "
-        f"γ {summary.get('gamma')}, {summary.get('dtype')}{batch})"
+        f"{summary.run_id}  ({summary.n_examples} examples; {summary.draft}, γ {summary.gamma}, {summary.dtype}{batch})"
     )
     table = Table(title=title, show_header=True)
     table.add_column("metric")
@@ -327,10 +329,10 @@ def summary_table(summary: dict, verbose: bool = False) -> Table:
     if verbose:
         table.add_column("key")
     for key, label in run_table_rows(batch=batched, verbose=verbose):
-        if key == "greedy_identity" and summary.get(key) is None:
+        if key == "greedy_identity" and summary.greedy_identity is None:
             continue  # sampling: no identity to show
         table.add_row(label, cell(summary, key), *([key] if verbose else []))
-    quality = summary.get("quality")
+    quality = summary.quality
     for key, value in quality["baseline"].items() if quality else []:
         if isinstance(value, float):
             table.add_row(

@@ -45,6 +45,7 @@ from specbench.cli.output import (
     say,
     warn_if_noisy,
 )
+from specbench.measure.schema import Summary
 from specbench.models import DEFAULT_DRAFT, DEFAULT_TARGET
 
 Targets = Annotated[
@@ -262,7 +263,7 @@ def sweep(
     out.print(cells_table(outcome))
     out.print(f"results: {outcome.root}   (report: specbench report {outcome.root})")
     for c in outcome.cells:
-        warn_if_noisy(c.summary, f"{c.cell_id}: ")
+        warn_if_noisy(Summary.from_dict(c.summary), f"{c.cell_id}: ")
 
 
 def sweep_with_progress(grid, results_dir: str | Path, sweep_id: str | None, executor=None, max_cells=None):
@@ -304,16 +305,17 @@ def sweep_with_progress(grid, results_dir: str | Path, sweep_id: str | None, exe
             bar.stop()
 
 
-def primary_speedup(summary: dict) -> tuple[str, str]:
+def primary_speedup(summary: Summary) -> tuple[str, str]:
     """(speedup, 95 % interval) cells: the geometric mean and its BCa interval ("n < MIN_INTERVAL_N" where too few give
     none); a summary from before the primary measure shows its ratio of sums, labelled so."""
     from specbench.measure.statistics import MIN_INTERVAL_N
 
-    if "speedup_geomean" not in summary:
-        return f"{fmt(summary.get('speedup'))} (ratio of sums)", fmt(summary.get("speedup_ci95"), 2)
-    if summary.get("interval_note"):
-        return fmt(summary["speedup_geomean"]), f"n < {MIN_INTERVAL_N}"
-    return fmt(summary["speedup_geomean"]), fmt(summary.get("speedup_geomean_ci95"), 2)
+    # before the primary measure: neither field written (since, the interval is always a list, [null, null] at worst)
+    if summary.speedup_geomean is None and summary.speedup_geomean_ci95 is None:
+        return f"{fmt(summary.speedup)} (ratio of sums)", fmt(summary.speedup_ci95, 2)
+    if summary.interval_note:
+        return fmt(summary.speedup_geomean), f"n < {MIN_INTERVAL_N}"
+    return fmt(summary.speedup_geomean), fmt(summary.speedup_geomean_ci95, 2)
 
 
 def cells_table(outcome) -> Table:
@@ -324,14 +326,14 @@ def cells_table(outcome) -> Table:
     for col in CELL_COLUMNS:
         table.add_column(col, justify="right", no_wrap=True)
     for c in outcome.cells:
-        s = c.summary
+        s = Summary.from_dict(c.summary)  # read by attribute: a renamed field fails mypy instead of printing "—"
         table.add_row(
             c.cell_id,
-            fmt(s.get("n_examples")),
-            fmt(s.get("alpha")),
+            fmt(s.n_examples),
+            fmt(s.alpha),
             *primary_speedup(s),
-            fmt(s.get("predicted_speedup")),
-            fmt(s.get("predicted_speedup_extended")),
-            "suspect" if s.get("suspect_timing") else "ok",
+            fmt(s.predicted_speedup),
+            fmt(s.predicted_speedup_extended),
+            "suspect" if s.suspect_timing else "ok",
         )
     return table
