@@ -145,21 +145,35 @@ def test_flagged_runs_stay_in_and_the_verdict_says_when_leaving_them_out_changes
     assert c.verdict.startswith(FAILS) and f"without the 1 flagged run(s): {UNTESTED}" in c.verdict, c
 
 
-def test_larger_models_benefit_more_reads_parameter_counts(tmp_path):
+def test_larger_models_benefit_more_within_one_family(tmp_path):
+    """Targets of one family (one vocabulary: the Qwen2.5-Coder pair) are compared; a model of another family
+    (SmolLM2) is shown beside them and never compared, however its speedup reads."""
     root = tmp_path / "runs"
-    model = lambda spec, n: {"models": {"target": {"spec": spec, "params": n, "dtype": "bfloat16", "device": "cpu"}}}
-    small = dict(target="smollm2-135m", manifest_extra=model("smollm2-135m", 135e6))
-    big = dict(target="qwen-1.5b", manifest_extra=model("qwen-1.5b", 1.5e9))
+
+    def model(spec, n, vocab):
+        target = {"spec": spec, "params": n, "vocab_size": vocab, "dtype": "bfloat16", "device": "cpu"}
+        return {"models": {"target": target}}
+
+    small = dict(target="qwen-0.5b", manifest_extra=model("qwen-0.5b", 0.5e9, 151936))
+    big = dict(target="qwen-1.5b", manifest_extra=model("qwen-1.5b", 1.5e9, 151936))
+    other = dict(target="smollm2-135m", manifest_extra=model("smollm2-135m", 135e6, 49152))
     varied_run(root, "small", speedup=1.3, spread=noisy(seed=1), **small)
     varied_run(root, "big", speedup=2.2, spread=noisy(seed=2), **big)
+    varied_run(root, "other", speedup=3.0, spread=noisy(seed=3), **other)  # would fail the claim if compared
     c = by_claim(root)["Larger"]
     assert c.verdict.startswith(HOLDS), c
-    assert "smollm2-135m (135M) 1.3" in c.numbers and "qwen-1.5b (1,500M) 2.2" in c.numbers
-    assert "chosen on half of the examples" in c.numbers and "qwen-1.5b vs smollm2-135m (ende)" in c.numbers
+    assert "qwen-0.5b (500M) 1.30×" in c.numbers and "qwen-1.5b (1,500M) 2.19×" in c.numbers
+    assert "qwen-1.5b vs qwen-0.5b (ende)" in c.numbers and "smollm2" not in c.numbers.split("beside")[0]
+    assert "beside, not compared (no other target of its family): smollm2-135m (135M) 3.0" in c.numbers
+    assert "all of them for a target run in one configuration" in c.numbers
     flipped = tmp_path / "flipped"
     varied_run(flipped, "small", speedup=2.2, spread=noisy(seed=1), **small)
     varied_run(flipped, "big", speedup=1.3, spread=noisy(seed=2), **big)
     assert by_claim(flipped)["Larger"].verdict.startswith(FAILS)
+    apart = tmp_path / "apart"  # negative control: two families only, so nothing to compare
+    varied_run(apart, "big", speedup=2.2, spread=noisy(seed=2), **big)
+    varied_run(apart, "other", speedup=1.3, spread=noisy(seed=3), **other)
+    assert by_claim(apart)["Larger"].verdict.startswith(UNTESTED)
 
 
 def test_perplexity_claim_and_table_give_one_paired_tost_verdict(tmp_path):

@@ -163,6 +163,21 @@ def target_params(data) -> dict[str, float]:
     return out
 
 
+def target_families(data) -> dict[str, int]:
+    """target → its family, as far as the manifests can tell: the size of its vocabulary (models.target.vocab_size).
+    Models of one family share a tokenizer (Qwen2.5-Coder 0.5B and 1.5B: 151,936 ids; SmolLM2: 49,152), so the
+    size claim compares targets within one vocabulary only; a model of another family is shown beside them."""
+    out: dict[str, int] = {}
+    for _, r in data.runs.iterrows():
+        manifest = data.manifests.get(r["run_dir"])
+        model = (manifest.models if manifest is not None else None) or {}
+        target = model.get("target") if isinstance(model.get("target"), dict) else {}
+        vocab = num(target.get("vocab_size"))
+        if not math.isnan(vocab):
+            out[str(r["target"])] = int(vocab)
+    return out
+
+
 def perplexity_rows(data, margin: float | None = None) -> list[dict]:
     """One row per T > 0 run whose records carry `nll` scores: the paired equivalence test of its per-example mean
     NLLs (evidence/perplexity.nll_equivalence: a TOST against ±margin nats/token, perplexity.MARGIN by default;

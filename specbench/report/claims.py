@@ -27,7 +27,15 @@ import math
 from dataclasses import dataclass, replace
 
 from specbench.measure import statistics as st
-from specbench.report.analysis import AXES, axis_column, axis_sort_key, axis_text, perplexity_rows, target_params
+from specbench.report.analysis import (
+    AXES,
+    axis_column,
+    axis_sort_key,
+    axis_text,
+    perplexity_rows,
+    target_families,
+    target_params,
+)
 from specbench.report.collect import ReportData
 from specbench.report.selection import (
     config_text,
@@ -54,8 +62,9 @@ COMMANDS = {
     ),
     "batch_size": "specbench sweep --batch-size 1,2,4,8 --gamma 4 --limit 160",
     "target": (
-        "specbench setup --target qwen2.5-coder-1.5b, then specbench sweep --pair smollm2-135m:prompt-lookup "
-        "--pair qwen2.5-coder-1.5b:prompt-lookup --dtype bfloat16 --gamma 4 --limit 40"
+        "specbench setup --target qwen2.5-coder-1.5b and --target qwen2.5-coder-0.5b, then specbench sweep "
+        "--pair qwen2.5-coder-0.5b:prompt-lookup --pair qwen2.5-coder-1.5b:prompt-lookup --dtype bfloat16 --gamma 4 "
+        "--limit 40"
     ),
     "perplexity": "specbench sweep --temperature 1 --gamma 4 --limit 32",
 }
@@ -271,7 +280,10 @@ def size_picks(data: ReportData, runs, params: dict[str, float]) -> list[tuple[s
     for task, g in runs.groupby("task", sort=True):
         picks = []
         for target, t in g.groupby("target", sort=True):
-            found = select_then_confirm(data, t) if str(target) in params else None
+            if str(target) not in params:
+                continue
+            # one configuration: nothing is selected, so every example confirms (no winner's curse to avoid)
+            found = (t.iloc[0], unit_logs(data, t.iloc[0]), 1) if len(t) == 1 else select_then_confirm(data, t)
             if found is not None:
                 picks.append(found)
         if len(picks) >= 2:
@@ -289,30 +301,48 @@ def size_cells(data: ReportData, params: dict[str, float]) -> list[tuple[str, li
 
 
 def size_claim(runs, params: dict[str, float], data: ReportData, margin: float) -> Claim:
-    """Per task, each target's best configuration chosen on one half of the examples; the larger target's speedup
-    over the smaller's on the other half, paired by example. Holds when every such ratio's one-sided 95 % lower
-    bound is > 1; does not hold when a Holm-adjusted one-sided upper bound is below 1+δ (no larger gain beyond δ)."""
-    claim = "Larger target models benefit more"
+    """Per task and per model family (analysis.target_families: one vocabulary), each target's best configuration
+    chosen on one half of the examples (all of them when it ran one); the larger target's speedup over the smaller's
+    on the confirming examples, paired by example. Targets of different families are never compared (a family's
+    draft and tokenizer differ, so the ratio would not be the size's); a target alone in its family is shown beside.
+    Holds when every ratio's one-sided 95 % lower bound is > 1; does not hold when a Holm-adjusted one-sided upper
+    bound is below 1+δ (no larger gain beyond δ)."""
+    claim = "Larger target models benefit more (within one model family)"
+    families = target_families(data)
     pairs, parts = [], []
     for task, picks in size_picks(data, runs, params):
-        for (small, s_logs, _), (big, b_logs, _) in zip(picks, picks[1:]):
-            label = f"{big['target']} vs {small['target']} ({task})"
-            pairs.append((label, st.compare(b_logs, s_logs, label)))
-        parts.append(
-            f"{task}: "
-            + " vs ".join(
+        by_family: dict[object, list] = {}
+        for pick in picks:
+            by_family.setdefault(families.get(str(pick[0]["target"])), []).append(pick)
+
+        def shown(group):
+            return " vs ".join(
                 f"{r['target']} ({params[str(r['target'])] / 1e6:,.0f}M) "
                 f"{estimate_text(st.geometric_mean(list(c.values())))}"
-                for r, c, _ in picks
+                for r, c, _ in group
             )
-        )
+
+        compared = [g for fam, g in by_family.items() if fam is not None and len(g) >= 2]
+        beside = [p for fam, g in by_family.items() if fam is None or len(g) < 2 for p in g]
+        for group in compared:
+            for (small, s_logs, _), (big, b_logs, _) in zip(group, group[1:]):
+                label = f"{big['target']} vs {small['target']} ({task})"
+                pairs.append((label, st.compare(b_logs, s_logs, label)))
+        text = "; ".join(shown(g) for g in compared)
+        if beside:
+            text += ("; " if text else "") + "beside, not compared (no other target of its family): " + shown(beside)
+        parts.append(f"{task}: {text}")
     if not pairs:
         return Claim(
-            claim, untested("target", "no task was run with two targets of known size"), "—", "speedup_by_target"
+            claim,
+            untested("target", "no task was run with two targets of one family (same vocabulary) and known size"),
+            "; ".join(parts) or "—",
+            "speedup_by_target",
         )
     v = st.directional(pairs, 1.0, 1 + margin)
     numbers = (
-        "each target's best configuration chosen on half of the examples, compared on the other half: "
+        "each target's best configuration chosen on half of the examples (all of them for a target run in one "
+        "configuration), compared on the others within its family: "
         + "; ".join(parts)
         + "; ratios "
         + "; ".join(comparison_text(c) for _, c in pairs)
