@@ -611,7 +611,7 @@ def test_speedup_figure_has_error_bars_and_draws_flagged_cells_hollow(tmp_path):
     assert [list(ln.get_xdata()) for ln in hollow] == [[4]]  # only the flagged γ
     md, _ = read(write_report([root], tmp_path / "rep").out)
     caption = md.split("![Speedup vs γ](figures/speedup_vs_gamma.png)")[1].split("\n\n")[1]
-    assert "Hollow grey markers" in caption and "(g4)" in caption and "95% BCa bootstrap interval" in caption
+    assert "Hollow grey markers" in caption and "(g4)" in caption and "95% Student t interval" in caption
 
 
 def test_quality_axis_reads_bleu_and_versions_read_as_words(tmp_path):

@@ -306,7 +306,7 @@ def sweep_with_progress(grid, results_dir: str | Path, sweep_id: str | None, exe
 
 
 def primary_speedup(summary: Summary) -> tuple[str, str]:
-    """(speedup, 95 % interval) cells: the geometric mean and its BCa interval ("n < MIN_INTERVAL_N" where too few give
+    """(speedup, 95 % interval) cells: the geometric mean and its t interval ("n < MIN_INTERVAL_N" where too few give
     none); a summary from before the primary measure shows its ratio of sums, labelled so."""
     from specbench.measure.statistics import MIN_INTERVAL_N
 

@@ -106,8 +106,8 @@ def bootstrap_speedup_ci(
     seed: int = 0,
 ) -> list[float]:
     """Percentile-bootstrap interval of the ratio-of-sums speedup, resampling examples with replacement
-    (statistics.bootstrap_interval). Kept beside the primary measure's BCa interval for older readers; the
-    coverage study (docs/statistics.md) found it covering less than the BCa one at small n."""
+    (statistics.bootstrap_interval). Kept beside the primary measure's t interval for older readers; the
+    coverage study (docs/statistics.md) found it covering less than the t one at small n."""
     from specbench.measure.statistics import bootstrap_interval, log_ratio_of_sums
 
     cols = per_example_speedups(records, decode_only)  # per example, or per batch (the timing unit)

@@ -177,7 +177,7 @@ class Summary:
     # the primary measure and its companions (measure/statistics.py; docs/statistics.md):
     speedup_geomean: float | None = None  # PRIMARY: geometric mean over examples of each one's throughput ratio
     speedup_geomean_ci95: list[float | None] | None = (
-        None  # its 95 % BCa interval over examples; null below statistics.MIN_INTERVAL_N (interval_note says so)
+        None  # its 95 % Student t interval over examples; null below statistics.MIN_INTERVAL_N (interval_note says so)
     )
     slower_share: float | None = None  # share of examples slower than plain decoding (their own ratio < 1)
     slower_share_ci95: list[float | None] | None = None  # its 95 % Clopper–Pearson interval
@@ -188,7 +188,7 @@ class Summary:
     time_ratio_ci95: list[float | None] | None = None  # its paired 95 % BCa interval; null below MIN_INTERVAL_N
     identical_examples: int | None = None  # examples whose speculative tokens equal the baseline's (B = 1 only)
     speedup_identical: float | None = None  # the primary measure over the identical examples only
-    speedup_identical_ci95: list[float | None] | None = None  # its 95 % BCa interval; null below MIN_INTERVAL_N
+    speedup_identical_ci95: list[float | None] | None = None  # its 95 % t interval; null below MIN_INTERVAL_N
     interval_note: str | None = None  # why the intervals above are null (too few examples), else null
     measures_disagree: list[str] | None = (
         None  # pairs of the measures above (and speedup) whose 95 % intervals do not overlap; [] when none

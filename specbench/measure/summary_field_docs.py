@@ -133,7 +133,7 @@ SUMMARY_FIELDS: tuple[FieldDoc, ...] = (
     FieldDoc(
         "speedup_geomean_ci95",
         "[low, high]",
-        ("its 95 % BCa interval over examples; null below statistics.MIN_INTERVAL_N (interval_note says so)"),
+        ("its 95 % Student t interval over examples; null below statistics.MIN_INTERVAL_N (interval_note says so)"),
     ),
     FieldDoc("slower_share", "share", "share of examples slower than plain decoding (their own ratio < 1)"),
     FieldDoc("slower_share_ci95", "[low, high]", "its 95 % Clopper–Pearson interval"),
@@ -146,7 +146,7 @@ SUMMARY_FIELDS: tuple[FieldDoc, ...] = (
     FieldDoc("time_ratio_ci95", "[low, high]", "its paired 95 % BCa interval; null below MIN_INTERVAL_N"),
     FieldDoc("identical_examples", "", "examples whose speculative tokens equal the baseline's (B = 1 only)"),
     FieldDoc("speedup_identical", "×", "the primary measure over the identical examples only"),
-    FieldDoc("speedup_identical_ci95", "[low, high]", "its 95 % BCa interval; null below MIN_INTERVAL_N"),
+    FieldDoc("speedup_identical_ci95", "[low, high]", "its 95 % t interval; null below MIN_INTERVAL_N"),
     FieldDoc("interval_note", "", "why the intervals above are null (too few examples), else null"),
     FieldDoc(
         "measures_disagree",

@@ -136,7 +136,7 @@ def speedup_claim(runs, data: ReportData, margin: float) -> Claim:
     est = st.geometric_mean(list(confirm.values()), min_n=st.MIN_VERDICT_N)
     numbers = (
         f"best of {k} run(s), chosen on half of each run's examples: {config_text(row)}; on the other half "
-        f"{estimate_text(est)} (geometric mean of per-example speedups, 95 % BCa)"
+        f"{estimate_text(est)} (geometric mean of per-example speedups, 95 % t interval)"
     )
     verdict = {
         HOLDS: f"{HOLDS}: the confirming half's one-sided 95 % lower bound is ≥ {threshold:.2f}× (2× within δ)",
@@ -293,7 +293,7 @@ def size_picks(data: ReportData, runs, params: dict[str, float]) -> list[tuple[s
 
 def size_cells(data: ReportData, params: dict[str, float]) -> list[tuple[str, list]]:
     """For the figure, per task: each target's pick (size_picks) with the geometric mean of its other half
-    (statistics.geometric_mean: value and 95 % BCa interval), so the bar is not the pick's own lucky figure."""
+    (statistics.geometric_mean: value and 95 % t interval), so the bar is not the pick's own lucky figure."""
     return [
         (task, [(row, st.geometric_mean(list(logs.values()))) for row, logs, _ in picks])
         for task, picks in size_picks(data, data.runs, params)

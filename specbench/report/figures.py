@@ -35,18 +35,18 @@ PASS_COST_CAPTION = (
 SPEEDUP_CAPTION = (
     "Solid: measured speedup, the geometric mean over examples of each example's speedup (the primary measure). "
     "Dashed: Theorem 3.8 from the measured α and c. Dash-dot: the extended model, which also charges the measured "
-    "cost of verifying γ+1 tokens. Grey line: no speedup. Bars: the 95% BCa bootstrap interval over examples. Runs "
+    "cost of verifying γ+1 tokens. Grey line: no speedup. Bars: the 95% Student t interval over examples. Runs "
     "with a γ policy (adaptive, heuristic) are not drawn here; see Recommended γ."
 )
 AXIS_CAPTION = (
     "Each line: one configuration (target, draft, γ, T, task) run at several values of this axis and nothing else "
-    "changed; points: geometric mean of per-example speedups; bars: 95% BCa bootstrap intervals over examples. "
+    "changed; points: geometric mean of per-example speedups; bars: 95% Student t intervals over examples. "
     "Whether the gains are consistent is judged in the claims table by paired intervals of the ratios."
 )
 TARGET_CAPTION = (
     "Each target model's best configuration on each task it ran, smallest model first, chosen on one half of the "
     "examples (split by a hash of each example id) and drawn with the other half's speedup (geometric mean of "
-    "per-example speedups; bars: its 95% BCa interval), so the luck of the pick does not inflate the bar. The "
+    "per-example speedups; bars: its 95% t interval), so the luck of the pick does not inflate the bar. The "
     "paper expects larger targets (slower passes, same draft cost) to gain more."
 )
 PERPLEXITY_CAPTION = (
@@ -76,7 +76,7 @@ QUALITY_CAPTION = (
 
 BATCH_CAPTION = (
     "Solid: measured speedup at each batch size, the geometric mean over batches (at B = 1 over examples) of each "
-    "one's tokens/s of batched speculative decoding ÷ the batched baseline's, with its 95 % BCa bootstrap interval, "
+    "one's tokens/s of batched speculative decoding ÷ the batched baseline's, with its 95 % Student t interval, "
     "per draft, γ and batch policy (ragged: each "
     "row keeps its own accepted prefix; min: every row advances by the batch's minimum); hollow grey points had "
     "suspect timings. Dotted: the measured decode speedup (prefill excluded). Dashed: the batch cost model's "
@@ -152,7 +152,7 @@ def _claim_figures(
 PREDICTION_CAPTION = (
     "Each auto run's end-to-end speedup predicted before timing (x: on pilot examples that did not choose the "
     "configuration, with its 95 % prediction interval) against the speedup it measured (y: geometric mean over "
-    "examples, BCa 95 % interval). On the diagonal the prediction was right; the band is ±10 %."
+    "examples, 95 % t interval). On the diagonal the prediction was right; the band is ±10 %."
 )
 
 

@@ -36,7 +36,7 @@ def headline(data: ReportData) -> str:
         text = (
             f"Best configuration found (chosen on half of the examples of {k} run(s)): {config_text(best)}, "
             f"{best.get('max_new_tokens')} new tokens: speedup {estimate_text(est)} on the other half over the "
-            f"target alone (geometric mean of per-example speedups, 95 % BCa interval)."
+            f"target alone (geometric mean of per-example speedups, 95 % t interval)."
         )
     suspect = int(runs["timing_suspect"].astype(bool).sum()) if "timing_suspect" in runs else 0
     if suspect:

@@ -63,7 +63,7 @@ RUNS_TEXT = (
     "α = accepted / acceptance trials; c = draft cost per token over target cost per token; "
     "verify = cost of one target pass over γ+1 tokens in single-token passes; speedup (geomean) = the "
     "primary measure: the geometric mean over examples of each example's speculative tokens/s over its "
-    "baseline tokens/s, prefill included, with its 95 % BCa bootstrap interval (a summary written before it "
+    "baseline tokens/s, prefill included, with its 95 % Student t interval (a summary written before it "
     "existed shows its ratio of sums instead, labelled so; the ratio of sums of every run is under Every other "
     "column). Predictions use each run's measured α, c "
     "(Theorem 3.8) and also its measured verify cost (extended). Decode: the speedup of the decode "
@@ -85,7 +85,7 @@ IDENTITY_TEXT = (
 BEST_GAMMA_TEXT = (
     "Measured: the γ with the largest measured speedup (geometric mean of per-example speedups) on one half of "
     "the examples (split by a hash of each example id), quoted with the other half's geometric mean and its 95 % "
-    "BCa interval, so the luck of the pick does not inflate it (where the runs have no per-example records: "
+    "t interval, so the luck of the pick does not inflate it (where the runs have no per-example records: "
     "chosen and quoted on all examples, without 'other half'). Theorem 3.8: the γ maximising (1−α^(γ+1))/((1−α)(γc+1)) "
     "with α and c pooled over the γ cells (mean); only γ within the measured range are recommended, and where "
     "the theorem's optimum over 1..64 lies outside it, the table says so beside the best γ inside the range. "
@@ -103,7 +103,7 @@ PAPER_TEXT = (
     "half's speedup (as in Recommended γ). The paper's target is an 11B T5 on a TPU; ours is "
     "whatever these runs used (see Setup), so compare trends (α by draft and temperature, the "
     "α–cost trade-off), not absolute speedups. Our speedups are geometric means of per-example speedups "
-    "with their 95 % BCa bootstrap interval over examples in brackets."
+    "with their 95 % Student t interval over examples in brackets."
 )
 CLAIMS_TEXT = (
     "The seed paper's claims, each judged on these runs and this hardware by paired intervals over examples "

@@ -189,7 +189,7 @@ def fig_targets(cells: list[tuple[str, list]], params: dict[str, float]) -> obje
     ax.axhline(1.0, color="0.4", lw=0.8)
     ax.set_xticks([t for t, _ in ticks], [label for _, label in ticks], fontsize=8)
     ax.set_ylabel("best configuration's speedup on held-out examples (×)")
-    ax.set_title("Best speedup per target model, confirmed on the other half (bars: 95% BCa CI)")
+    ax.set_title("Best speedup per target model, confirmed on the other half (bars: 95% t CI)")
     return fig
 
 
