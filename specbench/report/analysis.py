@@ -171,8 +171,8 @@ def target_families(data) -> dict[str, int]:
     for _, r in data.runs.iterrows():
         manifest = data.manifests.get(r["run_dir"])
         model = (manifest.models if manifest is not None else None) or {}
-        target = model.get("target") if isinstance(model.get("target"), dict) else {}
-        vocab = num(target.get("vocab_size"))
+        target = model.get("target")
+        vocab = num(target.get("vocab_size")) if isinstance(target, dict) else float("nan")
         if not math.isnan(vocab):
             out[str(r["target"])] = int(vocab)
     return out
