@@ -157,9 +157,10 @@ def load(page: Path, profile: Path) -> tuple[list[str], dict, bytes]:
 
 
 def rich_results(root: Path) -> None:
-    """Runs that fill most claim rows: lengths, two targets of known size, T = 1 with NLL scores, one suspect run."""
-    model = lambda spec, n: {
-        "models": {"target": {"spec": spec, "params": n, "dtype": "bfloat16", "device": "cpu"}},
+    """Runs that fill most claim rows: lengths, two targets of one family (Qwen2.5-Coder 0.5B and 1.5B) with SmolLM2
+    beside them, T = 1 with NLL scores, one suspect run."""
+    model = lambda spec, n, vocab: {
+        "models": {"target": {"spec": spec, "params": n, "vocab_size": vocab, "dtype": "bfloat16", "device": "cpu"}},
         "hardware": {
             "cpu_model": "AMD EPYC 7B13",
             "isa_flags": ["avx2", "avx512_bf16"],
@@ -171,7 +172,18 @@ def rich_results(root: Path) -> None:
             "machine": "x86_64",
         },
     }
-    small, big = model("smollm2-135m", 135e6), model("qwen2.5-coder-1.5b", 1.54e9)
+    small, big = model("smollm2-135m", 135e6, 49152), model("qwen2.5-coder-1.5b", 1.54e9, 151936)
+    varied_run(
+        root,
+        "qwen05-g4",
+        speedup=1.5,
+        target="qwen2.5-coder-0.5b",
+        draft="prompt-lookup",
+        task="aclsum",
+        gamma=4,
+        manifest_extra=model("qwen2.5-coder-0.5b", 0.49e9, 151936),
+        text="qwen 0.5b output",
+    )
     for n, s in ((16, 1.2), (64, 1.35), (256, 1.5)):
         varied_run(
             root,
