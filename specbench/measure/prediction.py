@@ -58,6 +58,17 @@ def loop_verify_factor(verify_s: float, pass_lengths: list[int], bare_ms: dict[i
     return verify_s / bare if bare > 0 and verify_s > 0 else 1.0
 
 
+def loop_verify_ratio(verify_s: float, pass_lengths: list[int], bare_ms: dict[int, float], step_ms: float) -> float:
+    """The real loop's verify time ÷ what its own plain step would cost for passes of those sizes, the bare curve
+    giving only the shape t(k)/t(1): verify_s ÷ Σ step_ms·t(k)/t(1). A ratio of two loop timings taken seconds apart,
+    so the machine's drift since the bare calibration cancels (1.0 when nothing to compare)."""
+    t1 = bare_ms.get(1, 0.0)
+    if not (t1 > 0 and step_ms > 0):
+        return 1.0
+    expected = sum(step_ms * bare_ms[k] / t1 for k in pass_lengths if k in bare_ms) / 1e3
+    return verify_s / expected if expected > 0 and verify_s > 0 else 1.0
+
+
 def example_times(trace: Trace, steps: list[Step], draft: str, costs: LoopCosts, scale: float) -> tuple[float, float]:
     """(baseline ms, speculative ms) of one example under one configuration (pure). `scale`: this dtype's step
     and prefill over the pilot dtype's (the traces were decoded in one dtype)."""
