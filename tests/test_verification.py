@@ -67,6 +67,7 @@ def checks(pair):
         eos_ids=EOS,
         step_samples=1_000,
         control_samples=0,
+        pair_step_samples=1_000,
         seed=0,
     )
 
@@ -355,6 +356,7 @@ def test_every_control_fails_through_run_checks_at_the_default_sampling(sharp_ta
         eos_ids=EOS,
         step_samples=3_000,
         control_samples=2_000,
+        pair_step_samples=3_000,
         hf_generate=False,
     )
     controls = [c for c in checks if c.kind == "control"]

@@ -118,7 +118,8 @@ def test_verify_command_on_llama_cpp(tmp_path, monkeypatch, gguf):
     task.write_text(json.dumps({"prompt": "the cat sat on the mat and the cat sat on the", "reference": "x"}) + "\n")
     args = ["verify", "--engine", "llama-cpp", "--threads", "1", "--target", gguf, "--task", str(task)]
     args += ["--draft", "prompt-lookup", "--gamma", "2", "--limit", "1", "--n-samples", "30", "--length", "2"]
-    args += ["--step-samples", "3000", "--control-samples", "2000", "--results-dir", str(tmp_path / "res"), "--json"]
+    args += ["--step-samples", "3000", "--pair-step-samples", "3000", "--control-samples", "2000"]
+    args += ["--results-dir", str(tmp_path / "res"), "--json"]
     result = CliRunner().invoke(app, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     (folder,) = (tmp_path / "res").iterdir()

@@ -67,6 +67,7 @@ def run_checks(
     seed: int = 0,
     step_samples: int = 100_000,
     control_samples: int = 20_000,
+    pair_step_samples: int = 10_000,
     step_length: int = 2,
     hf_generate: bool = True,
     max_cells: int = 4096,
@@ -79,10 +80,10 @@ def run_checks(
        exact laws plus `step_samples` draws through verify_sampling (0 skips the draws);
     2. negative controls (equality.CONTROLS) through the same battery at `control_samples` draws each
        (0 skips them): each row passes only when the control's joint test fails;
-    3. at T > 0, the step law on the real pair (pair_step_law) at every γ: `step_samples` runs of the
+    3. at T > 0, the step law on the real pair (pair_step_law) at every γ: `pair_step_samples` runs of the
        engine's step from the first prompt (a tenth for a model draft), the first `step_length` tokens
        against the target's exact law, and, for a model-free draft, the verify-side controls through the
-       same path at `control_samples` runs;
+       same path at min(`control_samples`, `pair_step_samples`) runs (0 `step_samples` skips it too);
     4. sequence level on the first prompt (skipped at T = 0): n_samples continuations of
        sample_length tokens (default max(gammas) + 2, capped at 6) per engine; the exact-law
        test needs top-k/top-p small enough that ≤ max_cells sequences are possible;
@@ -100,15 +101,15 @@ def run_checks(
         for name, control in CONTROLS.items():
             found = step_checks(step_cfg, n=control_samples, seed=seed + 1, level=level, alt_tv=alt_tv, control=control)
             checks.append(control_check(f"control/{name}/step", found))
-    if not sampling.greedy and step_samples > 0:
+    if not sampling.greedy and step_samples > 0 and pair_step_samples > 0:
         checks += pair_step_law(
             target_model,
             proposer_factory,
             prompts[0],
             sampling,
             gammas=gammas,
-            step_samples=step_samples,
-            control_samples=control_samples,
+            step_samples=pair_step_samples,
+            control_samples=min(control_samples, pair_step_samples),
             step_length=step_length,
             eos_ids=eos_ids,
             decoder_start_id=decoder_start_id,
@@ -185,8 +186,11 @@ class VerifyRequest:
     limit: int = 4  # prompts for the greedy-identity check
     n_samples: int = 300  # continuations per engine for the sequence-level tests
     length: int = 3  # tokens per sampled continuation
-    step_samples: int = 100_000  # draws for the step's statistical tests, model-free and on the pair (0 skips them)
+    step_samples: int = 100_000  # draws for the model-free step law's tests (0 skips every step law)
     control_samples: int = 20_000  # draws per negative control (0 skips the controls)
+    # steps of the step law on the real pair per γ, and per verify-side control there (each costs target forwards:
+    # 100,000 took 4 min 18 s per γ on a 2-core EPYC; power 0.8 against TV 0.05 needs ~2,600 at top-k 3)
+    pair_step_samples: int = 10_000
     alt_tv: float = ALT_TV  # the alternative every power is stated against: total variation on the tested law
     seed: int = 0
     engine: str = "specbench"  # specbench (torch) or llama-cpp (the target's GGUF in llama.cpp, as quantized)
@@ -216,8 +220,10 @@ class VerifyRequest:
             raise SpecbenchError(
                 f"--length must be >= 2 (got {self.length}): the sequence tests compare the first 2+ tokens"
             )
-        if self.n_samples < 1 or self.step_samples < 0 or self.control_samples < 0:
-            raise SpecbenchError("--n-samples must be >= 1, --step-samples and --control-samples >= 0")
+        if self.n_samples < 1 or min(self.step_samples, self.control_samples, self.pair_step_samples) < 0:
+            raise SpecbenchError(
+                "--n-samples must be >= 1, --step-samples, --control-samples and --pair-step-samples >= 0"
+            )
         if not 0.0 < self.alt_tv <= 1.0:
             raise SpecbenchError(f"--alt-tv must lie in (0, 1] (got {self.alt_tv:g})")
         return self
@@ -262,6 +268,7 @@ def verify_pair(
         seed=request.seed,
         step_samples=request.step_samples,
         control_samples=request.control_samples,
+        pair_step_samples=request.pair_step_samples,
         alt_tv=request.alt_tv,
         hf_generate=request.engine == "specbench",  # HF generate needs a transformers model
         progress=lambda msg: on_status(f"checking: {msg}"),
