@@ -93,11 +93,13 @@ def measure_loop_costs(
     (or lookup search) and per-step remainder, and the loop's verify pass.
 
     The plain decode runs before and after the drafts' decodes (A B A), so a drift of the machine meanwhile
-    cancels in the step. The verify pass is priced relative to that step: step_ms · t(k)/t(1) · v, the bare curve
-    giving the shape only and v (the loop's verify ÷ that) the median over the drafts' decodes, one estimate
-    each. Measured on this VM (four idle make runs): the verify-to-step ratio these gave from one decode each, on
-    the bare curve's absolute level, ranged 0.93–1.51 while the timed runs' own ratio was 1.00–1.09, and the
-    predictions missed by the same factors."""
+    cancels in the step. The verify pass is priced as step_ms · t(k)/t(1) · v: the bare curve gives the shape, and
+    v (the loop's verify ÷ step · shape) is the median over the drafts' decodes, one estimate each, so one disturbed
+    decode does not set it (before, the drafts' verify times were pooled against one plain decode). Measured on
+    this VM (three idle make runs, two tasks each): the verify-to-step ratio the old estimate gave ranged 0.93–1.51
+    while the timed runs' own ratio was 1.00–1.09, and the predictions missed by those factors; both estimates
+    still rest on single decodes of one example, which is what to improve next (more interleaved decodes).
+    """
     gamma = max(config.gamma_max, 1)
     plain_decode(session, item, config, 8)  # allocations, kernel selection
     base = [plain_decode(session, item, config, max_new) for _ in range(LOOP_REPEATS)]
