@@ -126,7 +126,11 @@ def greedy_checks(
     runs.update(extra_engines or {})
     reference = [base(list(p), None) for p in prompts]
     gamma = max(gammas) if gammas else 1
-    margins, limit = floor_gate(target_model, prompts, reference, gamma, decoder_start_id)
+    from specbench.measure.numerics import floor_flips
+
+    # one teacher-forced (γ+1)-chunk replay per prompt: the gate's flips and each divergence's classifier read it
+    flips = [floor_flips(target_model, list(p), ref, gamma, decoder_start_id) for p, ref in zip(prompts, reference)]
+    margins, limit = floor_gate(target_model, prompts, reference, flips, decoder_start_id)
     out = []
     for name, run in runs.items():
         divergences, matched, total = [], 0, 0
@@ -145,6 +149,7 @@ def greedy_checks(
                         got,
                         pos,
                         gamma,
+                        list(flips[i]),
                         last.get(name),
                         margin_tol,
                         decoder_start_id,
@@ -170,18 +175,19 @@ def floor_gate(
     target_model: torch.nn.Module,
     prompts: Sequence[list[int]],
     reference: Sequence[list[int]],
-    gamma: int,
+    flips: Sequence[dict[int, int]],
     decoder_start_id: int | None,
 ) -> tuple[tuple[float, float] | None, float]:
     """The margin gate over these prompts (measure/margin_gate.py), from every position where a teacher-forced
     (γ+1)-token pass over the baseline's output flips the argmax: the range of the baseline's top-2 margins
-    there, and the widest gap, in spacings of the logit dtype, that the gate calls numerics."""
+    there, and the widest gap, in spacings of the logit dtype, that the gate calls numerics. `flips`: per prompt,
+    numerics.floor_flips of its baseline output (position → the argmax the chunked pass picked there)."""
     from specbench.measure.margin_gate import margin_range, ulp_limit
-    from specbench.measure.numerics import floor_flips, logit_gap, step_row, top2
+    from specbench.measure.numerics import logit_gap, step_row, top2
 
     margins, ulps = [], []
-    for prompt, ref in zip(prompts, reference):
-        for j, flipped in floor_flips(target_model, list(prompt), ref, gamma, decoder_start_id).items():
+    for prompt, ref, flipped_at in zip(prompts, reference, flips):
+        for j, flipped in flipped_at.items():
             row = step_row(target_model, list(prompt), ref, j, decoder_start_id)
             margins.append(top2(row)[1])
             ulps.append(logit_gap(target_model, row, ref[j], flipped)[1])
@@ -196,16 +202,18 @@ def explain_divergence(
     got: list[int],
     pos: int,
     gamma: int,
+    floor: list[int],
     record,
     margin_tol: float | None,
     decoder_start_id: int | None,
 ) -> dict:
     """Where and why one engine's greedy output left the baseline's: the target's logit margin there and
     the numerics classifier's verdict, replayed exactly where the engine's pass record exists (our
-    engines), by a search over verify-shaped chunkings otherwise (HF, test engines)."""
+    engines), by a search over verify-shaped chunkings otherwise (HF, test engines). `floor`: the positions where
+    the chunked pass flips the baseline's argmax on this prompt (computed once per prompt by the caller)."""
     from dataclasses import asdict
 
-    from specbench.measure.numerics import classify, numerics_floor
+    from specbench.measure.numerics import classify
 
     m = margin_at(target_model, prompt, ref[:pos], decoder_start_id)
     if margin_tol is not None:
@@ -218,7 +226,7 @@ def explain_divergence(
             got,
             pos,
             gamma,
-            numerics_floor(target_model, prompt, ref, gamma, decoder_start_id),
+            floor,
             pass_lengths=record.pass_lengths if record else None,
             accept_lengths=record.accept_lengths if record else None,
             decoder_start_id=decoder_start_id,

@@ -192,20 +192,6 @@ def floor_flips(
     return {j: b for j, b in argmax.items() if b != tokens[j]}
 
 
-def numerics_floor(
-    model: torch.nn.Module,
-    prompt_ids: list[int],
-    tokens: list[int],
-    gamma: int,
-    decoder_start_id: int | None = None,
-    backend=None,
-    pad_to: int = 1,
-    prefilled: Prefilled | None = None,
-) -> list[int]:
-    """The positions of floor_flips, in order."""
-    return list(floor_flips(model, prompt_ids, tokens, gamma, decoder_start_id, backend, pad_to, prefilled))
-
-
 def step_row(
     model: torch.nn.Module,
     prompt_ids: list[int],
