@@ -52,12 +52,6 @@ class LoopCosts:
         return LoopCosts(**(d | {"verify_ms": {int(k): float(v) for k, v in d["verify_ms"].items()}}))
 
 
-def loop_verify_factor(verify_s: float, pass_lengths: list[int], bare_ms: dict[int, float]) -> float:
-    """The real loop's verify time ÷ what the bare passes of the same sizes cost (1.0 when nothing to compare)."""
-    bare = sum(bare_ms[k] for k in pass_lengths if k in bare_ms) / 1e3
-    return verify_s / bare if bare > 0 and verify_s > 0 else 1.0
-
-
 def loop_verify_ratio(verify_s: float, pass_lengths: list[int], bare_ms: dict[int, float], step_ms: float) -> float:
     """The real loop's verify time ÷ what its own plain step would cost for passes of those sizes, the bare curve
     giving only the shape t(k)/t(1): verify_s ÷ Σ step_ms·t(k)/t(1). A ratio of two loop timings taken seconds apart,
