@@ -72,12 +72,18 @@ class Step:
 Lookup = Callable[[list[int], int], list[int]]
 
 
-def replay(trace: Trace, gamma: int, lookup: Lookup | None, guesses: list[int] | None) -> list[Step]:
-    """The steps decode_speculative takes on this example at γ (pure). `lookup(tokens, g)` is prompt lookup's
-    proposal (None: no lookup); `guesses` the model draft's (None: no model). Hybrid: lookup first, the model
-    fills the rest. γ' = min(γ, room − 1) as the runner does; tokens accepted past the output's end are not
+def walk(
+    trace: Trace,
+    gamma: int,
+    found_at: Callable[[int, int], list],
+    model: bool,
+    accepts: Callable[[int, int, list], bool],
+) -> list[Step]:
+    """decode_speculative's steps along the target's output (pure): at output position j a step drafts γ' =
+    min(γ, room − 1) tokens, `found_at(j, γ')` from lookup and, with a `model`, the rest from the model draft;
+    `accepts(j, n, found)` judges the n-th drafted token of that step. Tokens accepted past the output's end are not
     counted (the runner clips them)."""
-    out, n_out = trace.output, len(trace.output)
+    n_out = len(trace.output)
     steps, j = [], 1
     while j < n_out:
         g = min(gamma, trace.budget - j - 1)
@@ -85,18 +91,30 @@ def replay(trace: Trace, gamma: int, lookup: Lookup | None, guesses: list[int] |
             steps.append(Step(0, 0, 0))
             j += 1
             continue
-        found = lookup(trace.prompt_ids + out[:j], g)[:g] if lookup is not None else []
-        calls = g - len(found) if guesses is not None else 0
+        found = found_at(j, g)
+        calls = g - len(found) if model else 0
         offered = len(found) + calls
         n = 0
-        while n < offered and j + n < n_out:
-            guess = found[n] if n < len(found) else guesses[j + n]  # type: ignore[index]  # None: offered = len(found)
-            if guess != out[j + n]:
-                break
+        while n < offered and j + n < n_out and accepts(j, n, found):
             n += 1
         steps.append(Step(offered, calls, n))
         j += min(n + 1, n_out - j)
     return steps
+
+
+def replay(trace: Trace, gamma: int, lookup: Lookup | None, guesses: list[int] | None) -> list[Step]:
+    """The steps decode_speculative takes on this example at γ, T = 0 (pure). `lookup(tokens, g)` is prompt lookup's
+    proposal (None: no lookup); `guesses` the model draft's (None: no model). Hybrid: lookup first, the model
+    fills the rest. A drafted token is accepted when it is the target's own next token."""
+    out = trace.output
+
+    def found_at(j: int, g: int) -> list[int]:
+        return lookup(trace.prompt_ids + out[:j], g)[:g] if lookup is not None else []
+
+    def accepts(j: int, n: int, found: list) -> bool:
+        return (found[n] if n < len(found) else guesses[j + n]) == out[j + n]  # type: ignore[index]  # model only
+
+    return walk(trace, gamma, found_at, guesses is not None, accepts)
 
 
 def replay_sampled(
@@ -106,26 +124,14 @@ def replay_sampled(
     as `replay`, but the drafted token for output position j is accepted when u[j] < its acceptance probability,
     `found_p[j'][k]` for lookup's k-th token of the step starting at j' = j − k, else `beta[j]` (the model draft's
     Σ min(p_j, q_j)). Each position is judged at most once per walk, so one uniform per position suffices."""
-    n_out = len(trace.output)
-    steps, j = [], 1
-    while j < n_out:
-        g = min(gamma, trace.budget - j - 1)
-        if g <= 0:
-            steps.append(Step(0, 0, 0))
-            j += 1
-            continue
-        found = found_p[j][:g] if found_p is not None else []
-        calls = g - len(found) if beta is not None else 0
-        offered = len(found) + calls
-        n = 0
-        while n < offered and j + n < n_out:
-            accept = found[n] if n < len(found) else beta[j + n]  # type: ignore[index]  # None: offered = len(found)
-            if not u[j + n] < accept:
-                break
-            n += 1
-        steps.append(Step(offered, calls, n))
-        j += min(n + 1, n_out - j)
-    return steps
+
+    def found_at(j: int, g: int) -> list[float]:
+        return found_p[j][:g] if found_p is not None else []
+
+    def accepts(j: int, n: int, found: list) -> bool:
+        return bool(u[j + n] < (found[n] if n < len(found) else beta[j + n]))  # type: ignore[index]  # model only
+
+    return walk(trace, gamma, found_at, beta is not None, accepts)
 
 
 def alpha_counts(steps: list[Step]) -> tuple[int, int]:
