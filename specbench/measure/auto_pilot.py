@@ -94,11 +94,10 @@ def measure_loop_costs(
 
     The plain decode runs before and after the drafts' decodes (A B A), so a drift of the machine meanwhile
     cancels in the step. The verify pass is priced as step_ms · t(k)/t(1) · v: the bare curve gives the shape, and
-    v (the loop's verify ÷ step · shape) is the median over the drafts' decodes, one estimate each, so one disturbed
-    decode does not set it (before, the drafts' verify times were pooled against one plain decode). Measured on
-    this VM (three idle make runs, two tasks each): the verify-to-step ratio the old estimate gave ranged 0.93–1.51
-    while the timed runs' own ratio was 1.00–1.09, and the predictions missed by those factors; both estimates
-    still rest on single decodes of one example, which is what to improve next (more interleaved decodes).
+    v (the loop's verify ÷ step · shape) is a ratio of medians over single passes, every draft's verify passes
+    pooled against every plain step (prediction.loop_verify_ratio). Before, v came from sums over whole decodes of
+    one example, and on this VM (idle make runs, two tasks each) it ranged 0.93–1.51 while the timed runs' own
+    ratio was 1.00–1.09: one disturbed step moved a whole decode's sum.
     """
     gamma = max(config.gamma_max, 1)
     plain_decode(session, item, config, 8)  # allocations, kernel selection
@@ -112,11 +111,8 @@ def measure_loop_costs(
     decoded = sum(max(len(r.token_ids) - 1, 0) for r in base)
     step_ms = 1e3 * sum(r.decode_s for r in base) / decoded if decoded else bare_ms[1]
     prefill_ms = 1e3 * sum(r.prefill_s for r in base) / len(base)
-    ratios = [
-        pr.loop_verify_ratio(sum(r.verify_s for r in rs), [k for r in rs for k in r.pass_lengths], bare_ms, step_ms)
-        for rs in runs.values()
-    ]
-    v = float(np.median(ratios)) if ratios else 1.0
+    passes = [kp for rs in runs.values() for r in rs for kp in zip(r.pass_lengths, r.pass_s, strict=True)]
+    v = pr.loop_verify_ratio([s for r in base for s in r.pass_s], passes, bare_ms)
     t1 = bare_ms.get(1, 0.0)
     verify_ms = {k: v * step_ms * t / t1 for k, t in bare_ms.items()} if t1 > 0 else dict(bare_ms)
     factor = verify_ms[1] / t1 if t1 > 0 else 1.0  # what the bare curve was scaled by, as printed

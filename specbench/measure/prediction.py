@@ -52,15 +52,18 @@ class LoopCosts:
         return LoopCosts(**(d | {"verify_ms": {int(k): float(v) for k, v in d["verify_ms"].items()}}))
 
 
-def loop_verify_ratio(verify_s: float, pass_lengths: list[int], bare_ms: dict[int, float], step_ms: float) -> float:
-    """The real loop's verify time ÷ what its own plain step would cost for passes of those sizes, the bare curve
-    giving only the shape t(k)/t(1): verify_s ÷ Σ step_ms·t(k)/t(1). A ratio of two loop timings taken seconds apart,
-    so the machine's drift since the bare calibration cancels (1.0 when nothing to compare)."""
+def loop_verify_ratio(step_s: list[float], passes: list[tuple[int, float]], bare_ms: dict[int, float]) -> float:
+    """The real loop's verify pass ÷ what its own plain step would cost for a pass of that size, the bare curve
+    giving only the shape t(k)/t(1) (pure): median over the verify passes (k tokens, s seconds) of s ÷ (t(k)/t(1)),
+    over the median plain step. Medians of single passes, so a disturbed step of the VM (1.6–4× spikes, idle)
+    sets nothing; timings taken seconds apart, so the drift since the bare calibration cancels (1.0 when there is
+    nothing to compare)."""
     t1 = bare_ms.get(1, 0.0)
-    if not (t1 > 0 and step_ms > 0):
+    shaped = [s * t1 / bare_ms[k] for k, s in passes if k in bare_ms and bare_ms[k] > 0 and s > 0]
+    steps = [s for s in step_s if s > 0]
+    if not (t1 > 0 and shaped and steps):
         return 1.0
-    expected = sum(step_ms * bare_ms[k] / t1 for k in pass_lengths if k in bare_ms) / 1e3
-    return verify_s / expected if expected > 0 and verify_s > 0 else 1.0
+    return float(np.median(shaped) / np.median(steps))
 
 
 def example_times(trace: Trace, steps: list[Step], draft: str, costs: LoopCosts, scale: float) -> tuple[float, float]:
