@@ -195,6 +195,24 @@ def test_one_disturbed_step_does_not_set_the_loop_verify_ratio():
     assert pr.loop_verify_ratio(steps, costly, bare) == pytest.approx(1.25)
 
 
+def test_verify_prices_follow_the_bare_curves_line_not_its_single_points():
+    """A bf16-like curve, flat with one noisy point per side (t(1) high by 55 %, t(3) high by 40 %, the spreads seen
+    on this VM): priced at the step within a few per cent for every k, monotone; a llama.cpp-like linear curve
+    t(k) = k · t(1) keeps its shape (step · k: the control that a real slope comes through); a falling line is noise
+    (priced flat)."""
+    step = 30.0
+    noisy = {1: 31.0, 2: 20.0, 3: 28.0, 4: 20.5, 5: 20.4, 6: 20.6, 7: 21.0, 8: 20.8, 9: 21.2}
+    prices = pr.verify_prices(step, noisy)
+    assert prices[1] == pytest.approx(step)
+    assert all(step <= prices[k] <= 1.1 * step for k in noisy)
+    assert [prices[k] for k in sorted(prices)] == sorted(prices.values())
+    linear = {k: 12.0 * k for k in range(1, 10)}
+    assert pr.verify_prices(step, linear) == pytest.approx({k: step * k for k in range(1, 10)})
+    falling = {k: 30.0 - k for k in range(1, 10)}
+    assert pr.verify_prices(step, falling) == pytest.approx({k: step for k in range(1, 10)})
+    assert pr.verify_prices(step, {1: 20.0, 2: 22.0}) == pytest.approx({1: 30.0, 2: 33.0})  # too few points to fit
+
+
 def test_both_loops_time_every_target_pass():
     """pass_s: one time per target pass after prefill, in pass_lengths' order for the speculative loop, one per
     step for the plain loop; they add up to the loop's verify time."""

@@ -225,10 +225,12 @@ def explain(
     calibrations: dict[str, Calibration],
     pilots: dict[str, PilotResult],
     bf16_note: str | None,
+    priced: dict[int, float] | None = None,
 ) -> list[str]:
     """One line per choice that was asked for (pure), each a sentence a user can act on: the value chosen, then
     why in words and numbers, e.g. "bfloat16 (the CPU has avx512_bf16; 2.10× faster per token than float32: …)";
-    γ's line carries a small table of the candidates' predicted speedups."""
+    γ's line carries a small table of the candidates' predicted speedups (`priced`: k → the verify pass's price
+    in ms that the prediction used, else the bare curve's shape is shown)."""
     lines = []
     if config.load.dtype == AUTO:
         lines.append(_dtype_sentence(best, ranked, bf16_note))
@@ -250,7 +252,7 @@ def explain(
             if config.gamma.policy == "auto"
             else f"γ adaptive (starts near {best.gamma}, then follows each example's running α)"
         )
-        lines.append(head + ":\n" + gamma_table(same, best.gamma, cal))
+        lines.append(head + ":\n" + gamma_table(same, best.gamma, cal, priced))
     return lines
 
 
@@ -295,10 +297,12 @@ def _dtype_sentence(best: Candidate, ranked: list[Candidate], bf16_note: str | N
     return f"{best.dtype} ({'; '.join(why)})"
 
 
-def gamma_table(candidates: list[Candidate], chosen: int, cal: Calibration) -> str:
-    """The γ candidates' predicted speedups and what a verify pass over γ + 1 tokens costs here (t(γ+1)/t(1)),
-    as three aligned rows; the chosen γ is marked with *."""
-    cost = cal.pass_cost()
+def gamma_table(
+    candidates: list[Candidate], chosen: int, cal: Calibration, priced: dict[int, float] | None = None
+) -> str:
+    """The γ candidates' predicted speedups and what a verify pass over γ + 1 tokens costs here (t(γ+1)/t(1):
+    as priced when `priced` is given, else the bare curve's), as three aligned rows; the chosen γ is marked *."""
+    cost = {k: v / priced[min(priced)] for k, v in priced.items()} if priced else cal.pass_cost()
     cells = [
         (f"{r.gamma}{'*' if r.gamma == chosen else ''}", f"{r.speedup:.2f}×", cost.get(r.gamma + 1)) for r in candidates
     ]
