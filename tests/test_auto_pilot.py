@@ -197,9 +197,9 @@ def test_one_disturbed_step_does_not_set_the_loop_verify_ratio():
 
 def test_verify_prices_follow_the_bare_curves_line_not_its_single_points():
     """A bf16-like curve, flat with one noisy point per side (t(1) high by 55 %, t(3) high by 40 %, the spreads seen
-    on this VM): priced at the step within a few per cent for every k, monotone; a llama.cpp-like linear curve
-    t(k) = k · t(1) keeps its shape (step · k: the control that a real slope comes through); a falling line is noise
-    (priced flat)."""
+    on this VM): priced at the step within a few per cent for every k, monotone; a linear curve t(k) = k · t(1) keeps
+    its shape (step · k: the control that a real slope comes through); a falling line is noise (priced flat);
+    llama.cpp's measured curve keeps its jump from one token to two."""
     step = 30.0
     noisy = {1: 31.0, 2: 20.0, 3: 28.0, 4: 20.5, 5: 20.4, 6: 20.6, 7: 21.0, 8: 20.8, 9: 21.2}
     prices = pr.verify_prices(step, noisy)
@@ -210,6 +210,10 @@ def test_verify_prices_follow_the_bare_curves_line_not_its_single_points():
     assert pr.verify_prices(step, linear) == pytest.approx({k: step * k for k in range(1, 10)})
     falling = {k: 30.0 - k for k in range(1, 10)}
     assert pr.verify_prices(step, falling) == pytest.approx({k: step for k in range(1, 10)})
+    knee = {1: 10.2, 2: 18.5, 3: 23.7, 4: 26.8, 5: 33.7, 6: 37.1, 7: 41.0, 8: 43.6, 9: 47.2}  # llama.cpp Q4_1, measured
+    knee_prices = pr.verify_prices(step, knee)
+    assert knee_prices[1] == step and 1.7 * step < knee_prices[2] < 2.0 * step  # the jump from 1 to 2 tokens stays
+    assert 4.2 * step < knee_prices[9] < 4.9 * step
     assert pr.verify_prices(step, {1: 20.0, 2: 22.0}) == pytest.approx({1: 30.0, 2: 33.0})  # too few points to fit
 
 

@@ -72,6 +72,26 @@ def test_no_verdict_below_twenty_examples_per_cell():
     assert v.outcome == st.UNSURE and v.reason.startswith("n = 2 < 20") and v.needed >= 20
 
 
+def test_one_sized_counterexample_decides_whatever_thinner_groups_show():
+    """A group of 25 examples per cell whose ratio is 0.8× (spread 0.05 in logs) does not hold even beside a group of
+    13 (a batch curve's B = 8 cell cut short by a task's 100 examples); the thin group alone, however far apart,
+    stays inconclusive, and a thin group beside an equal sized one never lets the claim hold (negative controls)."""
+    rng = np.random.default_rng(3)
+
+    def pair(n, ratio):
+        a = {f"e{i}": float(v) for i, v in enumerate(rng.normal(0.4, 0.2, n))}
+        b = {k: v + math.log(ratio) + float(rng.normal(0, 0.05)) for k, v in a.items()}
+        return st.compare(b, a, f"{ratio} at n {n}")
+
+    sized_apart, thin_apart = pair(25, 0.8), pair(13, 0.7)
+    assert st.consistency([sized_apart, thin_apart]).outcome == st.FAILS
+    assert st.consistency([thin_apart]).outcome == st.UNSURE
+    sized_equal, thin_equal = pair(25, 1.0), pair(13, 1.0)
+    assert st.consistency([sized_equal]).outcome == st.HOLDS
+    v = st.consistency([sized_equal, thin_equal])
+    assert v.outcome == st.UNSURE and v.reason.startswith("n = 13 < 20"), v
+
+
 @pytest.mark.parametrize("n", [20, 50])
 def test_equal_cells_rarely_read_does_not_hold(n):
     """True ratio 1: 'does not hold' ≤ 5 % of 150 draws at n = 20 and 50."""

@@ -53,26 +53,28 @@ class LoopCosts:
 
 
 def verify_prices(step_ms: float, bare_ms: dict[int, float]) -> dict[int, float]:
-    """k → the loop's verify pass over k tokens (ms, pure): the loop's own plain step times the bare curve's shape,
-    read from a Theil–Sen line through t(k) (scipy.stats.theilslopes), never from its single points, and never
-    below the step. Why: on the 2-core AMD EPYC (14 idle `make run` tasks, docs/benchmarks.md) the timed runs'
-    verify passes cost step · (0.95–1.0 + 0.03–0.05 (k − 1)) every time, while single points of the bare curve
-    spread 26–60 % and the loop's own verify ÷ step, measured on one example, 0.70–1.55; priced this way the timed
-    verify time came out within a log-sd of 0.06 (largest miss 16 %), against 0.18 (42 %) for the loop-scaled
-    curve. A line cannot follow a curve with a knee (a GPU flat to some k, then rising): the prices stay
-    monotone and within the bare curve's range there, conservative past the knee."""
+    """k → the loop's verify pass over k tokens (ms, pure): the loop's own plain step for k = 1; for k ≥ 2 the step
+    times the bare curve's shape read from a Theil–Sen line through its k ≥ 2 points (scipy.stats.theilslopes) over
+    t(1) (or the line at 1 where t(1) lies above it), never from single points, never falling.
+    Why: on the 2-core AMD EPYC (20 idle `make run` tasks, docs/benchmarks.md) the timed runs' verify passes cost
+    step · (0.95–1.0 + 0.03–0.05 (k − 1)) every time, while single points of the bare curve spread 26–60 % and the
+    loop's own verify ÷ step, measured on one example, 0.70–1.55; priced this way the timed verify time came out
+    within a log-sd of 0.05 (largest miss 12 %), against 0.18 (42 %) for the loop-scaled curve. The line starts at
+    k = 2 because kernels change between one token and several: llama.cpp's Q4_1 pass over 2 tokens cost 1.8× its
+    one-token step there, which a line through t(1) priced at 1.26× (the run measured 1.43× its price; 0.94× now).
+    A curve with a knee past k = 2 (a GPU flat to some k, then rising) is priced above its flat part."""
     ks = sorted(k for k, t in bare_ms.items() if t > 0)
     if not ks or step_ms <= 0:
         return dict(bare_ms)
-    if len(ks) < 3:
-        t1 = bare_ms[ks[0]]
-        return {k: step_ms * max(bare_ms[k] / t1, 1.0) for k in ks}
-    slope, intercept, _, _ = stats.theilslopes([bare_ms[k] for k in ks], ks)
+    first, rest = ks[0], [k for k in ks if k > ks[0]]
+    if len(rest) < 2:
+        return {k: step_ms * max(bare_ms[k] / bare_ms[first], 1.0) for k in ks}
+    slope, intercept, _, _ = stats.theilslopes([bare_ms[k] for k in rest], rest)
     slope = max(float(slope), 0.0)  # a pass over more tokens is not cheaper: a falling line is noise
-    at1 = intercept + slope * ks[0]
-    if at1 <= 0:
+    base = min(bare_ms[first], intercept + slope * first)
+    if base <= 0:
         return {k: step_ms for k in ks}
-    return {k: step_ms * (intercept + slope * k) / at1 for k in ks}
+    return {k: step_ms if k == first else step_ms * max(intercept + slope * k, base) / base for k in ks}
 
 
 def loop_verify_ratio(step_s: list[float], passes: list[tuple[int, float]], bare_ms: dict[int, float]) -> float:

@@ -347,16 +347,15 @@ class Verdict:
 
 
 def consistency(comparisons: list[Comparison], margin: float = DEFAULT_MARGIN, min_n: int = MIN_VERDICT_N) -> Verdict:
-    """Holds when every comparison's 90 % interval lies inside [1/(1+δ), 1+δ] (TOST at 5 % each; all must pass, so
-    no adjustment); does not hold when a Holm-adjusted (5 % over the comparisons) two-sided interval lies wholly
-    outside it; inconclusive otherwise, and always below min_n examples per cell."""
+    """Holds when every comparison has min_n examples per cell and its 90 % interval lies inside [1/(1+δ), 1+δ]
+    (TOST at 5 % each; all must pass, so no adjustment); does not hold when a comparison with min_n examples has a
+    Holm-adjusted (5 % over those comparisons) two-sided interval wholly outside it: one sized counterexample
+    decides, whatever thinner groups beside it show; inconclusive otherwise."""
     if not comparisons:
         return Verdict(UNSURE, "nothing to compare")
-    smallest = min(c.n for c in comparisons)
+    sized = [c for c in comparisons if c.n >= min_n]
     needed = _needed(comparisons, margin)
-    if smallest < min_n:
-        return Verdict(UNSURE, f"n = {smallest} < {min_n} examples per cell", max(min_n, needed or min_n))
-    if all(within(*c.interval(1 - 2 * ALPHA), margin) for c in comparisons):
+    if len(sized) == len(comparisons) and all(within(*c.interval(1 - 2 * ALPHA), margin) for c in comparisons):
         return Verdict(
             HOLDS, f"every 90 % interval of the ratios lies within [{1 / (1 + margin):.2f}, {1 + margin:.2f}]"
         )
@@ -365,13 +364,16 @@ def consistency(comparisons: list[Comparison], margin: float = DEFAULT_MARGIN, m
         lo, hi = c.interval(1 - a)
         return beyond(lo, hi, margin)
 
-    out = holm(comparisons, rejects)
+    out = holm(sized, rejects)
     if out:
         worst = max(out, key=lambda c: abs(math.log(c.ratio)))
-        lo, hi = worst.interval(1 - ALPHA / len(comparisons))
+        lo, hi = worst.interval(1 - ALPHA / len(sized))
         return Verdict(
             FAILS, f"{worst.label} is {worst.ratio:.2f}× [{lo:.2f}, {hi:.2f}] (Holm-adjusted), beyond ±{margin:.0%}"
         )
+    smallest = min(c.n for c in comparisons)
+    if smallest < min_n:
+        return Verdict(UNSURE, f"n = {smallest} < {min_n} examples per cell", max(min_n, needed or min_n))
     return Verdict(UNSURE, "the intervals neither lie within the margin nor beyond it", needed)
 
 
