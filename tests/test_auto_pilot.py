@@ -212,7 +212,7 @@ def test_verify_prices_follow_the_bare_curves_line_not_its_single_points():
     assert pr.verify_prices(step, falling) == pytest.approx({k: step for k in range(1, 10)})
     knee = {1: 10.2, 2: 18.5, 3: 23.7, 4: 26.8, 5: 33.7, 6: 37.1, 7: 41.0, 8: 43.6, 9: 47.2}  # llama.cpp Q4_1, measured
     knee_prices = pr.verify_prices(step, knee)
-    assert knee_prices[1] == step and 1.7 * step < knee_prices[2] < 2.0 * step  # the jump from 1 to 2 tokens stays
+    assert knee_prices[1] == step and 1.7 * step < knee_prices[2] < 2.2 * step  # the 1 → 2 jump stays (measured 1.81)
     assert 4.2 * step < knee_prices[9] < 4.9 * step
     assert pr.verify_prices(step, {1: 20.0, 2: 22.0}) == pytest.approx({1: 30.0, 2: 33.0})  # too few points to fit
 

@@ -69,8 +69,10 @@ def verify_prices(step_ms: float, bare_ms: dict[int, float]) -> dict[int, float]
     first, rest = ks[0], [k for k in ks if k > ks[0]]
     if len(rest) < 2:
         return {k: step_ms * max(bare_ms[k] / bare_ms[first], 1.0) for k in ks}
-    slope, intercept, _, _ = stats.theilslopes([bare_ms[k] for k in rest], rest)
-    slope = max(float(slope), 0.0)  # a pass over more tokens is not cheaper: a falling line is noise
+    values = [bare_ms[k] for k in rest]
+    slope, intercept, _, _ = stats.theilslopes(values, rest)
+    if slope < 0:  # a pass over more tokens is not cheaper: a falling line is noise, read as flat at its median
+        slope, intercept = 0.0, float(np.median(values))
     base = min(bare_ms[first], intercept + slope * first)
     if base <= 0:
         return {k: step_ms for k in ks}
