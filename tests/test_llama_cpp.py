@@ -265,3 +265,21 @@ def test_run_without_the_build_is_one_line_naming_the_setup(tmp_path, monkeypatc
     lines = [x for x in result.output.splitlines() if x.strip()]
     assert result.exit_code == 1 and "make setup-llama-cpp" in lines[-1] and "Traceback" not in result.output
     assert not (tmp_path / "res").exists() or not any((tmp_path / "res").iterdir())  # nothing written
+
+
+def test_quantized_ggufs_are_gated_in_their_own_precision_not_float32s():
+    """llama.cpp returns float32 logits, but a quantized GGUF dots its weights with 8-bit activation blocks: the
+    margin gate measures gaps in bfloat16 spacings there (F32/F16/BF16 files in their own). A gap of 0.069 at a
+    logit of 15 (a divergence the Q4_1 run recorded, and its floor flipped gaps up to 0.46) is ~1 spacing: rounding's
+    reach; in float32 spacings it read 72,000 and was called a bug. A gap of 1.5 (what a misplaced logit row gives)
+    stays beyond the gate's 8-spacing cap (the control)."""
+    from specbench.decoding.llama_cpp import logit_precision
+    from specbench.measure.margin_gate import FLOOR_CAP_ULPS, ROUNDING_ULPS, in_spacings
+
+    assert logit_precision({"general.file_type": "3"}) == torch.bfloat16  # Q4_1
+    assert logit_precision({}) == torch.bfloat16
+    assert logit_precision({"general.file_type": "0"}) == torch.float32
+    assert logit_precision({"general.file_type": "1"}) == torch.float16
+    q = logit_precision({"general.file_type": "3"})
+    assert in_spacings(0.069, 15.0, q) <= ROUNDING_ULPS < in_spacings(0.069, 15.0, torch.float32)
+    assert in_spacings(1.5, 15.0, q) > FLOOR_CAP_ULPS

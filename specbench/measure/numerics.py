@@ -229,7 +229,8 @@ def logit_gap(model, row: torch.Tensor, a: int, b: int | None) -> tuple[float, f
     must move the two logits to swap a and b (margin_gate.py). b = None (the other output ended): the runner-up."""
     z = row.float()
     gap = float(z[a] - z[b]) if b is not None else top2(row)[1]
-    return gap, in_spacings(gap, float(z[a]), coarser_dtype(row.dtype, getattr(model, "dtype", None)))
+    precision = getattr(model, "logit_precision", None) or getattr(model, "dtype", None)  # llama.cpp: its own
+    return gap, in_spacings(gap, float(z[a]), coarser_dtype(row.dtype, precision))
 
 
 def classify(
