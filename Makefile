@@ -41,8 +41,9 @@ lint: $(VENV)/.specbench-packages
 test-wheel: $(VENV)/.specbench-packages
 	scripts/test_wheel.sh
 
-# The seed paper's claims, measured here (batch sizes, model size with the Qwen2.5-Coder-1.5B tier, sequence and
-# prompt lengths, perplexity at T = 1), then the report whose claims table answers them: results/claims/report/.
+# The seed paper's claims, measured here (model size within one family: Qwen2.5-Coder-0.5B vs -1.5B targets; batch
+# B = 1 vs 8; sequence and prompt lengths; perplexity at T = 1; ≥ 20 examples per claim cell), then the report whose
+# claims table answers them: results/claims/report/. ~51 min on a 2-core CPU (docs/claims.md).
 # Needs `specbench setup --target qwen2.5-coder-1.5b` and `--target qwen2.5-coder-0.5b` first (~7 min, once).
 claims: $(STAMP)
 	scripts/claims.sh
