@@ -283,3 +283,9 @@ def test_quantized_ggufs_are_gated_in_their_own_precision_not_float32s():
     q = logit_precision({"general.file_type": "3"})
     assert in_spacings(0.069, 15.0, q) <= ROUNDING_ULPS < in_spacings(0.069, 15.0, torch.float32)
     assert in_spacings(1.5, 15.0, q) > FLOOR_CAP_ULPS
+
+
+@needs_llama
+def test_the_model_reads_its_logit_precision_from_the_files_type(lm):
+    """The wiring of the gate's unit: the F32 file gaps in float32 spacings, the Q8_0 file in bfloat16's."""
+    assert lm.logit_precision == (torch.float32 if lm.path.endswith("F32.gguf") else torch.bfloat16)

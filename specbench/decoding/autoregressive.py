@@ -56,8 +56,6 @@ def decode_autoregressive(
     out = [int(tok)]
     t1 = clock.now()
     calls = 0
-    pass_s: list[float] = []  # each step's seconds: one clock reading per step, no sums in the loop
-    last = t1
     stopped = out[0] in eos_ids
     while not stopped and len(out) < max_new_tokens:
         if pad_to > 1:
@@ -69,9 +67,6 @@ def decode_autoregressive(
         calls += 1
         out.append(int(tok))
         stopped = out[-1] in eos_ids
-        now = clock.now()
-        pass_s.append(now - last)
-        last = now
     t2 = clock.now()
     return DecodeResult(
         token_ids=out,
@@ -80,5 +75,4 @@ def decode_autoregressive(
         decode_s=t2 - t1,
         target_calls=calls,
         verify_s=t2 - t1,
-        pass_s=pass_s,
     )

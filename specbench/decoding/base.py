@@ -135,10 +135,6 @@ class DecodeResult:
     )  # tokens fed to each target pass after prefill (1 = a plain step; g+1 = a verify pass), in order
     draft_s: float = 0.0  # decode time spent proposing
     verify_s: float = 0.0  # decode time spent in target passes and verification
-    pass_s: list[float] = field(
-        default_factory=list
-    )  # seconds of each target pass after prefill (with its verification), in pass_lengths' order; batch-1 torch
-    # engines only (the loop calibration reads medians of them: one disturbed step cannot set a cost)
     # batched engines (decoding/batched/): the batch this row was decoded in; batch-1 engines leave the defaults
     batch_size: int = 1  # rows decoded together (1: one sequence at a time)
     batch_s: float = 0.0  # wall seconds of the whole batch, its prefill to its last row's stop (0: not batched)

@@ -94,9 +94,9 @@ def measure_loop_costs(
 
     The plain decode runs before and after the drafts' decodes (A B A), so a drift of the machine meanwhile
     cancels in the step. The verify pass is priced as the loop's step times the bare curve's smoothed shape
-    (prediction.verify_prices). The loop's own verify ÷ step (prediction.loop_verify_ratio, medians over single
-    passes) is recorded as verify_factor but not priced: measured on one example it ranged 0.70–1.55 on this VM
-    while the timed runs' ratio was 0.95–1.09 every time, so scaling by it added error instead of removing it.
+    (prediction.verify_prices), not scaled by these decodes' own verify ÷ step: measured on one example that ratio
+    ranged 0.70–1.55 on this VM (as a ratio of sums, and as a ratio of medians over single passes alike) while the
+    timed runs' ratio was 0.95–1.09 every time, so scaling by it added error instead of removing it.
     """
     gamma = max(config.gamma_max, 1)
     plain_decode(session, item, config, 8)  # allocations, kernel selection
@@ -110,8 +110,6 @@ def measure_loop_costs(
     decoded = sum(max(len(r.token_ids) - 1, 0) for r in base)
     step_ms = 1e3 * sum(r.decode_s for r in base) / decoded if decoded else bare_ms[1]
     prefill_ms = 1e3 * sum(r.prefill_s for r in base) / len(base)
-    passes = [kp for rs in runs.values() for r in rs for kp in zip(r.pass_lengths, r.pass_s, strict=True)]
-    v = pr.loop_verify_ratio([s for r in base for s in r.pass_s], passes, bare_ms)  # recorded, not priced
     verify_ms = pr.verify_prices(step_ms, bare_ms)
     call_ms: dict[str, float] = {}
     lookup_ms: dict[str, float] = {}
@@ -138,7 +136,6 @@ def measure_loop_costs(
         draft_call_ms=call_ms,
         lookup_ms=lookup_ms,
         overhead_ms=overhead_ms,
-        verify_factor=v,
     )
 
 

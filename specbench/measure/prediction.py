@@ -40,7 +40,6 @@ class LoopCosts:
     draft_call_ms: dict[str, float] = field(default_factory=dict)  # draft spec → one draft-model call in the loop
     lookup_ms: dict[str, float] = field(default_factory=dict)  # draft spec → prompt lookup's search per step
     overhead_ms: dict[str, float] = field(default_factory=dict)  # draft spec → per step, outside draft and verify
-    verify_factor: float = 1.0  # the loop's verify ÷ its plain step at the bare curve's shape (measured, not used)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -61,7 +60,8 @@ def verify_prices(step_ms: float, bare_ms: dict[int, float]) -> dict[int, float]
     loop's own verify ÷ step, measured on one example, 0.70–1.55; priced this way the timed verify time came out
     within a log-sd of 0.05 (largest miss 12 %), against 0.18 (42 %) for the loop-scaled curve. The line starts at
     k = 2 because kernels change between one token and several: llama.cpp's Q4_1 pass over 2 tokens cost 1.8× its
-    one-token step there, which a line through t(1) priced at 1.26× (the run measured 1.43× its price; 0.94× now).
+    one-token step there, which a line through t(1) priced at 1.26× (that run's timed verify: 1.43× the line's price,
+    0.94× this one's, re-priced from its records).
     A curve with a knee past k = 2 (a GPU flat to some k, then rising) is priced above its flat part."""
     ks = sorted(k for k, t in bare_ms.items() if t > 0)
     if not ks or step_ms <= 0:
@@ -73,24 +73,9 @@ def verify_prices(step_ms: float, bare_ms: dict[int, float]) -> dict[int, float]
     slope, intercept, _, _ = stats.theilslopes(values, rest)
     if slope < 0:  # a pass over more tokens is not cheaper: a falling line is noise, read as flat at its median
         slope, intercept = 0.0, float(np.median(values))
-    base = min(bare_ms[first], intercept + slope * first)
-    if base <= 0:
-        return {k: step_ms for k in ks}
+    at_first = intercept + slope * first
+    base = min(bare_ms[first], at_first) if at_first > 0 else bare_ms[first]  # a steep line may cross 0 before k = 1
     return {k: step_ms if k == first else step_ms * max(intercept + slope * k, base) / base for k in ks}
-
-
-def loop_verify_ratio(step_s: list[float], passes: list[tuple[int, float]], bare_ms: dict[int, float]) -> float:
-    """The real loop's verify pass ÷ what its own plain step would cost for a pass of that size, the bare curve
-    giving only the shape t(k)/t(1) (pure): median over the verify passes (k tokens, s seconds) of s ÷ (t(k)/t(1)),
-    over the median plain step. Medians of single passes, so a disturbed step of the VM (1.6–4× spikes, idle)
-    sets nothing; timings taken seconds apart, so the drift since the bare calibration cancels (1.0 when there is
-    nothing to compare)."""
-    t1 = bare_ms.get(1, 0.0)
-    shaped = [s * t1 / bare_ms[k] for k, s in passes if k in bare_ms and bare_ms[k] > 0 and s > 0]
-    steps = [s for s in step_s if s > 0]
-    if not (t1 > 0 and shaped and steps):
-        return 1.0
-    return float(np.median(shaped) / np.median(steps))
 
 
 def example_times(trace: Trace, steps: list[Step], draft: str, costs: LoopCosts, scale: float) -> tuple[float, float]:
