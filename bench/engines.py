@@ -218,7 +218,10 @@ def main(argv: list[str] | None = None) -> dict:
     eos, max_new = llama.target.eos_ids, args.max_new_tokens
     draft = parse_draft(args.draft)  # --draft, parsed once
     n_ctx = lc.context_size(max(len(p) for p in prompts) + max_new + args.gamma + 1)
-    decoders = loop_decoders("llama-cpp", llama.target_lm(), llama.proposer(draft, prompts), eos, args.gamma, max_new)
+    proposer = llama.proposer(draft, prompts)
+    for lm in [llama.target_lm(), *proposer.model_caches()]:  # the run's context, as the peers get (warm_up does this)
+        lm.backend.reserve(n_ctx)
+    decoders = loop_decoders("llama-cpp", llama.target_lm(), proposer, eos, args.gamma, max_new)
     decoders |= peer_decoders(str(gguf_of(args.target)), n_ctx, threads, args.draft, args.gamma, eos, max_new)
     curves = {f"llama.cpp ({llama.engine_info()['model_desc']})": curve(llama.target_lm(), prompts, max_new, "gguf")}
     if not args.no_torch:

@@ -96,6 +96,21 @@ def test_context_overflow_is_one_line(lm):
 
 
 @needs_llama
+def test_the_context_starts_small_and_grows_to_what_a_run_reserves(gguf_path):
+    lm = lc.LlamaCppModel(gguf_path, n_ctx=2048, threads=1)
+    assert lm.backend.n_ctx == lc.FIRST_CTX and lm.backend.limit == 2048
+    lm.start(capacity=len(PROMPT) + 4)
+    before = lm.forward(PROMPT)
+    assert lm.backend.reserve(700) and lm.backend.n_ctx == 768 and lm.length == 0  # grown in CTX_STEP steps
+    assert not lm.backend.reserve(300)  # never shrinks: calibration and probes between examples reload nothing
+    lm.start(capacity=len(PROMPT) + 4)
+    assert torch.equal(lm.forward(PROMPT), before)  # the same weights and kernels after the reload
+    with pytest.raises(SpecbenchError, match="context of 2048 tokens overflowed"):
+        lm.start(capacity=2049)
+    lm.close()
+
+
+@needs_llama
 def test_plain_decoding_equals_llama_cpp_generate(lm, gguf_path):
     ours = decode_autoregressive(
         lm, PROMPT, max_new_tokens=40, sampling=GREEDY, generator=None, eos_ids=frozenset()

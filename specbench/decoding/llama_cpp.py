@@ -34,6 +34,7 @@ ENGINE_NAME = "llama-cpp"
 SETUP_HINT = "make setup-llama-cpp"
 N_BATCH = 512  # tokens per llama_decode call in a prefill (llama.cpp's default); verify passes are far shorter
 CTX_STEP = 256  # contexts are sized in these steps, so most examples of a run share one
+FIRST_CTX = 512  # a fresh context holds this many tokens (or the limit, if less); reserve() grows it
 
 
 def import_llama_cpp():
@@ -88,18 +89,37 @@ def load_llama(path: str, n_ctx: int, threads: int, *, logits_all: bool = False,
 
 
 class LlamaBackend:
-    """What the runner and calibration ask of a `ForwardBackend`, for a llama.cpp context."""
+    """What the runner and calibration ask of a `ForwardBackend`, for a llama.cpp context that grows on demand.
+
+    The context is allocated for what the run needs (`reserve`: at warm-up, at calibration and at every cache start),
+    not for the model's whole trained context: one sized for 8,192 tokens decoded SmolLM2-135M Q4_1 ~2 % slower per
+    token than one sized for 512 (2-core EPYC, 2026-12-02, docs/benchmarks.md), in specbench's loop and in the
+    binding's generate alike. Growing reloads the GGUF (memory-mapped), so it happens only where the cache is empty."""
 
     kind = ENGINE_NAME
     reuses_outputs = False
 
-    def __init__(self, n_ctx: int):
-        self.n_ctx = n_ctx
+    def __init__(self, model: LlamaCppModel, limit: int):
+        self.model = model
+        self.limit = limit  # the most tokens a context may hold (the model's trained context, capped)
+
+    @property
+    def n_ctx(self) -> int:
+        """Tokens the current context holds."""
+        return int(self.model.llm.n_ctx())
 
     def reserve(self, needed: int) -> bool:
-        """The context is fixed at load time; a run needing more fails here, before any timing."""
-        self.check_room(0, needed)
-        return False
+        """Room for `needed` tokens from an empty cache; → True when the context was grown (the cache is empty
+        then). Beyond the limit: a one-line error, before any timing."""
+        if needed > self.limit:
+            raise SpecbenchError(
+                f"llama.cpp context of {self.limit} tokens overflowed (0 + {needed}); "
+                f"this is a bug in the caller's capacity (lower --max-new-tokens meanwhile)"
+            )
+        if needed <= self.n_ctx:
+            return False
+        self.model.grow(needed)
+        return True
 
     def check_room(self, cached: int, new: int) -> None:
         if cached + new > self.n_ctx:
@@ -126,9 +146,11 @@ class LlamaCppModel:
     is_seq2seq = False  # llama.cpp's encoder-decoder support is not wired here
 
     def __init__(self, path: str, *, n_ctx: int, threads: int, seed: int = 0):
-        self.path, self.threads = str(path), threads
-        self.llm = load_llama(self.path, context_size(n_ctx), threads, seed=seed)
-        self.backend = LlamaBackend(self.llm.n_ctx())
+        """`n_ctx`: the most tokens a context may hold; the context allocated starts smaller and grows (reserve)."""
+        self.path, self.threads, self.seed = str(path), threads, seed
+        limit = context_size(n_ctx)
+        self.llm = load_llama(self.path, min(FIRST_CTX, limit), threads, seed=seed)
+        self.backend = LlamaBackend(self, limit)
         self.n_vocab = self.llm.n_vocab()
         self.logit_precision = logit_precision(getattr(self.llm, "metadata", None) or {})
         self.device = torch.device("cpu")  # logits come back to the host; a CUDA build syncs inside llama_decode
@@ -146,7 +168,7 @@ class LlamaCppModel:
         """Forget the last example: empty the KV cache. `capacity` is checked against the context."""
         if encoder_ids is not None:
             raise SpecbenchError(f"--engine {ENGINE_NAME} supports decoder-only models")
-        self.backend.check_room(0, capacity)
+        self.backend.reserve(capacity)
         self.llm._ctx.kv_cache_clear()
         self.llm.reset()  # the binding's own bookkeeping (its generate() must not reuse our cache)
         self.length = 0
@@ -184,6 +206,12 @@ class LlamaCppModel:
             ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(n_rows, self.n_vocab)
         ).copy()
 
+    def grow(self, needed: int) -> None:
+        """Reload the GGUF with a context for `needed` tokens (CTX_STEP multiples, ≤ the limit); the cache is empty."""
+        llm = load_llama(self.path, min(context_size(needed), self.backend.limit), self.threads, seed=self.seed)
+        self.llm.close()
+        self.llm, self.length = llm, 0
+
     def prime(self, max_tokens: int, all_logits: bool) -> None:
         """Nothing to compile: llama.cpp picks its kernels per batch at run time (the warm-up pays for it)."""
 
@@ -206,7 +234,7 @@ class LlamaCppModel:
             "gguf": os.path.basename(self.path),
             "model_desc": model.desc(),  # llama.cpp's own: architecture, size, quantization (e.g. "llama 135M Q4_1")
             "n_params": int(model.n_params()),
-            "n_ctx": self.backend.n_ctx,
+            "n_ctx": self.backend.limit,  # the most a context may hold; the one allocated fits the run (reserve)
         }
 
     def close(self) -> None:

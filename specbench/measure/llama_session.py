@@ -112,7 +112,7 @@ class LlamaSession(Session):
             is_seq2seq=False,
             eos_ids=eos_ids_of(target_spec, tokenizer, trust_remote_code),
             decoder_start_id=None,
-            max_positions=lm.backend.n_ctx,
+            max_positions=lm.backend.limit,
             params=lm.describe()["n_params"],
         )
         self.target_backend = lm.backend  # type: ignore[assignment]  # the llama.cpp Session duck-types the torch one
@@ -140,7 +140,7 @@ class LlamaSession(Session):
             lm = self.target.model
             draft = LlamaModelDraft(
                 load_gguf_draft(
-                    str(gguf_of(spec.model)), n_ctx=lm.backend.n_ctx, threads=lm.threads, target_vocab=lm.n_vocab
+                    str(gguf_of(spec.model)), n_ctx=lm.backend.limit, threads=lm.threads, target_vocab=lm.n_vocab
                 ),
                 spec.model,
             )
