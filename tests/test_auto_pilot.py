@@ -122,27 +122,18 @@ def test_alpha_se_shrinks_with_examples_and_pilot_stops_on_it():
     assert pl.pilot_done({"a": 0.9}, ["a"], pl.PILOT_CAP)
 
 
-def test_prediction_interval_covers_the_run_geomean():
-    # 2000 simulated (pilot half, run) pairs: held-out n 10, run n 20, log speedups N(0.3, 0.25²);
-    # the 95 % prediction interval must cover the run's geometric mean 93–97 % of the time (binomial sd 0.5 %).
-    rng = np.random.default_rng(0)
-    hits = 0
-    for _ in range(2000):
-        p = pr.prediction_interval(list(rng.normal(0.3, 0.25, 10)), 20)
-        run = math.exp(rng.normal(0.3, 0.25, 20).mean())
-        hits += p.low <= run <= p.high
-    assert 0.93 <= hits / 2000 <= 0.97
-    # negative control: an interval for the mean alone (no term for the run's own examples) under-covers a run
-    # of 5 examples (expected ~77 %); the prediction interval still covers it
-    hits = hits_pi = 0
-    for _ in range(2000):
-        x = rng.normal(0.3, 0.25, 10)
-        half = 2.262 * x.std(ddof=1) / math.sqrt(10)
-        run = rng.normal(0.3, 0.25, 5).mean()
-        p = pr.prediction_interval(list(x), 5)
-        hits_pi += p.low <= math.exp(run) <= p.high
-        hits += abs(run - x.mean()) <= half
-    assert hits / 2000 < 0.85 and 0.93 <= hits_pi / 2000 <= 0.97
+def test_replayed_prediction_is_the_cost_models_interval_around_the_timed_examples():
+    p = pr.replayed_prediction([0.1, 0.3, 0.5, float("nan")])
+    assert p.speedup == pytest.approx(math.exp(0.3)) and p.n_examples == 3
+    assert p.high / p.speedup == pytest.approx(math.exp(1.959964 * pr.MODEL_LOG_SD), rel=1e-5)
+    assert p.speedup / p.low == pytest.approx(p.high / p.speedup)
+    # the examples are the timed ones, not a sample of them: the interval does not shrink or grow with their number
+    # or their spread (a sampling interval would: control)
+    q = pr.replayed_prediction([0.3] * 40 + [0.2, 0.4])
+    assert q.high / q.speedup == pytest.approx(p.high / p.speedup)
+    sampling_half = 1.96 * np.std([0.1, 0.3, 0.5], ddof=1) / math.sqrt(3)
+    assert abs(math.log(p.high / p.speedup) - sampling_half) > 0.05
+    assert math.isnan(pr.replayed_prediction([]).speedup) and pr.replayed_prediction([]).n_examples == 0
 
 
 def test_example_times_prices_prefill_steps_and_draft_costs():
@@ -241,12 +232,13 @@ def test_run_auto_at_t0_predicts_before_timing_and_reports_the_ratio(tmp_path):
     timed = {json.loads(x)["example_id"] for x in (run_dir / "examples.jsonl").read_text().splitlines()}
     piloted = set(auto["pilots"][draft]["examples"])
     assert len(piloted) == 11 and not piloted & timed  # disjoint from the timed examples
-    assert auto["loop_costs"]["float32"]["step_ms"] > 0 and auto["prediction"]["n_held_out"] == 5
+    assert auto["loop_costs"]["float32"]["step_ms"] > 0
+    assert auto["prediction"]["n_examples"] == 3 and "on the 3 timed examples, replayed untimed" in result.stderr
 
 
 def test_run_auto_at_t_above_0_pilots_by_replay_along_the_sample(tmp_path):
     # T > 0 takes the replay pilot too (issue 31 item 1): the sampled output's laws, every draft scored along it;
-    # the reasons say so, the prediction is held out, and the pilot's α is a probability-weighted count
+    # the reasons say so, the prediction is made on the timed examples, and the pilot's α is a probability-weighted count
     import json
 
     from helpers import CORPUS, save_tiny
@@ -267,7 +259,7 @@ def test_run_auto_at_t_above_0_pilots_by_replay_along_the_sample(tmp_path):
     assert summary["auto_predicted_speedup"] > 0 and summary["auto_predicts_slower"] in (True, False)
     auto = json.loads((next((tmp_path / "r").iterdir()) / "manifest.json").read_text())["auto"]
     pilot = auto["pilots"][target]
-    assert len(pilot["examples"]) == 10 and auto["prediction"]["n_held_out"] == 5
+    assert len(pilot["examples"]) == 10 and auto["prediction"]["n_examples"] == 2  # predicted on the timed two
     assert pilot["alpha"] > 0.9  # the draft is the target itself: Σ min(p, q) = 1 at every position (numerics aside)
 
 

@@ -35,8 +35,9 @@ from typing import Any
 import numpy as np
 
 TARGET_SE = 0.025  # stop the pilot once α's standard error (examples resampled) is this small for the leaders …
-PILOT_MIN = 8  # … but not before this many examples (4 per half) …
-PILOT_CAP = 40  # … and never beyond this many (the error reached is printed; 40 keeps `make run` ≤ 8 min)
+PILOT_MIN = 8  # … but not before this many examples …
+PILOT_CAP = 24  # … and never beyond this many (the error reached is printed); the timed examples are replayed too
+#                 (auto_pilot: the prediction is made on them), and 24 + 20 keeps `make run` ≤ 8 min
 LEADERS = 3  # candidates whose α's error must reach TARGET_SE (the rest cannot win anyway)
 SE_RESAMPLES = 400
 WALKS = 8  # T > 0: seeded acceptance walks per (example, draft, γ) along the one sampled output

@@ -154,14 +154,15 @@ def calibration_k_max(config: RunConfig) -> int:
 
 def prime_for_calibration(session: Session, proposer: Proposer, capacity: int, k_max: int) -> None:
     """Non-eager backends: size the static caches for the whole run and compile the pass shapes
-    before calibrating, so the curve is the one the run will see (a no-op for eager)."""
+    before calibrating, so the curve is the one the run will see; llama.cpp's contexts are sized here too, so that
+    none grows (reloads) inside a timed decode. Nothing for torch's eager backend."""
+    target = session.target_lm()
+    for lm in [target, *proposer.model_caches()]:
+        lm.backend.reserve(capacity)
     if session.load.backend == "eager":
         return
-    target = session.target_lm()
-    target.backend.reserve(capacity)
     target.prime(k_max, all_logits=True)
     for draft in proposer.model_caches():
-        draft.backend.reserve(capacity)
         draft.prime(k_max, all_logits=False)
 
 
@@ -290,10 +291,10 @@ def choose_on_this_machine(
             drafts=drafts,
             session_for=session_for,
             pool=prepare_examples(spec, pool, first.target, max_new),
+            timed=prepared,
             corpus=corpus,
             max_new=max_new,
             calibrate_dtype=calibrate_dtype,
-            n_run=len(examples),
             bf16_note=bf16_note if config.load.dtype == AUTO else None,
             on_status=on_status,
             on_progress=getattr(on_status, "progress", lambda phase, done, total: None),  # the CLI's phase bars

@@ -313,15 +313,15 @@ SUMMARY_FIELDS: tuple[FieldDoc, ...] = (
         "×",
         (
             "auto (replay pilot): the chosen configuration's end-to-end speedup (geometric mean over examples, prefill "
-            "included) predicted before any timing from real decode-loop step costs and the pilot's replayed steps, "
-            "on pilot examples that did not choose it (measure/prediction.py)"
+            "included) predicted before any timing from real decode-loop step costs and replayed steps, on the run's "
+            "own examples decoded once untimed (the choice was made on other, pilot examples; measure/auto_pilot.py)"
         ),
         "speedup predicted by the auto choice",
     ),
     FieldDoc(
         "auto_predicted_interval",
         "×",
-        "its 95 % prediction interval for the run's geometric mean over its examples",
+        "its 95 % interval from the cost model's recorded error (prediction.MODEL_LOG_SD; examples are not sampled)",
     ),
     FieldDoc(
         "auto_prediction_ratio",
