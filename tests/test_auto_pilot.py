@@ -238,7 +238,8 @@ def test_run_auto_at_t0_predicts_before_timing_and_reports_the_ratio(tmp_path):
 
 def test_run_auto_at_t_above_0_pilots_by_replay_along_the_sample(tmp_path):
     # T > 0 takes the replay pilot too (issue 31 item 1): the sampled output's laws, every draft scored along it;
-    # the reasons say so, the prediction is made on the timed examples, and the pilot's α is a probability-weighted count
+    # the reasons say so, the prediction is made on the timed examples, and the pilot's α is a probability-weighted
+    # count
     import json
 
     from helpers import CORPUS, save_tiny

@@ -93,7 +93,7 @@ def example_times(trace: Trace, steps: list[Step], draft: str, costs: LoopCosts,
     return base, spec
 
 
-MODEL_LOG_SD = 0.05  # sd of log(timed ÷ priced) verify time over 20 idle `make run` tasks (bench/verify_price.py: 0.049)
+MODEL_LOG_SD = 0.05  # sd of log(timed ÷ priced) verify time, 20 idle `make run` tasks (bench/verify_price.py: 0.049)
 
 
 @dataclass
