@@ -70,6 +70,20 @@ def test_stable_halves_clear_slow_probes_and_moved_halves_flag_quiet_probes():
     assert suspect and notes[0].startswith("the speedup moved during the run")
 
 
+def test_unsure_halves_flag_a_busy_machine_but_not_disagreeing_repeats_alone():
+    rng = np.random.default_rng(4)
+    unsure = noise.speedup_stability([(1.6 * f, 1.5 * g) for f, g in rng.uniform(0.8, 1.2, (12, 2))])
+    assert unsure is not None and unsure.outcome == noise.UNSURE
+    pairs_only = ["3 of 20 examples gave speedups up to 1.78× apart in their two A B B A pairs"]
+    suspect, notes = noise.judge(pairs_only, unsure, busy=False)
+    assert not suspect and notes[0].startswith("its two A B B A halves neither") and notes[1] == pairs_only[0]
+    suspect, _ = noise.judge(
+        pairs_only + ["4 of 21 probes of a one-token target pass took up to 40 ms"], unsure, busy=True
+    )
+    assert suspect  # control: the same halves with the machine seen busy
+    assert noise.judge(pairs_only, unsure) == (True, [unsure.sentence(0.1)] + pairs_only)  # busy unknown: as before
+
+
 def _record(i: int, b: tuple[float, float], s: tuple[float, float]) -> dict:
     engine = lambda times: {"decode_s": sum(times) / 2, "n_tokens": 33, "repeat_s": list(times)}  # noqa: E731
     return {"example_id": f"e{i}", "baseline": engine(b), "speculative": engine(s)}

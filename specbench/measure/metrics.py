@@ -193,10 +193,12 @@ def timing_noise(records: list[dict], probes: list[float] | None = None, drift: 
     ]
     pairs = paired_speedups(records)
     reasons = noise_verdict(probes or [], token_ms, repeats, pairs)
+    busy = bool(noise_verdict(probes or [], [], [], None))  # the machine itself seen slow (the probe rule)
     if drift is not None and abs(drift - 1.0) > BASELINE_DRIFT_TOLERANCE:
         reasons.append(f"the shared baseline, re-timed before this cell, took {drift:.2f}× its stored time")
+        busy = True
     stability = speedup_stability(pairs)
-    suspect, notes = judge(reasons, stability)
+    suspect, notes = judge(reasons, stability, busy=busy)
     out = {"suspect_timing": suspect, "timing_notes": notes}
     if stability is not None:
         out |= {
