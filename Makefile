@@ -43,7 +43,8 @@ test-wheel: $(VENV)/.specbench-packages
 
 # The seed paper's claims, measured here (model size within one family: Qwen2.5-Coder-0.5B vs -1.5B targets; batch
 # B = 1 vs 8; sequence and prompt lengths; perplexity at T = 1; ≥ 20 examples per claim cell), then the report whose
-# claims table answers them: results/claims/report/. ~51 min on a 2-core CPU (docs/claims.md).
+# claims table answers them: results/claims/report/. ~65 min on a 2-core CPU, from its steps timed one by one
+# (docs/claims.md; the 320-example batch step alone took 22.6 min).
 # Needs `specbench setup --target qwen2.5-coder-1.5b` and `--target qwen2.5-coder-0.5b` first (~7 min, once).
 claims: $(STAMP)
 	scripts/claims.sh

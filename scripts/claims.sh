@@ -9,11 +9,12 @@
 #   sequence lengths   16 / 64 / 256 new tokens;  prompt lengths: the task's short / medium / long tertiles
 #   quality            perplexity of T = 1 samples under the target, both engines (N = 160 each, paired TOST)
 # Sizes: the claims table gives no verdict below 20 examples (units) per cell (measure/statistics.py
-# MIN_VERDICT_N), so every claim cell has at least 20; at B = 8 a unit is a batch, hence 160 examples; a best
+# MIN_VERDICT_N), so every claim cell has at least 20; at B = 8 a unit is a batch: 20 batches (160 examples) left
+# B 8 ÷ B 1 at 0.97× [0.89, 1.05], neither inside ±10 % nor beyond, so 40 batches (320 examples); a best
 # configuration is chosen on one half and judged on the other, hence 40 per Qwen target. One task per axis
 # (aclsum: summaries copy their source, so prompt lookup has something to find; ding-de-en for the batch curve,
 # whose 160 examples aclsum's 100 test abstracts cannot give, and for the samples): the second task doubled the
-# time without adding a verdict. Budget ≤ 1 h on a 2-core CPU (docs/claims.md has
+# time without adding a verdict. About 65 min on a 2-core CPU (docs/claims.md has
 # the timed run; the script prints its own elapsed time).
 # Set-up first (once): make setup; specbench setup --target qwen2.5-coder-1.5b; specbench setup --target
 # qwen2.5-coder-0.5b.
@@ -37,9 +38,9 @@ $SB sweep --results-dir "$OUT" --sweep-id claims-targets --task aclsum --gamma 4
   --max-new-tokens 48 --dtype "$DTYPE" \
   --pair qwen2.5-coder-0.5b:prompt-lookup --pair qwen2.5-coder-1.5b:prompt-lookup
 
-step "batch sizes: B = 1 against B = 8 (160 examples = 20 batches at B 8, 32 new tokens, float32, prompt lookup γ 3)"
+step "batch sizes: B = 1 against B = 8 (320 examples = 40 batches at B 8, 32 new tokens, float32, prompt lookup γ 3)"
 $SB sweep --results-dir "$OUT" --sweep-id claims-batch-ding --task ding-de-en --draft prompt-lookup --gamma 3 \
-  --batch-size 1,8 --batch-policy ragged --limit 160 --max-new-tokens 32 --dtype float32
+  --batch-size 1,8 --batch-policy ragged --limit 320 --max-new-tokens 32 --dtype float32
 
 step "sequence lengths: 16 / 64 / 256 new tokens"
 $SB sweep --results-dir "$OUT" --sweep-id claims-lengths --task aclsum --draft prompt-lookup --gamma 4 \
