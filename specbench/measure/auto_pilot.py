@@ -425,7 +425,7 @@ def replay_pool(spec, config: RunConfig, examples: list) -> list:
 
 
 def control_config(config: RunConfig, choice: AutoChoice) -> RunConfig | None:
-    """The run that times the runner-up (the best other draft or dtype on the choosing half) on the same examples
+    """The run that times the runner-up (the best other draft or dtype on the pilot) on the same examples
     (same task, limit and seed select them); None when there was none."""
     import dataclasses
 
