@@ -323,7 +323,7 @@ def choose_by_replay(
     runner_up = next((c for c in ranked[1:] if (c.draft, c.dtype) != (best.draft, best.dtype)), None)
     on_status(f"replaying the {len(timed)} timed examples (untimed) for the prediction")
     wanted = [d for d in drafts if d.text in {best.draft, runner_up.draft if runner_up else best.draft}]
-    timed_traces = []
+    timed_traces: list[pl.Trace] = []
     for item in timed:
         on_progress("replay of the timed examples", len(timed_traces), len(timed))
         timed_traces.append(trace_example(first, item, config, max_new, wanted, corpus, max(gammas)))
