@@ -9,17 +9,11 @@ Phases (each reported through on_status / on_progress so the CLI can show its ow
      decoded once by the target (sampled with the run's seed at T > 0, then one teacher-forced target pass for
      its laws p) plus one teacher-forced pass per model draft, every (draft, γ) replayed (measure/pilot.py), until
      α's standard error is ≤ TARGET_SE for the leading candidates or the cap;
-  3. choice on every pilot example; then the timed examples themselves are decoded once, untimed, by the target and
-     replayed for the chosen configuration (and the runner-up), and the end-to-end speedup is predicted on them.
-
-Why the prediction is made on the timed examples, not on held-out pilot examples: two disjoint sets of 20 examples
-differ in α by chance, and that difference, not the cost model, was the miss. On 2026-12-02 (2-core EPYC, bf16)
-`make run`'s ding-de-en pilot examples replayed at α 0.61 while its timed examples replayed at 0.68 (their
-speculative decodes measured 0.73), so the held-out half predicted 1.43× and the run measured 1.66–1.79× in three runs;
-the same model replayed on the timed examples predicted 1.70–1.85×. Choosing on the pilot and predicting on
-examples the choice never saw keeps the winner's curse out; predicting on the examples that are timed makes
-measured ÷ predicted a test of the cost model (prediction.replayed_prediction gives its interval). The pilot's own
-estimate for other examples of the task is printed beside it.
+  3. choice on every pilot example; the timed examples, decoded once untimed and replayed, get the prediction:
+     two disjoint sets of 20 differ in α by chance, and that, not the cost model, was the miss (make run's
+     ding-de-en pilot replayed at α 0.61, its timed examples at 0.68: 1.43× predicted, 1.66–1.79× measured;
+     docs/benchmarks.md). Choosing on the pilot keeps the winner's curse out of the prediction; predicting on the
+     timed examples makes measured ÷ predicted a test of the cost model. The pilot's own figure is printed beside.
 """
 
 from __future__ import annotations
@@ -328,7 +322,7 @@ def choose_by_replay(
         on_progress("replay of the timed examples", len(timed_traces), len(timed))
         timed_traces.append(trace_example(first, item, config, max_new, wanted, corpus, max(gammas)))
     on_progress("replay of the timed examples", len(timed_traces), len(timed))
-    timed_replays = Replays({d: replays.lookups[d] for d in replays.lookups}, max(gammas), config.seed)
+    timed_replays = Replays(dict(replays.lookups), max(gammas), config.seed)
     prediction = predict(timed_replays, timed_traces, best, costs, scales)
     pilots = {}
     for d in names:
