@@ -6,6 +6,7 @@ the verdicts' error rates (tests/test_statistics.py)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -122,6 +123,23 @@ def test_prompt_length_buckets_and_batch_sizes_are_read_from_the_summaries(tmp_p
     assert found["Gains-lengths"].numbers.startswith("short/medium/long prompt: 1.1")  # bucket order, not a–z
     assert found["Gains-lengths"].verdict.startswith(FAILS)
     assert found["Gains-sizes"].verdict.startswith(HOLDS) and found["Gains-sizes"].numbers.startswith("1/4 batch")
+
+
+def test_the_batch_claims_sample_size_counts_batches_and_its_command_asks_for_that_many_examples(tmp_path):
+    root = tmp_path / "runs"
+    for b, s in ((1, 1.4), (4, 1.33)):
+        varied_run(root, f"b{b}", speedup=s, gamma=3, spread=noisy(4, seed=b), summary_extra={"batch_size": b})
+    c = by_claim(root)["Gains-sizes"]
+    found = re.search(r"about ([\d,]+) batches per cell \(([\d,]+) examples at B = 4\)", c.verdict)
+    assert c.verdict.startswith(UNSURE) and found, c.verdict
+    units, examples = (int(x.replace(",", "")) for x in found.groups())
+    assert examples == 4 * units and f"--limit {examples}" in c.verdict
+    tokens_root = tmp_path / "tokens"  # control: on another axis the units are examples and the limit is the same N
+    for k, n in enumerate((16, 32)):
+        varied_run(tokens_root, f"n{n}", speedup=1.3, spread=noisy(4, seed=k), summary_extra={"max_new_tokens": n})
+    t = by_claim(tokens_root)["Gains-tokens)"]
+    n = int(re.search(r"about ([\d,]+) examples per cell", t.verdict).group(1).replace(",", ""))
+    assert f"--limit {n}" in t.verdict and "batches" not in t.verdict
 
 
 def test_every_configurations_verdict_is_shown_and_one_verdict_covers_them_all(tmp_path):

@@ -103,6 +103,20 @@ def needed_text(key: str, n: int | None, per_cell: bool = True, command: str | N
     return f"about {n:,} examples {'per cell ' if per_cell else ''}would likely decide it: {cmd}"
 
 
+def needed_units_text(axis: str, needed: int | None, command: str, groups: list, column: str) -> str:
+    """needed_text for an axis claim. On the batch axis a unit is a batch, so N units per cell take N × B examples at
+    the largest batch size B: the command's --limit says that many (the smaller batch sizes then get more units)."""
+    command = command.replace("--limit 20", "--limit 8")
+    if axis != "batch_size" or not needed:
+        return needed_text(axis, needed, command=command)
+    biggest = max(int(float(r[column])) for rows in groups for r in rows)
+    text = needed_text(axis, needed * biggest, command=command)
+    return text.replace(
+        f"about {needed * biggest:,} examples per cell",
+        f"about {needed:,} batches per cell ({needed * biggest:,} examples at B = {biggest})",
+    )
+
+
 def with_and_without(judge, runs, *args) -> Claim:
     """judge(runs, ...) → Claim, computed with every run and again without the flagged ones (timing_suspect);
     the verdict says so where the two differ. Flagged runs stay in the first (the one shown)."""
@@ -268,7 +282,7 @@ def axis_claim(runs, axis: str, data: ReportData, margin: float) -> Claim:
     v = st.consistency(every, margin)
     verdict = f"{v.outcome}: {v.reason}"
     if v.outcome == UNSURE:
-        verdict += "; " + needed_text(axis, v.needed, command=commands[0].replace("--limit 20", "--limit 8"))
+        verdict += "; " + needed_units_text(axis, v.needed, commands[0], groups, column)
     numbers = f"{len(groups)} configuration(s): " + " | ".join(parts) if len(groups) > 1 else parts[0]
     return Claim(claim, verdict, numbers, f"speedup_vs_{axis}")
 
