@@ -101,3 +101,21 @@ def test_the_summary_carries_the_stability_and_only_a_moved_speedup_is_suspect()
     out = timing_noise(moved)
     assert out["speedup_stability"] == noise.MOVED and out["suspect_timing"] is True
     assert out["repeat_halves_ratio"] == pytest.approx(1.6)
+
+
+def test_an_unsure_run_is_flagged_by_its_probes_and_not_by_its_disagreeing_pairs():
+    """timing_noise end to end: the same records (A B B A halves the paired test cannot call, pairs that disagree)
+    are clear with quiet probes and flagged when 4 of 12 probes ran 2× slow (the probe rule decides); the notes name
+    the pairs either way."""
+    rng = np.random.default_rng(4)
+    records = [
+        _record(i, (2.0, 2.0), (2.0 / (1.6 * f), 2.0 / (1.5 * g)))
+        for i, (f, g) in enumerate(rng.uniform(0.8, 1.2, (12, 2)))
+    ]
+    quiet = [30.0 + 0.1 * i for i in range(12)]
+    out = timing_noise(records, quiet)
+    assert out["speedup_stability"] == noise.UNSURE and out["suspect_timing"] is False
+    assert any("A B B A pairs" in n for n in out["timing_notes"])
+    busy = quiet[:8] + [60.0] * 4
+    out = timing_noise(records, busy)
+    assert out["suspect_timing"] is True and any("the machine was busy" in n for n in out["timing_notes"])

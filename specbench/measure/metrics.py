@@ -178,7 +178,7 @@ def median_example_speedup(records: list[dict]) -> float:
 def timing_noise(records: list[dict], probes: list[float] | None = None, drift: float | None = None) -> dict:
     """suspect_timing and timing_notes from the noise checks (measure/noise.py) and, for a cell of a sweep folder
     from before per-cell baselines, its shared baseline's drift (None otherwise)."""
-    from specbench.measure.noise import judge, noise_verdict, paired_speedups, speedup_stability
+    from specbench.measure.noise import busy_probes, judge, noise_verdict, paired_speedups, speedup_stability
 
     token_ms = [
         1e3 * r["baseline"]["decode_s"] / (r["baseline"]["n_tokens"] - 1)
@@ -192,8 +192,9 @@ def timing_noise(records: list[dict], probes: list[float] | None = None, drift: 
         if len(x := r[e].get("repeat_s") or []) > 1 and min(x) > 0
     ]
     pairs = paired_speedups(records)
-    reasons = noise_verdict(probes or [], token_ms, repeats, pairs)
-    busy = bool(noise_verdict(probes or [], [], [], None))  # the machine itself seen slow (the probe rule)
+    machine = busy_probes(probes or [])  # the machine itself seen slow: decides an unsure run (noise.judge)
+    reasons = machine + noise_verdict([], token_ms, repeats, pairs)
+    busy = bool(machine)
     if drift is not None and abs(drift - 1.0) > BASELINE_DRIFT_TOLERANCE:
         reasons.append(f"the shared baseline, re-timed before this cell, took {drift:.2f}× its stored time")
         busy = True

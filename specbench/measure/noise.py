@@ -74,6 +74,21 @@ def sustained(values: list[float], tolerance: float, gross: float) -> list[float
     return []
 
 
+def busy_probes(probes: list[float]) -> list[str]:
+    """The probe rule's reason, or []: the machine itself seen slow (noise_verdict's first signal; judge's `busy`).
+    With a recorded idle threshold table (IDLE_FILE) the rule is the table's, else the fixed sustained-shift rule."""
+    probes = [p for p in probes if p and p > 0]
+    table = idle_thresholds()
+    slow = sustained(probes, SHIFT_TOLERANCE, GROSS_TOLERANCE) if table is None else sustained_by_table(probes, table)
+    if not slow:
+        return []
+    first = next(i for i, p in enumerate(probes) if p in slow)
+    return [
+        f"{len(slow)} of {len(probes)} probes of a one-token target pass took up to {max(slow):.1f} ms "
+        f"against {lower_quartile(probes):.1f} ms (lower quartile), from probe {first + 1} on: the machine was busy"
+    ]
+
+
 def noise_verdict(
     probes: list[float],
     baseline_token_ms: list[float],
@@ -90,17 +105,7 @@ def noise_verdict(
     With a recorded idle threshold table (IDLE_FILE) the probe rule is the table's: the k-th slowest probe over
     the lower quartile beyond the threshold for this many probes, set for ≤ 1 % false alarms per idle run.
     """
-    reasons = []
-    probes = [p for p in probes if p and p > 0]
-    table = idle_thresholds()
-    slow = sustained(probes, SHIFT_TOLERANCE, GROSS_TOLERANCE) if table is None else sustained_by_table(probes, table)
-    if slow:
-        first = next(i for i, p in enumerate(probes) if p in slow)
-        reasons.append(
-            f"{len(slow)} of {len(probes)} probes of a one-token target pass took up to {max(slow):.1f} ms "
-            f"against {lower_quartile(probes):.1f} ms (lower quartile), from probe {first + 1} on: "
-            f"the machine was busy"
-        )
+    reasons = busy_probes(probes)
     times = [t for t in baseline_token_ms if t and t > 0]
     far = sustained(times, SHIFT_TOLERANCE, GROSS_TOLERANCE)
     if far:
