@@ -24,6 +24,7 @@ so a sweep over a new axis needs no change here beyond its AXES entry in analysi
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, replace
 
 from specbench.measure import statistics as st
@@ -93,28 +94,17 @@ def untested(key: str, why: str) -> str:
     return f"{UNTESTED}: {why}; run {COMMANDS[key]}"
 
 
-def needed_text(key: str, n: int | None, per_cell: bool = True, command: str | None = None) -> str:
-    """'about N examples per cell would decide it: <command with --limit N>' (or that no N is known)."""
+def needed_text(key: str, n: int | None, per_cell: bool = True, command: str | None = None, batch: int = 1) -> str:
+    """'about N examples per cell would decide it: <command with --limit N>' (or that no N is known). `batch` > 1:
+    the units are batches of that many examples (the batch axis), so the command asks for N × batch examples."""
     if not n:
         return "no sample size would decide it from this spread (the ratio sits at the claim's boundary)"
-    cmd = (command or COMMANDS[key]).replace("--limit 8", f"--limit {n}")
-    for old in ("--limit 20", "--limit 40", "--limit 160"):
-        cmd = cmd.replace(old, f"--limit {n}")
-    return f"about {n:,} examples {'per cell ' if per_cell else ''}would likely decide it: {cmd}"
-
-
-def needed_units_text(axis: str, needed: int | None, command: str, groups: list, column: str) -> str:
-    """needed_text for an axis claim. On the batch axis a unit is a batch, so N units per cell take N × B examples at
-    the largest batch size B: the command's --limit says that many (the smaller batch sizes then get more units)."""
-    command = command.replace("--limit 20", "--limit 8")
-    if axis != "batch_size" or not needed:
-        return needed_text(axis, needed, command=command)
-    biggest = max(int(float(r[column])) for rows in groups for r in rows)
-    text = needed_text(axis, needed * biggest, command=command)
-    return text.replace(
-        f"about {needed * biggest:,} examples per cell",
-        f"about {needed:,} batches per cell ({needed * biggest:,} examples at B = {biggest})",
-    )
+    limit = n * batch
+    cmd = re.sub(r"--limit \d+", f"--limit {limit}", command or COMMANDS[key])
+    size = f"about {n:,} examples {'per cell ' if per_cell else ''}"
+    if batch > 1:
+        size = f"about {n:,} batches {'per cell ' if per_cell else ''}({limit:,} examples at B = {batch}) "
+    return f"{size}would likely decide it: {cmd}"
 
 
 def with_and_without(judge, runs, *args) -> Claim:
@@ -282,7 +272,8 @@ def axis_claim(runs, axis: str, data: ReportData, margin: float) -> Claim:
     v = st.consistency(every, margin)
     verdict = f"{v.outcome}: {v.reason}"
     if v.outcome == UNSURE:
-        verdict += "; " + needed_units_text(axis, v.needed, commands[0], groups, column)
+        batch = max(int(float(r[column])) for rows in groups for r in rows) if axis == "batch_size" else 1
+        verdict += "; " + needed_text(axis, v.needed, command=commands[0], batch=batch)
     numbers = f"{len(groups)} configuration(s): " + " | ".join(parts) if len(groups) > 1 else parts[0]
     return Claim(claim, verdict, numbers, f"speedup_vs_{axis}")
 
