@@ -112,10 +112,7 @@ class LlamaBackend:
         """Room for `needed` tokens from an empty cache; → True when the context was grown (the cache is empty
         then). Beyond the limit: a one-line error, before any timing."""
         if needed > self.limit:
-            raise SpecbenchError(
-                f"llama.cpp context of {self.limit} tokens overflowed (0 + {needed}); "
-                f"this is a bug in the caller's capacity (lower --max-new-tokens meanwhile)"
-            )
+            raise overflow(self.limit, 0, needed)
         if needed <= self.n_ctx:
             return False
         self.model.grow(needed)
@@ -123,10 +120,16 @@ class LlamaBackend:
 
     def check_room(self, cached: int, new: int) -> None:
         if cached + new > self.n_ctx:
-            raise SpecbenchError(
-                f"llama.cpp context of {self.n_ctx} tokens overflowed ({cached} + {new}); "
-                f"this is a bug in the caller's capacity (lower --max-new-tokens meanwhile)"
-            )
+            raise overflow(self.n_ctx, cached, new)
+
+
+def overflow(n_ctx: int, cached: int, new: int) -> SpecbenchError:
+    """The one-line error of a forward or reservation past a context (a caller's capacity bug: prompts that cannot
+    fit are refused earlier, by prepare_examples against the limit)."""
+    return SpecbenchError(
+        f"llama.cpp context of {n_ctx} tokens overflowed ({cached} + {new}); "
+        f"this is a bug in the caller's capacity (lower --max-new-tokens meanwhile)"
+    )
 
 
 GGUF_FILE_TYPES = {"0": torch.float32, "1": torch.float16, "32": torch.bfloat16}  # general.file_type: F32, F16, BF16
