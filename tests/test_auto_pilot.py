@@ -234,6 +234,7 @@ def test_run_auto_at_t0_predicts_before_timing_and_reports_the_ratio(tmp_path):
     assert len(piloted) == 11 and not piloted & timed  # disjoint from the timed examples
     assert auto["loop_costs"]["float32"]["step_ms"] > 0
     assert auto["prediction"]["n_examples"] == 3 and "on the 3 timed examples, replayed untimed" in result.stderr
+    assert f"the best of {len(auto['candidates'])} candidates on the examples that chose it" in result.stderr
 
 
 def test_run_auto_at_t_above_0_pilots_by_replay_along_the_sample(tmp_path):

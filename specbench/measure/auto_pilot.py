@@ -13,7 +13,7 @@ Phases (each reported through on_status / on_progress so the CLI can show its ow
      two disjoint sets of 20 differ in α by chance, and that, not the cost model, was the miss (make run's
      ding-de-en pilot replayed at α 0.61, its timed examples at 0.68: 1.43× predicted, 1.66–1.79× measured;
      docs/benchmarks.md). Choosing on the pilot keeps the winner's curse out of the prediction; predicting on the
-     timed examples makes measured ÷ predicted a test of the cost model. The pilot's own figure is printed beside.
+     timed examples makes measured ÷ predicted a test of the cost model. The winner's pilot figure is printed too.
 """
 
 from __future__ import annotations
@@ -348,8 +348,8 @@ def choose_by_replay(
     reasons = explain(config, best, ranked, calibrations, pilots, bf16_note, costs[best.dtype].verify_ms)
     reasons.append(
         f"pilot: {len(traces)} untimed examples (none of the timed ones), every draft replayed along the target's "
-        f"{along(config)}; {stop}; chosen on all {len(traces)} (there {best.speedup:.2f}×, the estimate for "
-        f"other examples of this task)"
+        f"{along(config)}; {stop}; chosen on all {len(traces)} (there {best.speedup:.2f}×: the best of "
+        f"{len(ranked)} candidates on the examples that chose it, optimistic for others)"
     )
     reasons.append(
         f"{prediction.line()} on the {len(timed_traces)} timed examples, replayed untimed before timing (end to end, "
