@@ -102,11 +102,7 @@ class LlamaBackend:
     def __init__(self, model: LlamaCppModel, limit: int):
         self.model = model
         self.limit = limit  # the most tokens a context may hold (the model's trained context, capped)
-
-    @property
-    def n_ctx(self) -> int:
-        """Tokens the current context holds."""
-        return int(self.model.llm.n_ctx())
+        self.n_ctx = int(model.llm.n_ctx())  # tokens the current context holds (read by every forward's check_room)
 
     def reserve(self, needed: int) -> bool:
         """Room for `needed` tokens from an empty cache; → True when the context was grown (the cache is empty
@@ -116,6 +112,7 @@ class LlamaBackend:
         if needed <= self.n_ctx:
             return False
         self.model.grow(needed)
+        self.n_ctx = int(self.model.llm.n_ctx())
         return True
 
     def check_room(self, cached: int, new: int) -> None:
