@@ -304,3 +304,27 @@ def test_quantized_ggufs_are_gated_in_their_own_precision_not_float32s():
 def test_the_model_reads_its_logit_precision_from_the_files_type(lm):
     """The wiring of the gate's unit: the F32 file gaps in float32 spacings, the Q8_0 file in bfloat16's."""
     assert lm.logit_precision == (torch.float32 if lm.path.endswith("F32.gguf") else torch.bfloat16)
+
+
+def test_amx_cpus_load_without_llama_cpps_extra_buffers(tmp_path):
+    """llama.cpp's AMX buffer crashes the first decode on an AMX CPU (seen on this project's Xeon), so load_llama
+    turns the extra buffer types off there, and only there: the binding's default parameters are patched while a
+    model loads and restored after (control: without AMX they are left alone)."""
+    import types
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor : 0\nflags : fpu sse2 avx512f amx_bf16 amx_int8 amx_tile\n")
+    assert lc.cpu_has_amx(str(info))
+    info.write_text("processor : 0\nflags : fpu sse2 avx512f avx512_bf16\n")
+    assert not lc.cpu_has_amx(str(info)) and not lc.cpu_has_amx(str(tmp_path / "missing"))
+
+    def defaults():
+        return types.SimpleNamespace(use_extra_bufts=True)
+
+    inner = types.SimpleNamespace(llama_model_default_params=defaults)
+    binding = types.SimpleNamespace(llama=types.SimpleNamespace(llama_cpp=inner))
+    with lc.without_extra_buffers(binding, True):
+        assert inner.llama_model_default_params().use_extra_bufts is False
+    assert inner.llama_model_default_params is defaults
+    with lc.without_extra_buffers(binding, False):
+        assert inner.llama_model_default_params().use_extra_bufts is True

@@ -150,10 +150,20 @@ def test_negative_control_wrong_verifier_is_unexplained(dtype, monkeypatch):
 
 
 def test_exact_shapes_make_bf16_identical():
+    """Identical without AMX (AVX-512 and AVX2 kernels: a logit does not depend on its row in a pass of fixed
+    shape). On a CPU with AMX tiles oneDNN's bf16 kernels still flipped 1 near-tie in 12 (a Xeon, 2026-12-05): there
+    the padding must leave fewer divergences than the unpadded run (≥ 3 here), every one a near-tie."""
+    from specbench.decoding.llama_cpp import cpu_has_amx
+
     target, draft = pair(torch.bfloat16)
     summary = identity_line(records(target, draft, pad_to=GAMMA + 1))
-    assert summary["identity_line"] == f"{len(PROMPTS)}/{len(PROMPTS)} identical", summary
-    assert summary["numerics_floor"] == 0.0, summary
+    if not cpu_has_amx():
+        assert summary["identity_line"] == f"{len(PROMPTS)}/{len(PROMPTS)} identical", summary
+        assert summary["numerics_floor"] == 0.0, summary
+        return
+    unpadded = identity_line(records(target, draft))
+    assert summary["divergences_numerics"] < unpadded["divergences_numerics"], (summary, unpadded)
+    assert summary["divergences_numerics"] <= 2 and summary["divergences_unexplained"] == 0, summary
 
 
 # ---- the margin gate, and a planted bug in the verification path -------------------------------------------------

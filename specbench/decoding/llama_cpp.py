@@ -22,6 +22,7 @@ import ctypes
 import importlib
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,24 +64,61 @@ def context_size(needed: int) -> int:
     return -(-max(needed, 1) // CTX_STEP) * CTX_STEP
 
 
+def cpu_has_amx(path: str = "/proc/cpuinfo") -> bool:
+    """Whether the CPU advertises AMX int8 tiles (Intel Sapphire Rapids and later)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return any(line.startswith("flags") and " amx_int8" in line for line in f)
+    except OSError:
+        return False
+
+
+@contextmanager
+def without_extra_buffers(llama_cpp, when: bool):
+    """While a `Llama` loads: its model parameters with llama.cpp's extra CPU buffer types off (`use_extra_bufts`,
+    which the binding does not expose), when `when`. On an AMX CPU llama.cpp repacks quantized weights into its AMX
+    buffer, whose matmul crashes (SIGSEGV in the first decode: seen here on a Xeon with amx_int8, llama-cpp-python
+    0.3.36 built with GGML_NATIVE, on Qwen2.5-Coder Q4_K_M and a tiny Q8_0; llama.cpp issue 20824); the plain CPU
+    buffers compute the same model with the AVX-512 kernels."""
+    module = getattr(getattr(llama_cpp, "llama", None), "llama_cpp", None)
+    original = getattr(module, "llama_model_default_params", None)
+    if not when or module is None or original is None:
+        yield
+        return
+
+    def params():
+        out = original()
+        if hasattr(out, "use_extra_bufts"):
+            out.use_extra_bufts = False
+        return out
+
+    module.llama_model_default_params = params
+    try:
+        yield
+    finally:
+        module.llama_model_default_params = original
+
+
 def load_llama(path: str, n_ctx: int, threads: int, *, logits_all: bool = False, draft_model=None, seed: int = 0):
-    """A `llama_cpp.Llama` over the GGUF at `path`, quantized as it is, on `threads` threads; quiet."""
+    """A `llama_cpp.Llama` over the GGUF at `path`, quantized as it is, on `threads` threads; quiet. On an AMX CPU
+    without llama.cpp's extra buffer types (without_extra_buffers: its AMX kernels crash)."""
     llama_cpp = import_llama_cpp()
     if not os.path.isfile(path):
         raise SpecbenchError(f"GGUF file not found: {path}; check the path")
     try:
-        llm = llama_cpp.Llama(
-            model_path=str(path),
-            n_ctx=n_ctx,
-            n_batch=N_BATCH,
-            n_ubatch=N_BATCH,
-            n_threads=threads,
-            n_threads_batch=threads,
-            logits_all=logits_all,
-            draft_model=draft_model,
-            seed=seed,
-            verbose=False,
-        )
+        with without_extra_buffers(llama_cpp, cpu_has_amx()):
+            llm = llama_cpp.Llama(
+                model_path=str(path),
+                n_ctx=n_ctx,
+                n_batch=N_BATCH,
+                n_ubatch=N_BATCH,
+                n_threads=threads,
+                n_threads_batch=threads,
+                logits_all=logits_all,
+                draft_model=draft_model,
+                seed=seed,
+                verbose=False,
+            )
     except (ValueError, RuntimeError) as exc:
         raise SpecbenchError(f"llama.cpp cannot load {path}: {exc}") from exc
     # freed before the interpreter tears modules down: the binding's __del__ at that point prints a traceback
