@@ -11,7 +11,8 @@
 # Sizes: the claims table gives no verdict below 20 examples (units) per cell (measure/statistics.py
 # MIN_VERDICT_N), so every claim cell has at least 20; at B = 8 a unit is a batch: 20 batches (160 examples) left
 # B 8 ÷ B 1 at 0.97× [0.89, 1.05], neither inside ±10 % nor beyond, so 40 batches (320 examples); a best
-# configuration is chosen on one half and judged on the other, hence 40 per Qwen target. One task per axis
+# configuration is chosen on one half and judged on the other, hence 40 per Qwen target; 20 examples per length left
+# 256 vs 64 tokens at 1.06× [1.01, 1.12] (2026-12-02), so 80 (a paired interval half as wide). One task per axis
 # (aclsum: summaries copy their source, so prompt lookup has something to find; ding-de-en for the batch curve,
 # whose 160 examples aclsum's 100 test abstracts cannot give, and for the samples): the second task doubled the
 # time without adding a verdict. About 65 min on a 2-core CPU (docs/claims.md has
@@ -42,9 +43,9 @@ step "batch sizes: B = 1 against B = 8 (320 examples = 40 batches at B 8, 32 new
 $SB sweep --results-dir "$OUT" --sweep-id claims-batch-ding --task ding-de-en --draft prompt-lookup --gamma 3 \
   --batch-size 1,8 --batch-policy ragged --limit 320 --max-new-tokens 32 --dtype float32
 
-step "sequence lengths: 16 / 64 / 256 new tokens"
+step "sequence lengths: 16 / 64 / 256 new tokens (80 examples)"
 $SB sweep --results-dir "$OUT" --sweep-id claims-lengths --task aclsum --draft prompt-lookup --gamma 4 \
-  --limit 20 --max-new-tokens 16,64,256 --dtype "$DTYPE"
+  --limit 80 --max-new-tokens 16,64,256 --dtype "$DTYPE"
 
 step "prompt lengths: the task's short / medium / long tertiles"
 $SB sweep --results-dir "$OUT" --sweep-id claims-prompts --task aclsum --draft prompt-lookup --gamma 4 \

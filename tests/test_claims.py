@@ -344,3 +344,65 @@ def test_the_target_figure_shows_the_held_out_half_of_the_best_configuration(tmp
     fig = fig_targets([(task, picks)], params)
     heights = [p.get_height() for p in fig.axes[0].patches]
     assert abs(heights[0] - 1.0) < 0.02 and abs(heights[1] - 1.2) < 0.02
+
+
+def batch_cell(ratio_to_b1: float, batch_size: int, n: int = 160, seed: int = 0, noise: float = 0.03) -> list[dict]:
+    """Records of one cell over n examples whose speedups spread widely from example to example (lognormal σ 0.4,
+    the same examples in every cell: seed 0), at `batch_size` (consecutive examples batched), each cell's speedup
+    `ratio_to_b1` of B = 1's on the same examples, with its own timing noise (σ `noise` per unit)."""
+    rng = np.random.default_rng(0)
+    per_example = 1.2 * np.exp(rng.normal(0.0, 0.4, n))  # how well each example drafts: shared by every cell
+    jitter = np.random.default_rng(100 + seed)
+    records = []
+    for start in range(0, n, batch_size):
+        rows = range(start, min(start + batch_size, n))
+        base_s = [1.0 + 0.1 * (i % 7) for i in rows]
+        spec_s = [b / (ratio_to_b1 * per_example[i]) for b, i in zip(base_s, rows)]
+        batch_noise = float(np.exp(jitter.normal(0.0, noise)))
+        for k, i in enumerate(rows):
+            unit_noise = batch_noise if batch_size > 1 else float(np.exp(jitter.normal(0.0, noise)))
+            records.append(
+                {
+                    "example_id": f"ex{i}",
+                    "batch_size": batch_size,
+                    "batch_index": start // batch_size,
+                    "baseline": {"n_tokens": 32, "prefill_s": 0.0, "decode_s": base_s[k], "batch_s": sum(base_s)},
+                    "speculative": {
+                        "n_tokens": 32,
+                        "prefill_s": 0.0,
+                        "decode_s": spec_s[k] * unit_noise,
+                        "batch_s": sum(spec_s) * unit_noise,
+                    },
+                }
+            )
+    return records
+
+
+def test_batch_sizes_are_compared_batch_by_batch_on_the_same_examples():
+    """B = 8 at 0.95× of B = 1 on 160 examples (20 batches) whose speedups spread widely: as two independent samples
+    the spread between examples swamps the 5 % (inconclusive at δ 10 %); paired batch by batch it holds. Controls:
+    0.75× does not hold paired; B = 1 on other examples than B = 8's cannot be paired and stays unpaired."""
+    from specbench.measure.metric_units import comparable_log_ratios, unit_log_ratios
+    from specbench.measure.statistics import compare, consistency
+
+    b1, b8 = batch_cell(1.0, 1, seed=1), batch_cell(0.95, 8, seed=2)
+    paired = compare(*comparable_log_ratios(b8, b1), "8 vs 1")
+    unpaired = compare(unit_log_ratios(b8), unit_log_ratios(b1), "8 vs 1")
+    assert paired.paired and paired.n == 20 and not unpaired.paired
+    assert abs(paired.ratio - 0.95) < 0.03
+    assert consistency([paired]).outcome == HOLDS
+    assert consistency([unpaired]).outcome == UNSURE
+    assert consistency([compare(*comparable_log_ratios(batch_cell(0.75, 8, seed=3), b1))]).outcome == FAILS
+    other = [dict(r, example_id=r["example_id"] + "-other") for r in b1]
+    assert not compare(*comparable_log_ratios(b8, other)).paired
+    assert comparable_log_ratios(b1, b8)[0].keys() == comparable_log_ratios(b8, b1)[1].keys()  # either order
+
+
+def test_a_sample_size_no_sweep_could_reach_is_said_so_instead_of_suggested_as_a_command():
+    from specbench.report.claims import PRACTICAL_N, needed_text
+
+    far = needed_text("prompt_length", 680_476, command="specbench sweep --prompt-length short,long --limit 20")
+    assert far.startswith("no practical sample would decide it: about 680,476 examples per cell")
+    assert "--limit" not in far
+    near = needed_text("prompt_length", PRACTICAL_N, command="specbench sweep --prompt-length short,long --limit 20")
+    assert near.endswith(f"--limit {PRACTICAL_N}")  # control: a reachable N keeps its command

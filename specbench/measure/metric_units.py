@@ -94,6 +94,62 @@ def unit_log_ratios(records: list[dict]) -> dict[str, float]:
     return {k: float(v) for k, v in zip(st.unit_keys(records), logs)}
 
 
+def unit_examples(records: list[dict]) -> list[frozenset[str]]:
+    """The example ids behind each resampling unit, in unit order (statistics.unit_keys): one per example, or a
+    batch's rows."""
+    if is_batched(records):
+        return [frozenset(str(r.get("example_id")) for r in b) for b in batches(records)]
+    return [frozenset({str(r.get("example_id", i))}) for i, r in enumerate(records)]
+
+
+def batch_paired_log_ratios(fine: list[dict], coarse: list[dict]) -> tuple[dict[str, float], dict[str, float]] | None:
+    """Two cells that batched the same examples differently (B = 1 against B = 8, say), made comparable batch by
+    batch: every batch of the coarse cell, and the fine cell's units that make up exactly its examples with their
+    tokens and seconds summed, each as a log ratio of sums, keyed alike ("examples a,b,…") so that a comparison
+    pairs them. A batch's examples differ in how well they draft far more than one batch size differs from another,
+    so pairing on the batch removes that spread from the comparison. (fine logs, coarse logs); coarse batches the
+    fine cell did not wholly run are left out; None when a fine unit straddles two coarse batches (batched another
+    way) or no batch is shared."""
+    import numpy as np
+
+    from specbench.measure import statistics as st
+
+    coarse_ids = unit_examples(coarse)
+    home = {e: i for i, ids in enumerate(coarse_ids) for e in ids}
+    sums = [np.zeros(4) for _ in coarse_ids]
+    covered: list[set[str]] = [set() for _ in coarse_ids]
+    for ids, values in zip(unit_examples(fine), zip(*per_example_speedups(fine))):
+        homes = {home.get(e) for e in ids}
+        if len(homes) != 1:
+            return None
+        (i,) = homes
+        if i is None:
+            continue  # examples the coarse cell did not run
+        sums[i] += np.asarray(values, dtype=float)
+        covered[i] |= ids
+    coarse_values = list(zip(*per_example_speedups(coarse)))
+    a: dict[str, float] = {}
+    b: dict[str, float] = {}
+    for i, ids in enumerate(coarse_ids):
+        if covered[i] == ids:
+            key = "examples " + ",".join(sorted(ids))
+            a[key] = float(st.log_ratios(*([x] for x in sums[i]))[0])
+            b[key] = float(st.log_ratios(*([x] for x in coarse_values[i]))[0])
+    return (a, b) if a else None
+
+
+def comparable_log_ratios(a: list[dict], b: list[dict]) -> tuple[dict[str, float], dict[str, float]]:
+    """Two cells' per-unit log ratios ready to compare (statistics.compare pairs the keys both hold): per example
+    when neither is batched; batch by batch (batch_paired_log_ratios) when either is and the examples nest;
+    otherwise each cell's own units (batch keys, compared as independent samples)."""
+    size_a, size_b = (max((r.get("batch_size") or 1) for r in x) if x else 1 for x in (a, b))
+    if max(size_a, size_b) > 1:
+        found = batch_paired_log_ratios(a, b) if size_a <= size_b else batch_paired_log_ratios(b, a)
+        if found is not None:
+            return found if size_a <= size_b else (found[1], found[0])
+    return unit_log_ratios(a), unit_log_ratios(b)
+
+
 def first_divergence(a: list[int], b: list[int]) -> int | None:
     """Index of the first position where two token lists differ (a length difference counts), None if equal."""
     for i, (x, y) in enumerate(zip(a, b)):

@@ -14,7 +14,8 @@ hardware, the numbers behind it with their intervals, and the figure that shows 
   not tested here  the runs lack the axis or the records; the row names the command that measures it
 
 Every comparison is paired: two cells on the examples both ran, through the primary measure (the
-per-example log ratio of throughput, measure/statistics.py). A "best" configuration is chosen on one
+per-example log ratio of throughput, measure/statistics.py); batch sizes batch by batch, the smaller batches'
+examples summed over each larger batch (metric_units.comparable_log_ratios). A "best" configuration is chosen on one
 half of the examples and quoted with the other half's figure (no winner's curse). Flagged runs stay
 in: each verdict is computed with and without them, and says so where the two differ. Only the axis
 values the summaries carry are read (max_new_tokens, a prompt-length bucket, the target, batch_size),
@@ -28,6 +29,7 @@ import re
 from dataclasses import dataclass, replace
 
 from specbench.measure import statistics as st
+from specbench.measure.metric_units import comparable_log_ratios
 from specbench.report.analysis import (
     AXES,
     axis_column,
@@ -41,6 +43,7 @@ from specbench.report.collect import ReportData
 from specbench.report.selection import (
     config_text,
     estimate_text,
+    run_records,
     select_then_confirm,
     unit_logs,
 )
@@ -48,6 +51,7 @@ from specbench.report.values import isnull, num
 
 HOLDS, FAILS, UNSURE, UNTESTED = st.HOLDS, st.FAILS, st.UNSURE, "not tested here"
 PAPER_LOW = 2.0  # the low end of the claimed 2–3× speedup
+PRACTICAL_N = 10_000  # beyond this many examples per cell a suggested command is no advice
 
 # what to run where a claim has no data: every command here runs as written (a test checks each option exists)
 COMMANDS = {
@@ -99,6 +103,11 @@ def needed_text(key: str, n: int | None, per_cell: bool = True, command: str | N
     the units are batches of that many examples (the batch axis), so the command asks for N × batch examples."""
     if not n:
         return "no sample size would decide it from this spread (the ratio sits at the claim's boundary)"
+    if n > PRACTICAL_N:
+        return (
+            f"no practical sample would decide it: about {n:,} {'batches' if batch > 1 else 'examples'} per cell "
+            f"(more than {PRACTICAL_N:,}), because a ratio sits within a hair of the margin's edge"
+        )
     limit = n * batch
     cmd = re.sub(r"--limit \d+", f"--limit {limit}", command or COMMANDS[key])
     size = f"about {n:,} examples {'per cell ' if per_cell else ''}"
@@ -231,14 +240,15 @@ def axis_groups(runs, column: str) -> list[list]:
 
 
 def group_comparisons(data: ReportData, rows: list, column: str, unit: str) -> list[st.Comparison]:
-    """Every pair of axis values in one group, compared on the examples both ran (paired bootstrap of the ratio of
-    their primary measures); cells whose units differ (batches of different sizes) as two independent samples."""
-    logs = [unit_logs(data, r) for r in rows]
+    """Every pair of axis values in one group, compared on the examples both ran (paired t on the per-unit log
+    ratios); cells batched differently are paired batch by batch (the smaller batches' units summed over each larger
+    batch's examples), and only cells whose examples do not nest are compared as two independent samples."""
+    records = [run_records(data, r) for r in rows]
     out = []
     for i in range(len(rows)):
         for j in range(i + 1, len(rows)):
             label = f"{axis_text(rows[j][column])} vs {axis_text(rows[i][column])} {unit}"
-            out.append(st.compare(logs[j], logs[i], label))
+            out.append(st.compare(*comparable_log_ratios(records[j], records[i]), label))
     return out
 
 

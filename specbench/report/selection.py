@@ -44,14 +44,18 @@ def config_text(row) -> str:
 # --------------------------------------------------------------------------- per-example data
 
 
+def run_records(data: ReportData, row) -> list[dict]:
+    """A run's records with the timing fields metrics reads ([] when its examples table is missing)."""
+    frame = data.examples.get(row["run_dir"]) if "run_dir" in row else None
+    return records_of(frame) if frame is not None and len(frame) else []
+
+
 def unit_logs(data: ReportData, row) -> dict[str, float]:
     """A run's per-unit log throughput ratios (example id, or batch → log ratio), from its records."""
     from specbench.measure.metric_units import unit_log_ratios
 
-    frame = data.examples.get(row["run_dir"]) if "run_dir" in row else None
-    if frame is None or not len(frame):
-        return {}
-    return unit_log_ratios(records_of(frame))
+    records = run_records(data, row)
+    return unit_log_ratios(records) if records else {}
 
 
 def records_of(frame) -> list[dict]:
