@@ -63,10 +63,13 @@ bench-auto: $(STAMP)
 
 # The noise alarm's false-alarm and detection rates from the shipped idle probe series
 # (specbench/measure/noise_idle.json), then a CPU hog started half-way through a run must be flagged
-# (suspect_timing), an idle run must not. Record the idle series on a quiet machine (~30 min):
+# (suspect_timing), an idle run must not; then 10 idle runs alternated with 10 under a steady competitor (one
+# process spinning 30 % of the time from start to end) for the contention rule's detection and false-alarm rates.
+# Record the idle series on a quiet machine (~30 min):
 #   make bench-noise-record
 bench-noise: $(STAMP)
 	$(BIN)/python bench/noise.py
+	$(BIN)/python bench/noise.py contention --runs 10 --duty 0.3
 
 bench-noise-record: $(STAMP)
 	$(BIN)/python bench/noise.py record --runs 20 --limit 20

@@ -13,7 +13,11 @@ process: a control on the idle machine, and one during which this script starts 
 run ends. The goal: the hog run's summary says `suspect_timing: true` (and its output prints
 the warning line); the control says false. The detector itself is tested deterministically
 with a fake clock in tests/test_measure.py; this is the same check on real hardware.
-Usage: python bench/noise.py [--limit 6] [--task ding-de-en] [--hog-after SECONDS]
+`python bench/noise.py contention --runs 10 --duty 0.3`: idle runs alternated with runs under a steady competitor (one
+process spinning 30 % of the time, from the start of the run to its end: a slowdown the probes cannot see against
+the run's own quietest stretch), for the contention rule's detection and false-alarm rates (measure/noise.contention).
+Usage: python bench/noise.py [check|record|contention] [--limit 6] [--task ding-de-en] [--hog-after SECONDS]
+       [--runs N] [--duty 0.3] [--out FILE]
 """
 
 from __future__ import annotations
@@ -30,13 +34,21 @@ import time
 from pathlib import Path
 
 
-def busy_loop() -> None:
+def busy_loop(duty: float = 1.0, period: float = 0.01) -> None:
+    """Spin `duty` of every `period` seconds and sleep the rest, forever: a competitor of known strength."""
     while True:
-        pass
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < duty * period:
+            pass
+        if duty < 1.0:
+            time.sleep((1.0 - duty) * period)
 
 
-def specbench_run(results: Path, args, hog_after: float | None) -> tuple[dict, str, float]:
-    """One `specbench run` in a subprocess; a hog of one busy process per core from `hog_after` s to its end."""
+def specbench_run(
+    results: Path, args, hog_after: float | None, processes: int | None = None, duty: float = 1.0
+) -> tuple[dict, str, float]:
+    """One `specbench run` in a subprocess; from `hog_after` s to its end a hog of `processes` busy processes (one
+    per core by default), each spinning `duty` of the time."""
     cmd = [
         sys.executable,
         "-m",
@@ -64,7 +76,8 @@ def specbench_run(results: Path, args, hog_after: float | None) -> tuple[dict, s
         while proc.poll() is None and time.time() < deadline:
             time.sleep(0.2)
         if proc.poll() is None:
-            hogs = [mp.Process(target=busy_loop, daemon=True) for _ in range(os.cpu_count() or 1)]
+            count = processes or os.cpu_count() or 1
+            hogs = [mp.Process(target=busy_loop, args=(duty,), daemon=True) for _ in range(count)]
             for h in hogs:
                 h.start()
     out, err = proc.communicate()
@@ -189,10 +202,71 @@ def print_rates(doc: dict) -> None:
     print(f"steal time: {'not given by this kernel' if not steal else f'max {100 * max(steal):.2f} % of CPU'}")
 
 
+def contended(args) -> None:
+    """`python bench/noise.py contention`: idle runs and runs under a steady competitor (one process spinning
+    `--duty` of the time from the run's start to its end), alternated so that both see the VM's same spells. The
+    competitor's slowdown is the probes' median under it ÷ the neighbouring idle runs'; the goals are the issue's:
+    ≥ 90 % of the hogged runs flagged, ≤ 1 in 20 idle runs flagged."""
+    import statistics
+
+    from specbench.measure import noise
+    from specbench.measure.records import read_records
+
+    root = Path(tempfile.mkdtemp(prefix="specbench-contention-"))
+    runs = []
+    try:
+        for i in range(args.runs):
+            for label, duty in (("idle", None), ("hog", args.duty)):
+                results = root / f"{label}{i}"
+                summary, _, secs = specbench_run(results, args, None if duty is None else 0.0, 1, duty or 1.0)
+                rows = read_records(results / summary["run_id"] / "noise_probes.jsonl")
+                shares = noise.contention(rows)
+                runs.append(
+                    {
+                        "label": label,
+                        "probe_ms": statistics.median(r["ms"] for r in rows),
+                        "contention": noise.sustained_contention(shares),
+                        "flagged": bool(summary["suspect_timing"]),
+                        "notes": summary.get("timing_notes") or [],
+                        "speedup": summary["speedup"],
+                        "seconds": secs,
+                        "hardware": summary.get("hardware"),
+                    }
+                )
+                r = runs[-1]
+                share = "—" if r["contention"] is None else f"{100 * r['contention']:.1f} %"
+                print(
+                    f"{label}{i}: probe median {r['probe_ms']:.1f} ms  contention {share}  flagged {r['flagged']}  "
+                    f"speedup {r['speedup']:.3f}  ({secs:.0f} s)",
+                    flush=True,
+                )
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    idle = [r for r in runs if r["label"] == "idle"]
+    hog = [r for r in runs if r["label"] == "hog"]
+    slowdowns = [h["probe_ms"] / i["probe_ms"] for i, h in zip(idle, hog)]
+    print(
+        f"competitor: one process spinning {100 * args.duty:.0f} % of the time from start to end; probe slowdown "
+        f"(hog ÷ the idle run before it) median {statistics.median(slowdowns):.2f}× "
+        f"[{min(slowdowns):.2f}, {max(slowdowns):.2f}] over {len(slowdowns)} pairs"
+    )
+    print(
+        f"hogged runs flagged {sum(r['flagged'] for r in hog)} of {len(hog)} (goal ≥ 90 %); idle runs flagged "
+        f"{sum(r['flagged'] for r in idle)} of {len(idle)} (goal ≤ 1 in 20); idle contention max "
+        f"{100 * max((r['contention'] or 0.0) for r in idle):.1f} %, hogged min "
+        f"{100 * min((r['contention'] or 0.0) for r in hog):.1f} % (limit {100 * noise.CONTENTION_LIMIT:.0f} %)"
+    )
+    print(f"hardware: {runs[0]['hardware']}")
+    if args.out:
+        Path(args.out).write_text(json.dumps({"duty": args.duty, "limit": args.limit, "runs": runs}, indent=1) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", nargs="?", choices=["check", "record"], default="check")
-    parser.add_argument("--runs", type=int, default=20, help="record: idle runs to record")
+    parser.add_argument("mode", nargs="?", choices=["check", "record", "contention"], default="check")
+    parser.add_argument("--duty", type=float, default=0.3, help="contention: share of the time the competitor spins")
+    parser.add_argument("--out", default=None, help="contention: write every run's figures to this JSON file")
+    parser.add_argument("--runs", type=int, default=None, help="record: idle runs (20); contention: pairs (10)")
     parser.add_argument("--task", default="ding-de-en")
     parser.add_argument("--limit", type=int, default=None, help="examples per run (record: 20, check: 6)")
     parser.add_argument(
@@ -205,7 +279,13 @@ def main() -> None:
     args = parser.parse_args()
     if args.mode == "record":
         args.limit = args.limit or 20
+        args.runs = args.runs or 20
         record(args)
+        return
+    if args.mode == "contention":
+        args.runs = args.runs or 10
+        args.limit = args.limit or 6
+        contended(args)
         return
     args.limit = args.limit or 6
     from specbench.measure import noise

@@ -79,7 +79,7 @@ def test_paired_repeat_speedups_flag_a_moving_speedup_not_a_steady_one():
 def test_steal_time_from_proc_stat(tmp_path):
     stat = tmp_path / "stat"
     stat.write_text("cpu  100 0 50 800 10 0 0 40 0 0\ncpu0 50 0 25 400 5 0 0 20 0 0\n")
-    assert noise.steal_counters(str(stat)) == {"steal": 40, "cpu_total": 1000}
+    assert noise.steal_counters(str(stat)) == {"steal": 40, "cpu_total": 1000, "cpu_busy": 150}
     stat.write_text("cpu  100 0 50 800\n")  # an old kernel without the steal column
     assert noise.steal_counters(str(stat)) in ({},) or "steal" in noise.steal_counters(str(stat))
     rows = [{"ms": 1.0, "steal": 40, "cpu_total": 1000}, {"ms": 1.0}, {"ms": 1.0, "steal": 140, "cpu_total": 2000}]
@@ -87,3 +87,65 @@ def test_steal_time_from_proc_stat(tmp_path):
     assert noise.steal_share([{"ms": 1.0}]) is None
     assert "stole 10.0 %" in noise.noise_verdict([], [], [], steal=0.1)[0]
     assert noise.noise_verdict([], [], [], steal=0.01) == []
+
+
+def cpu_rows(others_cpu_s: list[float], *, cpus: int = 2, threads: int = 2, wall: float = 10.0, steal=None, pid=1):
+    """Probe rows 10 s apart on a machine of `cpus` CPUs (tick 10 ms) where this run keeps its `threads` threads
+    busy on what the others leave (at most cpus × wall in all) and other processes take others_cpu_s[i] CPU seconds in
+    interval i; steal[i] seconds stolen by the hypervisor."""
+    steal = steal or [0.0] * len(others_cpu_s)
+    rows = [{"ms": 1.0, "cpu_busy": 0, "steal": 0, "cpu_total": 0, "self_cpu_s": 0.0, "wall_s": 0.0}]
+    for other, stolen in zip(others_cpu_s, steal):
+        last = rows[-1]
+        mine = min(threads * wall, cpus * wall - other - stolen)
+        rows.append(
+            {
+                "ms": 1.0,
+                "cpu_busy": last["cpu_busy"] + round(100 * (mine + other)),
+                "steal": last["steal"] + round(100 * stolen),
+                "cpu_total": last["cpu_total"] + round(100 * cpus * wall),
+                "self_cpu_s": last["self_cpu_s"] + mine,
+                "wall_s": last["wall_s"] + wall,
+            }
+        )
+    return [dict(r, threads=threads, tick_s=0.01, pid=pid) for r in rows]
+
+
+def test_contention_is_other_processes_cpu_beyond_the_free_cores():
+    """Idle (background 0.1 CPU-s in 10 s): ~0, not flagged. One process at half a core over the last 4 of 12
+    intervals (a competitor started two thirds in): 0.25 of the run's threads there, flagged. Controls: the same
+    competitor on a 4-CPU machine where the run uses 2 takes only free cores (0); a short blip in 1 of 12 intervals
+    is below a quarter of the run; the hypervisor's steal counts like a competitor."""
+    idle = cpu_rows([0.1] * 12)
+    assert max(noise.contention(idle)) < 0.01 and noise.contention_reasons(idle) == []
+    hog = cpu_rows([0.1] * 8 + [5.0] * 4)
+    assert noise.contention(hog)[-1] == pytest.approx(0.25, abs=0.01)
+    assert noise.sustained_contention(noise.contention(hog)) == pytest.approx(0.25, abs=0.01)
+    (reason,) = noise.contention_reasons(hog)
+    assert "took 25 % of this run's CPU time over 3 of its 12 probe intervals" in reason
+    assert noise.contention_reasons(cpu_rows([0.1] * 8 + [5.0] * 4, cpus=4)) == []
+    assert noise.contention_reasons(cpu_rows([0.1] * 11 + [10.0])) == []  # one interval of 12: under the window
+    assert noise.contention_reasons(cpu_rows([0.0] * 12, steal=[0.0] * 8 + [4.0] * 4))
+
+
+def test_contention_skips_a_resumed_runs_restart_and_rows_without_counters():
+    first, second = cpu_rows([0.1] * 3, pid=1), cpu_rows([0.1] * 3, pid=2)
+    second = [dict(r, self_cpu_s=r["self_cpu_s"], wall_s=r["wall_s"] + 100.0) for r in second]
+    assert len(noise.contention(first + second)) == 6  # 3 + 3: the restart's interval is not one
+    assert noise.contention([{"ms": 1.0}, {"ms": 1.0}]) == [] and noise.sustained_contention([]) is None
+    assert "cpu_busy" in noise.steal_counters() or noise.steal_counters() == {} or "steal" in noise.steal_counters()
+
+
+def test_a_contended_run_is_flagged_whatever_its_halves_say(tmp_path):
+    """run_folder.cpu_notes reads the probe rows: a competitor flags the run and adds its note to the others; an
+    idle machine adds nothing (control)."""
+    import json
+
+    from specbench.measure.run_folder import cpu_notes
+
+    metrics = {"suspect_timing": False, "timing_notes": []}
+    for rows, flagged in ((cpu_rows([0.1] * 8 + [5.0] * 4), True), (cpu_rows([0.1] * 12), False)):
+        (tmp_path / "noise_probes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        out = cpu_notes(tmp_path, metrics)
+        assert bool(out.get("suspect_timing")) is flagged, out
+        assert not flagged or "other processes" in out["timing_notes"][0]

@@ -314,6 +314,12 @@ def merge_repeats(results: list[DecodeResult]) -> tuple[DecodeResult, list[float
     return dataclasses.replace(first, **med), [r.prefill_s + r.decode_s for r in results]
 
 
+def compute_threads(session: Session) -> int:
+    """The threads the target computes on: llama.cpp's own setting for a GGUF target, else torch's."""
+    threads = getattr(session.target.model, "threads", None)
+    return threads if isinstance(threads, int) and threads > 0 else torch.get_num_threads()
+
+
 def probe_target(session: Session, prompt_ids: list[int]) -> float:
     """The noise probe: median ms of a few one-token target passes after a short fixed context."""
     step = cal.pass_step(session.target_lm(), prompt_ids[:32], 1, True, 1)

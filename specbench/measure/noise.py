@@ -21,12 +21,21 @@ rule is the table's, set per probe count for ≤ 1 % false alarms per idle run: 
 of its probes over its quietest (single slow probes never flag). Two more signals: the two A B B A pairs of one
 example giving different speedups (what the user reads moved during the run), and CPU time stolen by the hypervisor
 (/proc/stat's steal column, read at every probe) beyond STEAL_LIMIT.
+
+A slowdown that hits both engines alike moves no paired speedup and, when it lasts the whole run, no probe against
+the run's own quietest either; yet a steady competitor biases the engines unequally (a verify pass of k tokens and a
+one-token step suffer differently) and makes every absolute figure (tokens/s, the calibrated step costs) wrong. So
+every probe row also carries the kernel's busy ticks, this process's own CPU time and the wall clock: the CPU time
+*other* processes and the hypervisor took beyond the cores this run left free, over any quarter of the run
+(`contention`), flags it above CONTENTION_LIMIT of the run's threads whatever the halves say. This sees a competitor
+on this VM and, through steal, on the host; it cannot see a host that slows the VM without accounting it as steal.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable, Iterable
@@ -241,13 +250,15 @@ def judge(
 
 
 def steal_counters(path: str = "/proc/stat") -> dict:
-    """{"steal": ticks, "cpu_total": ticks} from the kernel's cumulative CPU line; {} where it does not say
-    (no /proc/stat, or a kernel without the steal column). psutil's cpu_times().steal where /proc/stat is missing."""
+    """{"steal": ticks, "cpu_total": ticks, "cpu_busy": ticks} from the kernel's cumulative CPU line (busy: user,
+    nice, system, irq and softirq); {} where it does not say (no /proc/stat, or a kernel without the steal column).
+    psutil's cpu_times().steal where /proc/stat is missing (no busy ticks then)."""
     try:
         fields = Path(path).read_text().splitlines()[0].split()
         if fields[0] == "cpu" and len(fields) > 8:
             ticks = [int(x) for x in fields[1:9]]  # user nice system idle iowait irq softirq steal
-            return {"steal": ticks[7], "cpu_total": sum(ticks)}
+            busy = ticks[0] + ticks[1] + ticks[2] + ticks[5] + ticks[6]
+            return {"steal": ticks[7], "cpu_total": sum(ticks), "cpu_busy": busy}
     except (OSError, ValueError, IndexError):
         pass
     try:
@@ -270,6 +281,76 @@ def steal_share(rows: list[dict]) -> float | None:
         return None
     total = marked[-1]["cpu_total"] - marked[0]["cpu_total"]
     return (marked[-1]["steal"] - marked[0]["steal"]) / total if total > 0 else None
+
+
+CONTENTION_LIMIT = 0.10  # others' CPU (and steal) beyond the free cores, over a quarter of the run: a flag
+CONTENTION_KEYS = ("cpu_busy", "steal", "cpu_total", "self_cpu_s", "wall_s", "threads", "tick_s")
+
+
+def cpu_counters(threads: int, path: str = "/proc/stat") -> dict:
+    """What a probe row records for `contention`: the kernel's counters (steal_counters), this process's CPU seconds
+    (every thread), the monotonic clock, the threads the run computes on, the kernel's tick and the process id (a
+    resumed run is another process: its intervals start again); only the kernel's counters where it gives no busy
+    ticks (no /proc/stat)."""
+    out = steal_counters(path)
+    if "cpu_busy" not in out:
+        return out
+    tick = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
+    return out | {
+        "self_cpu_s": time.process_time(),
+        "wall_s": time.monotonic(),
+        "threads": threads,
+        "tick_s": tick,
+        "pid": os.getpid(),
+    }
+
+
+def contention(rows: list[dict]) -> list[float]:
+    """Per interval between consecutive probe rows that carry cpu_counters: the CPU time other processes and the
+    hypervisor took beyond the cores this run left free (the machine's CPUs, read from the kernel's total ticks over
+    the wall time, minus the run's threads), as a share of the run's threads' time in that interval. About 0 on an
+    idle machine; one busy process on one of two cores both threads use: about 0.5."""
+    marked = [r for r in rows if all(isinstance(r.get(k), (int, float)) for k in CONTENTION_KEYS)]
+    out = []
+    for a, b in zip(marked, marked[1:]):
+        wall = b["wall_s"] - a["wall_s"]
+        if wall <= 0 or b["threads"] <= 0 or a.get("pid") != b.get("pid"):
+            continue  # a resumed run: its process's own CPU time starts again
+        tick = b["tick_s"]
+        cpus = (b["cpu_total"] - a["cpu_total"]) * tick / wall
+        others = (b["cpu_busy"] - a["cpu_busy"]) * tick - (b["self_cpu_s"] - a["self_cpu_s"])
+        stolen = (b["steal"] - a["steal"]) * tick
+        spare = max(0.0, cpus - b["threads"]) * wall
+        out.append(max(0.0, others + stolen - spare) / (b["threads"] * wall))
+    return out
+
+
+def contention_window(n: int) -> int:
+    """Intervals a competitor must cover to count: a quarter of the run's, at least 2 (all of them when fewer)."""
+    return min(n, max(2, n // 4))
+
+
+def sustained_contention(shares: list[float]) -> float | None:
+    """The largest median contention over contention_window consecutive intervals (a median, so one busy
+    interval, a cron job, say, cannot carry a window alone); None without intervals."""
+    if not shares:
+        return None
+    w = contention_window(len(shares))
+    return max(float(np.median(shares[i : i + w])) for i in range(len(shares) - w + 1))
+
+
+def contention_reasons(rows: list[dict]) -> list[str]:
+    """The contention rule's reason, or []: other processes (or the hypervisor) took more than CONTENTION_LIMIT of
+    the run's threads' time over a quarter of the run."""
+    shares = contention(rows)
+    worst = sustained_contention(shares)
+    if worst is None or worst <= CONTENTION_LIMIT:
+        return []
+    return [
+        f"other processes or the hypervisor took {100 * worst:.0f} % of this run's CPU time over "
+        f"{contention_window(len(shares))} of its {len(shares)} probe intervals (/proc/stat): every time here is "
+        f"slower than this machine runs alone, and the two engines need not slow alike"
+    ]
 
 
 # --------------------------------------------------------------------------- thresholds from idle probe series

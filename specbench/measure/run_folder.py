@@ -134,12 +134,15 @@ def auto_summary(manifest: dict) -> dict | None:
     }
 
 
-def steal_note(root: Path, metrics: dict) -> dict:
-    """suspect_timing and its note when the hypervisor stole more than noise.STEAL_LIMIT of the CPU between the
-    run's first and last probe (the probe rows carry /proc/stat's counters); {} otherwise."""
-    from specbench.measure.noise import noise_verdict, steal_share
+def cpu_notes(root: Path, metrics: dict) -> dict:
+    """suspect_timing and its notes when the hypervisor stole more than noise.STEAL_LIMIT of the CPU between the
+    run's first and last probe, or other processes contended for the run's cores (noise.contention_reasons), read
+    from the /proc/stat counters the probe rows carry; {} otherwise. Either flags the run whatever its A B B A halves
+    say: a steady competitor slows both halves alike."""
+    from specbench.measure.noise import contention_reasons, noise_verdict, steal_share
 
-    notes = noise_verdict([], [], [], steal=steal_share(read_records(root / "noise_probes.jsonl", noise_probe_problem)))
+    rows = read_records(root / "noise_probes.jsonl", noise_probe_problem)
+    notes = noise_verdict([], [], [], steal=steal_share(rows)) + contention_reasons(rows)
     if not notes or "timing_notes" not in metrics:
         return {}
     return {"suspect_timing": True, "timing_notes": metrics["timing_notes"] + notes}
@@ -226,7 +229,7 @@ def summary_of(
 
     drift = baseline_drift(files)
     metrics = summarize(records, config.draft_gamma, config.sampling.greedy, read_probes(files.root), drift)
-    metrics.update(steal_note(files.root, metrics))
+    metrics.update(cpu_notes(files.root, metrics))
     if config.batch_size > 1:
         metrics.update(
             batch_prediction(records, config.draft_gamma, manifest.get("batch_calibration"), config.batch_policy)

@@ -25,6 +25,7 @@ from specbench.measure.batch_runner import measure_batches
 from specbench.measure.engines import (
     Engines,
     Session,
+    compute_threads,
     engine_order,
     engine_record,
     example_seed,
@@ -34,7 +35,7 @@ from specbench.measure.engines import (
 from specbench.measure.memory import peak_memory, reset_peak_memory
 from specbench.measure.metric_units import first_divergence
 from specbench.measure.nll import example_nll
-from specbench.measure.noise import steal_counters
+from specbench.measure.noise import cpu_counters
 from specbench.measure.numerics import explain_example
 from specbench.measure.planning import RunPlan, prepare_run
 from specbench.measure.record_writing import append_record, repair_jsonl, run_lock
@@ -92,7 +93,7 @@ def _measure_locked(plan: RunPlan, on_start, on_example) -> RunOutcome:
     if todo:
         engines.warm_up(todo[0].prompt_ids, max(len(p.prompt_ids) for p in plan.prepared) + plan.max_new_tokens)
         ms = probe_target(plan.session, plan.prepared[0].prompt_ids)
-        append_jsonl(probe_file, {"after": None, "ms": ms, **steal_counters()})
+        append_jsonl(probe_file, {"after": None, "ms": ms, **cpu_counters(compute_threads(plan.session))})
     for item in todo:
         seed = example_seed(config.seed, item.example.id)
         runs: dict[str, list[DecodeResult]] = {"baseline": [], "speculative": []}
@@ -145,7 +146,7 @@ def _measure_locked(plan: RunPlan, on_start, on_example) -> RunOutcome:
         )
         append_record(files.examples, record)
         ms = probe_target(plan.session, item.prompt_ids)
-        append_jsonl(probe_file, {"after": item.example.id, "ms": ms, **steal_counters()})  # steal: /proc/stat
+        append_jsonl(probe_file, {"after": item.example.id, "ms": ms, **cpu_counters(compute_threads(plan.session))})
         records.append(asdict(record))
         write_summary(files, config, plan.spec, records, plan.manifest, memory)
         on_example(records[-1])
