@@ -283,7 +283,9 @@ def steal_share(rows: list[dict]) -> float | None:
     return (marked[-1]["steal"] - marked[0]["steal"]) / total if total > 0 else None
 
 
-CONTENTION_LIMIT = 0.10  # others' CPU (and steal) beyond the free cores, over a quarter of the run: a flag
+# others' CPU (and steal) beyond the free cores, over a quarter of the run, that flags it: an idle run here read
+# 0.4 %, one beside a competitor that slowed the probes 1.30× read 11.6 % (bench/noise.py contention, 2026-12-05)
+CONTENTION_LIMIT = 0.05
 CONTENTION_KEYS = ("cpu_busy", "steal", "cpu_total", "self_cpu_s", "wall_s", "threads", "tick_s")
 
 
