@@ -43,8 +43,8 @@ test-wheel: $(VENV)/.specbench-packages
 
 # The seed paper's claims, measured here (model size within one family: Qwen2.5-Coder-0.5B vs -1.5B targets; batch
 # B = 1 vs 8; sequence and prompt lengths; perplexity at T = 1; ≥ 20 examples per claim cell), then the report whose
-# claims table answers them: results/claims/report/. ~65 min on a 2-core CPU, from its steps timed one by one
-# (docs/claims.md; the 320-example batch step alone took 22.6 min).
+# claims table answers them: results/claims/report/. ~70 min on a 2-core CPU, timed end to end on an Intel Xeon
+# (docs/claims.md, 2026-12-05).
 # Needs `specbench setup --target qwen2.5-coder-1.5b` and `--target qwen2.5-coder-0.5b` first (~7 min, once).
 claims: $(STAMP)
 	scripts/claims.sh
@@ -56,8 +56,9 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench.py --backend eager
 	$(BIN)/python bench/bench.py --backend compiled
 
-# The default job against the best cell of a sweep over γ 2,3,4,6,8 × drafts × dtypes, back to back. Long: its
-# bfloat16 half took 27 min on 2 cores (2026-12-02); float32 cells cost about twice as much: ~1.5 h in all (estimate).
+# The default job against the best cell of a sweep over γ 2,3,4,6,8 × drafts × dtypes, back to back, judged cross-fitted
+# (best cell chosen on one half of the examples, compared on the other). Long: its bfloat16 half took 27 min on an
+# AMD EPYC (2026-12-02) and 46 min with the default jobs on an Intel Xeon (2026-12-05); float32 roughly doubles it.
 bench-auto: $(STAMP)
 	$(BIN)/python bench/auto_vs_sweep.py --job "$(DEFAULT_JOB)" --sweep-repeats 1 --gammas 2,3,4,6,8
 

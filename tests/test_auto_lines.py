@@ -38,9 +38,11 @@ def test_auto_lines_name_the_choice_then_why():
     dtype_line, draft_line, gamma_line = lines
     assert dtype_line.startswith("bfloat16 (the CPU has avx512_bf16; ")
     assert f"{181.4 / best.ms_per_token:.2f}× faster per token than float32" in dtype_line
-    assert draft_line.startswith("draft prompt-lookup (predicted 1.50× at γ 2, pilot α 0.61; the others: unigram")
+    head = f"draft prompt-lookup (the fewest predicted ms per token: {best.ms_per_token:.1f} at γ 2, "
+    assert draft_line.startswith(head)
+    assert "1.50×, pilot α 0.61; the others: unigram" in draft_line and "can rank otherwise" in draft_line
     head, *table = gamma_line.splitlines()
-    assert head == "γ 2 (the highest predicted speedup for prompt-lookup in bfloat16):" and len(table) == 3
+    assert head == "γ 2 (the fewest predicted ms per token for prompt-lookup in bfloat16):" and len(table) == 3
     assert table[0].split()[1:] == ["1", "2*", "3"] and table[1].split()[1:] == ["1.20×", "1.50×", "1.40×"]
     assert table[2].split()[-3:] == ["1.10", "1.20", "1.30"]  # t(γ+1)/t(1) of the calibration above
     assert "float32: float32" not in " ".join(lines)  # the old line repeated the dtype's name

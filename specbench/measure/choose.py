@@ -239,16 +239,21 @@ def explain(
         for r in ranked:
             if r.dtype == best.dtype:
                 per_draft.setdefault(r.draft, r)
-        others = [f"{d} {r.speedup:.2f}× (γ {r.gamma}, α {pilots[d].alpha:.2f})" for d, r in per_draft.items()]
+        others = [
+            f"{d} {r.ms_per_token:.1f} ms, {r.speedup:.2f}× (γ {r.gamma}, α {pilots[d].alpha:.2f})"
+            for d, r in per_draft.items()
+        ]
         lines.append(
-            f"draft {best.draft} (predicted {best.speedup:.2f}× at γ {best.gamma}, pilot α "
-            f"{pilots[best.draft].alpha:.2f}; the others: {', '.join(others[1:]) or 'none'})"
+            f"draft {best.draft} (the fewest predicted ms per token: {best.ms_per_token:.1f} at γ {best.gamma}, "
+            f"{best.speedup:.2f}×, pilot α {pilots[best.draft].alpha:.2f}; the others: "
+            f"{', '.join(others[1:]) or 'none'}; × is the geometric mean of per-example speedups, "
+            f"which can rank otherwise)"
         )
     if config.gamma.policy in ("auto", "adaptive"):
         same = sorted((r for r in ranked if r.dtype == best.dtype and r.draft == best.draft), key=lambda r: r.gamma)
         cal = calibrations[best.dtype]
         head = (
-            f"γ {best.gamma} (the highest predicted speedup for {best.draft} in {best.dtype})"
+            f"γ {best.gamma} (the fewest predicted ms per token for {best.draft} in {best.dtype})"
             if config.gamma.policy == "auto"
             else f"γ adaptive (starts near {best.gamma}, then follows each example's running α)"
         )
