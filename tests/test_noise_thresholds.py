@@ -133,7 +133,6 @@ def test_contention_skips_a_resumed_runs_restart_and_rows_without_counters():
     second = [dict(r, self_cpu_s=r["self_cpu_s"], wall_s=r["wall_s"] + 100.0) for r in second]
     assert len(noise.contention(first + second)) == 6  # 3 + 3: the restart's interval is not one
     assert noise.contention([{"ms": 1.0}, {"ms": 1.0}]) == [] and noise.sustained_contention([]) is None
-    assert "cpu_busy" in noise.steal_counters() or noise.steal_counters() == {} or "steal" in noise.steal_counters()
 
 
 def test_a_contended_run_is_flagged_whatever_its_halves_say(tmp_path):

@@ -297,12 +297,11 @@ def cpu_counters(threads: int, path: str = "/proc/stat") -> dict:
     out = steal_counters(path)
     if "cpu_busy" not in out:
         return out
-    tick = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
     return out | {
         "self_cpu_s": time.process_time(),
         "wall_s": time.monotonic(),
         "threads": threads,
-        "tick_s": tick,
+        "tick_s": 1.0 / os.sysconf("SC_CLK_TCK"),  # /proc/stat's unit (busy ticks exist only where it does)
         "pid": os.getpid(),
     }
 

@@ -85,6 +85,7 @@ def _measure_locked(plan: RunPlan, on_start, on_example) -> RunOutcome:
     on_start(len(plan.prepared), len(plan.prepared) - len(todo))
     engines = Engines(plan.session, config, plan.proposer, plan.choice)
     probe_file = files.root / "noise_probes.jsonl"
+    threads = compute_threads(plan.session)  # what each probe row's contention counters are read against
     memory = start_memory(target.device) if todo else None  # a call that measures nothing keeps the stored peak
     if config.batch_size > 1:
         turns.refuse_batched_turns(plan.prepared)
@@ -93,7 +94,7 @@ def _measure_locked(plan: RunPlan, on_start, on_example) -> RunOutcome:
     if todo:
         engines.warm_up(todo[0].prompt_ids, max(len(p.prompt_ids) for p in plan.prepared) + plan.max_new_tokens)
         ms = probe_target(plan.session, plan.prepared[0].prompt_ids)
-        append_jsonl(probe_file, {"after": None, "ms": ms, **cpu_counters(compute_threads(plan.session))})
+        append_jsonl(probe_file, {"after": None, "ms": ms, **cpu_counters(threads)})
     for item in todo:
         seed = example_seed(config.seed, item.example.id)
         runs: dict[str, list[DecodeResult]] = {"baseline": [], "speculative": []}
@@ -146,7 +147,7 @@ def _measure_locked(plan: RunPlan, on_start, on_example) -> RunOutcome:
         )
         append_record(files.examples, record)
         ms = probe_target(plan.session, item.prompt_ids)
-        append_jsonl(probe_file, {"after": item.example.id, "ms": ms, **cpu_counters(compute_threads(plan.session))})
+        append_jsonl(probe_file, {"after": item.example.id, "ms": ms, **cpu_counters(threads)})
         records.append(asdict(record))
         write_summary(files, config, plan.spec, records, plan.manifest, memory)
         on_example(records[-1])

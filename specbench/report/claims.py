@@ -106,7 +106,7 @@ def needed_text(key: str, n: int | None, per_cell: bool = True, command: str | N
     if n > PRACTICAL_N:
         return (
             f"no practical sample would decide it: about {n:,} {'batches' if batch > 1 else 'examples'} per cell "
-            f"(more than {PRACTICAL_N:,}), because a ratio sits within a hair of the margin's edge"
+            f"(more than {PRACTICAL_N:,}): a ratio sits too near the margin's edge for its spread"
         )
     limit = n * batch
     cmd = re.sub(r"--limit \d+", f"--limit {limit}", command or COMMANDS[key])
