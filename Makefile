@@ -63,7 +63,7 @@ bench-auto: $(STAMP)
 	$(BIN)/python bench/auto_vs_sweep.py --job "$(DEFAULT_JOB)" --sweep-repeats 1 --gammas 2,3,4,6,8
 
 # The noise alarm's false-alarm and detection rates from the shipped idle probe series
-# (specbench/measure/noise_idle.json), then a CPU hog started half-way through a run must be flagged
+# (specbench/measure/machine/noise_idle.json), then a CPU hog started half-way through a run must be flagged
 # (suspect_timing), an idle run must not; then 10 idle runs alternated with 10 under a steady competitor (one
 # process spinning 30 % of the time from start to end) for the contention rule's detection and false-alarm rates.
 # Record the idle series on a quiet machine (~30 min):

@@ -48,8 +48,8 @@ def option(job: list[str], name: str, default: str) -> str:
 
 def run_logs(run_dir: Path) -> dict[str, float]:
     """A run's per-example log speedups (example id → log ratio) from its records."""
-    from specbench.measure.metric_units import unit_log_ratios
-    from specbench.measure.records import read_examples
+    from specbench.measure.results.records import read_examples
+    from specbench.measure.stats.metric_units import unit_log_ratios
 
     return unit_log_ratios(read_examples(run_dir / "examples.jsonl"))
 
@@ -60,7 +60,7 @@ def paired_ratio(diffs: list[float]) -> tuple[float, float, float]:
 
     import numpy as np
 
-    from specbench.measure import statistics as st
+    from specbench.measure.stats import statistics as st
 
     d = np.asarray(diffs, dtype=float)
     lo, hi = st.t_interval((d,), 0.95) if len(d) >= 2 else (math.nan, math.nan)
@@ -72,7 +72,7 @@ def cross_fit(default: dict[str, float], cells: dict[str, dict[str, float]]) -> 
     other (each half in turn): ratio [95 % t] over the pooled paired differences, n, and the cell each half chose."""
     import numpy as np
 
-    from specbench.measure import statistics as st
+    from specbench.measure.stats import statistics as st
 
     diffs, picks = [], []
     for half in (0, 1):

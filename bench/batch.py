@@ -32,11 +32,12 @@ from specbench.config import LoadSpec, SamplingConfig
 from specbench.decoding.autoregressive import clip_at_stop
 from specbench.decoding.batched import decode_autoregressive_batch, decode_speculative_batch
 from specbench.decoding.batched.cache import left_pad
+from specbench.engines.torch.session import TorchSession as Session
 from specbench.errors import SpecbenchError
 from specbench.files import atomic_write_json
-from specbench.measure.engines import Session, prepare_examples
-from specbench.measure.metric_units import json_safe
-from specbench.measure.provenance import environment_info
+from specbench.measure.results.provenance import environment_info
+from specbench.measure.run.arms import prepare_examples
+from specbench.measure.stats.metric_units import json_safe
 from specbench.run_specs import parse_draft
 from specbench.tasks.examples import select_examples
 from specbench.tasks.specs import load_task

@@ -32,16 +32,18 @@ from pathlib import Path
 import torch
 
 from specbench.config import LoadSpec, RunConfig, SamplingConfig
+from specbench.decoding.base import hf_assistant, model_caches, set_timer
 from specbench.decoding.cached_model import CachedModel
-from specbench.decoding.hf_assisted import decode_hf
 from specbench.decoding.speculative import decode_speculative
 from specbench.decoding.timing import Clock
+from specbench.engines.hf_assisted.generate import decode_hf
+from specbench.engines.torch.session import TorchSession as Session
 from specbench.errors import SpecbenchError
 from specbench.files import atomic_write_json
-from specbench.measure.engines import Engines, Session, engine_record, prepare_examples
-from specbench.measure.metric_units import json_safe
-from specbench.measure.metrics import summarize
-from specbench.measure.provenance import environment_info
+from specbench.measure.results.provenance import environment_info
+from specbench.measure.run.arms import Engines, engine_record, prepare_examples
+from specbench.measure.stats.metric_units import json_safe
+from specbench.measure.stats.metrics import summarize
 from specbench.run_specs import parse_draft
 from specbench.tasks.examples import select_examples
 from specbench.tasks.specs import load_task
@@ -55,7 +57,7 @@ def hf_generate(
     """HF generate() greedy: plain (draft None), prompt lookup, or assisted by the draft model; → (tokens, seconds)."""
     t = session.target
     kind = parse_draft(draft).kind if draft is not None else None
-    assistant = session.proposer(parse_draft(draft)).hf_assistant() if kind == "model" else None
+    assistant = hf_assistant(session.proposer(parse_draft(draft))) if kind == "model" else None
     res = decode_hf(
         t.model,
         prompt_ids,
@@ -81,7 +83,7 @@ def loop_overhead(
     inside, total = 0.0, 0.0
     for item in prepared:
         target = CachedModel(t.model, timer=clock, backend=session.target_backend)
-        proposer.set_timer(clock)  # a fresh forward_times list on each of the draft's model caches
+        set_timer(proposer, clock)  # a fresh forward_times list on each of the draft's model caches
         res = decode_speculative(
             target,
             proposer,
@@ -95,9 +97,9 @@ def loop_overhead(
             min_confidence=min_confidence,
         )
         # the first forward of each model is its prompt prefill, outside the decode time
-        inside += sum(forward_seconds(lm) for lm in [target, *proposer.model_caches()])
+        inside += sum(forward_seconds(lm) for lm in [target, *model_caches(proposer)])
         total += res.decode_s
-    proposer.set_timer(None)
+    set_timer(proposer, None)
     return 1.0 - inside / total
 
 

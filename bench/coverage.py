@@ -2,7 +2,7 @@
 
 Coverage (real records): each run folder's per-example log throughput ratios are taken as the population; samples
 of n examples are drawn from it with replacement, and each sample's nominal 95 % interval of the geometric mean
-(Student t on the log ratios, as measure/statistics.py gives it, with the BCa and percentile bootstraps beside
+(Student t on the log ratios, as measure/stats/statistics.py gives it, with the BCa and percentile bootstraps beside
 it) is checked against the population's geometric mean. The share that cover it is the interval's true coverage
 at that n; its Monte-Carlo standard error is √(c(1−c)/draws) (0.7 points at 1,000 draws).
 
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specbench.measure import statistics as st
+from specbench.measure.stats import statistics as st
 
 SIZES = (10, 20, 50)
 SIM_SIZES = (4, 10, 20, 50)
@@ -39,9 +39,9 @@ SIM_RATIOS = (1.0, 1.1, 1.3)
 
 def population(run_dir: Path) -> np.ndarray:
     """A run folder's per-example log throughput ratios (finite ones), from its examples.jsonl."""
-    from specbench.measure.metric_units import unit_log_ratios
-    from specbench.measure.record_checks import example_problem
-    from specbench.measure.records import scan_jsonl
+    from specbench.measure.results.record_checks import example_problem
+    from specbench.measure.results.records import scan_jsonl
+    from specbench.measure.stats.metric_units import unit_log_ratios
 
     records, _ = scan_jsonl(Path(run_dir) / "examples.jsonl", example_problem)
     logs = np.array(list(unit_log_ratios(records).values()), dtype=float)

@@ -2,7 +2,7 @@
 
 One GGUF (the preset's, quantized as shipped), one set of task prompts, one draft and γ, greedy. Decoders:
   torch-fp32 / torch-bf16   specbench's loop on the GGUF de-quantized into transformers (plain and speculative)
-  llama-cpp                 specbench's loop on llama.cpp's kernels (decoding/llama_cpp.py; plain and speculative)
+  llama-cpp                 specbench's loop on llama.cpp's kernels (engines/llama_cpp/; plain and speculative)
   llama-cpp-python          the binding's own Llama.generate: plain, and its own speculative loop with
                             its prompt-lookup draft (LlamaPromptLookupDecoding, num_pred_tokens=γ) when the
                             draft is prompt-lookup, or with a draft GGUF (a path or a preset shipping one)
@@ -34,22 +34,24 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import llama_peers  # noqa: E402,I001  (bench/: llama-cpp-python's own decoders, run beside ours)
 import numpy as np
 
 from specbench.config import LoadSpec, SamplingConfig
-from specbench.decoding import llama_cpp as lc
 from specbench.decoding.autoregressive import decode_autoregressive
-from specbench.decoding.base import DecodeResult
+from specbench.decoding.base import DecodeResult, model_caches
 from specbench.decoding.cached_model import CachedModel
-from specbench.decoding.llama_draft import GgufDraftHook, load_gguf_draft
 from specbench.decoding.speculative import decode_speculative
+from specbench.engines.llama_cpp import backend as lc
+from specbench.engines.llama_cpp.draft import GgufDraftHook, load_gguf_draft
+from specbench.engines.llama_cpp.session import LlamaSession, gguf_of, is_gguf_spec
+from specbench.engines.torch.session import TorchSession as Session
 from specbench.errors import SpecbenchError
 from specbench.files import atomic_write_json
-from specbench.measure import calibration as cal
-from specbench.measure.engines import Session, prepare_examples
-from specbench.measure.llama_session import LlamaSession, gguf_of, is_gguf_spec
-from specbench.measure.metric_units import json_safe
-from specbench.measure.provenance import environment_info
+from specbench.measure.auto import calibration as cal
+from specbench.measure.results.provenance import environment_info
+from specbench.measure.run.arms import prepare_examples
+from specbench.measure.stats.metric_units import json_safe
 from specbench.run_specs import parse_draft
 from specbench.tasks.examples import select_examples
 from specbench.tasks.specs import load_task
@@ -96,17 +98,21 @@ def peer_decoders(path: str, n_ctx: int, threads: int, draft: str, gamma: int, e
     """llama-cpp-python's own generate: plain, and its own speculative loop at the same γ with its prompt lookup
     (prompt-lookup drafts) or a draft GGUF behind its draft hook (a .gguf path or a preset shipping one)."""
     plain_llm = lc.load_llama(path, n_ctx, threads)
-    out = {"llama-cpp-python plain": lambda ids: lc.peer_generate(plain_llm, ids, max_new_tokens=max_new, eos_ids=eos)}
+    out = {
+        "llama-cpp-python plain": lambda ids: llama_peers.peer_generate(
+            plain_llm, ids, max_new_tokens=max_new, eos_ids=eos
+        )
+    }
     hook = None
     if draft == "prompt-lookup":
-        hook = lc.prompt_lookup_peer(gamma)
+        hook = llama_peers.prompt_lookup_peer(gamma)
     elif is_gguf_spec(draft):
         vocab = plain_llm.n_vocab()
         draft_lm = load_gguf_draft(str(gguf_of(draft)), n_ctx=n_ctx, threads=threads, target_vocab=vocab)
-        hook = lc.CountingDraft(GgufDraftHook(draft_lm, gamma), gamma)
+        hook = llama_peers.CountingDraft(GgufDraftHook(draft_lm, gamma), gamma)
     if hook is not None:
         pl_llm = lc.load_llama(path, n_ctx, threads, draft_model=hook)
-        out["llama-cpp-python spec"] = lambda ids: lc.peer_generate(
+        out["llama-cpp-python spec"] = lambda ids: llama_peers.peer_generate(
             pl_llm, ids, max_new_tokens=max_new, eos_ids=eos, draft=hook
         )
     return out
@@ -219,7 +225,7 @@ def main(argv: list[str] | None = None) -> dict:
     draft = parse_draft(args.draft)  # --draft, parsed once
     n_ctx = lc.context_size(max(len(p) for p in prompts) + max_new + args.gamma + 1)
     proposer = llama.proposer(draft, prompts)
-    for lm in [llama.target_lm(), *proposer.model_caches()]:  # the run's context, as the peers get (warm_up does this)
+    for lm in [llama.target_lm(), *model_caches(proposer)]:  # the run's context, as the peers get (warm_up does this)
         lm.backend.reserve(n_ctx)
     decoders = loop_decoders("llama-cpp", llama.target_lm(), proposer, eos, args.gamma, max_new)
     decoders |= peer_decoders(str(gguf_of(args.target)), n_ctx, threads, args.draft, args.gamma, eos, max_new)

@@ -25,8 +25,9 @@ import torch
 
 import bench  # the sibling script: Python puts this file's folder first on sys.path when it runs
 from specbench.config import LoadSpec
+from specbench.engines.torch.session import TorchSession as Session
 from specbench.evidence.greedy_identity import greedy_checks
-from specbench.measure.engines import Session, prepare_examples
+from specbench.measure.run.arms import prepare_examples
 from specbench.run_specs import parse_draft
 from specbench.tasks.examples import select_examples
 from specbench.tasks.specs import load_task

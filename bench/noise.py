@@ -1,8 +1,8 @@
 """`make bench-noise`: the noise alarm's false-alarm and detection rates, and a real hog run.
 
 `python bench/noise.py record --runs 20` (on a quiet machine: nothing else running) runs `specbench run` idle that
-many times and ships what it saw as specbench/measure/noise_idle.json: every run's probe series (ms, in order), its
-paired repeat speedups and steal share, the machine's name, and the thresholds per probe count that give ≤ 1 %
+many times and ships what it saw as specbench/measure/machine/noise_idle.json: each run's probe series (ms, in order),
+its paired repeat speedups and steal share, the machine's name, and the thresholds per probe count that give ≤ 1 %
 false alarms per run (measure/noise.thresholds_from_idle). Without that file the fixed default rule applies.
 
 `python bench/noise.py` (make bench-noise): from the shipped series, the false-alarm rate per probe count with each
@@ -96,8 +96,8 @@ COUNTS = [6, 11, 16, 21, 31, 41]  # probe counts (examples + 1) the table covers
 
 def idle_record(results: Path, args) -> dict:
     """One idle `specbench run` → its probe series, paired repeat speedups and steal share."""
-    from specbench.measure import noise
-    from specbench.measure.records import read_examples, read_records
+    from specbench.measure.machine import noise
+    from specbench.measure.results.records import read_examples, read_records
 
     summary, _, secs = specbench_run(results, args, None)
     run = results / summary["run_id"]
@@ -113,9 +113,9 @@ def idle_record(results: Path, args) -> dict:
 
 
 def record(args) -> None:
-    """`record`: idle runs → specbench/measure/noise_idle.json (atomic), with thresholds and rates."""
+    """`record`: idle runs → specbench/measure/machine/noise_idle.json (atomic), with thresholds and rates."""
     from specbench.files import atomic_write_json
-    from specbench.measure import noise
+    from specbench.measure.machine import noise
 
     load = os.getloadavg()[0]
     cores = os.cpu_count() or 1
@@ -152,7 +152,7 @@ def record(args) -> None:
 def held_out_flags(series: list[list[float]]) -> tuple[int, int]:
     """(idle runs flagged, runs judged): each recorded run judged as it was, at its own probe count, by a table built
     from the other runs only (leave-one-out): the plain count behind 'false alarms ≤ 1 in 20 idle runs'."""
-    from specbench.measure import noise
+    from specbench.measure.machine import noise
 
     flagged = judged = 0
     for i, s in enumerate(series):
@@ -169,7 +169,7 @@ def rates(series: list[list[float]], table: dict[int, float]) -> dict:
     it, and the share of runs with a sustained 1.3× slowdown from between a quarter and half-way on that are
     flagged. With short recorded series the left-out one is resampled from itself, which overstates its spikes'
     clustering: held_out_flags is the plain count."""
-    from specbench.measure import noise
+    from specbench.measure.machine import noise
 
     out = {}
     for m in table:
@@ -209,8 +209,8 @@ def contended(args) -> None:
     ≥ 90 % of the hogged runs flagged, ≤ 1 in 20 idle runs flagged."""
     import statistics
 
-    from specbench.measure import noise
-    from specbench.measure.records import read_records
+    from specbench.measure.machine import noise
+    from specbench.measure.results.records import read_records
 
     root = Path(tempfile.mkdtemp(prefix="specbench-contention-"))
     runs = []
@@ -288,7 +288,7 @@ def main() -> None:
         contended(args)
         return
     args.limit = args.limit or 6
-    from specbench.measure import noise
+    from specbench.measure.machine import noise
 
     try:
         print_rates(json.loads(noise.IDLE_FILE.read_text()))

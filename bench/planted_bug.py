@@ -7,7 +7,7 @@ Greedy, in bf16 (where the verify pass's kernel shapes flip near-ties, so clean 
 example is decoded by the baseline, by the clean speculative engine and by the same engine with a bug planted
 in the multi-token verification path (evidence/planted.py: the verified logits taken one position late for
 one verification step in `--every`, counted across examples as in one run). Every divergence goes through
-the classifier the runs use (measure/numerics.py: explain_example per example, identity_line with the
+the classifier the runs use (measure/stats/numerics.py: explain_example per example, identity_line with the
 margin gate over the run; the floor's flip margins, which depend on the baseline only, give the range). A
 planted run's divergence is the bug's when it happens at or after the first bugged step of its example. It
 prints
@@ -31,12 +31,13 @@ from specbench.config import LoadSpec, SamplingConfig
 from specbench.decoding.autoregressive import decode_autoregressive
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.speculative import decode_speculative
+from specbench.engines.torch.session import TorchSession as Session
 from specbench.evidence.planted import caused, late_verified_logits
 from specbench.files import atomic_write_text
-from specbench.measure.engines import Session, prepare_examples
-from specbench.measure.margin_gate import identity_line, ulp_limit
-from specbench.measure.metric_units import first_divergence
-from specbench.measure.numerics import explain_example
+from specbench.measure.run.arms import prepare_examples
+from specbench.measure.stats.margin_gate import identity_line, ulp_limit
+from specbench.measure.stats.metric_units import first_divergence
+from specbench.measure.stats.numerics import explain_example
 from specbench.run_specs import parse_draft
 from specbench.tasks.examples import select_examples
 from specbench.tasks.specs import load_task

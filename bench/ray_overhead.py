@@ -107,7 +107,7 @@ def timed_sweep(grid, results: Path, executor) -> dict:
     """Per cell, in cell order: seconds (see the module docstring), CPU seconds over the same span (the cells' own
     and Ray's other processes', tree_cpu_s), the torch threads its manifest records, and the seconds of its timed
     speculative decodes (prefill + decode, summed over its examples, from its records)."""
-    from specbench.measure.sweep_run import run_sweep
+    from specbench.measure.run.sweep_run import run_sweep
 
     done: dict[str, int] = {}  # cell id → records seen
     ends: dict[str, tuple] = {}  # cell id → (wall, (cells' CPU, other CPU)) when its last record reached the folder
@@ -171,7 +171,7 @@ def one_sweep(args) -> None:
     import ray
     import torch
 
-    from specbench.measure.executors import make_executor
+    from specbench.measure.run.executors import make_executor
 
     mode, folder = args.one[0], Path(args.one[1])
     grid = bench_grid(args)
@@ -194,9 +194,9 @@ def twin_server(args) -> None:
     import torch
 
     from specbench.config import LoadSpec
-    from specbench.measure.engines import Session
-    from specbench.measure.runner import execute_run
-    from specbench.measure.sweep_run import cell_ids, write_sweep_file
+    from specbench.engines.torch.session import TorchSession as Session
+    from specbench.measure.run.runner import execute_run
+    from specbench.measure.run.sweep_run import cell_ids, write_sweep_file
 
     grid = bench_grid(args)
     torch.set_num_threads(args.cpus_per_cell)
@@ -215,7 +215,7 @@ def twin_server(args) -> None:
 
 def bench_grid(args):
     """The grid both modes measure: prompt lookup at γ = 1..--cells, greedy, on CPU."""
-    from specbench.measure.sweep import SweepGrid
+    from specbench.measure.run.sweep import SweepGrid
 
     return SweepGrid.from_specs(
         target=args.target,
@@ -245,8 +245,8 @@ def interleaved(args, folder: Path) -> dict:
     import ray
     import torch
 
-    from specbench.measure.executors import make_executor
-    from specbench.measure.sweep_run import run_sweep
+    from specbench.measure.run.executors import make_executor
+    from specbench.measure.run.sweep_run import run_sweep
 
     grid = bench_grid(args)
     twin = subprocess.Popen(

@@ -19,7 +19,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from specbench.measure.prediction import verify_prices
+from specbench.measure.auto.prediction import verify_prices
 
 DATA = Path(__file__).parent / "data" / "verify_price_runs_2026-12-02.json"
 

@@ -8,7 +8,7 @@
 #                      examples (paired); bfloat16 where the CPU has it natively, else float32 (said below)
 #   sequence lengths   16 / 64 / 256 new tokens;  prompt lengths: the task's short / medium / long tertiles
 #   quality            perplexity of T = 1 samples under the target, both engines (N = 160 each, paired TOST)
-# Sizes: the claims table gives no verdict below 20 examples (units) per cell (measure/statistics.py
+# Sizes: the claims table gives no verdict below 20 examples (units) per cell (measure/stats/statistics.py
 # MIN_VERDICT_N), so every claim cell has at least 20; at B = 8 a unit is a batch: 20 batches (160 examples) left
 # B 8 ÷ B 1 at 0.97× [0.89, 1.05], neither inside ±10 % nor beyond, so 40 batches (320 examples); a best
 # configuration is chosen on one half and judged on the other, hence 40 per Qwen target; 20 examples per length left

@@ -7,7 +7,7 @@ stays cheap: neither torch nor pandas loads until one is called.
     runs = specbench.load_runs("results")          # one row per run: the columns `specbench export` writes
     examples = specbench.load_examples("results")  # one row per example
 
-What each column means: the results schema, shipped as specbench/measure/results.md (docs/results.md).
+What each column means: the results schema, shipped as specbench/measure/results/results.md (docs/results.md).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def _frame(path, examples: bool):
     import warnings
     from pathlib import Path
 
-    from specbench.measure.tidy_table import export_frames
+    from specbench.measure.results.tidy_table import export_frames
 
     paths = [Path(p) for p in (path if isinstance(path, (list, tuple)) else [path])]
     frame, notes = export_frames(paths, examples=examples)

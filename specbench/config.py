@@ -27,9 +27,8 @@ from specbench.run_specs import (  # noqa: F401 (GAMMA_POLICIES, MAX_GAMMA: read
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("float32", "bfloat16", "float16")
-# --draft auto, --dtype auto, --gamma auto: chosen on this machine by calibration + pilot (measure/choose.py)
+# --draft auto, --dtype auto, --gamma auto: chosen on this machine by calibration + pilot (measure/auto/choose.py)
 AUTO = "auto"
-ENGINES = ("specbench", "hf-assisted", "llama-cpp")  # llama-cpp: our loop on llama.cpp (decoding/llama_cpp.py)
 BACKENDS = ("eager", "static", "compiled")  # see decoding/backend.py
 # per-row advance, or every row by the batch's minimum (decoding/batched/speculative.py)
 BATCH_POLICIES = ("ragged", "min")
@@ -39,7 +38,7 @@ PROMPT_LENGTHS = (
     "short",
     "medium",
     "long",
-)  # --prompt-length: every example, or a tertile of prompt tokens (measure/buckets.py)
+)  # --prompt-length: every example, or a tertile of prompt tokens (measure/run/buckets.py)
 
 
 LATER_DEFAULTS = {
@@ -144,11 +143,6 @@ def check_batch_options(config: RunConfig) -> None:
         raise SpecbenchError(f"--batch-policy must be one of {', '.join(BATCH_POLICIES)} (got {config.batch_policy!r})")
     if config.batch_size == 1:
         return
-    if config.engine == "hf-assisted":
-        raise SpecbenchError(
-            "--engine hf-assisted decodes one sequence at a time: HF's assisted generation does not "
-            "support batches (use --batch-size 1, or the specbench engine)"
-        )
     if config.load.backend != "eager":
         raise SpecbenchError(
             f"--backend {config.load.backend} is for one sequence at a time; batches run eager "
@@ -171,31 +165,6 @@ def check_batch_options(config: RunConfig) -> None:
         raise SpecbenchError(
             "--draft-confidence stops one sequence's proposal early; the batched engine drafts γ for "
             "every row (drop the option at --batch-size > 1)"
-        )
-
-
-def check_llama_cpp_options(config: RunConfig) -> None:
-    """--engine llama-cpp runs the target's GGUF as quantized, one sequence at a time on the CPU build's threads:
-    the torch-side choices (dtype, backend, placement, batches) do not apply to it."""
-    load = config.load
-    if config.engine != "llama-cpp":
-        if load.threads:
-            raise SpecbenchError("--threads sets llama.cpp's threads: use it with --engine llama-cpp")
-        return
-    for given, default, name in (
-        (load.dtype, "float32", "--dtype"),
-        (load.backend, "eager", "--backend"),
-        (config.batch_size, 1, "--batch-size"),
-        (load.device_map, None, "--device-map"),
-    ):
-        if given != default:
-            raise SpecbenchError(
-                f"{name} {given} does not apply to --engine llama-cpp (it runs the GGUF as quantized, one sequence "
-                f"at a time); drop {name}"
-            )
-    if load.device not in ("auto", "cpu"):
-        raise SpecbenchError(
-            f"--engine llama-cpp places itself (a CUDA build offloads to the GPU); drop --device {load.device}"
         )
 
 
@@ -228,7 +197,7 @@ def check_backend(name: str) -> None:
 
 @dataclass(frozen=True)
 class LoadSpec:
-    """How the target is loaded and run: everything a `Session` (measure/engines.py) needs to hold a run's models.
+    """How the target is loaded and run, all an engine's Session (engines/session.py) needs to hold a run's models.
 
     RunConfig, SweepGrid and Session embed one instead of re-declaring these fields, so a new load option is one
     field here, its check in `validate`, its CLI option and its use. RunConfig.to_dict writes the fields flat, as
@@ -236,7 +205,7 @@ class LoadSpec:
 
     target: str  # preset name, hub id, local directory or .gguf file
     device: str = "auto"
-    dtype: str = "float32"  # or auto: chosen on this machine by calibration (measure/choose.py)
+    dtype: str = "float32"  # or auto: chosen on this machine by calibration (measure/auto/choose.py)
     trust_remote_code: bool = False
     backend: str = "eager"  # how every model's forward runs: eager, static (KV cache) or compiled (decoding/backend.py)
     # the target's layers placed by accelerate: auto, balanced, … or JSON (specbench/placement.py)
@@ -245,7 +214,7 @@ class LoadSpec:
     threads: int = 0  # --engine llama-cpp: llama.cpp's CPU threads (0: every core this process may use)
 
     def validate(self) -> LoadSpec:
-        """Each value on its own; what the engine rules out (llama.cpp's own placement) is check_llama_cpp_options."""
+        """Each value on its own; what an engine rules out (llama.cpp's own placement) is its rules (engines/)."""
         if self.device not in DEVICES:
             raise SpecbenchError(f"--device must be one of {', '.join(DEVICES)} (got {self.device!r})")
         if self.dtype not in DTYPES + (AUTO,):
@@ -306,7 +275,7 @@ class RunConfig:
     limit: int = 8  # number of examples
     seed: int = 0
     max_new_tokens: int | None = None  # None: the task's default
-    engine: str = "specbench"  # our loop, HF assisted generation for comparison, or our loop on llama.cpp
+    engine: str = "specbench"  # an engine registered in engines/registry.py (checked there: engines.check_config)
     draft_confidence: float = 0.0  # > 0: a model draft stops a proposal early below this confidence (γ is the most)
     gamma_max: int = 8  # the largest γ that auto / adaptive / heuristic consider (calibrated up to γ+1 tokens)
     repeats: int = 1  # timed decodes per engine and example, interleaved A B B A …; times are their median
@@ -318,7 +287,7 @@ class RunConfig:
         "ragged"  # B > 1: each row keeps its own accepted prefix (ragged) or all advance by the minimum (min)
     )
     prompt_length: str = (
-        "all"  # all examples, or the short / medium / long tertile of prompt tokens (measure/buckets.py)
+        "all"  # all examples, or the short / medium / long tertile of prompt tokens (measure/run/buckets.py)
     )
 
     def __post_init__(self) -> None:
@@ -339,35 +308,18 @@ class RunConfig:
             raise SpecbenchError(f"--gamma-max must be between 1 and 32 (got {self.gamma_max})")
         if not 1 <= self.repeats <= 20:
             raise SpecbenchError(f"--repeats must be between 1 and 20 (got {self.repeats})")
-        if self.exact_shapes and self.engine == "hf-assisted":
-            raise SpecbenchError(
-                "--exact-shapes pads our engines' passes; HF's assisted generation cannot be padded "
-                "(drop one of the two options)"
-            )
-        if self.engine == "hf-assisted" and self.gamma.policy in ("adaptive", "heuristic"):
-            raise SpecbenchError(
-                f"--gamma {self.gamma} drives our decode loop; --engine hf-assisted runs HF's own "
-                f"(pass an integer or auto for --gamma, or drop --engine)"
-            )
         if self.limit < 1:
             raise SpecbenchError(f"--limit must be >= 1 (got {self.limit})")
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
             raise SpecbenchError(f"--max-new-tokens must be >= 1 (got {self.max_new_tokens})")
         self.load.validate()
-        if self.engine not in ENGINES:
-            raise SpecbenchError(f"--engine must be one of {', '.join(ENGINES)} (got {self.engine!r})")
         check_batch_options(self)
         check_prompt_length(self.prompt_length)
-        check_llama_cpp_options(self)
         if not 0.0 <= self.draft_confidence < 1.0:
             raise SpecbenchError(
                 f"--draft-confidence must be in [0, 1) (got {self.draft_confidence}); 0 turns early stopping off"
             )
         draft = None if self.draft.auto else self.draft
-        if draft is not None and self.engine == "hf-assisted" and not draft.uses_model:
-            raise SpecbenchError(
-                "--engine hf-assisted needs a model draft (HF's assistant_model); pick a model for --draft"
-            )
         if self.draft_confidence and draft is not None and draft.model_free:
             raise SpecbenchError(
                 f"--draft-confidence needs a model draft; {self.draft.text!r} has no confidence to check "

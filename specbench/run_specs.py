@@ -51,7 +51,7 @@ class DraftSpec:
 
     @property
     def auto(self) -> bool:
-        """True for `--draft auto`: chosen on this machine by calibration and pilot (measure/choose.py)."""
+        """True for `--draft auto`: chosen on this machine by calibration and pilot (measure/auto/choose.py)."""
         return self.kind == AUTO_DRAFT
 
     @property

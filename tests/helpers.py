@@ -11,14 +11,15 @@ from conftest import tiny_llama
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-import specbench.measure.engines as engines
 from specbench.config import LoadSpec
 from specbench.decoding.backend import ForwardBackend
 from specbench.decoding.drafts.factory import make_proposer
 from specbench.decoding.drafts.model import ModelDraft
-from specbench.measure.metric_units import json_safe
-from specbench.measure.metrics import summarize
-from specbench.measure.sweep import SweepGrid
+from specbench.engines.session import Session
+from specbench.engines.torch.session import TorchSession
+from specbench.measure.run.sweep import SweepGrid
+from specbench.measure.stats.metric_units import json_safe
+from specbench.measure.stats.metrics import summarize
 from specbench.models import wrap_model
 from specbench.run_specs import parse_draft
 
@@ -98,8 +99,8 @@ class StubTokenizer:
         return " ".join(f"t{i}" for i in ids)
 
 
-class FakeSession(engines.Session):
-    """An engines.Session over tiny random Llamas: a target, a model draft and prompt lookup."""
+class FakeSession(TorchSession):
+    """A TorchSession over tiny random Llamas: a target, a model draft and prompt lookup."""
 
     instances = 0
 
@@ -107,7 +108,7 @@ class FakeSession(engines.Session):
         FakeSession.instances += 1
         self.target = wrap_model("tiny-target", tiny_llama(0), StubTokenizer())
         self.load, self.target_backend = LoadSpec("tiny-target", device="cpu"), ForwardBackend(self.target.model)
-        self.calibrations, self.draft_ms, self.pilots = {}, {}, {}
+        Session.__init__(self)  # the base's draft cache and memo (no model loads)
         self.drafts = {
             "tiny-draft": ModelDraft(tiny_llama(1), "tiny-draft"),
             "prompt-lookup": make_proposer(parse_draft("prompt-lookup"), self.target),

@@ -4,8 +4,8 @@ fact and how much faster it is than the alternative, and γ's candidates as a sm
 from __future__ import annotations
 
 from specbench.config import LoadSpec, RunConfig, parse_gamma
-from specbench.measure.calibration import Calibration
-from specbench.measure.choose import Candidate, PilotResult, explain
+from specbench.measure.auto.calibration import Calibration
+from specbench.measure.auto.choose import Candidate, PilotResult, explain
 from specbench.run_specs import parse_draft
 
 
@@ -51,7 +51,7 @@ def test_auto_lines_name_the_choice_then_why():
 def test_a_best_configuration_predicted_slower_is_said_before_timing():
     # llama.cpp's case (issue 28): every candidate below 1×; the line says so plainly, an interval straddling 1×
     # says "may be", an interval above 1× says nothing
-    from specbench.measure.choose import slower_warning
+    from specbench.measure.auto.choose import slower_warning
 
     below = slower_warning("prompt-lookup γ 4 float32", 0.83, 0.71, 0.97)
     assert below == (
@@ -69,7 +69,7 @@ def test_a_best_configuration_predicted_slower_is_said_before_timing():
 
 def test_choose_flags_and_says_when_every_candidate_is_slower():
     # a costly verify pass (t(k) = k · t(1)) and a poor draft: no (draft, γ) can beat plain decoding
-    from specbench.measure.choose import AutoChoice, choose
+    from specbench.measure.auto.choose import AutoChoice, choose
 
     config = RunConfig("t", task="x", draft="prompt-lookup", gamma=parse_gamma("auto"), gamma_max=3)
 

@@ -1,5 +1,5 @@
-"""The T = 0 replay pilot (measure/pilot.py) reproduces decode_speculative step by step, and the prediction's
-pieces (measure/prediction.py) are what they claim: a held-out geometric mean with a prediction interval."""
+"""The T = 0 replay pilot (measure/auto/pilot.py) reproduces decode_speculative step by step, and the prediction's
+pieces (measure/auto/prediction.py) are what they claim: a held-out geometric mean with a prediction interval."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from specbench.decoding.drafts.hybrid import HybridDraft
 from specbench.decoding.drafts.model import ModelDraft
 from specbench.decoding.drafts.prompt_lookup import PromptLookupDraft
 from specbench.decoding.speculative import decode_speculative
-from specbench.measure import pilot as pl
-from specbench.measure import prediction as pr
+from specbench.measure.auto import pilot as pl
+from specbench.measure.auto import prediction as pr
 
 GREEDY = SamplingConfig()
 CPU = torch.device("cpu")
@@ -179,8 +179,8 @@ def test_verify_prices_follow_the_bare_curves_line_not_its_single_points():
 
 def test_auto_control_times_the_runner_up_on_the_same_examples():
     from specbench.config import LoadSpec, RunConfig
-    from specbench.measure.auto_pilot import control_config, control_line
-    from specbench.measure.choose import AutoChoice
+    from specbench.measure.auto.choose import AutoChoice
+    from specbench.measure.auto.control import control_config, control_line
 
     config = RunConfig(LoadSpec("t", dtype="auto"), draft="auto", task="ding-de-en", gamma="auto", limit=20)
     choice = AutoChoice({}, "bfloat16", "lookup+distilled", 4, 4, [], {}, {}, {})
@@ -275,7 +275,7 @@ def test_a_hybrid_shares_its_model_drafts_teacher_forced_pass(monkeypatch, tempe
     from helpers import FakeSession
 
     from specbench.config import RunConfig
-    from specbench.measure import auto_pilot
+    from specbench.measure.auto import auto_pilot
     from specbench.run_specs import parse_draft
 
     session = FakeSession()

@@ -1,10 +1,10 @@
-"""The batch cost model (measure/batch_model.py): hand-worked batches, the straggler effect, and its inputs."""
+"""The batch cost model (measure/auto/batch_model.py): hand-worked batches, the straggler effect, and its inputs."""
 
 import numpy as np
 import pytest
 
-from specbench.measure import batch_model as bm
-from specbench.measure.calibration import batch_calibration_dict, batch_row_grid
+from specbench.measure.auto import batch_model as bm
+from specbench.measure.auto.calibration import batch_calibration_dict, batch_row_grid
 
 
 def table_of(fn, rows=4, width=4):
@@ -130,7 +130,7 @@ def test_prediction_is_nan_without_a_calibration_and_old_manifests_use_their_one
 
 
 def test_a_batch_is_calibrated_at_the_context_of_its_longest_prompt():
-    from specbench.measure.calibration import batch_context
+    from specbench.measure.auto.calibration import batch_context
 
     # batches of 2 in the run's order: longest 50, 30, 5 → median 30, plus half of 8 new tokens
     assert batch_context([10, 50, 20, 30, 5], 2, 8, None, 4) == 34
@@ -143,7 +143,7 @@ def test_the_grid_calibration_times_every_row_count_and_width():
 
     from conftest import tiny_llama
 
-    from specbench.measure.calibration import calibrate_batch_grid
+    from specbench.measure.auto.calibration import calibrate_batch_grid
 
     with warnings.catch_warnings():  # the cache goes by the name the model takes (past_key_values warns since 5.x)
         warnings.simplefilter("error", FutureWarning)

@@ -10,17 +10,18 @@ import pytest
 from helpers import MAX_NEW, PROMPTS, FakeSession
 from typer.testing import CliRunner
 
-import specbench.measure.runner as runner
+import specbench.measure.run.runner as runner
 from specbench.cli import app
 from specbench.config import LOAD_KEYS, LoadSpec, RunConfig, SamplingConfig
 from specbench.decoding import theory
+from specbench.engines import check_config
 from specbench.errors import SpecbenchError
-from specbench.measure import metrics
-from specbench.measure.batch_runner import batch_groups
-from specbench.measure.planning import run_id_for
-from specbench.measure.records import read_records
-from specbench.measure.sweep import SweepGrid
-from specbench.measure.sweep_run import cell_ids, run_sweep
+from specbench.measure.results.records import read_records
+from specbench.measure.run.batch_runner import batch_groups
+from specbench.measure.run.planning import run_id_for
+from specbench.measure.run.sweep import SweepGrid
+from specbench.measure.run.sweep_run import cell_ids, run_sweep
+from specbench.measure.stats import metrics
 
 MORE = PROMPTS + ["Fifth prompt, a little longer than the others here.", "Six."]
 
@@ -73,7 +74,7 @@ def test_batch_1_keeps_todays_run_ids_and_manifest_config(task_file):
 )
 def test_bad_batch_options_are_one_line(task_file, over, needle):
     with pytest.raises(SpecbenchError, match=needle) as err:
-        config(task_file, **over).validate()
+        check_config(config(task_file, **over))
     assert "\n" not in str(err.value)
 
 

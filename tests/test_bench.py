@@ -51,7 +51,7 @@ def test_verify_price_bench_reads_a_run_folder_and_sees_a_costlier_verify(tmp_pa
     1.3 when they cost 1.3× (the control that the comparison can move)."""
     import verify_price
 
-    from specbench.measure.prediction import verify_prices
+    from specbench.measure.auto.prediction import verify_prices
 
     bare = {1: 20.0, 2: 21.0, 3: 22.0, 4: 23.0, 5: 24.0}
     prices = verify_prices(30.0, bare)

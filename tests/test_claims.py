@@ -323,9 +323,9 @@ def test_the_target_figure_shows_the_held_out_half_of_the_best_configuration(tmp
     """No winner's curse in the figure: run A is 2× on the examples of selection half 0 and 1× on half 1, run B is
     1.5× on both. Choosing on half 0 picks A, and the bar must be A's other half (1.0×), not A's own pooled figure
     (√2 ≈ 1.41×) nor B's 1.5×, which the old point-estimate pick (best full-run speedup) drew."""
-    from specbench.measure.statistics import half_of
+    from specbench.measure.stats.statistics import half_of
     from specbench.report.claims import size_cells
-    from specbench.report.speedup_figures import fig_targets
+    from specbench.report.figures.speedup import fig_targets
 
     n = 40
     lucky = tuple(1.0 if half_of(f"ex{i}") == 0 else 2.0 for i in range(n))  # speculative time ×2 on half 1
@@ -382,8 +382,8 @@ def test_batch_sizes_are_compared_batch_by_batch_on_the_same_examples():
     """B = 8 at 0.95× of B = 1 on 160 examples (20 batches) whose speedups spread widely: as two independent samples
     the spread between examples swamps the 5 % (inconclusive at δ 10 %); paired batch by batch it holds. Controls:
     0.75× does not hold paired; B = 1 on other examples than B = 8's cannot be paired and stays unpaired."""
-    from specbench.measure.metric_units import comparable_log_ratios, unit_log_ratios
-    from specbench.measure.statistics import compare, consistency
+    from specbench.measure.stats.metric_units import comparable_log_ratios, unit_log_ratios
+    from specbench.measure.stats.statistics import compare, consistency
 
     b1, b8 = batch_cell(1.0, 1, seed=1), batch_cell(0.95, 8, seed=2)
     paired = compare(*comparable_log_ratios(b8, b1), "8 vs 1")

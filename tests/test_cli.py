@@ -68,7 +68,7 @@ def test_resume_after_a_truncated_line(models_dir, task_file, tmp_path):
 def test_a_run_folder_in_use_refuses_a_second_process(models_dir, task_file, tmp_path):
     """The same command started twice must not append to one examples.jsonl twice: the second one
     stops with one line naming the folder and the ways out, and the first one's records are intact."""
-    from specbench.measure.record_writing import flock_run_dir
+    from specbench.measure.results.record_writing import flock_run_dir
 
     first = invoke(*run_args(models_dir, task_file, tmp_path, "--run-id", "busy"))
     assert first.exit_code == 0, first.output
@@ -312,7 +312,7 @@ def test_fields_added_later_leave_existing_run_ids_alone():
     """draft_confidence came after results existed: at its default it is not part of the config's
     identity, so the run ids (and resumption) of every earlier configuration are unchanged."""
     from specbench.config import RunConfig
-    from specbench.measure.planning import run_id_for
+    from specbench.measure.run.planning import run_id_for
 
     plain = RunConfig("t", draft="d", task="x")
     assert "draft_confidence" not in plain.to_dict()
@@ -325,7 +325,7 @@ def test_fields_added_later_leave_existing_run_ids_alone():
 def test_auto_choices_are_recorded_printed_and_kept_on_resume(models_dir, task_file, tmp_path, monkeypatch):
     """--gamma auto --dtype auto --repeats 2: calibration + pilot before timing, reasons printed, the choice
     recorded (manifest.auto, summary.auto), and a rerun resumes with the same choice instead of re-choosing."""
-    import specbench.measure.planning as planning
+    import specbench.measure.run.planning as planning
 
     args = run_args(
         models_dir,
@@ -400,7 +400,7 @@ def test_policies_and_confidence_axis_in_one_sweep(models_dir, task_file, tmp_pa
 def test_run_table_answers_first_and_verbose_shows_the_rest(models_dir, task_file, tmp_path):
     """Issue 29: at B = 1 the table has ≤ 12 metric rows (no batch rows), a prediction line beside the measurement;
     --verbose adds the costs and percentiles."""
-    from specbench.measure.schema_doc import run_table_rows
+    from specbench.measure.results.schema_doc import run_table_rows
 
     res = invoke(*run_args(models_dir, task_file, tmp_path, "--gamma", "3"))
     assert res.exit_code == 0, res.output

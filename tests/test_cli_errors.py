@@ -231,12 +231,12 @@ def test_export_parquet_needs_a_file():
 
 
 def test_export_of_nothing_is_an_error(tmp_path):
-    pytest.importorskip("specbench.measure.tidy_table")
+    pytest.importorskip("specbench.measure.results.tidy_table")
     assert "no results to export" in one_line_error("export", str(tmp_path))
 
 
 def test_export_csv_to_stdout_has_one_row_per_run():
-    pytest.importorskip("specbench.measure.tidy_table")
+    pytest.importorskip("specbench.measure.results.tidy_table")
     import io
 
     import pandas as pd
@@ -250,7 +250,7 @@ def test_export_csv_to_stdout_has_one_row_per_run():
 
 
 def test_export_examples_to_parquet(tmp_path):
-    pytest.importorskip("specbench.measure.tidy_table")
+    pytest.importorskip("specbench.measure.results.tidy_table")
     pytest.importorskip("pyarrow")
     import pandas as pd
 
@@ -290,7 +290,7 @@ def test_help_listing_and_bad_options_start_without_torch(args):
 
 
 def test_a_missing_draft_fails_before_the_target_loads(tmp_path, task_file, monkeypatch):
-    import specbench.measure.planning as planning
+    import specbench.measure.run.planning as planning
 
     monkeypatch.setattr(planning, "Session", lambda *a, **k: pytest.fail("loaded the target before checking the draft"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -160,7 +160,7 @@ def test_gamma_far_too_large_is_one_line(models_dir, task_file, tmp_path):
 
 
 def test_gamma_above_the_token_budget_is_refused_before_models_load(models_dir, task_file, tmp_path, monkeypatch):
-    import specbench.measure.planning as planning
+    import specbench.measure.run.planning as planning
 
     monkeypatch.setattr(planning, "Session", lambda *a, **k: pytest.fail("models loaded before γ was checked"))
     text = one_line_error(run_args(models_dir, task_file, tmp_path, "--gamma", "13"))  # run_args: 12 new tokens

@@ -7,7 +7,8 @@ import torch
 from conftest import VOCAB, sharpen, tiny_gpt2, tiny_llama, tiny_t5
 
 from specbench.config import SamplingConfig
-from specbench.decoding.autoregressive import clip_at_stop, decode_autoregressive
+from specbench.decoding.autoregressive import decode_autoregressive
+from specbench.decoding.base import clip_at_stop
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.drafts.model import ModelDraft
 from specbench.decoding.drafts.prompt_lookup import PromptLookupDraft, lookup_continuation
@@ -226,7 +227,7 @@ def test_hf_assisted_drafts_exactly_gamma_tokens_per_step():
 
     Without the pin HF's default schedule starts at another length and adapts it, so the target would see
     verify passes of other widths than γ + 1 (this test fails on that)."""
-    from specbench.decoding.hf_assisted import decode_hf
+    from specbench.engines.hf_assisted.generate import decode_hf
 
     target, draft = tiny_llama(0), tiny_llama(1)
     before = draft.generation_config.to_dict()

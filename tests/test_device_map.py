@@ -16,7 +16,7 @@ from helpers import CORPUS, save_tiny
 from specbench.config import LoadSpec, RunConfig, SamplingConfig
 from specbench.decoding import timing
 from specbench.errors import SpecbenchError
-from specbench.measure.runner import execute_run
+from specbench.measure.run.runner import execute_run
 from specbench.models import load_model
 from specbench.placement import check_placement, parse_device_map, parse_max_memory
 

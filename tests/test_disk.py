@@ -120,8 +120,8 @@ def test_no_space_while_appending_a_record(models_dir, task_file, tmp_path, monk
 
 
 def test_no_space_for_sweep_json(tmp_path, monkeypatch):
-    from specbench.measure.sweep import SweepGrid
-    from specbench.measure.sweep_run import run_sweep
+    from specbench.measure.run.sweep import SweepGrid
+    from specbench.measure.run.sweep_run import run_sweep
 
     task = tmp_path / "task.jsonl"
     task.write_text('{"prompt": "the cat"}\n')

@@ -222,8 +222,10 @@ def test_hybrid_reports_one_hot_for_lookup_and_the_model_law_for_the_rest():
 # 2. Greedy identity
 
 
-def test_every_draft_answers_the_proposer_hooks_without_attribute_sniffing():
-    """model_caches / hf_assistant / set_timer / lookup_history: what the runner and bench ask of a draft."""
+def test_the_optional_hooks_answer_for_every_draft():
+    """The slim contract: a model-free draft implements none of ModelBacked's hooks (they are not on it), and the
+    functions that ask for them answer for every draft; a model draft's hooks reach its network."""
+    from specbench.decoding.base import ModelBacked, hf_assistant, lookup_history, model_caches, set_timer
     from specbench.decoding.timing import Clock
 
     model = tiny_llama(1)
@@ -233,24 +235,27 @@ def test_every_draft_answers_the_proposer_hooks_without_attribute_sniffing():
         HybridDraft(PromptLookupDraft(VOCAB, CPU), ModelDraft(model, "m"), "lookup+m"),
     )
     for draft in free:
-        assert (draft.is_model, draft.model_caches(), draft.hf_assistant(), draft.lookup_history()) == (
+        assert not isinstance(draft, ModelBacked) and not hasattr(draft, "model_caches")
+        assert (draft.is_model, model_caches(draft), hf_assistant(draft), lookup_history(draft)) == (
             False,
             [],
             None,
             None,
         )
-    assert single.model_caches() == [single.lm] and single.hf_assistant() is model and single.lookup_history() is None
-    assert hybrid.model_caches() == [hybrid.model.lm] and hybrid.hf_assistant() is None  # HF has no hybrid
+        set_timer(draft, Clock(CPU))  # nothing to profile: no error
+    assert isinstance(single, ModelBacked) and isinstance(hybrid, ModelBacked)
+    assert model_caches(single) == [single.lm] and hf_assistant(single) is model and lookup_history(single) is None
+    assert model_caches(hybrid) == [hybrid.model.lm] and hf_assistant(hybrid) is None  # HF has no hybrid
     for draft in (single, hybrid):
-        assert draft.is_model and len(draft.model_caches()) == 1  # is_model promises a network to time
-        draft.set_timer(Clock(CPU))
+        assert draft.is_model and len(model_caches(draft)) == 1  # is_model promises a network to time
+        set_timer(draft, Clock(CPU))
         run_speculative(tiny_llama(0), draft, 3, max_new=12)
-        times = draft.model_caches()[0].forward_times
+        times = model_caches(draft)[0].forward_times
         assert len(times) >= 2 and all(t >= 0.0 for t in times)  # the prefill, then draft steps
-        draft.set_timer(None)
+        set_timer(draft, None)
         run_speculative(tiny_llama(0), draft, 3, max_new=12)
-        assert draft.model_caches()[0].forward_times == []  # off: nothing recorded
-    assert hybrid.lookup_history() == hybrid.lookup_lengths and len(hybrid.lookup_history()) > 0
+        assert model_caches(draft)[0].forward_times == []  # off: nothing recorded
+    assert lookup_history(hybrid) == hybrid.lookup_lengths and len(lookup_history(hybrid)) > 0
 
 
 def run_baseline(model, max_new=40):

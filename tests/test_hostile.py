@@ -154,7 +154,7 @@ def test_a_symlinked_lock_is_refused_and_the_file_it_points_to_is_untouched(tiny
 
 def test_appends_and_repairs_refuse_links(tmp_path):
     from specbench.files import append_jsonl
-    from specbench.measure.record_writing import prepare_run_dir, repair_jsonl, run_lock
+    from specbench.measure.results.record_writing import prepare_run_dir, repair_jsonl, run_lock
 
     outside = tmp_path / "outside.txt"
     outside.write_text("precious, no newline at the end")
@@ -250,20 +250,20 @@ def test_a_kill_during_the_torn_line_repair_loses_no_record(tmp_path):
     write left 0 bytes."""
     path = torn_file(tmp_path / "examples.jsonl")
     code = (
-        "import sys\nfrom pathlib import Path\nfrom specbench.measure.record_writing import repair_jsonl\n"
+        "import sys\nfrom pathlib import Path\nfrom specbench.measure.results.record_writing import repair_jsonl\n"
         f"go = lambda: repair_jsonl(Path({str(path)!r}))"
     )
     assert strace_kill(code, WRITES) == -signal.SIGKILL
     text = path.read_text()
     assert text.startswith(WHOLE), f"whole records lost: {len(text)} bytes left"
-    from specbench.measure.record_writing import repair_jsonl
+    from specbench.measure.results.record_writing import repair_jsonl
 
     repair_jsonl(path)
     assert path.read_text() == WHOLE
 
 
 def test_a_repair_keeps_a_last_record_that_lacks_only_its_newline(tmp_path):
-    from specbench.measure.record_writing import repair_jsonl
+    from specbench.measure.results.record_writing import repair_jsonl
 
     path = tmp_path / "examples.jsonl"
     path.write_text(WHOLE.rstrip("\n"))
@@ -304,8 +304,8 @@ def test_a_sigkill_while_appending_loses_no_acknowledged_record(tmp_path):
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=30)
     acknowledged = max([acknowledged] + [int(line) for line in child.stdout.read().split()])
-    from specbench.measure.record_writing import repair_jsonl
-    from specbench.measure.records import scan_jsonl
+    from specbench.measure.results.record_writing import repair_jsonl
+    from specbench.measure.results.records import scan_jsonl
 
     repair_jsonl(path)
     rows, skipped = scan_jsonl(path)
@@ -413,7 +413,7 @@ def test_a_huge_gamma_range_is_one_line_at_once(command, tmp_path):
 
 
 def test_range_parsing_still_expands_small_ranges_and_refuses_long_numbers():
-    from specbench.measure.sweep import parse_int_list
+    from specbench.measure.run.sweep import parse_int_list
 
     assert parse_int_list("1-3,5") == [1, 2, 3, 5]
     assert len(parse_int_list("1-10000")) == 10_000
@@ -544,7 +544,7 @@ def test_an_ascii_terminal_gets_question_marks_not_a_traceback():
 
 
 def test_a_spec_bench_id_with_a_unicode_digit_is_text():
-    from specbench.measure.tidy_table import question_order, split_example_id
+    from specbench.measure.results.tidy_table import question_order, split_example_id
 
     assert split_example_id("writing:²") == ("writing", "²")  # '²'.isdigit(), yet int('²') raised ValueError
     assert split_example_id("writing:81") == ("writing", 81)
@@ -566,7 +566,7 @@ time.sleep(120)
 
 def test_a_second_run_with_the_same_id_fails_before_loading_anything(tiny_models, three_prompts, tmp_path, monkeypatch):
     pytest.importorskip("fcntl")
-    import specbench.measure.planning as planning
+    import specbench.measure.run.planning as planning
 
     run = tmp_path / "R" / "x"
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(run)], stdout=subprocess.PIPE)
@@ -584,7 +584,7 @@ def test_a_second_run_with_the_same_id_fails_before_loading_anything(tiny_models
 
 
 def test_a_refused_run_leaves_no_folder_and_the_lock_is_reentrant(tmp_path):
-    from specbench.measure.record_writing import claimed_run_dir, run_lock
+    from specbench.measure.results.record_writing import claimed_run_dir, run_lock
 
     root = tmp_path / "run"
     with pytest.raises(RuntimeError):
@@ -601,7 +601,7 @@ def test_a_refused_run_leaves_no_folder_and_the_lock_is_reentrant(tmp_path):
 
 
 def test_a_resume_rebuilds_a_missing_summary_and_sweeps_dead_temporaries(tiny_models, three_prompts, tmp_path):
-    from specbench.measure.records import unsummarized_runs
+    from specbench.measure.results.records import unsummarized_runs
 
     results = tmp_path / "R"
     assert invoke(*run_command(tiny_models, three_prompts, results, "--limit", "2")).exit_code == 0
@@ -616,7 +616,7 @@ def test_a_resume_rebuilds_a_missing_summary_and_sweeps_dead_temporaries(tiny_mo
     [note] = unsummarized_runs([results])
     assert "without summary.json but with 2 example record(s)" in note and "rebuild" in note
 
-    from specbench.measure.record_writing import claimed_run_dir
+    from specbench.measure.results.record_writing import claimed_run_dir
 
     with claimed_run_dir(run):
         pass
@@ -630,7 +630,7 @@ def test_a_resume_rebuilds_a_missing_summary_and_sweeps_dead_temporaries(tiny_mo
 
 def test_an_interrupted_resume_still_leaves_a_summary(tiny_models, three_prompts, tmp_path, monkeypatch):
     """A resume interrupted before its first new example wrote no summary: the summary is rebuilt first."""
-    import specbench.measure.runner as runner
+    import specbench.measure.run.runner as runner
 
     results = tmp_path / "R"
     assert invoke(*run_command(tiny_models, three_prompts, results, "--limit", "3")).exit_code == 0
@@ -652,7 +652,7 @@ def test_an_interrupted_resume_still_leaves_a_summary(tiny_models, three_prompts
 
 
 def test_a_symlinked_summary_is_not_read_but_named(tmp_path):
-    from specbench.measure.records import scan_runs, unsummarized_runs
+    from specbench.measure.results.records import scan_runs, unsummarized_runs
 
     outside = tmp_path / "outside.json"
     outside.write_text(json.dumps({"n_examples": 5, "speedup": 9.9}))

@@ -5,7 +5,10 @@ Every import is read from the source with ast — module-level and inside functi
 is a dependency all the same; it only moves the failure to run time) — so the test needs no import of the package
 and catches an arrow the day it is written. Layer order, lowest first:
 
-  errors, files → config, placement → tasks, models → decoding → measure → evidence → distill → report → cli
+  errors, files → config, placement → tasks, models → decoding → engines → measure → evidence → distill → report → cli
+
+engines sits on decoding (the loops and drafts an engine runs) and under measure (which times whatever engine the
+registry names). No import loop either, counting names imported under TYPE_CHECKING for annotations only.
 
 distill sits above evidence and measure: its pipeline measures the drafts it trains (measure) and nothing below it
 needs it. report reads results (measure's records and metrics, evidence's verdicts, distill's metadata).
@@ -25,6 +28,7 @@ LAYERS = [  # lowest first; a module may import its own layer and every layer be
     {"config", "placement", "run_specs"},
     {"tasks", "models"},
     {"decoding"},
+    {"engines"},
     {"measure"},
     {"evidence"},
     {"distill"},
@@ -82,14 +86,14 @@ def imports_of(module: str, path: Path, known: set[str], type_checking: bool = T
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = resolve_from(module, is_package, node)
-            # `from specbench.measure import turns` names a module; `from x import f` names x
+            # `from specbench.measure.run import turns` names a module; `from x import f` names x
             names = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
         else:
             continue
         for name in names:
             if not name.startswith("specbench"):
                 continue
-            while name not in known and "." in name:  # `import specbench.measure.runner.x` → the module
+            while name not in known and "." in name:  # `import specbench.measure.run.runner.x` → the module
                 name = name.rsplit(".", 1)[0]
             if name in known and name != module:
                 out.add(name)
@@ -184,6 +188,30 @@ def test_no_import_cycle_between_modules():
     )
 
 
+def test_no_import_cycle_counting_type_checking_imports():
+    """Not even an annotation-only import closes a loop: each such loop is a contract living in the wrong module."""
+    found = cycles(package_edges(import_graph(True)))
+    assert not found, "import cycles through TYPE_CHECKING imports:\n" + "\n".join(" ↔ ".join(c) for c in found)
+
+
+MAX_MODULES_PER_PACKAGE = 15
+MAX_MODULE_LINES = 450
+
+
+def test_packages_and_modules_stay_small():
+    """A package a newcomer can hold in mind (≤ 15 modules) and modules a reader can read through (≤ 450 lines)."""
+    packages: dict[Path, int] = {}
+    long = []
+    for path in ROOT.rglob("*.py"):
+        if path.name != "__init__.py":
+            packages[path.parent] = packages.get(path.parent, 0) + 1
+        n = len(path.read_text(encoding="utf-8").splitlines())
+        if n > MAX_MODULE_LINES:
+            long.append(f"{path.relative_to(ROOT.parent)}: {n} lines")
+    crowded = [f"{p.relative_to(ROOT.parent)}: {n} modules" for p, n in packages.items() if n > MAX_MODULES_PER_PACKAGE]
+    assert not crowded and not long, "\n".join(crowded + long)
+
+
 def test_known_cycles_are_still_there():
     """An exception listed in KNOWN_CYCLES that no longer occurs must be removed from the list."""
     found = {frozenset(c) for c in cycles(package_edges(import_graph(False)))}
@@ -196,14 +224,14 @@ def test_known_cycles_are_still_there():
 
 def test_an_upward_arrow_is_found():
     graph = {"specbench.decoding.x": {"specbench.measure.y"}, "specbench.measure.y": set()}
-    assert upward_arrows(graph) == ["specbench.decoding.x (layer 3) → specbench.measure.y (layer 4)"]
+    assert upward_arrows(graph) == ["specbench.decoding.x (layer 3) → specbench.measure.y (layer 5)"]
 
 
 def test_a_function_level_import_is_read(tmp_path):
     src = tmp_path / "m.py"
-    src.write_text("def f():\n    from specbench.measure import runner\n    import specbench.report.render as r\n")
-    known = {"specbench.measure", "specbench.measure.runner", "specbench.report.render"}
-    assert imports_of("specbench.decoding.m", src, known) == {"specbench.measure.runner", "specbench.report.render"}
+    src.write_text("def f():\n    from specbench.measure.run import runner\n    import specbench.report.render as r\n")
+    known = {"specbench.measure", "specbench.measure.run.runner", "specbench.report.render"}
+    assert imports_of("specbench.decoding.m", src, known) == {"specbench.measure.run.runner", "specbench.report.render"}
 
 
 def test_a_type_checking_import_counts_for_layers_not_for_cycles(tmp_path):

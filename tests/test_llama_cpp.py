@@ -1,4 +1,4 @@
-"""llama.cpp as specbench's backend (decoding/llama_cpp.py) on a tiny random GGUF written here.
+"""llama.cpp as specbench's backend (engines/llama_cpp/backend.py) on a tiny random GGUF written here.
 
 What must hold: a k-token pass gives the logits of k one-token passes (the verify pass is a batch with
 logits for every position); rollback leaves the cache as if the rejected tokens were never fed;
@@ -11,17 +11,23 @@ one line where llama-cpp-python is not built (`make setup-llama-cpp`); CI builds
 from __future__ import annotations
 
 import importlib.util
+import sys
+from pathlib import Path
 
+import llama_replay
 import pytest
 import torch
 from tiny_gguf import EOS_ID, VOCAB, write_tiny_gguf
 
 from specbench.config import SamplingConfig
-from specbench.decoding import llama_cpp as lc
 from specbench.decoding.autoregressive import decode_autoregressive
 from specbench.decoding.drafts.prompt_lookup import PromptLookupDraft
 from specbench.decoding.speculative import decode_speculative
+from specbench.engines.llama_cpp import backend as lc
 from specbench.errors import SpecbenchError
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+import llama_peers  # noqa: E402  (bench/: llama-cpp-python's own decoders)
 
 needs_llama = pytest.mark.skipif(
     importlib.util.find_spec("llama_cpp") is None, reason="llama-cpp-python not built (make setup-llama-cpp)"
@@ -116,7 +122,7 @@ def test_plain_decoding_equals_llama_cpp_generate(lm, gguf_path):
         lm, PROMPT, max_new_tokens=40, sampling=GREEDY, generator=None, eos_ids=frozenset()
     ).token_ids
     peer = lc.load_llama(gguf_path, 512, 1)
-    theirs = lc.peer_generate(peer, PROMPT, max_new_tokens=40, eos_ids=frozenset()).token_ids
+    theirs = llama_peers.peer_generate(peer, PROMPT, max_new_tokens=40, eos_ids=frozenset()).token_ids
     assert len(ours) == 40 and ours == theirs
 
 
@@ -134,7 +140,7 @@ def test_speculative_is_greedy_identical_or_each_divergence_is_a_near_tie(lm):
                 lm, draft, prompt, gamma=gamma, max_new_tokens=48, sampling=GREEDY, generator=None, eos_ids=EOS
             )
             assert res.drafted > 0 and max(res.pass_lengths) > 1  # verify passes of several tokens did run
-            div = lc.classify(lm, prompt, plain, res.token_ids)
+            div = llama_replay.classify(lm, prompt, plain, res.token_ids)
             if div is None:
                 assert res.token_ids == plain
             else:  # a divergence is only acceptable where the plain target's own choice was a near tie
@@ -149,7 +155,7 @@ def test_classifier_flags_a_real_divergence(lm):
     plain = decode_autoregressive(lm, PROMPT, max_new_tokens=16, sampling=GREEDY, generator=None, eos_ids=EOS).token_ids
     wrong = list(plain)
     wrong[5] = (plain[5] + 1) % VOCAB
-    div = lc.classify(lm, PROMPT, plain, wrong)
+    div = llama_replay.classify(lm, PROMPT, plain, wrong)
     assert div is not None and div.index == 5 and div.margin >= NEAR_TIE
 
 
@@ -170,9 +176,9 @@ def test_sampling_runs_on_llama_logits_and_is_reproducible(lm):
 
 @needs_llama
 def test_peer_prompt_lookup_counts_its_passes(gguf_path):
-    draft = lc.prompt_lookup_peer(gamma=4)
+    draft = llama_peers.prompt_lookup_peer(gamma=4)
     peer = lc.load_llama(gguf_path, 512, 1, draft_model=draft)
-    res = lc.peer_generate(peer, PROMPT, max_new_tokens=30, eos_ids=frozenset(), draft=draft)
+    res = llama_peers.peer_generate(peer, PROMPT, max_new_tokens=30, eos_ids=frozenset(), draft=draft)
     assert len(res.token_ids) == 30 and res.target_calls >= 1 and res.drafted >= res.accepted >= 0
     assert res.target_calls < 30  # prompt lookup on a repeating prompt saves passes
 
@@ -221,8 +227,8 @@ def test_sweep_takes_the_engine_as_an_axis(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
     from specbench.cli import app
-    from specbench.measure.sweep import SweepGrid
-    from specbench.measure.sweep_run import cell_ids
+    from specbench.measure.run.sweep import SweepGrid
+    from specbench.measure.run.sweep_run import cell_ids
 
     monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -288,8 +294,8 @@ def test_quantized_ggufs_are_gated_in_their_own_precision_not_float32s():
     logit of 15 (a divergence the Q4_1 run recorded, and its floor flipped gaps up to 0.46) is ~1 spacing: rounding's
     reach; in float32 spacings it read 72,000 and was called a bug. A gap of 1.5 (what a misplaced logit row gives)
     stays beyond the gate's 8-spacing cap (the control)."""
-    from specbench.decoding.llama_cpp import logit_precision
-    from specbench.measure.margin_gate import FLOOR_CAP_ULPS, ROUNDING_ULPS, in_spacings
+    from specbench.engines.llama_cpp.backend import logit_precision
+    from specbench.measure.stats.margin_gate import FLOOR_CAP_ULPS, ROUNDING_ULPS, in_spacings
 
     assert logit_precision({"general.file_type": "3"}) == torch.bfloat16  # Q4_1
     assert logit_precision({}) == torch.bfloat16

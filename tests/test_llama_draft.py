@@ -1,4 +1,4 @@
-"""A GGUF draft model inside llama.cpp (issue 28 item 2; decoding/llama_draft.py), on two tiny GGUFs.
+"""A GGUF draft model inside llama.cpp (issue 28 item 2; engines/llama_cpp/draft.py), on two tiny GGUFs.
 
 Target: the tiny 2-layer Llama of tests/tiny_gguf.py; draft: a 1-layer one written from the same seed, so it
 shares the target's vocabulary, embeddings and output head (its drafts are often accepted). What must hold:
@@ -13,12 +13,18 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
+from pathlib import Path
 
+import llama_replay
 import pytest
 from tiny_gguf import EOS_ID, VOCAB, write_tiny_gguf
 
 from specbench.config import SamplingConfig
 from specbench.errors import SpecbenchError
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+import llama_peers  # noqa: E402  (bench/: llama-cpp-python's own decoders)
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("llama_cpp") is None, reason="llama-cpp-python not built (make setup-llama-cpp)"
@@ -37,16 +43,16 @@ def paths(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def target(paths):
-    from specbench.decoding.llama_cpp import LlamaCppModel
+    from specbench.engines.llama_cpp.backend import LlamaCppModel
 
     return LlamaCppModel(paths[0], n_ctx=256, threads=1)
 
 
 def test_gguf_draft_in_llama_cpp_is_greedy_identical(target, paths):
-    from specbench.decoding import llama_cpp as lc
     from specbench.decoding.autoregressive import decode_autoregressive
-    from specbench.decoding.llama_draft import LlamaModelDraft, load_gguf_draft
     from specbench.decoding.speculative import decode_speculative
+    from specbench.engines.llama_cpp import backend as lc
+    from specbench.engines.llama_cpp.draft import LlamaModelDraft, load_gguf_draft
 
     draft = LlamaModelDraft(load_gguf_draft(paths[1], n_ctx=256, threads=1, target_vocab=VOCAB), paths[1])
     assert isinstance(draft.model_caches()[0], lc.LlamaCppModel)
@@ -58,7 +64,7 @@ def test_gguf_draft_in_llama_cpp_is_greedy_identical(target, paths):
         )
         assert res.drafted > 0 and res.draft_calls > 0
         accepted += res.accepted
-        div = lc.classify(target, prompt, plain.token_ids, res.token_ids)
+        div = llama_replay.classify(target, prompt, plain.token_ids, res.token_ids)
         assert div is None or div.margin < NEAR_TIE, div
         if div is None:
             assert res.token_ids == plain.token_ids
@@ -68,8 +74,8 @@ def test_gguf_draft_in_llama_cpp_is_greedy_identical(target, paths):
 def test_sampling_with_a_gguf_draft_is_reproducible(target, paths):
     import torch
 
-    from specbench.decoding.llama_draft import LlamaModelDraft, load_gguf_draft
     from specbench.decoding.speculative import decode_speculative
+    from specbench.engines.llama_cpp.draft import LlamaModelDraft, load_gguf_draft
 
     draft = LlamaModelDraft(load_gguf_draft(paths[1], n_ctx=256, threads=1, target_vocab=VOCAB), paths[1])
     hot = SamplingConfig(temperature=1.0)
@@ -85,7 +91,7 @@ def test_sampling_with_a_gguf_draft_is_reproducible(target, paths):
 
 
 def test_a_draft_of_another_vocabulary_is_one_line(paths):
-    from specbench.decoding.llama_draft import load_gguf_draft
+    from specbench.engines.llama_cpp.draft import load_gguf_draft
 
     with pytest.raises(SpecbenchError, match="vocabularies differ") as err:
         load_gguf_draft(paths[1], n_ctx=64, threads=1, target_vocab=VOCAB + 1)
@@ -95,13 +101,17 @@ def test_a_draft_of_another_vocabulary_is_one_line(paths):
 def test_binding_loop_with_the_gguf_draft_hook(paths):
     """llama-cpp-python's own speculative decoding with the draft GGUF behind its hook: it drafts, its passes are
     fewer than its tokens, and its greedy output equals its plain generate (the binding verifies by token match)."""
-    from specbench.decoding import llama_cpp as lc
-    from specbench.decoding.llama_draft import GgufDraftHook, load_gguf_draft
+    from specbench.engines.llama_cpp import backend as lc
+    from specbench.engines.llama_cpp.draft import GgufDraftHook, load_gguf_draft
 
-    plain = lc.peer_generate(lc.load_llama(paths[0], 256, 1), PROMPTS[0], max_new_tokens=30, eos_ids=frozenset())
-    hook = lc.CountingDraft(GgufDraftHook(load_gguf_draft(paths[1], n_ctx=256, threads=1, target_vocab=VOCAB), 4), 4)
+    plain = llama_peers.peer_generate(
+        lc.load_llama(paths[0], 256, 1), PROMPTS[0], max_new_tokens=30, eos_ids=frozenset()
+    )
+    hook = llama_peers.CountingDraft(
+        GgufDraftHook(load_gguf_draft(paths[1], n_ctx=256, threads=1, target_vocab=VOCAB), 4), 4
+    )
     peer = lc.load_llama(paths[0], 256, 1, draft_model=hook)
-    res = lc.peer_generate(peer, PROMPTS[0], max_new_tokens=30, eos_ids=frozenset(), draft=hook)
+    res = llama_peers.peer_generate(peer, PROMPTS[0], max_new_tokens=30, eos_ids=frozenset(), draft=hook)
     assert len(res.token_ids) == 30 and res.drafted > 0 and res.accepted > 0 and res.target_calls < 30
     assert res.token_ids == plain.token_ids
 

@@ -40,8 +40,7 @@ from specbench.decoding.gamma_policy import AdaptiveGamma, FixedGamma, Heuristic
 from specbench.decoding.sampling import processed_probs
 from specbench.decoding.speculative import decode_speculative
 from specbench.evidence.stat_checks import gof_check
-from specbench.measure import hardware, noise
-from specbench.measure.calibration import (
+from specbench.measure.auto.calibration import (
     Calibration,
     calibrate,
     context_ids,
@@ -50,8 +49,9 @@ from specbench.measure.calibration import (
     time_passes,
     typical_context,
 )
-from specbench.measure.choose import PilotResult, rank_candidates
-from specbench.measure.metrics import bootstrap_speedup_ci, median_example_speedup, timing_noise
+from specbench.measure.auto.choose import PilotResult, rank_candidates
+from specbench.measure.machine import hardware, noise
+from specbench.measure.stats.metrics import bootstrap_speedup_ci, median_example_speedup, timing_noise
 
 GREEDY = SamplingConfig()
 PROMPTS = [[5, 17, 99, 3, 250, 31, 7, 64, 12, 400], [9, 8, 7, 6, 5], [300, 301, 302, 42]]
@@ -482,7 +482,7 @@ def test_hardware_sentence_and_bf16():
 def test_positional_alpha_counts_reached_and_accepted_positions():
     from types import SimpleNamespace
 
-    from specbench.measure.choose import POSITION_PRIOR, positional_alpha
+    from specbench.measure.auto.choose import POSITION_PRIOR, positional_alpha
 
     # steps (accepted n of drafted g): all 3 accepted; first rejected; 2 accepted then a rejection
     res = [SimpleNamespace(accept_lengths=[3, 0, 2], draft_lengths=[3, 3, 3])]

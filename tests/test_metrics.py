@@ -6,10 +6,10 @@ import dataclasses
 
 import pytest
 
-from specbench.measure.metrics import summarize
-from specbench.measure.predicted_metrics import accepted_length_histogram, predicted_decode, proposal_law
-from specbench.measure.record_checks import example_problem
-from specbench.measure.schema import Summary, summary_dict
+from specbench.measure.auto.predicted_metrics import accepted_length_histogram, predicted_decode, proposal_law
+from specbench.measure.results.record_checks import example_problem
+from specbench.measure.results.schema import Summary, summary_dict
+from specbench.measure.stats.metrics import summarize
 
 
 def record(n_tokens: int, stop: str, proposals: list[int] | None, target_calls: int, draft_lengths: list[int]):
@@ -104,7 +104,7 @@ def test_histogram_bins_follow_the_records_not_gamma():
 
 def test_batch_draft_positions_take_each_steps_longest_draft():
     """Rows whose longest drafts fall on different steps: the batch drafted 3 + 3 + 2 positions, not max(5, 5)."""
-    from specbench.measure.metrics import batch_draft_positions
+    from specbench.measure.stats.metrics import batch_draft_positions
 
     rows = [
         {"speculative": {"draft_lengths": [3, 0, 2]}},

@@ -1,4 +1,4 @@
-"""Noise alarms with a stated false-alarm rate (measure/noise.py, issue 31): thresholds per probe count set on idle
+"""Noise alarms with a stated false-alarm rate (machine/noise.py, issue 31): thresholds per probe count set on idle
 probe series, checked on synthetic series whose idle behaviour is known; paired repeats; /proc/stat steal time."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specbench.measure import noise
+from specbench.measure.machine import noise
 
 
 def idle_series(n_series: int, length: int, seed: int) -> list[list[float]]:
@@ -140,7 +140,7 @@ def test_a_contended_run_is_flagged_whatever_its_halves_say(tmp_path):
     idle machine adds nothing (control)."""
     import json
 
-    from specbench.measure.run_folder import cpu_notes
+    from specbench.measure.results.run_folder import cpu_notes
 
     metrics = {"suspect_timing": False, "timing_notes": []}
     for rows, flagged in ((cpu_rows([0.1] * 8 + [5.0] * 4), True), (cpu_rows([0.1] * 12), False)):

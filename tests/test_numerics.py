@@ -1,4 +1,4 @@
-"""The numerics classifier (measure/numerics.py): a bf16 divergence is explained or flagged, never guessed.
+"""The numerics classifier (measure/stats/numerics.py): a bf16 divergence is explained or flagged, never guessed.
 
 What must hold, on tiny random Llamas (a target and a noisy copy as the draft, so that drafts are
 accepted often and rejected often):
@@ -12,7 +12,7 @@ accepted often and rejected often):
    identical on the same 12 prompts where 5 diverge without it, and its floor is 0.
 4. Negative control: a deliberately wrong verifier (it accepts every drafted token) produces
    divergences that are unexplained in ≥ 90 % of diverging examples, in float32 and in bfloat16.
-5. The margin gate (measure/margin_gate.py) reads the logit gap in the dtype's spacings: issue 27's
+5. The margin gate (measure/stats/margin_gate.py) reads the logit gap in the dtype's spacings: issue 27's
    bf16 case (0.25 at a logit of 40, one spacing) is numerics; a planted bug the replay reproduces (a logit
    bias in the multi-token model call) is unexplained in ≥ 95 % of its divergences; planted late logits
    in the verifier likewise; verify's identity check applies the same gate.
@@ -31,9 +31,9 @@ from specbench.decoding.base import Verdict
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.drafts.model import ModelDraft
 from specbench.decoding.speculative import decode_speculative
-from specbench.measure.margin_gate import FLOOR_CAP_ULPS, ROUNDING_ULPS, identity_line, in_spacings, spacing
-from specbench.measure.metric_units import first_divergence
-from specbench.measure.numerics import explain_example, replay, speculative_passes, step_passes
+from specbench.measure.stats.margin_gate import FLOOR_CAP_ULPS, ROUNDING_ULPS, identity_line, in_spacings, spacing
+from specbench.measure.stats.metric_units import first_divergence
+from specbench.measure.stats.numerics import explain_example, replay, speculative_passes, step_passes
 
 GREEDY = SamplingConfig()
 EOS = frozenset([2])
@@ -153,7 +153,7 @@ def test_exact_shapes_make_bf16_identical():
     """Identical without AMX (AVX-512 and AVX2 kernels: a logit does not depend on its row in a pass of fixed
     shape). On a CPU with AMX tiles oneDNN's bf16 kernels still flipped 1 near-tie in 12 (a Xeon, 2026-12-05): there
     the padding must leave fewer divergences than the unpadded run (≥ 3 here), every one a near-tie."""
-    from specbench.decoding.llama_cpp import cpu_has_amx
+    from specbench.engines.llama_cpp.backend import cpu_has_amx
 
     target, draft = pair(torch.bfloat16)
     summary = identity_line(records(target, draft, pad_to=GAMMA + 1))

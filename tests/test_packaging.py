@@ -56,7 +56,7 @@ def test_the_wheel_carries_the_shipped_draft(wheel_names):
 
 def test_the_wheel_holds_the_package_and_its_entry_point(wheel_names):
     assert "specbench/cli/__init__.py" in wheel_names and "specbench/models/presets.py" in wheel_names
-    assert "specbench/measure/results.md" in wheel_names  # the results schema doc
+    assert "specbench/measure/results/results.md" in wheel_names  # the results schema doc
     (entry_points,) = [n for n in wheel_names if n.endswith(".dist-info/entry_points.txt")]
     assert entry_points.startswith("specbench_sd-")  # our own name on the index: "specbench" is someone else's
     assert not any(n.startswith(("tests/", "bench/", "scripts/")) for n in wheel_names)

@@ -28,7 +28,7 @@ from specbench.evidence.perplexity import (
     tost_n_needed,
     tost_power,
 )
-from specbench.measure.nll import example_nll, mean_nll, token_nlls
+from specbench.measure.stats.nll import example_nll, mean_nll, token_nlls
 
 PROMPT = [5, 17, 99, 3, 250, 31, 7, 64]
 

@@ -1,4 +1,4 @@
-"""The T > 0 replay pilot (measure/pilot.py: teacher_forced_laws, expected_betas, lookup_probs, replay_sampled)
+"""The T > 0 replay pilot (measure/auto/pilot.py: teacher_forced_laws, expected_betas, lookup_probs, replay_sampled)
 estimates the α that decode_speculative measures: the target samples once per prompt, each drafted token is
 accepted with probability Σ min(p, q) along that sample (p(x) for lookup's point mass), and the walks' α must
 agree with the real decode's within their combined standard error (examples resampled).
@@ -30,7 +30,7 @@ from specbench.decoding.drafts.hybrid import HybridDraft
 from specbench.decoding.drafts.model import ModelDraft
 from specbench.decoding.drafts.prompt_lookup import PromptLookupDraft
 from specbench.decoding.speculative import decode_speculative
-from specbench.measure import pilot as pl
+from specbench.measure.auto import pilot as pl
 
 CPU = torch.device("cpu")
 EOS = frozenset([2])

@@ -18,11 +18,11 @@ import pytest
 
 from specbench.config import LoadSpec
 from specbench.errors import SpecbenchError
-from specbench.measure.executors import make_executor
-from specbench.measure.records import read_placements
-from specbench.measure.schema import PLACEMENT_FILE
-from specbench.measure.sweep import SweepGrid
-from specbench.measure.sweep_run import run_sweep
+from specbench.measure.results.records import read_placements
+from specbench.measure.results.schema import PLACEMENT_FILE
+from specbench.measure.run.executors import make_executor
+from specbench.measure.run.sweep import SweepGrid
+from specbench.measure.run.sweep_run import run_sweep
 
 ray = pytest.importorskip("ray")  # an optional extra: without it these tests skip (CI installs it: scripts/setup.sh)
 
@@ -126,7 +126,7 @@ def test_a_killed_worker_loses_only_its_unfinished_examples(cluster, tiny, tmp_p
             os.kill(pid, signal.SIGKILL)  # the worker process dies mid-cell, after one example came back
             killed.append(cell_id)
 
-    from specbench.measure.sweep_run import sweep_id_for
+    from specbench.measure.run.sweep_run import sweep_id_for
 
     out_id = sweep_id_for(g)
     executor = make_executor("ray", max_cell_retries=retries)
@@ -174,9 +174,9 @@ def test_pairs_and_prompt_length_buckets_under_ray_equal_the_local_sweep(cluster
 
 def test_a_worker_holds_one_target_at_a_time(monkeypatch):
     """A worker keeps its last target for the next cell of that target and frees it before loading another."""
-    import specbench.measure.engines as engines
+    import specbench.measure.run.arms as engines
     from specbench.config import RunConfig
-    from specbench.measure.executors.ray_cluster import CellWorker
+    from specbench.measure.run.executors.ray_cluster import CellWorker
 
     loaded = []
     monkeypatch.setattr(engines, "Session", lambda load: loaded.append(load.target) or f"session:{load.target}")
@@ -192,11 +192,11 @@ def test_the_worker_measures_its_cell_without_planning_the_sweep_again(tiny, tmp
     """measure_in_scratch (the actor's body, run here without Ray): one message per example, then done carrying
     the cell's last change; the driver planned the sweep, so the worker loads no task list and writes no sweep.json
     (each of those was a fixed cost per cell under Ray)."""
-    import specbench.measure.sweep_run as sweep_module
-    from specbench.measure.engines import Session
-    from specbench.measure.executors.mirror import apply, folder_files
-    from specbench.measure.executors.ray_cluster import measure_in_scratch
-    from specbench.measure.sweep_run import cell_ids
+    import specbench.measure.run.sweep_run as sweep_module
+    from specbench.engines.torch.session import TorchSession as Session
+    from specbench.measure.run.executors.mirror import apply, folder_files
+    from specbench.measure.run.executors.ray_cluster import measure_in_scratch
+    from specbench.measure.run.sweep_run import cell_ids
 
     g = grid(tiny, draft="prompt-lookup", gamma="2")
     local = run_sweep(g, tmp_path / "local")
@@ -235,13 +235,13 @@ def test_every_torch_call_of_a_worker_runs_on_one_thread(tiny, tmp_path, monkeyp
     """The actor loads its target and decodes every cell on one long-lived thread: a second thread opening OpenMP
     regions gives the process a second team of threads and libgomp then throttles their spin-wait (each forward of
     the tiny model 2.6 → 8.5 ms on 2 cores). Checked by the thread each step runs on, not by time."""
-    import specbench.measure.engines as engines
-    import specbench.measure.runner as runner
-    from specbench.measure.executors.ray_cluster import CellWorker
-    from specbench.measure.sweep_run import cell_ids
+    import specbench.engines.torch.session as torch_session
+    import specbench.measure.run.runner as runner
+    from specbench.measure.run.executors.ray_cluster import CellWorker
+    from specbench.measure.run.sweep_run import cell_ids
 
     threads = []
-    real_session, real_execute = engines.Session, runner.execute_run
+    real_session, real_execute = torch_session.TorchSession, runner.execute_run
 
     def session(*args, **kwargs):
         threads.append(("load", threading.get_ident()))
@@ -251,7 +251,7 @@ def test_every_torch_call_of_a_worker_runs_on_one_thread(tiny, tmp_path, monkeyp
         threads.append(("cell", threading.get_ident()))
         return real_execute(*args, **kwargs)
 
-    monkeypatch.setattr(engines, "Session", session)
+    monkeypatch.setattr(torch_session, "TorchSession", session)
     monkeypatch.setattr(runner, "execute_run", execute)
     g = grid(tiny, draft="prompt-lookup", gamma="1,2")
     root = tmp_path / "driver" / "sweep"

@@ -20,11 +20,12 @@ import yaml
 
 from specbench.config import LoadSpec, RunConfig
 from specbench.errors import SpecbenchError
-from specbench.measure import run_folder, sweep, sweep_run
-from specbench.measure.metrics import summarize
-from specbench.measure.records import load_examples, load_manifest, load_runs, read_summary, scan_examples
-from specbench.measure.schema import RunFiles
-from specbench.measure.tidy_table import export_frames
+from specbench.measure.results import run_folder
+from specbench.measure.results.records import load_examples, load_manifest, load_runs, read_summary, scan_examples
+from specbench.measure.results.schema import RunFiles
+from specbench.measure.results.tidy_table import export_frames
+from specbench.measure.run import sweep, sweep_run
+from specbench.measure.stats.metrics import summarize
 from specbench.tasks.examples import select_examples
 from specbench.tasks.specs import load_task
 

@@ -12,13 +12,13 @@ from typer.testing import CliRunner
 from specbench.cli import app
 from specbench.decoding import theory
 from specbench.errors import SpecbenchError
-from specbench.measure.hardware import describe
+from specbench.measure.machine.hardware import describe
 from specbench.report.analysis import best_gamma_rows
 from specbench.report.calibrations import calibration_curves
 from specbench.report.collect import collect
-from specbench.report.detail_figures import fig_histograms, fig_pass_cost, fig_time_split
+from specbench.report.figures.detail import fig_histograms, fig_pass_cost, fig_time_split
+from specbench.report.figures.speedup import fig_speedup
 from specbench.report.render import write_report
-from specbench.report.speedup_figures import fig_speedup
 from specbench.report.tables import PAPER_TABLE2, with_ci
 from specbench.report.timing_checks import DRIFT_CONSEQUENCE
 
@@ -615,7 +615,7 @@ def test_speedup_figure_has_error_bars_and_draws_flagged_cells_hollow(tmp_path):
 
 
 def test_quality_axis_reads_bleu_and_versions_read_as_words(tmp_path):
-    from specbench.report.detail_figures import fig_quality
+    from specbench.report.figures.detail import fig_quality
 
     rows = [
         {
@@ -731,7 +731,7 @@ def test_the_recommended_gamma_is_chosen_on_one_half_and_quoted_on_the_other(tmp
     pick, γ 1 at 1.5×, is the negative control."""
     from helpers import varied_run
 
-    from specbench.measure.statistics import half_of
+    from specbench.measure.stats.statistics import half_of
 
     n = 40
     lucky = tuple(1.0 if half_of(f"ex{i}") == 0 else 2.0 for i in range(n))  # speculative time ×2 on half 1

@@ -13,7 +13,7 @@ import pytest
 
 from specbench.config import LoadSpec, RunConfig, SamplingConfig
 from specbench.errors import SpecbenchError
-from specbench.measure.planning import run_id_for
+from specbench.measure.run.planning import run_id_for
 from specbench.run_specs import MAX_GAMMA, DraftSpec, GammaSpec, parse_draft, parse_gamma
 
 
@@ -184,7 +184,7 @@ def test_the_load_spec_checks_its_own_values():
 def test_a_grid_writes_its_load_spec_flat_as_sweep_json_always_had_it():
     """SweepGrid embeds the LoadSpec too; sweep.json's grid (and the sweep id hashing it) keeps the flat keys and
     their order (pinned by 2e1ee79's sweep.py for the same grid)."""
-    from specbench.measure.sweep import SweepGrid
+    from specbench.measure.run.sweep import SweepGrid
 
     grid = SweepGrid(
         load=LOADED.load,

@@ -1,7 +1,7 @@
-"""The results schema's words stay with its fields: each table (measure/field_docs.py,
-measure/summary_field_docs.py) lists its dataclass's fields in order, docs/results.md is exactly what
-measure/schema_doc.py generates, the `run` table's rows come from it, and Summary/Manifest read a run's files back by
-attribute without changing a byte of what was written."""
+"""The results schema's words stay with its fields: every field of every schema dataclass declares its meaning as its
+metadata (measure/results/field_docs.py), docs/results.md is exactly what results/schema_doc.py generates from it, the
+`run` table's rows and units come from it, and Summary/Manifest read a run's files back by attribute without changing
+a byte of what was written."""
 
 from __future__ import annotations
 
@@ -11,47 +11,60 @@ from pathlib import Path
 
 import pytest
 
-from specbench.measure import schema_doc
-from specbench.measure.field_docs import ENGINE_FIELDS, EXAMPLE_FIELDS, MANIFEST_FIELDS
-from specbench.measure.schema import EngineRecord, ExampleRecord, Manifest, Summary
-from specbench.measure.summary_field_docs import SUMMARY_FIELDS
+from specbench.measure.results import schema_doc
+from specbench.measure.results.field_docs import UndocumentedField, doc, field_docs, undocumented
+from specbench.measure.results.schema import CellPlacement, EngineRecord, ExampleRecord, Manifest, Summary
 
 ROOT = Path(__file__).parents[1]
 FIXTURE_RUN = ROOT / "tests" / "fixtures" / "results_v0_1" / "task-draft-g3-t0-0caf17bc"
+SCHEMAS = [Summary, Manifest, ExampleRecord, EngineRecord, CellPlacement]
 
 
-@pytest.mark.parametrize(
-    "table, schema",
-    [
-        (SUMMARY_FIELDS, Summary),
-        (MANIFEST_FIELDS, Manifest),
-        (EXAMPLE_FIELDS, ExampleRecord),
-        (ENGINE_FIELDS, EngineRecord),
-    ],
-)
-def test_each_table_names_its_schema_fields_in_order(table, schema):
-    assert [d.name for d in table] == [f.name for f in dataclasses.fields(schema)]
-    assert all(d.meaning.strip() for d in table)
+@pytest.mark.parametrize("schema", SCHEMAS)
+def test_every_field_declares_its_meaning(schema):
+    """One declaration per field: its meaning (and unit, label) is the field's metadata, in the field's order."""
+    assert undocumented(schema) == []
+    docs = field_docs(schema)
+    assert [d.name for d in docs] == [f.name for f in dataclasses.fields(schema)]
+    assert all(d.meaning.strip() for d in docs)
+    assert all(set(f.metadata) == {"doc", "unit", "label"} for f in dataclasses.fields(schema))
+
+
+def test_a_field_without_a_meaning_is_caught():
+    """Negative control for the test above: a field declared without doc(...), or with an empty one, is named, and
+    docs/results.md is not generated without it."""
+
+    @dataclasses.dataclass
+    class Partly:
+        said: int = dataclasses.field(default=0, metadata=doc("a field that says what it is"))
+        unsaid: int = 0
+        blank: int = dataclasses.field(default=0, metadata=doc("  "))
+
+    assert undocumented(Partly) == ["unsaid", "blank"]
+    with pytest.raises(UndocumentedField, match="unsaid, blank"):
+        field_docs(Partly)
+    with pytest.raises(UndocumentedField):
+        schema_doc.field_table(Partly)
 
 
 def test_docs_results_md_is_the_generated_text():
-    """Edit a table (measure/field_docs.py, measure/summary_field_docs.py) or the prose (measure/schema_doc.py),
-    then run `python -m specbench.measure.schema_doc` to regenerate."""
+    """Edit a field's doc(...) (results/schema.py, results/record_schema.py) or the prose (results/schema_doc.py),
+    then run `python -m specbench.measure.results.schema_doc` to regenerate."""
     assert (ROOT / schema_doc.DOC_PATH).read_text(encoding="utf-8") == schema_doc.results_doc()
     assert schema_doc.PACKAGED_DOC.read_text(encoding="utf-8") == schema_doc.results_doc()  # the wheel's copy
 
 
 def test_a_changed_meaning_changes_the_doc(monkeypatch):
-    """Negative control for the test above: the doc really is made from the table (as schema_doc reads it)."""
-    changed = (dataclasses.replace(SUMMARY_FIELDS[0], meaning="SOMETHING ELSE"), *SUMMARY_FIELDS[1:])
-    monkeypatch.setattr(schema_doc, "SUMMARY_FIELDS", changed)
-    assert "SOMETHING ELSE" in schema_doc.results_doc()
+    """Negative control for the test above: the doc really is made from the fields' metadata, as schema_doc reads it."""
+    declared = {f.name: f for f in dataclasses.fields(Summary)}["schema_version"]
+    monkeypatch.setattr(declared, "metadata", doc("SOMETHING ELSE", unit="UNIT"))
+    assert "| `schema_version` | int | UNIT | SOMETHING ELSE |" in schema_doc.results_doc()
 
 
 def test_the_run_table_rows_come_from_the_labels():
     rows = schema_doc.run_table_rows(batch=True, verbose=True)
     every = schema_doc.RUN_TABLE + schema_doc.RUN_TABLE_BATCH + schema_doc.RUN_TABLE_VERBOSE
-    labelled = {d.name for d in SUMMARY_FIELDS if d.label}
+    labelled = {d.name for d in field_docs(Summary) if d.label}
     assert [k for k, _ in rows] == list(every) and set(every) == labelled
     assert all(label for _, label in rows) and len(set(every)) == len(rows)
 

@@ -15,19 +15,21 @@ import pytest
 from conftest import tiny_llama
 from typer.testing import CliRunner
 
-import specbench.measure.runner as runner
+import specbench.measure.run.runner as runner
 from specbench.cli import app
 from specbench.config import LoadSpec, RunConfig, SamplingConfig
 from specbench.decoding.backend import ForwardBackend
 from specbench.decoding.base import DecodeResult
 from specbench.decoding.drafts.factory import make_proposer
 from specbench.decoding.drafts.prompt_lookup import lookup_continuation
+from specbench.engines.session import Session
+from specbench.engines.torch.session import TorchSession
 from specbench.errors import SpecbenchError
-from specbench.measure import turns as turns_mod
-from specbench.measure.engines import Prepared, Session
-from specbench.measure.metrics import spec_bench_metrics
-from specbench.measure.records import read_examples
-from specbench.measure.tidy_table import pass_tokens, spec_bench_files
+from specbench.measure.results.records import read_examples
+from specbench.measure.results.tidy_table import pass_tokens, spec_bench_files
+from specbench.measure.run import turns as turns_mod
+from specbench.measure.run.arms import Prepared
+from specbench.measure.stats.metrics import spec_bench_metrics
 from specbench.models import wrap_model
 from specbench.run_specs import parse_draft
 from specbench.tasks import spec_bench
@@ -279,14 +281,13 @@ def test_mat_draft_acceptance_rate_and_mean_of_rates_speedup():
     assert out["spec_bench_speedup"] == pytest.approx(((5 + 2) / 2) / ((2.5 + 2) / 2))  # not Σ tokens / Σ s (1.5)
 
 
-class FakeSession(Session):
-    """A Session over a tiny random Llama with the round-trip tokenizer; prompt lookup drafts (hf rule)."""
+class FakeSession(TorchSession):
+    """A TorchSession over a tiny random Llama with the round-trip tokenizer; prompt lookup drafts (hf rule)."""
 
     def __init__(self, *args, **kwargs):
         self.target = wrap_model("tiny-target", tiny_llama(0), RoundTripTokenizer())
         self.load, self.target_backend = LoadSpec("tiny-target", device="cpu"), ForwardBackend(self.target.model)
-        self.calibrations, self.draft_ms, self.pilots = {}, {}, {}
-        self._proposers = {}
+        Session.__init__(self)
 
     def proposer(self, spec, corpus=None):
         return self._proposers.setdefault(str(spec), make_proposer(parse_draft(spec), self.target))
@@ -350,7 +351,7 @@ def test_a_run_exports_answers_that_speed_py_reads_back_to_the_summary(tmp_path)
 
 
 def test_export_refuses_a_run_that_is_not_spec_bench(tmp_path):
-    from specbench.measure.tidy_table import split_example_id
+    from specbench.measure.results.tidy_table import split_example_id
 
     with pytest.raises(SpecbenchError, match="spec-bench tasks only"):
         split_example_id("ex0")

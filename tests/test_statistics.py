@@ -1,4 +1,4 @@
-"""measure/statistics.py: intervals, paired comparisons and three-outcome verdicts, checked against known truth.
+"""measure/stats/statistics.py: intervals, paired comparisons and three-outcome verdicts, checked against known truth.
 
 The verdict tests simulate two cells on the same examples (bench/coverage.py: a shared example effect, Student-t(4)
 noise of σ = 0.15 on the log ratio) and count statistics.consistency's outcomes over seeded draws. Each promise is
@@ -19,7 +19,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import coverage as bench  # noqa: E402
 
-from specbench.measure import statistics as st  # noqa: E402
+from specbench.measure.stats import statistics as st  # noqa: E402
 
 REPS = 150
 FAST = dict(reps=REPS)

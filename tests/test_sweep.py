@@ -10,12 +10,12 @@ import pytest
 from helpers import MAX_NEW, FakeSession, make_grid, write_prompts
 from typer.testing import CliRunner
 
-import specbench.measure.engines as engines
+import specbench.measure.run.arms as engines
 from specbench.cli import app
 from specbench.errors import SpecbenchError
-from specbench.measure.records import read_records
-from specbench.measure.sweep import parse_float_list, parse_int_list, parse_str_list
-from specbench.measure.sweep_run import cell_ids, run_sweep, sweep_id_for
+from specbench.measure.results.records import read_records
+from specbench.measure.run.sweep import parse_float_list, parse_int_list, parse_str_list
+from specbench.measure.run.sweep_run import cell_ids, run_sweep, sweep_id_for
 
 
 @pytest.fixture
@@ -319,8 +319,8 @@ def test_cell_table_shows_the_primary_measure_with_its_interval():
     from rich.console import Console
 
     from specbench.cli.sweep import cells_table
-    from specbench.measure.statistics import MIN_INTERVAL_N
-    from specbench.measure.sweep_run import CellOutcome, SweepOutcome
+    from specbench.measure.run.sweep_run import CellOutcome, SweepOutcome
+    from specbench.measure.stats.statistics import MIN_INTERVAL_N
 
     summaries = {
         "new": {"n_examples": 20, "speedup_geomean": 1.4321, "speedup_geomean_ci95": [1.2, 1.7], "speedup": 9.87},
@@ -419,7 +419,7 @@ def test_an_intact_finished_cell_is_not_rerun(tmp_path, task_file, monkeypatch):
     grid = make_grid(task_file, draft="prompt-lookup", gamma="1")
     run_sweep(grid, tmp_path, session=FakeSession())
     monkeypatch.setattr(
-        "specbench.measure.runner.execute_run", lambda *a, **k: pytest.fail("a finished cell ran again")
+        "specbench.measure.run.runner.execute_run", lambda *a, **k: pytest.fail("a finished cell ran again")
     )
     assert run_sweep(grid, tmp_path, session=FakeSession()).new_examples == 0
 

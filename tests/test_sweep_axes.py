@@ -12,16 +12,16 @@ import pytest
 from helpers import MAX_NEW, PROMPTS, FakeSession, StubTokenizer, make_grid, write_prompts
 from typer.testing import CliRunner
 
-import specbench.measure.planning as planning
+import specbench.measure.run.planning as planning
 import specbench.models.loading as loading
 from specbench.cli import app
 from specbench.config import RunConfig
 from specbench.errors import SpecbenchError
-from specbench.measure.buckets import bucket_of, bucket_thresholds, choose_bucket, short_bucket_note
-from specbench.measure.planning import run_id_for
-from specbench.measure.records import read_records
-from specbench.measure.sweep import SweepGrid, parse_budgets, parse_pair, parse_prompt_lengths
-from specbench.measure.sweep_run import cell_ids, run_sweep, sweep_id_for
+from specbench.measure.results.records import read_records
+from specbench.measure.run.buckets import bucket_of, bucket_thresholds, choose_bucket, short_bucket_note
+from specbench.measure.run.planning import run_id_for
+from specbench.measure.run.sweep import SweepGrid, parse_budgets, parse_pair, parse_prompt_lengths
+from specbench.measure.run.sweep_run import cell_ids, run_sweep, sweep_id_for
 
 
 class TargetSession(FakeSession):
@@ -236,7 +236,7 @@ def test_pairs_load_each_target_once_and_keep_baselines_apart(tmp_path, task_fil
     assert grid.targets == ("tiny-a", "tiny-b") and grid.load.target == ""
     targets_in_order = [c.load.target for c in grid.configs()]
     assert targets_in_order == sorted(targets_in_order)  # grouped by target
-    import specbench.measure.engines as r
+    import specbench.measure.run.arms as r
 
     original = r.Session
     r.Session = TargetSession
@@ -279,7 +279,7 @@ def test_pair_misuse_is_one_line(tmp_path, task_file, extra, needle):
 
 
 def test_a_draft_list_keeps_each_drafts_own_options():
-    from specbench.measure.sweep import parse_draft_list
+    from specbench.measure.run.sweep import parse_draft_list
 
     assert parse_draft_list("prompt-lookup:rule=hf,max_ngram=2,distilled") == [
         "distilled",

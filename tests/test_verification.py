@@ -28,7 +28,7 @@ from specbench.evidence.greedy_identity import greedy_checks, hf_greedy, identit
 from specbench.evidence.pair_step import pair_step_checks
 from specbench.evidence.sequence_law import homogeneity_on_prefixes, model_sequence_law, sequence_checks
 from specbench.evidence.verification import run_checks, write_checks
-from specbench.measure.metric_units import first_divergence
+from specbench.measure.stats.metric_units import first_divergence
 
 EOS = frozenset({2})
 SAMPLING = SamplingConfig(temperature=1.0, top_k=2)

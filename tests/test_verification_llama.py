@@ -45,7 +45,7 @@ def gguf(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def target(gguf):
-    from specbench.decoding.llama_cpp import LlamaCppModel
+    from specbench.engines.llama_cpp.backend import LlamaCppModel
 
     return LlamaCppModel(gguf, n_ctx=256, threads=1)
 
@@ -75,7 +75,7 @@ class ArgmaxCopy:
 
 @pytest.fixture(scope="module")
 def draft(gguf):
-    from specbench.decoding.llama_cpp import LlamaCppModel
+    from specbench.engines.llama_cpp.backend import LlamaCppModel
 
     return ArgmaxCopy(LlamaCppModel(gguf, n_ctx=256, threads=1))
 

@@ -1,6 +1,6 @@
 """`specbench export`: result folders as one tidy table (CSV or Parquet) for pandas, R or a spreadsheet.
 
-specbench.measure.tidy_table builds the rows (one per run, or one per example with --examples)
+specbench.measure.results.tidy_table builds the rows (one per run, or one per example with --examples)
 and names the folders it skipped; this command checks the format and the destination
 first, then writes the table atomically (or CSV to stdout).
 """
@@ -52,7 +52,7 @@ def export(results: Results, table_format: Format = "csv", examples: Examples = 
     if table_format == "spec-bench":
         return export_spec_bench(results, out_file)
     check_destination(table_format, out_file)
-    from specbench.measure.tidy_table import csv_safe, export_frames
+    from specbench.measure.results import csv_safe, export_frames
 
     frame, skipped = export_frames(list(results), examples)
     for note in skipped:
@@ -73,7 +73,7 @@ def export(results: Results, table_format: Format = "csv", examples: Examples = 
 
 def export_spec_bench(results: list[Path], out_dir: Path | None) -> None:
     """Spec-Bench's two answer files (speculative, baseline) of one run, and its per-category table."""
-    from specbench.measure.tidy_table import spec_bench_files
+    from specbench.measure.results import spec_bench_files
 
     if len(results) != 1 or not (results[0] / "examples.jsonl").is_file():
         raise SpecbenchError("--format spec-bench exports one run folder (with examples.jsonl) at a time; pass one")

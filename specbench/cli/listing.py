@@ -1,4 +1,4 @@
-"""`specbench list models|drafts|tasks`: what can be passed to --target, --draft and --task.
+"""`specbench list models|drafts|tasks|engines`: what can be passed to --target, --draft, --task and --engine.
 
 Each listing reads its rows from the module that owns them and prints one table; listing
 drafts must stay cheap (no trainer, no model load).
@@ -10,7 +10,7 @@ import typer
 
 from specbench.cli.output import out, rows_table
 
-list_app = typer.Typer(no_args_is_help=True, help="List models, drafts and tasks.")
+list_app = typer.Typer(no_args_is_help=True, help="List models, drafts, tasks and engines.")
 
 
 @list_app.command("models")
@@ -35,3 +35,11 @@ def list_tasks_command():
     from specbench.tasks.specs import list_tasks as task_rows
 
     out.print(rows_table(task_rows(), "tasks"))
+
+
+@list_app.command("engines")
+def list_engines():
+    """Engines usable with --engine, with what each can do (the registry, engines/registry.py)."""
+    from specbench.engines import engine_rows
+
+    out.print(rows_table(engine_rows(), "engines"))

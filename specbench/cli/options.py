@@ -10,9 +10,57 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Optional
 
+import click
 import typer
 
+from specbench.engines import ENGINES, engine_names, verify_engines
+
 DEFAULT_TASK = "ding-de-en"
+
+
+def engines_help(names: tuple[str, ...]) -> str:
+    """`--engine`'s help, one clause per registered engine (engines/registry.py)."""
+    return "; ".join(f"{name}: {ENGINES[name].summary}" for name in names) + " (`specbench list engines`)."
+
+
+def one_of(names: tuple[str, ...]):
+    """A parser for an option whose values come from a registry: case-insensitive, anything else a usage error
+    (exit 2) that lists the values, as click's Choice does for a Literal."""
+
+    def parse(value: str) -> str:
+        if value.lower() in names:
+            return value.lower()
+        raise click.BadParameter(f"{value!r} is not one of {', '.join(names)}.")
+
+    return parse
+
+
+Engine = Annotated[
+    str,
+    typer.Option(
+        "--engine",
+        parser=one_of(engine_names()),
+        metavar="[" + "|".join(engine_names()) + "]",
+        help="The engine that decodes both arms. " + engines_help(engine_names()),
+    ),
+]
+VerifyEngine = Annotated[
+    str,
+    typer.Option(
+        "--engine",
+        parser=one_of(verify_engines()),
+        metavar="[" + "|".join(verify_engines()) + "]",
+        help="The engine whose passes the checks run on. " + engines_help(verify_engines()),
+    ),
+]
+Engines = Annotated[
+    str,
+    typer.Option(
+        "--engine",
+        help="Engines, comma-separated, of " + ", ".join(engine_names()) + ". Several make an axis: does a speedup "
+        "carry from one engine to another (`specbench list engines`).",
+    ),
+]
 
 Target = Annotated[
     str,

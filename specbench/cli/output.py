@@ -32,7 +32,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from specbench.measure.schema import Summary
+from specbench.measure.results import Summary
 
 console = Console(stderr=True)
 out = Console()

@@ -1,6 +1,6 @@
 """`specbench run`: one configuration on a task, baseline and speculative decoding side by side.
 
-The command turns its options into a RunConfig, hands it to specbench.measure.runner, and
+The command turns its options into a RunConfig, hands it to specbench.measure.run.runner, and
 renders the summary; measuring, resuming and writing all happen in the runner.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Optional
 
 import typer
 from rich.table import Table
@@ -24,6 +24,7 @@ from specbench.cli.options import (
     Draft,
     DraftConfidence,
     Dtype,
+    Engine,
     Gamma,
     GammaMax,
     Limit,
@@ -50,21 +51,11 @@ from specbench.cli.output import (
     warn_if_noisy,
 )
 from specbench.config import LoadSpec, RunConfig, SamplingConfig, parse_gamma
-from specbench.measure.schema import SUMMARY_NAMES, Summary
-from specbench.measure.schema_doc import run_table_rows
-from specbench.measure.summary_field_docs import SUMMARY_FIELDS
+from specbench.engines import check_config
+from specbench.measure.results import SUMMARY_NAMES, SUMMARY_UNITS, Summary, run_table_rows
 from specbench.models import DEFAULT_DRAFT, DEFAULT_TARGET
 from specbench.run_specs import parse_draft
 
-Engine = Annotated[
-    Literal["specbench", "hf-assisted", "llama-cpp"],
-    typer.Option(
-        "--engine",
-        case_sensitive=False,
-        help="specbench (ours), hf-assisted (HF assisted generation) or llama-cpp (our loop on llama.cpp's kernels, "
-        "the target's GGUF as quantized; needs `make setup-llama-cpp`).",
-    ),
-]
 Threads = Annotated[int, typer.Option("--threads", help="--engine llama-cpp: llama.cpp's CPU threads (0: every core).")]
 ExactShapes = Annotated[
     bool,
@@ -160,8 +151,9 @@ def run(
             batch_size=batch_size,
             batch_policy=batch_policy,
             prompt_length=prompt_length.strip().lower(),
-        ).validate()
-    from specbench.measure.planning import prepare_run  # torch: after the options are checked, so bad ones fail fast
+        )
+        check_config(config)
+    from specbench.measure.run import prepare_run  # torch: after the options are checked, so bad ones fail fast
 
     quiet_transformers()
     with progress_bar() as bar:
@@ -179,8 +171,8 @@ def run(
 
 def run_auto_control(plan, config, results_dir: str | Path, summary: dict) -> None:
     """--auto-control: the runner-up timed on the same examples, then one line beside the choice (stderr)."""
-    from specbench.measure.auto_pilot import control_config, control_line
-    from specbench.measure.planning import prepare_run
+    from specbench.measure.auto import control_config, control_line
+    from specbench.measure.run import prepare_run
 
     control = control_config(config, plan.choice) if plan.choice else None
     if control is None:
@@ -214,7 +206,7 @@ class SetupProgress:
 
 def print_context(plan) -> None:
     """Before timing: the hardware measured and every auto choice with its reason (stderr, one line each)."""
-    from specbench.measure.hardware import describe
+    from specbench.measure.machine import describe
 
     say(f"hardware: {describe(plan.manifest.get('hardware'))}")
     for reason in plan.choice.reasons if plan.choice else []:
@@ -223,7 +215,7 @@ def print_context(plan) -> None:
 
 def measure_with_progress(plan):
     """The runner's measure() under a progress bar that counts examples and shows the acceptance so far."""
-    from specbench.measure.runner import measure
+    from specbench.measure.run import measure
 
     with progress_bar() as bar:
         job = bar.add_task("examples", total=None, info="warming up")
@@ -261,9 +253,6 @@ def print_summary(outcome, summary: Summary, as_json: bool, verbose: bool = Fals
     out.print(f"results: {outcome.files.root}" + ("" if verbose else "  (--verbose or --json for every metric)"))
 
 
-UNITS = {f.name: f.unit for f in SUMMARY_FIELDS}
-
-
 def with_unit(value, unit: str) -> str:
     """A number as its unit reads: 1.23×, 412.3 tok/s, 12.4 ms, 443 MiB; other units as plain digits."""
     if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
@@ -282,7 +271,7 @@ def with_unit(value, unit: str) -> str:
 def cell(summary: Summary, key: str) -> str:
     """A table cell: the value in its unit, its `<key>_ci95` interval beside it when the summary has one, a list's
     entries. `key` is a Summary field named by the run table's rows (schema_doc.run_table_rows)."""
-    value, unit = getattr(summary, key), UNITS.get(key, "")
+    value, unit = getattr(summary, key), SUMMARY_UNITS.get(key, "")
     if isinstance(value, list) and all(isinstance(v, (int, float, type(None))) for v in value):
         return "—" if not value else ", ".join(fmt(v, 2) for v in value[:8]) + (" …" if len(value) > 8 else "")
     has_interval = f"{key}_ci95" in SUMMARY_NAMES

@@ -1,6 +1,6 @@
 """`specbench sweep`: a grid of run configurations into one resumable sweep folder.
 
-The grid is parsed by specbench.measure.sweep and run by measure.sweep_run; this command only shows progress and
+The grid is parsed by specbench.measure.run.sweep and run by measure.sweep_run; this command only shows progress and
 the table of cells. The progress bar starts once the sweep has checked its folder and
 planned its cells, so a bad --sweep-id or an unwritable folder prints its error alone.
 """
@@ -23,6 +23,7 @@ from specbench.cli.options import (
     Device,
     DeviceMap,
     Dtype,
+    Engines,
     Executor,
     GammaMax,
     GpusPerCell,
@@ -45,7 +46,8 @@ from specbench.cli.output import (
     say,
     warn_if_noisy,
 )
-from specbench.measure.schema import Summary
+from specbench.engines import engine_spec
+from specbench.measure.results import Summary
 from specbench.models import DEFAULT_DRAFT, DEFAULT_TARGET
 
 Targets = Annotated[
@@ -139,14 +141,6 @@ SweepId = Annotated[
     typer.Option("--sweep-id", help="Sweep folder name (default: derived from the grid; a rerun resumes it)."),
 ]
 
-Engines = Annotated[
-    str,
-    typer.Option(
-        "--engine",
-        help="Engines, comma-separated: specbench, hf-assisted, llama-cpp (our loop on llama.cpp, the GGUF as "
-        "quantized). Several make an axis: does a speedup carry from one engine to another.",
-    ),
-]
 Threads = Annotated[
     int, typer.Option("--threads", help="llama.cpp's CPU threads in the llama-cpp cells (0: every core).")
 ]
@@ -201,10 +195,10 @@ def sweep(
     Example: specbench sweep --engine specbench,llama-cpp --draft prompt-lookup --gamma 2,4 --task aclsum
     """  # noqa: E501 (--help prints each example on one line)
     from specbench.errors import SpecbenchError
-    from specbench.measure.executors import make_executor
-    from specbench.measure.sweep import (
+    from specbench.measure.run import (
         MAX_CELLS,
         SweepGrid,
+        make_executor,
         parse_budgets,
         parse_float_list,
         parse_int_list,
@@ -245,8 +239,12 @@ def sweep(
             device_map=device_map,
             max_memory=max_memory,
         )
-    if executor != "local" and "llama-cpp" in grid.engines:  # a Ray worker loads torch sessions only
-        raise SpecbenchError("--engine llama-cpp cells run with --executor local; drop --executor or the engine")
+    for name in grid.engines if executor != "local" else ():  # Ray workers have specbench's own install only
+        if (setup := engine_spec(name).setup) is not None:
+            raise SpecbenchError(
+                f"--engine {name} needs its own build (`{setup}`), which Ray workers lack; its cells run with "
+                f"--executor local: drop --executor or the engine"
+            )
     cells_on = make_executor(executor, address=address, gpus_per_cell=gpus_per_cell, cpus_per_cell=cpus_per_cell)
     quiet_transformers()
     outcome = sweep_with_progress(grid, results_dir, sweep_id, cells_on, max_cells or MAX_CELLS)
@@ -268,8 +266,7 @@ def sweep(
 
 def sweep_with_progress(grid, results_dir: str | Path, sweep_id: str | None, executor=None, max_cells=None):
     """run_sweep with a transient spinner while it checks and plans, then a bar over cells × examples."""
-    from specbench.measure.sweep import MAX_CELLS
-    from specbench.measure.sweep_run import run_sweep
+    from specbench.measure.run import MAX_CELLS, run_sweep
 
     status, bar = phase_status("reading tasks"), progress_bar()
     job = bar.add_task("cells × examples", total=None, info="")
@@ -308,7 +305,7 @@ def sweep_with_progress(grid, results_dir: str | Path, sweep_id: str | None, exe
 def primary_speedup(summary: Summary) -> tuple[str, str]:
     """(speedup, 95 % interval) cells: the geometric mean and its t interval ("n < MIN_INTERVAL_N" where too few give
     none); a summary from before the primary measure shows its ratio of sums, labelled so."""
-    from specbench.measure.statistics import MIN_INTERVAL_N
+    from specbench.measure.stats import MIN_INTERVAL_N
 
     # before the primary measure: neither field written (since, the interval is always a list, [null, null] at worst)
     if summary.speedup_geomean is None and summary.speedup_geomean_ci95 is None:

@@ -8,7 +8,7 @@ stated alternative (--alt-tv); with less it is inconclusive, with the samples th
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 import typer
 from rich.table import Table
@@ -27,9 +27,11 @@ from specbench.cli.options import (
     TopK,
     TopP,
     TrustRemote,
+    VerifyEngine,
 )
 from specbench.cli.output import fmt, out, phase_status, quiet_transformers
 from specbench.config import LoadSpec, SamplingConfig
+from specbench.engines import DEFAULT_ENGINE
 from specbench.models import DEFAULT_DRAFT, DEFAULT_TARGET
 
 Gammas = Annotated[str, typer.Option("--gamma", help="γ values for the sequence and identity checks, comma-separated.")]
@@ -55,15 +57,6 @@ AltTV = Annotated[
     typer.Option("--alt-tv", help="Alternative for every stated power: total variation on the tested law."),
 ]
 
-VerifyEngine = Annotated[
-    Literal["specbench", "llama-cpp"],
-    typer.Option(
-        "--engine",
-        case_sensitive=False,
-        help="specbench (torch) or llama-cpp (the target's GGUF in llama.cpp as quantized: the step law, its "
-        "controls, sequence level and greedy identity on llama.cpp's kernels; needs `make setup-llama-cpp`).",
-    ),
-]
 Threads = Annotated[int, typer.Option("--threads", help="--engine llama-cpp: llama.cpp's CPU threads (0: every core).")]
 
 TABLE_COLUMNS = ("check", "statistic", "p-value", "N", "level", "power", "result")
@@ -100,7 +93,7 @@ def verify(
     Example: specbench verify --engine llama-cpp   (the same checks on llama.cpp's kernels, the GGUF as quantized)
     """
     from specbench.evidence.verification import VerifyRequest, verify_pair
-    from specbench.measure.sweep import parse_int_list
+    from specbench.measure.run import parse_int_list
 
     load = LoadSpec(target, device=device, dtype=dtype, trust_remote_code=trust_remote_code, threads=threads)
     request = VerifyRequest(
@@ -132,7 +125,7 @@ def verify(
 
 def print_checks(request, outcome) -> None:
     s = request.sampling
-    on = "" if request.engine == "specbench" else f" on {request.engine}"
+    on = "" if request.engine == DEFAULT_ENGINE else f" on {request.engine}"
     pair = f"{request.load.target} + {request.draft}{on}"
     table = Table(title=f"verify: {pair}, T={s.temperature:g}, top-k {s.top_k}, top-p {s.top_p:g}")
     for col in TABLE_COLUMNS:

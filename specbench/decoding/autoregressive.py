@@ -25,14 +25,6 @@ def prompt_split(
     return None, list(prompt_ids)
 
 
-def clip_at_stop(new_tokens: list[int], eos_ids: frozenset[int], room: int) -> tuple[list[int], bool]:
-    """Cut new tokens after the first EOS (kept) and to at most `room`; → (tokens, stopped at EOS)."""
-    for i, tok in enumerate(new_tokens[:room]):
-        if tok in eos_ids:
-            return new_tokens[: i + 1], True
-    return new_tokens[:room], False
-
-
 def decode_autoregressive(
     target: CachedModel,
     prompt_ids: list[int],
@@ -46,7 +38,7 @@ def decode_autoregressive(
 ) -> DecodeResult:
     """`pad_to` > 1 (the bf16-exact mode): each step feeds its token plus pad_to − 1 copies and keeps
     only the first row and cache slot, so every step runs the matmul shapes of a verify pass over
-    pad_to tokens (measure/numerics.py explains why that matters in low precision)."""
+    pad_to tokens (measure/stats/numerics.py explains why that matters in low precision)."""
     clock = Clock(target.devices)
     t0 = clock.now()
     encoder_ids, tokens = prompt_split(target, prompt_ids, decoder_start_id)

@@ -4,40 +4,49 @@ A draft of any kind (a model, an n-gram table, prompt lookup) is a `Proposer`; i
 `Proposal`; for a batch of rows it hands over its `BatchProposer` (decoding/batched/drafts.py);
 the verifier turns target logits plus a proposal into a `Verdict`; an engine
 turns a prompt into a `DecodeResult` of raw counts and times. Ratios are derived later,
-in one place (specbench.measure.metrics), never here.
+in one place (specbench.measure.stats.metrics), never here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
 
 from specbench.config import SamplingConfig
 
 if TYPE_CHECKING:
-    from specbench.decoding.batched.rows import Row
     from specbench.decoding.cached_model import CachedModel
     from specbench.decoding.timing import Clock
 
 
 @dataclass
 class Proposal:
-    """γ' drafted tokens and the law each was drawn from."""
+    """γ' drafted tokens and the law each was drawn from: a chain, or with `parents` a token tree (tree.py).
 
-    tokens: torch.Tensor  # [γ'] int64, on the target's device
-    q_probs: torch.Tensor | None  # [γ', V] float32 processed draft law; None at T = 0 (greedy needs no q)
+    A tree's tokens are its nodes in topological order; its depth, not its node count, is what γ bounds
+    (a step emits at most depth + 1 tokens). Row i of q_probs is the law node i was drawn from given its
+    root-to-node path, independently of its earlier siblings; a deterministic node's row is a point mass.
+    """
+
+    tokens: torch.Tensor  # [γ'] int64, on the target's device (a tree: its n nodes)
+    q_probs: torch.Tensor | None  # [γ', V] float32 processed draft law; None at T = 0 (greedy needs no q); a tree at
+    # T > 0: None means every node is deterministic (point masses)
     forward_calls: int  # draft model forward passes spent (0 for model-free drafts)
+    parents: list[int] | None = None  # a tree: node i's parent (an earlier node, or −1 for a child of cur); None: a
+    # chain, verified on the causal path exactly as before trees existed
 
 
 @dataclass
 class Verdict:
     """What one target pass decided about a proposal."""
 
-    n_accepted: int  # drafted tokens kept, 0..γ'
+    n_accepted: int  # drafted tokens kept, 0..γ' (a tree: the accepted path's length)
     next_token: int  # correction (if a rejection happened) or bonus token from p_{γ'+1}
-    expected_accept: list[float]  # Σ_x min(p_i(x), q_i(x)) at each verified position up to the first rejection
+    expected_accept: list[float]  # Σ_x min(p_i(x), q_i(x)) at each verified position up to the first rejection;
+    # a tree: the same sum at every child tried, with p the residual law that child was judged against
+    path: list[int] | None = None  # a tree: the accepted nodes, cur's child first; None for a chain (its first n)
 
 
 class Proposer(Protocol):
@@ -68,6 +77,17 @@ class Proposer(Protocol):
         verified output keeps the target's law. Model-free drafts ignore it.
         """
 
+    def batched(self, size: int, device: torch.device) -> BatchProposer:
+        """This one draft drafting for every row of a batch of `size` rows (decoding/batched/): a model draft
+        drafts all rows in one pass of its network, a model-free one proposes per row from a copy of itself."""
+
+
+@runtime_checkable
+class ModelBacked(Protocol):
+    """The optional hooks of a draft that runs a network (a model draft, lookup+model): what calibration, the
+    hf-assisted engine, the bench's profiler and the pilot ask of it. A model-free draft implements none of them;
+    callers ask through the functions below, which answer for any Proposer."""
+
     def model_caches(self) -> list[CachedModel]:
         """The KV-cache wrappers of the networks this draft runs ([] for a model-free draft).
 
@@ -87,15 +107,32 @@ class Proposer(Protocol):
         """Tokens prompt lookup supplied at each proposal since begin(), for a draft that fills lookup's
         shortfall with a model (the pilot's lookup law); None for a draft with no such split."""
 
-    def batched(self, size: int, device: torch.device) -> BatchProposer:
-        """This one draft drafting for every row of a batch of `size` rows (decoding/batched/): a model draft
-        drafts all rows in one pass of its network, a model-free one proposes per row from a copy of itself."""
+
+def model_caches(proposer: Proposer) -> list[CachedModel]:
+    """The draft's networks' cache wrappers ([] for a draft that runs none)."""
+    return proposer.model_caches() if isinstance(proposer, ModelBacked) else []
+
+
+def hf_assistant(proposer: Proposer) -> torch.nn.Module | None:
+    """The network HF's assisted generation can take as assistant_model (None: HF has no such draft)."""
+    return proposer.hf_assistant() if isinstance(proposer, ModelBacked) else None
+
+
+def set_timer(proposer: Proposer, clock: Clock | None) -> None:
+    """Profile the draft's forwards with `clock` (None: stop); nothing for a draft that runs no network."""
+    if isinstance(proposer, ModelBacked):
+        proposer.set_timer(clock)
+
+
+def lookup_history(proposer: Proposer) -> list[int] | None:
+    """Tokens lookup supplied at each proposal since begin(), for a lookup-then-model draft; None otherwise."""
+    return proposer.lookup_history() if isinstance(proposer, ModelBacked) else None
 
 
 class BatchProposer(Protocol):
     """A draft's form for a batch (decoding/batched/drafts.py): every live row drafts at each step.
 
-    Rows are `batched.rows.Row`s (each row's tokens, budget, generator and index in the batch); a row draws
+    Rows are `Row`s (below: each row's tokens, budget, generator and index in the batch); a row draws
     only from its own generator, in the batch-1 draft's order, so each row reproduces its batch-1 run.
     """
 
@@ -119,20 +156,22 @@ class DecodeResult:
     decode_s: float  # time after the first token until the last
     target_calls: int = 0  # target forward passes after prefill
     draft_calls: int = 0  # draft forward passes after prefill (0 for model-free drafts)
-    drafted: int = 0  # draft tokens proposed and verified
-    accepted: int = 0  # of those, accepted by the rejection rule
-    trials: int = 0  # Bernoulli acceptance trials: Σ over steps of min(n_accepted + 1, γ')
+    drafted: int = 0  # draft tokens proposed and verified (a tree step: all its nodes, each fed to the target)
+    accepted: int = 0  # of those, accepted by the rejection rule (a tree step: its accepted path's length)
+    trials: int = 0  # Bernoulli acceptance trials: Σ over steps of min(n_accepted + 1, γ') (a tree: children tried)
     accept_lengths: list[int] = field(default_factory=list)  # n_accepted of every verification step
     draft_lengths: list[int] = field(
         default_factory=list
-    )  # γ' drafted at every verification step (< γ near the budget's end or for short lookups)
+    )  # γ' drafted at every verification step (< γ near the budget's end or for short lookups; a tree: its nodes)
     proposal_lengths: list[int] = field(
         default_factory=list
     )  # what the proposer offered at every pass the budget did not shorten (0 = nothing)
-    expected_accept: list[float] = field(default_factory=list)  # Σ min(p, q) of every verified position
+    expected_accept: list[float] = field(
+        default_factory=list
+    )  # Σ min(p, q) of every verified position (a tree: of every child tried, against the law it was judged by)
     pass_lengths: list[int] = field(
         default_factory=list
-    )  # tokens fed to each target pass after prefill (1 = a plain step; g+1 = a verify pass), in order
+    )  # tokens fed to each target pass after prefill (1 = a plain step; g+1 = a verify pass, a tree's nodes + 1)
     draft_s: float = 0.0  # decode time spent proposing
     verify_s: float = 0.0  # decode time spent in target passes and verification
     # batched engines (decoding/batched/): the batch this row was decoded in; batch-1 engines leave the defaults
@@ -145,3 +184,40 @@ class DecodeResult:
     kept_lengths: list[int] = field(
         default_factory=list
     )  # tokens each verify step kept for this row: n + 1, or fewer under the min policy
+
+
+def clip_at_stop(new_tokens: list[int], eos_ids: frozenset[int], room: int) -> tuple[list[int], bool]:
+    """Cut new tokens after the first EOS (kept) and to at most `room`; → (tokens, stopped at EOS)."""
+    for i, tok in enumerate(new_tokens[:room]):
+        if tok in eos_ids:
+            return new_tokens[: i + 1], True
+    return new_tokens[:room], False
+
+
+@dataclass
+class Row:
+    """One example inside a batch."""
+
+    index: int  # its place in the caller's prompt list (results come back in that order)
+    tokens: list[int]  # the decoder sequence: prompt + generated so far
+    budget: int  # max_new_tokens of this row
+    generator: torch.Generator | None  # this row's draws only: rows are independent
+    res: DecodeResult  # token_ids is the generated list, appended as the row advances
+    done: bool = False
+
+    @property
+    def out(self) -> list[int]:
+        return self.res.token_ids
+
+    @property
+    def room(self) -> int:
+        return self.budget - len(self.out)
+
+    def emit(self, new: list[int], eos_ids: frozenset[int]) -> None:
+        """Append new tokens, cut at the first EOS (kept) and at the budget; mark the row done when it stops."""
+        new, stopped = clip_at_stop(new, eos_ids, self.room)
+        self.out.extend(new)
+        self.tokens.extend(new)
+        if stopped:
+            self.res.stop_reason = "eos"
+        self.done = stopped or self.room <= 0

@@ -16,6 +16,8 @@ from transformers import DynamicCache, EncoderDecoderCache
 
 from specbench.decoding.backend import ForwardBackend
 from specbench.decoding.timing import used_devices
+from specbench.decoding.tree import TokenTree, additive_mask, kept_slots
+from specbench.errors import SpecbenchError
 
 
 def cache_keyword(forward) -> str:
@@ -119,10 +121,67 @@ class CachedModel:
             self._cache.crop(-remove)  # type: ignore[attr-defined]  # set by the first forward
             self.length = length
 
+    # --- token trees (tree.py): a masked pass over [cur, nodes], then only cur and the accepted path stay
+
+    def forward_tree(self, ids: torch.Tensor, tree: TokenTree) -> torch.Tensor:
+        """Feed ids [n+1] = [cur, node_0..] as `tree` after the cached tokens → logits [n+1, V] (row 0 at cur, row
+        i + 1 at node i, each computed from the prefix, cur and its own ancestors only). All n+1 slots stay
+        cached, in index order, until `keep_path`."""
+        q = tree.size + 1
+        mask = tree.attention_mask(self.length, self.mask_length(q), self.device)
+        return self.forward_masked(ids, mask, tree.position_ids(self.length, self.device))
+
+    def mask_length(self, new: int) -> int:
+        """The key length a pass of `new` tokens attends over: cached + new, or a static cache's whole capacity."""
+        return self._cache.get_mask_sizes(new, 0)[0]  # type: ignore[attr-defined]  # set by start()
+
+    @torch.inference_mode()
+    def forward_masked(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Feed ids [k] with a bool mask [1, 1, k, mask_length(k)] (True = attend) and position ids [1, k] → [k, V].
+
+        Decoder-only models only. Runs the model eagerly whatever the backend: a compiled backend would add a
+        graph per tree shape, and a chain never comes here."""
+        if self.is_seq2seq:
+            raise SpecbenchError("token-tree proposals need a decoder-only target")
+        t0 = self.timer.now() if self.timer else 0.0
+        self.backend.check_room(self.length, ids.shape[0])
+        out = self.model(
+            input_ids=ids.view(1, -1),
+            attention_mask=additive_mask(mask, self.model.dtype),  # type: ignore[arg-type]  # torch: Module attrs are Tensor | Module
+            position_ids=positions,
+            use_cache=True,
+            **{self._cache_kw: self._cache},
+        )
+        self.length += ids.shape[0]
+        if self.timer:
+            self.forward_times.append(self.timer.now() - t0)
+        return out.logits[0]
+
+    @torch.inference_mode()
+    def keep_path(self, cached: int, path: list[int]) -> None:
+        """After a tree pass written from slot `cached` (cur's), keep [.., cur, path's nodes] in order: every
+        layer's keys and values at the path's slots move next to cur's, then the cache is cropped to
+        cached + 1 + len(path). A static cache's tensors are written in place (they keep their address)."""
+        layers = self._cache.layers  # type: ignore[attr-defined]  # set by start()
+        if any(getattr(layer, "is_sliding", False) for layer in layers):
+            raise SpecbenchError("token-tree proposals need full-attention caches (no sliding window)")
+        src, dst = kept_slots(cached, path)
+        if not torch.equal(src, dst):  # a path of the first nodes (a chain's) is already in place
+            for layer in layers:
+                if layer.is_initialized:
+                    move_slots(layer.keys, src, dst)
+                    move_slots(layer.values, src, dst)
+        self.truncate(cached + 1 + len(path))
+
+
+def move_slots(states: torch.Tensor, src: torch.Tensor, dst: torch.Tensor) -> None:
+    """Copy states [B, H, S, D] at sequence slots src [m] to slots dst [m], in place (the select copies first)."""
+    states.index_copy_(2, dst.to(states.device), states.index_select(2, src.to(states.device)))
+
 
 def as_cached(model, backend: ForwardBackend | None = None):
     """A cache wrapper over `model`: a torch module gets a fresh CachedModel; a model that already is one (the
-    llama.cpp engine's LlamaCppModel, decoding/llama_cpp.py) is returned as it is, so replays, calibration and
+    llama.cpp engine's LlamaCppModel, engines/llama_cpp/backend.py) is returned as it is, so replays, calibration and
     evidence that take "the target" run on whichever engine decoded."""
     if isinstance(model, torch.nn.Module):
         return CachedModel(model, backend=backend)

@@ -52,3 +52,8 @@ def next_token(logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Gener
     if cfg.greedy:
         return logits.argmax(-1)
     return sample(processed_probs(logits, cfg), generator)
+
+
+def make_generator(device: torch.device, seed: int) -> torch.Generator:
+    """The generator one decode draws from (a fresh one per example and arm, seeded by example_seed)."""
+    return torch.Generator(device=device).manual_seed(seed)

@@ -6,6 +6,10 @@ p_1..p_γ'+1, verifies, then crops the target cache to [.., cur, x_1..x_n] and m
 correction/bonus token the new `cur`. γ comes from a policy (gamma_policy.py: fixed, adaptive or
 HF's heuristic) that sees only past steps; γ' = min(γ, room − 1), so a step can never emit more
 than max_new_tokens; tokens after an EOS are dropped exactly as the baseline stops there.
+
+A proposal with `parents` is a token tree (tree.py): γ' bounds its depth, the target sees [cur, nodes]
+in one pass under the tree's mask and positions, the tree's rule (accept.py) picks a path, and the
+cache is compacted to [.., cur, path]. A chain never takes that route, so its passes stay unmasked.
 """
 
 from __future__ import annotations
@@ -15,13 +19,15 @@ from dataclasses import dataclass
 import torch
 
 from specbench.config import SamplingConfig
-from specbench.decoding.accept import verify_greedy, verify_sampling
-from specbench.decoding.autoregressive import clip_at_stop, prompt_split
-from specbench.decoding.base import DecodeResult, Proposal, Proposer, Verdict
+from specbench.decoding.accept import verify_greedy, verify_sampling, verify_tree_greedy, verify_tree_sampling
+from specbench.decoding.autoregressive import prompt_split
+from specbench.decoding.base import DecodeResult, Proposal, Proposer, Verdict, clip_at_stop
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.gamma_policy import FixedGamma, GammaPolicy
 from specbench.decoding.sampling import next_token, processed_probs
 from specbench.decoding.timing import Clock
+from specbench.decoding.tree import TokenTree
+from specbench.errors import SpecbenchError
 
 
 @dataclass
@@ -115,6 +121,8 @@ def draft_step(ctx: StepContext, tokens: list[int], g: int, unbounded: bool, pol
     proposal = ctx.proposer.propose(tokens, g, ctx.sampling, ctx.generator, ctx.min_confidence)
     if unbounded:  # the proposer's own length (the law theory needs)
         ctx.res.proposal_lengths.append(proposal.tokens.shape[0])
+    if proposal.parents is not None:
+        return tree_step(ctx, tokens, proposal, g, policy, ta)
     g = proposal.tokens.shape[0]
     tb = ctx.clock.now()
     cached = ctx.target.length
@@ -161,4 +169,59 @@ def count_step(res: DecodeResult, proposal: Proposal, g: int, verdict: Verdict) 
     if g:  # an empty proposal (no n-gram match) is a plain step, not a verified draft
         res.accept_lengths.append(n)
         res.draft_lengths.append(g)
+    res.expected_accept.extend(verdict.expected_accept)
+
+
+def tree_step(
+    ctx: StepContext, tokens: list[int], proposal: Proposal, g: int, policy: GammaPolicy, ta: float
+) -> list[int]:
+    """draft_step's rest for a token tree of depth ≤ g: one masked target pass over [cur, nodes] (never padded:
+    the bf16-exact mode covers chains only), the tree's verdict, the cache compacted to [.., cur, path];
+    → the accepted path's tokens and the correction/bonus token."""
+    tree = TokenTree(tuple(proposal.parents or ()))
+    if tree.size != proposal.tokens.shape[0] or tree.depth > g:
+        raise SpecbenchError(
+            f"a tree proposal of {proposal.tokens.shape[0]} tokens came with {tree.size} parents and depth "
+            f"{tree.depth} (at most {g}): this is a bug in the proposer {ctx.proposer.name!r}"
+        )
+    tb = ctx.clock.now()
+    cached = ctx.target.length
+    ids = torch.cat([torch.tensor([tokens[-1]], device=ctx.target.device), proposal.tokens])  # [n+1]
+    logits = ctx.target.forward_tree(ids, tree)  # [n+1, V]
+    drafted, verdict = judge_tree(ctx, proposal, tree, logits)
+    path = verdict.path or []
+    ctx.target.keep_path(cached, path)  # keep [.., cur, path]
+    count_tree_step(ctx.res, proposal, verdict)
+    policy.update(tree.depth, len(path))  # a γ policy sees the tree as a chain of its depth
+    tc = ctx.clock.now()
+    ctx.res.draft_s += tb - ta
+    ctx.res.verify_s += tc - tb
+    return [drafted[i] for i in path] + [verdict.next_token]
+
+
+def judge_tree(
+    ctx: StepContext, proposal: Proposal, tree: TokenTree, logits: torch.Tensor
+) -> tuple[list[int], Verdict]:
+    """Target logits [n+1, V] at [cur, nodes] + a tree proposal → (node ids on the host, the verdict)."""
+    n = tree.size
+    if ctx.sampling.greedy:  # one host sync: node ids and the target's choices together
+        ids = torch.cat([proposal.tokens, logits.argmax(-1)]).tolist()
+        return ids[:n], verify_tree_greedy(tree, ids[:n], ids[n:])
+    ids = proposal.tokens.tolist()
+    return ids, verify_tree_sampling(tree, ids, proposal.q_probs, processed_probs(logits, ctx.sampling), ctx.generator)
+
+
+def count_tree_step(res: DecodeResult, proposal: Proposal, verdict: Verdict) -> None:
+    """Add one tree step's raw counts: every node was drafted and fed to the target (drafted, draft_lengths),
+    the accepted path is what was kept (accepted, accept_lengths), and each child tried is one trial."""
+    n = proposal.tokens.shape[0]
+    res.target_calls += 1
+    res.pass_lengths.append(n + 1)
+    res.draft_calls += proposal.forward_calls
+    res.drafted += n
+    res.accepted += verdict.n_accepted
+    res.trials += len(verdict.expected_accept)
+    if n:
+        res.accept_lengths.append(verdict.n_accepted)
+        res.draft_lengths.append(n)
     res.expected_accept.extend(verdict.expected_accept)

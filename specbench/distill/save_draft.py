@@ -176,7 +176,7 @@ def build_manifest(
     """manifest.json: what was trained on (and its hash), how, how far, and what it measured."""
     import transformers
 
-    from specbench.measure.provenance import git_commit
+    from specbench.measure.results.provenance import git_commit
 
     p = cfg.preset
     return {

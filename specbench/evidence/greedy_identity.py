@@ -3,7 +3,7 @@
 Each divergence is reported with its position and the target's logit margin (top1 − top2) there. A
 divergence at a margin above the numerical tolerance of the dtype is a bug; below it, a near-tie resolved
 differently by different kernel shapes (expected in bf16/fp16, reported as a mismatch rate, never hidden).
-The numerics classifier (measure/numerics.py) replays the engine's recorded passes, and its margin gate
+The numerics classifier (measure/stats/numerics.py) replays the engine's recorded passes, and its margin gate
 turns a "numerics" verdict at a margin larger than the floor ever flipped into "unexplained".
 """
 
@@ -15,7 +15,8 @@ from collections.abc import Sequence
 import torch
 
 from specbench.config import SamplingConfig
-from specbench.decoding.autoregressive import clip_at_stop, prompt_split
+from specbench.decoding.autoregressive import prompt_split
+from specbench.decoding.base import clip_at_stop
 from specbench.decoding.cached_model import as_cached
 from specbench.evidence.sequence_law import (
     Engine,
@@ -26,7 +27,7 @@ from specbench.evidence.sequence_law import (
     model_dtype,
 )
 from specbench.evidence.stat_checks import CheckResult
-from specbench.measure.metric_units import first_divergence
+from specbench.measure.stats.metric_units import first_divergence
 
 
 @torch.inference_mode()
@@ -104,7 +105,7 @@ def greedy_checks(
     Passes when every divergence happens at a near-tie: the target's top1 − top2 logit margin
     there (in the model's dtype) is ≤ margin_tol, by default the tolerance `margin_at` derives
     from the measured rounding noise at that position, and — for our engines, whose passes are
-    recorded and replayed exactly — the numerics classifier (measure/numerics.py) finds the
+    recorded and replayed exactly — the numerics classifier (measure/stats/numerics.py) finds the
     target itself flips under the pass shape there. In float32 on CPU expect no divergence.
     `extra_engines` lets tests feed a deliberately broken engine through the same check.
     """
@@ -126,7 +127,7 @@ def greedy_checks(
     runs.update(extra_engines or {})
     reference = [base(list(p), None) for p in prompts]
     gamma = max(gammas) if gammas else 1
-    from specbench.measure.numerics import floor_flips
+    from specbench.measure.stats.numerics import floor_flips
 
     # one teacher-forced (γ+1)-chunk replay per prompt: the gate's flips and each divergence's classifier read it
     flips = [floor_flips(target_model, list(p), ref, gamma, decoder_start_id) for p, ref in zip(prompts, reference)]
@@ -178,12 +179,12 @@ def floor_gate(
     flips: Sequence[dict[int, int]],
     decoder_start_id: int | None,
 ) -> tuple[tuple[float, float] | None, float]:
-    """The margin gate over these prompts (measure/margin_gate.py), from every position where a teacher-forced
+    """The margin gate over these prompts (measure/stats/margin_gate.py), from every position where a teacher-forced
     (γ+1)-token pass over the baseline's output flips the argmax: the range of the baseline's top-2 margins
     there, and the widest gap, in spacings of the logit dtype, that the gate calls numerics. `flips`: per prompt,
     numerics.floor_flips of its baseline output (position → the argmax the chunked pass picked there)."""
-    from specbench.measure.margin_gate import margin_range, ulp_limit
-    from specbench.measure.numerics import logit_gap, step_row, top2
+    from specbench.measure.stats.margin_gate import margin_range, ulp_limit
+    from specbench.measure.stats.numerics import logit_gap, step_row, top2
 
     margins, ulps = [], []
     for prompt, ref, flipped_at in zip(prompts, reference, flips):
@@ -213,7 +214,7 @@ def explain_divergence(
     the chunked pass flips the baseline's argmax on this prompt (computed once per prompt by the caller)."""
     from dataclasses import asdict
 
-    from specbench.measure.numerics import classify
+    from specbench.measure.stats.numerics import classify
 
     m = margin_at(target_model, prompt, ref[:pos], decoder_start_id)
     if margin_tol is not None:
@@ -260,7 +261,7 @@ def identity_check(
     one the exact replay cannot explain. The margin gate (measure/margin_gate.gated_kind: the gap in spacings
     against `limit_ulps`, from floor_gate; without them the raw margin against `margins`, the floor's flip range
     on these prompts) turns a replay's "numerics" at a wider gap into "unexplained"."""
-    from specbench.measure.margin_gate import gated_kind
+    from specbench.measure.stats.margin_gate import gated_kind
 
     for d in divergences:
         replay_class = d.setdefault("replay_class", d["class"])

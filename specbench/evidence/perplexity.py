@@ -39,7 +39,7 @@ Several runs: "holds on every run" is an intersection-union claim, which needs n
 (Berger 1982): each run's TOST at `level` keeps the joint claim at `level`. Default margin 0.05 nats/token
 (a perplexity ratio within ×1.051).
 
-The scores are taken by the runner after each example's timed decodes (measure/nll.py); everything here runs on
+The scores are taken by the runner after each example's timed decodes (measure/stats/nll.py); everything here runs on
 recorded scores (verify, report).
 """
 
@@ -51,7 +51,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from specbench.evidence.stat_checks import CheckResult
-from specbench.measure.metric_units import json_safe
+from specbench.measure.stats.metric_units import json_safe
 
 LEVEL = 0.01  # default level α of one Mann-Whitney test
 SHIFT = 0.1  # default alternative for the stated power: mean NLL per token shifted by 0.1 nats (perplexity ×1.105)

@@ -1,7 +1,7 @@
 """Planted bugs for the numerics classifier: the negative controls its "numerics" verdicts need.
 
-The classifier (measure/numerics.py) calls a greedy divergence numerics when the target itself flips
-there under the speculative run's pass shapes, at a logit gap rounding can flip (measure/margin_gate.py).
+The classifier (measure/stats/numerics.py) calls a greedy divergence numerics when the target itself flips
+there under the speculative run's pass shapes, at a logit gap rounding can flip (measure/stats/margin_gate.py).
 That verdict is only worth something if a real bug in the multi-token verification path comes out
 *unexplained*. This module plants two, each alive only inside its context manager:
 
@@ -77,7 +77,7 @@ def biased_multi_token_rows(token: int, bump: float = 10.0) -> Iterator[None]:
     """Within the block, every multi-token pass of CachedModel that returns all its rows adds `bump` to `token`'s
     logit in each row, as a logit bias applied on the verify path alone would. Each row still depends only on
     its own prefix, so the classifier's replays (they run the same call) reproduce the emitted tokens and call
-    the divergences numerics; the baseline's 1-token rows are untouched, so the margin gate (measure/margin_gate.py:
+    the divergences numerics; the baseline's 1-token rows are untouched, so the margin gate (stats/margin_gate.py:
     the logit gap at the divergence) sees how far from a tie the emitted token really was."""
     from specbench.decoding.cached_model import CachedModel
 

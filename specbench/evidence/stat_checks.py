@@ -28,7 +28,7 @@ from typing import TypeVar
 from scipy import optimize, stats
 
 from specbench.evidence.exact_laws import Prefix, marginal
-from specbench.measure.metric_units import json_safe
+from specbench.measure.stats.metric_units import json_safe
 
 K = TypeVar("K", bound=Hashable)  # a cell of a law: a token, or a tuple of tokens
 

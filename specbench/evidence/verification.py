@@ -13,7 +13,7 @@ runner on a real target and draft, each kind in its own module:
 This module orchestrates: `run_checks` runs all of it plus the model-free battery in order; `write_checks`
 stores checks.json (atomic) and checks.jsonl; `verify_pair` is the whole `specbench verify` (validate the
 request, check the output folder is writable, load the pair and the prompts, run the checks, write them).
-`--engine llama-cpp` loads the target's GGUF into llama.cpp (measure/llama_session.py) and runs the same checks on
+`--engine llama-cpp` loads the target's GGUF into llama.cpp (engines/llama_cpp/session.py) and runs the same checks on
 its kernels: the step law's target passes in the engine's verify shape, its controls, the sequence level and
 greedy identity (no HF generate row: there is no transformers model).
 """
@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from specbench.config import LoadSpec, RunConfig, SamplingConfig, check_results_dir
-from specbench.decoding.llama_cpp import ENGINE_NAME
+from specbench.engines import DEFAULT_ENGINE, check_config, runtime, verify_engines
 from specbench.errors import SpecbenchError
 from specbench.evidence.controls import CONTROLS
 from specbench.evidence.equality import step_checks
@@ -38,16 +38,14 @@ from specbench.evidence.pair_step import control_check, pair_step_law
 from specbench.evidence.sequence_law import ProposerFactory, sampling_dict, sequence_checks
 from specbench.evidence.stat_checks import ALT_TV, LEVEL, CheckResult
 from specbench.files import atomic_write_text
-from specbench.measure.engines import Session, prepare_examples
-from specbench.measure.llama_session import LlamaSession
-from specbench.measure.metric_units import json_safe
-from specbench.measure.record_writing import prepare_run_dir
+from specbench.measure.results.record_writing import prepare_run_dir
+from specbench.measure.run.arms import prepare_examples
+from specbench.measure.stats.metric_units import json_safe
 from specbench.run_specs import DraftSpec, GammaSpec, parse_draft
 from specbench.tasks.examples import select_examples
 from specbench.tasks.specs import load_task
 
 CHECKS_SCHEMA_VERSION = 1
-VERIFY_ENGINES = ("specbench", ENGINE_NAME)  # hf-assisted has no step of its own to test
 
 
 def run_checks(
@@ -203,9 +201,9 @@ class VerifyRequest:
     def validate(self) -> VerifyRequest:
         if not self.gammas:
             raise SpecbenchError("--gamma needs at least one value (e.g. 1,3)")
-        if self.engine not in VERIFY_ENGINES:
-            raise SpecbenchError(f"verify runs on {' or '.join(VERIFY_ENGINES)} (got --engine {self.engine})")
-        RunConfig(
+        if self.engine not in verify_engines():  # an engine whose own passes the exact laws can test
+            raise SpecbenchError(f"verify runs on {' or '.join(verify_engines())} (got --engine {self.engine})")
+        config = RunConfig(
             load=self.load,
             draft=self.draft_spec,
             task=self.task,
@@ -213,7 +211,8 @@ class VerifyRequest:
             limit=self.limit,
             gamma=GammaSpec(fixed=min(self.gammas)),
             engine=self.engine,
-        ).validate()
+        )
+        check_config(config)
         if (
             self.length < 2
         ):  # the sequence tests compare ℓ ≥ 2 tokens (the first comes from the prefill in both engines)
@@ -232,7 +231,7 @@ class VerifyRequest:
         s = self.sampling
         pair = f"{Path(self.load.target).name}-{Path(self.draft).name}"
         name = f"verify-{pair}-t{s.temperature:g}-k{s.top_k}-p{s.top_p:g}"
-        return name if self.engine == "specbench" else f"{name}-{self.engine}"  # torch's folder keeps its old name
+        return name if self.engine == DEFAULT_ENGINE else f"{name}-{self.engine}"  # the default's folder keeps its name
 
 
 @dataclass
@@ -254,7 +253,8 @@ def verify_pair(
     out_dir = Path(check_results_dir(str(results_dir))) / request.folder_name()
     check_writable(out_dir)
     on_status("loading task and models")
-    target, proposer_factory, prompts, task_name = load_pair(request)
+    session, proposer_factory, prompts, task_name = load_pair(request)
+    target = session.target
     checks = run_checks(
         target.model,
         proposer_factory,
@@ -270,7 +270,7 @@ def verify_pair(
         control_samples=request.control_samples,
         pair_step_samples=request.pair_step_samples,
         alt_tv=request.alt_tv,
-        hf_generate=request.engine == "specbench",  # HF generate needs a transformers model
+        hf_generate=callable(getattr(target.model, "generate", None)),  # HF generate needs a transformers model
         progress=lambda msg: on_status(f"checking: {msg}"),
     )
     json_path, _ = write_checks(
@@ -285,7 +285,7 @@ def verify_pair(
             "seed": request.seed,
             "alternative_tv": request.alt_tv,
             "engine": request.engine,
-            **({"engine_info": target.model.describe()} if request.engine == ENGINE_NAME else {}),
+            **({"engine_info": info} if (info := session.engine_info()) else {}),
         },
     )
     return VerifyOutcome(checks, json_path)
@@ -299,12 +299,12 @@ def check_writable(out_dir: Path) -> None:
 
 
 def load_pair(request: VerifyRequest):
-    """(target LoadedModel, fresh-proposer factory, prompt token ids, task name); the draft is loaded
+    """(the engine's session, fresh-proposer factory, prompt token ids, task name); the draft is loaded
     once here so that a bad draft fails before any check runs."""
-    session = LlamaSession(request.load) if request.engine == ENGINE_NAME else Session(request.load)
+    session = runtime(request.engine).open_session(request.load)
     spec = load_task(request.task)
     prepared = prepare_examples(spec, select_examples(spec, request.limit, request.seed), session.target, 16)
     corpus = [p.prompt_ids for p in prepared]
     draft = request.draft_spec
     session.proposer(draft, corpus)
-    return session.target, lambda: session.proposer(draft, corpus), corpus, spec.name
+    return session, lambda: session.proposer(draft, corpus), corpus, spec.name

@@ -14,8 +14,8 @@ them). The work flows one way:
                       quality, axes, perplexity, batch curves
   selection.py        per-example log ratios, the two halves, select-then-confirm (no winner's curse)
   claims.py           the seed paper's claims, each with a verdict; headline.py the report's first sentence
-  figures.py          which figures, with captions; drawn by speedup_figures.py and detail_figures.py
-                      with figure_kit.py (style, markers, PNG and SVG)
+  figures/            which figures, with captions (plan.py); drawn by speedup.py and detail.py
+                      with kit.py (style, markers, PNG and SVG)
   tables.py           the report's tables; environment.py the setup lines; sections.py every section
                       as blocks, in reading order
   render.py           blocks → Markdown and HTML (jinja2, autoescaped); `write_report`

@@ -39,7 +39,7 @@ def _held_out_best(data, group, row: dict) -> None:
     """The γ whose primary measure is largest on one half of the examples (selection.select_then_confirm), quoted
     with the other half's geometric mean and its interval (`held_out`, a statistics.Estimate): no winner's curse.
     Left as _measured_best set it where no run of the group has per-example records on both halves."""
-    from specbench.measure import statistics as st
+    from specbench.measure.stats import statistics as st
     from specbench.report.selection import select_then_confirm
 
     found = select_then_confirm(data, group)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from specbench.measure.hardware import describe
-from specbench.measure.schema import Manifest
+from specbench.measure.machine.hardware import describe
+from specbench.measure.results.schema import Manifest
 from specbench.report.values import cell_text
 
 

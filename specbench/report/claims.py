@@ -14,7 +14,7 @@ hardware, the numbers behind it with their intervals, and the figure that shows 
   not tested here  the runs lack the axis or the records; the row names the command that measures it
 
 Every comparison is paired: two cells on the examples both ran, through the primary measure (the
-per-example log ratio of throughput, measure/statistics.py); batch sizes batch by batch, the smaller batches'
+per-example log ratio of throughput, measure/stats/statistics.py); batch sizes batch by batch, the smaller batches'
 examples summed over each larger batch (metric_units.comparable_log_ratios). A "best" configuration is chosen on one
 half of the examples and quoted with the other half's figure (no winner's curse). Flagged runs stay
 in: each verdict is computed with and without them, and says so where the two differ. Only the axis
@@ -28,8 +28,8 @@ import math
 import re
 from dataclasses import dataclass, replace
 
-from specbench.measure import statistics as st
-from specbench.measure.metric_units import comparable_log_ratios
+from specbench.measure.stats import statistics as st
+from specbench.measure.stats.metric_units import comparable_log_ratios
 from specbench.report.analysis import (
     AXES,
     axis_column,

@@ -1,11 +1,11 @@
 """Read run, sweep and checks folders into one table of runs, and list everything that could not be used.
 
 The report never trusts a folder: each summary is checked for the fields the tables need, and each
-examples.jsonl or probe line is read through measure/records.py's line-by-line readers (UTF-8, JSON,
+examples.jsonl or probe line is read through measure/results/records.py's line-by-line readers (UTF-8, JSON,
 and the shape its dataclass declares). Whatever fails (a torn or non-UTF-8 line, valid JSON of the
 wrong shape, a run whose values the metrics cannot use, a sweep cell never run) becomes a `Skipped`
 entry with its reason, and the rest of the report still builds. Metrics are derived anew
-from the raw records (specbench.measure.metrics), so an old or one-example-behind summary reads
+from the raw records (specbench.measure.stats.metrics), so an old or one-example-behind summary reads
 with today's definitions.
 """
 
@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING
 
 from specbench.config import GAMMA_POLICIES
 from specbench.errors import SpecbenchError
-from specbench.measure.metric_units import json_safe
-from specbench.measure.metrics import summarize
-from specbench.measure.records import unsummarized_reason
-from specbench.measure.schema import Manifest
+from specbench.measure.results.records import unsummarized_reason
+from specbench.measure.results.schema import Manifest
+from specbench.measure.stats.metric_units import json_safe
+from specbench.measure.stats.metrics import summarize
 from specbench.report.calibrations import calibration_curves
 from specbench.report.run_frame import runs_frame
 from specbench.report.timing_checks import timing_note, timing_warnings
@@ -164,7 +164,7 @@ def resolve_gamma(gamma, manifest: Manifest) -> tuple[int, str | None]:
 
 def _summary_row(summary: Path, data: ReportData) -> dict | None:
     """The flattened summary of one run, or None (and a Skipped entry) when it cannot be used."""
-    from specbench.measure.records import load_runs
+    from specbench.measure.results.records import load_runs
 
     doc = _read_json(summary, data)
     if doc is None:
@@ -187,8 +187,8 @@ def _summary_row(summary: Path, data: ReportData) -> dict | None:
 def _read_examples(run_dir: Path, data: ReportData) -> list[dict]:
     """The run's example records that the metrics can use; every other line (torn, not UTF-8, or valid JSON
     of the wrong shape: records.example_problem) is listed as skipped, and the run keeps the rest."""
-    from specbench.measure.record_checks import example_problem
-    from specbench.measure.records import scan_jsonl
+    from specbench.measure.results.record_checks import example_problem
+    from specbench.measure.results.records import scan_jsonl
 
     records, problems = scan_jsonl(run_dir / "examples.jsonl", example_problem)
     _skip_warnings(data, problems, run_dir / "examples.jsonl")
@@ -208,7 +208,7 @@ def _read_manifest(run_dir: Path, data: ReportData) -> Manifest:
 
 def _read_probes(run_dir: Path, data: ReportData) -> list[float]:
     """The run's noise probes (ms); each unusable line (records.noise_probe_problem) is listed as skipped."""
-    from specbench.measure.run_folder import read_probes
+    from specbench.measure.results.run_folder import read_probes
 
     probes, msgs = _captured(read_probes, run_dir)
     _skip_warnings(data, msgs, run_dir / "noise_probes.jsonl")
@@ -217,8 +217,8 @@ def _read_probes(run_dir: Path, data: ReportData) -> list[float]:
 
 def _read_drift(run_dir: Path, row: dict, data: ReportData) -> float | None:
     """The shared baseline's drift from baseline_probes.jsonl, else the summary's own value."""
-    from specbench.measure.run_folder import baseline_drift
-    from specbench.measure.schema import RunFiles
+    from specbench.measure.results.run_folder import baseline_drift
+    from specbench.measure.results.schema import RunFiles
 
     try:
         drift, msgs = _captured(baseline_drift, RunFiles(run_dir))
@@ -276,9 +276,9 @@ def _rebuilt_run(run_dir: Path, data: ReportData) -> dict | None:
     Skipped entry when its summary cannot be rebuilt."""
     import pandas as pd
 
-    from specbench.measure.record_checks import summary_problem
-    from specbench.measure.run_folder import rebuild_summary
-    from specbench.measure.schema import RunFiles
+    from specbench.measure.results.record_checks import summary_problem
+    from specbench.measure.results.run_folder import rebuild_summary
+    from specbench.measure.results.schema import RunFiles
 
     records = [] if (run_dir / "summary.json").is_symlink() else _read_examples(run_dir, data)
     if not records:
@@ -352,7 +352,7 @@ def _read_sweeps(files, with_summary: set[Path], data: ReportData) -> None:
             if doc is not None:
                 data.skip(path, "sweep.json has no list of cells")
             continue
-        from specbench.measure.records import read_placements
+        from specbench.measure.results.records import read_placements
 
         data.sweeps.append({**doc, "placement": read_placements(path.parent)})  # where each cell ran (--executor ray)
         for cell in doc["cells"]:

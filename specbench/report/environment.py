@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from specbench.measure.hardware import describe
-from specbench.measure.schema import Manifest
+from specbench.measure.machine.hardware import describe
+from specbench.measure.results.schema import Manifest
 from specbench.report.collect import ReportData
 from specbench.report.values import num
 

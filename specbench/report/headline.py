@@ -7,8 +7,8 @@ what was best.
 
 from __future__ import annotations
 
-from specbench.measure import statistics as st
-from specbench.measure.hardware import describe
+from specbench.measure.machine.hardware import describe
+from specbench.measure.stats import statistics as st
 from specbench.report.collect import ReportData
 from specbench.report.selection import config_text, estimate_text, select_then_confirm
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from specbench.errors import SpecbenchError
 from specbench.report.analysis import perplexity_rows, target_params
 from specbench.report.collect import Skipped, collect
-from specbench.report.figures import make_figures
+from specbench.report.figures.plan import make_figures
 from specbench.report.sections import build_blocks
 from specbench.report.tables import Link, Table
 from specbench.report.values import cell_text

@@ -17,7 +17,7 @@ from specbench.report.analysis import best_gamma_rows, perplexity_rows, quality_
 from specbench.report.claims import UNTESTED, Claim, claims
 from specbench.report.collect import ReportData
 from specbench.report.environment import auto_reasons, environment_lines
-from specbench.report.figure_kit import RenderedFigure
+from specbench.report.figures.kit import RenderedFigure
 from specbench.report.headline import headline
 from specbench.report.run_frame import policy_runs
 from specbench.report.tables import (

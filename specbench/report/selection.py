@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from specbench.measure import statistics as st
+from specbench.measure.stats import statistics as st
 from specbench.report.collect import ReportData
 from specbench.report.values import isnull, num, primary_speedup
 
@@ -52,7 +52,7 @@ def run_records(data: ReportData, row) -> list[dict]:
 
 def unit_logs(data: ReportData, row) -> dict[str, float]:
     """A run's per-unit log throughput ratios (example id, or batch → log ratio), from its records."""
-    from specbench.measure.metric_units import unit_log_ratios
+    from specbench.measure.stats.metric_units import unit_log_ratios
 
     records = run_records(data, row)
     return unit_log_ratios(records) if records else {}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from specbench.measure.metrics import timing_noise
+from specbench.measure.stats.metrics import timing_noise
 from specbench.report.values import num, truthy
 
 DRIFT_CONSEQUENCE = (

@@ -12,25 +12,15 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import reprlib
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specbench.errors import SpecbenchError
 from specbench.tasks import sources as data
+from specbench.tasks.rows import check_unique_ids, example_id
 
 if TYPE_CHECKING:
     from specbench.tasks.specs import TaskSpec
-
-
-_SHORT = reprlib.Repr()
-_SHORT.maxstring, _SHORT.maxother, _SHORT.maxlevel, _SHORT.maxdict, _SHORT.maxlist = 60, 60, 2, 4, 4
-
-
-def short(value: object) -> str:
-    """repr(value) bounded to about a line, whatever the value's size (a message must not hold a whole file)."""
-    return _SHORT.repr(value)
 
 
 @dataclass(frozen=True)
@@ -88,39 +78,6 @@ def check_fields(spec: TaskSpec, row: dict) -> None:
     """Fail early when a mapped field (or the reference) is absent from the data."""
     for data_field in [*spec.fields.values(), *([spec.reference] if spec.reference else [])]:
         get_field(row, data_field, spec.name)
-
-
-def example_id(row: dict, index: int) -> str:
-    """An example's id: the row's 'id' field (text or integer), else its index in the source."""
-    value = row.get("id")
-    return str(value) if isinstance(value, (str, int)) and not isinstance(value, bool) else str(index)
-
-
-def check_unique_ids(rows, source: dict, where: str) -> None:
-    """Refuse two rows with one example id (a resume skips ids already measured: the second would never run, and
-    the run would stay incomplete forever), naming both rows: their lines in a JSONL file, else their numbers."""
-    seen: dict[str, int] = {}
-    for i, row in enumerate(rows):
-        ex_id = example_id(row, i)
-        if ex_id in seen:
-            first, second = _row_places(source, [seen[ex_id], i])
-            raise SpecbenchError(
-                f"{where}: example id {short(ex_id)} is used twice ({first} and {second}); give every row its own id"
-            )
-        seen[ex_id] = i
-
-
-def _row_places(source: dict, indices: list[int]) -> list[str]:
-    """'line N' of each row index in a JSONL source (blank lines are not rows), else 'row N' (from 1)."""
-    path = Path(source.get("path", "")) if source.get("type") == "jsonl" else None
-    if path is not None and path.is_file():
-        try:
-            with path.open(encoding="utf-8") as fh:
-                lines = [n for n, line in enumerate(fh, start=1) if line.strip()]
-            return [f"line {lines[i]}" for i in indices]
-        except (OSError, UnicodeDecodeError, IndexError):
-            pass
-    return [f"row {i + 1}" for i in indices]
 
 
 def make_example(spec: TaskSpec, row: dict, index: int) -> Example:

@@ -15,7 +15,7 @@ committed; it comes from, in this order:
 Rows come out flat for the task machinery: `id` is "<category>:<question_id>" (the export and
 the per-category table read both back from it), `prompt` the first turn, `turns` every user
 turn (the runner asks the later ones with the model's own answers in the conversation:
-measure/turns.py), `reference` the first reference or null.
+measure/run/turns.py), `reference` the first reference or null.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import yaml
 
 from specbench.errors import SpecbenchError
 from specbench.tasks import sources as data
-from specbench.tasks.examples import check_unique_ids, short
+from specbench.tasks.rows import check_unique_ids, short
 
 TASKS_DIR = Path(__file__).parent / "builtin"  # package data: the tasks that ship with specbench
 METRICS = ("bleu", "rouge")

@@ -20,7 +20,7 @@ proposer per row always drafts row by row. The forms:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
@@ -31,8 +31,11 @@ from specbench.decoding.batched.rows import Row
 from specbench.decoding.sampling import processed_probs, sample
 from specbench.errors import SpecbenchError
 
-if TYPE_CHECKING:
-    from specbench.decoding.drafts.model_free import ModelFreeDraft
+
+class RowCopyable(Protocol):
+    """A draft that hands each row of a batch its own copy (drafts/model_free.ModelFreeDraft.row_copy)."""
+
+    def row_copy(self) -> Proposer: ...
 
 
 def common_prefix_length(a: list[int], b: list[int]) -> int:
@@ -144,13 +147,13 @@ class BatchedModelDraft:
 class BatchedHybridDraft:
     """One hybrid for every row: per-row lookup on the host, then one batched model pass for the rest."""
 
-    def __init__(self, lookup: ModelFreeDraft, network: torch.nn.Module, size: int):
+    def __init__(self, lookup: RowCopyable, network: torch.nn.Module, size: int):
         self.lookups = [lookup.row_copy() for _ in range(size)]  # found by row index
         self.model = BatchedModelDraft(network)
 
     def begin(self, rows: list[Row], pad_id: int) -> None:
         for row in rows:
-            self.lookups[row.index].begin(list(row.tokens), row.budget)  # type: ignore[attr-defined]  # a mixin: its subclasses are Proposers
+            self.lookups[row.index].begin(list(row.tokens), row.budget)
         self.model.begin(rows, pad_id)
 
     def select(self, keep: torch.Tensor) -> None:
@@ -160,7 +163,7 @@ class BatchedHybridDraft:
         """Lookup first, row by row (deterministic, q one-hot); the model drafts each row's γ_r − found_r after
         its tokens + found tokens, all rows in one batched pass (rows lookup filled ride along, drafting none)."""
         found = [
-            self.lookups[row.index].propose(row.tokens, g, sampling, row.generator)  # type: ignore[attr-defined]  # a mixin: its subclasses are Proposers
+            self.lookups[row.index].propose(row.tokens, g, sampling, row.generator)
             if g > 0
             else empty_proposal(self.model.lm.device)
             for row, g in zip(rows, gammas)

@@ -8,44 +8,12 @@ batch-1 engine would (clip_at_stop); the engines then drop it from the batch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from specbench.config import SamplingConfig
-from specbench.decoding.autoregressive import clip_at_stop
-from specbench.decoding.base import DecodeResult
+from specbench.decoding.base import DecodeResult, Row
 from specbench.decoding.sampling import next_token
 from specbench.errors import SpecbenchError
-
-
-@dataclass
-class Row:
-    """One example inside a batch."""
-
-    index: int  # its place in the caller's prompt list (results come back in that order)
-    tokens: list[int]  # the decoder sequence: prompt + generated so far
-    budget: int  # max_new_tokens of this row
-    generator: torch.Generator | None  # this row's draws only: rows are independent
-    res: DecodeResult  # token_ids is the generated list, appended as the row advances
-    done: bool = False
-
-    @property
-    def out(self) -> list[int]:
-        return self.res.token_ids
-
-    @property
-    def room(self) -> int:
-        return self.budget - len(self.out)
-
-    def emit(self, new: list[int], eos_ids: frozenset[int]) -> None:
-        """Append new tokens, cut at the first EOS (kept) and at the budget; mark the row done when it stops."""
-        new, stopped = clip_at_stop(new, eos_ids, self.room)
-        self.out.extend(new)
-        self.tokens.extend(new)
-        if stopped:
-            self.res.stop_reason = "eos"
-        self.done = stopped or self.room <= 0
 
 
 def new_rows(

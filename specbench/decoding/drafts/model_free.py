@@ -1,8 +1,8 @@
 """What every draft that runs no network shares (prompt lookup, the frequency laws).
 
-Its Proposer hooks are all trivial (no caches to size, nothing for HF to assist with, nothing to
-time), and it batches the same way: one copy per row proposing on the host (`row_copy` says what
-a copy must not share with the others).
+It has none of the hooks of a draft that runs a network (base.ModelBacked: caches to size, a network for HF to
+assist with, forwards to time), and it batches the same way: one copy per row proposing on the host (`row_copy` says
+what a copy must not share with the others).
 """
 
 from __future__ import annotations
@@ -16,29 +16,15 @@ from specbench.decoding.batched.drafts import PerRowDrafts
 
 if TYPE_CHECKING:
     from specbench.decoding.base import BatchProposer
-    from specbench.decoding.cached_model import CachedModel
-    from specbench.decoding.timing import Clock
 
 
 D = TypeVar("D", bound="ModelFreeDraft")
 
 
 class ModelFreeDraft:
-    """The Proposer hooks of a draft that runs no network (prompt lookup, the frequency laws)."""
+    """What a draft that runs no network shares (prompt lookup, the frequency laws): is_model False, batching."""
 
     is_model = False
-
-    def model_caches(self) -> list[CachedModel]:
-        return []
-
-    def hf_assistant(self) -> torch.nn.Module | None:
-        return None
-
-    def set_timer(self, clock: Clock | None) -> None:
-        """Nothing to profile: a model-free draft's whole cost is the draft time the engine measures."""
-
-    def lookup_history(self) -> list[int] | None:
-        return None
 
     def row_copy(self: D) -> D:
         """A copy for one row of a batch: a shallow copy (fitted tables shared read-only; begin() rebinds the

@@ -1,0 +1,25 @@
+"""The machine's state: which hardware measured a figure, whether it was quiet (noise and contention alarms),
+and what memory a run peaked at.
+
+The names below load their module on first use (PEP 562), so importing this face for one name costs no
+torch import."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from specbench.measure.machine.hardware import describe
+
+FACE = {
+    "describe": "hardware",
+}  # public name → the module of this package that defines it
+
+__all__ = ["describe"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in FACE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{FACE[name]}"), name)
