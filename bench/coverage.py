@@ -15,6 +15,7 @@ The promises: "holds" at most 5 % of the time when the true ratio lies outside 1
   .venv/bin/python bench/coverage.py /tmp/F_cov/*/            # coverage of every run folder given
   .venv/bin/python bench/coverage.py --populations bench/data/coverage_populations_2026-12-02.json  # recorded
   .venv/bin/python bench/coverage.py --simulate               # the verdict table
+  .venv/bin/python bench/coverage.py --ratio-of-sums --draws 400 --reps 100   # secondary ratios, measures_disagree
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from specbench.measure.stats import statistics as st
+from specbench.measure.stats.agreement import measures_disagree
 
 SIZES = (10, 20, 50)
 SIM_SIZES = (4, 10, 20, 50)
@@ -118,8 +120,72 @@ def verdict_rates(
     for _ in range(reps):
         a, b = simulated_cells(n, ratio, rng, noise_sd=noise_sd)
         comp = st.compare(b, a, "b vs a")
-        counts[st.consistency([comp], margin, min_n).outcome] += 1
+        counts[st.consistency([comp], margin, min_n, plan_alpha=None).outcome] += 1  # the verdict only: no re-run plan
     return {"ratio": ratio, "n": n, "reps": reps, **{k: v / reps for k, v in counts.items()}}
+
+
+# --------------------------------------------------------------------------- the secondary ratios (issue 40)
+
+
+def timed_units(n: int, rng, length_effect: float = 0.0, sd: float = 0.35, heavy: float = 0.3):
+    """n simulated units as (spec tokens, spec s, base tokens, base s): lengths 16–256 tokens, baseline throughput
+    log-normal (σ 0.2), a per-example log speedup 0.45 + sd·normal + heavy·0.3·t(3) (clipped at ±4) and, with
+    length_effect, that many log units per standard deviation of log length (< 0: long examples gain less, so the
+    ratio of sums, weighted toward long examples, falls below the geometric mean)."""
+    tok = rng.integers(16, 257, n).astype(float)
+    z = (np.log(tok) - np.log(tok).mean()) / np.log(tok).std()
+    log_r = 0.45 + length_effect * z + sd * rng.standard_normal(n) + heavy * 0.3 * np.clip(rng.standard_t(3, n), -4, 4)
+    base_tps = np.exp(rng.normal(math.log(20), 0.2, n))
+    spec_tok = tok * np.exp(rng.normal(0, 0.1, n))
+    return spec_tok, spec_tok / (base_tps * np.exp(log_r)), tok, tok / base_tps
+
+
+def ratio_of_sums_coverage(n: int, draws: int = 400, seed: int = 0, population: int = 4000, halve: bool = False):
+    """Coverage of the ratio of sums' nominal 95 % intervals (statistics.ratio_of_sums: t on the log with the delta
+    method's standard error; BCa and percentile bootstraps beside it) over n-unit samples drawn from a simulated
+    population (timed_units), against the population's own ratio of sums. halve: the t interval at half its width, a
+    negative control that must under-cover."""
+    rng = np.random.default_rng(seed)
+    pop = timed_units(population, rng)
+    truth = float(st.log_ratio_of_sums(*pop))
+    hits = {"t": 0, "BCa": 0, "percentile": 0}
+    for d in range(draws):
+        idx = rng.integers(0, population, n)
+        cols = tuple(c[idx] for c in pop)
+        if halve:
+            value = float(st.log_ratio_of_sums(*cols))
+            lo, hi = st.linearized_t(value, st.ratio_of_sums_influence(*cols) / 2)
+            hits["t"] += lo <= truth <= hi
+            continue
+        est = st.ratio_of_sums(*cols)
+        hits["t"] += math.log(est.low) <= truth <= math.log(est.high)
+        for method in ("BCa", "percentile"):
+            lo, hi, _ = st.bootstrap_interval(cols, st.log_ratio_of_sums, 0.95, resamples=999, seed=d, method=method)
+            hits[method] += lo <= truth <= hi
+    return {"n": n, "draws": draws, **{m: v / draws for m, v in hits.items()}}
+
+
+def disagreement_rates(length_effect: float, n: int = 40, reps: int = 100, seed: int = 0, sd: float = 0.3) -> dict:
+    """How often the geometric mean and the per-token speedup are flagged apart: by agreement.measures_disagree (a
+    paired test on the same examples, Holm over the pairs) and by the older rule (their 95 % intervals do not
+    overlap); plus how often any pair is flagged."""
+    rng = np.random.default_rng(seed)
+    paired = overlap = any_pair = 0
+    for _ in range(reps):
+        cols = timed_units(n, rng, length_effect, sd, heavy=0.0)
+        flagged = measures_disagree(cols)
+        any_pair += bool(flagged)
+        paired += any({f["a"], f["b"]} == {"geometric mean", "per-token speedup"} for f in flagged)
+        logs = np.log((cols[0] / cols[1]) / (cols[2] / cols[3]))
+        overlap += st.disjoint(st.geometric_mean(logs), st.ratio_of_sums(*cols))
+    return {
+        "length_effect": length_effect,
+        "n": n,
+        "reps": reps,
+        "paired": paired / reps,
+        "overlap": overlap / reps,
+        "any": any_pair / reps,
+    }
 
 
 # --------------------------------------------------------------------------- the command
@@ -135,7 +201,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--simulate", action="store_true", help="the verdict simulation instead")
     parser.add_argument("--reps", type=int, default=400, help="simulated pairs of cells per row (simulation)")
     parser.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    parser.add_argument(
+        "--ratio-of-sums", action="store_true", help="the secondary ratios' intervals and measures_disagree instead"
+    )
     args = parser.parse_args(argv)
+    if args.ratio_of_sums:
+        rows = [ratio_of_sums_coverage(n, args.draws, seed=n) for n in SIZES]
+        rows += [disagreement_rates(e, reps=args.reps, seed=k) for k, e in enumerate((0.0, -0.2))]
+        print(json.dumps(rows, indent=1))
+        return 0
     if args.simulate:
         rows = [verdict_rates(r, n, args.reps, seed=k) for k, (r, n) in enumerate(_grid())]
         print(json.dumps(rows) if args.json else simulation_table(rows))

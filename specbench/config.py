@@ -52,6 +52,7 @@ LATER_DEFAULTS = {
     "max_memory": None,
     "prompt_length": "all",
     "threads": 0,
+    "bit_exact": False,
 }  # fields added after results existed → their defaults
 
 
@@ -161,6 +162,16 @@ def check_batch_options(config: RunConfig) -> None:
         )
     if config.exact_shapes:
         raise SpecbenchError("--exact-shapes pads single-sequence passes; it does not apply to --batch-size > 1")
+    if config.draft.proposes_trees:
+        raise SpecbenchError(
+            f"--draft {config.draft.text} proposes token trees, which the batched engine does not verify; "
+            "use --batch-size 1"
+        )
+    if config.bit_exact:
+        raise SpecbenchError(
+            "--bit-exact splits single-sequence verify passes into one-token steps; it does not apply to "
+            "--batch-size > 1 (use --batch-size 1)"
+        )
     if config.draft_confidence:
         raise SpecbenchError(
             "--draft-confidence stops one sequence's proposal early; the batched engine drafts γ for "
@@ -215,6 +226,11 @@ class LoadSpec:
 
     def validate(self) -> LoadSpec:
         """Each value on its own; what an engine rules out (llama.cpp's own placement) is its rules (engines/)."""
+        if not isinstance(self.target, str) or not self.target.strip():
+            raise SpecbenchError(
+                f"--target {self.target!r} is empty; pass a preset (`specbench list models`), a model folder, "
+                f"a .gguf file or a hub id"
+            )
         if self.device not in DEVICES:
             raise SpecbenchError(f"--device must be one of {', '.join(DEVICES)} (got {self.device!r})")
         if self.dtype not in DTYPES + (AUTO,):
@@ -231,7 +247,7 @@ LOAD_KEYS = tuple(f.name for f in dataclasses.fields(LoadSpec))  # written flat 
 CONFIG_KEYS = tuple(
     "target draft task gamma sampling limit seed max_new_tokens device dtype engine trust_remote_code backend "
     "draft_confidence gamma_max repeats exact_shapes device_map max_memory batch_size batch_policy prompt_length "
-    "threads".split()
+    "threads bit_exact".split()
 )
 
 
@@ -289,6 +305,9 @@ class RunConfig:
     prompt_length: str = (
         "all"  # all examples, or the short / medium / long tertile of prompt tokens (measure/run/buckets.py)
     )
+    # every verify pass of the speculative arm as one-token passes (the baseline's decoding step): greedy identity
+    # is then exact in any dtype, and any divergence is a bug (decoding/stepwise.py; not a speed measurement)
+    bit_exact: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.load, str):  # a bare target (tests, the bench): every other load setting at its default
@@ -313,6 +332,11 @@ class RunConfig:
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
             raise SpecbenchError(f"--max-new-tokens must be >= 1 (got {self.max_new_tokens})")
         self.load.validate()
+        if self.bit_exact and self.exact_shapes:
+            raise SpecbenchError(
+                "--bit-exact and --exact-shapes are two exactness modes; pass one (--bit-exact is the exact one: "
+                "one-token verify passes; --exact-shapes pads every pass to γ+1 tokens)"
+            )
         check_batch_options(self)
         check_prompt_length(self.prompt_length)
         if not 0.0 <= self.draft_confidence < 1.0:

@@ -27,16 +27,20 @@ from specbench.errors import SpecbenchError
 DISK_ERRNOS = {errno.ENOSPC: "no space left", errno.EDQUOT: "disk quota exceeded", errno.EROFS: "read-only file system"}
 
 
+DISK_FIXES = {errno.ENOSPC: "free space there", errno.EDQUOT: "free some of your quota there"}
+ELSEWHERE = "pass another --results-dir"  # what the results folder's writes say; `export` names its --out instead
+
+
 def disk_error(exc: OSError, path: Path) -> SpecbenchError:
-    """One line naming the file, the disk problem and the fix, for an OSError raised while writing `path`."""
+    """One line naming the file, the disk problem and the fix, for an OSError raised while writing `path` (a
+    read-only disk is not told to free space: issue 41)."""
     reason = DISK_ERRNOS.get(exc.errno or 0)
     if reason:
-        return SpecbenchError(
-            f"cannot write {path}: {reason} on the disk that holds it; free space there or pass another --results-dir"
-        )
-    return SpecbenchError(
-        f"cannot write {path}: {exc.strerror or exc}; check the folder's permissions or pass another --results-dir"
-    )
+        fix = DISK_FIXES.get(exc.errno or 0, "nothing can be written there")
+        return SpecbenchError(f"cannot write {path}: {reason} on the disk that holds it; {fix} or {ELSEWHERE}")
+    if exc.errno == errno.ENOENT:
+        return SpecbenchError(f"cannot write {path}: the folder {path.parent} does not exist; create it or {ELSEWHERE}")
+    return SpecbenchError(f"cannot write {path}: {exc.strerror or exc}; check the folder's permissions or {ELSEWHERE}")
 
 
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # Linux and macOS; elsewhere a link is refused by the check below

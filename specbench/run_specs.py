@@ -12,6 +12,9 @@ splitting the string itself, so the grammar below lives here only:
                                         copy from the context: the most recent match (specbench's
                                         default) or the leftmost (HF's); n-grams from max_ngram down
                                         to min_ngram (vLLM's prompt_lookup_max/min; default 3 and 1)
+  tree-lookup[:max_ngram=<n>,min_ngram=<n>,branches=<n>,nodes=<n>]
+                                        every match's continuation as a branch of one token tree: up to
+                                        `branches` distinct ones (default 4), at most `nodes` nodes (default 7)
   unigram[:k=<number>]                  add-k unigram law
   bigram[:k=<number>,backoff=<number>]  unigram-backed bigram law
   lookup+<model spec>                   prompt lookup, the model where it falls short (alias hybrid:<model spec>)
@@ -26,12 +29,14 @@ from dataclasses import dataclass
 
 from specbench.errors import SpecbenchError
 
-MODEL_FREE_KINDS = ("prompt-lookup", "unigram", "bigram")  # kinds that run no network
+MODEL_FREE_KINDS = ("prompt-lookup", "tree-lookup", "unigram", "bigram")  # kinds that run no network
 FREQUENCY_OPTIONS = {"unigram": ("k",), "bigram": ("k", "backoff")}  # option names each frequency law takes
 HYBRID_PREFIXES = ("lookup+", "hybrid:")  # `lookup+<model spec>` (canonical) or `hybrid:<model spec>`
 LOOKUP_RULES = ("recent", "hf")  # which earlier match prompt lookup copies from: the most recent, or HF's leftmost
 LOOKUP_OPTIONS = ("rule", "max_ngram", "min_ngram")
 LOOKUP_HELP = "rule=recent|hf, max_ngram=<n>, min_ngram=<n>"
+TREE_LOOKUP_OPTIONS = ("max_ngram", "min_ngram", "branches", "nodes")  # tree-lookup's (integers >= 1)
+TREE_LOOKUP_HELP = "max_ngram=<n>, min_ngram=<n>, branches=<n>, nodes=<n>"
 AUTO_DRAFT = "auto"  # --draft auto: no draft yet, chosen before timing (its kind is "auto")
 
 
@@ -40,7 +45,7 @@ class DraftSpec:
     """What one --draft value asks for."""
 
     text: str  # the spec as given (the proposer's name, the run id's stem)
-    kind: str  # "prompt-lookup" | "unigram" | "bigram" | "hybrid" | "model" | "auto"
+    kind: str  # "prompt-lookup" | "tree-lookup" | "unigram" | "bigram" | "hybrid" | "model" | "auto"
     options: tuple[
         tuple[str, float | int | str], ...
     ] = ()  # a frequency law's or prompt lookup's options, e.g. (("k", 0.01),)
@@ -61,8 +66,14 @@ class DraftSpec:
 
     @property
     def model_free(self) -> bool:
-        """True for prompt lookup and the frequency laws: no network, no confidence to check."""
+        """True for prompt lookup (chain or tree) and the frequency laws: no network, no confidence to check."""
         return self.kind in MODEL_FREE_KINDS
+
+    @property
+    def proposes_trees(self) -> bool:
+        """True for a draft whose proposals can be token trees (decoding/tree.py): batches and engines without a
+        tree pass refuse it."""
+        return self.kind == "tree-lookup"
 
     @property
     def fits_corpus(self) -> bool:
@@ -104,6 +115,21 @@ def parse_lookup_options(text: str, rest: str) -> tuple[tuple[str, int | str], .
     return tuple(options.items())
 
 
+def parse_tree_lookup_options(text: str, rest: str) -> tuple[tuple[str, int], ...]:
+    """'branches=2,nodes=15' (after 'tree-lookup:') → (('branches', 2), ('nodes', 15)); one-line errors."""
+    options: dict[str, int] = {}
+    for item in filter(None, (s.strip() for s in rest.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq or key not in TREE_LOOKUP_OPTIONS:
+            raise SpecbenchError(f"bad --draft option {item!r} in {text!r}; tree-lookup takes {TREE_LOOKUP_HELP}")
+        if not (value.isdigit() and int(value) >= 1):
+            raise SpecbenchError(f"--draft {text!r}: {key} must be an integer >= 1 (got {value!r})")
+        options[key] = int(value)
+    if options.get("min_ngram", 1) > options.get("max_ngram", 3):
+        raise SpecbenchError(f"--draft {text!r}: min_ngram is above max_ngram (default 3); lower it")
+    return tuple(options.items())
+
+
 def hybrid_model(text: str) -> str | None:
     """'lookup+<model spec>' or 'hybrid:<model spec>' → '<model spec>'; None for any other spec."""
     for prefix in HYBRID_PREFIXES:
@@ -124,10 +150,18 @@ def parse_draft(text: DraftSpec | str) -> DraftSpec:
         return DraftSpec(text, name, options=parse_frequency_options(text, name, rest))
     if name == "prompt-lookup":
         return DraftSpec(text, "prompt-lookup", options=parse_lookup_options(text, rest))
+    if name == "tree-lookup":
+        return DraftSpec(text, "tree-lookup", options=parse_tree_lookup_options(text, rest))
+    if name in MODEL_FREE_KINDS:  # a model-free kind with no options of its own (docs/extending.md's example)
+        if colon:
+            raise SpecbenchError(f"--draft {text!r}: {name} takes no options; use --draft {name}")
+        return DraftSpec(text, name)
     inner = hybrid_model(text)
     if inner is None:
         if not text:
-            raise SpecbenchError("--draft is empty; use prompt-lookup, unigram, bigram, lookup+<model> or a model")
+            raise SpecbenchError(
+                "--draft is empty; use prompt-lookup, tree-lookup, unigram, bigram, lookup+<model> or a model"
+            )
         return DraftSpec(text, "model", model=text)
     if not inner or hybrid_model(inner) is not None or inner.partition(":")[0] in MODEL_FREE_KINDS:
         raise SpecbenchError(

@@ -233,6 +233,7 @@ def make_run(
                 "schema_version": 1,
                 "run_id": run_id,
                 "config": config,
+                "max_new_tokens": 20,
                 "task": {"name": task, "n_examples": N_EXAMPLES},
                 "models": {"target": {"spec": target, "params": 1000, "dtype": "torch.float32", "device": "cpu"}},
                 "hardware": {"cpu_count": 2},
@@ -289,7 +290,44 @@ def varied_run(
         if flag:
             row["speculative"]["repeat_s"] = [1.0, 3.0]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["task"]["n_examples"] = len(spread)  # the records' count, as a run's manifest plans it
+    (run / "manifest.json").write_text(json.dumps(manifest))
     summary = json.loads((run / "summary.json").read_text())
+    summary.update(json_safe(summarize(rows, kw.get("gamma", 2), kw.get("temperature", 0.0) == 0.0)))  # its records'
     summary.update(summary_extra or {}, n_examples=len(spread))
     (run / "summary.json").write_text(json.dumps(summary))
     return run
+
+
+# --- a bf16-sensitive pair (test_numerics, test_bit_exact) ---
+
+
+def wide_llama(seed: int, hidden: int = 128) -> LlamaForCausalLM:
+    """Wide enough (128) that bf16 matmuls of 1 and γ+1 rows round differently: the 32-wide test models
+    never diverge in bf16, so they could not exercise the classifier."""
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=512,
+        hidden_size=hidden,
+        intermediate_size=4 * hidden,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        bos_token_id=1,
+        eos_token_id=2,
+        tie_word_embeddings=False,
+    )
+    return LlamaForCausalLM(cfg).eval()
+
+
+def noisy_pair(dtype: torch.dtype, noise: float = 0.1):
+    """A target and a draft that is the target plus weight noise: agreements and near-ties both happen."""
+    target = wide_llama(0).to(dtype)
+    draft = wide_llama(0)
+    torch.manual_seed(7)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(noise * torch.randn_like(p) * p.abs().mean())
+    return target, draft.to(dtype)

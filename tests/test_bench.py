@@ -11,6 +11,7 @@ from helpers import CORPUS, save_tiny
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 import gpu  # noqa: E402
+import hostile  # noqa: E402
 
 
 def test_gpu_script_runs_on_cpu_and_says_what_it_skipped(tmp_path, capsys):
@@ -96,3 +97,11 @@ def test_bench_auto_cross_fits_the_grids_best_cell_so_a_tie_reads_as_a_tie():
     assert abs(fit["ratio"] - 1.0) < 0.06 and fit["ci95"][0] < 1.0 < fit["ci95"][1]
     slower = bench.cross_fit({k: v - math.log(1.25) for k, v in run(0.0).items()}, cells)
     assert abs(slower["ratio"] - 0.8) < 0.06 and slower["ci95"][1] < 0.95
+
+
+def test_the_hostile_battery_prints_its_counts(capsys):
+    """bench/hostile.py (issue 41) on one planted defect through every output, and one bad command line."""
+    counts = hostile.main(["--only", "export: a duplicated record"])
+    assert counts["cases"] == 1 and counts["failing"] == [], counts
+    assert "cases 1: wrong-but-plausible 0, tracebacks 0, wrong exit codes 0" in capsys.readouterr().out
+    assert hostile.main(["--only=--gpus-per-cell"])["cases"] == 1

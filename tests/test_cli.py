@@ -291,7 +291,7 @@ def test_verify_bad_gamma_is_a_one_line_error(models_dir, task_file, tmp_path):
             str(tmp_path),
         ],
     )
-    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.exit_code == 2 and "Traceback" not in result.output  # a bad option value (issue 41)
 
 
 def test_a_failed_run_leaves_no_folder(models_dir, task_file, tmp_path):

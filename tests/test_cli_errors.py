@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+import specbench.engines.torch.session as torch_session
 from specbench.cli import app
 from specbench.errors import SpecbenchError
 
@@ -62,6 +63,37 @@ def test_usage_errors_are_one_line_and_exit_2(args, words):
     assert words in line
     if "must be" not in words:  # click's errors point at the help that shows the fix
         assert line.endswith(" --help")
+
+
+RUN = ("run", "--target", "t", "--draft", "prompt-lookup", "--task", "t.jsonl")
+SWEEP = ("sweep", "--target", "t", "--draft", "prompt-lookup", "--task", "t.jsonl", "--gamma", "1")
+DISTILL = ("distill", "--target", "t", "--out", "d")
+OPTION_VALUE_ERRORS = [  # issue 41: each was exit 1, as if the command had started and failed
+    ([*RUN, "--run-id", "../escape"], "--run-id '../escape' must be a folder name"),
+    ([*RUN, "--run-id", "/abs"], "--run-id '/abs' must be a folder name"),
+    ([*RUN, "--run-id", ".."], "--run-id '..' must be a folder name"),
+    ([*RUN, "--run-id", ""], "--run-id '' must be a folder name"),
+    ([*RUN, "--run-id", "a" * 300], "must be a folder name of letters, digits"),
+    ([*SWEEP, "--sweep-id", "../x"], "--sweep-id '../x' must be a folder name"),
+    (["verify", "--n-samples", "0"], "--n-samples must be >= 1"),
+    (["verify", "--alt-tv", "nan"], "--alt-tv must lie in (0, 1] (got nan)"),
+    (["verify", "--length", "0"], "--length must be >= 2"),
+    (["verify", "--gamma", "1,,3"], "--gamma: empty value in '1,,3'; write a comma-separated list"),
+    ([*DISTILL, "--preset", "bogus"], "unknown distill preset 'bogus'; use one of"),
+    ([*DISTILL, "--steps", "-1"], "--steps must be >= 1 (got -1)"),
+    ([*DISTILL, "--max-session-steps", "0"], "--max-session-steps must be >= 1 (got 0)"),
+    ([*RUN, "--limit", "1", "--batch-size", "5"], "--batch-size 5 is more than the 1 examples"),
+    ([*SWEEP, "--gpus-per-cell", "-1"], "--gpus-per-cell must be >= 0"),
+    (["run", "--target", "", "--draft", "prompt-lookup"], "--target '' is empty; pass a preset"),
+]
+
+
+@pytest.mark.parametrize("args,words", OPTION_VALUE_ERRORS, ids=[" ".join(a)[:60] for a, _ in OPTION_VALUE_ERRORS])
+def test_a_bad_option_value_exits_2_naming_the_option_and_the_fix(args, words, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    line = one_line_error(*args, code=2)
+    assert words in line
+    assert list(tmp_path.iterdir()) == []  # refused before anything was written
 
 
 @pytest.mark.parametrize("args", [["--help"], ["run", "--help"], ["list", "--help"], [], ["list"]])
@@ -128,7 +160,16 @@ def test_a_python_warning_during_a_command_is_one_line(monkeypatch):
 
 def test_verify_bad_sizes_fail_before_the_folder_is_made(tmp_path):
     line = one_line_error(
-        "verify", "--target", "t", "--draft", "d", "--n-samples", "0", "--results-dir", str(tmp_path / "v")
+        "verify",
+        "--target",
+        "t",
+        "--draft",
+        "d",
+        "--n-samples",
+        "0",
+        "--results-dir",
+        str(tmp_path / "v"),
+        code=2,
     )
     assert "--n-samples must be >= 1" in line
     assert not (tmp_path / "v").exists()
@@ -137,7 +178,16 @@ def test_verify_bad_sizes_fail_before_the_folder_is_made(tmp_path):
 def test_verify_length_1_is_refused_before_sampling(tmp_path):
     """--length 1 sampled for a minute, then raised UnboundLocalError: the sequence tests compare ℓ ≥ 2 tokens."""
     line = one_line_error(
-        "verify", "--target", "t", "--draft", "d", "--length", "1", "--results-dir", str(tmp_path / "v")
+        "verify",
+        "--target",
+        "t",
+        "--draft",
+        "d",
+        "--length",
+        "1",
+        "--results-dir",
+        str(tmp_path / "v"),
+        code=2,
     )
     assert "--length must be >= 2" in line
     assert not (tmp_path / "v").exists()
@@ -166,6 +216,7 @@ def test_sweep_with_an_escaping_id_prints_only_the_error(tmp_path, task_file):
         str(results),
         "--sweep-id",
         "../x",
+        code=2,
     )
     assert "--sweep-id" in line
     assert not (tmp_path / "x").exists()
@@ -290,9 +341,10 @@ def test_help_listing_and_bad_options_start_without_torch(args):
 
 
 def test_a_missing_draft_fails_before_the_target_loads(tmp_path, task_file, monkeypatch):
-    import specbench.measure.run.planning as planning
 
-    monkeypatch.setattr(planning, "Session", lambda *a, **k: pytest.fail("loaded the target before checking the draft"))
+    monkeypatch.setattr(
+        torch_session, "TorchSession", lambda *a, **k: pytest.fail("loaded the target before checking the draft")
+    )
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     target = tmp_path / "target"
     target.mkdir()

@@ -9,6 +9,7 @@ import pytest
 from helpers import run_args, save_tiny
 from typer.testing import CliRunner
 
+import specbench.engines.torch.session as torch_session
 from specbench.cli import app
 from specbench.config import (
     MAX_GAMMA,
@@ -115,7 +116,8 @@ def one_line_error(args, cwd=None, monkeypatch=None, code: int = 1) -> str:
 def test_bad_run_ids_are_refused_and_write_nothing(models_dir, task_file, tmp_path, monkeypatch, run_id):
     run_id = str(tmp_path / "abs-run") if run_id == "/ABS" else run_id
     before = tree(tmp_path)
-    text = one_line_error(run_args(models_dir, task_file, tmp_path, "--run-id", run_id), tmp_path, monkeypatch)
+    args = run_args(models_dir, task_file, tmp_path, "--run-id", run_id)
+    text = one_line_error(args, tmp_path, monkeypatch, code=2)  # a bad option value (issue 41)
     assert "--run-id" in text and "folder name" in text
     assert tree(tmp_path) == before  # not even --results-dir: the id is checked first
 
@@ -148,7 +150,7 @@ def test_bad_sweep_ids_are_refused_and_write_nothing(task_file, tmp_path, monkey
             sweep_id,
         ],
     )
-    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.exit_code == 2 and "Traceback" not in result.output  # a bad option value (issue 41)
     assert result.output.strip().splitlines()[-1].startswith("error: --sweep-id")
     assert tree(tmp_path) == before
 
@@ -160,9 +162,10 @@ def test_gamma_far_too_large_is_one_line(models_dir, task_file, tmp_path):
 
 
 def test_gamma_above_the_token_budget_is_refused_before_models_load(models_dir, task_file, tmp_path, monkeypatch):
-    import specbench.measure.run.planning as planning
 
-    monkeypatch.setattr(planning, "Session", lambda *a, **k: pytest.fail("models loaded before γ was checked"))
+    monkeypatch.setattr(
+        torch_session, "TorchSession", lambda *a, **k: pytest.fail("models loaded before γ was checked")
+    )
     text = one_line_error(run_args(models_dir, task_file, tmp_path, "--gamma", "13"))  # run_args: 12 new tokens
     assert "--gamma 13 is more than the 12 new tokens" in text
     assert not (tmp_path / "res").exists()

@@ -286,9 +286,9 @@ def test_bad_inputs_are_one_line_errors(target, task_file, tmp_path):
     r = invoke(*base, "--out", str(tmp_path / "a"), "--resume")
     assert r.exit_code == 1 and "no checkpoint" in r.output
     r = invoke(*base, "--out", str(tmp_path / "a"), "--preset", "huge")
-    assert r.exit_code == 1 and "unknown distill preset" in r.output
+    assert r.exit_code == 2 and "unknown distill preset" in r.output  # a bad option value: a usage error
     r = invoke(*base, "--out", str(tmp_path / "a"), "--steps", "0")
-    assert r.exit_code == 1 and "--steps" in r.output
+    assert r.exit_code == 2 and "--steps" in r.output
     assert invoke(*base, "--out", str(tmp_path / "b"), "--steps", "3").exit_code == 0
     r = invoke(*base, "--out", str(tmp_path / "b"), "--steps", "3", "--seed", "1")
     assert r.exit_code == 1 and "other settings" in r.output

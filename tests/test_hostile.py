@@ -70,7 +70,7 @@ def test_distill_refuses_a_folder_with_other_files(tmp_path):
 
 def test_distill_refuses_an_empty_out(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    line = one_line_error(invoke(*DISTILL, "--out", ""))
+    line = one_line_error(invoke(*DISTILL, "--out", ""), code=2)  # a bad option value: a usage error
     assert "--out is empty" in line
     assert list(tmp_path.iterdir()) == []  # nothing written into the current folder
 
@@ -660,7 +660,44 @@ def test_a_symlinked_summary_is_not_read_but_named(tmp_path):
     (run / "summary.json").unlink()
     (run / "summary.json").symlink_to(outside)
     rows, notes = scan_runs([tmp_path / "R"])
-    assert rows == [] and notes == []
-    assert unsummarized_runs([tmp_path / "R"]) == [
-        f"{run}: skipped, its summary.json is a symbolic link (not followed out of a results folder)"
+    assert rows == [] and notes == [
+        f"{run / 'summary.json'}: a symbolic link (not followed out of a results folder); the run is left out"
     ]
+    assert unsummarized_runs([tmp_path / "R"]) == []  # left out, not taken for a run killed before its summary
+
+
+# --------------------------------------------------------------------------- 15. a huge prompt (issue 41 defect 7)
+
+
+def test_a_prompt_too_long_for_any_tokenization_is_refused_before_it_is_tokenized(tiny_models):
+    """A 100 MB prompt peaked at 12.9 GB and 104 s before the context check: the prompt's characters are bounded
+    first, by the context length times the longest token of the vocabulary."""
+    from types import SimpleNamespace
+
+    from specbench.measure.run.arms import longest_token_chars, prepare_examples
+    from specbench.models.loading import load_tokenizer
+    from specbench.tasks.examples import Example
+
+    tokenizer = load_tokenizer(tiny_models["target"])
+    chars = longest_token_chars(tokenizer)
+    assert 0 < chars < 64  # the tiny vocabulary's longest word
+    calls = []
+
+    class Counting:  # the real tokenizer, counting the prompts it tokenizes
+        def __call__(self, text, **kw):
+            calls.append(len(text))
+            return tokenizer(text, **kw)
+
+        def __getattr__(self, name):
+            return getattr(tokenizer, name)
+
+    target = SimpleNamespace(max_positions=256, tokenizer=Counting())
+    task = SimpleNamespace(chat_template=False, name="t")
+    huge = Example("big", "the cat " * ((256 * chars) // 8 + 1), None)
+    with pytest.raises(
+        SpecbenchError, match=r"example 'big': a prompt of [\d,]+ characters cannot fit the context of 256"
+    ):
+        prepare_examples(task, [huge], target, 6)
+    assert calls == []  # refused before the tokenizer saw it
+    fits = Example("ok", "the cat sat", None)
+    assert len(prepare_examples(task, [fits], target, 6)) == 1 and calls  # a short prompt is tokenized as before

@@ -133,3 +133,40 @@ def test_a_conversion_another_venv_finished_meanwhile_is_used(tmp_path, conversi
     monkeypatch.setattr(gguf, "_convert_into", racing)
     assert gguf.convert_gguf(path) == out and gguf.conversion_problem(out) is None
     assert [p.name for p in out.parent.iterdir()] == [out.name]  # our own copy was discarded
+
+
+def overwrite_keeping_mtime(path: Path, offset: int, data: bytes) -> None:
+    """Bytes replaced in place, then the file's recorded mtime set back: size and mtime say nothing changed."""
+    st = path.stat()
+    with open(path, "r+b") as fh:
+        fh.seek(offset)
+        fh.write(data)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_mtime_ns == st.st_mtime_ns and path.stat().st_size == st.st_size
+
+
+def test_weights_damaged_with_their_mtime_restored_are_caught_by_the_next_process(conversions, monkeypatch):
+    """Issue 41 defect 2: 25 KB overwritten inside the cached model.safetensors, its mtime restored, ran with α 1.000
+    (the model emitting token 0): size and mtime are no proof, so each process hashes each file once."""
+    folder = gguf.convert_gguf(a_gguf(Path(os.environ["SPECBENCH_CACHE"]).parent / "pkg"))
+    weights = folder / "model.safetensors"
+    overwrite_keeping_mtime(weights, weights.stat().st_size // 2, b"\x7f" * 25_000)
+    monkeypatch.setattr(gguf, "_HASHED_HERE", {}, raising=False)  # a new process: it has hashed nothing yet
+    assert "model.safetensors changed since conversion" in gguf.conversion_problem(folder)
+    hashes = []
+    monkeypatch.setattr(gguf, "file_sha256", lambda p: hashes.append(p) or hashlib.sha256(p.read_bytes()).hexdigest())
+    gguf.conversion_problem(folder)
+    assert weights not in hashes  # within one process a file is hashed once, while its size and mtime stay
+
+
+def test_a_pinned_file_damaged_with_its_mtime_restored_fails_its_pin_in_the_next_process(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECBENCH_CACHE", str(tmp_path / "cache"))
+    path = a_gguf(tmp_path / "pkg", data=b"GGUF weights " * 100)
+    pin = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert gguf.check_pinned(path, pin, fix="setup") == path  # hashed and stamped
+    overwrite_keeping_mtime(path, 40, b"\x00" * 20)
+    monkeypatch.setattr(gguf, "_HASHED_HERE", {}, raising=False)
+    assert gguf.is_verified(path, pin)  # the stamp alone would still vouch for it
+    with pytest.raises(SpecbenchError, match="damaged or not the pinned release"):
+        gguf.check_pinned(path, pin, fix="setup")
+    assert gguf.gguf_digest(path) != pin  # the conversion's cache key follows the bytes, not the stamp

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from helpers import noisy_pair
 
 import specbench.decoding.speculative as speculative_module
 from specbench.config import SamplingConfig
@@ -42,34 +42,7 @@ MAX_NEW = 32
 PROMPTS = [[5 + 7 * i + j * (i + 3) % 400 for j in range(12)] for i in range(12)]
 
 
-def wide_llama(seed: int, hidden: int = 128) -> LlamaForCausalLM:
-    """Wide enough (128) that bf16 matmuls of 1 and γ+1 rows round differently: the 32-wide test models
-    never diverge in bf16, so they could not exercise the classifier."""
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(
-        vocab_size=512,
-        hidden_size=hidden,
-        intermediate_size=4 * hidden,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        bos_token_id=1,
-        eos_token_id=2,
-        tie_word_embeddings=False,
-    )
-    return LlamaForCausalLM(cfg).eval()
-
-
-def pair(dtype: torch.dtype, noise: float = 0.1):
-    """A target and a draft that is the target plus weight noise: agreements and near-ties both happen."""
-    target = wide_llama(0).to(dtype)
-    draft = wide_llama(0)
-    torch.manual_seed(7)
-    with torch.no_grad():
-        for p in draft.parameters():
-            p.add_(noise * torch.randn_like(p) * p.abs().mean())
-    return target, draft.to(dtype)
+pair = noisy_pair  # the bf16-sensitive pair (helpers.py), shared with test_bit_exact
 
 
 def run(target, draft, prompt, pad_to: int = 1):

@@ -174,12 +174,14 @@ def test_pairs_and_prompt_length_buckets_under_ray_equal_the_local_sweep(cluster
 
 def test_a_worker_holds_one_target_at_a_time(monkeypatch):
     """A worker keeps its last target for the next cell of that target and frees it before loading another."""
-    import specbench.measure.run.arms as engines
+    import specbench.engines.torch.session as torch_session
     from specbench.config import RunConfig
     from specbench.measure.run.executors.ray_cluster import CellWorker
 
     loaded = []
-    monkeypatch.setattr(engines, "Session", lambda load: loaded.append(load.target) or f"session:{load.target}")
+    monkeypatch.setattr(
+        torch_session, "TorchSession", lambda load: loaded.append(load.target) or f"session:{load.target}"
+    )
     worker, g = (
         CellWorker(),
         SweepGrid.from_specs(target="a", draft="prompt-lookup", gamma="1", temperature="0", task="t"),

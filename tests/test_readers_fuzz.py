@@ -188,7 +188,10 @@ def test_examples_jsonl(tmp_path):
         where = f"examples.jsonl {kind} #{i}"
         (run / "examples.jsonl").write_bytes(data)
         rows, skipped = one_line_or_ok(lambda: scan_examples([run]), where)
-        assert len(rows) + len(skipped) == sum(1 for line in data.split(b"\n") if line.strip()), where
+        lines = [s for s in skipped if "examples.jsonl:" in s]
+        left_out = any(s.endswith("the run is left out") for s in skipped)  # reader.read_run: the whole run
+        assert left_out or len(rows) + len(lines) == sum(1 for line in data.split(b"\n") if line.strip()), where
+        assert not (left_out and rows), where
         one_line_or_ok(lambda rows=rows: summarize(rows, 3, True, [1.0], 1.0), where)
         one_line_or_ok(lambda: load_examples(run), where)
         frame, notes = one_line_or_ok(lambda: export_frames([run], examples=True), where)
@@ -225,7 +228,8 @@ def test_manifest_json(tmp_path):
         if isinstance(old, dict):
             one_line_or_ok(lambda old=old: run_folder.check_resumable(RunFiles(run), good, old), where)
         frame, notes = one_line_or_ok(lambda: export_frames([run], examples=False), where)
-        assert len(frame) == 1, where  # the summary still exports; a bad manifest only empties its columns
+        # the summary still exports, or the run is left out because its records cannot be checked: and says so
+        assert len(frame) == 1 or any("manifest.json" in n or "manifest plans" in n for n in notes), where
 
 
 def sweep_setup(tmp_path: Path):

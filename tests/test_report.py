@@ -411,6 +411,7 @@ def test_malformed_and_partial_results_are_listed_not_fatal(sweep_dir, tmp_path)
     bad = tmp_path / "results" / "broken"
     no_summary = make_run(bad, "no-summary")
     (no_summary / "summary.json").unlink()
+    (no_summary / "examples.jsonl").write_text("")  # killed before its first example finished
     missing = make_run(bad, "missing-fields")
     s = json.loads((missing / "summary.json").read_text())
     del s["alpha"], s["speedup"]
@@ -419,6 +420,7 @@ def test_malformed_and_partial_results_are_listed_not_fatal(sweep_dir, tmp_path)
     (torn_summary / "summary.json").write_text('{"run_id": "torn-summary", "alp')
     empty = make_run(bad, "empty")
     (empty / "summary.json").write_text(json.dumps({"schema_version": 1, "run_id": "empty", "n_examples": 0}))
+    (empty / "examples.jsonl").write_text("")  # killed before its first example finished
     not_object = make_run(bad, "list-summary")
     (not_object / "summary.json").write_text("[1, 2]")
     torn_line = sweep_dir / "ende-small-g2-t0" / "examples.jsonl"
@@ -438,11 +440,11 @@ def test_malformed_and_partial_results_are_listed_not_fatal(sweep_dir, tmp_path)
     skipped_text = "\n".join(f"{s.path}: {s.reason}" for s in outcome.skipped)
     for needle in (
         "missing-fields/summary.json: summary.json lacks field(s) alpha, speedup",
-        "torn-summary/summary.json: unreadable JSON",
+        "torn-summary/summary.json: summary.json is not valid JSON",
         "empty/summary.json: no examples measured",
-        "list-summary/summary.json: summary.json is not a JSON object",
+        "list-summary/summary.json: summary.json is a JSON list, not an object",
         "ende-small-g2-t0/examples.jsonl:4: skipped a malformed line",
-        "checks.json: unreadable JSON",
+        "checks.json: checks.json is not valid JSON",
         "ende-small-g8-t0: cell of sweep sweep-fake has no results yet",
     ):
         assert needle in skipped_text, needle
@@ -516,14 +518,22 @@ def test_results_written_before_the_reorganisation_still_report(tmp_path):
 
 def test_partial_and_stale_runs_are_used_with_a_note(tmp_path):
     root = tmp_path / "runs"
-    run = make_run(root, "partial")
-    s = json.loads((run / "summary.json").read_text())
-    s["complete"], s["n_examples"] = False, 2
-    (run / "summary.json").write_text(json.dumps(s))
+    for run_id in ("partial", "stale"):
+        run = make_run(root, run_id)
+        s = json.loads((run / "summary.json").read_text())
+        s["complete"], s["n_examples"] = False, 2
+        (run / "summary.json").write_text(json.dumps(s))
+    lines = (root / "partial" / "examples.jsonl").read_text().splitlines(keepends=True)
+    (root / "partial" / "examples.jsonl").write_text("".join(lines[:2]))  # 2 of the 3 planned examples measured
     outcome = write_report([root], tmp_path / "rep")
-    assert outcome.n_runs == 1
-    assert any("partial run, 2 of 3" in n for n in outcome.notes)
-    assert any("summary.json covers 2 examples but examples.jsonl holds 3" in n for n in outcome.notes)
+    assert outcome.n_runs == 2
+    assert any(n.startswith("partial: partial run, 2 of 3") for n in outcome.notes), outcome.notes
+    # killed between a record's append and the summary's write: the summary is recomputed from the records
+    assert any(
+        n.startswith("stale: summary.json counts 2 examples but examples.jsonl holds 3") and "recomputed" in n
+        for n in outcome.notes
+    ), outcome.notes
+    assert not any(n.startswith("stale: partial run") for n in outcome.notes)
 
 
 def test_implausible_verify_cost_is_flagged(tmp_path):
@@ -571,6 +581,7 @@ def test_nothing_usable_is_a_one_line_error(tmp_path):
 
 def test_cli_report_warns_about_skipped_items(sweep_dir, tmp_path):
     (sweep_dir / "ende-small-g1-t0" / "summary.json").unlink()
+    (sweep_dir / "ende-small-g1-t0" / "examples.jsonl").unlink()  # killed before its first example finished
     result = CliRunner().invoke(app, ["report", str(sweep_dir), "--out", str(tmp_path / "rep"), "--json"])
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
@@ -675,10 +686,10 @@ def test_a_pair_sweep_is_described_by_its_pairs_and_its_baselines():
     assert "drafts ['distilled']" in sweep_line(old) and "one baseline per task and temperature" in sweep_line(old)
 
 
-def test_runs_table_shows_the_primary_measure_and_labels_the_old_fallback(tmp_path):
-    """The runs table's speedup is the geometric mean of per-example speedups; a summary written before it (no
-    speedup_geomean, no records to re-derive it from) shows its ratio of sums labelled "(ratio of sums)", and
-    only that run does (the negative control: a run with records carries no label)."""
+def test_runs_table_shows_the_primary_measure_and_a_summary_without_records_is_left_out(tmp_path):
+    """The runs table's speedup is the geometric mean of per-example speedups. A summary whose records are gone
+    cannot be checked against them (issue 41: an emptied examples.jsonl read as a complete run), so it is left out
+    with its reason, not shown with its ratio of sums."""
     root = tmp_path / "runs"
     make_run(root, "new", speedup=1.5)
     old = make_run(root, "old", speedup=1.2, gamma=4)
@@ -686,13 +697,14 @@ def test_runs_table_shows_the_primary_measure_and_labels_the_old_fallback(tmp_pa
     for key in [k for k in summary if k.startswith("speedup_geomean")]:
         del summary[key]
     (old / "summary.json").write_text(json.dumps(summary))
-    (old / "examples.jsonl").write_text("")  # an old run folder without per-example records
-    md = (write_report([root], tmp_path / "rep").out / "report.md").read_text()
+    (old / "examples.jsonl").write_text("")  # a run folder without per-example records
+    outcome = write_report([root], tmp_path / "rep")
+    md = (outcome.out / "report.md").read_text()
     runs = md.split("## Runs")[1].split("\n## ")[0].split("*Every other column")[0]  # the main table only
     assert "| speedup (geomean) [95% CI] |" in runs
     rows = {line.split(" | ")[0]: line for line in runs.splitlines() if line.startswith("| small, γ=")}
-    assert rows["| small, γ=4, T=0"].count("(ratio of sums)") == 1
-    assert "(ratio of sums)" not in rows["| small, γ=2, T=0"]
+    assert list(rows) == ["| small, γ=2, T=0"] and "(ratio of sums)" not in rows["| small, γ=2, T=0"]
+    assert [(Path(s.path).name, "holds no usable record" in s.reason) for s in outcome.skipped] == [("old", True)]
 
 
 def test_a_run_killed_before_its_summary_is_reported_from_its_records(tmp_path):

@@ -19,7 +19,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import coverage as bench  # noqa: E402
 
+from specbench.measure.stats import planning as pl  # noqa: E402
 from specbench.measure.stats import statistics as st  # noqa: E402
+from specbench.measure.stats.agreement import measures_disagree  # noqa: E402
 
 REPS = 150
 FAST = dict(reps=REPS)
@@ -115,12 +117,105 @@ def test_negative_controls_the_same_code_path_must_decide_the_other_way():
     assert bench.verdict_rates(1.25, 50, seed=3, margin=0.5, **FAST)[st.HOLDS] >= 0.8
 
 
-def test_examples_needed_falls_with_the_square_of_the_room():
-    one = st.examples_for_equivalence(0.2, 1.0, 0.10)
-    assert one == math.ceil(((st.z(0.95) + st.z(0.8)) * 0.2 / math.log(1.1)) ** 2)
-    assert st.examples_for_equivalence(0.4, 1.0, 0.10) == pytest.approx(4 * one, rel=0.05)
-    assert st.examples_for_equivalence(0.2, 1.2, 0.10) is None  # beyond the margin: equivalence cannot be shown
-    assert st.examples_for_difference(0.2, 1.3, 0.10) > 0 and st.examples_for_difference(0.2, 1.0, 0.10) is None
+# ---------------------------------------------------------------------------------------------
+# Sample sizes from the exact TOST power (issue 40): simulated through statistics.consistency, the claims' code path
+
+
+def _holds_rate(n: int, sd: float, ratio: float, reps: int, seed: int, groups: int = 1, cells: int = 2) -> float:
+    """Share of `reps` seeded draws in which statistics.consistency says "holds" over `groups` independent groups of
+    `cells` cells on the same n examples (every pair of cells compared, as the claims table does); each pairwise
+    per-example log difference has spread sd and the true ratio between neighbouring cells is `ratio`."""
+    rng = np.random.default_rng(seed)
+    hits = 0
+    for _ in range(reps):
+        comps = []
+        for _ in range(groups):
+            noise = rng.normal(0.0, sd / math.sqrt(2), (cells, n)) + math.log(ratio) * np.arange(cells)[:, None]
+            logs = [{f"e{i}": float(x) for i, x in enumerate(row)} for row in noise]
+            comps += [st.compare(logs[j], logs[i]) for i in range(cells) for j in range(i + 1, cells)]
+        hits += st.consistency(comps, plan_alpha=None).outcome == st.HOLDS
+    return hits / reps
+
+
+def test_tost_power_is_exact_against_simulation():
+    """statistics.tost_power (Owen's Q by quadrature) against 20,000 vectorised TOSTs per row, at a true ratio of 1,
+    at 1.05 and at the re-run's 1 % level: within 0.015 (3.5 Monte-Carlo standard errors) every row; the
+    noncentral-t form (1 − 2·F_nct) is its lower bound."""
+    from scipy import stats
+
+    rng = np.random.default_rng(11)
+    bound = math.log(1.1)
+    for n, sd, true, alpha in (
+        (10, 0.1, 0.0, 0.05),
+        (40, 0.2, 0.0, 0.05),
+        (60, 0.2, 0.0, 0.01),
+        (116, 0.2, math.log(1.05), 0.05),
+    ):
+        x = rng.normal(true, sd, (20_000, n))
+        half = stats.t.ppf(1 - alpha, n - 1) * x.std(1, ddof=1) / math.sqrt(n)
+        simulated = np.mean((x.mean(1) - half > -bound) & (x.mean(1) + half < bound))
+        exact = pl.tost_power(n, sd, bound, true, alpha)
+        assert abs(exact - simulated) < 0.015, (n, sd, true, alpha, exact, simulated)
+        if true == 0.0:
+            ncp = bound * math.sqrt(n) / sd
+            assert exact >= 1 - 2 * stats.nct.cdf(stats.t.ppf(1 - alpha, n - 1), n - 1, ncp) - 1e-9
+
+
+def test_suggested_n_gives_tost_power_near_its_goal_and_the_old_formula_falls_short():
+    """At sd 0.2, ratio 1, margin 10 %, 5 % per side: the suggested N (exact TOST power, planned at a true ratio of 1)
+    reads "holds" in 0.78–0.85 of 2,000 seeded draws through statistics.consistency (measured 0.832; exact 0.812).
+    Negative control through the same path: the old z(1−α) + z(power) formula's N (28) must give power < 0.7
+    (measured 0.585 of 400)."""
+    sd = 0.2
+    plan = pl.examples_for_equivalence(sd, 1.0, 0.10, 0.05)
+    assert plan.n == 40 and plan.ratio == 1.0 and plan.comparisons == 1
+    assert pl.tost_power(plan.n, sd, math.log(1.1)) >= 0.8 > pl.tost_power(plan.n - 1, sd, math.log(1.1))
+    rate = _holds_rate(plan.n, sd, 1.0, reps=2000, seed=40)
+    assert 0.78 <= rate <= 0.85, rate
+    old = math.ceil(((pl.z(0.95) + pl.z(0.8)) * sd / math.log(1.1)) ** 2)
+    assert old == 28
+    control = _holds_rate(old, sd, 1.0, reps=400, seed=41)
+    assert control < 0.7, control
+
+
+def test_joint_power_of_a_claims_comparisons():
+    """Three groups of two cells (three comparisons that must all pass), sd 0.2: N planned for their joint power
+    (the product of their exact powers) makes all three hold in 0.78–0.85 of 1,000 draws (measured 0.815). Control:
+    each comparison's N alone (40) leaves the joint power near 0.8³ ≈ 0.51, < 0.7 (measured 0.5625 of 400). Three
+    cells compared pairwise (one group, three correlated comparisons) planned the same way reach at least 0.78
+    (measured 0.83 of 300; Šidák: correlated estimates pass together at least as often as independent ones)."""
+    sd = 0.2
+    plan = pl.examples_for_equivalence([sd] * 3, 1.0, 0.10, 0.05)
+    assert plan.comparisons == 3 and plan.n > 40
+    rate = _holds_rate(plan.n, sd, 1.0, reps=1000, seed=42, groups=3)
+    assert 0.78 <= rate <= 0.85, (plan, rate)
+    alone = _holds_rate(40, sd, 1.0, reps=400, seed=43, groups=3)
+    assert alone < 0.7, alone
+    three_cells = _holds_rate(plan.n, sd, 1.0, reps=300, seed=44, cells=3)
+    assert three_cells >= 0.78, three_cells
+
+
+def test_sample_size_at_a_stated_ratio_and_level_and_its_range():
+    """Planned at a stated ratio (1.05) or at the re-run's 1 % level the exact power crosses 0.8 at the suggested N;
+    the printed range spans the observed sd's 80 % χ² interval (n = 20 behind it) and holds the point; the range's
+    ends are what the sd interval's ends need. Beyond the margin no N is given; a difference needs one."""
+    bound = math.log(1.1)
+    for ratio, alpha in ((1.05, 0.05), (1.0, pl.RERUN_ALPHA)):
+        plan = pl.examples_for_equivalence(0.2, ratio, 0.10, alpha)
+        true = math.log(ratio)
+        assert (
+            pl.tost_power(plan.n, 0.2, bound, true, alpha) >= 0.8 > pl.tost_power(plan.n - 1, 0.2, bound, true, alpha)
+        )
+    plan = pl.examples_for_equivalence(0.2, 1.0, 0.10, 0.05, n_observed=20)
+    lo_sd, hi_sd = pl.sd_interval(0.2, 20)
+    assert lo_sd < 0.2 < hi_sd and plan.low < plan.n < plan.high, plan
+    assert plan.low == pl.tost_n_needed(lo_sd, bound) and plan.high == pl.tost_n_needed(hi_sd, bound)
+    assert plan.text() == f"{plan.n} ({plan.low}–{plan.high})"
+    assert pl.examples_for_equivalence(0.2, 1.2, 0.10) is None  # beyond the margin: equivalence cannot be shown
+    assert pl.examples_for_difference(0.2, 1.3, 0.10) > 0 and pl.examples_for_difference(0.2, 1.0, 0.10) is None
+    assert pl.examples_for_equivalence(0.4, 1.0, 0.10).n == pytest.approx(
+        4 * pl.examples_for_equivalence(0.2).n, rel=0.05
+    )
 
 
 def test_directional_claims_use_one_sided_bounds():
@@ -133,3 +228,34 @@ def test_directional_claims_use_one_sided_bounds():
     assert st.directional([("slow", slow)], t, t).outcome == st.FAILS
     unsure = st.directional([("edge", edge)], t, t)
     assert unsure.outcome == st.UNSURE and unsure.needed and unsure.needed > 30
+
+
+# ---------------------------------------------------------------------------------------------
+# The secondary ratios' interval and measures_disagree (issue 40)
+
+
+def test_ratio_of_sums_interval_covers_and_a_halved_one_does_not():
+    """statistics.ratio_of_sums (t on the log, delta-method standard error) on n = 20 units drawn from a simulated
+    skewed population (bench/coverage.timed_units), 300 seeded draws: covers the population's ratio of sums in
+    ≥ 90 % (measured 94.7 %; the percentile bootstrap it replaces: 90.3 %, BCa 89.3 %). Negative control through
+    the same function (linearized_t) at half the standard error: < 80 % (measured 66.7 %)."""
+    good = bench.ratio_of_sums_coverage(20, draws=300, seed=20)
+    assert good["t"] >= 0.90, good
+    bad = bench.ratio_of_sums_coverage(20, draws=300, seed=20, halve=True)
+    assert bad["t"] < 0.80, bad
+
+
+def test_measures_disagree_is_a_paired_test_the_overlap_rule_missed():
+    """Long examples gaining less (−0.2 log units per sd of log length) put the per-token speedup (a ratio of sums,
+    weighted toward long examples) below the geometric mean: the paired test on the same 40 examples flags the pair in
+    ≥ 80 % of 60 seeded runs (measured 95 %); the older rule, non-overlapping 95 % intervals, is the negative control
+    and must miss it (≤ 20 %; measured 0 %). Null control: with little spread (σ 0.05) and no length effect any pair
+    is flagged in ≤ 10 % (measured 3.3 %)."""
+    real = bench.disagreement_rates(-0.2, reps=60, seed=5)
+    assert real["paired"] >= 0.8 and real["overlap"] <= 0.2, real
+    null = bench.disagreement_rates(0.0, reps=60, seed=6, sd=0.05)
+    assert null["any"] <= 0.10, null
+    cols = bench.timed_units(40, np.random.default_rng(7), -0.3)
+    flagged = measures_disagree(cols)
+    assert flagged and all(f["p_holm"] < 0.05 and f["low"] <= f["ratio"] <= f["high"] for f in flagged), flagged
+    assert measures_disagree(tuple(c[:9] for c in cols)) == []  # below MIN_INTERVAL_N units: no test

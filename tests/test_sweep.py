@@ -10,6 +10,8 @@ import pytest
 from helpers import MAX_NEW, FakeSession, make_grid, write_prompts
 from typer.testing import CliRunner
 
+import specbench.engines.torch.engine as loop_engine
+import specbench.engines.torch.session as torch_session
 import specbench.measure.run.arms as engines
 from specbench.cli import app
 from specbench.errors import SpecbenchError
@@ -27,14 +29,14 @@ def task_file(tmp_path) -> str:
 def baseline_calls(monkeypatch) -> list:
     """Count measured baseline decodes (warm-up ones excluded)."""
     calls = []
-    real = engines.decode_autoregressive
+    real = loop_engine.decode_autoregressive
 
     def counting(*args, **kwargs):
         if kwargs["max_new_tokens"] == MAX_NEW:
             calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(engines, "decode_autoregressive", counting)
+    monkeypatch.setattr(loop_engine, "decode_autoregressive", counting)
     return calls
 
 
@@ -103,7 +105,7 @@ def test_max_cells_refuses_a_larger_grid_and_admits_its_own_size(task_file):
 
 
 def test_cli_refuses_more_than_10000_cells_as_a_usage_error(tmp_path, task_file, monkeypatch):
-    monkeypatch.setattr(engines, "Session", lambda *a, **k: pytest.fail("a refused grid loaded a model"))
+    monkeypatch.setattr(torch_session, "TorchSession", lambda *a, **k: pytest.fail("a refused grid loaded a model"))
     args = ["sweep", "--target", "tiny-target", "--draft", "prompt-lookup", "--gamma", "1,2", "--task", task_file]
     args += ["--temperature", temperatures(5001), "--results-dir", str(tmp_path / "res")]  # 10 002 cells
     result = CliRunner().invoke(app, args)
@@ -117,7 +119,7 @@ def test_a_large_sweep_prints_its_size_and_a_rough_time_before_loading_models(tm
     def no_models(*args, **kwargs):
         raise SpecbenchError("stopped where the models would load")
 
-    monkeypatch.setattr(engines, "Session", no_models)
+    monkeypatch.setattr(torch_session, "TorchSession", no_models)
     args = ["sweep", "--target", "tiny-target", "--draft", "prompt-lookup,tiny-draft", "--gamma", "1,2"]
     args += ["--task", task_file, "--limit", "3", "--max-new-tokens", str(MAX_NEW), "--device", "cpu"]
     large = CliRunner().invoke(app, [*args, "--temperature", temperatures(51), "--results-dir", str(tmp_path / "a")])
@@ -177,7 +179,7 @@ def test_each_cell_times_its_own_baseline_a_b_b_a(tmp_path, task_file, monkeypat
     code this fails: later cells decoded no baseline and copied the first cell's timings."""
     order: dict[str, list[str]] = {}
     current: list[str] = []
-    real_base, real_spec = engines.decode_autoregressive, engines.decode_speculative
+    real_base, real_spec = loop_engine.decode_autoregressive, loop_engine.decode_speculative
 
     def logged(name, real):
         def decode(*args, **kwargs):
@@ -187,8 +189,8 @@ def test_each_cell_times_its_own_baseline_a_b_b_a(tmp_path, task_file, monkeypat
 
         return decode
 
-    monkeypatch.setattr(engines, "decode_autoregressive", logged("baseline", real_base))
-    monkeypatch.setattr(engines, "decode_speculative", logged("speculative", real_spec))
+    monkeypatch.setattr(loop_engine, "decode_autoregressive", logged("baseline", real_base))
+    monkeypatch.setattr(loop_engine, "decode_speculative", logged("speculative", real_spec))
     grid = make_grid(task_file, repeats=2)
     out = run_sweep(grid, tmp_path, session=FakeSession(), on_cell=lambda cid, total, done: current.append(cid))
     assert len(out.cells) == 4
@@ -291,7 +293,7 @@ def test_finished_sweep_reruns_without_loading_models(tmp_path, task_file, monke
     def no_models(*args, **kwargs):
         raise AssertionError("a finished sweep must not load models")
 
-    monkeypatch.setattr(engines, "Session", no_models)
+    monkeypatch.setattr(torch_session, "TorchSession", no_models)
     plan, cells = [], []
     out = run_sweep(
         grid,
@@ -347,7 +349,7 @@ def test_cli_bad_grid_is_one_line(gamma, tmp_path):
 
 
 def test_cli_sweep_runs_and_resumes(tmp_path, task_file, monkeypatch):
-    monkeypatch.setattr(engines, "Session", FakeSession)
+    monkeypatch.setattr(torch_session, "TorchSession", FakeSession)
     args = [
         "sweep",
         "--target",

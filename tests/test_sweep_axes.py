@@ -12,6 +12,7 @@ import pytest
 from helpers import MAX_NEW, PROMPTS, FakeSession, StubTokenizer, make_grid, write_prompts
 from typer.testing import CliRunner
 
+import specbench.engines.torch.session as torch_session
 import specbench.measure.run.planning as planning
 import specbench.models.loading as loading
 from specbench.cli import app
@@ -182,7 +183,7 @@ def test_bucket_axis_measures_each_bucket_and_records_thresholds(tmp_path, task_
 
 
 def test_run_prompt_length_long_on_the_cli(tmp_path, task_file, stub_tokenizer, monkeypatch):
-    monkeypatch.setattr(planning, "Session", FakeSession)
+    monkeypatch.setattr(torch_session, "TorchSession", FakeSession)
     monkeypatch.setattr(planning, "check_model_sources", lambda config: None)
     args = [
         "run",
@@ -228,7 +229,7 @@ def test_a_pair_splits_on_its_first_colon_only():
             parse_pair(bad)
 
 
-def test_pairs_load_each_target_once_and_keep_baselines_apart(tmp_path, task_file):
+def test_pairs_load_each_target_once_and_keep_baselines_apart(tmp_path, task_file, monkeypatch):
     TargetSession.loaded = []
     grid = make_grid(
         task_file, gamma="1,2", pairs=("tiny-b:prompt-lookup", "tiny-a:tiny-draft", "tiny-a:prompt-lookup")
@@ -236,14 +237,8 @@ def test_pairs_load_each_target_once_and_keep_baselines_apart(tmp_path, task_fil
     assert grid.targets == ("tiny-a", "tiny-b") and grid.load.target == ""
     targets_in_order = [c.load.target for c in grid.configs()]
     assert targets_in_order == sorted(targets_in_order)  # grouped by target
-    import specbench.measure.run.arms as r
-
-    original = r.Session
-    r.Session = TargetSession
-    try:
-        out = run_sweep(grid, tmp_path)
-    finally:
-        r.Session = original
+    monkeypatch.setattr(torch_session, "TorchSession", TargetSession)  # what the torch engine opens
+    out = run_sweep(grid, tmp_path)
     assert TargetSession.loaded == ["tiny-a", "tiny-b"]  # one session per target, in order
     ids = [c.cell_id for c in out.cells]
     assert "tiny-a-prompts-tiny-draft-g1-t0" in ids and "tiny-b-prompts-prompt-lookup-g2-t0" in ids and len(ids) == 6

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from specbench.cli.options import AsJson, Device, Target
-from specbench.cli.output import out, progress_bar, quiet_transformers
+from specbench.cli.output import options_checked, out, progress_bar, quiet_transformers
 from specbench.config import DEVICES
 from specbench.errors import SpecbenchError
 from specbench.models import DEFAULT_TARGET
@@ -70,24 +70,25 @@ def distill_command(
     """
     from specbench.distill import DistillConfig, get_preset
 
-    if threads < 0:
-        raise SpecbenchError(f"--threads must be >= 0 (got {threads})")
-    if not out_dir.strip():
-        raise SpecbenchError("--out is empty; pass the draft's folder")
-    if device not in DEVICES:  # as run and verify refuse it, before the trainer loads
-        raise SpecbenchError(f"--device must be one of {', '.join(DEVICES)} (got {device!r})")
-    out_path = Path(out_dir)
-    config = DistillConfig(
-        target=target,
-        out=out_path,
-        preset=get_preset(preset),
-        tasks=tuple(t.strip() for t in task.split(",") if t.strip()),
-        steps=steps,
-        seed=seed,
-        device=device,
-        resume=resume,
-        max_session_steps=max_session_steps,
-    ).validate()
+    with options_checked():  # what these checks refuse is a bad command line (exit code 2)
+        if threads < 0:
+            raise SpecbenchError(f"--threads must be >= 0 (got {threads})")
+        if not out_dir.strip():
+            raise SpecbenchError("--out is empty; pass the draft's folder")
+        if device not in DEVICES:  # as run and verify refuse it, before the trainer loads
+            raise SpecbenchError(f"--device must be one of {', '.join(DEVICES)} (got {device!r})")
+        out_path = Path(out_dir)
+        config = DistillConfig(
+            target=target,
+            out=out_path,
+            preset=get_preset(preset),
+            tasks=tuple(t.strip() for t in task.split(",") if t.strip()),
+            steps=steps,
+            seed=seed,
+            device=device,
+            resume=resume,
+            max_session_steps=max_session_steps,
+        ).validate()
     if threads:
         import torch
 

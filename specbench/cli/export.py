@@ -55,13 +55,15 @@ def export(results: Results, table_format: Format = "csv", examples: Examples = 
     from specbench.measure.results import csv_safe, export_frames
 
     frame, skipped = export_frames(list(results), examples)
+    if frame.empty:  # one line: the reasons (the first three) beside the error, not warnings before it
+        why = "; ".join(skipped[:3]) + (f"; and {len(skipped) - 3} more" if len(skipped) > 3 else "")
+        raise SpecbenchError(
+            f"no results to export under {', '.join(map(str, results))}"
+            + (f" ({len(skipped)} skipped: {why})" if skipped else "")
+            + "; pass run folders, sweep folders or a results/ folder"
+        )
     for note in skipped:
         warn(f"skipped {note}")
-    if frame.empty:
-        raise SpecbenchError(
-            f"no results to export under {', '.join(map(str, results))}; pass run folders, sweep "
-            f"folders or a results/ folder"
-        )
     if table_format == "csv":
         frame = csv_safe(frame)
     if out_file is None:
@@ -107,10 +109,19 @@ def check_destination(table_format: str, out_file: Path | None) -> None:
         raise SpecbenchError("--format parquet writes a binary file: pass --out FILE.parquet")
     if out_file is not None and out_file.is_dir():
         raise SpecbenchError(f"--out {out_file} is a folder; pass a file name")
+    if out_file is not None and not out_file.absolute().parent.is_dir():
+        raise UsageError(
+            f"--out {out_file}: the folder {out_file.parent} does not exist; create it or pass another --out"
+        )
 
 
 def write_table(frame, table_format: str, out_file: Path) -> None:
-    if table_format == "parquet":
-        atomic_write_bytes(out_file, lambda tmp: frame.to_parquet(tmp, index=False))
-    else:
-        atomic_write_bytes(out_file, lambda tmp: frame.to_csv(tmp, index=False))
+    from specbench.files import ELSEWHERE
+
+    try:
+        if table_format == "parquet":
+            atomic_write_bytes(out_file, lambda tmp: frame.to_parquet(tmp, index=False))
+        else:
+            atomic_write_bytes(out_file, lambda tmp: frame.to_csv(tmp, index=False))
+    except SpecbenchError as exc:  # a full or read-only disk: the fix is another --out (export has no --results-dir)
+        raise SpecbenchError(str(exc).replace(ELSEWHERE, "pass another --out")) from None

@@ -30,15 +30,28 @@ Margin = Annotated[
 ]
 
 
-def report(results: Results, out_dir: ReportDir = None, margin: Margin = 0.10, as_json: AsJson = False):
+Look = Annotated[
+    int,
+    typer.Option(
+        "--look",
+        help="1: runs as first measured; 2: the one re-run of an inconclusive claim on fresh examples that the "
+        "stopping rule allows (claims judged at its 1 % level; docs/statistics.md).",
+        min=1,
+        max=2,
+    ),
+]
+
+
+def report(results: Results, out_dir: ReportDir = None, margin: Margin = 0.10, look: Look = 1, as_json: AsJson = False):
     """Write report.md and a self-contained report.html (tables, figures, paper comparison) from results.
 
     Example: specbench report results/sweep-ding-de-en-10cells-1a2b3c4d --out reports/today
     Example: specbench report results --margin 0.05   (claims' verdicts against a 5 % margin)
+    Example: specbench report results/rerun --look 2   (an inconclusive claim's one re-run, on fresh examples)
     """
     from specbench.report import write_report
 
-    outcome = write_report(results, out_dir, margin=margin)
+    outcome = write_report(results, out_dir, margin=margin, look=look)
     for s in outcome.skipped:
         warn(f"skipped {s.path}: {s.reason}")
     if as_json:

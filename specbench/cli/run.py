@@ -50,8 +50,8 @@ from specbench.cli.output import (
     say,
     warn_if_noisy,
 )
-from specbench.config import LoadSpec, RunConfig, SamplingConfig, parse_gamma
-from specbench.engines import check_config
+from specbench.config import LoadSpec, RunConfig, SamplingConfig, check_batch_size, check_id, parse_gamma
+from specbench.engines import DEFAULT_ENGINE, check_config
 from specbench.measure.results import SUMMARY_NAMES, SUMMARY_UNITS, Summary, run_table_rows
 from specbench.models import DEFAULT_DRAFT, DEFAULT_TARGET
 from specbench.run_specs import parse_draft
@@ -63,6 +63,15 @@ ExactShapes = Annotated[
         "--exact-shapes",
         help="Pad every target pass of both engines to γ+1 tokens, so both compute every logit with the "
         "same kernels: greedy identity then holds in bf16 too; the baseline is slower, so do not read the speedup.",
+    ),
+]
+BitExact = Annotated[
+    bool,
+    typer.Option(
+        "--bit-exact",
+        help="Run every verify pass of speculative decoding as one-token passes over the KV cache (the baseline's "
+        "decoding step), so each logit is the baseline's bit for bit: greedy output must then equal the baseline's "
+        "in any dtype, and any divergence is a bug. It checks exactness: its speedup is not a speed measurement.",
     ),
 ]
 RunId = Annotated[
@@ -101,9 +110,10 @@ def run(
     dtype: Dtype = "float32",
     backend: Backend = "eager",
     draft_confidence: DraftConfidence = 0.0,
-    engine: Engine = "specbench",
+    engine: Engine = DEFAULT_ENGINE,
     threads: Threads = 0,
     exact_shapes: ExactShapes = False,
+    bit_exact: BitExact = False,
     batch_size: BatchSize = 1,
     batch_policy: BatchPolicy = "ragged",
     device_map: DeviceMap = None,
@@ -148,11 +158,16 @@ def run(
             gamma_max=gamma_max,
             repeats=repeats,
             exact_shapes=exact_shapes,
+            bit_exact=bit_exact,
             batch_size=batch_size,
             batch_policy=batch_policy,
             prompt_length=prompt_length.strip().lower(),
         )
         check_config(config)
+        if run_id is not None:
+            check_id(run_id, "--run-id")
+        if limit is not None:
+            check_batch_size(batch_size, limit)  # more rows than examples: refused before the task loads
     from specbench.measure.run import prepare_run  # torch: after the options are checked, so bad ones fail fast
 
     quiet_transformers()
@@ -163,7 +178,7 @@ def run(
     print_context(plan)
     outcome = measure_with_progress(plan)
     summary = Summary.from_dict(outcome.summary)  # read by attribute from here on: a renamed field fails mypy
-    print_summary(outcome, summary, as_json, verbose)
+    print_summary(outcome, summary, as_json, verbose, exactness_mode(config))
     warn_if_noisy(summary)
     if auto_control:
         run_auto_control(plan, config, results_dir, outcome.summary)
@@ -230,7 +245,7 @@ def measure_with_progress(plan):
         return measure(plan, on_start=on_start, on_example=on_example)
 
 
-def print_summary(outcome, summary: Summary, as_json: bool, verbose: bool = False) -> None:
+def print_summary(outcome, summary: Summary, as_json: bool, verbose: bool = False, mode: str | None = None) -> None:
     """--json: summary.json as written (every key, in schema order); else the table and the lines below it."""
     if as_json:
         out.print_json(json.dumps(outcome.summary))
@@ -239,6 +254,8 @@ def print_summary(outcome, summary: Summary, as_json: bool, verbose: bool = Fals
     line = prediction_line(summary)
     if line:
         out.print(line, highlight=False)
+    if mode:  # an exactness option: its passes are not the engines' timed ones
+        out.print(f"{mode}: its speedup is not a speed measurement (rerun without it to time)", highlight=False)
     if summary.identity_line:
         floor = summary.numerics_floor
         out.print(
@@ -251,6 +268,15 @@ def print_summary(outcome, summary: Summary, as_json: bool, verbose: bool = Fals
             highlight=False,
         )
     out.print(f"results: {outcome.files.root}" + ("" if verbose else "  (--verbose or --json for every metric)"))
+
+
+def exactness_mode(config: RunConfig) -> str | None:
+    """The exactness option a run was made under (its passes are not the engines' timed ones), or None."""
+    if config.bit_exact:
+        return "--bit-exact (verify passes run as one-token steps)"
+    if config.exact_shapes:
+        return "--exact-shapes (every pass padded to γ+1 tokens)"
+    return None
 
 
 def with_unit(value, unit: str) -> str:

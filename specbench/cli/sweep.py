@@ -46,7 +46,8 @@ from specbench.cli.output import (
     say,
     warn_if_noisy,
 )
-from specbench.engines import engine_spec
+from specbench.config import check_id
+from specbench.engines import DEFAULT_ENGINE, engine_spec
 from specbench.measure.results import Summary
 from specbench.models import DEFAULT_DRAFT, DEFAULT_TARGET
 
@@ -168,7 +169,7 @@ def sweep(
     device: Device = "auto",
     dtype: Dtype = "float32",
     backend: Backend = "eager",
-    engine: Engines = "specbench",
+    engine: Engines = DEFAULT_ENGINE,
     threads: Threads = 0,
     draft_confidence: Confidences = "0",
     batch_size: BatchSizes = "1",
@@ -210,6 +211,13 @@ def sweep(
     with options_checked():  # what the option checks refuse is a bad command line (exit code 2)
         if pair and (target is not None or draft is not None):
             raise SpecbenchError("--pair names each target with its draft; drop --target/--draft, or drop --pair")
+        if sweep_id is not None:
+            check_id(sweep_id, "--sweep-id")
+        if not (gpus_per_cell >= 0 and cpus_per_cell > 0):  # NaN too
+            raise SpecbenchError(
+                f"--gpus-per-cell must be >= 0 and --cpus-per-cell > 0 (got {gpus_per_cell:g}, {cpus_per_cell:g}); "
+                "--gpus-per-cell 0 runs each cell on CPUs"
+            )
         prompt_lengths = tuple(parse_prompt_lengths(prompt_length))
         grid = SweepGrid.from_specs(
             target=target or DEFAULT_TARGET,

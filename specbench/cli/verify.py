@@ -29,7 +29,7 @@ from specbench.cli.options import (
     TrustRemote,
     VerifyEngine,
 )
-from specbench.cli.output import fmt, out, phase_status, quiet_transformers
+from specbench.cli.output import fmt, options_checked, out, phase_status, quiet_transformers
 from specbench.config import LoadSpec, SamplingConfig
 from specbench.engines import DEFAULT_ENGINE
 from specbench.models import DEFAULT_DRAFT, DEFAULT_TARGET
@@ -84,7 +84,7 @@ def verify(
     results_dir: ResultsDir = "results",
     as_json: AsJson = False,
     trust_remote_code: TrustRemote = False,
-    engine: VerifyEngine = "specbench",
+    engine: VerifyEngine = DEFAULT_ENGINE,
     threads: Threads = 0,
 ):
     """Check that speculative decoding emits the target's distribution: exact laws, statistical tests, greedy identity.
@@ -95,23 +95,23 @@ def verify(
     from specbench.evidence.verification import VerifyRequest, verify_pair
     from specbench.measure.run import parse_int_list
 
-    load = LoadSpec(target, device=device, dtype=dtype, trust_remote_code=trust_remote_code, threads=threads)
-    request = VerifyRequest(
-        load=load,
-        draft=draft,
-        sampling=SamplingConfig(temperature, top_k, top_p),
-        gammas=tuple(parse_int_list(gammas, "--gamma")),
-        task=task,
-        limit=limit,
-        n_samples=n_samples,
-        length=length,
-        step_samples=step_samples,
-        control_samples=control_samples,
-        pair_step_samples=pair_step_samples,
-        alt_tv=alt_tv,
-        seed=seed,
-        engine=engine.lower(),
-    )
+    with options_checked():  # what the request's checks refuse is a bad command line (exit code 2)
+        request = VerifyRequest(
+            load=LoadSpec(target, device=device, dtype=dtype, trust_remote_code=trust_remote_code, threads=threads),
+            draft=draft,
+            sampling=SamplingConfig(temperature, top_k, top_p),
+            gammas=tuple(parse_int_list(gammas, "--gamma")),
+            task=task,
+            limit=limit,
+            n_samples=n_samples,
+            length=length,
+            step_samples=step_samples,
+            control_samples=control_samples,
+            pair_step_samples=pair_step_samples,
+            alt_tv=alt_tv,
+            seed=seed,
+            engine=engine.lower(),
+        ).validate()
     quiet_transformers()
     with phase_status("checking the output folder") as status:
         outcome = verify_pair(request, results_dir, on_status=status)

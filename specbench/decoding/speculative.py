@@ -10,6 +10,9 @@ than max_new_tokens; tokens after an EOS are dropped exactly as the baseline sto
 A proposal with `parents` is a token tree (tree.py): γ' bounds its depth, the target sees [cur, nodes]
 in one pass under the tree's mask and positions, the tree's rule (accept.py) picks a path, and the
 cache is compacted to [.., cur, path]. A chain never takes that route, so its passes stay unmasked.
+
+`stepwise` (--bit-exact): every target pass after the prefill, chain or tree, runs as consecutive one-token passes
+(stepwise.py), so each logit the verifier reads is the one the baseline's decoding step computes at that prefix.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from specbench.decoding.base import DecodeResult, Proposal, Proposer, Verdict, c
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.gamma_policy import FixedGamma, GammaPolicy
 from specbench.decoding.sampling import next_token, processed_probs
+from specbench.decoding.stepwise import stepwise_forward, stepwise_keep_path, stepwise_tree
 from specbench.decoding.timing import Clock
 from specbench.decoding.tree import TokenTree
 from specbench.errors import SpecbenchError
@@ -39,9 +43,10 @@ class StepContext:
     sampling: SamplingConfig
     generator: torch.Generator | None
     min_confidence: float  # a draft that knows its law stops below it (0 = never)
-    pad_to: int  # every target pass fed at least this many tokens (1 = off; the bf16-exact mode)
+    pad_to: int  # every target pass fed at least this many tokens (1 = off; --exact-shapes)
     clock: Clock
     res: DecodeResult  # counts and times, updated by each step
+    stepwise: bool = False  # --bit-exact: every verify pass as one-token passes (stepwise.py)
 
 
 def decode_speculative(
@@ -57,10 +62,13 @@ def decode_speculative(
     decoder_start_id: int | None = None,
     min_confidence: float = 0.0,
     pad_to: int = 1,
+    stepwise: bool = False,
 ) -> DecodeResult:
-    """`pad_to` > 1 (the bf16-exact mode): every target pass is padded to pad_to tokens (copies of its
+    """`pad_to` > 1 (--exact-shapes): every target pass is padded to pad_to tokens (copies of its
     last token; the extra rows are ignored and their cache slots cropped), matching a baseline run
-    with the same pad_to, so both engines compute every logit with the same kernel shapes."""
+    with the same pad_to, so both engines compute every logit with the same kernel shapes.
+    `stepwise` (--bit-exact): every target pass after the prefill runs as one-token passes, the plain
+    baseline's own steps (no padding: the baseline is unchanged), so greedy output equals the baseline's."""
     policy = FixedGamma(gamma) if isinstance(gamma, int) else gamma
     clock = Clock(target.devices)
     t0 = clock.now()
@@ -68,7 +76,7 @@ def decode_speculative(
     out = tokens[-1:]
     t1 = clock.now()
     res = DecodeResult(token_ids=out, stop_reason="length", prefill_s=t1 - t0, decode_s=0.0)
-    ctx = StepContext(target, proposer, sampling, generator, min_confidence, pad_to, clock, res)
+    ctx = StepContext(target, proposer, sampling, generator, min_confidence, pad_to, clock, res, stepwise)
     stopped = out[0] in eos_ids
     while not stopped and len(out) < max_new_tokens:
         room = max_new_tokens - len(out)
@@ -126,7 +134,11 @@ def draft_step(ctx: StepContext, tokens: list[int], g: int, unbounded: bool, pol
     g = proposal.tokens.shape[0]
     tb = ctx.clock.now()
     cached = ctx.target.length
-    logits = ctx.target.forward(pass_ids(ctx, tokens[-1], proposal.tokens), all_logits=True)[: g + 1]  # [g+1, V]
+    ids = pass_ids(ctx, tokens[-1], proposal.tokens)
+    if ctx.stepwise:
+        logits = stepwise_forward(ctx.target, ids)  # [g+1, V], one decoding step each
+    else:
+        logits = ctx.target.forward(ids, all_logits=True)[: g + 1]  # [g+1, V]
     drafted, verdict = judge_proposal(ctx, proposal, logits)
     n = verdict.n_accepted
     ctx.target.truncate(cached + 1 + n)  # keep [.., cur, x_1..x_n]
@@ -176,7 +188,8 @@ def tree_step(
     ctx: StepContext, tokens: list[int], proposal: Proposal, g: int, policy: GammaPolicy, ta: float
 ) -> list[int]:
     """draft_step's rest for a token tree of depth ≤ g: one masked target pass over [cur, nodes] (never padded:
-    the bf16-exact mode covers chains only), the tree's verdict, the cache compacted to [.., cur, path];
+    --exact-shapes covers chains only; under --bit-exact one-token passes, node by node, each over the prefix, cur and
+    its ancestors), the tree's verdict, the cache compacted to [.., cur, path];
     → the accepted path's tokens and the correction/bonus token."""
     tree = TokenTree(tuple(proposal.parents or ()))
     if tree.size != proposal.tokens.shape[0] or tree.depth > g:
@@ -187,10 +200,13 @@ def tree_step(
     tb = ctx.clock.now()
     cached = ctx.target.length
     ids = torch.cat([torch.tensor([tokens[-1]], device=ctx.target.device), proposal.tokens])  # [n+1]
-    logits = ctx.target.forward_tree(ids, tree)  # [n+1, V]
+    logits = stepwise_tree(ctx.target, ids, tree) if ctx.stepwise else ctx.target.forward_tree(ids, tree)  # [n+1, V]
     drafted, verdict = judge_tree(ctx, proposal, tree, logits)
     path = verdict.path or []
-    ctx.target.keep_path(cached, path)  # keep [.., cur, path]
+    if ctx.stepwise:
+        stepwise_keep_path(ctx.target, cached, ids, path)
+    else:
+        ctx.target.keep_path(cached, path)  # keep [.., cur, path]
     count_tree_step(ctx.res, proposal, verdict)
     policy.update(tree.depth, len(path))  # a γ policy sees the tree as a chain of its depth
     tc = ctx.clock.now()

@@ -35,6 +35,9 @@ class Capabilities:
     exact_shapes: bool  # --exact-shapes (every pass padded to γ + 1 tokens)
     gamma_policies: bool  # --gamma adaptive / heuristic (γ chosen per step by specbench's loop)
     threads: bool  # --threads sets the engine's own compute threads (torch's are the process's)
+    # --bit-exact: every verify pass of specbench's loop as one-token passes over the engine's KV cache (its
+    # decoding step), so greedy speculative output must equal greedy plain output (decoding/stepwise.py)
+    bit_exact: bool = False
 
     def rows(self) -> list[tuple[str, bool]]:
         """(capability, yes/no) in declaration order, for listings and docs."""
@@ -53,6 +56,7 @@ class DecodeJob:
     fixed_gamma: int | None  # the integer γ, when the run has one (an engine with its own loop takes only this)
     min_confidence: float  # --draft-confidence (0: off)
     pad_to: int  # --exact-shapes: every pass fed this many tokens (1: off)
+    bit_exact: bool = False  # --bit-exact: the speculative arm's verify passes as one-token passes (the baseline's)
 
 
 class Engine(Protocol):
@@ -86,6 +90,7 @@ class EngineSpec:
     runtime: str  # "module:attribute" of the Engine object, imported on first use
     rules: Callable[[RunConfig], None]  # the engine's own refusals of a configuration (one-line SpecbenchError)
     setup: str | None = None  # the command that builds what the engine needs beyond specbench's install (None: nothing)
+    own_draft_names: tuple[str, ...] = ()  # --draft values (or `<name>:` prefixes) that name the engine's own methods
 
     def engine(self) -> Engine:
         import importlib

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from specbench.config import SamplingConfig
-from specbench.decoding.accept import accepted_count, residual
+from specbench.decoding.accept import accepted_count, residual, walk_tree
 from specbench.decoding.base import Verdict
 from specbench.decoding.sampling import processed_probs, sample
 from specbench.evidence.exact_laws import (
@@ -23,6 +23,7 @@ from specbench.evidence.exact_laws import (
     ResidualFn,
     RowsFn,
     TabulatedLM,
+    TreeVerifyFn,
     VerifyFn,
     as_verified,
     honest_draft,
@@ -98,6 +99,27 @@ def rejection_step(
     return verify
 
 
+def tree_rejection_step(
+    count: CountFn = accepted_count, residual_fn: ResidualFn = residual, verified: RowsFn = as_verified
+) -> TreeVerifyFn:
+    """verify_tree_sampling's body (walk_tree, then a draw from the law it ends with) with the same pieces swappable:
+    each child is one trial of `count` against the walk's current law, each rejection `residual_fn`'s law, and
+    `verified` maps the n+1 rows at [cur, nodes] (a row off reads, in node order, another node's law)."""
+
+    def verify(tree, tokens, q, p, generator):
+        rows = verified(p)
+
+        def decide(token: int, law: torch.Tensor, q_x: torch.Tensor) -> bool:
+            u = torch.rand(1, generator=generator, device=law.device)
+            return count(torch.tensor([token], device=law.device), q_x[None], law[None], u) > 0
+
+        path, law, expected = walk_tree(tree, tokens, q, rows, decide, residual_fn)
+        next_token = int(sample(law, generator))
+        return Verdict(n_accepted=len(path), next_token=next_token, expected_accept=expected, path=path)
+
+    return verify
+
+
 @dataclass(frozen=True)
 class Control:
     """One known bug: which piece of the step it replaces."""
@@ -110,6 +132,10 @@ class Control:
 
     def verify(self) -> VerifyFn:
         return rejection_step(self.count, self.residual_fn, self.verified)
+
+    def verify_tree(self) -> TreeVerifyFn:
+        """The same bug in the tree rule (a verify-side control fed a tree proposal)."""
+        return tree_rejection_step(self.count, self.residual_fn, self.verified)
 
     @property
     def verify_side(self) -> bool:

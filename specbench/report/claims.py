@@ -13,6 +13,13 @@ hardware, the numbers behind it with their intervals, and the figure that shows 
                    cell would likely decide it, and the command that measures them
   not tested here  the runs lack the axis or the records; the row names the command that measures it
 
+The table is one family of tests (`family`): a claim's "holds" or "does not hold" stands only when its p-value
+survives Holm's step-down over every claim with a statistical verdict, at the level the stopping rule gives this look
+(planning.LOOK_ALPHA: 4 % at look 1, 1 % at the one re-run it allows; 5 % over both); otherwise it reads
+inconclusive and says why. A sample size is planned by the exact TOST power at a true ratio of 1 for the joint power
+of the claim's comparisons at the re-run's level, printed with its range, with the re-run command on a fresh draw of
+examples (another --seed) whose verdict is decided on those examples alone.
+
 Every comparison is paired: two cells on the examples both ran, through the primary measure (the
 per-example log ratio of throughput, measure/stats/statistics.py); batch sizes batch by batch, the smaller batches'
 examples summed over each larger batch (metric_units.comparable_log_ratios). A "best" configuration is chosen on one
@@ -25,9 +32,9 @@ so a sweep over a new axis needs no change here beyond its AXES entry in analysi
 from __future__ import annotations
 
 import math
-import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
+from specbench.measure.stats import planning as pl
 from specbench.measure.stats import statistics as st
 from specbench.measure.stats.metric_units import comparable_log_ratios
 from specbench.report.analysis import (
@@ -39,6 +46,7 @@ from specbench.report.analysis import (
     target_families,
     target_params,
 )
+from specbench.report.claim_rules import COMMANDS, Claim, family, needed_text, seed_of
 from specbench.report.collect import ReportData
 from specbench.report.selection import (
     config_text,
@@ -51,28 +59,6 @@ from specbench.report.values import isnull, num
 
 HOLDS, FAILS, UNSURE, UNTESTED = st.HOLDS, st.FAILS, st.UNSURE, "not tested here"
 PAPER_LOW = 2.0  # the low end of the claimed 2–3× speedup
-PRACTICAL_N = 10_000  # beyond this many examples per cell a suggested command is no advice
-
-# what to run where a claim has no data: every command here runs as written (a test checks each option exists)
-COMMANDS = {
-    "speedup": "specbench sweep --draft prompt-lookup --gamma 1-8 --limit 40",
-    "identity": "specbench sweep --temperature 0 --gamma 1-4 --limit 8",
-    "max_new_tokens": (
-        "specbench sweep --draft prompt-lookup --gamma 4 --limit 20 --max-new-tokens 16,64,256, then "
-        "specbench report results"
-    ),
-    "prompt_length": (
-        "specbench sweep --draft prompt-lookup --gamma 4 --limit 20 --prompt-length short,medium,long, "
-        "then specbench report results"
-    ),
-    "batch_size": "specbench sweep --batch-size 1,2,4,8 --gamma 4 --limit 160",
-    "target": (
-        "specbench setup --target qwen2.5-coder-1.5b and --target qwen2.5-coder-0.5b, then specbench sweep "
-        "--pair qwen2.5-coder-0.5b:prompt-lookup --pair qwen2.5-coder-1.5b:prompt-lookup --dtype bfloat16 --gamma 4 "
-        "--limit 40"
-    ),
-    "perplexity": "specbench sweep --temperature 1 --gamma 4 --limit 32",
-}
 AXIS_TEXT = {
     "max_new_tokens": ("Gains are consistent across sequence lengths (new tokens)", "new tokens"),
     "prompt_length": ("Gains are consistent across prompt lengths", "prompt"),
@@ -81,39 +67,11 @@ AXIS_TEXT = {
 AXIS_OPTION = {"max_new_tokens": "--max-new-tokens", "prompt_length": "--prompt-length", "batch_size": "--batch-size"}
 
 
-@dataclass
-class Claim:
-    """One row of the claims table."""
-
-    claim: str  # the seed's claim, in words
-    verdict: str  # HOLDS, FAILS, UNSURE or UNTESTED, plus a reason after a colon where one helps
-    numbers: str  # the measurements behind the verdict, with their intervals
-    figure: str | None = None  # file stem of the figure that shows it (None: no figure)
-
-
 # --------------------------------------------------------------------------- small helpers
 
 
 def untested(key: str, why: str) -> str:
     return f"{UNTESTED}: {why}; run {COMMANDS[key]}"
-
-
-def needed_text(key: str, n: int | None, per_cell: bool = True, command: str | None = None, batch: int = 1) -> str:
-    """'about N examples per cell would decide it: <command with --limit N>' (or that no N is known). `batch` > 1:
-    the units are batches of that many examples (the batch axis), so the command asks for N × batch examples."""
-    if not n:
-        return "no sample size would decide it from this spread (the ratio sits at the claim's boundary)"
-    if n > PRACTICAL_N:
-        return (
-            f"no practical sample would decide it: about {n:,} {'batches' if batch > 1 else 'examples'} per cell "
-            f"(more than {PRACTICAL_N:,}): a ratio sits too near the margin's edge for its spread"
-        )
-    limit = n * batch
-    cmd = re.sub(r"--limit \d+", f"--limit {limit}", command or COMMANDS[key])
-    size = f"about {n:,} examples {'per cell ' if per_cell else ''}"
-    if batch > 1:
-        size = f"about {n:,} batches {'per cell ' if per_cell else ''}({limit:,} examples at B = {batch}) "
-    return f"{size}would likely decide it: {cmd}"
 
 
 def with_and_without(judge, runs, *args) -> Claim:
@@ -135,7 +93,7 @@ def with_and_without(judge, runs, *args) -> Claim:
 # --------------------------------------------------------------------------- the claims
 
 
-def speedup_claim(runs, data: ReportData, margin: float) -> Claim:
+def speedup_claim(runs, data: ReportData, margin: float, look: int = 1) -> Claim:
     """The best configuration, chosen on one half of the examples, judged on the other half: holds when its
     one-sided 95 % lower bound is ≥ 2/(1+δ), does not hold when its one-sided upper bound is below that."""
     claim = "Speculative decoding gives 2–3× speedups"
@@ -156,10 +114,15 @@ def speedup_claim(runs, data: ReportData, margin: float) -> Claim:
         FAILS: f"{FAILS}: the confirming half's one-sided 95 % upper bound is below {threshold:.2f}× (2× less δ)",
         UNSURE: f"{UNSURE}: {v.reason}",
     }[v.outcome]
+
+    def rerun() -> str:
+        planned = v.needed if v.outcome == UNSURE else pl.plan_directional([comp], threshold, threshold)
+        need = 2 * planned if planned else None  # the confirming half is half of each run's examples
+        return needed_text("speedup", need, False, run_command(row, need), look=look, seed=seed_of(row))
+
     if v.outcome == UNSURE:
-        need = 2 * v.needed if v.needed else None  # the confirming half is half of each run's examples
-        verdict += "; " + needed_text("speedup", need, per_cell=False, command=run_command(row, need))
-    return Claim(claim, verdict, numbers, "speedup_vs_gamma")
+        verdict += "; " + rerun()
+    return Claim(claim, verdict, numbers, "speedup_vs_gamma", v.p_value, rerun)
 
 
 def run_command(row, n: int | None, axis: str | None = None, values: list | None = None) -> str:
@@ -260,7 +223,7 @@ def comparison_text(c: st.Comparison) -> str:
     return f"{c.label} {c.ratio:.2f}× [{lo:.2f}, {hi:.2f}] (90 %, {how}, n = {c.n})"
 
 
-def axis_claim(runs, axis: str, data: ReportData, margin: float) -> Claim:
+def axis_claim(runs, axis: str, data: ReportData, margin: float, look: int = 1) -> Claim:
     """Consistency along an axis: every group's pairs of axis values compared, one verdict over all of them (TOST for
     holds; Holm over every comparison of every group for does not hold), each group's own verdict shown."""
     claim, unit = AXIS_TEXT[axis]
@@ -272,20 +235,25 @@ def axis_claim(runs, axis: str, data: ReportData, margin: float) -> Claim:
     for rows in groups:
         comps = group_comparisons(data, rows, column, unit)
         every += comps
-        own = st.consistency(comps, margin)
+        own = st.consistency(comps, margin, plan_alpha=None)  # shown per configuration, at 5 %, not adjusted
         geo = " / ".join(estimate_text(st.geometric_mean(list(unit_logs(data, r).values()))) for r in rows)
         parts.append(
             f"{'/'.join(axis_text(r[column]) for r in rows)} {unit}: {geo} ({config_text(rows[0])}); "
-            f"{'; '.join(comparison_text(c) for c in comps)} → {own.outcome}"
+            f"{'; '.join(comparison_text(c) for c in comps)} → {own.outcome} (alone)"
         )
         commands.append(run_command(rows[0], None, axis, [r[column] for r in rows]))
     v = st.consistency(every, margin)
     verdict = f"{v.outcome}: {v.reason}"
+    batch = max(int(float(r[column])) for rows in groups for r in rows) if axis == "batch_size" else 1
+
+    def rerun() -> str:
+        needed, plan = (v.needed, v.plan) if v.outcome == UNSURE else pl.plan_consistency(every, margin)
+        return needed_text(axis, needed, True, commands[0], batch, plan, look, seed_of(groups[0][0]))
+
     if v.outcome == UNSURE:
-        batch = max(int(float(r[column])) for rows in groups for r in rows) if axis == "batch_size" else 1
-        verdict += "; " + needed_text(axis, v.needed, command=commands[0], batch=batch)
+        verdict += "; " + rerun()
     numbers = f"{len(groups)} configuration(s): " + " | ".join(parts) if len(groups) > 1 else parts[0]
-    return Claim(claim, verdict, numbers, f"speedup_vs_{axis}")
+    return Claim(claim, verdict, numbers, f"speedup_vs_{axis}", v.p_value, rerun)
 
 
 def size_picks(data: ReportData, runs, params: dict[str, float]) -> list[tuple[str, list]]:
@@ -315,7 +283,7 @@ def size_cells(data: ReportData, params: dict[str, float]) -> list[tuple[str, li
     ]
 
 
-def size_claim(runs, params: dict[str, float], data: ReportData, margin: float) -> Claim:
+def size_claim(runs, params: dict[str, float], data: ReportData, margin: float, look: int = 1) -> Claim:
     """Per task and per model family (analysis.target_families: one vocabulary), each target's best configuration
     chosen on one half of the examples (all of them when it ran one); the larger target's speedup over the smaller's
     on the confirming examples, paired by example. Targets of different families are never compared (a family's
@@ -363,50 +331,81 @@ def size_claim(runs, params: dict[str, float], data: ReportData, margin: float) 
         + "; ".join(comparison_text(c) for _, c in pairs)
     )
     verdict = f"{v.outcome}: {v.reason}"
+
+    def rerun() -> str:
+        planned = v.needed if v.outcome == UNSURE else pl.plan_directional([c for _, c in pairs], 1.0, 1 + margin)
+        return needed_text("target", 2 * planned if planned else None, look=look)
+
     if v.outcome == UNSURE:
-        verdict += "; " + needed_text("target", 2 * v.needed if v.needed else None)
-    return Claim(claim, verdict, numbers, "speedup_by_target")
+        verdict += "; " + rerun()
+    return Claim(claim, verdict, numbers, "speedup_by_target", v.p_value, rerun)
 
 
-def quality_claim(rows: list[dict]) -> Claim:
+def quality_claim(rows: list[dict], look: int = 1) -> Claim:
     """Quality by paired equivalence (analysis.perplexity_rows: per T > 0 run, evidence/perplexity.nll_equivalence
     on per-example mean NLLs, same prompt and seed): holds when every run's TOST holds, does not hold when any run's
-    90 % interval lies beyond the margin, else inconclusive with the pairs that would decide it. Several runs need
-    no level split (intersection-union); the report's Perplexity table shows the same tests."""
+    90 % interval lies beyond the margin, else inconclusive with the pairs that would decide it (planning.tost_plan:
+    every run's TOST together, exact power, at the re-run's level). Several runs need no level split for "holds"
+    (intersection-union); "does not hold" by one of m runs carries m × its p-value (Holm's first step) into the
+    table's family rule. The report's Perplexity table shows the same tests."""
+    from scipy import stats
+
     claim = "Quality unchanged: same perplexity under the target (T > 0)"
     if not rows:
         return Claim(claim, untested("perplexity", "no T > 0 run recorded per-example NLL"), "—", "perplexity")
     found = [(str(r["run_id"]), r["equivalence"]) for r in rows]
     outcomes = [eq.verdict for _, eq in found]
+
+    def beyond_p(eq) -> float:  # one-sided p of "the mean NLL difference lies beyond ±margin"
+        if eq.n < 2 or not math.isfinite(eq.estimate):
+            return 1.0
+        if not eq.sd > 0:
+            return float(abs(eq.estimate) <= eq.margin)
+        return float(stats.t.sf((abs(eq.estimate) - eq.margin) / (eq.sd / math.sqrt(eq.n)), eq.n - 1))
+
+    measured = [eq for _, eq in found if eq.n > 1 and eq.sd > 0]
+    margin = found[0][1].margin
+
+    def rerun() -> str:
+        plan = (
+            pl.tost_plan([eq.sd for eq in measured], margin, 0.0, pl.RERUN_ALPHA, n_observed=[eq.n for eq in measured])
+            if measured and len(measured) == len(found)
+            else None
+        )
+        return needed_text("perplexity", plan.n if plan else None, plan=plan, look=look, cell="engine")
+
     if FAILS in outcomes:
         verdict = f"{FAILS}: a run's mean NLL differs beyond the margin (paired TOST)"
+        p_value = min(1.0, len(found) * min(beyond_p(eq) for _, eq in found))
     elif all(o == HOLDS for o in outcomes):
         verdict = f"{HOLDS}: every run's mean NLL lies within the margin of the baseline's (paired TOST)"
+        p_value = max(float(eq.p_value) for _, eq in found)
     else:
-        need = max((eq.n_needed or 0) for _, eq in found)
-        verdict = f"{UNSURE}: the paired 90 % interval straddles the margin" + (
-            f"; about {need:,} examples per engine would reach power 0.8: "
-            f"{COMMANDS['perplexity'].replace('--limit 32', f'--limit {need}')}"
-            if need
-            else ""
-        )
+        verdict = f"{UNSURE}: the paired 90 % interval straddles the margin; " + rerun()
+        p_value = 1.0
     numbers = "paired TOST on per-example mean NLL (speculative − baseline): " + "; ".join(
         f"{run}: {eq.sentence()}" for run, eq in found
     )
-    return Claim(claim, verdict, numbers, "perplexity")
+    return Claim(claim, verdict, numbers, "perplexity", p_value, rerun)
 
 
-def claims(data: ReportData, rows: list[dict] | None = None, margin: float | None = None) -> list[Claim]:
-    """Every claim row, in the seed's order (`rows`: perplexity_rows, computed here when not given; `margin`: δ,
-    the report's --margin, else data.margin, else statistics.DEFAULT_MARGIN)."""
+def claims(
+    data: ReportData, rows: list[dict] | None = None, margin: float | None = None, look: int | None = None
+) -> list[Claim]:
+    """Every claim row, in the seed's order, after the table's family rule (`family`). `rows`: perplexity_rows,
+    computed here when not given; `margin`: δ, the report's --margin, else data.margin, else
+    statistics.DEFAULT_MARGIN; `look`: 1 for runs as first measured, 2 for the one re-run the stopping rule allows
+    (specbench report --look; else data.look, else 1)."""
     runs = data.runs
     margin = margin if margin is not None else getattr(data, "margin", st.DEFAULT_MARGIN)
-    return [
-        with_and_without(speedup_claim, runs, data, margin),
+    look = look if look is not None else int(getattr(data, "look", 1))
+    every = [
+        with_and_without(speedup_claim, runs, data, margin, look),
         identity_claim(runs),
-        with_and_without(axis_claim, runs, "max_new_tokens", data, margin),
-        with_and_without(axis_claim, runs, "prompt_length", data, margin),
-        with_and_without(axis_claim, runs, "batch_size", data, margin),
-        with_and_without(size_claim, runs, target_params(data), data, margin),
-        quality_claim(perplexity_rows(data) if rows is None else rows),
+        with_and_without(axis_claim, runs, "max_new_tokens", data, margin, look),
+        with_and_without(axis_claim, runs, "prompt_length", data, margin, look),
+        with_and_without(axis_claim, runs, "batch_size", data, margin, look),
+        with_and_without(size_claim, runs, target_params(data), data, margin, look),
+        quality_claim(perplexity_rows(data) if rows is None else rows, look),
     ]
+    return family(every, look)

@@ -11,7 +11,6 @@ with today's definitions.
 
 from __future__ import annotations
 
-import json
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from specbench.config import GAMMA_POLICIES
 from specbench.errors import SpecbenchError
+from specbench.measure.results.reader import FolderRead, RunRead, kept_verdict, read_folders
 from specbench.measure.results.records import unsummarized_reason
 from specbench.measure.results.schema import Manifest
 from specbench.measure.stats.metric_units import json_safe
@@ -100,24 +100,6 @@ def _skip_warnings(data: ReportData, messages: list[str], default_path: Path) ->
         data.skip(where, "skipped" + rest) if sep else data.skip(default_path, m)
 
 
-def _read_json(path: Path, data: ReportData):
-    try:
-        return json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        data.skip(path, f"unreadable JSON ({type(exc).__name__}: {str(exc)[:120]})")
-        return None
-
-
-def _finder(paths: list[Path]):
-    """name → every file of that name under `paths` (or a path that is such a file), resolved and sorted."""
-
-    def files(name: str) -> list[Path]:
-        found = {f.resolve() for p in paths for f in ([p] if p.name == name else p.rglob(name)) if f.is_file()}
-        return sorted(found)
-
-    return files
-
-
 # --------------------------------------------------------------------------- checks on one run
 
 
@@ -162,48 +144,17 @@ def resolve_gamma(gamma, manifest: Manifest) -> tuple[int, str | None]:
 # --------------------------------------------------------------------------- reading one run
 
 
-def _summary_row(summary: Path, data: ReportData) -> dict | None:
-    """The flattened summary of one run, or None (and a Skipped entry) when it cannot be used."""
-    from specbench.measure.results.records import load_runs
+def _summary_row(run: RunRead, data: ReportData) -> dict | None:
+    """The flattened summary of one run (reader.read_run has checked it against its records), or None (and a
+    Skipped entry) when it lacks what the report's tables need."""
+    import pandas as pd
 
-    doc = _read_json(summary, data)
-    if doc is None:
-        return None
-    if not isinstance(doc, dict):  # load_runs assumes an object
-        data.skip(summary, "summary.json is not a JSON object")
-        return None
-    df, msgs = _captured(load_runs, [summary])
-    if msgs or df.empty:  # records.summary_problem: a declared field of the wrong type
-        _skip_warnings(data, msgs, summary) if msgs else data.skip(summary, "empty summary")
-        return None
-    row = df.iloc[0].to_dict()
+    row = pd.json_normalize([{**(run.summary or {}), "run_dir": str(run.run_dir)}]).iloc[0].to_dict()
     why = _check_summary(row)
     if why:
-        data.skip(summary, why)
+        data.skip(run.run_dir / "summary.json", why)
         return None
     return row
-
-
-def _read_examples(run_dir: Path, data: ReportData) -> list[dict]:
-    """The run's example records that the metrics can use; every other line (torn, not UTF-8, or valid JSON
-    of the wrong shape: records.example_problem) is listed as skipped, and the run keeps the rest."""
-    from specbench.measure.results.record_checks import example_problem
-    from specbench.measure.results.records import scan_jsonl
-
-    records, problems = scan_jsonl(run_dir / "examples.jsonl", example_problem)
-    _skip_warnings(data, problems, run_dir / "examples.jsonl")
-    return records
-
-
-def _read_manifest(run_dir: Path, data: ReportData) -> Manifest:
-    """The run's manifest; an empty one (every field at its default) when it is missing or unusable."""
-    path = run_dir / "manifest.json"
-    if not path.exists():
-        return Manifest.from_dict({})
-    doc = _read_json(path, data)
-    if doc is not None and not isinstance(doc, dict):
-        data.skip(path, "manifest.json is not a JSON object; the run is used without it")
-    return Manifest.from_dict(doc if isinstance(doc, dict) else {})
 
 
 def _read_probes(run_dir: Path, data: ReportData) -> list[float]:
@@ -252,8 +203,10 @@ def _rederive(row: dict, records: list[dict], run_dir: Path, manifest: Manifest,
     row["gamma_label"] = f"{policy} (≤{gamma})" if policy else str(gamma)
     probes = _read_probes(run_dir, data)
     row["baseline_drift"] = drift = _read_drift(run_dir, row, data)
+    recorded = {"suspect_timing": truthy(row.get("suspect_timing")), "timing_notes": row.get("timing_notes")}
     if records:
         row.update(json_safe(summarize(records, gamma, float(row["temperature"]) == 0.0, probes=probes, drift=drift)))
+    row.update(kept_verdict(recorded, {**row, "suspect_timing": truthy(row.get("suspect_timing"))}))
     if row.get("measures_disagree"):  # the primary measure and its companions disagree beyond their intervals
         data.notes.append(f"{row['run_id']}: its speedup measures disagree: " + "; ".join(row["measures_disagree"]))
     note = timing_note(row)
@@ -263,25 +216,26 @@ def _rederive(row: dict, records: list[dict], run_dir: Path, manifest: Manifest,
     row["timing_warnings"] = timing_warnings(row) if row["timing_suspect"] else []
 
 
-def _read_run(summary: Path, data: ReportData) -> dict | None:
+def _read_run(run: RunRead, data: ReportData) -> dict | None:
     """One run folder → its checked, re-derived row (its examples and manifest go into `data`), or None."""
-    row = _summary_row(summary, data)
-    return None if row is None else _use_run(summary.parent, row, _read_examples(summary.parent, data), data)
+    row = _summary_row(run, data)
+    return None if row is None else _use_run(run, row, data)
 
 
-def _rebuilt_run(run_dir: Path, data: ReportData) -> dict | None:
+def _rebuilt_run(run: RunRead, data: ReportData) -> dict | None:
     """A run folder killed between a record's append and its summary's write (records, no summary.json): its row,
     from the summary run_folder.rebuild_summary makes of its manifest and records (as a resume rebuilds it), which
-    the report does not write (it never writes into a run folder). None when the folder has no records; None and a
-    Skipped entry when its summary cannot be rebuilt."""
+    the report does not write (it never writes into a run folder). None and a Skipped entry when the folder has no
+    records or its summary cannot be rebuilt."""
     import pandas as pd
 
     from specbench.measure.results.record_checks import summary_problem
     from specbench.measure.results.run_folder import rebuild_summary
     from specbench.measure.results.schema import RunFiles
 
-    records = [] if (run_dir / "summary.json").is_symlink() else _read_examples(run_dir, data)
+    run_dir, records = run.run_dir, run.records
     if not records:
+        data.skip(run_dir, unsummarized_reason(run_dir))  # records.py's, as export says it
         return None
     try:
         doc = rebuild_summary(RunFiles(run_dir), records)
@@ -293,7 +247,7 @@ def _rebuilt_run(run_dir: Path, data: ReportData) -> dict | None:
     if why:
         data.skip(run_dir, f"{unsummarized_reason(run_dir)} (the report could not rebuild its summary: {why})")
         return None
-    out = _use_run(run_dir, row, records, data)
+    out = _use_run(run, row, data)
     if out is not None:
         data.notes.append(
             f"{row['run_id']}: no summary.json (killed between a record's append and its summary's write); its summary "
@@ -302,13 +256,14 @@ def _rebuilt_run(run_dir: Path, data: ReportData) -> dict | None:
     return out
 
 
-def _use_run(run_dir: Path, row: dict, records: list[dict], data: ReportData) -> dict | None:
-    """A run's summary row checked against its records and re-derived (its examples and manifest go into `data`),
-    or None (and a Skipped entry) when its records cannot be summarised."""
+def _use_run(run: RunRead, row: dict, data: ReportData) -> dict | None:
+    """A run's summary row re-derived from its records (its examples and manifest go into `data`), or None (and a
+    Skipped entry) when its records cannot be summarised."""
     import pandas as pd
 
-    manifest = _read_manifest(run_dir, data)
+    run_dir, records, manifest = run.run_dir, run.records, Manifest.from_dict(run.manifest)
     notes_before = len(data.notes)
+    data.notes += run.notes  # a summary recomputed by the reader
     _coverage_notes(row, len(records), manifest, data)
     try:
         _rederive(row, records, run_dir, manifest, data)
@@ -327,40 +282,19 @@ def _use_run(run_dir: Path, row: dict, records: list[dict], data: ReportData) ->
 # --------------------------------------------------------------------------- sweeps and checks
 
 
-def _unsummarized_runs(files, with_summary: set[Path], data: ReportData) -> list[dict]:
-    """Run folders with a manifest or examples but no summary.json: one with records is read with its summary
-    rebuilt (_rebuilt_run); one without (killed before its first example finished) is listed as skipped."""
-    rows, seen = [], set()
-    for marker in ("manifest.json", "examples.jsonl"):
-        for f in files(marker):
-            if f.parent in with_summary or f.parent in seen:
-                continue
-            seen.add(f.parent)
-            row = _rebuilt_run(f.parent, data)
-            if row is not None:
-                rows.append(row)
-            elif not any(s.path == str(f.parent) for s in data.skipped):
-                data.skip(f.parent, unsummarized_reason(f.parent))  # records.py's, as export says it
-    return rows
-
-
-def _read_sweeps(files, with_summary: set[Path], data: ReportData) -> None:
+def _read_sweeps(found: FolderRead, with_summary: set[Path], data: ReportData) -> None:
     """sweep.json documents, and a Skipped entry for each of their cells that has no results yet."""
-    for path in files("sweep.json"):
-        doc = _read_json(path, data)
-        if not isinstance(doc, dict) or not isinstance(doc.get("cells"), list):
-            if doc is not None:
-                data.skip(path, "sweep.json has no list of cells")
-            continue
-        from specbench.measure.results.records import read_placements
+    from specbench.measure.results.records import read_placements
 
+    for path, doc in found.sweeps:
+        if not isinstance(doc.get("cells"), list):
+            data.skip(path, "sweep.json has no list of cells")
+            continue
         data.sweeps.append({**doc, "placement": read_placements(path.parent)})  # where each cell ran (--executor ray)
         for cell in doc["cells"]:
             cell_id = cell.get("cell_id", "?") if isinstance(cell, dict) else "?"
             cell_dir = path.parent / str(cell_id)
-            if cell_dir.resolve() not in with_summary and not any(
-                s.path == str(cell_dir.resolve()) for s in data.skipped
-            ):
+            if cell_dir not in with_summary and not any(s.path.startswith(str(cell_dir)) for s in data.skipped):
                 data.skip(
                     cell_dir,
                     f"cell of sweep {doc.get('sweep_id', '?')} has no results yet "
@@ -368,12 +302,9 @@ def _read_sweeps(files, with_summary: set[Path], data: ReportData) -> None:
                 )
 
 
-def _read_checks(files, data: ReportData) -> None:
+def _read_checks(found: FolderRead, data: ReportData) -> None:
     """checks.json files: a list of checks, or verification.write_checks' object holding one."""
-    for path in files("checks.json"):
-        doc = _read_json(path, data)
-        if doc is None:
-            continue
+    for path, doc in found.checks:
         if isinstance(doc, dict) and isinstance(doc.get("checks"), list):
             doc = doc["checks"]  # verification.write_checks: {schema_version, passed, ..., checks: [...]}
         if not isinstance(doc, list):
@@ -390,22 +321,27 @@ def _read_checks(files, data: ReportData) -> None:
 
 
 def collect(paths: list[Path]) -> ReportData:
-    """Every run, sweep and checks.json under `paths`, checked; whatever is unusable goes to `skipped`."""
+    """Every run, sweep and checks.json under `paths`, read by the one reader (measure/results/reader.py: no link
+    followed, sizes and nesting bounded, records checked against their manifest, summaries against their records);
+    whatever is unusable goes to `skipped`."""
     import pandas as pd
 
     paths = [Path(p) for p in paths]
     for p in paths:
         if not p.exists():
             raise SpecbenchError(f"{p} does not exist; pass run folders, sweep folders or a results/ folder")
-    files = _finder(paths)
+    found = read_folders(paths)
     data = ReportData(runs=pd.DataFrame())
-    summaries = files("summary.json")
-    with_summary = {s.parent for s in summaries}
-    rebuilt = _unsummarized_runs(files, with_summary, data)
-    rows = [row for row in (_read_run(s, data) for s in summaries) if row is not None] + rebuilt
+    for where, why in found.skipped:
+        data.skip(where, why)
+    rows = [
+        row
+        for run in found.runs
+        if (row := (_read_run(run, data) if run.summary is not None else _rebuilt_run(run, data))) is not None
+    ]
     if rows:
         data.runs = runs_frame(rows)
     data.curves = calibration_curves(data.manifests, data.notes)
-    _read_sweeps(files, with_summary | {Path(r["run_dir"]) for r in rebuilt}, data)
-    _read_checks(files, data)
+    _read_sweeps(found, {Path(r["run_dir"]) for r in rows}, data)
+    _read_checks(found, data)
     return data

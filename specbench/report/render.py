@@ -123,10 +123,15 @@ def default_name(paths: list[Path]) -> str:
 
 
 def write_report(
-    paths: list[Path], out: Path | None = None, reports_dir: Path = Path("reports"), margin: float | None = None
+    paths: list[Path],
+    out: Path | None = None,
+    reports_dir: Path = Path("reports"),
+    margin: float | None = None,
+    look: int = 1,
 ) -> ReportOutcome:
     """Load, check, analyse and render; the report folder holds report.md, report.html and figures/. `margin`: δ
-    of the claims' verdicts (statistics.DEFAULT_MARGIN when None)."""
+    of the claims' verdicts (statistics.DEFAULT_MARGIN when None); `look`: 1, or 2 for the one re-run of an
+    inconclusive claim the stopping rule allows (its claims table is judged at the re-run's level)."""
     from specbench.files import atomic_write_text
 
     data = collect(paths)
@@ -144,7 +149,7 @@ def write_report(
         raise SpecbenchError(f"cannot write the report to {out}: {exc.strerror}; pass a writable --out") from exc
     perplexity = perplexity_rows(data)
     figures = make_figures(data.runs, out / "figures", data.curves, target_params(data), perplexity, data)
-    blocks = build_blocks(data, figures, f"specbench report: {default_name(paths)}", perplexity)
+    blocks = build_blocks(data, figures, f"specbench report: {default_name(paths)}", perplexity, look)
     atomic_write_text(out / "report.md", to_markdown(blocks))
     atomic_write_text(out / "report.html", to_html(blocks))
     files = [out / "report.md", out / "report.html"] + sorted((out / "figures").iterdir())

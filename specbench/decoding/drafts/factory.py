@@ -11,6 +11,7 @@ from specbench.decoding.drafts.hybrid import HybridDraft
 from specbench.decoding.drafts.model import ModelDraft
 from specbench.decoding.drafts.ngram import DEFAULT_BACKOFF, DEFAULT_K, make_frequency_draft
 from specbench.decoding.drafts.prompt_lookup import PromptLookupDraft
+from specbench.decoding.drafts.tree_lookup import DEFAULT_BRANCHES, DEFAULT_NODES, TreeLookupDraft
 from specbench.errors import SpecbenchError
 from specbench.models import PRESETS, LoadedModel, SplitPreset, load_model
 from specbench.models.shipped import shipped_draft_dir, shipped_draft_rows
@@ -47,6 +48,10 @@ def make_proposer(
     parsed = spec
     if parsed.kind == "prompt-lookup":
         return lookup_draft(target, **dict(parsed.options))
+    if parsed.kind == "tree-lookup":
+        if target.is_seq2seq:  # a tree pass is a masked decoder-only pass (cached_model.forward_masked)
+            raise SpecbenchError(f"--draft tree-lookup needs a decoder-only target; {target.name} is encoder-decoder")
+        return TreeLookupDraft(target.vocab_size, target.device, name=parsed.text, **dict(parsed.options))  # type: ignore[arg-type]  # parse_draft checked each option
     if parsed.fits_corpus:
         return make_frequency_draft(parsed, target.vocab_size, target.device, corpus)
     model = model_draft(parsed.model, target, device, dtype, trust_remote_code, backend)  # type: ignore[arg-type]  # model, hybrid: set
@@ -80,6 +85,13 @@ def draft_rows() -> list[dict]:
             "kind": "model-free",
             "cost": "host-side n-gram search",
             "description": "copies the continuation of the longest matching suffix n-gram (n = 3..1) from the context",
+        },
+        {
+            "name": f"tree-lookup[:branches={DEFAULT_BRANCHES},nodes={DEFAULT_NODES}]",
+            "kind": "model-free",
+            "cost": "host-side n-gram search; one masked target pass over the tree",
+            "description": "every matching suffix n-gram's continuation as a branch of one token tree "
+            "(shared prefixes merged, depth <= gamma), verified in one pass (decoder-only targets, batch 1)",
         },
         {
             "name": f"unigram[:k={DEFAULT_K:g}]",

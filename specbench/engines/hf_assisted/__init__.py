@@ -18,6 +18,11 @@ def hf_rules(config: RunConfig) -> None:
             "--exact-shapes pads our engines' passes; HF's assisted generation cannot be padded "
             "(drop one of the two options)"
         )
+    if config.bit_exact:
+        raise SpecbenchError(
+            "--bit-exact runs our loop's verify passes as one-token steps; HF's assisted generation runs its own "
+            "multi-token passes, which cannot be split (drop --bit-exact, or use --engine specbench)"
+        )
     if config.gamma.policy in ("adaptive", "heuristic"):
         raise SpecbenchError(
             f"--gamma {config.gamma} drives our decode loop; --engine hf-assisted runs HF's own "

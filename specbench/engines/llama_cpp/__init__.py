@@ -28,6 +28,11 @@ def llama_rules(config: RunConfig) -> None:
                 f"{name} {given} does not apply to --engine {ENGINE_NAME} (it runs the GGUF as quantized, one "
                 f"sequence at a time); drop {name}"
             )
+    if not config.draft.auto and config.draft.proposes_trees:
+        raise SpecbenchError(
+            f"--draft {config.draft.text} proposes token trees, which need a masked target pass that --engine "
+            f"{ENGINE_NAME} does not run; use --engine specbench"
+        )
     if load.device not in ("auto", "cpu"):
         raise SpecbenchError(
             f"--engine {ENGINE_NAME} places itself (a CUDA build offloads to the GPU); drop --device {load.device}"
@@ -48,6 +53,7 @@ SPEC = EngineSpec(
         exact_shapes=True,
         gamma_policies=True,
         threads=True,
+        bit_exact=True,  # stepwise passes use forward and truncate only (tests/test_bit_exact.py, tiny F32 and Q8_0)
     ),
     session_kind="llama-cpp",
     runtime="specbench.engines.llama_cpp.engine:ENGINE",

@@ -1,6 +1,6 @@
 """`--engine specbench`: specbench's own decode loop in PyTorch (the default). Both arms, every draft, batches, γ
-policies, --exact-shapes and the exact laws of `verify` run here; the other engines are measured against the same
-records. This face imports no torch: the registry reads SPEC to list and validate."""
+policies, --exact-shapes, --bit-exact and the exact laws of `verify` run here; the other engines are measured against
+the same records. This face imports no torch: the registry reads SPEC to list and validate."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ SPEC = EngineSpec(
         exact_shapes=True,
         gamma_policies=True,
         threads=False,
+        bit_exact=True,
     ),
     session_kind="torch",
     runtime="specbench.engines.torch.engine:ENGINE",

@@ -51,6 +51,7 @@ class LoopEngine:
             decoder_start_id=t.decoder_start_id,
             min_confidence=job.min_confidence,
             pad_to=job.pad_to,
+            stepwise=job.bit_exact,
         )
 
     def check_proposer(self, proposer: Proposer) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import MISSING, fields
 
 from specbench.measure.results.schema import EngineRecord, ExampleRecord, Summary
+from specbench.run_specs import GAMMA_POLICIES
 
 
 def _split_union(annotation: str) -> list[str]:
@@ -93,6 +94,8 @@ def engine_value_problem(doc: dict, where: str) -> str | None:
         values = value if isinstance(value, list) else [] if value is None else [value]
         if not all(_finite_non_negative(v) for v in values):
             return f"{where}.{key} holds a value that is not a finite number of seconds >= 0"
+    if doc["n_tokens"] > 0 and doc["prefill_s"] + doc["decode_s"] <= 0:  # a rate over no time: infinite tokens/s
+        return f"{where} produced {doc['n_tokens']} tokens in 0 seconds (prefill_s + decode_s), which no run measures"
     for key in ENGINE_COUNTS:
         if doc[key] < 0:
             return f"{where}.{key} is {doc[key]}, a negative count"
@@ -221,6 +224,8 @@ def summary_value_problem(doc: dict, declared: dict) -> str | None:
                 return f"{key} is {x}, which cannot be negative"
     if isinstance(doc.get("gamma"), int) and not isinstance(doc["gamma"], bool) and doc["gamma"] < 1:
         return f"gamma is {doc['gamma']}, below 1"
+    if isinstance(doc.get("gamma"), str) and doc["gamma"] not in GAMMA_POLICIES:
+        return f"gamma is {doc['gamma']!r}, neither a number nor a γ policy ({', '.join(GAMMA_POLICIES)})"
     return None
 
 

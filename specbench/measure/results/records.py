@@ -3,7 +3,8 @@ a resume and pandas users need them.
 
 Results are read back by hand-edited, half-copied or foreign files too, so no reader here raises
 anything but a one-line SpecbenchError: the `scan_*` readers return what they could use plus a
-reason for each thing they skipped (measure/results/record_checks.py says why a line or file is unusable),
+reason for each thing they skipped (measure/results/record_checks.py says why a line or file is unusable; folders
+are read by reader.py, the one reader the report and the export use too; single files by bounded_reads.py),
 `read_records` turns those reasons into warnings (what the report lists as skipped), and
 `load_json_object` fails a run or resume with one line.
 
@@ -14,142 +15,53 @@ as docs/results.md shows (`from specbench.measure.results.records import load_ru
 
 from __future__ import annotations
 
-import json
-import warnings
 from pathlib import Path
 
-from specbench.errors import SpecbenchError
-from specbench.measure.results.record_checks import (
-    example_problem,
-    manifest_problem,
-    object_problem,
-    placement_problem,
-    summary_problem,
+from specbench.measure.results.bounded_reads import (  # noqa: F401 (read from here too: the documented face)
+    MAX_DEPTH,
+    MAX_JSON_BYTES,
+    MAX_JSONL_BYTES,
+    _warn_all,
+    load_json_object,
+    load_manifest,
+    parse_json,
+    read_bounded,
+    read_examples,
+    read_json_object,
+    read_records,
+    read_summary,
+    scan_jsonl,
+    too_deep,
 )
-from specbench.measure.results.schema import PLACEMENT_FILE, Manifest
+from specbench.measure.results.record_checks import example_problem, placement_problem
+from specbench.measure.results.schema import PLACEMENT_FILE
+from specbench.measure.results.schema import Manifest as Manifest  # re-exported beside Summary
 from specbench.measure.results.schema import (
     Summary as Summary,  # re-exported: the documented `records.Summary.from_dict`
 )
 
 
-def scan_jsonl(path: Path, check=object_problem) -> tuple[list[dict], list[str]]:
-    """Every line of a JSONL file that `check` accepts, and "<path>:<line>: skipped ..." for each other line.
-
-    Lines are split and decoded one by one, so a torn last line (a kill mid-write), stray
-    non-UTF-8 bytes or a hand-edited line costs that line only. A missing file has no lines."""
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        return [], []
-    except OSError as exc:
-        return [], [f"{path}: skipped, unreadable ({exc.strerror or exc})"]
-    rows, skipped = [], []
-    for i, raw in enumerate(data.split(b"\n"), 1):
-        if not raw.strip():
-            continue
-        try:
-            row = json.loads(raw.decode("utf-8"))
-        except UnicodeDecodeError:
-            skipped.append(f"{path}:{i}: skipped a line that is not UTF-8 text")
-            continue
-        except (json.JSONDecodeError, RecursionError):
-            skipped.append(f"{path}:{i}: skipped a malformed line (an interrupted write?)")
-            continue
-        problem = check(row)
-        if problem:
-            skipped.append(f"{path}:{i}: skipped a line of the wrong shape ({problem})")
-        else:
-            rows.append(row)
-    return rows, skipped
-
-
-def _warn_all(messages: list[str]) -> None:
-    for message in messages:
-        warnings.warn(message, stacklevel=3)
-
-
-def read_records(path: Path, check=object_problem) -> list[dict]:
-    """scan_jsonl with each skipped line as a warning (the report lists those as skipped)."""
-    rows, skipped = scan_jsonl(path, check)
-    _warn_all(skipped)
-    return rows
-
-
-def read_examples(path: Path) -> list[dict]:
-    """The ExampleRecords of an examples.jsonl that the metrics can use; every other line is warned about."""
-    return read_records(path, example_problem)
-
-
-def read_json_object(path: Path, what: str) -> tuple[dict | None, str | None]:
-    """A JSON object file → (its dict, None), or (None, why it cannot be used). Never raises."""
-    try:
-        doc = json.loads(Path(path).read_bytes().decode("utf-8"))
-    except FileNotFoundError:
-        return None, f"{path}: no {what}"
-    except OSError as exc:
-        return None, f"{path}: {what} unreadable ({exc.strerror or exc})"
-    except UnicodeDecodeError:
-        return None, f"{path}: {what} is not UTF-8 text"
-    except (json.JSONDecodeError, RecursionError) as exc:
-        return None, f"{path}: {what} is not valid JSON ({str(exc)[:80]})"
-    if not isinstance(doc, dict):
-        return None, f"{path}: {what} is a JSON {type(doc).__name__}, not an object"
-    return doc, None
-
-
-def load_json_object(path: Path, what: str, fix: str) -> dict:
-    """read_json_object for a command that cannot go on without the file: one-line SpecbenchError naming `fix`."""
-    doc, problem = read_json_object(path, what)
-    if problem or doc is None:
-        raise SpecbenchError(f"{problem}; {fix}")
-    return doc
-
-
-def load_manifest(path: Path, fix: str) -> Manifest:
-    """A run's manifest.json read by attribute: a one-line SpecbenchError naming `fix` if it is not one."""
-    doc = load_json_object(path, "manifest.json", fix)
-    problem = manifest_problem(doc)
-    if problem:
-        raise SpecbenchError(f"{path}: not a specbench manifest ({problem}); {fix}")
-    return Manifest.from_dict(doc)
-
-
-def read_summary(path: Path) -> tuple[dict | None, str | None]:
-    """A summary.json → (its dict, None) or (None, why it was skipped)."""
-    doc, problem = read_json_object(path, "summary.json")
-    if doc is not None and (shape := summary_problem(doc)):
-        return None, f"{path}: skipped, {shape}"
-    return doc, problem
-
-
-def _found(paths: list[Path], name: str) -> list[Path]:
-    """Every file called `name` at or under `paths` (a path may be that file itself), sorted, once each."""
-    out = set()
-    for p in map(Path, paths):
-        if p.name == name and p.is_file():
-            out.add(p)
-        elif p.is_dir():
-            out.update(f for f in p.rglob(name) if f.is_file() and not f.is_symlink())  # a link may lead outside
-    return sorted(out)
-
-
 def scan_runs(paths: list[Path]) -> tuple[list[dict], list[str]]:
-    """The summary of every run under `paths` (run folders, sweep folders, results/ or summary.json files),
-    each with `run_dir` added, and a reason for every summary skipped."""
-    rows, notes = [], []
-    for path in _found(paths, "summary.json"):
-        doc, problem = read_summary(path)
-        if problem:
-            notes.append(problem)
-        elif doc is not None:
-            rows.append({**doc, "run_dir": str(path.parent)})
+    """The summary of every run under `paths` (run folders, sweep folders, results/ or summary.json files), each with
+    `run_dir` added, and a note for everything skipped or recomputed (reader.read_folders: the one reader)."""
+    from specbench.measure.results.reader import read_folders
+
+    found = read_folders(paths)
+    rows, notes = [], found.messages()
+    for run in found.runs:
+        notes += run.notes
+        if run.summary is None:
+            notes.append(_unsummarized_note(run.run_dir))
+        else:
+            rows.append({**run.summary, "run_dir": str(run.run_dir)})
     return rows, notes
 
 
 def unsummarized_runs(paths: list[Path]) -> list[str]:
-    """A note for every run folder under `paths` with a manifest but no summary.json."""
-    have = {s.parent for s in _found(paths, "summary.json")}
-    return [_unsummarized_note(m.parent) for m in _found(paths, "manifest.json") if m.parent not in have]
+    """A note for every run folder under `paths` with a manifest or records but no summary.json."""
+    from specbench.measure.results.reader import read_folders
+
+    return [_unsummarized_note(run.run_dir) for run in read_folders(paths).runs if run.summary is None]
 
 
 def _unsummarized_note(run_dir: Path) -> str:
@@ -174,10 +86,13 @@ def unsummarized_reason(run_dir: Path) -> str:
 
 def load_runs(paths: list[Path]):
     """Summaries of every run under `paths` (run dirs, sweep dirs or results/) → pandas DataFrame, one row per
-    run; each summary skipped is a warning."""
+    run; everything skipped or recomputed is a warning (a path that does not exist, or holds no run, included)."""
     import pandas as pd
 
-    rows, notes = scan_runs(paths)
+    rows, notes = scan_runs([Path(p) for p in paths])
+    if not rows and not notes:
+        where = ", ".join(map(str, paths))
+        notes = [f"{where}: holds no run folder (no summary.json, manifest.json or examples.jsonl)"]
     _warn_all(notes)
     return pd.json_normalize(rows) if rows else pd.DataFrame()
 
@@ -190,14 +105,17 @@ def run_identity(run_dir: Path) -> dict:
 
 
 def scan_examples(paths: list[Path]) -> tuple[list[dict], list[str]]:
-    """Every usable ExampleRecord under `paths` (run folders, sweep folders, results/), each with its
-    run_id, sweep_id and run_dir, and a reason for every line skipped."""
-    rows, notes = [], []
-    for path in _found(paths, "examples.jsonl"):
-        records, skipped = scan_jsonl(path, example_problem)
-        ids = {**run_identity(path.parent), "run_dir": str(path.parent)}
-        rows += [{**ids, **r} for r in records]
-        notes += skipped
+    """Every usable ExampleRecord under `paths` (run folders, sweep folders, results/), each with its run_id, sweep_id
+    and run_dir, and a reason for every line or run skipped (reader.read_folders: checked against the manifest,
+    duplicates dropped)."""
+    from specbench.measure.results.reader import read_folders
+
+    found = read_folders(paths)
+    rows, notes = [], found.messages()
+    for run in found.runs:
+        ids = {**run_identity(run.run_dir), "run_dir": str(run.run_dir)}
+        rows += [{**ids, **r} for r in run.records]
+        notes += run.notes
     return rows, notes
 
 

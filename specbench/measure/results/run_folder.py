@@ -21,9 +21,9 @@ from specbench.config import (
 from specbench.errors import SpecbenchError
 from specbench.files import atomic_write_json
 from specbench.measure.auto.predicted_metrics import batch_prediction
+from specbench.measure.results.bounded_reads import read_json_object, read_records
 from specbench.measure.results.record_checks import baseline_probe_problem, noise_probe_problem
 from specbench.measure.results.record_writing import prepare_run_dir
-from specbench.measure.results.records import read_json_object, read_records
 from specbench.measure.results.schema import SCHEMA_VERSION, Manifest, RunFiles, summary_dict
 from specbench.measure.run.buckets import BucketChoice
 from specbench.measure.stats.metric_units import json_safe

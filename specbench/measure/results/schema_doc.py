@@ -65,7 +65,12 @@ example, with its run id; parquet needs `pip install pyarrow`).
 
 No reader raises on a damaged file: a torn line, non-UTF-8 bytes or a line of the wrong shape is skipped and
 listed (the report's *Skipped* section, the export's notes); `run` and `sweep` fail with one line only when a
-file they must trust (a manifest) is unusable.
+file they must trust (a manifest) is unusable. The report, the export and `load_runs` read folders through one
+reader (`measure/results/reader.py`), so they agree: no symbolic link is followed, files are bounded in size and
+JSON nesting, records are checked against their manifest (an id it does not list, a second record of an example,
+more records than it plans, a time no run measures are dropped and named), and a summary that disagrees with its
+records (their count, or a headline figure edited by hand) is recomputed from them, with a note, or its run is left
+out; a summary whose records are gone is never shown as a run.
 
 ## Layout
 

@@ -11,13 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specbench.measure.results.records import (
-    read_json_object,
-    run_identity,
-    scan_examples,
-    scan_runs,
-    unsummarized_runs,
-)
+from specbench.measure.results.records import run_identity, unsummarized_reason
 from specbench.measure.results.schema import Manifest, Summary
 
 # run columns in order: identity, the grid's axes, the machine, then the measurements
@@ -126,10 +120,9 @@ def _gamma(summary: Summary, manifest: Manifest) -> dict:
     return {"gamma": _config(manifest).get("gamma_max"), "gamma_policy": gamma}
 
 
-def run_row(summary: Summary, run_dir: Path) -> tuple[dict, str | None]:
-    """One export row from a run folder's summary and manifest; a note if the manifest is unusable."""
-    doc, problem = read_json_object(run_dir / "manifest.json", "manifest.json")
-    manifest = Manifest.from_dict(doc or {})
+def run_row(summary: Summary, run_dir: Path, manifest_doc: dict) -> dict:
+    """One export row from a run folder's summary and manifest (reader.read_run checked both)."""
+    manifest = Manifest.from_dict(manifest_doc)
     row = {**run_identity(run_dir), "run_dir": str(run_dir)}
     row.update({k: getattr(summary, k, None) for k in AXES})  # device, backend, ... are the manifest's
     row.update({k: v for k, v in _config_axes(manifest).items() if row.get(k) is None or k in ("device", "backend")})
@@ -148,7 +141,7 @@ def run_row(summary: Summary, run_dir: Path) -> tuple[dict, str | None]:
     notes = row["timing_notes"]
     row["timing_notes"] = "; ".join(map(str, notes)) if isinstance(notes, list) else notes
     row["suspect"] = bool(row.pop("suspect_timing"))
-    return row, (f"{problem}; its device, backend and cpu columns are empty" if problem else None)
+    return row
 
 
 def example_row(record: dict, run: dict) -> dict:
@@ -175,24 +168,30 @@ def _example_speedup(record: dict) -> float | None:
 def export_frames(paths: list[Path], examples: bool):
     """(DataFrame, notes) for every run under `paths` (run folders, sweep folders holding cells, or results
     folders holding both): one row per run, or with `examples` one row per example carrying its run's id
-    and axes. Every folder, file or line that could not be used is a note, never an exception."""
+    and axes. Every folder, file or line that could not be used, and every summary recomputed from its records, is
+    a note (reader.read_folders, the reader the report and load_runs use too), never an exception."""
     import pandas as pd
 
-    paths = [Path(p) for p in paths]
-    summaries, notes = scan_runs(paths)
-    notes += unsummarized_runs(paths)
-    runs = {}
-    for doc in summaries:
-        row, note = run_row(Summary.from_dict(doc), Path(doc["run_dir"]))
+    from specbench.measure.results.reader import read_folders
+
+    found = read_folders([Path(p) for p in paths])
+    notes = found.messages()
+    runs, records = {}, []
+    for run in found.runs:
+        notes += run.notes
+        if run.summary is None:
+            notes.append(f"{run.run_dir}: skipped, {unsummarized_reason(run.run_dir)}")
+            continue
+        row = run_row(Summary.from_dict(run.summary), run.run_dir, run.manifest)
         runs[row["run_dir"]] = row
-        notes += [note] if note else []
+        ids = {**run_identity(run.run_dir), "run_dir": str(run.run_dir)}
+        records += [{**ids, **r} for r in run.records]
     optional = [k for k in ("confidence", "batch") if all(r.get(k) is None for r in runs.values())]
     runs = {key: {k: v for k, v in r.items() if k not in optional} for key, r in runs.items()}  # only if present
     if not examples:
         return pd.DataFrame(list(runs.values())), notes
-    records, skipped = scan_examples(paths)
-    rows = [example_row(rec, runs.get(rec["run_dir"], {})) for rec in records]
-    return pd.DataFrame(rows), notes + skipped
+    rows = [example_row(rec, runs[rec["run_dir"]]) for rec in records]
+    return pd.DataFrame(rows), notes
 
 
 # --------------------------------------------------------------------------- Spec-Bench's answer format
@@ -330,18 +329,19 @@ def spec_bench_files(run_dir: Path, out_dir: Path | None = None) -> tuple[dict[s
     (default: the run folder) → ({engine: path}, the per-category table, notes on lines skipped)."""
     from specbench.errors import SpecbenchError
     from specbench.files import atomic_write_jsonl
-    from specbench.measure.results.record_checks import example_problem
-    from specbench.measure.results.records import read_summary, scan_jsonl
+    from specbench.measure.results.reader import read_run
 
     run_dir = Path(run_dir)
-    summary, problem = read_summary(run_dir / "summary.json")
-    if problem or summary is None:
-        raise SpecbenchError(f"{problem}; pass one run folder of a spec-bench task")
-    records, skipped = scan_jsonl(run_dir / "examples.jsonl", example_problem)
+    run, skipped_runs = read_run(run_dir)
+    skipped = [f"{where}: {why}" for where, why in skipped_runs]
+    if run is None or run.summary is None:
+        why = skipped[-1] if skipped else f"{run_dir}: no summary.json"
+        raise SpecbenchError(f"{why}; pass one run folder of a spec-bench task")
+    summary, records = run.summary, run.records
+    skipped += run.notes
     if not records:
         raise SpecbenchError(f"{run_dir} has no measured examples to export")
-    manifest, _ = read_json_object(run_dir / "manifest.json", "manifest.json")
-    tstamp = created_time(Manifest.from_dict(manifest or {}), run_dir / "summary.json")
+    tstamp = created_time(Manifest.from_dict(run.manifest), run_dir / "summary.json")
     ids = model_ids(Summary.from_dict(summary))
     order = sorted(records, key=question_order)
     out_dir = Path(out_dir or run_dir)

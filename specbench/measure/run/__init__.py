@@ -6,8 +6,9 @@ torch import."""
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from specbench.faces import lazy_attributes
 
 if TYPE_CHECKING:
     from specbench.measure.run.executors import make_executor
@@ -55,8 +56,4 @@ __all__ = [
     "run_sweep",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name not in FACE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{FACE[name]}"), name)
+__getattr__ = lazy_attributes(__name__, FACE)

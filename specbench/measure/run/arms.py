@@ -54,12 +54,41 @@ def prompt_token_ids(spec: TaskSpec, prompt: str, tokenizer) -> list[int]:
     return tokenizer(text, add_special_tokens=text == prompt)["input_ids"]
 
 
+FALLBACK_TOKEN_CHARS = 64  # a tokenizer without a vocabulary to measure: no common one has longer tokens
+
+
+def longest_token_chars(tokenizer) -> int:
+    """The most characters one token of `tokenizer` covers (its longest vocabulary entry; byte-level entries count
+    bytes, never fewer than the characters they decode to)."""
+    try:
+        return max(map(len, tokenizer.get_vocab()), default=0) or FALLBACK_TOKEN_CHARS
+    except (AttributeError, TypeError, NotImplementedError):
+        return FALLBACK_TOKEN_CHARS
+
+
+def check_prompt_chars(ex: Example, target: LoadedModel, max_new_tokens: int, token_chars: int) -> None:
+    """A prompt that cannot fit the context whatever its tokens (each at most `token_chars` characters: see
+    longest_token_chars), refused by its length in characters before it is tokenized (issue 41: a 100 MB prompt
+    peaked at 12.9 GB and 104 s before the context check)."""
+    if not target.max_positions:
+        return
+    limit = (target.max_positions - max_new_tokens) * token_chars
+    if len(ex.prompt) > max(limit, 0):
+        raise SpecbenchError(
+            f"example {ex.id!r}: a prompt of {len(ex.prompt):,} characters cannot fit the context of "
+            f"{target.max_positions} tokens with {max_new_tokens} new tokens (at most {max(limit, 0):,} characters); "
+            f"shorten the prompt or lower --max-new-tokens"
+        )
+
+
 def prepare_examples(
     spec: TaskSpec, examples: list[Example], target: LoadedModel, max_new_tokens: int
 ) -> list[Prepared]:
     """Render (chat template) and tokenize; reject empty prompts and prompts that overflow the context."""
     prepared = []
+    token_chars = longest_token_chars(target.tokenizer) if target.max_positions else 0
     for ex in examples:
+        check_prompt_chars(ex, target, max_new_tokens, token_chars)
         ids = prompt_token_ids(spec, ex.prompt, target.tokenizer)
         if not ex.prompt.strip() or not ids:
             raise SpecbenchError(
@@ -123,7 +152,7 @@ class Engines:
 
     @functools.cached_property
     def job(self) -> DecodeJob:
-        """What both arms take besides the example: the run's sampling, draft, γ, confidence and padding."""
+        """What both arms take besides the example: the run's sampling, draft, γ, confidence and exactness mode."""
         cfg = self.config
         return DecodeJob(
             sampling=cfg.sampling,
@@ -132,6 +161,7 @@ class Engines:
             fixed_gamma=cfg.gamma.fixed,
             min_confidence=cfg.draft_confidence,
             pad_to=self.pad_to,
+            bit_exact=cfg.bit_exact,
         )
 
     def baseline(self, prompt_ids: list[int], seed: int, max_new_tokens: int) -> DecodeResult:

@@ -33,7 +33,7 @@ from specbench.config import (
 from specbench.decoding.base import Proposer, lookup_history, model_caches
 from specbench.decoding.sampling import make_generator
 from specbench.decoding.speculative import decode_speculative
-from specbench.engines import check_config, runtime
+from specbench.engines import check_config, engine_spec, runtime
 from specbench.engines.session import Session
 from specbench.errors import SpecbenchError
 from specbench.measure.auto.calibration import session_batch_curve, session_curve, session_draft_ms
@@ -103,7 +103,7 @@ def run_id_for(config: RunConfig) -> str:
     digest = hashlib.sha256(repr(sorted(config.to_dict().items())).encode()).hexdigest()[:8]
     s = config.sampling
     stem = f"{Path(config.task).stem}-{Path(config.draft.text).name}-g{config.gamma}-t{s.temperature:g}"
-    stem += batch_suffix(config) + prompt_length_suffix(config)
+    stem += batch_suffix(config) + prompt_length_suffix(config) + ("-bitexact" if config.bit_exact else "")
     return re.sub(r"[^A-Za-z0-9._-]+", "_", f"{stem}-{digest}")
 
 
@@ -135,6 +135,8 @@ def check_model_sources(config: RunConfig) -> None:
     if config.draft.auto:
         return
     draft = config.draft
+    if draft.model is not None and draft.model.partition(":")[0] in engine_spec(config.engine).own_draft_names:
+        return  # the engine's own method (vLLM's suffix, eagle:<head>): its session checks any folder it names
     if draft.model == "distilled":
         shipped_draft_dir(config.load.target)
     elif draft.model is not None:

@@ -40,7 +40,7 @@ from specbench.measure.run.batch_runner import measure_batches
 from specbench.measure.run.planning import RunPlan, prepare_run
 from specbench.measure.stats.metric_units import first_divergence
 from specbench.measure.stats.nll import example_nll
-from specbench.measure.stats.numerics import explain_example
+from specbench.measure.stats.numerics import explain_bit_exact, explain_example
 
 
 @dataclass
@@ -111,17 +111,22 @@ def _measure_locked(plan: RunPlan, on_start, on_example) -> RunOutcome:
         numerics = None
         if config.sampling.greedy:  # after this example's timed decodes: the floor and the divergence's class
             t_prompt, t_base, t_spec, t_div = log.numerics_inputs(item.prompt_ids, base, asdict(spec_rec), divergence)
-            numerics = explain_example(
-                target.model,
-                t_prompt,
-                t_base,
-                t_spec,
-                config.draft_gamma,
-                t_div,
-                target.decoder_start_id,
-                plan.session.target_backend,
-                engines.pad_to,
-            )
+            if config.bit_exact:  # no pass shape separates the engines: any divergence is unexplained, ungated
+                numerics = explain_bit_exact(
+                    target.model, t_prompt, t_base, t_spec, t_div, target.decoder_start_id, plan.session.target_backend
+                )
+            else:
+                numerics = explain_example(
+                    target.model,
+                    t_prompt,
+                    t_base,
+                    t_spec,
+                    config.draft_gamma,
+                    t_div,
+                    target.decoder_start_id,
+                    plan.session.target_backend,
+                    engines.pad_to,
+                )
         record = ExampleRecord(
             SCHEMA_VERSION,
             item.example.id,

@@ -6,8 +6,9 @@ torch import."""
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from specbench.faces import lazy_attributes
 
 if TYPE_CHECKING:
     from specbench.measure.stats.metric_units import first_divergence, json_safe
@@ -24,8 +25,4 @@ FACE = {
 
 __all__ = ["MIN_INTERVAL_N", "first_divergence", "json_safe", "summarize", "timing_noise"]
 
-
-def __getattr__(name: str) -> Any:
-    if name not in FACE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{FACE[name]}"), name)
+__getattr__ = lazy_attributes(__name__, FACE)

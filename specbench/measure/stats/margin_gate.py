@@ -23,7 +23,9 @@ at |z| = 40 and four at |z| = 12. So the gate measures the gap in spacings of th
                                      there would flip it at any gap and, uncapped, open the gate to itself;
   anything wider                     unexplained, whatever the replay says.
 
-`identity_line` applies the gate over a run's records. Records written before gaps were stored fall back
+`identity_line` applies the gate over a run's records; a run under --bit-exact (every verify pass a one-token pass,
+so no pass shape separates the engines) gets no gate at all: its line reads "bit-exact mode: n/N identical" and every
+divergence is unexplained. Records written before gaps were stored fall back
 to the earlier raw-margin gate ([0, the largest top-2 margin the floor saw flip]) or, older still, to the
 replay alone, and the line says so.
 """
@@ -36,6 +38,7 @@ import torch
 
 ROUNDING_ULPS = 2.0  # gaps up to this many spacings are within reach of the final rounding alone (see above)
 FLOOR_CAP_ULPS = 8.0  # the floor widens the gate up to this many spacings, never further (see above)
+BIT_EXACT = "bit-exact"  # the numerics field's `mode` under --bit-exact (written by numerics.explain_bit_exact)
 
 
 def coarser_dtype(*dtypes) -> torch.dtype:
@@ -87,8 +90,48 @@ def gated_kind(divergence: dict, margins: tuple[float, float] | None, limit_ulps
     return "numerics"
 
 
+def bit_exact_line(records: list[dict]) -> dict:
+    """identity_line for a --bit-exact run: n/N identical, every divergence unexplained (no floor, no gate)."""
+    n = len(records)
+    identical = sum(1 for r in records if r["identical"])
+    fields = [r.get("numerics") or {} for r in records]
+    diverged = n - identical
+    line = f"{BIT_EXACT} mode: {identical}/{n} identical"
+    if diverged:
+        line += (
+            f"; {diverged} diverged, {diverged} unexplained (candidate bugs: every verify pass ran as the baseline's "
+            f"one-token steps, so no rounding explains a divergence)"
+        )
+    cost, timed = sum(f.get("seconds", 0.0) for f in fields), timed_seconds(records)
+    return {
+        "identity_line": line,
+        "divergences_numerics": 0,
+        "divergences_unexplained": diverged,
+        "divergences_unclassified": 0,
+        "numerics_explained_share": 0.0 if diverged else None,
+        "numerics_floor": None,
+        "numerics_floor_flips": 0,
+        "numerics_floor_positions": 0,
+        "numerics_cost_share": cost / timed if timed and cost else None,
+        "numerics_margin_range": None,
+        "divergences_above_margin_range": None,
+    }
+
+
+def timed_seconds(records: list[dict]) -> float:
+    """Both engines' timed seconds over the records (every repeat), what the classifier's cost is set beside."""
+    return sum(
+        sum(r[e].get("repeat_s") or [r[e].get("prefill_s", 0.0) + r[e].get("decode_s", 0.0)])
+        for r in records
+        for e in ("baseline", "speculative")
+        if isinstance(r.get(e), dict)
+    )
+
+
 def identity_line(records: list[dict]) -> dict:
     """Summary fields and the one line the run table prints, from the records' `numerics` fields."""
+    if any((r.get("numerics") or {}).get("mode") == BIT_EXACT for r in records):
+        return bit_exact_line(records)
     n = len(records)
     identical = sum(1 for r in records if r["identical"])
     fields = [r.get("numerics") or {} for r in records]
@@ -104,12 +147,7 @@ def identity_line(records: list[dict]) -> dict:
     above = sum(1 for d, k in zip(divs, kinds) if d["kind"] == "numerics" and k != "numerics")
     positions = sum(f.get("floor_positions", 0) for f in fields)
     cost = sum(f.get("seconds", 0.0) for f in fields)
-    timed = sum(
-        sum(r[e].get("repeat_s") or [r[e].get("prefill_s", 0.0) + r[e].get("decode_s", 0.0)])
-        for r in records
-        for e in ("baseline", "speculative")
-        if isinstance(r.get(e), dict)
-    )
+    timed = timed_seconds(records)
     flips = sum(f.get("floor_flips", 0) for f in fields)
     diverged = n - identical
     reach = f"{limit:g} spacings of the logit dtype" if limit is not None else None

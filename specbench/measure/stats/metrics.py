@@ -22,8 +22,9 @@ Definitions (sums run over all examples of a run):
                         engines emit the same tokens and this is Σ baseline s / Σ speculative s; at
                         T > 0 they emit different samples (of different lengths), so time per token
                         is the fair comparison
-  speedup_ci95          95 % percentile-bootstrap interval of `speedup` over examples (2,000 resamples of
-                        the run's examples, fixed seed): how much the ratio depends on which examples ran
+  speedup_ci95          95 % interval of `speedup` over examples: Student's t on its log with the delta
+                        method's standard error (statistics.ratio_of_sums; a percentile bootstrap before issue 40):
+                        how much the ratio depends on which examples ran
   speedup_median_example  median over examples of each example's own speedup (beside the ratio of sums)
   decode_speedup        the same over decode time and decode tokens only
   identity_line         at T = 0: identical examples and how each divergence was classified (numerics:
@@ -105,26 +106,30 @@ def bootstrap_speedup_ci(
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int = 0,
 ) -> list[float]:
-    """Percentile-bootstrap interval of the ratio-of-sums speedup, resampling examples with replacement
-    (statistics.bootstrap_interval). Kept beside the primary measure's t interval for older readers; the
-    coverage study (docs/statistics.md) found it covering less than the t one at small n."""
-    from specbench.measure.stats.statistics import bootstrap_interval, log_ratio_of_sums
+    """The ratio-of-sums speedup's interval over examples (or batches): Student's t on its log with the delta
+    method's standard error (statistics.ratio_of_sums), from 2 units on as before. Named for what it was: until issue
+    40 a percentile bootstrap, which the coverage study found the worst of the three; `resamples` and `seed` are
+    accepted for older callers and unused (the interval involves no resampling)."""
+    from specbench.measure.stats.statistics import ratio_of_sums
 
     cols = per_example_speedups(records, decode_only)  # per example, or per batch (the timing unit)
     if len(cols[0]) < 2 or not all(c.sum() > 0 for c in cols):
         return [NAN, NAN]
-    lo, hi, _ = bootstrap_interval(cols, log_ratio_of_sums, level, resamples=resamples, seed=seed, method="percentile")
-    return [math.exp(lo), math.exp(hi)] if math.isfinite(lo) and math.isfinite(hi) else [NAN, NAN]
+    spec_tok, spec_s, base_tok, base_s = cols
+    est = ratio_of_sums(spec_tok, spec_s, base_tok, base_s, level=level, min_n=2)
+    return [est.low, est.high] if est.has_interval else [NAN, NAN]
 
 
 def primary_metrics(records: list[dict]) -> dict:
     """The primary measure (statistics.PRIMARY_MEASURE) and its companions, each with its interval: the share of
     examples slower than plain decoding, the median example, the total-time ratio and the identical examples'
     figure; intervals are null below statistics.MIN_INTERVAL_N units (interval_note says so), and
-    measures_disagree names the pairs whose intervals do not overlap."""
+    measures_disagree names the pairs that differ by a paired test on the same examples (agreement.measures_disagree:
+    bootstrap standard error of each difference, t, Holm over the pairs at 5 %)."""
     import numpy as np
 
     from specbench.measure.stats import statistics as st
+    from specbench.measure.stats.agreement import measures_disagree
 
     spec_tok, spec_s, base_tok, base_s = per_example_speedups(records)  # per example, or per batch
     logs = st.log_ratios(spec_tok, spec_s, base_tok, base_s)
@@ -133,21 +138,15 @@ def primary_metrics(records: list[dict]) -> dict:
     slower = st.share(int((finite < 0).sum()), len(finite))
     med = st.median(np.exp(finite))
     total = st.time_ratio(base_s, spec_s)
-    per_token = st.ratio_of_sums(spec_tok, spec_s, base_tok, base_s)
     same = None
     if not is_batched(records):
         keep = np.array([bool(r.get("identical")) for r in records])
         same = st.geometric_mean(logs[keep & ~np.isnan(logs)])
-    named = {"geometric mean": geo, "per-token speedup": per_token, "total-time ratio": total, "median example": med}
-    if same is not None:
-        named["identical examples"] = same
-    names = list(named)
+    flags = None if is_batched(records) else np.array([bool(r.get("identical")) for r in records])
     disagree = [
-        f"{a} {named[a].value:.2f}× [{named[a].low:.2f}, {named[a].high:.2f}] vs {b} {named[b].value:.2f}× "
-        f"[{named[b].low:.2f}, {named[b].high:.2f}]"
-        for i, a in enumerate(names)
-        for b in names[i + 1 :]
-        if st.disjoint(named[a], named[b])
+        f"{d['a']} {d['values'][0]:.2f}× vs {d['b']} {d['values'][1]:.2f}×: paired ratio {d['ratio']:.3f} "
+        f"[{d['low']:.3f}, {d['high']:.3f}] on the same examples (Holm-adjusted p = {d['p_holm']:.2g})"
+        for d in measures_disagree((spec_tok, spec_s, base_tok, base_s), flags)
     ]
     return {
         "speedup_geomean": geo.value,
@@ -212,6 +211,11 @@ def timing_noise(records: list[dict], probes: list[float] | None = None, drift: 
     return out
 
 
+def steps_timed(totals: dict) -> bool:
+    """Whether the speculative engine timed its steps (specbench's loop on any backend): verify time or passes seen."""
+    return totals["verify_s"] > 0 or totals["target_calls"] > 0
+
+
 def summarize(
     records: list[dict], gamma: int, greedy: bool, probes: list[float] | None = None, drift: float | None = None
 ) -> dict:
@@ -245,8 +249,10 @@ def summarize(
         "mean_accepted_length": mean(lengths) if lengths else NAN,
         **peer_metrics(records),
         "tokens_per_target_call": ratio(spec_decode_tokens, spec["target_calls"]),
-        "c": ratio(ratio(spec["draft_s"], spec["drafted"]), t_token),
-        "verify_cost": ratio(ratio(spec["verify_s"], spec["target_calls"]), t_token),
+        # an engine that runs its own loop (hf-assisted, vllm) splits no step into draft and verify time, nor counts
+        # its passes: its c and verify cost were not measured (NaN), not free (0)
+        "c": ratio(ratio(spec["draft_s"], spec["drafted"]), t_token) if steps_timed(spec) else math.nan,
+        "verify_cost": ratio(ratio(spec["verify_s"], spec["target_calls"]), t_token) if steps_timed(spec) else math.nan,
         "draft_calls_per_step": ratio(spec["draft_calls"], steps_with_draft),
         "speedup": ratio(ratio(spec["n_tokens"], spec_time), ratio(base["n_tokens"], base_time)),
         "speedup_ci95": bootstrap_speedup_ci(records),

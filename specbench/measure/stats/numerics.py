@@ -33,6 +33,11 @@ common prefix flips the argmax at d.
                   the top-2 margins `floor_flip_margins`). measure/stats/margin_gate.py decides from them and
                   applies the gate over a run's records (`identity_line`).
 
+  bit-exact mode  under --bit-exact every verify pass ran as one-token passes (decoding/stepwise.py), so no pass
+                  shape separates the two engines and nothing is left to explain: `explain_bit_exact` records
+                  each divergence as unexplained, with no floor, no replay and no margin gate (its margin and gap
+                  are written for the reader, never read as an excuse).
+
 Everything here runs after an example's timed decodes, never inside them.
 """
 
@@ -44,7 +49,7 @@ import torch
 
 from specbench.decoding.autoregressive import prompt_split
 from specbench.decoding.cached_model import as_cached
-from specbench.measure.stats.margin_gate import coarser_dtype, in_spacings
+from specbench.measure.stats.margin_gate import BIT_EXACT, coarser_dtype, in_spacings
 
 
 @dataclass
@@ -359,6 +364,53 @@ def explain_example(
                 backend=backend,
                 pad_to=pad_to,
                 prefilled=shared,
+            )
+        )
+    out["seconds"] = time.perf_counter() - t0
+    return out
+
+
+def explain_bit_exact(
+    model: torch.nn.Module,
+    prompt_ids: list[int],
+    baseline: dict,
+    speculative: dict,
+    first_divergence: int | None,
+    decoder_start_id: int | None = None,
+    backend=None,
+) -> dict:
+    """The `numerics` field of one greedy example record under --bit-exact: no floor (no pass shape differs from the
+    baseline's), and a divergence, if any, unexplained whatever its margin. The baseline's 1-token row at d gives its
+    top-2 margin and the gap to the emitted token (2 forwards), so a reader sees how near a tie the bug struck."""
+    import time
+
+    t0 = time.perf_counter()
+    out = {"mode": BIT_EXACT, "floor_positions": 0, "floor_flips": 0, "divergence": None}
+    d = first_divergence
+    if d is not None:
+        base, spec = baseline["token_ids"], speculative["token_ids"]
+        spec_token = spec[d] if d < len(spec) else None
+        if d < len(base):
+            row = step_row(model, prompt_ids, base, d, decoder_start_id, backend)
+            a, margin = base[d], top2(row)[1]
+            gap, gap_ulps = logit_gap(model, row, a, spec_token)
+        else:  # the speculative output runs past the baseline's end
+            a, margin, gap, gap_ulps = -1, float("nan"), None, None
+        out["divergence"] = asdict(
+            Divergence(
+                position=d,
+                kind="unexplained",
+                baseline_token=a,
+                speculative_token=spec_token,
+                step_argmax=a,
+                verify_argmax=None,
+                step_margin=margin,
+                verify_margin=None,
+                floor_flips_here=False,
+                method=BIT_EXACT,
+                margin=margin,
+                gap=gap,
+                gap_ulps=gap_ulps,
             )
         )
     out["seconds"] = time.perf_counter() - t0

@@ -7,8 +7,9 @@ module that defines it; matplotlib itself is imported inside the functions that 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from specbench.faces import lazy_attributes
 
 if TYPE_CHECKING:
     from specbench.report.figures.kit import RenderedFigure
@@ -21,8 +22,4 @@ FACE = {
 
 __all__ = ["RenderedFigure", "make_figures"]
 
-
-def __getattr__(name: str) -> Any:
-    if name not in FACE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{FACE[name]}"), name)
+__getattr__ = lazy_attributes(__name__, FACE)

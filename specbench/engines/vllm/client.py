@@ -1,0 +1,162 @@
+"""specbench's end of the pipe to the vLLM worker (worker.py), which runs in .venv-vllm.
+
+vLLM cannot be imported here (it pins another torch and transformers), so a session starts the worker once, with
+.venv-vllm's python, and keeps it for every run of the session (a sweep's cells reuse it). Requests and answers are
+JSON lines; the worker's own output (vLLM's logs) goes to a log file whose last lines a failure quotes. Loading an
+engine takes 15-100 s on a CPU (torch.compile unless eager), so the wait prints a status line with the seconds.
+
+A missing .venv-vllm is a one-line SpecbenchError naming `make setup-vllm`; SPECBENCH_VLLM_PYTHON points at another
+interpreter that has vLLM (an install outside a checkout).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import select
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from specbench.engines.vllm import ENGINE_NAME, SETUP_HINT
+from specbench.errors import SpecbenchError
+
+WORKER = Path(__file__).with_name("worker.py")
+CHECKOUT = Path(__file__).resolve().parents[3]  # the repository root of an editable install
+VENV = ".venv-vllm"
+PYTHON_ENV = "SPECBENCH_VLLM_PYTHON"
+STATUS_EVERY_S = 10.0  # a waiting request reports its seconds this often
+
+
+def vllm_python() -> Path:
+    """The interpreter that has vLLM: $SPECBENCH_VLLM_PYTHON, else the checkout's .venv-vllm; one line if neither."""
+    given = os.environ.get(PYTHON_ENV)
+    path = Path(given) if given else CHECKOUT / VENV / "bin" / "python"
+    if not path.exists():
+        where = f"{PYTHON_ENV}={given}" if given else f"{VENV} (looked for {path})"
+        raise SpecbenchError(
+            f"--engine {ENGINE_NAME} needs vLLM's own venv, not found: {where}; build it with `{SETUP_HINT}`"
+        )
+    return path
+
+
+def has_gpu() -> bool:
+    import shutil
+
+    if shutil.which("nvidia-smi") is None:
+        return False
+    return subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
+
+
+def worker_env(kv_space_gib: float, gpu: bool) -> dict[str, str]:
+    """The worker's environment: specbench's venv and import path removed (its torch must not leak into vLLM's),
+    vLLM's device and CPU KV-cache space set."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    env["VLLM_TARGET_DEVICE"] = env.get("VLLM_TARGET_DEVICE") or ("cuda" if gpu else "cpu")
+    if not gpu:
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{kv_space_gib:g}")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return env
+
+
+def default_status(message: str) -> None:
+    """One status line on stderr (rewritten in place on a terminal)."""
+    end = "\r" if sys.stderr.isatty() and not message.endswith("ready") else "\n"
+    print(f"{ENGINE_NAME}: {message}", file=sys.stderr, end=end, flush=True)
+
+
+class VllmClient:
+    """One worker process and its pipe; `request` sends one JSON line and waits for its answer."""
+
+    def __init__(
+        self,
+        python: Path | None = None,
+        *,
+        kv_space_gib: float = 1.0,
+        on_status: Callable[[str], None] = default_status,
+        command: list[str] | None = None,
+    ):
+        self.on_status = on_status
+        self.gpu = has_gpu()
+        self.env = worker_env(kv_space_gib, self.gpu)
+        fd, log = tempfile.mkstemp(prefix="specbench-vllm-", suffix=".log")
+        self.log_path = Path(log)
+        self._log = os.fdopen(fd, "w")
+        argv = command or [str(python or vllm_python()), str(WORKER)]
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            env=self.env,
+            text=True,
+            bufsize=1,
+        )
+        self._next_id = 0
+        atexit.register(self.close)
+
+    def request(self, op: str, status: str | None = None, **fields) -> dict:
+        """Send {"op": op, **fields}; return the answer's result, or raise the worker's one-line error."""
+        if self.proc.poll() is not None:
+            raise SpecbenchError(self.died(f"the vLLM worker exited (code {self.proc.returncode})"))
+        self._next_id += 1
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps({"op": op, "id": self._next_id, **fields}) + "\n")
+        self.proc.stdin.flush()
+        line = self._read_line(status)
+        if not line:
+            raise SpecbenchError(self.died(f"the vLLM worker exited during {op}"))
+        answer = json.loads(line)
+        if not answer.get("ok"):
+            raise SpecbenchError(f"vLLM {op} failed: {answer.get('error')} (worker log: {self.log_path})")
+        return answer["result"]
+
+    def _read_line(self, status: str | None) -> str:
+        """The next answer line; while it takes long, `status` with the seconds waited goes to on_status."""
+        assert self.proc.stdout is not None
+        t0 = time.monotonic()
+        if status:
+            self.on_status(f"{status} …")
+        while True:
+            ready, _, _ = select.select([self.proc.stdout], [], [], STATUS_EVERY_S)
+            if ready:
+                line = self.proc.stdout.readline()
+                if status:
+                    self.on_status(f"{status}: ready")
+                return line
+            if self.proc.poll() is not None:
+                return ""
+            if status:
+                self.on_status(f"{status} … {time.monotonic() - t0:.0f} s")
+
+    def died(self, what: str) -> str:
+        """`what`, the worker log's last line and where the whole log is."""
+        self._log.flush()
+        try:
+            lines = [ln.strip() for ln in self.log_path.read_text(errors="replace").splitlines() if ln.strip()]
+        except OSError:
+            lines = []
+        return f"{what}: {lines[-1] if lines else 'no output'} (worker log: {self.log_path})"
+
+    def close(self) -> None:
+        """Ask the worker to stop, then make sure it did (its engine cores stop with it)."""
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write(json.dumps({"op": "shutdown", "id": 0}) + "\n")
+                self.proc.stdin.close()
+                self.proc.wait(timeout=30)
+            except (OSError, subprocess.TimeoutExpired, ValueError):
+                self.proc.terminate()
+                try:
+                    self.proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+        if not self._log.closed:
+            self._log.close()
+            if self.proc.returncode == 0:  # a clean shutdown: its log says nothing a failure would need
+                self.log_path.unlink(missing_ok=True)

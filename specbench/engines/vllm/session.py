@@ -1,0 +1,208 @@
+"""A run's models when `--engine vllm`: the worker process (client.py) holding vLLM engines, and the target's
+tokenizer and a torch copy of it on specbench's side.
+
+Prompts are tokenized here, by the same loader as the torch engine, and handed to vLLM as token ids, so both engines
+decode identical prompt ids. vLLM loads the folder specbench already has for a --target (a preset's converted
+safetensors cache, a local folder; `resolve_source`). The worker keeps one engine per configuration: the plain one,
+loaded with the session, is the baseline; each speculative configuration (method, γ) is loaded on its first use and
+kept, so a run's A B B A order and a sweep's cells alternate engines without reloading (two LLM instances at once
+cost two KV-cache reservations, VLLM_CPU_KVCACHE_SPACE each; restarting per arm would cost a 15-100 s load each time).
+
+The torch copy of the target (`target.model`, loaded by specbench's own loader in the run's dtype) is what specbench
+computes from the target's logits after the timed decodes: the numerics floor and divergence classification of
+greedy records and the NLL of sampled ones. Those replays run on torch's kernels, not vLLM's (the manifest's
+`engine.replays` says so); the timed decodes and the calibration (passes.py) are vLLM's alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from specbench.config import LoadSpec
+from specbench.decoding.backend import ForwardBackend
+from specbench.decoding.base import DecodeResult
+from specbench.engines.session import Session
+from specbench.engines.vllm import ENGINE_NAME, own_method, vllm_method
+from specbench.engines.vllm.client import VllmClient
+from specbench.engines.vllm.draft import VllmDraft
+from specbench.engines.vllm.passes import VllmPasses
+from specbench.errors import SpecbenchError
+from specbench.models import load_model, resolve_source
+from specbench.models.shipped import shipped_draft_dir
+from specbench.run_specs import DraftSpec
+
+KV_SPACE_GIB = float(os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"))  # per engine; 1 GiB holds SmolLM2's 8k context
+PLAIN = "plain"
+GPU_SHARE = 0.4  # of the GPU's memory per engine: the plain and one speculative engine fit side by side (untested)
+
+
+def result_from(answer: dict) -> DecodeResult:
+    """The worker's answer to `generate` → a DecodeResult. Times: prefill_s is the first token's arrival (TTFT),
+    decode_s the last token's arrival after it. Counts (speculative only): vLLM's ordered per-step accepted and
+    drafted counts; trials as specbench counts them, Σ min(n + 1, γ') over the steps.
+
+    What vLLM does not report stays 0, and what derives from it is NaN (hf-assisted's convention): a speculative
+    step of vLLM drafts, verifies and schedules in one, so its draft and verify seconds are not measured apart, and
+    target_calls stays 0 there (with verify_s 0 and the steps counted, the verify cost would read as a free pass).
+    proposal_lengths stays empty: vLLM reports verify steps only, not the steps its ngram matcher found nothing."""
+    arrivals = answer["arrivals"]
+    first, last = (arrivals[0][0], arrivals[-1][0]) if arrivals else (0.0, 0.0)
+    tokens = answer["token_ids"]
+    stop = "eos" if answer.get("finish_reason") == "stop" else "length"
+    result = DecodeResult(token_ids=tokens, stop_reason=stop, prefill_s=first, decode_s=last - first)
+    per_step = answer.get("per_step")
+    if not per_step:  # plain: each step that delivered a token after the first was one target pass
+        result.target_calls = max(0, len(arrivals) - 1)
+        return result
+    accepted, drafted = per_step["accepted"], per_step["drafted"]
+    result.accept_lengths = list(accepted)
+    result.draft_lengths = list(drafted)
+    result.accepted, result.drafted = sum(accepted), sum(drafted)
+    result.trials = sum(min(n + 1, g) for n, g in zip(accepted, drafted, strict=True))
+    return result
+
+
+def parameter_count(folder: str) -> int | None:
+    """Parameters in a folder's safetensors files, from their headers (no tensor is read)."""
+    total = 0
+    files = sorted(Path(folder).glob("*.safetensors"))
+    for path in files:
+        with open(path, "rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(size))
+        for name, entry in header.items():
+            if name != "__metadata__":
+                n = 1
+                for d in entry["shape"]:
+                    n *= d
+                total += n
+    return total if files else None
+
+
+class VllmSession(Session):
+    """The worker, its engines by key, and the target's tokenizer and torch copy."""
+
+    engine_kind = ENGINE_NAME
+
+    def __init__(self, load: LoadSpec, client: VllmClient | None = None):
+        self.load = load
+        self.folder = resolve_source(load.target)  # a preset's converted folder, a local folder or a hub id
+        self.client = client or VllmClient(kv_space_gib=KV_SPACE_GIB)
+        self.worker_info = self.client.request("info", status="starting the vLLM worker")
+        self.target = load_model(load.target, load.device, load.dtype, load.trust_remote_code)
+        if self.target.is_seq2seq:
+            raise SpecbenchError(f"--engine {ENGINE_NAME} decodes decoder-only models; {load.target} is seq2seq")
+        self.target_backend = ForwardBackend(self.target.model, "eager")  # the torch replays' (docstring)
+        self.engines: dict[str, dict] = {}
+        self.engines[PLAIN] = self.load_engine(PLAIN, None)
+        super().__init__()
+
+    def load_engine(self, key: str, method: dict | None) -> dict:
+        """Load (once) the worker's engine `key`: plain (method None) or speculative; its settings."""
+        if key not in self.engines:
+            what = "plain" if method is None else f"{method['name']} γ={method['num_speculative_tokens']}"
+            mode = "eager" if self.eager else "compiled: torch.compile, slower to start"
+            self.engines[key] = self.client.request(
+                "load",
+                status=f"loading {self.load.target} into vLLM ({what}, {self.load.dtype}, {mode})",
+                key=key,
+                model=self.folder,
+                dtype=self.load.dtype,
+                method=method,
+                enforce_eager=self.eager,
+                gpu_memory_utilization=GPU_SHARE if self.client.gpu else None,
+                seed=0,
+            )
+        return self.engines[key]
+
+    @property
+    def eager(self) -> bool:
+        return self.load.backend == "eager"  # --backend compiled: vLLM's own compilation (rules refuse static)
+
+    def speculative_key(self, proposer, gamma: int | None) -> str:
+        """The engine key for the run's draft at γ, loading that engine on first use."""
+        if not isinstance(proposer, VllmDraft):
+            raise SpecbenchError(f"--engine {ENGINE_NAME} runs vLLM's own methods; got a {type(proposer).__name__}")
+        if gamma is None:
+            raise SpecbenchError(f"--engine {ENGINE_NAME} needs an integer --gamma (num_speculative_tokens)")
+        method = vllm_method(proposer.spec, gamma, self.model_folder)
+        key = json.dumps(method, sort_keys=True)
+        self.load_engine(key, method)
+        return key
+
+    def model_folder(self, spec: str) -> str:
+        """A draft model spec → the folder vLLM loads (`distilled`: the target's shipped draft)."""
+        return str(shipped_draft_dir(self.load.target)) if spec == "distilled" else resolve_source(spec)
+
+    def decode(self, key: str, sampling, prompt_ids: list[int], seed: int, max_new: int) -> DecodeResult:
+        """One request on the worker's engine `key`, one at a time."""
+        answer = self.client.request(
+            "generate",
+            key=key,
+            prompt_ids=list(prompt_ids),
+            max_new_tokens=max_new,
+            temperature=sampling.temperature,
+            top_k=sampling.top_k,
+            top_p=sampling.top_p,
+            seed=seed,
+            stop_ids=sorted(self.target.eos_ids),
+        )
+        return result_from(answer)
+
+    def target_lm(self) -> VllmPasses:  # type: ignore[override]  # VllmPasses duck-types CachedModel's passes
+        plain = self.engines[PLAIN]
+        return VllmPasses(self.client, PLAIN, plain["block_size"], "eager" if self.eager else "compiled")
+
+    def build_proposer(self, spec: DraftSpec, corpus: list[list[int]] | None) -> VllmDraft:
+        """vLLM drafts itself: the proposer only names the method (its model folder is checked here, before timing)."""
+        draft = VllmDraft(spec)
+        own = own_method(spec)
+        if own is not None:
+            if own[1]:
+                self.model_folder(own[1])  # a head folder: checked now, before any timing
+        elif spec.model:
+            self.model_folder(spec.model)
+        return draft
+
+    def compute_threads(self) -> int:
+        """vLLM's OpenMP threads: VLLM_CPU_OMP_THREADS_BIND's CPUs, or (auto, the default) every CPU this process
+        may use but the VLLM_CPU_NUM_OF_RESERVED_CPU (1) kept for the scheduler, as its binding log shows."""
+        return omp_threads(os.environ, len(os.sched_getaffinity(0)))
+
+    def engine_info(self) -> dict:
+        """The manifest's `engine` entry: vLLM's version, device, each engine's settings, binding and KV space."""
+        info = self.worker_info
+        return {
+            "name": ENGINE_NAME,
+            "version": info.get("vllm"),
+            "cpu": info.get("cpu"),
+            "cores": info.get("cores"),
+            "device": self.client.env.get("VLLM_TARGET_DEVICE"),
+            "mode": "eager (enforce_eager)" if self.eager else "compiled (torch.compile)",
+            "compute_threads": self.compute_threads(),
+            "omp_threads_bind": self.client.env.get("VLLM_CPU_OMP_THREADS_BIND", "auto"),
+            "kv_space_gib": self.client.env.get("VLLM_CPU_KVCACHE_SPACE"),
+            "model_folder": self.folder,
+            "engines": list(self.engines.values()),
+            "timing": "perf_counter around vLLM's LLMEngine.step() loop in the worker, one request at a time",
+            "calibration": "prompt passes over k tokens after a prefix-cached context of whole blocks (passes.py)",
+            "replays": "numerics floor and NLL on a torch copy of the target in specbench's venv, not on vLLM",
+        }
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def omp_threads(env, cpus: int) -> int:
+    """The compute threads vLLM's CPU binding gives its one worker (see VllmSession.compute_threads)."""
+    bind = env.get("VLLM_CPU_OMP_THREADS_BIND", "auto")
+    if bind not in ("auto", "") and bind != "nobind":
+        count = 0
+        for part in bind.split("|")[0].split(","):
+            lo, _, hi = part.partition("-")
+            count += int(hi) - int(lo) + 1 if hi else 1
+        return count
+    reserved = int(env.get("VLLM_CPU_NUM_OF_RESERVED_CPU", "1") or 1)
+    return max(1, cpus - reserved)

@@ -1,0 +1,101 @@
+"""The engine registry: the one list every engine name comes from, the rules and capabilities that refuse a
+configuration in one line before any model loads, and the docs table generated from it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from specbench.config import LoadSpec, RunConfig, SamplingConfig
+from specbench.engines import ENGINES, check_config, engine_names, engine_rows, engine_spec, same_session
+from specbench.engines.registry import ENGINE_TABLE_START, engine_table
+from specbench.errors import SpecbenchError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_every_engine_is_registered_once_with_its_capabilities():
+    assert engine_names()[0] == "specbench"  # the default
+    assert {"specbench", "hf-assisted", "llama-cpp"} <= set(engine_names())
+    for row in engine_rows():
+        assert row["plain"] in ("yes", "no") and row["summary"]
+    assert engine_spec("specbench").session_kind == engine_spec("hf-assisted").session_kind  # one torch session
+
+
+def test_an_unknown_engine_is_one_line():
+    with pytest.raises(SpecbenchError, match=r"--engine must be one of specbench, hf-assisted, llama-cpp.*got 'tgi'"):
+        check_config(RunConfig("t", "prompt-lookup", "x", engine="tgi"))
+
+
+@pytest.mark.parametrize(
+    "engine, over, needle",
+    [
+        ("hf-assisted", dict(batch_size=2), "HF's assisted generation does not support batches"),
+        ("hf-assisted", dict(exact_shapes=True), "cannot be padded"),
+        ("hf-assisted", dict(gamma="adaptive"), "drives our decode loop"),
+        ("hf-assisted", dict(draft="prompt-lookup"), "needs a model draft"),
+        ("llama-cpp", dict(batch_size=2), "--batch-size 2 does not apply to --engine llama-cpp"),
+        ("llama-cpp", dict(load=LoadSpec("t", dtype="bfloat16")), "--dtype bfloat16 does not apply"),
+        ("specbench", dict(load=LoadSpec("t", threads=2)), "--threads is not supported by --engine specbench"),
+    ],
+)
+def test_what_an_engine_cannot_do_is_refused_in_one_line(engine, over, needle):
+    fields = dict(load=LoadSpec("t"), draft="tiny-draft", task="x", engine=engine) | over
+    with pytest.raises(SpecbenchError, match=needle) as err:
+        check_config(RunConfig(**fields))
+    assert "\n" not in str(err.value)
+
+
+def test_what_an_engine_can_do_passes():
+    """Control: the same options on an engine that can do them are accepted."""
+    assert check_config(RunConfig("t", "prompt-lookup", "x", batch_size=2, gamma=2)).batch_size == 2
+    assert check_config(RunConfig(LoadSpec("t", threads=2), "prompt-lookup", "x", engine="llama-cpp")).load.threads == 2
+    hot = RunConfig("t", "tiny-draft", "x", sampling=SamplingConfig(1.0), engine="hf-assisted")
+    assert check_config(hot) is hot
+
+
+def test_sessions_are_shared_by_kind():
+    assert same_session("torch", RunConfig("t", "prompt-lookup", "x", engine="hf-assisted"))
+    assert not same_session("torch", RunConfig("t", "prompt-lookup", "x", engine="llama-cpp"))
+
+
+def test_no_engine_name_is_compared_outside_the_registry():
+    """The goal of the plug-in structure: an engine's name appears in its own package (and the registry), never in
+    an `==`/`!=`/`in` comparison elsewhere in the package."""
+    names = set(ENGINES)
+    found = []
+    for path in (ROOT / "specbench").rglob("*.py"):
+        if "engines" in path.relative_to(ROOT / "specbench").parts[:1]:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare):
+                for side in [node.left, *node.comparators]:
+                    for sub in ast.walk(side):
+                        if isinstance(sub, ast.Constant) and sub.value in names:
+                            found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+    assert not found, "\n".join(found)
+
+
+def test_the_comparison_scan_finds_a_comparison(tmp_path):
+    """Negative control for the scan above: a planted comparison is found by the same walk."""
+    tree = ast.parse('if config.engine == "llama-cpp":\n    pass\n')
+    hits = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Compare)
+        and any(
+            isinstance(s, ast.Constant) and s.value in set(ENGINES)
+            for c in [n.left, *n.comparators]
+            for s in ast.walk(c)
+        )
+    ]
+    assert len(hits) == 1
+
+
+def test_the_docs_table_is_the_registry():
+    text = (ROOT / "docs" / "run.md").read_text(encoding="utf-8")
+    assert ENGINE_TABLE_START in text
+    assert engine_table() in text, "docs/run.md's engine table is stale: run `python -m specbench.engines`"
