@@ -68,7 +68,7 @@ def vllm_rules(config: RunConfig) -> None:
 
 def check_draft(draft: DraftSpec) -> None:
     """Only drafts vLLM has a method for (one line otherwise)."""
-    if draft.kind in ("unigram", "bigram", "hybrid"):
+    if draft.kind not in ("prompt-lookup", "model"):  # the model-free kinds vLLM has no method for, the hybrid
         raise SpecbenchError(
             f"--draft {draft.text} has no vLLM method; --engine {ENGINE_NAME} takes prompt-lookup (ngram), a "
             f"draft model (draft_model), suffix, or eagle:/eagle3:/medusa:<head folder>"

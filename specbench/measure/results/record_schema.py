@@ -31,9 +31,15 @@ class EngineRecord:
     draft_calls: int = field(
         metadata=doc("draft forward passes after prefill (0 for model-free drafts and the baseline)")
     )
-    drafted: int = field(metadata=doc("draft tokens proposed and verified"))
-    accepted: int = field(metadata=doc("of those, accepted"))
-    trials: int = field(metadata=doc("acceptance trials: Σ over steps of min(accepted + 1, γ')"))
+    drafted: int = field(
+        metadata=doc("draft tokens proposed and verified (a tree step: all its nodes, each fed to the target)")
+    )
+    accepted: int = field(metadata=doc("of those, accepted (a tree step: its accepted path's length)"))
+    trials: int = field(
+        metadata=doc(
+            "acceptance trials: Σ over steps of min(accepted + 1, γ'); a tree step: every child tried, one trial each"
+        )
+    )
     accept_lengths: list[int] = field(metadata=doc("accepted count of every verification step"))
     draft_lengths: list[int] = field(
         metadata=doc("drafted count γ' of every verification step (same order as accept_lengths)")
@@ -49,7 +55,9 @@ class EngineRecord:
     )
     pass_lengths: list[int] = field(
         default_factory=list,
-        metadata=doc("tokens fed to each target pass after prefill (speculative: 1 or g+1), in order"),
+        metadata=doc(
+            "tokens fed to each target pass after prefill (speculative: 1, g+1, or a tree's nodes + 1), in order"
+        ),
     )
     repeat_s: list[float] = field(
         default_factory=list,

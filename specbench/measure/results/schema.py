@@ -146,7 +146,9 @@ class Summary:
         unit="×",
     )
     tokens_per_target_call: float | None = documented(
-        "decode tokens / target passes", unit="tokens/pass", label="decode tokens per target pass"
+        "decode tokens / target passes (a tree step is one pass)",
+        unit="tokens/pass",
+        label="decode tokens per target pass",
     )
     c: float | None = documented(
         "draft seconds per drafted token / baseline seconds per decoded token",
@@ -165,13 +167,15 @@ class Summary:
         label="speedup, ratio of sums (Σ tokens ÷ Σ s)",
     )
     speedup_ci95: list[float | None] | None = documented(
-        "[low, high] 95 % bootstrap interval of speedup over examples", unit="[low, high]"
+        "[low, high] 95 % interval of speedup over examples (Student t on its log, delta-method standard error)",
+        unit="[low, high]",
     )
     speedup_median_example: float | None = documented(
         "median of the examples' own speedups", unit="×", label="median of the examples' own speedups"
     )
     decode_speedup_ci95: list[float | None] | None = documented(
-        "[low, high] 95 % bootstrap interval of decode_speedup", unit="[low, high]"
+        "[low, high] 95 % interval of decode_speedup (Student t on its log, delta-method standard error)",
+        unit="[low, high]",
     )
     decode_speedup: float | None = documented(
         "the speedup over decode time and decode tokens only",
@@ -208,7 +212,8 @@ class Summary:
     )
     interval_note: str | None = documented("why the intervals above are null (too few examples), else null")
     measures_disagree: list[str] | None = documented(
-        "pairs of the measures above (and speedup) whose 95 % intervals do not overlap; [] when none"
+        "pairs of the measures above (and speedup) that differ by a paired test on the same examples, Holm over the "
+        "pairs at 5 %; [] when none"
     )
     baseline_tokens_per_s: float | None = documented(
         "baseline throughput, prefill included", unit="tokens/s", label="baseline throughput"
