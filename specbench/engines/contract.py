@@ -44,6 +44,20 @@ class Capabilities:
         return [(f.name, getattr(self, f.name)) for f in fields(self)]
 
 
+OWN_LOOP = Capabilities(
+    plain=True,
+    specbench_drafts=False,
+    own_drafts=True,
+    exactness_replay=False,
+    per_step_timing=False,
+    batches=False,
+    sampling=True,
+    exact_shapes=False,
+    gamma_policies=False,
+    threads=False,
+)  # an engine that runs its own speculative loop (HF's, vLLM's): plain, its own drafts and T > 0, nothing else
+
+
 @dataclass(frozen=True)
 class DecodeJob:
     """How one run decodes an example, beside the prompt, seed and budget: fixed for the run, handed to both arms."""

@@ -5,7 +5,7 @@ transformers reports no acceptance counts, so those fields stay 0 and what deriv
 from __future__ import annotations
 
 from specbench.config import RunConfig
-from specbench.engines.contract import Capabilities, EngineSpec
+from specbench.engines.contract import OWN_LOOP, EngineSpec
 from specbench.errors import SpecbenchError
 
 NEEDS_MODEL = "--engine hf-assisted needs a model draft (HF's assistant_model); pick a model for --draft"
@@ -40,18 +40,7 @@ def hf_rules(config: RunConfig) -> None:
 SPEC = EngineSpec(
     name="hf-assisted",
     summary="HF transformers' assisted generation (assistant_model) against specbench's plain torch loop",
-    capabilities=Capabilities(
-        plain=True,
-        specbench_drafts=False,
-        own_drafts=True,
-        exactness_replay=False,
-        per_step_timing=False,
-        batches=False,
-        sampling=True,
-        exact_shapes=False,
-        gamma_policies=False,
-        threads=False,
-    ),
+    capabilities=OWN_LOOP,
     session_kind="torch",
     runtime="specbench.engines.hf_assisted.engine:ENGINE",
     rules=hf_rules,

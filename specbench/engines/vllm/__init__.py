@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from specbench.config import AUTO, RunConfig
-from specbench.engines.contract import Capabilities, EngineSpec
+from specbench.engines.contract import OWN_LOOP, EngineSpec
 from specbench.errors import SpecbenchError
 from specbench.run_specs import DraftSpec
 
@@ -107,18 +107,7 @@ def vllm_method(draft: DraftSpec, gamma: int, model_folder: Callable[[str], str]
 SPEC = EngineSpec(
     name=ENGINE_NAME,
     summary="vLLM out of process (its own venv): vLLM plain against vLLM's own ngram / draft_model speculation",
-    capabilities=Capabilities(
-        plain=True,
-        specbench_drafts=False,
-        own_drafts=True,
-        exactness_replay=False,
-        per_step_timing=False,
-        batches=False,
-        sampling=True,
-        exact_shapes=False,
-        gamma_policies=False,
-        threads=False,
-    ),
+    capabilities=OWN_LOOP,
     session_kind=ENGINE_NAME,
     runtime="specbench.engines.vllm.engine:ENGINE",
     rules=vllm_rules,
