@@ -32,7 +32,17 @@ CORPUS = [
 ] * 5
 
 
-def save_tiny(path, seed: int, vocab: int | None = None, max_positions: int = 256):
+def save_tiny(
+    path,
+    seed: int,
+    vocab: int | None = None,
+    max_positions: int = 256,
+    hidden: int = 32,
+    heads: int = 4,
+    kv_heads: int = 2,
+):
+    """A tiny random Llama with a word-level tokenizer trained on CORPUS, saved as a transformers folder; `hidden` and
+    the head counts set its head size (vLLM's CPU attention wants 64: hidden 128, 2 heads)."""
     tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.train_from_iterator(CORPUS, trainers.WordLevelTrainer(special_tokens=["<unk>", "<s>", "</s>"]))
@@ -40,11 +50,11 @@ def save_tiny(path, seed: int, vocab: int | None = None, max_positions: int = 25
     torch.manual_seed(seed)
     cfg = LlamaConfig(
         vocab_size=vocab or len(fast),
-        hidden_size=32,
-        intermediate_size=64,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
         max_position_embeddings=max_positions,
         bos_token_id=1,
         eos_token_id=2,

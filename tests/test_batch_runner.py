@@ -63,7 +63,7 @@ def test_batch_1_keeps_todays_run_ids_and_manifest_config(task_file):
         (dict(batch_size=0), "--batch-size must be an integer between 1"),
         (dict(batch_size=-3), "--batch-size must be an integer between 1"),
         (dict(batch_size=2, batch_policy="max"), "--batch-policy must be one of ragged, min"),
-        (dict(batch_size=2, engine="hf-assisted"), "HF's assisted generation does not support batches"),
+        (dict(batch_size=2, engine="hf-assisted"), "--engine hf-assisted: it decodes one sequence at a time"),
         (dict(batch_size=2, backend="static"), "batches run eager"),
         (dict(batch_size=2, gamma="adaptive"), "pass an integer γ"),
         (dict(batch_size=2, gamma="heuristic"), "pass an integer γ"),
@@ -266,7 +266,10 @@ def test_sweep_batch_axis_runs_b1_once_and_times_each_cells_baseline_at_its_batc
     "args, needle",
     [
         (["run", "--batch-size", "0"], "--batch-size must be an integer between 1"),
-        (["run", "--batch-size", "2", "--engine", "hf-assisted"], "HF's assisted generation does not support batches"),
+        (
+            ["run", "--batch-size", "2", "--engine", "hf-assisted"],
+            "--engine hf-assisted: it decodes one sequence at a time",
+        ),
         (["run", "--batch-size", "2", "--gamma", "adaptive"], "pass an integer γ"),
         (["sweep", "--batch-size", "0,2"], "--batch-size: values must be >= 1"),
         (["sweep", "--batch-policy", "ragged,max"], "--batch-policy: 'max' is not one of"),

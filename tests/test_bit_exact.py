@@ -307,7 +307,10 @@ def test_the_option_is_validated_and_old_configs_keep_their_ids():
     for over, says in (
         (dict(exact_shapes=True), "--bit-exact and --exact-shapes"),
         (dict(batch_size=4), "--batch-size > 1"),
-        (dict(engine="hf-assisted", draft="tiny-draft"), "HF's assisted generation"),
+        (
+            dict(engine="hf-assisted", draft="tiny-draft"),
+            "--bit-exact is not supported by --engine hf-assisted: its passes",
+        ),
     ):
         config = RunConfig(
             LoadSpec("tiny-target", device="cpu"),

@@ -32,13 +32,25 @@ def test_an_unknown_engine_is_one_line():
 @pytest.mark.parametrize(
     "engine, over, needle",
     [
-        ("hf-assisted", dict(batch_size=2), "HF's assisted generation does not support batches"),
-        ("hf-assisted", dict(exact_shapes=True), "cannot be padded"),
-        ("hf-assisted", dict(gamma="adaptive"), "drives our decode loop"),
+        ("hf-assisted", dict(batch_size=2), "--batch-size 2 is not supported by --engine hf-assisted: it decodes one"),
+        (
+            "hf-assisted",
+            dict(exact_shapes=True),
+            "--exact-shapes is not supported by --engine hf-assisted: its passes cannot",
+        ),
+        (
+            "hf-assisted",
+            dict(gamma="adaptive"),
+            "--gamma adaptive is not supported by --engine hf-assisted: a γ policy",
+        ),
         ("hf-assisted", dict(draft="prompt-lookup"), "needs a model draft"),
-        ("llama-cpp", dict(batch_size=2), "--batch-size 2 does not apply to --engine llama-cpp"),
+        ("llama-cpp", dict(batch_size=2), "--batch-size 2 is not supported by --engine llama-cpp: it decodes one"),
         ("llama-cpp", dict(load=LoadSpec("t", dtype="bfloat16")), "--dtype bfloat16 does not apply"),
-        ("specbench", dict(load=LoadSpec("t", threads=2)), "--threads is not supported by --engine specbench"),
+        (
+            "specbench",
+            dict(load=LoadSpec("t", threads=2)),
+            "--threads is not supported by --engine specbench: its threads are the process's",
+        ),
     ],
 )
 def test_what_an_engine_cannot_do_is_refused_in_one_line(engine, over, needle):
@@ -94,3 +106,25 @@ def test_the_docs_table_is_the_registry():
     text = (ROOT / "docs" / "run.md").read_text(encoding="utf-8")
     assert ENGINE_TABLE_START in text
     assert engine_table() in text, "docs/run.md's engine table is stale: run `python -m specbench.engines`"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["run", "--engine", "tgi"], ["verify", "--engine", "hf-assisted"], ["run", "--engine", ""]],
+)
+def test_an_engine_outside_the_registry_is_a_usage_error_not_a_traceback(args):
+    """The registry's names are checked by the option's callback: click's one-line usage error, exit 2."""
+    from typer.testing import CliRunner
+
+    from specbench.cli import app
+
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "invalid value for --engine" in result.output and "is not one of" in result.output
+
+
+def test_an_engine_name_in_any_case_is_accepted():
+    """Control: the same check passes a registered name whatever its case."""
+    from specbench.cli.options import one_of
+
+    assert one_of(engine_names())("LLAMA-CPP") == "llama-cpp"

@@ -100,7 +100,10 @@ def test_the_engine_registers_lists_validates_and_decodes(written, monkeypatch):
     assert rows["greedy-torch"]["sampling"] == "no" and rows["greedy-torch"]["session"] == "torch"
     config = RunConfig("t", "prompt-lookup", "x", engine="greedy-torch")
     assert specbench.engines.check_config(config) is config
-    with pytest.raises(SpecbenchError, match="--temperature 1 is not supported by --engine greedy-torch; use 0"):
+    with pytest.raises(
+        SpecbenchError,
+        match="--temperature 1 is not supported by --engine greedy-torch: it decodes greedily only; use 0",
+    ):
         specbench.engines.check_config(
             RunConfig("t", "prompt-lookup", "x", sampling=SamplingConfig(1.0), engine="greedy-torch")
         )

@@ -13,9 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import CORPUS
-from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from helpers import save_tiny
 
 from specbench.config import LoadSpec, RunConfig, SamplingConfig
 from specbench.engines import check_config, engine_names
@@ -305,34 +303,11 @@ def test_compute_threads_follow_vllms_binding():
 # --------------------------------------------------------------------------- end to end in .venv-vllm
 
 
-def save_tiny_vllm(path: Path) -> str:
-    """A tiny random Llama vLLM's CPU attention accepts (head size 64) with helpers' word-level tokenizer."""
-    tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.train_from_iterator(CORPUS, trainers.WordLevelTrainer(special_tokens=["<unk>", "<s>", "</s>"]))
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=len(fast),
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    LlamaForCausalLM(cfg).save_pretrained(path)
-    fast.save_pretrained(path)
-    return str(path)
-
-
 @pytest.fixture(scope="module")
 def vllm_session(tmp_path_factory):
     from specbench.engines.vllm.session import VllmSession
 
-    target = save_tiny_vllm(tmp_path_factory.mktemp("vllm") / "tiny")
+    target = save_tiny(tmp_path_factory.mktemp("vllm") / "tiny", 0, hidden=128, heads=2, kv_heads=2)
     session = VllmSession(LoadSpec(target, device="cpu", dtype="float32"))
     yield session
     session.close()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Optional
 
-import click
 import typer
 
 from specbench.engines import ENGINES, engine_names, verify_engines
@@ -24,35 +23,27 @@ def engines_help(names: tuple[str, ...]) -> str:
 
 
 def one_of(names: tuple[str, ...]):
-    """A parser for an option whose values come from a registry: case-insensitive, anything else a usage error
-    (exit 2) that lists the values, as click's Choice does for a Literal."""
+    """A check for an option whose values come from a registry: case-insensitive, anything else a usage error
+    (exit 2) that lists the values, as click's Choice does for a Literal. A callback, not a parser: click turns a
+    BadParameter raised there into its one-line usage error."""
 
-    def parse(value: str) -> str:
+    def check(value: str) -> str:
         if value.lower() in names:
             return value.lower()
-        raise click.BadParameter(f"{value!r} is not one of {', '.join(names)}.")
+        raise typer.BadParameter(f"{value!r} is not one of {', '.join(names)}.")
 
-    return parse
+    return check
 
 
-Engine = Annotated[
-    str,
-    typer.Option(
-        "--engine",
-        parser=one_of(engine_names()),
-        metavar="[" + "|".join(engine_names()) + "]",
-        help="The engine that decodes both arms. " + engines_help(engine_names()),
-    ),
-]
-VerifyEngine = Annotated[
-    str,
-    typer.Option(
-        "--engine",
-        parser=one_of(verify_engines()),
-        metavar="[" + "|".join(verify_engines()) + "]",
-        help="The engine whose passes the checks run on. " + engines_help(verify_engines()),
-    ),
-]
+def engine_option(names: tuple[str, ...], purpose: str):
+    """`--engine` taking one of `names` (the registry's, or the subset a command runs on), each listed in --help."""
+    return typer.Option(
+        "--engine", callback=one_of(names), metavar="[" + "|".join(names) + "]", help=f"{purpose} {engines_help(names)}"
+    )
+
+
+Engine = Annotated[str, engine_option(engine_names(), "The engine that decodes both arms.")]
+VerifyEngine = Annotated[str, engine_option(verify_engines(), "The engine whose passes the checks run on.")]
 Engines = Annotated[
     str,
     typer.Option(

@@ -41,23 +41,36 @@ def runtime(name: str) -> Engine:
 
 
 def capability_rules(spec: EngineSpec, config: RunConfig) -> None:
-    """What an engine's capabilities rule out, whatever its own rules say first."""
+    """What an engine's capabilities rule out, one line each with the reason and the fix; checked before the engine's
+    own rules, which add only what no capability says."""
     can = spec.capabilities
     refused = [
-        (config.batch_size > 1 and not can.batches, f"--batch-size {config.batch_size}", "use --batch-size 1"),
-        (config.exact_shapes and not can.exact_shapes, "--exact-shapes", "drop --exact-shapes"),
-        (config.bit_exact and not can.bit_exact, "--bit-exact", "drop --bit-exact"),
+        (
+            config.batch_size > 1 and not can.batches,
+            f"--batch-size {config.batch_size}",
+            "it decodes one sequence at a time; use --batch-size 1",
+        ),
+        (config.exact_shapes and not can.exact_shapes, "--exact-shapes", "its passes cannot be padded; drop it"),
+        (config.bit_exact and not can.bit_exact, "--bit-exact", "its passes cannot run as one-token steps; drop it"),
         (
             config.gamma.policy in ("adaptive", "heuristic") and not can.gamma_policies,
             f"--gamma {config.gamma}",
-            "pass an integer or auto",
+            "a γ policy drives specbench's loop and this engine runs its own; pass an integer or auto",
         ),
-        (not config.sampling.greedy and not can.sampling, f"--temperature {config.sampling.temperature:g}", "use 0"),
-        (bool(config.load.threads) and not can.threads, "--threads", f"use it with --engine {threaded_engines()}"),
+        (
+            not config.sampling.greedy and not can.sampling,
+            f"--temperature {config.sampling.temperature:g}",
+            "it decodes greedily only; use 0",
+        ),
+        (
+            bool(config.load.threads) and not can.threads,
+            "--threads",
+            f"its threads are the process's; use it with --engine {threaded_engines()}",
+        ),
     ]
-    for hit, option, fix in refused:
+    for hit, option, why in refused:
         if hit:
-            raise SpecbenchError(f"{option} is not supported by --engine {spec.name}; {fix}")
+            raise SpecbenchError(f"{option} is not supported by --engine {spec.name}: {why}")
 
 
 def threaded_engines() -> str:
@@ -68,8 +81,8 @@ def check_config(config: RunConfig) -> RunConfig:
     """RunConfig.validate (what holds for every engine), then the engine's own rules and its capabilities."""
     spec = engine_spec(config.engine)
     config.validate()
-    spec.rules(config)
     capability_rules(spec, config)
+    spec.rules(config)
     return config
 
 

@@ -12,27 +12,8 @@ NEEDS_MODEL = "--engine hf-assisted needs a model draft (HF's assistant_model); 
 
 
 def hf_rules(config: RunConfig) -> None:
-    """HF's loop takes a model draft and an integer γ (or auto, resolved to one), one sequence at a time, unpadded."""
-    if config.exact_shapes:
-        raise SpecbenchError(
-            "--exact-shapes pads our engines' passes; HF's assisted generation cannot be padded "
-            "(drop one of the two options)"
-        )
-    if config.bit_exact:
-        raise SpecbenchError(
-            "--bit-exact runs our loop's verify passes as one-token steps; HF's assisted generation runs its own "
-            "multi-token passes, which cannot be split (drop --bit-exact, or use --engine specbench)"
-        )
-    if config.gamma.policy in ("adaptive", "heuristic"):
-        raise SpecbenchError(
-            f"--gamma {config.gamma} drives our decode loop; --engine hf-assisted runs HF's own "
-            f"(pass an integer or auto for --gamma, or drop --engine)"
-        )
-    if config.batch_size > 1:
-        raise SpecbenchError(
-            "--engine hf-assisted decodes one sequence at a time: HF's assisted generation does not "
-            "support batches (use --batch-size 1, or the specbench engine)"
-        )
+    """What HF's loop needs beyond its capabilities (registry.capability_rules: one sequence at a time, unpadded, an
+    integer γ): a model draft, HF's assistant_model."""
     if not config.draft.auto and not config.draft.uses_model:
         raise SpecbenchError(NEEDS_MODEL)
 

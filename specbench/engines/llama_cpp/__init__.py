@@ -20,7 +20,6 @@ def llama_rules(config: RunConfig) -> None:
     for given, default, name in (
         (load.dtype, "float32", "--dtype"),
         (load.backend, "eager", "--backend"),
-        (config.batch_size, 1, "--batch-size"),
         (load.device_map, None, "--device-map"),
     ):
         if given != default:
