@@ -119,7 +119,7 @@ BAD = [
     (["--gamma", "0"], "--gamma must be between 1 and 128"),
     (["--gamma", "1000000000"], "--gamma must be between 1 and 128"),
     (["--gamma", "abc"], "--gamma must be an integer or one of auto, adaptive, heuristic"),
-    (["--gamma", "adaptive", "--engine", "hf-assisted"], "--engine hf-assisted runs HF's own"),
+    (["--gamma", "adaptive", "--engine", "hf-assisted"], "--gamma adaptive is not supported by --engine hf-assisted"),
     (["--repeats", "0"], "--repeats must be between 1 and 20"),
     (["--gamma-max", "0"], "--gamma-max must be between 1 and 32"),
     (["--dtype", "float8"], "'float8' is not one of 'float32', 'bfloat16', 'float16', 'auto'"),
