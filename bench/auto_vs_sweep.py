@@ -8,7 +8,8 @@ reaches ≥ 0.95× the best cell's speedup, and is never below 1.0× where the b
 Every speedup is against plain decoding in the run's own dtype (bf16 runs against a bf16
 baseline), so the comparison never credits the draft with what the dtype did. Speedups are the
 primary measure (speedup_geomean: geometric mean over examples, BCa interval); the default job's
-prediction made before timing (auto_predicted_speedup, issue 31) is printed beside its measurement.
+two numbers made before timing (auto_predicted_speedup, held out, and auto_check_speedup, the cost-model check
+at known acceptance; issue 40) are printed beside its measurement.
 The best cell of a grid is the luckiest of many (an upward-biased bar), so beside that ratio the goal is judged
 cross-fitted (DESIGN.md: select on one half, report the other): the best cell is chosen on one half of the examples
 (statistics.half_of) and compared with the default job, example by example, on the other half; both halves' paired
@@ -29,6 +30,14 @@ import time
 from pathlib import Path
 
 KEY = "speedup_geomean"  # the primary measure (docs/metrics.md)
+AUTO_NUMBERS = (  # the auto choice's two numbers before timing (issue 40): summary key prefix, ratio key, name
+    ("auto_predicted", "auto_prediction_ratio", "predicted (held out)"),
+    ("auto_check", "auto_check_ratio", "cost-model check (known acceptance)"),
+)
+
+
+def fmt(x) -> str:
+    return "—" if x is None else f"{x:.3f}"
 
 
 def cli(*args: str) -> dict | list:
@@ -143,12 +152,13 @@ def main() -> None:
             f"picked {' / '.join(fit['picked'])}): {fit['ratio']:.3f} [{fit['ci95'][0]:.3f}, {fit['ci95'][1]:.3f}] "
             f"(95 % paired t, n = {fit['n']}; goal ≥ 0.95): {'met' if ok else 'NOT met'}"
         )
-        if s.get("auto_predicted_speedup"):
-            lo, hi = s.get("auto_predicted_interval") or [None, None]
-            print(
-                f"{'':{len(task)}}  predicted before timing {s['auto_predicted_speedup']:.3f} [{lo:.3f}, {hi:.3f}]; "
-                f"measured ÷ predicted {s['auto_prediction_ratio']:.3f} (goal 0.90–1.10)"
-            )
+        for key, ratio_key, name in AUTO_NUMBERS:
+            if s.get(f"{key}_speedup"):
+                lo, hi = s.get(f"{key}_interval") or [None, None]
+                print(
+                    f"{'':{len(task)}}  {name} before timing {fmt(s[f'{key}_speedup'])} [{fmt(lo)}, {fmt(hi)}]; "
+                    f"measured ÷ it {fmt(s.get(ratio_key))}"
+                )
     print(f"default job took {t_default:.0f} s for {len(default)} tasks; everything {time.perf_counter() - t0:.0f} s")
     print(f"hardware: {next(iter(default.values())).get('hardware')}")
     (out / "bench-auto.json").write_text(json.dumps(rows, indent=2))

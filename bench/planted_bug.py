@@ -1,22 +1,37 @@
-"""A planted bug on the real default model: does the numerics classifier call it unexplained?
+"""Planted bugs of graded strength on the real default model: which ones does greedy identity catch, per example?
 
     python bench/planted_bug.py [--target smollm2-135m] [--draft prompt-lookup] [--task aclsum] [--dtype bfloat16]
                                 [--limit 40] [--max-new-tokens 64] [--gamma 4] [--every 50]
+                                [--spacings 1,2,4,8,16,64] [--site verifier|model-call|both]
+                                [--out results/bench-planted-bug.json]
 
-Greedy, in bf16 (where the verify pass's kernel shapes flip near-ties, so clean divergences exist): every
-example is decoded by the baseline, by the clean speculative engine and by the same engine with a bug planted
-in the multi-token verification path (evidence/planted.py: the verified logits taken one position late for
-one verification step in `--every`, counted across examples as in one run). Every divergence goes through
-the classifier the runs use (measure/stats/numerics.py: explain_example per example, identity_line with the
-margin gate over the run; the floor's flip margins, which depend on the baseline only, give the range). A
-planted run's divergence is the bug's when it happens at or after the first bugged step of its example. It
-prints
+Greedy, in bf16 (where the verify pass's kernel shapes flip near-ties, so clean divergences exist). Every example
+is decoded by the baseline, then by the speculative engine teacher-forced along the baseline's output
+(decoding/forced.py: the engine's own draft and verify passes with the baseline's tokens as the context), so every
+position is verified after the baseline's prefix and compared, not only those before a first divergence. That is done
+clean and once per planted bug (evidence/planted.py):
 
-    clean: D divergences, U unexplained            (the goal: U = 0)
-    planted: K divergences, K' unexplained         (the goal: K' >= 0.95 K)
+  shift        the verified logits one position late (late_verified_logits), on one verification step in --every,
+               counted across examples as in one run;
+  lower k      the verifier reads every row of such a step with its argmax token's logit lowered by k spacings of
+               the logit dtype at that value (lowered_verified_argmax), for each k in --spacings;
+  call k       (--site model-call or both) the same lowering inside the target's multi-token model call, on the rows
+               predicting one sequence position in --every (lowered_multi_token_argmax). The floor, the forced run
+               and the classifier's replays all run under it, as they would under a kernel bug: only the margin gate
+               can catch it, so its rows measure the gate's blind zone.
 
-and writes the counts and every classified divergence to --out (JSON, atomic), rewritten after every example so
-that a run stopped early leaves its tally ("examples_done"). Nothing is timed here.
+Every divergence is classified as `specbench verify` does (past_divergence.explain_forced: a replay of the forced run's
+passes, then the margin gate, past_divergence.past_divergence_counts, with the limit the run's numerics floor sets: the
+clean floor, or for `call k` the floor under that bug). An example is *touched* by a plant when the plant changed a
+verified token to one that is not the baseline's (verifier plants: a planted verdict emitted another token than the
+clean verdict would have, PlantedSteps.changed; `call k`: at a keyed position the planted forced run verified
+another token than the baseline's where the clean forced run verified the baseline's), and *caught* when a
+divergence at a touched position is unexplained. It prints, per plant, the touched examples, the caught ones and the
+per-example catch rate with its Clopper–Pearson 95 % interval (scipy.stats.binomtest(...).proportion_ci), `masked`
+(touched examples whose clean free-running output had already left the baseline's before the first touched
+position: a first-divergence check could not have caught them) and `false` (untouched examples with an unexplained
+divergence); for the clean run the positions compared, divergences, explained and unexplained (the goal: 0). The
+counts and every classified divergence go to --out (JSON, atomic), rewritten after every example. Nothing is timed.
 """
 
 from __future__ import annotations
@@ -24,81 +39,128 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import asdict
 from pathlib import Path
+
+from scipy.stats import binomtest
 
 from specbench.config import LoadSpec, SamplingConfig
 from specbench.decoding.autoregressive import decode_autoregressive
 from specbench.decoding.cached_model import CachedModel
+from specbench.decoding.forced import decode_forced
 from specbench.decoding.speculative import decode_speculative
 from specbench.engines.torch.session import TorchSession as Session
-from specbench.evidence.planted import caused, late_verified_logits
+from specbench.evidence.planted import late_verified_logits, lowered_multi_token_argmax, lowered_verified_argmax
 from specbench.files import atomic_write_text
 from specbench.measure.run.arms import prepare_examples
-from specbench.measure.stats.margin_gate import identity_line, ulp_limit
+from specbench.measure.stats.margin_gate import ulp_limit
 from specbench.measure.stats.metric_units import first_divergence
 from specbench.measure.stats.numerics import explain_example
+from specbench.measure.stats.past_divergence import explain_forced, past_divergence_counts
 from specbench.run_specs import parse_draft
 from specbench.tasks.examples import select_examples
 from specbench.tasks.specs import load_task
 
 GREEDY = SamplingConfig(temperature=0.0)
+SITES = ("verifier", "model-call", "both")
+Plant = Callable[[int, int], AbstractContextManager]  # (every, offset) → the plant's context
 
 
-def spec_record(res) -> dict:
-    """What explain_example needs of a speculative run: its tokens and its pass record."""
-    return {"token_ids": res.token_ids, "pass_lengths": res.pass_lengths, "accept_lengths": res.accept_lengths}
+def plants(spacings: list[float], site: str) -> dict[str, tuple[str, Plant]]:
+    """The planted bugs by name, each with where it lives ("verifier" or "model-call")."""
+    out: dict[str, tuple[str, Plant]] = {}
+    if site in ("verifier", "both"):
+        out["shift"] = ("verifier", lambda every, offset: late_verified_logits(every=every, offset=offset))
+        for k in spacings:
+            out[f"lower {k:g}"] = ("verifier", lambda e, o, k=k: lowered_verified_argmax(k, every=e, offset=o))
+    if site in ("model-call", "both"):
+        for k in spacings:
+            out[f"call {k:g}"] = ("model-call", lambda e, o, k=k: lowered_multi_token_argmax(k, every=e, offset=o))
+    return out
 
 
-def classified(model, prompt, base, res, gamma, start) -> dict:
-    """An example record's identity and `numerics` field, as the runner writes them."""
-    d = first_divergence(base.token_ids, res.token_ids)
-    numerics = explain_example(model, prompt, {"token_ids": base.token_ids}, spec_record(res), gamma, d, start)
-    return {"identical": d is None, "first_divergence": d, "numerics": numerics}
+def interval(caught: int, touched: int) -> list[float] | None:
+    """The Clopper–Pearson 95 % interval of the catch rate (None with nothing touched)."""
+    if not touched:
+        return None
+    ci = binomtest(caught, touched).proportion_ci(confidence_level=0.95, method="exact")
+    return [float(ci.low), float(ci.high)]
 
 
-def gaps(records: list[dict]) -> list[float]:
-    """The logit gap, in spacings, at each record's divergence (sorted; None where it was not measured)."""
-    out = [((r["numerics"] or {}).get("divergence") or {}).get("gap_ulps") for r in records if not r["identical"]]
-    return sorted(out, key=lambda g: (g is None, g or 0.0))
+def caught(found: dict, limit: float) -> bool:
+    """Whether a divergence at a position the plant touched is unexplained after the gate at `limit` spacings."""
+    past_divergence_counts(found, None, limit)
+    return any(d["class"] == "unexplained" and d["position"] in found["touched"] for d in found["divergences"])
 
 
-def floor_only(records: list[dict]) -> list[dict]:
-    """The clean run's records reduced to their floors (identical, no divergence): the margin range they give."""
-    return [{"identical": True, "numerics": {**r["numerics"], "divergence": None}} for r in records]
+def floor_limit(floors) -> float:
+    """The gate's limit, in spacings, from the numerics floors of the examples done (margin_gate.ulp_limit)."""
+    return ulp_limit(u for f in floors for u in f.get("floor_flip_ulps") or [])
 
 
-def summarize(args, n_examples: int, clean: list[dict], planted: list[dict], steps: int, t0: float, load0) -> dict:
-    """The bench's result over the examples done so far: both runs' identity lines (the planted run's over the
-    divergences the bug caused, its floor the clean run's), the gate's limit and every gap."""
-    clean_summary = identity_line(clean)
-    ours = [r for r in planted if r["caused"]]
-    planted_summary = identity_line(ours + floor_only(clean))
-    k, k_unexplained = len(ours), planted_summary["divergences_unexplained"]
-    clean_div = sum(not r["identical"] for r in clean)
+def summarize(args, n_examples: int, rows: list[dict], names: list[str]) -> dict:
+    """The table over the examples done so far: the gate's limit from the floors, then per plant the touched, caught
+    and masked examples and the catch rate with its interval, and the clean run's counts."""
+    limit = floor_limit(r["floor"] for r in rows)
+    clean = [past_divergence_counts(r["clean"], None, limit) for r in rows]
+    table = {}
+    for name in names:
+        runs = [r["plants"][name] for r in rows]
+        own = floor_limit(p["floor"] for p in runs) if all(p.get("floor") for p in runs) else limit
+        touched = [p for p in runs if p["touched"]]
+        hit = [p for p in touched if caught(p, own)]
+        table[name] = {
+            "touched": len(touched),
+            "caught": len(hit),
+            "rate": len(hit) / len(touched) if touched else None,
+            "ci95": interval(len(hit), len(touched)),
+            "masked": sum(p["masked"] for p in touched),
+            "untouched_flagged": sum(
+                1 for p in runs if not p["touched"] and past_divergence_counts(p, None, own)["unexplained"]
+            ),
+            "gate_limit_ulps": own,
+            "touched_gap_ulps": sorted(
+                d["gap_ulps"] for p in touched for d in p["divergences"] if d["position"] in p["touched"]
+            ),
+        }
+    totals = {k: sum(c[k] for c in clean) for k in ("positions", "divergences", "explained", "unexplained")}
     return {
         "target": args.target,
         "draft": args.draft,
         "task": args.task,
         "dtype": args.dtype,
         "examples": n_examples,
-        "examples_done": len(clean),
+        "examples_done": len(rows),
         "max_new_tokens": args.max_new_tokens,
         "gamma": args.gamma,
         "every": args.every,
-        "verification_steps": steps,
-        "bugged_steps": sum(len(r["planted_at"]) for r in planted),
-        "clean": {"divergences": clean_div, **clean_summary},
-        "planted": {"divergences": k, "unexplained": k_unexplained, **planted_summary},
-        "planted_share_unexplained": k_unexplained / k if k else None,
-        "gate_limit_ulps": ulp_limit(u for r in clean for u in r["numerics"].get("floor_flip_ulps") or []),
-        "clean_gap_ulps": gaps(clean),
-        "planted_gap_ulps": gaps(ours),
-        "seconds": time.perf_counter() - t0,
-        "load_average_start": load0,
+        "gate_limit_ulps": limit,
+        "clean": {**totals, "examples_with_unexplained": sum(c["unexplained"] > 0 for c in clean)},
+        "plants": table,
         "load_average_end": os.getloadavg(),
-        "records": {"clean": clean, "planted": planted},
+        "records": rows,
     }
+
+
+def print_table(result: dict) -> None:
+    clean = result["clean"]
+    print(
+        f"clean: {result['examples_done']} examples, {clean['positions']} positions compared, {clean['divergences']} "
+        f"divergences, {clean['explained']} explained, {clean['unexplained']} unexplained "
+        f"(gate: gaps up to {result['gate_limit_ulps']:g} spacings are numerics)"
+    )
+    print(
+        f"{'plant':<10} {'touched':>7} {'caught':>6} {'rate':>6}  {'95% CP':<10} {'masked':>6} {'false':>5} {'gate':>5}"
+    )
+    for name, row in result["plants"].items():
+        rate = f"{row['rate']:.0%}" if row["rate"] is not None else "–"
+        ci = f"{row['ci95'][0]:.0%}–{row['ci95'][1]:.0%}" if row["ci95"] else "–"
+        print(
+            f"{name:<10} {row['touched']:>7} {row['caught']:>6} {rate:>6}  {ci:<10} {row['masked']:>6} "
+            f"{row['untouched_flagged']:>5} {row['gate_limit_ulps']:>5g}"
+        )
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -111,12 +173,20 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--limit", type=int, default=40)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--gamma", type=int, default=4)
-    ap.add_argument("--every", type=int, default=50, help="plant the bug on one verification step in this many")
+    ap.add_argument("--every", type=int, default=50, help="one verification step (model-call: position) in this many")
+    ap.add_argument(
+        "--spacings", default="1,2,4,8,16,64", help="strengths of the lowered-argmax plants, comma-separated"
+    )
+    ap.add_argument("--site", default="verifier", choices=SITES, help="where the graded plants live")
     ap.add_argument("--out", default="results/bench-planted-bug.json")
     args = ap.parse_args(argv)
+    try:
+        spacings = [float(s) for s in args.spacings.split(",") if s.strip()]
+    except ValueError:
+        ap.error(f"--spacings must be numbers separated by commas (got {args.spacings!r}); e.g. --spacings 1,2,4,8")
+    if args.every < 1 or any(not k > 0 for k in spacings):
+        ap.error("--every must be >= 1 and every --spacings value > 0; e.g. --every 50 --spacings 1,2,4,8,16,64")
 
-    t0 = time.perf_counter()
-    load0 = os.getloadavg()
     session = Session(LoadSpec(args.target, device=args.device, dtype=args.dtype))
     spec = load_task(args.task)
     prompts = [
@@ -124,58 +194,80 @@ def main(argv: list[str] | None = None) -> dict:
         for p in prepare_examples(spec, select_examples(spec, args.limit, 0), session.target, args.max_new_tokens)
     ]
     model, start = session.target.model, session.target.decoder_start_id
-    common = dict(
-        max_new_tokens=args.max_new_tokens,
-        sampling=GREEDY,
-        generator=None,
-        eos_ids=session.target.eos_ids,
-        decoder_start_id=start,
-    )
+    draft = parse_draft(args.draft)
+    named = plants(spacings, args.site)
 
-    def speculative(prompt):
-        draft = session.proposer(parse_draft(args.draft), prompts)
-        return decode_speculative(CachedModel(model), draft, prompt, gamma=args.gamma, **common)
+    def forced(prompt, reference) -> dict:
+        run = decode_forced(
+            CachedModel(model),
+            session.proposer(draft, prompts),
+            prompt,
+            reference,
+            gamma=args.gamma,
+            decoder_start_id=start,
+            max_new_tokens=args.max_new_tokens,
+        )
+        return asdict(run)
+
+    def floor_of(prompt, ref) -> dict:
+        return explain_example(model, prompt, {"token_ids": ref}, {"token_ids": ref}, args.gamma, None, start)
 
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    clean: list[dict] = []
-    planted: list[dict] = []
-    steps = 0
+    rows: list[dict] = []
+    steps = dict.fromkeys(named, 0)
     result: dict = {}
     for i, prompt in enumerate(prompts):
-        base = decode_autoregressive(CachedModel(model), prompt, **common)
-        clean.append({"example": i, **classified(model, prompt, base, speculative(prompt), args.gamma, start)})
-        with late_verified_logits(every=args.every, offset=(-steps) % args.every) as plant:
-            res = speculative(prompt)
-        steps += plant.steps
-        rec = {"example": i, "planted_at": plant.positions, **classified(model, prompt, base, res, args.gamma, start)}
-        rec["caused"] = caused(rec["first_divergence"], plant.first())
-        planted.append(rec)
-        result = summarize(args, len(prompts), clean, planted, steps, t0, load0)
-        # the tally so far, rewritten after every example: a run stopped early still leaves its counts
-        atomic_write_text(out, json.dumps(result, indent=2, default=float) + "\n")
+        common = dict(max_new_tokens=args.max_new_tokens, sampling=GREEDY, generator=None, decoder_start_id=start)
+        ref = decode_autoregressive(CachedModel(model), prompt, eos_ids=session.target.eos_ids, **common).token_ids
+        free = decode_speculative(
+            CachedModel(model),
+            session.proposer(draft, prompts),
+            prompt,
+            gamma=args.gamma,
+            eos_ids=session.target.eos_ids,
+            **common,
+        ).token_ids
+        clean_first = first_divergence(ref, free)  # where a first-divergence check stops looking
+        clean_run = forced(prompt, ref)
+        row: dict = {"example": i, "floor": floor_of(prompt, ref), "clean_first_divergence": clean_first}
+        row["clean"] = explain_forced(model, prompt, ref, clean_run, None, start)
+        row["plants"] = {}
+        for name, (site, plant) in named.items():
+            floor = None
+            if site == "verifier":
+                with plant(args.every, (-steps[name]) % args.every) as seen:
+                    run = forced(prompt, ref)
+                steps[name] += seen.steps
+                changed = sorted(set(seen.changed))  # a planted verdict emitted another token than the clean one
+                found = explain_forced(model, prompt, ref, run, None, start)
+            else:  # everything that reads multi-token passes runs under the bug: the forced run, its replay, the floor
+                with plant(args.every, 0):
+                    run = forced(prompt, ref)
+                    found = explain_forced(model, prompt, ref, run, None, start)
+                    floor = floor_of(prompt, ref)
+                keyed = [j for j in range(1, len(ref)) if (len(prompt) + j) % args.every == 0]  # decoder-only targets
+                changed = [j for j in keyed if run["verified"][j] != clean_run["verified"][j]]
+                changed = [j for j in changed if clean_run["verified"][j] == ref[j]]
+            touched = [j for j in changed if j < len(ref) and run["verified"][j] != ref[j]]  # left the baseline
+            row["plants"][name] = {
+                **found,
+                "touched": touched,
+                "verdict_changed": changed,
+                "masked": bool(touched) and clean_first is not None and clean_first < touched[0],
+                "floor": floor,
+            }
+        rows.append(row)
+        result = summarize(args, len(prompts), rows, list(named))
+        atomic_write_text(
+            out, json.dumps(result, indent=2, default=float) + "\n"
+        )  # a run stopped early keeps its tally
         print(
-            f"example {i + 1}/{len(prompts)}: clean {clean[-1]['first_divergence']}, planted at {plant.positions} "
-            f"-> {rec['first_divergence']}; so far clean {result['clean']['divergences']} divergences "
-            f"{result['clean']['divergences_unexplained']} unexplained, planted {result['planted']['divergences']} "
-            f"divergences {result['planted']['unexplained']} unexplained",
+            f"example {i + 1}/{len(prompts)}: clean forced divergences {len(row['clean']['divergences'])}; touched: "
+            + (", ".join(n for n, r in row["plants"].items() if r["touched"]) or "none"),
             flush=True,
         )
-
-    clean_summary, k, k_unexplained = (
-        result["clean"],
-        result["planted"]["divergences"],
-        result["planted"]["unexplained"],
-    )
-    print(
-        f"clean: {result['clean']['divergences']} divergences, {clean_summary['divergences_unexplained']} unexplained"
-    )
-    print(f"planted: {k} divergences, {k_unexplained} unexplained")
-    print(f"numerics margin range (the floor's flips): {clean_summary['numerics_margin_range']}")
-    print(
-        f"gate: logit gaps up to {result['gate_limit_ulps']:g} spacings are numerics; gaps in spacings, clean "
-        f"{result['clean_gap_ulps']}, planted {result['planted_gap_ulps']}"
-    )
+    print_table(result)
     return result
 
 

@@ -41,6 +41,15 @@ PROMPT_LENGTHS = (
 )  # --prompt-length: every example, or a tertile of prompt tokens (measure/run/buckets.py)
 
 
+MAX_CONCURRENCY = 1024  # requests in flight at once; beyond this it is a typo
+# goodput's latency bound: a request counts when its time per output token after the first is at most this; 100 ms
+# (10 tokens/s, about twice a fast reader's pace) is a bound a chat user still reads as streaming
+DEFAULT_SLO_TPOT_MS = 100.0
+RATE_NEEDS_CONCURRENCY = (
+    "--request-rate needs --concurrency (the most requests in flight); pass --concurrency N, e.g. the --limit for "
+    "no cap"
+)
+
 LATER_DEFAULTS = {
     "draft_confidence": 0.0,
     "gamma_max": 8,
@@ -53,6 +62,9 @@ LATER_DEFAULTS = {
     "prompt_length": "all",
     "threads": 0,
     "bit_exact": False,
+    "concurrency": 0,
+    "request_rate": None,
+    "slo_tpot_ms": DEFAULT_SLO_TPOT_MS,
 }  # fields added after results existed → their defaults
 
 
@@ -84,6 +96,16 @@ def check_results_dir(value: str | Path) -> Path:
     if not isinstance(text, str) or not text.strip() or "\0" in text:
         raise SpecbenchError(f"--results-dir {value!r} is not a folder path; pass one, e.g. --results-dir results")
     return Path(text)
+
+
+MAX_SEED = 2**62  # torch's generators take 64-bit seeds; verify adds a sample's index to the seed
+
+
+def check_seed(value: int) -> int:
+    """--seed: an integer a torch generator can take (issue 41: --seed 2**70 ended verify in a traceback)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not -MAX_SEED < value < MAX_SEED:
+        raise SpecbenchError(f"--seed must be an integer between -2**62 and 2**62 (got {value}); pass a smaller seed")
+    return value
 
 
 def check_finite(value: float, option: str, low: float = 0.0, hint: str = "") -> float:
@@ -167,6 +189,11 @@ def check_batch_options(config: RunConfig) -> None:
             f"--draft {config.draft.text} proposes token trees, which the batched engine does not verify; "
             "use --batch-size 1"
         )
+    if config.draft.learns_outputs:
+        raise SpecbenchError(
+            f"--draft {config.draft.text} learns from the run's earlier outputs, one example after another, which "
+            "rows decoded together cannot; use --batch-size 1"
+        )
     if config.bit_exact:
         raise SpecbenchError(
             "--bit-exact splits single-sequence verify passes into one-token steps; it does not apply to "
@@ -177,6 +204,48 @@ def check_batch_options(config: RunConfig) -> None:
             "--draft-confidence stops one sequence's proposal early; the batched engine drafts γ for "
             "every row (drop the option at --batch-size > 1)"
         )
+
+
+def check_load(config: RunConfig) -> None:
+    """--concurrency / --request-rate / --slo-tpot-ms: a load run serves the run's examples together (which engine
+    can is its capability, engines/registry.py); each value on its own here."""
+    c, rate = config.concurrency, config.request_rate
+    if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c <= MAX_CONCURRENCY:
+        raise SpecbenchError(
+            f"--concurrency must be an integer between 1 and {MAX_CONCURRENCY} (got {c!r}); it caps the requests in "
+            "flight at once"
+        )
+    if rate is not None:
+        check_finite(rate, "--request-rate", 0.0, "; pass requests per second, or inf for all at once")
+        if rate <= 0:
+            raise SpecbenchError(f"--request-rate must be > 0 (got {rate:g}); pass requests per second, or inf")
+        if not c:
+            raise SpecbenchError(RATE_NEEDS_CONCURRENCY)
+    check_finite(config.slo_tpot_ms, "--slo-tpot-ms", 0.0, "; it is goodput's bound on time per output token")
+    if c and config.batch_size > 1:
+        raise SpecbenchError("--concurrency serves examples as requests; drop --batch-size (use --batch-size 1)")
+
+
+def load_suffix(config: RunConfig) -> str:
+    """'-c<C>' (and '-r<R>' for a request rate) in run and cell ids of a load run; '' otherwise, so old ids stay."""
+    if not config.concurrency:
+        return ""
+    return f"-c{config.concurrency}" + (f"-r{config.request_rate:g}" if config.request_rate is not None else "")
+
+
+def parse_request_rate(value: str | float | None) -> float | None:
+    """--request-rate: requests per second, or inf (or absent) for all at once → None."""
+    if value is None:
+        return None
+    text = str(value).strip().lower()
+    if text in ("inf", "infinity", "+inf"):
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise SpecbenchError(
+            f"--request-rate {value!r} is not a number; pass requests per second (e.g. 2.5) or inf"
+        ) from None
 
 
 def batch_suffix(config: RunConfig) -> str:
@@ -247,7 +316,7 @@ LOAD_KEYS = tuple(f.name for f in dataclasses.fields(LoadSpec))  # written flat 
 CONFIG_KEYS = tuple(
     "target draft task gamma sampling limit seed max_new_tokens device dtype engine trust_remote_code backend "
     "draft_confidence gamma_max repeats exact_shapes device_map max_memory batch_size batch_policy prompt_length "
-    "threads bit_exact".split()
+    "threads bit_exact concurrency request_rate slo_tpot_ms".split()
 )
 
 
@@ -308,6 +377,12 @@ class RunConfig:
     # every verify pass of the speculative arm as one-token passes (the baseline's decoding step): greedy identity
     # is then exact in any dtype, and any divergence is a bug (decoding/stepwise.py; not a speed measurement)
     bit_exact: bool = False
+    # a load run (serving): the examples submitted together to one engine per arm, at most `concurrency` in flight
+    # (0: no load run, each example alone), arriving at `request_rate` per second (None: all at once); goodput
+    # counts the requests whose time per output token is at most slo_tpot_ms (measure/stats/load.py)
+    concurrency: int = 0
+    request_rate: float | None = None
+    slo_tpot_ms: float = DEFAULT_SLO_TPOT_MS
 
     def __post_init__(self) -> None:
         if isinstance(self.load, str):  # a bare target (tests, the bench): every other load setting at its default
@@ -329,6 +404,7 @@ class RunConfig:
             raise SpecbenchError(f"--repeats must be between 1 and 20 (got {self.repeats})")
         if self.limit < 1:
             raise SpecbenchError(f"--limit must be >= 1 (got {self.limit})")
+        check_seed(self.seed)
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
             raise SpecbenchError(f"--max-new-tokens must be >= 1 (got {self.max_new_tokens})")
         self.load.validate()
@@ -338,6 +414,7 @@ class RunConfig:
                 "one-token verify passes; --exact-shapes pads every pass to γ+1 tokens)"
             )
         check_batch_options(self)
+        check_load(self)
         check_prompt_length(self.prompt_length)
         if not 0.0 <= self.draft_confidence < 1.0:
             raise SpecbenchError(

@@ -15,6 +15,9 @@ splitting the string itself, so the grammar below lives here only:
   tree-lookup[:max_ngram=<n>,min_ngram=<n>,branches=<n>,nodes=<n>]
                                         every match's continuation as a branch of one token tree: up to
                                         `branches` distinct ones (default 4), at most `nodes` nodes (default 7)
+  suffix[:tree=0|1,nodes=<n>,max_depth=<n>,max_spec_factor=<x>,max_spec_offset=<x>,min_token_prob=<x>]
+                                        suffix decoding (arctic-inference's suffix cache) over the prompt and
+                                        the run's earlier outputs: a token tree (tree=1, default) or a chain
   unigram[:k=<number>]                  add-k unigram law
   bigram[:k=<number>,backoff=<number>]  unigram-backed bigram law
   lookup+<model spec>                   prompt lookup, the model where it falls short (alias hybrid:<model spec>)
@@ -29,7 +32,7 @@ from dataclasses import dataclass
 
 from specbench.errors import SpecbenchError
 
-MODEL_FREE_KINDS = ("prompt-lookup", "tree-lookup", "unigram", "bigram")  # kinds that run no network
+MODEL_FREE_KINDS = ("prompt-lookup", "tree-lookup", "suffix", "unigram", "bigram")  # kinds that run no network
 FREQUENCY_OPTIONS = {"unigram": ("k",), "bigram": ("k", "backoff")}  # option names each frequency law takes
 HYBRID_PREFIXES = ("lookup+", "hybrid:")  # `lookup+<model spec>` (canonical) or `hybrid:<model spec>`
 LOOKUP_RULES = ("recent", "hf")  # which earlier match prompt lookup copies from: the most recent, or HF's leftmost
@@ -37,6 +40,12 @@ LOOKUP_OPTIONS = ("rule", "max_ngram", "min_ngram")
 LOOKUP_HELP = "rule=recent|hf, max_ngram=<n>, min_ngram=<n>"
 TREE_LOOKUP_OPTIONS = ("max_ngram", "min_ngram", "branches", "nodes")  # tree-lookup's (integers >= 1)
 TREE_LOOKUP_HELP = "max_ngram=<n>, min_ngram=<n>, branches=<n>, nodes=<n>"
+# suffix's options (decoding/drafts/suffix.py): integers, then numbers >= 0; defaults are vLLM's suffix method's
+SUFFIX_INT_OPTIONS = ("tree", "nodes", "max_depth")
+SUFFIX_FLOAT_OPTIONS = ("max_spec_factor", "max_spec_offset", "min_token_prob")
+SUFFIX_HELP = "tree=0|1, nodes=<n>, max_depth=<n>, max_spec_factor=<x>, max_spec_offset=<x>, min_token_prob=<x>"
+SUFFIX_PACKAGE = "arctic_inference"  # the suffix cache --draft suffix runs on (the `suffix` extra)
+SUFFIX_INSTALL = "pip install 'specbench-sd[suffix]'"
 AUTO_DRAFT = "auto"  # --draft auto: no draft yet, chosen before timing (its kind is "auto")
 
 
@@ -45,7 +54,7 @@ class DraftSpec:
     """What one --draft value asks for."""
 
     text: str  # the spec as given (the proposer's name, the run id's stem)
-    kind: str  # "prompt-lookup" | "tree-lookup" | "unigram" | "bigram" | "hybrid" | "model" | "auto"
+    kind: str  # "prompt-lookup" | "tree-lookup" | "suffix" | "unigram" | "bigram" | "hybrid" | "model" | "auto"
     options: tuple[
         tuple[str, float | int | str], ...
     ] = ()  # a frequency law's or prompt lookup's options, e.g. (("k", 0.01),)
@@ -66,14 +75,21 @@ class DraftSpec:
 
     @property
     def model_free(self) -> bool:
-        """True for prompt lookup (chain or tree) and the frequency laws: no network, no confidence to check."""
+        """True for prompt lookup (chain or tree), suffix decoding and the frequency laws: no network, no confidence to
+        check."""
         return self.kind in MODEL_FREE_KINDS
 
     @property
     def proposes_trees(self) -> bool:
         """True for a draft whose proposals can be token trees (decoding/tree.py): batches and engines without a
         tree pass refuse it."""
-        return self.kind == "tree-lookup"
+        return self.kind == "tree-lookup" or (self.kind == "suffix" and bool(dict(self.options).get("tree", 1)))
+
+    @property
+    def learns_outputs(self) -> bool:
+        """True for a draft that learns from the run's earlier outputs (suffix decoding's cache): it decodes one
+        example after another, so batches refuse it; the runner hands it each finished output and resets it per run."""
+        return self.kind == "suffix"
 
     @property
     def fits_corpus(self) -> bool:
@@ -130,6 +146,38 @@ def parse_tree_lookup_options(text: str, rest: str) -> tuple[tuple[str, int], ..
     return tuple(options.items())
 
 
+def parse_suffix_options(text: str, rest: str) -> tuple[tuple[str, int | float], ...]:
+    """'tree=0,max_spec_factor=2' (after 'suffix:') → (('tree', 0), ('max_spec_factor', 2.0)); one-line errors."""
+    options: dict[str, int | float] = {}
+    for item in filter(None, (s.strip() for s in rest.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq or key not in SUFFIX_INT_OPTIONS + SUFFIX_FLOAT_OPTIONS:
+            raise SpecbenchError(f"bad --draft option {item!r} in {text!r}; suffix takes {SUFFIX_HELP}")
+        if key in SUFFIX_INT_OPTIONS:
+            low = 0 if key == "tree" else 1
+            if not (value.isdigit() and int(value) >= low) or (key == "tree" and int(value) > 1):
+                wanted = "0 (a chain) or 1 (a token tree)" if key == "tree" else "an integer >= 1"
+                raise SpecbenchError(f"--draft {text!r}: {key} must be {wanted} (got {value!r})")
+            options[key] = int(value)
+            continue
+        try:
+            number = float(value)
+        except ValueError:
+            number = -1.0
+        if not 0 <= number < float("inf") or (key == "min_token_prob" and number > 1):
+            wanted = "a probability in [0, 1]" if key == "min_token_prob" else "a number >= 0"
+            raise SpecbenchError(f"--draft {text!r}: {key} must be {wanted} (got {value!r})")
+        options[key] = number
+    return tuple(options.items())
+
+
+def suffix_cache_missing() -> bool:
+    """Whether the suffix cache's package (arctic-inference) is not installed; found without importing it."""
+    import importlib.util
+
+    return importlib.util.find_spec(SUFFIX_PACKAGE) is None
+
+
 def hybrid_model(text: str) -> str | None:
     """'lookup+<model spec>' or 'hybrid:<model spec>' → '<model spec>'; None for any other spec."""
     for prefix in HYBRID_PREFIXES:
@@ -152,6 +200,8 @@ def parse_draft(text: DraftSpec | str) -> DraftSpec:
         return DraftSpec(text, "prompt-lookup", options=parse_lookup_options(text, rest))
     if name == "tree-lookup":
         return DraftSpec(text, "tree-lookup", options=parse_tree_lookup_options(text, rest))
+    if name == "suffix":
+        return DraftSpec(text, "suffix", options=parse_suffix_options(text, rest))
     if name in MODEL_FREE_KINDS:  # a model-free kind with no options of its own (docs/extending.md's example)
         if colon:
             raise SpecbenchError(f"--draft {text!r}: {name} takes no options; use --draft {name}")
@@ -160,7 +210,7 @@ def parse_draft(text: DraftSpec | str) -> DraftSpec:
     if inner is None:
         if not text:
             raise SpecbenchError(
-                "--draft is empty; use prompt-lookup, tree-lookup, unigram, bigram, lookup+<model> or a model"
+                "--draft is empty; use prompt-lookup, tree-lookup, suffix, unigram, bigram, lookup+<model> or a model"
             )
         return DraftSpec(text, "model", model=text)
     if not inner or hybrid_model(inner) is not None or inner.partition(":")[0] in MODEL_FREE_KINDS:

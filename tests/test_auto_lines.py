@@ -93,3 +93,45 @@ def test_choose_flags_and_says_when_every_candidate_is_slower():
     assert AutoChoice.from_dict(slow.to_dict()).predicts_slower is True
     fast = run(0.1, 0.8)  # negative control: a cheap verify and a good draft → no such line
     assert fast.predicts_slower is False and not any("plain decoding on this machine" in r for r in fast.reasons)
+
+
+def test_the_two_numbers_before_timing_are_named_for_what_they_are():
+    """Issue 40: "predicted (held out)" (the pilot's acceptance on the timed prompts) and "cost-model check (known
+    acceptance)" (the timed examples' own replay), each line saying what it is, and which one the choice used; the
+    line after the table sets both beside the measurement; a summary from before issue 40 (one number, the check)
+    is not shown as a prediction."""
+    from specbench.cli.run import prediction_line
+    from specbench.measure.auto import prediction as pr
+    from specbench.measure.auto.prediction import auto_lines
+    from specbench.measure.results.run_folder import auto_prediction_fields
+    from specbench.measure.results.schema import Summary
+
+    held_out = pr.Prediction(1.58, 1.31, 1.90, 20, kind=pr.HELD_OUT, n_pilot=24, sampling_log_sd=0.21)
+    check = pr.Prediction(1.72, 1.56, 1.90, 20, kind=pr.CHECK, replay_s=41.5)
+    costs = pr.LoopCosts("bfloat16", 37.6, 52.0, {1: 37.6, 4: 40.6})
+    first, second = auto_lines(held_out, check, costs, 3, "greedy output")
+    assert first.startswith(
+        "predicted (held out) 1.58× [1.31, 1.90] for the 20 timed examples: the acceptance of the 24 pilot examples "
+        "(none of the timed ones) applied to the timed examples' prompts and lengths"
+    )
+    assert "log sd 0.210 over pilot examples" in first and first.endswith("made on the pilot's acceptance too")
+    assert second.startswith(
+        "cost-model check (known acceptance) 1.72× [1.56, 1.90] on the same 20 examples, decoded once untimed "
+        "(41.5 s) and replayed along their own greedy output"
+    )
+    assert "not used by the choice" in second and "a verify pass over 4 tokens 40.6 ms" in second
+    swapped = auto_lines(check, held_out, costs, 3, "greedy output")  # control: the name follows the kind
+    assert swapped[0].startswith("cost-model check") and swapped[1].startswith("predicted (held out)")
+
+    manifest = {"auto": {"prediction": held_out.to_dict(), "check": check.to_dict(), "predicts_slower": False}}
+    summary = Summary(speedup_geomean=1.65, **auto_prediction_fields(manifest, 1.65))
+    assert (summary.auto_predicted_n_pilot, summary.auto_replay_s) == (24, 41.5)
+    assert prediction_line(summary) == (
+        "before timing (auto): predicted (held out) 1.58×, 95 % 1.31–1.90; cost-model check (known acceptance) "
+        "1.72×, 95 % 1.56–1.90; measured 1.65×"
+    )
+    old = Summary(speedup_geomean=1.65, **auto_prediction_fields({"auto": {"prediction": check.to_dict()}}, 1.65))
+    assert old.auto_predicted_speedup is None and old.auto_check_speedup == 1.72
+    assert prediction_line(old) == (
+        "before timing (auto): cost-model check (known acceptance) 1.72×, 95 % 1.56–1.90; measured 1.65×"
+    )

@@ -153,6 +153,70 @@ def test_ratio_to_prediction():
     assert pr.ratio_to_prediction(float("nan"), 1.2) is None
 
 
+def two_costs() -> pr.LoopCosts:
+    return pr.LoopCosts("float32", 20.0, 50.0, {k: 20.0 + 2 * (k - 1) for k in range(1, 6)}, {"m": 2.0})
+
+
+def synthetic_traces(shares: list[float], seed: int, n: int = 30) -> list[pl.Trace]:
+    """One example per share: a model draft "m" whose guess is the target's token with that probability; every
+    example has the same prompt, length, prefill and plain step, so only acceptance differs between them."""
+    rng = np.random.default_rng(seed)
+    traces = []
+    for i, share in enumerate(shares):
+        out = list(range(10, 10 + n))
+        guesses = [-1] + [tok if rng.random() < share else -2 for tok in out[1:]]
+        traces.append(pl.Trace(f"e{i}", [1, 2, 3], out, 40, 50.0, 20.0, {"m": guesses}, {"m": 5.0}))
+    return traces
+
+
+def two_numbers(pilot: list[pl.Trace], timed: list[pl.Trace]) -> tuple[pr.Prediction, pr.Prediction]:
+    from specbench.measure.auto import auto_pilot
+    from specbench.measure.auto.choose import Candidate
+
+    costs = {"float32": two_costs()}
+    sets = [(auto_pilot.Replays({"m": None}, 4), traces) for traces in (pilot, timed)]
+    return auto_pilot.predict(sets[0], sets[1], Candidate("m", "float32", 3, 0.0, 0.0), costs, {"float32": 1.0})
+
+
+def test_the_held_out_prediction_follows_the_pilots_acceptance_not_the_timed_examples():
+    """Issue 40: the pilot accepts 90 % of drafted tokens, the timed examples 10 % (and the reverse). The held-out
+    number must be what the pilot's acceptance gives on the timed examples' shapes (here the pilot's own replayed
+    figure, the shapes being alike), far from the check, which follows the timed examples' own acceptance; a
+    held-out number that used the timed examples' acceptance would land on the check and fail."""
+    good, poor = synthetic_traces([0.9] * 12, 1), synthetic_traces([0.1] * 6, 2)
+    for pilot, timed in ((good, poor), (poor, good)):
+        held_out, check = two_numbers(pilot, timed)
+        pilot_own = two_numbers(pilot, pilot)[1].speedup  # the pilot's acceptance on examples shaped as the timed
+        assert (held_out.kind, check.kind) == (pr.HELD_OUT, pr.CHECK)
+        assert held_out.n_pilot == len(pilot) and held_out.n_examples == check.n_examples == len(timed)
+        assert held_out.speedup == pytest.approx(pilot_own, rel=1e-9)
+        assert check.speedup == pytest.approx(two_numbers(timed, timed)[1].speedup)
+        assert abs(math.log(held_out.speedup / check.speedup)) > 0.3  # the sets differ sharply: so do the numbers
+        assert held_out.line().startswith("predicted (held out) ") and check.line().startswith("cost-model check")
+    # the check's interval is the pricing error alone; the held-out one holds at least that much
+    assert check.high / check.speedup == pytest.approx(math.exp(1.959964 * pr.MODEL_LOG_SD), rel=1e-5)
+    assert held_out.high / held_out.speedup >= check.high / check.speedup
+
+
+def test_the_held_out_interval_widens_with_fewer_pilot_examples_and_more_spread():
+    spread = [0.3, 0.9, 0.5, 0.7] * 4  # per-example acceptance between example sets, as in the issue (0.37–0.95)
+    timed = synthetic_traces([0.6] * 8, 3)
+    widths = {}
+    for n in (4, 8, 16):
+        held_out, _ = two_numbers(synthetic_traces(spread[:n], 4), timed)
+        widths[n] = math.log(held_out.high / held_out.low)
+        assert held_out.low < held_out.speedup < held_out.high and held_out.n_pilot == n
+    assert widths[4] > widths[8] > widths[16]
+    # control: pilot examples that all accept alike leave only the pricing error, whatever their number
+    shapes = [pr.example_shape(t, "m", two_costs(), 1.0) for t in timed]
+    alike = [pr.held_out_prediction([0.6] * n, shapes) for n in (3, 30)]
+    pricing = 2 * 1.959964 * pr.MODEL_LOG_SD
+    assert [math.log(p.high / p.low) for p in alike] == pytest.approx([pricing, pricing], rel=1e-5)
+    assert pr.held_out_prediction([0.4, 0.8], shapes).high > alike[0].high  # spread widens it
+    one = pr.held_out_prediction([0.6], shapes)  # one pilot example: no spread to estimate, no interval
+    assert math.isfinite(one.speedup) and math.isnan(one.low) and "(no interval)" in one.line()
+
+
 def test_verify_prices_follow_the_bare_curves_line_not_its_single_points():
     """A bf16-like curve, flat with one noisy point per side (t(1) high by 55 %, t(3) high by 40 %, the spreads seen
     on this VM): priced at the step within a few per cent for every k, monotone; a linear curve t(k) = k · t(1) keeps
@@ -200,7 +264,8 @@ def test_auto_control_times_the_runner_up_on_the_same_examples():
 
 def test_run_auto_at_t0_predicts_before_timing_and_reports_the_ratio(tmp_path):
     # a tiny target/draft pair and a 14-example task: 3 timed, the next 11 piloted by replay (none of the timed);
-    # the run prints the prediction with its interval and the summary carries it and measured ÷ predicted
+    # the run prints both numbers before timing, each named for what it is (issue 40), and the summary and manifest
+    # carry both with measured ÷ each and the untimed replay's seconds
     import json
 
     from helpers import CORPUS, save_tiny
@@ -217,13 +282,22 @@ def test_run_auto_at_t0_predicts_before_timing_and_reports_the_ratio(tmp_path):
     result = CliRunner().invoke(app, args + ["--auto-control"])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
-    assert "auto: predicted " in result.stderr and "auto: control: runner-up" not in result.stderr  # one draft
-    low, high = summary["auto_predicted_interval"]
-    assert low <= summary["auto_predicted_speedup"] <= high
-    assert summary["auto_prediction_ratio"] == pytest.approx(
-        summary["speedup_geomean"] / summary["auto_predicted_speedup"]
-    )
+    assert "auto: control: runner-up" not in result.stderr  # one draft
+    lines = [x for x in result.stderr.splitlines() if x.startswith("auto: ")]
+    held_out = next(x for x in lines if x.startswith("auto: predicted (held out) "))
+    check = next(x for x in lines if x.startswith("auto: cost-model check (known acceptance) "))
+    assert lines.index(held_out) + 1 == lines.index(check)  # both before timing, side by side
+    assert "for the 3 timed examples: the acceptance of the 11 pilot examples (none of the timed ones)" in held_out
+    assert "the choice above was made on the pilot's acceptance" in held_out
+    assert "on the same 3 examples, decoded once untimed (" in check and "not used by the choice" in check
+    numbers = (("auto_predicted", "auto_prediction_ratio", held_out), ("auto_check", "auto_check_ratio", check))
+    for key, ratio, line in numbers:
+        value, (low, high) = summary[f"{key}_speedup"], summary[f"{key}_interval"]
+        assert low <= value <= high and f"{value:.2f}× [{low:.2f}, {high:.2f}]" in line  # the number printed
+        assert summary[ratio] == pytest.approx(summary["speedup_geomean"] / value)
+    assert summary["auto_predicted_n_pilot"] == 11 and summary["auto_replay_s"] > 0
     # predicted below 1× (unrelated random models): flagged in the summary and said before timing; timed anyway
+    low, high = summary["auto_predicted_interval"]
     assert summary["auto_predicts_slower"] is (summary["auto_predicted_speedup"] < 1)
     said = "auto: no speculative configuration is predicted faster than plain decoding" in result.stderr
     assert said is (high < 1) and (summary["n_examples"] == 3)
@@ -233,7 +307,13 @@ def test_run_auto_at_t0_predicts_before_timing_and_reports_the_ratio(tmp_path):
     piloted = set(auto["pilots"][draft]["examples"])
     assert len(piloted) == 11 and not piloted & timed  # disjoint from the timed examples
     assert auto["loop_costs"]["float32"]["step_ms"] > 0
-    assert auto["prediction"]["n_examples"] == 3 and "on the 3 timed examples, replayed untimed" in result.stderr
+    assert (auto["prediction"]["kind"], auto["prediction"]["n_pilot"], auto["prediction"]["n_examples"]) == (
+        "held_out",
+        11,
+        3,
+    )
+    assert (auto["check"]["kind"], auto["check"]["n_examples"]) == ("check", 3)
+    assert auto["check"]["replay_s"] == pytest.approx(summary["auto_replay_s"])
     assert f"the best of {len(auto['candidates'])} candidates on the examples that chose it" in result.stderr
 
 
@@ -258,10 +338,12 @@ def test_run_auto_at_t_above_0_pilots_by_replay_along_the_sample(tmp_path):
     assert result.exit_code == 0, result.output
     assert "replayed along the target's sampled output (T 0.7" in result.stderr
     summary = json.loads(result.stdout)
-    assert summary["auto_predicted_speedup"] > 0 and summary["auto_predicts_slower"] in (True, False)
+    assert summary["auto_predicted_speedup"] > 0 and summary["auto_check_speedup"] > 0
+    assert summary["auto_predicts_slower"] in (True, False)
+    assert "along their own sampled output (T 0.7" in result.stderr  # the check replays the timed samples
     auto = json.loads((next((tmp_path / "r").iterdir()) / "manifest.json").read_text())["auto"]
     pilot = auto["pilots"][target]
-    assert len(pilot["examples"]) == 10 and auto["prediction"]["n_examples"] == 2  # predicted on the timed two
+    assert len(pilot["examples"]) == 10 and auto["prediction"]["n_examples"] == auto["check"]["n_examples"] == 2
     assert pilot["alpha"] > 0.9  # the draft is the target itself: Σ min(p, q) = 1 at every position (numerics aside)
 
 

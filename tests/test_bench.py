@@ -105,3 +105,29 @@ def test_the_hostile_battery_prints_its_counts(capsys):
     assert counts["cases"] == 1 and counts["failing"] == [], counts
     assert "cases 1: wrong-but-plausible 0, tracebacks 0, wrong exit codes 0" in capsys.readouterr().out
     assert hostile.main(["--only=--gpus-per-cell"])["cases"] == 1
+
+
+def test_prediction_coverage_counts_a_run_as_covered_only_inside_the_held_out_interval():
+    """bench/prediction_coverage.py (issue 40): a measurement inside the held-out interval is covered, one outside
+    is not (the control), the check's ±5 % is judged on measured ÷ check, and the tally gives k/n with its
+    Clopper–Pearson interval and the goal (≥ 90 % of ≥ 10 runs)."""
+    import prediction_coverage as pc
+
+    def summary(measured, low, high, check):
+        return {
+            "speedup_geomean": measured,
+            "auto_predicted_speedup": (low + high) / 2,
+            "auto_predicted_interval": [low, high],
+            "auto_check_speedup": check,
+        }
+
+    inside = pc.coverage_row("t", 1, summary(1.5, 1.3, 1.7, 1.52))
+    outside = pc.coverage_row("t", 2, summary(1.8, 1.3, 1.7, 1.6))
+    old = pc.coverage_row("t", 3, summary(1.5, 1.3, 1.7, 1.5) | {"auto_predicted_interval": None})
+    assert (inside["covered"], outside["covered"], old["covered"]) == (True, False, None)
+    assert inside["check_within"] is True and outside["check_within"] is False  # 1.8 / 1.6 = 1.125
+    tally = pc.tally([inside, outside, old])["t"]
+    assert (tally["covered"], tally["runs"], tally["checks"]) == (1, 2, 3)
+    assert tally["coverage_ci95"][0] < 0.5 < tally["coverage_ci95"][1] and not tally["coverage_goal_met"]
+    ten = pc.tally([pc.coverage_row("u", s, summary(1.5, 1.3, 1.7, 1.5)) for s in range(10)])["u"]
+    assert ten["coverage_goal_met"] and ten["check_goal_met"] and ten["coverage_ci95"][0] > 0.69

@@ -144,9 +144,9 @@ def test_bad_options_are_one_line_errors(models_dir, task_file, tmp_path, extra,
     assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
 
 
-def bad_run(*args):
+def bad_run(*args, code: int = 1):
     result = CliRunner().invoke(app, ["run", "--device", "cpu", *args])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == code, result.output
     assert "Traceback" not in result.output
     return " ".join(result.output.split())
 
@@ -160,7 +160,8 @@ def test_unknown_model_and_files(models_dir, task_file, tmp_path, monkeypatch):
     assert "GGUF file not found" in bad_run("--target", str(tmp_path / "x.gguf"), "--task", task_file)
     msg = bad_run("--target", "nobody/no-such-model", "--task", task_file, "--results-dir", str(tmp_path / "r"))
     assert "'nobody/no-such-model' is not a preset" in msg and "HF_HUB_OFFLINE is set" in msg
-    assert "does not exist" in bad_run("--target", models_dir["target"], "--task", str(tmp_path / "missing.jsonl"))
+    missing = str(tmp_path / "missing.jsonl")  # a --task path that is not there: a bad command line (exit 2)
+    assert "does not exist" in bad_run("--target", models_dir["target"], "--task", missing, code=2)
 
 
 def test_vocabulary_mismatch_names_both_sizes(models_dir, task_file, tmp_path):

@@ -227,7 +227,7 @@ def test_empty_results_dir_is_one_line_and_writes_nothing(models_dir, task_file,
     before = tree(tmp_path)
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(app, [command, *args])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output  # a bad option value, refused with the options (issue 41)
     assert result.output.strip().splitlines()[-1].startswith("error: --results-dir")
     assert "Traceback" not in result.output
     assert tree(tmp_path) == before  # not the current directory either

@@ -13,11 +13,11 @@ import pytest
 
 from specbench.measure.results import schema_doc
 from specbench.measure.results.field_docs import UndocumentedField, doc, field_docs, undocumented
-from specbench.measure.results.schema import CellPlacement, EngineRecord, ExampleRecord, Manifest, Summary
+from specbench.measure.results.schema import CellPlacement, EngineRecord, ExampleRecord, LoadBatch, Manifest, Summary
 
 ROOT = Path(__file__).parents[1]
 FIXTURE_RUN = ROOT / "tests" / "fixtures" / "results_v0_1" / "task-draft-g3-t0-0caf17bc"
-SCHEMAS = [Summary, Manifest, ExampleRecord, EngineRecord, CellPlacement]
+SCHEMAS = [Summary, Manifest, ExampleRecord, EngineRecord, CellPlacement, LoadBatch]
 
 
 @pytest.mark.parametrize("schema", SCHEMAS)

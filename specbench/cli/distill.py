@@ -14,9 +14,10 @@ import typer
 
 from specbench.cli.options import AsJson, Device, Target
 from specbench.cli.output import options_checked, out, progress_bar, quiet_transformers
-from specbench.config import DEVICES
+from specbench.config import DEVICES, check_seed
 from specbench.errors import SpecbenchError
 from specbench.models import DEFAULT_TARGET
+from specbench.tasks.specs import check_task_named
 
 if TYPE_CHECKING:  # the trainer imports torch: loaded once the options are checked
     from specbench.distill.pipeline import Outcome
@@ -73,6 +74,7 @@ def distill_command(
     with options_checked():  # what these checks refuse is a bad command line (exit code 2)
         if threads < 0:
             raise SpecbenchError(f"--threads must be >= 0 (got {threads})")
+        check_seed(seed)
         if not out_dir.strip():
             raise SpecbenchError("--out is empty; pass the draft's folder")
         if device not in DEVICES:  # as run and verify refuse it, before the trainer loads
@@ -89,6 +91,8 @@ def distill_command(
             resume=resume,
             max_session_steps=max_session_steps,
         ).validate()
+        for name in config.tasks:
+            check_task_named(name)  # a misspelt --task or a missing file: a bad command line, before the target loads
     if threads:
         import torch
 

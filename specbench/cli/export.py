@@ -50,6 +50,10 @@ def export(results: Results, table_format: Format = "csv", examples: Examples = 
     Example: specbench export results/spec-bench-prompt-lookup-g3-t0-1a2b3c4d --format spec-bench
     """
     if table_format == "spec-bench":
+        if examples:  # its answer files are per example already: --examples would be silently meaningless
+            raise UsageError(
+                "--examples does not apply to --format spec-bench (its answer files hold every example); drop it"
+            )
         return export_spec_bench(results, out_file)
     check_destination(table_format, out_file)
     from specbench.measure.results import csv_safe, export_frames

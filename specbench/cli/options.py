@@ -63,7 +63,7 @@ Draft = Annotated[
     str,
     typer.Option(
         "--draft",
-        help="Draft: a model spec as for --target, prompt-lookup, unigram, bigram, "
+        help="Draft: a model spec as for --target, prompt-lookup, tree-lookup, suffix, unigram, bigram, "
         "lookup+<model spec>, or auto (the fastest available for the target, measured here).",
     ),
 ]
@@ -153,6 +153,30 @@ PromptLength = Annotated[
         help="all (every example; the default), or short, "
         "medium or long: the first --limit examples whose prompt falls in that "
         "tertile of the task's prompt tokens under the target's tokenizer.",
+    ),
+]
+Concurrency = Annotated[
+    Optional[int],
+    typer.Option(
+        "--concurrency",
+        help="Serve the run's examples as one load (--engine vllm): at most this many requests in flight, the next "
+        "submitted as soon as one finishes; both arms get the same prompts, order and schedule (docs/run.md).",
+    ),
+]
+RequestRate = Annotated[
+    Optional[str],
+    typer.Option(
+        "--request-rate",
+        help="With --concurrency: requests arrive as a Poisson process at this many per second (seeded by --seed); "
+        "inf (the default) submits them all at once up to the cap.",
+    ),
+]
+SloTpotMs = Annotated[
+    float,
+    typer.Option(
+        "--slo-tpot-ms",
+        help="Goodput's latency bound for a load run: a request counts when its time per output token after the "
+        "first is at most this many ms.",
     ),
 ]
 ResultsDir = Annotated[

@@ -71,7 +71,9 @@ def print_error(message: str) -> None:
 
 
 def warn(message: str) -> None:
-    console.print(f"[yellow]warning:[/yellow] {escape(message)}", highlight=False, soft_wrap=True)
+    """One warning line: a line break inside it (a folder named with one, a quoted file) is shown as \\n."""
+    shown = message.replace("\r", "\\r").replace("\n", "\\n")
+    console.print(f"[yellow]warning:[/yellow] {escape(shown)}", highlight=False, soft_wrap=True)
 
 
 def clock(seconds: float) -> str:

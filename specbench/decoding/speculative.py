@@ -181,6 +181,7 @@ def count_step(res: DecodeResult, proposal: Proposal, g: int, verdict: Verdict) 
     if g:  # an empty proposal (no n-gram match) is a plain step, not a verified draft
         res.accept_lengths.append(n)
         res.draft_lengths.append(g)
+        res.draft_depths.append(g)  # a chain's depth is its length
     res.expected_accept.extend(verdict.expected_accept)
 
 
@@ -207,7 +208,7 @@ def tree_step(
         stepwise_keep_path(ctx.target, cached, ids, path)
     else:
         ctx.target.keep_path(cached, path)  # keep [.., cur, path]
-    count_tree_step(ctx.res, proposal, verdict)
+    count_tree_step(ctx.res, proposal, verdict, tree.depth)
     policy.update(tree.depth, len(path))  # a γ policy sees the tree as a chain of its depth
     tc = ctx.clock.now()
     ctx.res.draft_s += tb - ta
@@ -227,9 +228,10 @@ def judge_tree(
     return ids, verify_tree_sampling(tree, ids, proposal.q_probs, processed_probs(logits, ctx.sampling), ctx.generator)
 
 
-def count_tree_step(res: DecodeResult, proposal: Proposal, verdict: Verdict) -> None:
+def count_tree_step(res: DecodeResult, proposal: Proposal, verdict: Verdict, depth: int) -> None:
     """Add one tree step's raw counts: every node was drafted and fed to the target (drafted, draft_lengths),
-    the accepted path is what was kept (accepted, accept_lengths), and each child tried is one trial."""
+    the accepted path is what was kept (accepted, accept_lengths), the tree's `depth` bounds it (draft_depths), and
+    each child tried is one trial."""
     n = proposal.tokens.shape[0]
     res.target_calls += 1
     res.pass_lengths.append(n + 1)
@@ -240,4 +242,5 @@ def count_tree_step(res: DecodeResult, proposal: Proposal, verdict: Verdict) -> 
     if n:
         res.accept_lengths.append(verdict.n_accepted)
         res.draft_lengths.append(n)
+        res.draft_depths.append(depth)
     res.expected_accept.extend(verdict.expected_accept)

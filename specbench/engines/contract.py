@@ -9,7 +9,7 @@ half (`Engine`) is imported only when a run loads models. Nothing outside the re
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Protocol
 
 from specbench.config import RunConfig, SamplingConfig
@@ -38,6 +38,12 @@ class Capabilities:
     # --bit-exact: every verify pass of specbench's loop as one-token passes over the engine's KV cache (its
     # decoding step), so greedy speculative output must equal greedy plain output (decoding/stepwise.py)
     bit_exact: bool = False
+    # --concurrency / --request-rate: the run's examples served as one load (requests in flight together, continuous
+    # batching) by `ServesLoad.serve_load`, instead of one example at a time
+    concurrency: bool = False
+    # `verify` without replays: seeded samples of its plain and speculative arms against each other and against the
+    # target's exact law (its session holds a torch copy), greedy identity, planted faults (evidence/own_loop.py)
+    black_box_verify: bool = False
 
     def rows(self) -> list[tuple[str, bool]]:
         """(capability, yes/no) in declaration order, for listings and docs."""
@@ -71,6 +77,45 @@ class DecodeJob:
     min_confidence: float  # --draft-confidence (0: off)
     pad_to: int  # --exact-shapes: every pass fed this many tokens (1: off)
     bit_exact: bool = False  # --bit-exact: the speculative arm's verify passes as one-token passes (the baseline's)
+    # verify's negative control: a fault planted in the engine's own acceptance rule (one of EngineSpec.plants)
+    plant: str | None = None
+
+
+@dataclass(frozen=True)
+class LoadSchedule:
+    """How a load run submits its requests (the same for both arms and every repeat)."""
+
+    concurrency: int  # at most this many requests in flight; the next is submitted as soon as one finishes
+    request_rate: float | None  # Poisson arrivals at this many requests/s (seeded exponential gaps); None: all at once
+    seed: int  # the arrival gaps' seed
+
+
+@dataclass
+class ServedLoad:
+    """One arm's pass over a load run's requests: a DecodeResult per request, in submission order (prefill_s: time to
+    first token from the request's own submission; decode_s: from the first token to the last), and the batch's
+    wall seconds from the first submission to the last token."""
+
+    results: list[DecodeResult]
+    wall_s: float
+    submitted_s: list[float] = field(default_factory=list)  # each request's submission, seconds after the start
+
+
+class ServesLoad(Protocol):
+    """What an engine with the `concurrency` capability adds to Engine."""
+
+    def serve_load(
+        self,
+        session: Session,
+        job: DecodeJob,
+        arm: str,
+        prompts: list[list[int]],
+        seeds: list[int],
+        max_new: int,
+        schedule: LoadSchedule,
+    ) -> ServedLoad:
+        """Serve every prompt on one engine (`arm`: "baseline" plain, "speculative" the run's method) under
+        `schedule`; request i gets seeds[i]."""
 
 
 class Engine(Protocol):
@@ -105,6 +150,8 @@ class EngineSpec:
     rules: Callable[[RunConfig], None]  # the engine's own refusals of a configuration (one-line SpecbenchError)
     setup: str | None = None  # the command that builds what the engine needs beyond specbench's install (None: nothing)
     own_draft_names: tuple[str, ...] = ()  # --draft values (or `<name>:` prefixes) that name the engine's own methods
+    # faults it can plant in its own acceptance rule: verify's negative controls (DecodeJob.plant)
+    plants: tuple[str, ...] = ()
 
     def engine(self) -> Engine:
         import importlib

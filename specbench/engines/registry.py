@@ -11,6 +11,7 @@ from specbench.engines import hf_assisted, llama_cpp, vllm
 from specbench.engines import torch as torch_engine
 from specbench.engines.contract import Engine, EngineSpec
 from specbench.errors import SpecbenchError
+from specbench.run_specs import SUFFIX_INSTALL, suffix_cache_missing
 
 ENGINES: dict[str, EngineSpec] = {
     spec.name: spec
@@ -63,6 +64,11 @@ def capability_rules(spec: EngineSpec, config: RunConfig) -> None:
             "it decodes greedily only; use 0",
         ),
         (
+            config.concurrency > 0 and not can.concurrency,
+            f"--concurrency {config.concurrency}",
+            f"it decodes one request at a time; serving load runs on --engine {load_engines()}",
+        ),
+        (
             bool(config.load.threads) and not can.threads,
             "--threads",
             f"its threads are the process's; use it with --engine {threaded_engines()}",
@@ -77,12 +83,20 @@ def threaded_engines() -> str:
     return " or ".join(name for name, spec in ENGINES.items() if spec.capabilities.threads)
 
 
+def load_engines() -> str:
+    return " or ".join(name for name, spec in ENGINES.items() if spec.capabilities.concurrency)
+
+
 def check_config(config: RunConfig) -> RunConfig:
     """RunConfig.validate (what holds for every engine), then the engine's own rules and its capabilities."""
     spec = engine_spec(config.engine)
     config.validate()
     capability_rules(spec, config)
     spec.rules(config)
+    if config.draft.kind == "suffix" and spec.capabilities.specbench_drafts and suffix_cache_missing():
+        raise SpecbenchError(
+            f"--draft suffix needs arctic-inference's suffix cache, not installed here: {SUFFIX_INSTALL}"
+        )
     return config
 
 
@@ -92,8 +106,13 @@ def same_session(session_kind: str, config: RunConfig) -> bool:
 
 
 def verify_engines() -> tuple[str, ...]:
-    """The engines whose own passes `verify`'s exact laws can test."""
-    return tuple(name for name, spec in ENGINES.items() if spec.capabilities.exactness_replay)
+    """The engines `verify` checks: those whose own passes its exact laws can test, and those whose arms it can sample
+    as a black box (evidence/own_loop.py)."""
+    return tuple(
+        name
+        for name, spec in ENGINES.items()
+        if spec.capabilities.exactness_replay or spec.capabilities.black_box_verify
+    )
 
 
 def engine_rows() -> list[dict]:

@@ -55,6 +55,11 @@ class Session:
         """The manifest's `engine` entry ({} where the manifest's package versions already say it all)."""
         return {}
 
+    def sampling_prompt(self, prompt_ids: list[int]) -> list[int]:
+        """The prompt verify draws many samples from on this engine (own_loop.py): as given, or what this engine's
+        prefix cache serves cheaply (vLLM: its end, cut to whole KV blocks plus one token)."""
+        return list(prompt_ids)
+
     def compute_threads(self) -> int:
         """The threads the target computes on (what contention is judged against)."""
         import torch

@@ -5,6 +5,14 @@ divergence at a margin above the numerical tolerance of the dtype is a bug; belo
 differently by different kernel shapes (expected in bf16/fp16, reported as a mismatch rate, never hidden).
 The numerics classifier (measure/stats/numerics.py) replays the engine's recorded passes, and its margin gate
 turns a "numerics" verdict at a margin larger than the floor ever flipped into "unexplained".
+
+A first divergence hides everything after it (the two outputs no longer share a prefix), so for our own speculative
+engines the check also runs each prompt teacher-forced along the baseline's output (decoding/forced.py: the engine's
+own draft and verify passes with the baseline's tokens as the context) and classifies every position where the
+verified token differs (measure/stats/past_divergence.py): `past_divergence` in the check's detail, per example
+and summed (positions compared, divergences, explained, unexplained). One unexplained divergence anywhere fails the
+check. HF `generate()` and engines given as plain functions cannot be teacher-forced:
+their rows keep the first-divergence comparison alone.
 """
 
 from __future__ import annotations
@@ -106,7 +114,8 @@ def greedy_checks(
     there (in the model's dtype) is ≤ margin_tol, by default the tolerance `margin_at` derives
     from the measured rounding noise at that position, and — for our engines, whose passes are
     recorded and replayed exactly — the numerics classifier (measure/stats/numerics.py) finds the
-    target itself flips under the pass shape there. In float32 on CPU expect no divergence.
+    target itself flips under the pass shape there; and, for our engines, no divergence of the run teacher-forced along
+    the baseline (past_divergence) is unexplained. In float32 on CPU expect no divergence.
     `extra_engines` lets tests feed a deliberately broken engine through the same check.
     """
     greedy = SamplingConfig(temperature=0.0)
@@ -132,6 +141,22 @@ def greedy_checks(
     # one teacher-forced (γ+1)-chunk replay per prompt: the gate's flips and each divergence's classifier read it
     flips = [floor_flips(target_model, list(p), ref, gamma, decoder_start_id) for p, ref in zip(prompts, reference)]
     margins, limit = floor_gate(target_model, prompts, reference, flips, decoder_start_id)
+    # past the first divergence: each of our speculative engines teacher-forced along the baseline (decoding/forced.py)
+    past = {
+        f"γ={g}": past_divergence(
+            target_model,
+            proposer_factory,
+            prompts,
+            reference,
+            g,
+            flips,
+            margins,
+            limit,
+            decoder_start_id,
+            max_new_tokens,
+        )
+        for g in gammas
+    }
     out = []
     for name, run in runs.items():
         divergences, matched, total = [], 0, 0
@@ -167,9 +192,51 @@ def greedy_checks(
                 max_new_tokens,
                 margins,
                 limit,
+                past.get(name),
             )
         )
     return out
+
+
+def past_divergence(
+    target_model: torch.nn.Module,
+    proposer_factory: ProposerFactory,
+    prompts: Sequence[list[int]],
+    reference: Sequence[list[int]],
+    gamma: int,
+    flips: Sequence[dict[int, int]],
+    margins: tuple[float, float] | None,
+    limit_ulps: float | None,
+    decoder_start_id: int | None,
+    max_new_tokens: int | None = None,
+) -> dict:
+    """Identity past the first divergence for one speculative engine (γ): each prompt decoded by the engine's own
+    steps teacher-forced along the baseline's output (decoding/forced.py), so every position is verified after the
+    baseline's prefix, and every divergence classified (past_divergence.explain_forced) and gated (past_divergence.
+    past_divergence_counts, with the floor's limit over these prompts). → per example and summed: positions compared,
+    divergences, explained (numerics), unexplained; `classified`: every divergence with its class."""
+    from dataclasses import asdict
+
+    from specbench.decoding.forced import decode_forced
+    from specbench.measure.stats.past_divergence import explain_forced, past_divergence_counts
+
+    target, proposer = as_cached(target_model), proposer_factory()
+    examples, classified = [], []
+    for i, (prompt, ref) in enumerate(zip(prompts, reference)):
+        run = decode_forced(
+            target,
+            proposer,
+            list(prompt),
+            list(ref),
+            gamma=gamma,
+            decoder_start_id=decoder_start_id,
+            max_new_tokens=max_new_tokens,
+        )
+        found = explain_forced(target_model, list(prompt), list(ref), asdict(run), list(flips[i]), decoder_start_id)
+        examples.append({"prompt": i, **past_divergence_counts(found, margins, limit_ulps)})
+        classified += [{"prompt": i, **d} for d in found["divergences"]]
+    totals = {k: sum(e[k] for e in examples) for k in ("positions", "divergences", "explained", "unexplained")}
+    return {**totals, "examples": examples, "classified": classified}
 
 
 def floor_gate(
@@ -256,11 +323,14 @@ def identity_check(
     max_new_tokens: int,
     margins: tuple[float, float] | None = None,
     limit_ulps: float | None = None,
+    past: dict | None = None,
 ) -> CheckResult:
-    """One engine's greedy identity verdict: it fails on a divergence above the margin tolerance, or on
-    one the exact replay cannot explain. The margin gate (measure/margin_gate.gated_kind: the gap in spacings
-    against `limit_ulps`, from floor_gate; without them the raw margin against `margins`, the floor's flip range
-    on these prompts) turns a replay's "numerics" at a wider gap into "unexplained"."""
+    """One engine's greedy identity verdict: it fails on a divergence above the margin tolerance, on
+    one the exact replay cannot explain, or (`past`: past_divergence's result, our engines only) on any unexplained
+    divergence of the run teacher-forced along the baseline, at any position. The margin gate
+    (measure/margin_gate.gated_kind: the gap in spacings against `limit_ulps`, from floor_gate; without them the raw
+    margin against `margins`, the floor's flip range on these prompts) turns a replay's "numerics" at a wider gap into
+    "unexplained"."""
     from specbench.measure.stats.margin_gate import gated_kind
 
     for d in divergences:
@@ -280,8 +350,8 @@ def identity_check(
         n=n_prompts,
         threshold=(margin_tol if margin_tol is not None else math.nan),
         power=None,
-        alternative="any divergence at a logit margin above the dtype's tolerance",
-        passed=not suspicious,
+        alternative="any divergence at a logit margin above the dtype's tolerance, or unexplained at any position",
+        passed=not suspicious and not (past and past["unexplained"]),
         detail={
             "dtype": str(dtype).removeprefix("torch."),
             "mismatch_rate": len(divergences) / max(1, n_prompts),
@@ -293,5 +363,7 @@ def identity_check(
             "unexplained": sum(d["class"] == "unexplained" for d in divergences),
             "numerics_margin_range": list(margins) if margins else None,
             "numerics_gap_limit_ulps": limit_ulps,
+            # every position compared after the baseline's own prefix (None: an engine that cannot be teacher-forced)
+            "past_divergence": past,
         },
     )

@@ -3,7 +3,7 @@
 The classifier (measure/stats/numerics.py) calls a greedy divergence numerics when the target itself flips
 there under the speculative run's pass shapes, at a logit gap rounding can flip (measure/stats/margin_gate.py).
 That verdict is only worth something if a real bug in the multi-token verification path comes out
-*unexplained*. This module plants four, each alive only inside its context manager:
+*unexplained*. This module plants six, each alive only inside its context manager:
 
 - `late_verified_logits`: for one verification step in `every`, the verifier gets the target's logits one
   position late (row i + 1 checks draft token i, the last row repeats), as a slip in slicing the verify
@@ -18,12 +18,18 @@ That verdict is only worth something if a real bug in the multi-token verificati
   (a tie or a one-spacing gap), the verifier's row names the runner-up: a bug no wider than rounding, which the
   margin gate (2 spacings) calls numerics by construction. Only --bit-exact, where nothing is left to explain,
   can catch it.
+- `lowered_verified_argmax`: a bug of graded strength: for one verification step in `every`, the verifier reads each
+  row with its argmax token's logit lowered by k spacings of the logit dtype (bench/planted_bug.py grades k = 1, 2, 4,
+  8, 16, 64 beside the late plant). It changes a verdict only where a row's top two are less than k spacings apart.
+- `lowered_multi_token_argmax`: the same lowering inside the multi-token model call, on rows predicting one sequence
+  position in `every`: the replays and the floor reproduce it, so it measures the margin gate's blind zone.
 
 Each records in `PlantedSteps.changed` the output position where a greedy step's planted verdict first emits another
 token than the clean verdict would have (the bug *touched* the example there): under --bit-exact an example's first
 divergence from the baseline must be exactly its first touched position (tests/test_bit_exact.py).
 
-Used by tests/test_numerics.py (tiny model) and bench/planted_bug.py (the real default model in bf16).
+Used by tests/test_numerics.py and tests/test_forced.py (tiny models) and bench/planted_bug.py (the real default
+model in bf16).
 """
 
 from __future__ import annotations
@@ -71,10 +77,12 @@ def judged(original, ctx, proposal, clean: torch.Tensor, planted: torch.Tensor, 
 
 
 @contextmanager
-def late_verified_logits(every: int = 50, offset: int = 0) -> Iterator[PlantedSteps]:
+def late_verified_logits(every: int = 50, offset: int = 0, after: int = 0) -> Iterator[PlantedSteps]:
     """Within the block, the verification steps of decode_speculative numbered offset, offset + every, ... (from 0)
-    see their target logits one position late. Yields where the bug fired (output positions) and the steps seen;
-    to keep one count across blocks (one block per example), pass offset = (−steps so far) mod every."""
+    see their target logits one position late; `after`: only steps whose first emitted position is at least that (a bug
+    that strikes late in an output: tests/test_forced.py puts it after an earlier numerics divergence). Yields where
+    the bug fired (output positions) and the steps seen; to keep one count across blocks (one block per example),
+    pass offset = (−steps so far) mod every."""
     import specbench.decoding.speculative as speculative
 
     if every < 1:
@@ -85,7 +93,7 @@ def late_verified_logits(every: int = 50, offset: int = 0) -> Iterator[PlantedSt
     def planted(ctx, proposal, logits: torch.Tensor):
         step = seen.steps
         seen.steps += 1
-        if step % every == offset % every and logits.shape[0] > 1:
+        if step % every == offset % every and logits.shape[0] > 1 and len(ctx.res.token_ids) >= after:
             late = torch.cat([logits[1:], logits[-1:]])  # [g+1, V]: row i is now the row meant for i + 1
             seen.positions.append(len(ctx.res.token_ids))
             return judged(original, ctx, proposal, logits, late, seen)
@@ -198,3 +206,82 @@ def near_tie_flips(every: int = 1) -> Iterator[PlantedSteps]:
         yield seen
     finally:
         speculative.judge_proposal = original
+
+
+def lowered_argmax_rows(logits: torch.Tensor, spacings: float, precision: torch.dtype | None = None) -> torch.Tensor:
+    """logits [k, V] → a float32 copy where each row's argmax logit z is lowered by `spacings` spacings of the logit
+    dtype at z (margin_gate.spacing; `precision`: the model's dtype, when its logits come back wider): the row's
+    argmax moves to the runner-up where the top-two gap is below that many spacings (at exactly that many, a tie)."""
+    from specbench.measure.stats.margin_gate import coarser_dtype, spacing
+
+    dtype = coarser_dtype(logits.dtype, precision)
+    out = logits.float().clone()  # [k, V]; float32, so that z − k·spacing is exact wherever it lands
+    for i, best in enumerate(logits.argmax(-1).tolist()):
+        z = float(out[i, best])
+        out[i, best] = z - spacings * spacing(z, dtype)
+    return out
+
+
+@contextmanager
+def lowered_verified_argmax(spacings: float, every: int = 50, offset: int = 0) -> Iterator[PlantedSteps]:
+    """Within the block, on the verification steps of decode_speculative numbered offset, offset + every, ... (from 0),
+    the verifier reads every row with its argmax token's logit lowered by `spacings` spacings (`lowered_argmax_rows`):
+    a bug of graded strength, which changes a verdict only where a row's top two are less than `spacings` apart.
+    Counting and `offset` as in late_verified_logits; `changed` records where a bugged step first emitted another
+    token than the clean verdict (the examples the bug touched)."""
+    import specbench.decoding.speculative as speculative
+
+    if every < 1:
+        raise ValueError(f"every must be >= 1 (got {every})")
+    if not spacings > 0:
+        raise ValueError(f"spacings must be > 0 (got {spacings})")
+    original = speculative.judge_proposal
+    seen = PlantedSteps()
+
+    def planted(ctx, proposal, logits: torch.Tensor):
+        step = seen.steps
+        seen.steps += 1
+        if step % every != offset % every:
+            return original(ctx, proposal, logits)
+        seen.positions.append(len(ctx.res.token_ids))
+        bugged = lowered_argmax_rows(logits, spacings, getattr(getattr(ctx.target, "model", None), "dtype", None))
+        return judged(original, ctx, proposal, logits, bugged, seen)
+
+    speculative.judge_proposal = planted
+    try:
+        yield seen
+    finally:
+        speculative.judge_proposal = original
+
+
+@contextmanager
+def lowered_multi_token_argmax(spacings: float, every: int = 50, offset: int = 0) -> Iterator[None]:
+    """Within the block, every multi-token pass of CachedModel that returns all its rows lowers, in each row predicting
+    a sequence position p (the cached tokens counted, the prompt included) with p ≡ offset (mod every), the argmax
+    token's logit by `spacings` spacings (`lowered_argmax_rows`): lowered_verified_argmax's bug moved into the model
+    call of the verify path, keyed by position, so that the classifier's replays and the floor (the same call over the
+    same rows) reproduce it, as they would a kernel bug, and the baseline's one-token passes never see it. Only the
+    margin gate can tell it from numerics: bench/planted_bug.py --site model-call measures where it cannot."""
+    from specbench.decoding.cached_model import CachedModel
+
+    if every < 1:
+        raise ValueError(f"every must be >= 1 (got {every})")
+    if not spacings > 0:
+        raise ValueError(f"spacings must be > 0 (got {spacings})")
+    original = CachedModel.forward
+
+    def planted(self, new_ids: torch.Tensor, all_logits: bool = False) -> torch.Tensor:
+        start = self.length
+        logits = original(self, new_ids, all_logits)
+        if all_logits and logits.dim() == 2 and logits.shape[0] > 1:
+            rows = [i for i in range(logits.shape[0]) if (start + i + 1) % every == offset % every]  # row i → start+i+1
+            if rows:
+                logits = logits.float().clone()  # [k, V]; float32 keeps the lowered value exact
+                logits[rows] = lowered_argmax_rows(logits[rows], spacings, getattr(self.model, "dtype", None))
+        return logits
+
+    CachedModel.forward = planted  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        CachedModel.forward = original  # type: ignore[method-assign]

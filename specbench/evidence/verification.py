@@ -15,7 +15,9 @@ stores checks.json (atomic) and checks.jsonl; `verify_pair` is the whole `specbe
 request, check the output folder is writable, load the pair and the prompts, run the checks, write them).
 `--engine llama-cpp` loads the target's GGUF into llama.cpp (engines/llama_cpp/session.py) and runs the same checks on
 its kernels: the step law's target passes in the engine's verify shape, its controls, the sequence level and
-greedy identity (no HF generate row: there is no transformers model).
+greedy identity (no HF generate row: there is no transformers model). An engine that runs its own loop (capability
+`black_box_verify`: vLLM) gets the checks a black box allows instead (evidence/own_loop.py): its arms' sequence law
+against each other and the torch copy's exact law, planted faults in its acceptance rule, greedy identity.
 """
 
 from __future__ import annotations
@@ -29,11 +31,12 @@ from pathlib import Path
 import torch
 
 from specbench.config import LoadSpec, RunConfig, SamplingConfig, check_results_dir
-from specbench.engines import DEFAULT_ENGINE, check_config, runtime, verify_engines
+from specbench.engines import DEFAULT_ENGINE, check_config, engine_spec, runtime, verify_engines
 from specbench.errors import SpecbenchError
 from specbench.evidence.controls import CONTROLS
 from specbench.evidence.equality import step_checks
 from specbench.evidence.greedy_identity import greedy_checks
+from specbench.evidence.own_loop import DEFAULT_SAMPLES, own_loop_checks
 from specbench.evidence.pair_step import control_check, pair_step_law
 from specbench.evidence.sequence_law import ProposerFactory, sampling_dict, sequence_checks
 from specbench.evidence.stat_checks import ALT_TV, LEVEL, CheckResult
@@ -182,7 +185,9 @@ class VerifyRequest:
     gammas: tuple[int, ...]  # γ of the sequence-level and greedy-identity engines
     task: str  # where the prompts come from: a task name or a JSONL file
     limit: int = 4  # prompts for the greedy-identity check
-    n_samples: int = 300  # continuations per engine for the sequence-level tests
+    # continuations per engine for the sequence-level tests; None: 300, or on an engine verified as a black box
+    # (own_loop.py) what reaches power 0.8 against alt_tv where the exact law is enumerable
+    n_samples: int | None = None
     length: int = 3  # tokens per sampled continuation
     step_samples: int = 100_000  # draws for the model-free step law's tests (0 skips every step law)
     control_samples: int = 20_000  # draws per negative control (0 skips the controls)
@@ -191,7 +196,7 @@ class VerifyRequest:
     pair_step_samples: int = 10_000
     alt_tv: float = ALT_TV  # the alternative every power is stated against: total variation on the tested law
     seed: int = 0
-    engine: str = "specbench"  # specbench (torch) or llama-cpp (the target's GGUF in llama.cpp, as quantized)
+    engine: str = "specbench"  # one of verify_engines(): specbench (torch), llama-cpp (its GGUF), vllm (a black box)
 
     @functools.cached_property
     def draft_spec(self) -> DraftSpec:
@@ -219,7 +224,9 @@ class VerifyRequest:
             raise SpecbenchError(
                 f"--length must be >= 2 (got {self.length}): the sequence tests compare the first 2+ tokens"
             )
-        if self.n_samples < 1 or min(self.step_samples, self.control_samples, self.pair_step_samples) < 0:
+        if (self.n_samples is not None and self.n_samples < 1) or min(
+            self.step_samples, self.control_samples, self.pair_step_samples
+        ) < 0:
             raise SpecbenchError(
                 "--n-samples must be >= 1, --step-samples, --control-samples and --pair-step-samples >= 0"
             )
@@ -255,24 +262,46 @@ def verify_pair(
     on_status("loading task and models")
     session, proposer_factory, prompts, task_name = load_pair(request)
     target = session.target
-    checks = run_checks(
-        target.model,
-        proposer_factory,
-        prompts,
-        request.sampling,
-        gammas=request.gammas,
-        n_samples=request.n_samples,
-        sample_length=request.length,
-        eos_ids=target.eos_ids,
-        decoder_start_id=target.decoder_start_id,
-        seed=request.seed,
-        step_samples=request.step_samples,
-        control_samples=request.control_samples,
-        pair_step_samples=request.pair_step_samples,
-        alt_tv=request.alt_tv,
-        hf_generate=callable(getattr(target.model, "generate", None)),  # HF generate needs a transformers model
-        progress=lambda msg: on_status(f"checking: {msg}"),
-    )
+    spec = engine_spec(request.engine)
+
+    def progress(msg: str) -> None:
+        on_status(f"checking: {msg}")
+
+    if not spec.capabilities.exactness_replay:  # its own loop: what a black box allows (validate admitted it)
+        checks = own_loop_checks(
+            runtime(request.engine),
+            spec,
+            session,
+            proposer_factory(),
+            prompts,
+            request.sampling,
+            gammas=request.gammas,
+            n_samples=request.n_samples,
+            length=request.length,
+            controls=request.control_samples > 0,
+            alt_tv=request.alt_tv,
+            seed=request.seed,
+            progress=progress,
+        )
+    else:
+        checks = run_checks(
+            target.model,
+            proposer_factory,
+            prompts,
+            request.sampling,
+            gammas=request.gammas,
+            n_samples=request.n_samples or DEFAULT_SAMPLES,
+            sample_length=request.length,
+            eos_ids=target.eos_ids,
+            decoder_start_id=target.decoder_start_id,
+            seed=request.seed,
+            step_samples=request.step_samples,
+            control_samples=request.control_samples,
+            pair_step_samples=request.pair_step_samples,
+            alt_tv=request.alt_tv,
+            hf_generate=callable(getattr(target.model, "generate", None)),  # HF generate needs a transformers model
+            progress=progress,
+        )
     json_path, _ = write_checks(
         checks,
         out_dir,

@@ -184,6 +184,28 @@ def load_tokenizer(spec: str, trust_remote_code: bool = False):
         ) from exc
 
 
+def tokenizer_context(tokenizer, trust_remote_code: bool = False) -> int | None:
+    """The context length of the model `tokenizer` was loaded with, from the config beside it (no weights), as
+    wrap_model reads it: what bounds a prompt before the target loads (a --prompt-length pool). None for an
+    encoder-decoder, a tokenizer or config that does not say (the target's own load then checks the prompts)."""
+    source = getattr(tokenizer, "name_or_path", None)
+    return _config_context(source, trust_remote_code) if isinstance(source, str) and source else None
+
+
+@functools.lru_cache(maxsize=8)
+def _config_context(source: str, trust_remote_code: bool) -> int | None:
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(source, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError):
+        return None
+    if getattr(config, "is_encoder_decoder", False):
+        return None
+    length = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    return length if isinstance(length, int) else None
+
+
 def load_model(
     spec: str,
     device: str = "auto",

@@ -140,7 +140,8 @@ def write_report(
     if data.runs.empty:
         listed = "; ".join(f"{s.path}: {s.reason}" for s in data.skipped[:3]) or "no summary.json found"
         raise SpecbenchError(
-            f"no usable runs under {', '.join(map(str, paths))} ({len(data.skipped)} skipped: {listed})"
+            f"no usable runs under {', '.join(map(str, paths))} ({len(data.skipped)} skipped: {listed}); pass run "
+            f"folders, sweep folders or a results/ folder"
         )
     out = Path(out) if out else Path(reports_dir) / default_name(paths)
     try:

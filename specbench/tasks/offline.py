@@ -30,7 +30,12 @@ FETCH_COMMAND = (
 
 def write_jsonl_atomic(rows: Iterable[dict], dest: Path) -> int:
     """Write rows to dest atomically (a reader never sees half a file); returns the number of rows."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # e.g. $SPECBENCH_CACHE names a file (issue 41: a traceback)
+        raise SpecbenchError(
+            f"cannot create {dest.parent}: {exc.strerror}; point $SPECBENCH_CACHE at a writable folder"
+        ) from None
     return atomic_write_jsonl(dest, rows)
 
 

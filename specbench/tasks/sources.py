@@ -354,6 +354,8 @@ def _jsonl_rows(path: Path) -> list[dict]:
                     f"{path}:{n}: JSON nested too deeply; write one flat JSON object per line"
                 ) from None
             if not isinstance(row, dict):
-                raise SpecbenchError(f"{path}:{n}: expected a JSON object, got {type(row).__name__}")
+                raise SpecbenchError(
+                    f"{path}:{n}: expected a JSON object, got {type(row).__name__}; write one JSON object per line"
+                )
             rows.append(row)
     return rows

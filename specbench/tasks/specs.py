@@ -98,6 +98,17 @@ def load_task(name_or_path: str) -> TaskSpec:
     raise SpecbenchError(f"unknown task {name_or_path!r}; use one of {known}, a .yaml task file or a .jsonl of prompts")
 
 
+def check_task_named(name_or_path: str) -> None:
+    """What --task names exists (a task name, spec-bench:<category>, or a .yaml/.jsonl file), checked with the other
+    options: a misspelt name or a missing file is a bad command line (exit code 2). A file's rows are read later."""
+    path = Path(name_or_path).expanduser()
+    if path.suffix in (".jsonl", ".yaml", ".yml"):
+        if not path.is_file():
+            raise SpecbenchError(f"task file {path} does not exist or is not a file; check the path")
+        return
+    load_task(name_or_path)  # a name: its YAML spec only, no data
+
+
 def _task_names() -> list[str]:
     return sorted(p.stem for p in TASKS_DIR.glob("*.yaml"))
 

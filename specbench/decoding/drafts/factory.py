@@ -52,6 +52,12 @@ def make_proposer(
         if target.is_seq2seq:  # a tree pass is a masked decoder-only pass (cached_model.forward_masked)
             raise SpecbenchError(f"--draft tree-lookup needs a decoder-only target; {target.name} is encoder-decoder")
         return TreeLookupDraft(target.vocab_size, target.device, name=parsed.text, **dict(parsed.options))  # type: ignore[arg-type]  # parse_draft checked each option
+    if parsed.kind == "suffix":
+        if target.is_seq2seq:  # its tree pass, and the local suffix tree of the decoder sequence, are decoder-only
+            raise SpecbenchError(f"--draft suffix needs a decoder-only target; {target.name} is encoder-decoder")
+        from specbench.decoding.drafts.suffix import SuffixDraft  # its cache's package is an extra: imported on use
+
+        return SuffixDraft(target.vocab_size, target.device, name=parsed.text, **dict(parsed.options))  # type: ignore[arg-type]  # parse_draft checked each option
     if parsed.fits_corpus:
         return make_frequency_draft(parsed, target.vocab_size, target.device, corpus)
     model = model_draft(parsed.model, target, device, dtype, trust_remote_code, backend)  # type: ignore[arg-type]  # model, hybrid: set
@@ -92,6 +98,14 @@ def draft_rows() -> list[dict]:
             "cost": "host-side n-gram search; one masked target pass over the tree",
             "description": "every matching suffix n-gram's continuation as a branch of one token tree "
             "(shared prefixes merged, depth <= gamma), verified in one pass (decoder-only targets, batch 1)",
+        },
+        {
+            "name": f"suffix[:tree=1,nodes={DEFAULT_NODES}]",
+            "kind": "model-free",
+            "cost": "host-side suffix-tree match; one masked target pass over the tree",
+            "description": "suffix decoding (arctic-inference's cache; extra: specbench-sd[suffix]) over the prompt "
+            "and the run's earlier outputs, proposal length adaptive to the match (max_spec_factor x match); "
+            "tree=0 proposes a chain (decoder-only targets, batch 1)",
         },
         {
             "name": f"unigram[:k={DEFAULT_K:g}]",

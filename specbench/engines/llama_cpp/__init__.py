@@ -31,6 +31,7 @@ def llama_rules(config: RunConfig) -> None:
         raise SpecbenchError(
             f"--draft {config.draft.text} proposes token trees, which need a masked target pass that --engine "
             f"{ENGINE_NAME} does not run; use --engine specbench"
+            + (" (or --draft suffix:tree=0, its chain)" if config.draft.kind == "suffix" else "")
         )
     if load.device not in ("auto", "cpu"):
         raise SpecbenchError(

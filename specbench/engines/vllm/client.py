@@ -97,6 +97,7 @@ class VllmClient:
             bufsize=1,
         )
         self._next_id = 0
+        self.failed = False  # a request failed: its log is kept
         atexit.register(self.close)
 
     def request(self, op: str, status: str | None = None, **fields) -> dict:
@@ -112,6 +113,7 @@ class VllmClient:
             raise SpecbenchError(self.died(f"the vLLM worker exited during {op}"))
         answer = json.loads(line)
         if not answer.get("ok"):
+            self.failed = True  # the error names the log: close keeps it
             raise SpecbenchError(f"vLLM {op} failed: {answer.get('error')} (worker log: {self.log_path})")
         return answer["result"]
 
@@ -158,5 +160,5 @@ class VllmClient:
                     self.proc.kill()
         if not self._log.closed:
             self._log.close()
-            if self.proc.returncode == 0:  # a clean shutdown: its log says nothing a failure would need
+            if self.proc.returncode == 0 and not self.failed:  # a clean run: its log says nothing a failure would need
                 self.log_path.unlink(missing_ok=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from specbench.config import LoadSpec
 from specbench.decoding.base import DecodeResult, Proposer
-from specbench.engines.contract import DecodeJob
+from specbench.engines.contract import DecodeJob, LoadSchedule, ServedLoad
 from specbench.engines.session import Session
 from specbench.engines.vllm import ENGINE_NAME
 from specbench.engines.vllm.draft import VllmDraft
@@ -34,7 +34,23 @@ class VllmEngine:
         self, session: Session, job: DecodeJob, prompt_ids: list[int], seed: int, max_new: int
     ) -> DecodeResult:
         s = vllm_session(session)
-        return s.decode(s.speculative_key(job.proposer, job.fixed_gamma), job.sampling, prompt_ids, seed, max_new)
+        key = s.speculative_key(job.proposer, job.fixed_gamma, job.plant)
+        return s.decode(key, job.sampling, prompt_ids, seed, max_new)
+
+    def serve_load(
+        self,
+        session: Session,
+        job: DecodeJob,
+        arm: str,
+        prompts: list[list[int]],
+        seeds: list[int],
+        max_new: int,
+        schedule: LoadSchedule,
+    ) -> ServedLoad:
+        """A load run's requests on the plain engine (arm "baseline") or the speculative one, together."""
+        s = vllm_session(session)
+        key = PLAIN if arm == "baseline" else s.speculative_key(job.proposer, job.fixed_gamma, job.plant)
+        return s.decode_load(key, job.sampling, prompts, seeds, max_new, schedule)
 
     def check_proposer(self, proposer: Proposer) -> None:
         if not isinstance(proposer, VllmDraft):

@@ -23,6 +23,7 @@ from pathlib import Path
 from specbench.config import LoadSpec
 from specbench.decoding.backend import ForwardBackend
 from specbench.decoding.base import DecodeResult
+from specbench.engines.contract import LoadSchedule, ServedLoad
 from specbench.engines.session import Session
 from specbench.engines.vllm import ENGINE_NAME, own_method, vllm_method
 from specbench.engines.vllm.client import VllmClient
@@ -99,13 +100,15 @@ class VllmSession(Session):
         self.engines[PLAIN] = self.load_engine(PLAIN, None)
         super().__init__()
 
-    def load_engine(self, key: str, method: dict | None) -> dict:
-        """Load (once) the worker's engine `key`: plain (method None) or speculative; its settings."""
+    def load_engine(self, key: str, method: dict | None, plant: str | None = None) -> dict:
+        """Load (once) the worker's engine `key`: plain (method None) or speculative, with `plant` (verify's negative
+        control: worker.PLANTS) biasing its acceptance rule; its settings."""
         if key not in self.engines:
             what = "plain" if method is None else f"{method['name']} γ={method['num_speculative_tokens']}"
+            what += f", planted fault {plant}" if plant else ""
             mode = "eager" if self.eager else "compiled: torch.compile, slower to start"
             self.engines[key] = self.client.request(
-                "load",
+                "load_planted" if plant else "load",  # load_planted: load, then the fault (worker.PLANTS)
                 status=f"loading {self.load.target} into vLLM ({what}, {self.load.dtype}, {mode})",
                 key=key,
                 model=self.folder,
@@ -114,6 +117,7 @@ class VllmSession(Session):
                 enforce_eager=self.eager,
                 gpu_memory_utilization=GPU_SHARE if self.client.gpu else None,
                 seed=0,
+                **({"plant": plant} if plant else {}),
             )
         return self.engines[key]
 
@@ -121,16 +125,24 @@ class VllmSession(Session):
     def eager(self) -> bool:
         return self.load.backend == "eager"  # --backend compiled: vLLM's own compilation (rules refuse static)
 
-    def speculative_key(self, proposer, gamma: int | None) -> str:
-        """The engine key for the run's draft at γ, loading that engine on first use."""
+    def speculative_key(self, proposer, gamma: int | None, plant: str | None = None) -> str:
+        """The engine key for the run's draft at γ (with verify's planted fault, if any), loading it on first use."""
         if not isinstance(proposer, VllmDraft):
             raise SpecbenchError(f"--engine {ENGINE_NAME} runs vLLM's own methods; got a {type(proposer).__name__}")
         if gamma is None:
             raise SpecbenchError(f"--engine {ENGINE_NAME} needs an integer --gamma (num_speculative_tokens)")
         method = vllm_method(proposer.spec, gamma, self.model_folder)
-        key = json.dumps(method, sort_keys=True)
-        self.load_engine(key, method)
+        key = json.dumps(method | ({"plant": plant} if plant else {}), sort_keys=True)
+        self.load_engine(key, method, plant)
         return key
+
+    def sampling_prompt(self, prompt_ids: list[int]) -> list[int]:
+        """The prompt's end, cut to whole KV blocks plus one token (unchanged when shorter than a block and one): after
+        one request, vLLM's prefix cache holds every whole block, so each later sample computes one prompt token
+        (a request recomputes its last partial block, up to 127 tokens on the CPU, otherwise)."""
+        block = int(self.engines[PLAIN]["block_size"])
+        whole = (len(prompt_ids) - 1) // block
+        return list(prompt_ids) if whole < 1 else list(prompt_ids[-(whole * block + 1) :])
 
     def model_folder(self, spec: str) -> str:
         """A draft model spec → the folder vLLM loads (`distilled`: the target's shipped draft)."""
@@ -150,6 +162,28 @@ class VllmSession(Session):
             stop_ids=sorted(self.target.eos_ids),
         )
         return result_from(answer)
+
+    def decode_load(
+        self, key: str, sampling, prompts: list[list[int]], seeds: list[int], max_new: int, schedule: LoadSchedule
+    ) -> ServedLoad:
+        """Every prompt as one load on the worker's engine `key` (Worker.generate_batch), in the order given."""
+        answer = self.client.request(
+            "generate_batch",
+            key=key,
+            requests=[{"prompt_ids": list(p), "seed": s} for p, s in zip(prompts, seeds, strict=True)],
+            max_new_tokens=max_new,
+            temperature=sampling.temperature,
+            top_k=sampling.top_k,
+            top_p=sampling.top_p,
+            stop_ids=sorted(self.target.eos_ids),
+            concurrency=schedule.concurrency,
+            request_rate=schedule.request_rate,
+            schedule_seed=schedule.seed,
+        )
+        results = answer["results"]
+        return ServedLoad(
+            [result_from(r) for r in results], float(answer["wall_s"]), [float(r["submitted_s"]) for r in results]
+        )
 
     def target_lm(self) -> VllmPasses:  # type: ignore[override]  # VllmPasses duck-types CachedModel's passes
         plain = self.engines[PLAIN]
@@ -186,7 +220,8 @@ class VllmSession(Session):
             "kv_space_gib": self.client.env.get("VLLM_CPU_KVCACHE_SPACE"),
             "model_folder": self.folder,
             "engines": list(self.engines.values()),
-            "timing": "perf_counter around vLLM's LLMEngine.step() loop in the worker, one request at a time",
+            "timing": "perf_counter around vLLM's LLMEngine.step() loop in the worker, one request at a time (a load "
+            "run: its requests in one loop, each timed from its own submission)",
             "calibration": "prompt passes over k tokens after a prefix-cached context of whole blocks (passes.py)",
             "replays": "numerics floor and NLL on a torch copy of the target in specbench's venv, not on vLLM",
         }

@@ -9,16 +9,19 @@ Phases (each reported through on_status / on_progress so the CLI can show its ow
      decoded once by the target (sampled with the run's seed at T > 0, then one teacher-forced target pass for
      its laws p) plus one teacher-forced pass per model draft, every (draft, γ) replayed (measure/auto/pilot.py), until
      α's standard error is ≤ TARGET_SE for the leading candidates or the cap;
-  3. choice on every pilot example; the timed examples, decoded once untimed and replayed, get the prediction:
-     two disjoint sets of 20 differ in α by chance, and that, not the cost model, was the miss (make run's
-     ding-de-en pilot replayed at α 0.61, its timed examples at 0.68: 1.43× predicted, 1.66–1.79× measured;
-     docs/benchmarks.md). Choosing on the pilot keeps the winner's curse out of the prediction; predicting on the
-     timed examples makes measured ÷ predicted a test of the cost model. The winner's pilot figure is printed too.
+  3. choice on every pilot example (the pilot's own acceptance; nothing of the timed examples); then two numbers
+     for the chosen configuration, both before timing (issue 40): "predicted (held out)", the pilot examples'
+     acceptance applied to the timed examples' prompts and lengths, with an interval that includes how acceptance
+     differs between two sets of examples (make run's ding-de-en pilot replayed at α 0.61, its timed examples at
+     0.68: docs/benchmarks.md); and "cost-model check (known acceptance)", the timed examples decoded once untimed
+     and replayed along their own output, so that measured ÷ check tests the step prices alone. The winner's
+     pilot figure is printed too.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -317,15 +320,18 @@ def choose_by_replay(
     ranked = rank(replays, traces, list(range(len(traces))), names, gammas, costs, scales)
     best = ranked[0]
     runner_up = next((c for c in ranked[1:] if (c.draft, c.dtype) != (best.draft, best.dtype)), None)
-    on_status(f"replaying the {len(timed)} timed examples (untimed) for the prediction")
+    on_status(f"replaying the {len(timed)} timed examples (untimed) for the cost-model check")
     wanted = [d for d in drafts if d.text in {best.draft, runner_up.draft if runner_up else best.draft}]
+    started = time.perf_counter()
     timed_traces: list[pl.Trace] = []
     for item in timed:
         on_progress("replay of the timed examples", len(timed_traces), len(timed))
         timed_traces.append(trace_example(first, item, config, max_new, wanted, corpus, max(gammas)))
     on_progress("replay of the timed examples", len(timed_traces), len(timed))
     timed_replays = Replays(dict(replays.lookups), max(gammas), config.seed)
-    prediction = predict(timed_replays, timed_traces, best, costs, scales)
+    pilot_set, timed_set = (replays, traces), (timed_replays, timed_traces)
+    held_out, check = predict(pilot_set, timed_set, best, costs, scales)
+    check.replay_s = time.perf_counter() - started
     pilots = {}
     for d in names:
         g = best.gamma if d == best.draft else max(gammas)
@@ -353,13 +359,8 @@ def choose_by_replay(
         f"{along(config)}; {stop}; chosen on all {len(traces)} (there {best.speedup:.2f}×: the best of "
         f"{len(ranked)} candidates on the examples that chose it, optimistic for others)"
     )
-    reasons.append(
-        f"{prediction.line()} on the {len(timed_traces)} timed examples, replayed untimed before timing (end to end, "
-        f"geometric mean over examples; loop costs: plain step "
-        f"{costs[best.dtype].step_ms:.1f} ms, a verify pass over {best.gamma + 1} tokens "
-        f"{costs[best.dtype].verify_ms.get(best.gamma + 1, float('nan')):.1f} ms)"
-    )
-    warning = slower_warning(candidate_label(best), prediction.speedup, prediction.low, prediction.high)
+    reasons += pr.auto_lines(held_out, check, costs[best.dtype], best.gamma, along(config))
+    warning = slower_warning(candidate_label(best), held_out.speedup, held_out.low, held_out.high)
     reasons += [warning] if warning else []
     choice = AutoChoice(
         requested=requested,
@@ -372,16 +373,19 @@ def choose_by_replay(
         draft_ms=draft_ms,
         pilots=pilots,
         candidates=ranked,
-        predicts_slower=prediction.speedup < 1.0 if math.isfinite(prediction.speedup) else None,
+        predicts_slower=held_out.speedup < 1.0 if math.isfinite(held_out.speedup) else None,
     )
     choice.loop_costs = {d: c.to_dict() for d, c in costs.items()}
-    choice.prediction = prediction.to_dict() | {"alpha_se": se_reached if math.isfinite(se_reached) else None}
+    choice.prediction = held_out.to_dict() | {"alpha_se": se_reached if math.isfinite(se_reached) else None}
+    choice.check = check.to_dict()
     if runner_up is not None:
+        ru_held_out, ru_check = predict(pilot_set, timed_set, runner_up, costs, scales)
         choice.runner_up = {
             "draft": runner_up.draft,
             "dtype": runner_up.dtype,
             "gamma": runner_up.gamma,
-            **predict(timed_replays, timed_traces, runner_up, costs, scales).to_dict(),
+            **ru_held_out.to_dict(),
+            "check": ru_check.to_dict(),
         }
     return choice
 
@@ -400,18 +404,29 @@ def _key(c: Candidate) -> str:
     return f"{c.draft}|{c.dtype}|{c.gamma}"
 
 
-def predict(replays, traces, cand: Candidate, costs, scales) -> pr.Prediction:
-    """The candidate's end-to-end speedup on `traces` (the timed examples, replayed), with the cost model's interval."""
-    idx = list(range(len(traces)))
-    times = candidate_times(replays, traces, idx, cand.draft, cand.gamma, costs[cand.dtype], scales[cand.dtype])
-    return pr.replayed_prediction(pr.log_speedups(times))
+def predict(pilot, timed, cand: Candidate, costs, scales) -> tuple[pr.Prediction, pr.Prediction]:
+    """The candidate's end-to-end speedup on the timed examples, twice: held out (the acceptance of the pilot's
+    examples, `pilot` = (replays, traces), applied to the timed traces' prompts, lengths and plain steps, never to
+    their replayed steps) and the cost-model check (the timed examples' own replayed steps, `timed`)."""
+    c, scale = costs[cand.dtype], scales[cand.dtype]
+    p_replays, p_traces = pilot
+    rates = [
+        pr.decode_rate(t, p_replays.walks(j, t, cand.draft, cand.gamma), cand.draft, c) for j, t in enumerate(p_traces)
+    ]
+    t_replays, t_traces = timed
+    held_out = pr.held_out_prediction(rates, [pr.example_shape(t, cand.draft, c, scale) for t in t_traces])
+    idx = list(range(len(t_traces)))
+    times = candidate_times(t_replays, t_traces, idx, cand.draft, cand.gamma, c, scale)
+    return held_out, pr.replayed_prediction(pr.log_speedups(times))
 
 
 def replay_pool(spec, config: RunConfig, examples: list) -> list:
-    """Pilot candidates: the task's examples after the run's in its seeded order, none of the timed ones, up to
+    """Pilot candidates: the task's examples after the run's in its seeded order, none of the timed ones (by id, nor
+    a row repeating a timed prompt's text: the held-out prediction must not see a timed example's acceptance), up to
     PILOT_CAP; [] when the task has none left (the runner's own pilot is used then)."""
     from specbench.tasks.examples import select_examples
 
     timed = {e.id for e in examples}
+    prompts = {e.prompt for e in examples}
     more = select_examples(spec, len(examples) + pl.PILOT_CAP + len(timed), config.seed)
-    return [e for e in more if e.id not in timed][: pl.PILOT_CAP]
+    return [e for e in more if e.id not in timed and e.prompt not in prompts][: pl.PILOT_CAP]

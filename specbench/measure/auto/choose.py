@@ -68,9 +68,10 @@ class AutoChoice:
     pilots: dict[str, PilotResult]
     candidates: list[Candidate] = field(default_factory=list)
     loop_costs: dict | None = None  # dtype → prediction.LoopCosts as a dict (the replay pilot)
-    prediction: dict | None = None  # the chosen configuration's held-out prediction (prediction.Prediction)
-    runner_up: dict | None = None  # the best other (draft, dtype) and its held-out prediction (--auto-control)
-    predicts_slower: bool | None = None  # the chosen configuration's predicted speedup is below 1× (slower_warning)
+    prediction: dict | None = None  # its "predicted (held out)" (prediction.Prediction as a dict, kind held_out)
+    check: dict | None = None  # its "cost-model check (known acceptance)" on the timed examples (kind check, replay_s)
+    runner_up: dict | None = None  # the best other (draft, dtype), its held-out prediction and "check" (--auto-control)
+    predicts_slower: bool | None = None  # its predicted (held-out) speedup is below 1× (slower_warning)
 
     def c(self, dtype: str | None = None, draft: str | None = None) -> float:
         dtype, draft = dtype or self.dtype, draft or self.draft
@@ -99,6 +100,7 @@ class AutoChoice:
             "candidates": [dataclasses.asdict(c) for c in self.candidates],
             "loop_costs": self.loop_costs,
             "prediction": self.prediction,
+            "check": self.check,
             "runner_up": self.runner_up,
             "predicts_slower": self.predicts_slower,
         }
@@ -131,6 +133,7 @@ class AutoChoice:
             candidates=[Candidate(**c) for c in d["candidates"]],
             loop_costs=d.get("loop_costs"),
             prediction=d.get("prediction"),
+            check=d.get("check"),
             runner_up=d.get("runner_up"),
             predicts_slower=d.get("predicts_slower"),
         )

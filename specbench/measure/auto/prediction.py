@@ -1,19 +1,26 @@
-"""Predict what a run measures: the end-to-end speedup of a configuration, with a prediction interval.
+"""Predict what a run measures: the end-to-end speedup of a configuration with an interval, as two numbers named
+for what they are.
 
 The run's primary measure is the geometric mean over examples of baseline time ÷ speculative time, prefill
-included (metrics.primary_metrics). So the prediction is made per pilot example, end to end:
+included (metrics.primary_metrics). Each example is priced end to end:
     baseline    = prefill + (n − 1) · u
     speculative = prefill + draft prefill + Σ_steps (model calls · d + v(γ' + 1) + lookup + o) · u / b
-from the example's own replayed steps (measure/auto/pilot.py: the output's real length, where it ends, the budget's
-cut of γ, per-source acceptance of a hybrid) and step costs measured on *real decode-loop steps* (LoopCosts: a
-plain decode's step b, a draft call d, a verify over k tokens with its cache update v(k) = the bare pass curve
-scaled to the loop's own verify time, the per-step remainder o), not bare forward passes, which cost 27–62 % less
-than the loop's steps on the 2-core EPYC (issue 31). u is the example's own plain step (its context length).
+from replayed steps (measure/auto/pilot.py: the output's real length, where it ends, the budget's cut of γ,
+per-source acceptance of a hybrid) and step costs measured on *real decode-loop steps* (LoopCosts: a plain decode's
+step b, a draft call d, a verify over k tokens with its cache update v(k) = the bare pass curve scaled to the loop's
+own verify time, the per-step remainder o), not bare forward passes, which cost 27–62 % less than the loop's steps
+on the 2-core EPYC (issue 31). u is the example's own plain step (its context length).
 
-No winner's curse: the configuration is chosen on the pilot's examples and its speedup predicted on others, the
-examples the run is about to time (replayed untimed: measure/auto/auto_pilot.py says why those). So the interval is not
-about which examples: it is the cost model's, exp(m ± z · MODEL_LOG_SD) (`replayed_prediction`). It does not cover
-a machine that changes speed between calibration and run, nor low-precision divergences.
+Two numbers come out of it before any timing (issue 40):
+  - **predicted (held out)** (`held_out_prediction`): the pilot examples' acceptance, as each one's priced decode
+    per token ρ_j (`decode_rate`), applied to the timed examples' prompts, lengths and plain steps
+    (`example_shape`); none of the timed examples' acceptance enters. Its interval covers the spread of acceptance
+    between two sets of examples (a t interval over pilot examples for the difference of two sets' means) and the
+    step pricing's error (MODEL_LOG_SD).
+  - **cost-model check (known acceptance)** (`replayed_prediction`): the timed examples' own replayed steps. At
+    T = 0 that is their exact acceptance path, so measured ÷ check tests the step prices, not a prediction; its
+    interval is the pricing error's alone.
+Neither covers a machine that changes speed between calibration and run, nor low-precision divergences.
 """
 
 from __future__ import annotations
@@ -78,53 +85,142 @@ def verify_prices(step_ms: float, bare_ms: dict[int, float]) -> dict[int, float]
     return {k: step_ms if k == first else step_ms * max(intercept + slope * k, base) / base for k in ks}
 
 
-def example_times(trace: Trace, steps: list[Step], draft: str, costs: LoopCosts, scale: float) -> tuple[float, float]:
-    """(baseline ms, speculative ms) of one example under one configuration (pure). `scale`: this dtype's step
-    and prefill over the pilot dtype's (the traces were decoded in one dtype)."""
+def example_shape(trace: Trace, draft: str, costs: LoopCosts, scale: float) -> tuple[float, float, float]:
+    """(baseline ms, speculative ms outside the decode steps, plain decode ms) of one example (pure): its prefill,
+    the draft's prefill, its length and plain step, and nothing of its acceptance. `scale`: this dtype's step and
+    prefill over the pilot dtype's (the traces were decoded in one dtype)."""
     n = len(trace.output)
     u = trace.step_ms * scale if math.isfinite(trace.step_ms) and trace.step_ms > 0 else costs.step_ms
     prefill = trace.prefill_ms * scale
-    base = prefill + (n - 1) * u
+    plain = (n - 1) * u
+    return prefill + plain, prefill + trace.draft_prefill_ms.get(draft, 0.0) * scale, plain
+
+
+def steps_ms(steps: list[Step], draft: str, costs: LoopCosts) -> float:
+    """Replayed steps' decode time (ms at the loop's calibration step, pure)."""
     d = costs.draft_call_ms.get(draft, 0.0)
     look = costs.lookup_ms.get(draft, 0.0)
     o = costs.overhead_ms.get(draft, 0.0)
-    decode = sum(s.model_calls * d + costs.verify_ms[s.offered + 1] + look + o for s in steps)
-    spec = prefill + trace.draft_prefill_ms.get(draft, 0.0) * scale + decode * u / costs.step_ms
-    return base, spec
+    return sum(s.model_calls * d + costs.verify_ms[s.offered + 1] + look + o for s in steps)
+
+
+def example_times(trace: Trace, steps: list[Step], draft: str, costs: LoopCosts, scale: float) -> tuple[float, float]:
+    """(baseline ms, speculative ms) of one example under one configuration, along its own replayed steps (pure)."""
+    base, fixed, plain = example_shape(trace, draft, costs, scale)
+    n = len(trace.output)
+    u = plain / (n - 1) if n > 1 else costs.step_ms
+    return base, fixed + steps_ms(steps, draft, costs) * u / costs.step_ms
+
+
+def decode_rate(trace: Trace, walks: list[list[Step]], draft: str, costs: LoopCosts) -> float | None:
+    """ρ: one (pilot) example's priced speculative decode ÷ its plain decode, per token (pure; the mean over walks
+    at T > 0): what its acceptance is worth at this configuration's step prices. None for a one-token output."""
+    n = len(trace.output)
+    if n < 2 or not walks:
+        return None
+    return sum(steps_ms(w, draft, costs) for w in walks) / len(walks) / (costs.step_ms * (n - 1))
 
 
 MODEL_LOG_SD = 0.05  # sd of log(timed ÷ priced) verify time, 20 idle `make run` tasks (bench/verify_price.py: 0.049)
 
 
+HELD_OUT = "held_out"  # Prediction.kind: the pilot's acceptance applied to the timed examples' prompts
+CHECK = "check"  # Prediction.kind: the timed examples' own acceptance (replayed), a check of the step prices
+NAMES = {HELD_OUT: "predicted (held out)", CHECK: "cost-model check (known acceptance)"}  # as printed and documented
+
+
 @dataclass
 class Prediction:
-    """The chosen configuration's predicted speedup on the timed examples (replayed untimed before timing)."""
+    """A configuration's end-to-end speedup on the timed examples, computed before timing (`kind` says which)."""
 
-    speedup: float  # geometric mean of the examples' predicted speedups
-    low: float
+    speedup: float  # geometric mean over the timed examples
+    low: float  # the interval's ends (NaN: none, e.g. fewer than 2 pilot examples)
     high: float
-    n_examples: int
+    n_examples: int  # timed examples it is for
     level: float = LEVEL
+    kind: str = CHECK  # HELD_OUT or CHECK
+    n_pilot: int | None = None  # held out: pilot examples whose acceptance it carries
+    sampling_log_sd: float | None = None  # held out: sd over pilot examples of the log prediction (acceptance alone)
+    pricing_log_sd: float = MODEL_LOG_SD  # the step pricing's recorded log error, in both intervals
+    replay_s: float | None = None  # check: seconds of the timed examples' untimed decode and replay
 
     def line(self) -> str:
-        return f"predicted {self.speedup:.2f}× [{self.low:.2f}, {self.high:.2f}]"  # the CLI prefixes "auto: "
+        """e.g. "predicted (held out) 1.58× [1.31, 1.90]" (the CLI prefixes "auto: ")."""
+        bounds = (
+            f"[{self.low:.2f}, {self.high:.2f}]"
+            if math.isfinite(self.low) and math.isfinite(self.high)
+            else "(no interval)"
+        )
+        return f"{NAMES[self.kind]} {self.speedup:.2f}× {bounds}"
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 def replayed_prediction(log_speedups: list[float], model_sd: float = MODEL_LOG_SD, level: float = LEVEL) -> Prediction:
-    """Geometric mean of the per-example predicted speedups of the examples that will be timed, and the cost
-    model's interval around it (pure): exp(m ± z · model_sd). The examples are the timed ones, so no sampling of
-    examples enters; what can still miss is the price of a step (model_sd: the verify price's recorded error, the
-    largest share of a speculative step) and, in low precision, outputs that diverge from the replayed greedy one
-    (not covered: a diverged output takes another path, sometimes with other acceptance)."""
+    """The cost-model check (known acceptance): the geometric mean of the replayed speedups of the examples that will
+    be timed, along their own output, and the cost model's interval around it (pure): exp(m ± z · model_sd). The
+    examples are the timed ones, so no sampling of examples enters; what can still miss is the price of a step
+    (model_sd: the verify price's recorded error, the largest share of a speculative step) and, in low precision,
+    outputs that diverge from the replayed greedy one (not covered: a diverged output takes another path, sometimes
+    with other acceptance)."""
     x = np.asarray([v for v in log_speedups if math.isfinite(v)], float)
     if len(x) == 0:
         return Prediction(float("nan"), float("nan"), float("nan"), 0, level)
     m = float(x.mean())
     half = float(stats.norm.ppf(0.5 + level / 2)) * model_sd
-    return Prediction(math.exp(m), math.exp(m - half), math.exp(m + half), len(x), level)
+    return Prediction(math.exp(m), math.exp(m - half), math.exp(m + half), len(x), level, pricing_log_sd=model_sd)
+
+
+def held_out_prediction(
+    rates: list[float | None],
+    shapes: list[tuple[float, float, float]],
+    model_sd: float = MODEL_LOG_SD,
+    level: float = LEVEL,
+) -> Prediction:
+    """The timed examples' geometric-mean speedup predicted from the pilot's acceptance alone (pure).
+
+    `rates`: ρ_j per pilot example (decode_rate); `shapes`: (baseline, fixed speculative, plain decode) ms per timed
+    example (example_shape). g_j = mean_i log(base_i ÷ (fixed_i + ρ_j · plain_i)) is the timed set's speedup had
+    each of its examples pilot example j's acceptance; the prediction is exp(mean_j g_j). The timed set's acceptance
+    is a sample too, so the interval is for the difference of two sets' means, widened by the pricing error:
+        half = √( (t_{n_p − 1} · s_g · √(1/n_p + 1/n_t))² + (z · model_sd)² ),  s_g = sd_j(g_j)
+    (each part a 95 % half-width; added in quadrature as independent errors on the log scale). It widens as the
+    pilot shrinks (1/n_p and t's quantile) and as acceptance spreads between examples; NaN ends below 2 pilot
+    examples (no spread to estimate)."""
+    rho = [r for r in rates if r is not None and math.isfinite(r) and r > 0]
+    shape = [(b, f, p) for b, f, p in shapes if b > 0 and f >= 0 and p >= 0 and f + p > 0]
+    nan = float("nan")
+    if not rho or not shape:
+        return Prediction(nan, nan, nan, len(shape), level, HELD_OUT, len(rho), None, model_sd)
+    base, fixed, plain = (np.asarray(v, float) for v in zip(*shape))
+    g = np.asarray([float(np.mean(np.log(base / (fixed + r * plain)))) for r in rho])
+    m, n_p, n_t = float(g.mean()), len(g), len(shape)
+    if n_p < 2:
+        return Prediction(math.exp(m), nan, nan, n_t, level, HELD_OUT, n_p, None, model_sd)
+    s_g = float(g.std(ddof=1))
+    sampling = float(stats.t.ppf(0.5 + level / 2, n_p - 1)) * s_g * math.sqrt(1 / n_p + 1 / n_t)
+    pricing = float(stats.norm.ppf(0.5 + level / 2)) * model_sd
+    half = math.hypot(sampling, pricing)
+    return Prediction(math.exp(m), math.exp(m - half), math.exp(m + half), n_t, level, HELD_OUT, n_p, s_g, model_sd)
+
+
+def auto_lines(held_out: Prediction, check: Prediction, costs: LoopCosts, gamma: int, path: str) -> list[str]:
+    """auto's two lines before timing, each number named for what it is (pure): the held-out prediction, then the
+    cost-model check with the loop costs it priced and the seconds its untimed replay took."""
+    sd = f"{held_out.sampling_log_sd:.3f}" if held_out.sampling_log_sd is not None else "—"
+    verify = costs.verify_ms.get(gamma + 1, float("nan"))
+    return [
+        f"{held_out.line()} for the {held_out.n_examples} timed examples: the acceptance of the "
+        f"{held_out.n_pilot} pilot examples (none of the timed ones) applied to the timed examples' prompts and "
+        f"lengths by the cost model; the 95 % interval covers how acceptance differs between example sets (log sd "
+        f"{sd} over pilot examples) and step pricing (log sd {held_out.pricing_log_sd:.2f}); end to end, geometric "
+        f"mean over examples; the choice above was made on the pilot's acceptance too",
+        f"{check.line()} on the same {check.n_examples} examples, decoded once untimed ({check.replay_s or 0.0:.1f} "
+        f"s) and replayed along their own {path}: their acceptance is known, so this checks the step prices "
+        f"(interval: pricing error only) and is not used by the choice (loop costs: plain step {costs.step_ms:.1f} "
+        f"ms, a verify pass over {gamma + 1} tokens {verify:.1f} ms)",
+    ]
 
 
 def ms_per_token(times: list[tuple[float, float]], tokens: list[int]) -> float:

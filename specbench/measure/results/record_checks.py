@@ -70,6 +70,12 @@ def engine_problem(doc, where: str) -> str | None:
     steps = zip(doc["accept_lengths"], doc["draft_lengths"])
     if len(doc["accept_lengths"]) != len(doc["draft_lengths"]) or any(not 0 <= n <= g for n, g in steps):
         return f"{where}.accept_lengths do not pair with draft_lengths (0 <= accepted <= drafted at every step)"
+    depths = doc.get("draft_depths") or []
+    if depths and (
+        len(depths) != len(doc["accept_lengths"])
+        or any(not n <= d <= g for n, d, g in zip(doc["accept_lengths"], depths, doc["draft_lengths"]))
+    ):
+        return f"{where}.draft_depths do not pair with accept_lengths (accepted <= depth <= drafted at every step)"
     return engine_value_problem(doc, where)
 
 
@@ -176,6 +182,27 @@ def _positive(x) -> bool:
 def noise_probe_problem(row) -> str | None:
     """A line of noise_probes.jsonl: {"after": example id or null, "ms": positive milliseconds}."""
     return object_problem(row) or (None if _positive(row.get("ms")) else "ms is not a positive number")
+
+
+def load_batch_problem(row) -> str | None:
+    """A line of load_batches.jsonl (record_schema.LoadBatch) that the load summary can use: its arm, repeat, a
+    positive wall time, the token count and one TTFT and TPOT list entry per request."""
+    if object_problem(row):
+        return object_problem(row)
+    if row.get("arm") not in ("baseline", "speculative"):
+        return "arm is not baseline or speculative"
+    if not isinstance(row.get("repeat"), int) or not _positive(row.get("wall_s")):
+        return "repeat is not an integer or wall_s is not a positive number"
+    if not isinstance(row.get("output_tokens"), int):
+        return "output_tokens is not an integer"
+    ttft, tpot = row.get("ttft_s"), row.get("tpot_s")
+    if not isinstance(ttft, list) or not isinstance(tpot, list) or len(ttft) != len(tpot):
+        return "ttft_s and tpot_s are not lists of one entry per request"
+    if not all(isinstance(t, (int, float)) for t in ttft) or not all(
+        t is None or isinstance(t, (int, float)) for t in tpot
+    ):
+        return "ttft_s or tpot_s holds something other than numbers"
+    return None
 
 
 def baseline_probe_problem(row) -> str | None:

@@ -63,6 +63,14 @@ class EngineRecord:
         default_factory=list,
         metadata=doc("prefill + decode seconds of each timed repeat (--repeats); the times above are their medians"),
     )
+    draft_depths: list[int] = field(
+        default_factory=list,
+        metadata=doc(
+            "depth of every verification step's proposal, same order as accept_lengths: a chain's γ' (= its "
+            "draft_lengths entry), a token tree's longest root-to-leaf path (its draft_lengths entry counts its "
+            "nodes); empty in records from before it existed and from engines that run their own loop"
+        ),
+    )
     # batches (--batch-size > 1) only; absent from records decoded one at a time:
     batch_s: float | None = documented(
         "batches only (absent from batch-1 records): wall seconds of this engine's whole batch, its prefill to its "
@@ -255,6 +263,38 @@ class RunFiles:
         self.manifest = self.root / "manifest.json"
         self.examples = self.root / "examples.jsonl"
         self.summary = self.root / "summary.json"
+
+
+LOAD_FILE = "load_batches.jsonl"  # in the folder of a load run (--concurrency): one LoadBatch per arm and repeat
+
+
+@dataclass
+class LoadBatch:
+    """One arm's pass over a load run's requests (measure/run/load_runner.py): one line of load_batches.jsonl."""
+
+    arm: str = field(metadata=doc("`baseline` (plain decoding) or `speculative`"))
+    repeat: int = field(metadata=doc("which repeat (0, 1, …); the arms alternate A B B A over the repeats"))
+    concurrency: int = field(metadata=doc("the most requests in flight at once"))
+    request_rate: float | None = field(metadata=doc("Poisson arrivals per second (null: all at once up to the cap)"))
+    wall_s: float = field(metadata=doc("seconds from the first request's submission to the last request's last token"))
+    output_tokens: int = field(metadata=doc("Σ tokens every request generated"))
+    example_ids: list[str] = field(metadata=doc("the requests, in submission order (the run's examples)"))
+    n_tokens: list[int] = field(metadata=doc("each request's output tokens, in the order of example_ids"))
+    ttft_s: list[float] = field(
+        metadata=doc("each request's time to first token, from its own submission (queueing in the engine included)")
+    )
+    tpot_s: list[float | None] = field(
+        metadata=doc(
+            "each request's time per output token after the first: (last − first arrival) ÷ (n − 1); null "
+            "for a request of fewer than 2 tokens"
+        )
+    )
+    submitted_s: list[float] = field(
+        metadata=doc(
+            "when each request was submitted, seconds after the batch started (its due time, or later when "
+            "the concurrency cap held it back)"
+        )
+    )
 
 
 PLACEMENT_FILE = "placement.jsonl"  # in a sweep folder run by `--executor ray`: one line per cell started on a worker

@@ -22,9 +22,9 @@ from specbench.errors import SpecbenchError
 from specbench.files import atomic_write_json
 from specbench.measure.auto.predicted_metrics import batch_prediction
 from specbench.measure.results.bounded_reads import read_json_object, read_records
-from specbench.measure.results.record_checks import baseline_probe_problem, noise_probe_problem
+from specbench.measure.results.record_checks import baseline_probe_problem, load_batch_problem, noise_probe_problem
 from specbench.measure.results.record_writing import prepare_run_dir
-from specbench.measure.results.schema import SCHEMA_VERSION, Manifest, RunFiles, summary_dict
+from specbench.measure.results.schema import LOAD_FILE, SCHEMA_VERSION, Manifest, RunFiles, summary_dict
 from specbench.measure.run.buckets import BucketChoice
 from specbench.measure.stats.metric_units import json_safe
 from specbench.measure.stats.metrics import summarize
@@ -149,16 +149,26 @@ def cpu_notes(root: Path, metrics: dict) -> dict:
 
 
 def auto_prediction_fields(manifest: dict, measured: float | None) -> dict:
-    """The auto choice's prediction made before timing (measure/auto/prediction.py) and measured ÷ predicted."""
+    """The auto choice's two numbers made before timing (measure/auto/prediction.py), each beside the measurement:
+    the held-out prediction and the cost-model check at known acceptance. A manifest from before issue 40 holds
+    only the check, under `prediction` (no `check` key): it fills the check's fields and leaves the prediction's
+    null."""
     from specbench.measure.auto.prediction import ratio_to_prediction
 
-    pred = (manifest.get("auto") or {}).get("prediction") or {}
-    speedup = pred.get("speedup")
+    auto = manifest.get("auto") or {}
+    pred, check = auto.get("prediction") or {}, auto.get("check") or {}
+    if pred and "check" not in auto:
+        pred, check = {}, pred
     return {
-        "auto_predicted_speedup": speedup,
+        "auto_predicted_speedup": pred.get("speedup"),
         "auto_predicted_interval": [pred.get("low"), pred.get("high")] if pred else None,
-        "auto_prediction_ratio": ratio_to_prediction(measured, speedup),
-        "auto_predicts_slower": (manifest.get("auto") or {}).get("predicts_slower"),
+        "auto_prediction_ratio": ratio_to_prediction(measured, pred.get("speedup")),
+        "auto_predicted_n_pilot": pred.get("n_pilot"),
+        "auto_check_speedup": check.get("speedup"),
+        "auto_check_interval": [check.get("low"), check.get("high")] if check else None,
+        "auto_check_ratio": ratio_to_prediction(measured, check.get("speedup")),
+        "auto_replay_s": check.get("replay_s"),
+        "auto_predicts_slower": auto.get("predicts_slower"),
     }
 
 
@@ -256,6 +266,7 @@ def summary_of(
             "batch_policy": config.batch_policy,
             "max_new_tokens": manifest["max_new_tokens"],
             **prompt_length_fields(config, manifest),
+            **load_fields(files.root, config),
             "complete": len(records) == manifest["task"]["n_examples"],
             **metrics,
             "baseline_drift": drift,
@@ -267,6 +278,21 @@ def summary_of(
         }
     )
     return json_safe(summary)
+
+
+def load_fields(root: Path, config: RunConfig) -> dict:
+    """A load run's fields (measure/stats/load.py) from its load_batches.jsonl; {} for any other run (null there)."""
+    if not config.concurrency:
+        return {}
+    from specbench.measure.stats.load import load_summary
+
+    batches = read_records(root / LOAD_FILE, load_batch_problem)
+    return {
+        "concurrency": config.concurrency,
+        "request_rate": config.request_rate,
+        "slo_tpot_ms": config.slo_tpot_ms,
+        **load_summary(batches, config.slo_tpot_ms),
+    }
 
 
 def prompt_length_fields(config: RunConfig, manifest: dict) -> dict:

@@ -6,13 +6,15 @@ A run directory `results/<run-id>/` holds:
   examples.jsonl  one `ExampleRecord` per line, appended as each example finishes (a kill loses
                   nothing already measured; a rerun skips the ids already there)
   summary.json    one `Summary` (metrics from specbench.measure.stats.metrics), rewritten atomically after every example
+  load_batches.jsonl  a load run (--concurrency) only: one `LoadBatch` per arm and repeat, the batch's wall time and
+                  each request's latencies (the summary's load fields derive from it)
   noise_probes.jsonl, baseline_probes.jsonl   the timing-noise checks (measure/machine/noise.py; the second only in
                   cells of sweeps from before per-cell baselines)
   .lock           held (flock) by the process measuring into the directory, so a second one fails fast
 A sweep folder holds sweep.json, placement.jsonl under Ray (one `CellPlacement` per line) and one run directory per
 cell (measure/run/sweep_run.py); sweeps from before per-cell baselines also hold baselines/*.jsonl.
 
-Summary is declared below; SCHEMA_VERSION, Manifest, ExampleRecord, EngineRecord and CellPlacement in
+Summary is declared below; SCHEMA_VERSION, Manifest, ExampleRecord, EngineRecord, LoadBatch and CellPlacement in
 results/record_schema.py, and read from here too. Each field says what it means as its metadata (`doc(...)`,
 `documented(...)`: results/field_docs.py), the one place that says it: results/schema_doc.py generates
 docs/results.md and the `run` command's rows and units from it. The schema is versioned (SCHEMA_VERSION). It is kept
@@ -29,26 +31,31 @@ from specbench.measure.results.field_docs import doc, documented
 from specbench.measure.results.record_schema import (
     BATCH_FIELDS,
     ENGINE_BATCH_FIELDS,
+    LOAD_FILE,
     PLACEMENT_FILE,
     SCHEMA_VERSION,
     CellPlacement,
     EngineRecord,
     ExampleRecord,
+    LoadBatch,
     Manifest,
     RunFiles,
     engine_dict,
     record_dict,
 )
+from specbench.measure.results.summary_groups import BatchFields, LoadFields
 
 __all__ = [
     "BATCH_FIELDS",
     "ENGINE_BATCH_FIELDS",
+    "LOAD_FILE",
     "PLACEMENT_FILE",
     "SCHEMA_VERSION",
     "SUMMARY_NAMES",
     "CellPlacement",
     "EngineRecord",
     "ExampleRecord",
+    "LoadBatch",
     "Manifest",
     "RunFiles",
     "Summary",
@@ -59,14 +66,8 @@ __all__ = [
 
 
 @dataclass
-class Summary:
-    """summary.json: the run's identity and every metric derived from its records, in this order.
-
-    The one declaration of the summary's keys: run_folder.write_summary fills the run fields,
-    metrics.summarize the metric fields (their definitions are in its module docstring), and a
-    key that is not declared here fails the writer (`summary_dict`). Fields a run cannot fill
-    are null: an empty run has no α, a sampled run no identity line, a plain run no baseline drift.
-    """
+class SummaryHead:
+    """The run's identity and what its records measure: the first of the summary's field groups."""
 
     schema_version: int = field(
         default=SCHEMA_VERSION, metadata=doc("this module's SCHEMA_VERSION when the summary was written")
@@ -130,9 +131,23 @@ class Summary:
     )
     acceptance_rate_per_position: list[float | None] | None = documented(
         "vLLM's per-position acceptance: entry i−1 is the share of verification steps that drafted at least i "
-        "tokens whose i-th draft was accepted (at a fixed γ, vLLM's accepted-per-position ÷ drafts)",
+        "tokens whose i-th draft was accepted (at a fixed γ, vLLM's accepted-per-position ÷ drafts); for a token "
+        "tree position i is depth i: `accepted_depth_counts` ÷ `draft_depth_counts`",
         unit="share",
         label="acceptance rate of draft positions 1, 2, …",
+    )
+    draft_depth_counts: list[int] | None = documented(
+        "per-depth acceptance's denominators: entry d−1 counts the verification steps whose proposal reached "
+        "depth d (a chain: drafted at least d tokens; a token tree: its longest path is at least d deep), from the "
+        "records' `draft_depths`",
+        unit="passes",
+    )
+    accepted_depth_counts: list[int] | None = documented(
+        "per-depth acceptance: entry d−1 counts the verification steps that accepted at least d drafted tokens "
+        "(a tree: whose accepted path reached depth d), d = 1 .. the deepest proposal. Their sum is Σ accepted: "
+        "Spec-Bench's #MAT (`mean_accepted_tokens`, the bonus token counted) is 1 + that sum ÷ the target passes "
+        "with each turn's prefill pass, less accepted tokens cut after an EOS",
+        unit="passes",
     )
     mean_accepted_tokens: float | None = documented(
         "Spec-Bench's #MAT (its evaluation/speed.py's \"#Mean accepted tokens\"): tokens emitted per target pass, "
@@ -324,53 +339,12 @@ class Summary:
     divergences_above_margin_range: int | None = documented(
         "replay said numerics, margin above that range: unexplained"
     )
-    # --- batches (metrics.batch_metrics; null at batch size 1 except the row throughputs and row α)
-    baseline_row_tokens_per_s: float | None = documented(
-        "mean over examples of each one's tokens ÷ its own prefill + decode seconds, baseline (at B > 1 a row's "
-        "seconds run to its own stop)",
-        unit="tokens/s",
-    )
-    speculative_row_tokens_per_s: float | None = documented(
-        "the same for speculative decoding (what one request sees)",
-        unit="tokens/s",
-        label="per row: a row's tokens ÷ its own seconds, mean (batches)",
-    )
-    alpha_row_mean: float | None = documented(
-        "mean over examples (rows) of each one's own α (`alpha` is the pooled one)", unit="share"
-    )
-    alpha_row_range: list[float | None] | None = documented(
-        "[lowest, highest] α of one example (row)", unit="[low, high]"
-    )
-    tokens_per_batch_pass: float | None = documented(
-        "B > 1: Σ decode tokens of all rows ÷ Σ batched target passes (a batch's passes: its longest row's)",
-        unit="tokens/pass",
-        label="decode tokens of all rows per batched target pass (B > 1)",
-    )
-    batch_verify_cost: float | None = documented(
-        "B > 1: calibrated t(B, γ+1) ÷ t(B, 1), the manifest's `batch_calibration`",
-        unit="ratio",
-        label="calibrated t(B, γ+1) / t(B, 1) (B > 1)",
-    )
-    batch_draft_cost: float | None = documented(
-        "B > 1: calibrated batched draft-model token ÷ batched one-token target pass (0: model-free)", unit="ratio"
-    )
-    predicted_speedup_batch: float | None = documented(
-        "B > 1: the batch cost model's decode speedup (measure/auto/batch_model.py): a Monte Carlo of each batch "
-        "in which every live row draws one of its own measured steps (tokens offered, accepted) per pass, rows "
-        "leave as they reach their length, the policy sets how far rows advance, and each pass costs the "
-        "calibrated t(b, widest + 1) for its b live rows (plus the draft model's batched tokens); the baseline's "
-        "steps cost t(b, 1). Compare with `decode_speedup`",
-        unit="×",
-        label="batch cost model (rows' steps, t(b, k)); compare with decode_speedup (B > 1)",
-    )
-    replayed_speedup_batch: float | None = documented(
-        "B > 1: both engines' measured pass shapes (`batch_pass_rows`, `batch_pass_widths`) priced by the same "
-        "calibrated t(b, k): the decode speedup target passes alone explain. Near `decode_speedup` but far from "
-        "`predicted_speedup_batch`: the step law was wrong; far from `decode_speedup`: time outside the calibrated "
-        "passes",
-        unit="×",
-        label="the measured pass shapes priced by t(b, k) (B > 1)",
-    )
+
+
+@dataclass
+class SummaryContext:
+    """The run's context: drift, the auto choices and their predictions, hardware, quality, memory."""
+
     # --- the run's context (run_folder.write_summary)
     baseline_drift: float | None = documented(
         "a cell of a sweep from before per-cell baselines: re-timed ÷ stored seconds of its shared baseline (worst)",
@@ -378,25 +352,52 @@ class Summary:
     )
     auto: dict | None = documented("auto choices: requested, reasons, pilot_alpha, predicted speedups")
     auto_predicted_speedup: float | None = documented(
-        "auto (replay pilot): the chosen configuration's end-to-end speedup (geometric mean over examples, prefill "
-        "included) predicted before any timing from real decode-loop step costs and replayed steps, on the run's "
-        "own examples decoded once untimed (the choice was made on other, pilot examples; "
-        "measure/auto/auto_pilot.py)",
+        "auto (replay pilot), predicted (held out): the chosen configuration's end-to-end speedup (geometric mean "
+        "over examples, prefill included) predicted before any timing from the pilot examples' acceptance (none of "
+        "them timed) applied to the timed examples' prompts, lengths and plain steps through the cost model of real "
+        "decode-loop step costs; none of the timed examples' acceptance enters (measure/auto/prediction.py). Null "
+        "for runs from before issue 40, whose one number is `auto_check_speedup`",
         unit="×",
-        label="speedup predicted by the auto choice",
+        label="speedup predicted (held out) by the auto choice",
     )
     auto_predicted_interval: list[float] | None = documented(
-        "its 95 % interval from the cost model's recorded error (prediction.MODEL_LOG_SD; examples are not sampled)",
+        "its 95 % interval: the spread of acceptance between two sets of examples (t over the pilot examples, for "
+        "the difference of the pilot's and the timed set's means) and the step pricing's recorded error "
+        "(prediction.MODEL_LOG_SD), added in quadrature on the log scale (docs/statistics.md)",
         unit="×",
     )
     auto_prediction_ratio: float | None = documented(
-        "measured speedup_geomean ÷ auto_predicted_speedup: how far the auto choice's prediction was off",
+        "measured speedup_geomean ÷ auto_predicted_speedup: how far the held-out prediction was off",
         unit="ratio",
-        label="measured ÷ predicted (auto)",
+        label="measured ÷ predicted (held out, auto)",
+    )
+    auto_predicted_n_pilot: int | None = documented(
+        "the pilot examples whose acceptance the held-out prediction carries", unit="examples"
+    )
+    auto_check_speedup: float | None = documented(
+        "auto (replay pilot), cost-model check (known acceptance): the same cost model on the timed examples' own "
+        "replayed steps (decoded once, untimed, before timing; at T = 0 their exact acceptance path), so measured ÷ "
+        "this tests the step prices, not a prediction",
+        unit="×",
+        label="cost-model check at known acceptance (auto)",
+    )
+    auto_check_interval: list[float] | None = documented(
+        "its 95 % interval from the step pricing's recorded error alone (prediction.MODEL_LOG_SD; the examples are "
+        "the timed ones, so none are sampled)",
+        unit="×",
+    )
+    auto_check_ratio: float | None = documented(
+        "measured speedup_geomean ÷ auto_check_speedup: the cost model's error at known acceptance",
+        unit="ratio",
+        label="measured ÷ cost-model check (auto)",
+    )
+    auto_replay_s: float | None = documented(
+        "seconds the cost-model check's untimed decode and replay of the timed examples took (before timing)",
+        unit="s",
     )
     auto_predicts_slower: bool | None = documented(
-        "auto: the chosen configuration's predicted speedup was below 1× (no candidate predicted faster than plain "
-        "decoding); the run timed it anyway and said so before timing"
+        "auto: the chosen configuration's predicted (held-out) speedup was below 1× (no candidate predicted faster "
+        "than plain decoding); the run timed it anyway and said so before timing"
     )
     hardware: str | None = documented("one sentence naming the machine (measure/hardware.describe)")
     quality: dict | None = documented("metric, baseline and speculative scores (BLEU or ROUGE), CIs at T > 0")
@@ -410,6 +411,20 @@ class Summary:
         "what `peak_memory_mb` is: `cuda_max_allocated`, `rss_since_start` (Linux: the high-water mark reset when "
         "measuring starts) or `rss_process_peak` (the process's lifetime peak, elsewhere)"
     )
+
+
+@dataclass
+class Summary(SummaryContext, LoadFields, BatchFields, SummaryHead):
+    """summary.json: the run's identity and every metric derived from its records, in this order.
+
+    The one declaration of the summary's keys: run_folder.write_summary fills the run fields,
+    metrics.summarize the metric fields (their definitions are in its module docstring), and a
+    key that is not declared here fails the writer (`summary_dict`). Fields a run cannot fill
+    are null: an empty run has no α, a sampled run no identity line, a plain run no baseline drift.
+    """
+
+    # the groups' fields in this order: SummaryHead's, BatchFields', LoadFields', SummaryContext's (a dataclass
+    # collects its bases' fields in reverse order), so summary.json keeps one order of keys
 
     @classmethod
     def from_dict(cls, doc: dict) -> Summary:

@@ -22,6 +22,7 @@ from specbench.measure.results.schema import (
     CellPlacement,
     EngineRecord,
     ExampleRecord,
+    LoadBatch,
     Manifest,
     Summary,
 )
@@ -38,8 +39,8 @@ DOC_TEMPLATE = """\
 specbench/measure/results/schema.py and record_schema.py; do not edit -->
 
 `specbench run` and `specbench sweep` write under `results/` (git-ignored). The schema is declared once, in
-code: `specbench/measure/results/schema.py` (`Summary`; `Manifest`, `ExampleRecord`, `EngineRecord` and
-`CellPlacement` from `record_schema.py`), each field with its meaning, unit and label as its metadata, versioned by
+code: `specbench/measure/results/schema.py` (`Summary`; `Manifest`, `ExampleRecord`, `EngineRecord`, `LoadBatch`
+and `CellPlacement` from `record_schema.py`), each field with its meaning, unit and label as its metadata, versioned by
 `SCHEMA_VERSION` (today @@SCHEMA_VERSION@@), which every record, summary, manifest and sweep.json carries;
 `specbench/measure/results/schema_doc.py` generates this file from that metadata. Fields added after results existed have
 defaults, so folders written by older versions still load, export and resume (`tests/test_layout.py` proves it
@@ -81,6 +82,7 @@ results/
     examples.jsonl            one ExampleRecord per line, appended (fsynced) as each example finishes
     summary.json              one Summary, rewritten atomically after every example
     noise_probes.jsonl        the timing-noise probes (measure/machine/noise.py)
+    load_batches.jsonl        a load run (--concurrency) only: one LoadBatch per arm and repeat
     baseline_probes.jsonl     cells of sweeps from before per-cell baselines: the shared one re-timed
     .lock                     held while a process measures into the folder
   <sweep-id>/                 one `specbench sweep` (id: a hash of the grid, or --sweep-id)
@@ -109,7 +111,10 @@ avx512f, avx512_bf16, avx512_fp16, avx512_vnni, amx_tile, amx_bf16, amx_int8, an
 `gpu_driver`, `platform`, `machine`. For auto runs, `auto` holds `requested`, the chosen `dtype`/`draft`/`gamma`,
 `policy_gamma`, `reasons`, `calibrations` per dtype, `draft_ms` per dtype and draft, `pilots` per draft
 (`alpha`, `steps`, `lookup_law`, `examples`) and `candidates` (every (draft, dtype, γ) with its predicted
-`speedup` and `ms_per_token`).
+`speedup` and `ms_per_token`); with the replay pilot also `loop_costs` per dtype, `prediction` (the "predicted (held
+out)" number: `speedup`, `low`, `high`, `n_examples`, `n_pilot`, `sampling_log_sd`, `pricing_log_sd`), `check` (the
+"cost-model check (known acceptance)": the same keys, and `replay_s`, the seconds of the untimed decode and replay of
+the timed examples; runs from before issue 40 have no `check`, and their `prediction` is this check) and `runner_up`.
 
 ## examples.jsonl: one ExampleRecord per line
 
@@ -122,8 +127,9 @@ avx512f, avx512_bf16, avx512_fp16, avx512_vnni, amx_tile, amx_bf16, amx_int8, an
 All times use `time.perf_counter` with device synchronization, after a warm-up of both engines.
 A line is used only if it has these fields with these types (`numerics`, when present: `floor_positions`,
 `floor_flips`, `seconds`, and `divergence` null or an object with a `kind`), `n_tokens == len(token_ids)`,
-and `accept_lengths` pairs with `draft_lengths` (0 ≤ accepted ≤ drafted at every step). Any other line
-is skipped and listed, and a rerun of `run` measures that example again.
+and `accept_lengths` pairs with `draft_lengths` (0 ≤ accepted ≤ drafted at every step; where `draft_depths` is
+recorded, accepted ≤ depth ≤ drafted). Any other line is skipped and listed, and a rerun of `run` measures that
+example again.
 
 ## summary.json: one Summary
 
@@ -144,6 +150,15 @@ system + irq + softirq), `self_cpu_s` (this process's CPU seconds, every thread)
 `threads` (the threads the target computes on), `tick_s` (seconds per tick) and `pid`. How much the probes drift,
 the share of CPU time stolen, and the CPU time other processes took between probes (`measure/noise.contention`)
 drive `suspect_timing`.
+
+## load_batches.jsonl (load runs)
+
+A load run (`--concurrency C`, `--request-rate R`; docs/run.md) serves all its examples as one load per arm, A B B A
+over `--repeats`. Each pass appends one LoadBatch, whose wall time and per-request latencies the summary's load fields
+are computed from (`measure/stats/load.py`); its examples.jsonl is written once every pass is done (each example's
+times the median over the repeats), and a load run cut short is measured again whole.
+
+@@LOAD@@
 
 ## baseline_probes.jsonl (cells of sweeps from before per-cell baselines)
 
@@ -230,6 +245,8 @@ RUN_TABLE_VERBOSE = (
     "predicted_speedup_extended",
     "auto_predicted_speedup",
     "auto_prediction_ratio",
+    "auto_check_speedup",
+    "auto_check_ratio",
     "alpha_expected",
     "acceptance_rate_per_position",
     "tokens_per_target_call",
@@ -266,7 +283,7 @@ def field_table(schema: type, units: bool = False, types: bool = True) -> str:
 
 
 def results_doc() -> str:
-    """docs/results.md: the prose below with the five field tables filled in."""
+    """docs/results.md: the prose below with the six field tables filled in."""
     text = DOC_TEMPLATE
     for marker, value in (
         ("@@SCHEMA_VERSION@@", str(SCHEMA_VERSION)),
@@ -275,6 +292,7 @@ def results_doc() -> str:
         ("@@ENGINE@@", field_table(EngineRecord)),
         ("@@SUMMARY@@", field_table(Summary, units=True)),
         ("@@PLACEMENT@@", field_table(CellPlacement, types=False)),
+        ("@@LOAD@@", field_table(LoadBatch)),
     ):
         text = text.replace(marker, value)
     return text

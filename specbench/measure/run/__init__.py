@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         parse_int_list,
         parse_policy_list,
         parse_prompt_lengths,
+        parse_rate_list,
         parse_str_list,
     )
     from specbench.measure.run.sweep_run import run_sweep
@@ -38,6 +39,7 @@ FACE = {
     "parse_float_list": "sweep",
     "parse_policy_list": "sweep",
     "parse_prompt_lengths": "sweep",
+    "parse_rate_list": "sweep",
     "parse_str_list": "sweep",
 }  # public name → the module of this package that defines it
 
@@ -51,6 +53,7 @@ __all__ = [
     "parse_int_list",
     "parse_policy_list",
     "parse_prompt_lengths",
+    "parse_rate_list",
     "parse_str_list",
     "prepare_run",
     "run_sweep",

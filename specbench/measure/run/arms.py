@@ -66,17 +66,20 @@ def longest_token_chars(tokenizer) -> int:
         return FALLBACK_TOKEN_CHARS
 
 
-def check_prompt_chars(ex: Example, target: LoadedModel, max_new_tokens: int, token_chars: int) -> None:
+def check_prompt_chars(ex: Example, max_positions: int | None, max_new_tokens: int, token_chars: int) -> None:
     """A prompt that cannot fit the context whatever its tokens (each at most `token_chars` characters: see
     longest_token_chars), refused by its length in characters before it is tokenized (issue 41: a 100 MB prompt
-    peaked at 12.9 GB and 104 s before the context check)."""
-    if not target.max_positions:
+    peaked at 12.9 GB and 104 s before the context check). A multi-turn question counts its later turns too: the last
+    is asked with every earlier one in the conversation, so they must fit together."""
+    if not max_positions:
         return
-    limit = (target.max_positions - max_new_tokens) * token_chars
-    if len(ex.prompt) > max(limit, 0):
+    limit = (max_positions - max_new_tokens) * token_chars
+    chars = len(ex.prompt) + sum(map(len, ex.turns))
+    if chars > max(limit, 0):
+        what = "a prompt" if not ex.turns else f"a prompt and its {len(ex.turns)} later turn(s)"
         raise SpecbenchError(
-            f"example {ex.id!r}: a prompt of {len(ex.prompt):,} characters cannot fit the context of "
-            f"{target.max_positions} tokens with {max_new_tokens} new tokens (at most {max(limit, 0):,} characters); "
+            f"example {ex.id!r}: {what} of {chars:,} characters cannot fit the context of "
+            f"{max_positions} tokens with {max_new_tokens} new tokens (at most {max(limit, 0):,} characters); "
             f"shorten the prompt or lower --max-new-tokens"
         )
 
@@ -88,7 +91,7 @@ def prepare_examples(
     prepared = []
     token_chars = longest_token_chars(target.tokenizer) if target.max_positions else 0
     for ex in examples:
-        check_prompt_chars(ex, target, max_new_tokens, token_chars)
+        check_prompt_chars(ex, target.max_positions, max_new_tokens, token_chars)
         ids = prompt_token_ids(spec, ex.prompt, target.tokenizer)
         if not ex.prompt.strip() or not ids:
             raise SpecbenchError(

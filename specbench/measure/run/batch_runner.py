@@ -104,6 +104,15 @@ def row_record(
     engines: Engines, plan: RunPlan, item: Prepared, base: dict, spec: EngineRecord, index: int, row: int, rows: int
 ) -> ExampleRecord:
     """One row of a batch as the example's record; at T = 0 its divergence classified as in the batch-1 loop."""
+    return classified_record(
+        engines, item, base, spec, batch_size=engines.config.batch_size, batch_index=index, row=row, batch_rows=rows
+    )
+
+
+def classified_record(engines: Engines, item: Prepared, base: dict, spec: EngineRecord, **extra) -> ExampleRecord:
+    """An example's record from its two engines' outputs, served together (a batch's row, a load's request): its
+    first divergence and, at T = 0, that divergence's class from the target's replay; `extra`: the record's
+    batch fields."""
     t = engines.session.target
     divergence = first_divergence(base["token_ids"], spec.token_ids)
     numerics = None
@@ -129,10 +138,7 @@ def row_record(
         divergence is None,
         divergence,
         numerics,
-        batch_size=engines.config.batch_size,
-        batch_index=index,
-        row=row,
-        batch_rows=rows,
+        **extra,
     )
 
 

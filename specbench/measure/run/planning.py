@@ -28,15 +28,16 @@ from specbench.config import (
     check_gamma_context,
     check_id,
     check_results_dir,
+    load_suffix,
     prompt_length_suffix,
 )
-from specbench.decoding.base import Proposer, lookup_history, model_caches
+from specbench.decoding.base import Proposer, lookup_history
 from specbench.decoding.sampling import make_generator
 from specbench.decoding.speculative import decode_speculative
 from specbench.engines import check_config, engine_spec, runtime
 from specbench.engines.session import Session
 from specbench.errors import SpecbenchError
-from specbench.measure.auto.calibration import session_batch_curve, session_curve, session_draft_ms
+from specbench.measure.auto.calibration import session_curve, session_draft_ms
 from specbench.measure.auto.choose import (
     AutoChoice,
     PilotResult,
@@ -49,8 +50,16 @@ from specbench.measure.results.provenance import environment_info
 from specbench.measure.results.record_writing import claimed_run_dir, prepare_run_dir
 from specbench.measure.results.run_folder import check_resumable, first_manifest, read_manifest, write_manifest
 from specbench.measure.results.schema import RunFiles
-from specbench.measure.run.arms import Prepared, example_seed, prepare_examples, prompt_token_ids
+from specbench.measure.run.arms import (
+    Prepared,
+    check_prompt_chars,
+    example_seed,
+    longest_token_chars,
+    prepare_examples,
+    prompt_token_ids,
+)
 from specbench.measure.run.buckets import PROMPT_POOL, BucketChoice, choose_bucket, short_bucket_note
+from specbench.measure.run.calibrating import batch_calibration, calibration_k_max, prime_for_calibration
 from specbench.models import resolve_source
 from specbench.models.shipped import shipped_draft_dir
 from specbench.run_specs import DraftSpec, parse_draft
@@ -84,11 +93,15 @@ def select_run_examples(spec: TaskSpec, config: RunConfig, tokenizer=None) -> tu
     `tokenizer` (the target's) is needed only for a bucket; None loads it, without the model."""
     if config.prompt_length == "all":
         return select_examples(spec, config.limit, config.seed), None
-    if tokenizer is None:
-        from specbench.models.loading import load_tokenizer
+    from specbench.models.loading import load_tokenizer, tokenizer_context
 
+    if tokenizer is None:
         tokenizer = load_tokenizer(config.load.target, config.load.trust_remote_code)
     pool = select_examples(spec, PROMPT_POOL, config.seed)
+    max_positions = tokenizer_context(tokenizer, config.load.trust_remote_code)
+    token_chars = longest_token_chars(tokenizer) if max_positions else 0
+    for example in pool:  # every candidate is tokenized to set the tertiles: bound each first (issue 41)
+        check_prompt_chars(example, max_positions, config.max_new_tokens or spec.max_new_tokens, token_chars)
     choice = choose_bucket(
         [len(prompt_token_ids(spec, e.prompt, tokenizer)) for e in pool], config.prompt_length, config.limit
     )
@@ -103,7 +116,8 @@ def run_id_for(config: RunConfig) -> str:
     digest = hashlib.sha256(repr(sorted(config.to_dict().items())).encode()).hexdigest()[:8]
     s = config.sampling
     stem = f"{Path(config.task).stem}-{Path(config.draft.text).name}-g{config.gamma}-t{s.temperature:g}"
-    stem += batch_suffix(config) + prompt_length_suffix(config) + ("-bitexact" if config.bit_exact else "")
+    stem += batch_suffix(config) + load_suffix(config) + prompt_length_suffix(config)
+    stem += "-bitexact" if config.bit_exact else ""
     return re.sub(r"[^A-Za-z0-9._-]+", "_", f"{stem}-{digest}")
 
 
@@ -148,28 +162,6 @@ def pilot_examples(spec: TaskSpec, config: RunConfig, examples: list[Example]) -
     order, so no timed example steers the choice; the run's first ones when the task has no more."""
     more = select_examples(spec, config.limit + PILOT_EXAMPLES, config.seed)[len(examples) :]
     return more or examples[:PILOT_EXAMPLES]
-
-
-def calibration_k_max(config: RunConfig) -> int:
-    """Pass sizes to calibrate: up to gamma_max + 1 (the curve the report plots and auto/adaptive need);
-    under the compiled backend with a fixed γ only the γ + 1 shapes that are compiled anyway."""
-    if config.load.backend == "compiled" and config.gamma.fixed is not None:
-        return config.gamma.fixed + 1
-    return max(config.draft_gamma, config.gamma_max) + 1
-
-
-def prime_for_calibration(session: Session, proposer: Proposer, capacity: int, k_max: int) -> None:
-    """Non-eager backends: size the static caches for the whole run and compile the pass shapes
-    before calibrating, so the curve is the one the run will see; llama.cpp's contexts are sized here too, so that
-    none grows (reloads) inside a timed decode. Nothing for torch's eager backend."""
-    target = session.target_lm()
-    for lm in [target, *model_caches(proposer)]:
-        lm.backend.reserve(capacity)
-    if session.load.backend == "eager":
-        return
-    target.prime(k_max, all_logits=True)
-    for draft in model_caches(proposer):
-        draft.prime(k_max, all_logits=False)
 
 
 def run_pilot(
@@ -428,23 +420,3 @@ def _prepare_run(config, results_dir, run_id, session, on_status, lock: contextl
     manifest["created"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     manifest = write_manifest(files, manifest, old)
     return RunPlan(run_config, spec, files, manifest, session, prepared, max_new, proposer, choice)
-
-
-def batch_calibration(
-    session: Session,
-    config: RunConfig,
-    corpus: list[list[int]],
-    max_new: int,
-    old: dict,
-    on_status: Callable[[str], None],
-) -> dict:
-    """{"batch_calibration": t(B, k), k = 1..γ+1} for a run at --batch-size B > 1
-    (calibration.calibrate_batch_grid, once per session; a resumed run keeps its first one); {} at batch 1, whose
-    manifest is as before batches."""
-    if config.batch_size == 1:
-        return {}
-    if old.get("batch_calibration"):
-        return {"batch_calibration": old["batch_calibration"]}
-    k_max = config.draft_gamma + 1  # batches take a fixed γ (RunConfig.validate refuses a policy)
-    on_status(f"calibrating: batched target passes, {config.batch_size} rows × 1..{k_max} tokens")
-    return {"batch_calibration": session_batch_curve(session, config.draft, corpus, config.batch_size, k_max, max_new)}

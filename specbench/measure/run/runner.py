@@ -3,7 +3,8 @@
 Data flows one way: RunConfig → planning.prepare_run (task examples, models, auto choices, manifest) → `measure`
 (per example: both engines A B B A, one ExampleRecord appended to examples.jsonl, summary.json rewritten). This
 module is only the loop and `execute_run`, the one call for a whole run; what it loops over is in engines.py, how a
-run is planned in planning.py, what it writes in run_folder.py, and the loop for --batch-size > 1 in batch_runner.py.
+run is planned in planning.py, what it writes in run_folder.py, the loop for --batch-size > 1 in batch_runner.py and
+the load run's (--concurrency) in load_runner.py.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import torch
 from specbench.config import (
     RunConfig,
 )
-from specbench.decoding.base import DecodeResult
+from specbench.decoding.base import DecodeResult, Proposer, forget_outputs, remember_output
 from specbench.engines.session import Session
 from specbench.files import append_jsonl
 from specbench.measure.machine.memory import peak_memory, reset_peak_memory
@@ -37,6 +38,7 @@ from specbench.measure.run.arms import (
     probe_target,
 )
 from specbench.measure.run.batch_runner import measure_batches
+from specbench.measure.run.load_runner import measure_load
 from specbench.measure.run.planning import RunPlan, prepare_run
 from specbench.measure.stats.metric_units import first_divergence
 from specbench.measure.stats.nll import example_nll
@@ -68,6 +70,7 @@ def measure(
         with run_lock(plan.files.root):  # already held since prepare_run (re-entrant); a plan built by hand takes it
             return _measure_locked(plan, on_start, on_example)
     finally:
+        forget_outputs(plan.proposer)  # what the draft learnt from this run's outputs stays in this run
         if plan.lock is not None:
             plan.lock.close()
             plan.lock = None
@@ -82,6 +85,9 @@ def _measure_locked(plan: RunPlan, on_start, on_example) -> RunOutcome:
     done = {r["example_id"] for r in records}
     todo = [p for p in plan.prepared if p.example.id not in done]
     on_start(len(plan.prepared), len(plan.prepared) - len(todo))
+    forget_outputs(plan.proposer)  # a draft that learns from earlier outputs starts each run from nothing,
+    for stored in records:  # then from the resumed examples' outputs, in the order they ran
+        remember_example(plan.proposer, stored)
     engines = Engines(plan.session, config, plan.proposer, plan.choice)
     probe_file = files.root / "noise_probes.jsonl"
     threads = plan.session.compute_threads()  # what each probe row's contention counters are read against
@@ -89,6 +95,10 @@ def _measure_locked(plan: RunPlan, on_start, on_example) -> RunOutcome:
     if config.batch_size > 1:
         turns.refuse_batched_turns(plan.prepared)
         measure_batches(plan, engines, records, on_example, memory)
+        return RunOutcome(files, write_summary(files, config, plan.spec, records, plan.manifest, memory), len(todo))
+    if config.concurrency:  # a load run: every example served together, per arm (load_runner.py)
+        turns.refuse_turns_under_load(plan.prepared)
+        measure_load(plan, engines, records, on_example, memory)
         return RunOutcome(files, write_summary(files, config, plan.spec, records, plan.manifest, memory), len(todo))
     if todo:
         engines.warm_up(todo[0].prompt_ids, max(len(p.prompt_ids) for p in plan.prepared) + plan.max_new_tokens)
@@ -153,10 +163,20 @@ def _measure_locked(plan: RunPlan, on_start, on_example) -> RunOutcome:
         ms = probe_target(plan.session, item.prompt_ids)
         append_jsonl(probe_file, {"after": item.example.id, "ms": ms, **cpu_counters(threads)})
         records.append(asdict(record))
+        remember_example(plan.proposer, records[-1])  # after its timed decodes: later examples may copy from it
         write_summary(files, config, plan.spec, records, plan.manifest, memory)
         on_example(records[-1])
     summary = write_summary(files, config, plan.spec, records, plan.manifest, memory)
     return RunOutcome(files, summary, len(todo))
+
+
+def remember_example(proposer: Proposer, record: dict) -> None:
+    """A finished example's speculative output (each turn's, for a multi-turn question) to a draft that learns from
+    the run's earlier outputs (base.LearnsOutputs: suffix decoding); nothing for any other draft."""
+    turns = record.get("turns") or []
+    outputs = [t["speculative"]["token_ids"] for t in turns if t.get("speculative")]
+    for token_ids in outputs or [record["speculative"]["token_ids"]]:
+        remember_output(proposer, token_ids)
 
 
 def execute_run(

@@ -1,5 +1,6 @@
 """A sweep's grid: the configurations to compare (γ × draft × temperature × task × budget × prompt length ×
-batch, per target), parsed from the command line into one SweepGrid whose cells are RunConfigs.
+batch × load (concurrency, request rate), per target), parsed from the command line into one SweepGrid whose cells
+are RunConfigs.
 
 Parsing and validating the grid touches no model and no folder, so a bad grid fails at once; how the
 cells are named, measured and resumed in a sweep folder is measure/run/sweep_run.py.
@@ -12,6 +13,7 @@ from dataclasses import asdict, dataclass, replace
 
 from specbench.config import (
     BATCH_POLICIES,
+    DEFAULT_SLO_TPOT_MS,
     GAMMA_POLICIES,
     LOAD_KEYS,
     PROMPT_LENGTHS,
@@ -22,6 +24,7 @@ from specbench.config import (
     check_temperature,
     flat_load,
     omit_later_defaults,
+    parse_request_rate,
 )
 from specbench.engines import check_config, engine_spec
 from specbench.errors import SpecbenchError
@@ -32,7 +35,7 @@ MAX_CELLS = 10_000  # a typo like --gamma 1-100000 should fail fast, not plan a 
 GRID_KEYS = tuple(
     "target drafts gammas temperatures tasks top_k top_p limit seed max_new_tokens device dtype engine threads "
     "trust_remote_code backend draft_confidence gamma_max repeats batch_size batch_policy device_map max_memory "
-    "prompt_length pairs".split()
+    "prompt_length pairs concurrency request_rate slo_tpot_ms".split()
 )
 
 
@@ -87,6 +90,15 @@ def parse_float_list(spec: str, option: str = "--temperature", low: float = 0.0)
         value = check_temperature(value) if option == "--temperature" else check_finite(value, option, low)
         values.add(value + 0.0)  # -0.0 → 0.0
     return sorted(values)
+
+
+def parse_rate_list(spec: str) -> list[float | None]:
+    """--request-rate for a sweep: '1,2.5,inf' → the rates, sorted, then None (inf: all at once) if named."""
+    values = {parse_request_rate(item) for item in _items(spec, "--request-rate")}
+    rates = sorted(check_finite(v, "--request-rate", 0.0) for v in values if v is not None)
+    if any(r <= 0 for r in rates):
+        raise SpecbenchError("--request-rate: rates must be > 0 requests per second (or inf for all at once)")
+    return [*rates, *([None] if None in values else [])]
 
 
 def parse_policy_list(spec: str) -> list[str]:
@@ -181,6 +193,9 @@ class SweepGrid:
         "all"  # all, or prompt-length buckets; a tuple is an axis (short,medium,long)
     )
     pairs: tuple[tuple[str, str], ...] = ()  # (target, draft) pairs, sorted, instead of target × drafts (--pair)
+    concurrency: int | tuple[int, ...] = 0  # a load run's cap on requests in flight (0: none); a tuple is an axis
+    request_rate: float | None | tuple[float | None, ...] = None  # a load run's arrivals/s (None: all at once); axis
+    slo_tpot_ms: float = DEFAULT_SLO_TPOT_MS  # goodput's TPOT bound in the load cells
 
     @staticmethod
     def from_specs(
@@ -231,6 +246,8 @@ class SweepGrid:
             * len(self.batch_policies)
             * len(self.budgets)
             * len(self.prompt_lengths)
+            * len(self.concurrencies)
+            * len(self.request_rates)
         )
         if n > max_cells:
             raise SpecbenchError(
@@ -289,10 +306,27 @@ class SweepGrid:
     def batch_policies(self) -> tuple[str, ...]:
         return as_axis(self.batch_policy)
 
+    @property
+    def concurrencies(self) -> tuple[int, ...]:
+        return as_axis(self.concurrency)
+
+    @property
+    def request_rates(self) -> tuple[float | None, ...]:
+        return as_axis(self.request_rate)
+
     def to_dict(self) -> dict:
         """The grid as sweep.json holds it and its id hashes: the load spec's fields flat, as before it existed."""
         d = flat_load(asdict(self), GRID_KEYS)
-        for key in ("draft_confidence", "batch_size", "batch_policy", "max_new_tokens", "prompt_length", "engine"):
+        for key in (
+            "draft_confidence",
+            "batch_size",
+            "batch_policy",
+            "max_new_tokens",
+            "prompt_length",
+            "engine",
+            "concurrency",
+            "request_rate",
+        ):
             if isinstance(getattr(self, key), tuple) and len(getattr(self, key)) == 1:
                 d[key] = getattr(self, key)[0]  # one value: the id it always had
         if not self.pairs:
@@ -328,12 +362,15 @@ class SweepGrid:
             batch_size=self.batch_sizes[0],
             batch_policy=self.batch_policies[0],
             prompt_length=self.prompt_lengths[0],
+            concurrency=self.concurrencies[0],
+            request_rate=self.request_rates[0],
+            slo_tpot_ms=self.slo_tpot_ms,
         )
 
     def configs(self) -> list[RunConfig]:
         """Every cell, ordered target → task → temperature → budget → prompt length → draft → γ → batch size →
-        policy, so each target loads once and cells sharing a baseline run together; the min policy only at B > 1
-        (at B = 1 it is the ragged cell)."""
+        policy → concurrency → request rate, so each target loads once and cells sharing a baseline run together; the
+        min policy only at B > 1 (at B = 1 it is the ragged cell)."""
         spec_of = self.draft_specs()
         base = self.base_config(spec_of[self.target_drafts()[0][1]])
         drafts_of = {t: [spec_of[d] for tt, d in self.target_drafts() if tt == t] for t in self.targets}
@@ -351,6 +388,8 @@ class SweepGrid:
                 max_new_tokens=budget,
                 prompt_length=bucket,
                 engine=engine,
+                concurrency=c,
+                request_rate=rate,
             )
             for target in self.targets
             for engine in self.engines  # each engine's session loads once per target
@@ -363,6 +402,8 @@ class SweepGrid:
             for conf in self.confidences
             for b in self.batch_sizes
             for policy in self.batch_policies
+            for c in self.concurrencies
+            for rate in self.request_rates
             if not (conf and draft.model_free)  # no confidence to check there
             and not (b == 1 and policy != self.batch_policies[0])  # B = 1: one policy (they agree there)
             and not self.over_budget(gamma, budget)

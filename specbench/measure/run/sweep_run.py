@@ -39,6 +39,7 @@ from specbench.config import (
     check_gamma_budget,
     check_id,
     check_results_dir,
+    load_suffix,
     prompt_length_suffix,
 )
 from specbench.engines import runtime, same_session
@@ -105,6 +106,7 @@ def cell_ids(grid: SweepGrid) -> list[tuple[str, RunConfig]]:
                     f"{prefix}{tasks[c.task]}-{drafts[c.draft.text]}-g{c.gamma}-t{c.sampling.temperature:g}"
                     + (f"-conf{c.draft_confidence:g}" if c.draft_confidence else "")
                     + batch_suffix(c)
+                    + load_suffix(c)
                     + suffix
                 ),
                 c,

@@ -92,6 +92,16 @@ def refuse_batched_turns(prepared: list) -> None:
         )
 
 
+def refuse_turns_under_load(prepared: list) -> None:
+    """A load run submits every prompt at once: a multi-turn question needs its own answer first (one line)."""
+    multi = [p.example.id for p in prepared if p.example.turns]
+    if multi:
+        raise SpecbenchError(
+            f"example {multi[0]!r} has several turns, which --concurrency cannot serve as one request "
+            f"(each turn waits for the last answer); drop --concurrency or use a one-turn task"
+        )
+
+
 def turn_seed(seed: int, turn: int) -> int:
     """Turn 1 keeps the question's seed (a one-turn question decodes exactly as before); later turns add their index."""
     return seed + turn

@@ -23,9 +23,10 @@ at |z| = 40 and four at |z| = 12. So the gate measures the gap in spacings of th
                                      there would flip it at any gap and, uncapped, open the gate to itself;
   anything wider                     unexplained, whatever the replay says.
 
-`identity_line` applies the gate over a run's records; a run under --bit-exact (every verify pass a one-token pass,
-so no pass shape separates the engines) gets no gate at all: its line reads "bit-exact mode: n/N identical" and every
-divergence is unexplained. Records written before gaps were stored fall back
+`identity_line` applies the gate over a run's records (past_divergence.py applies it to every divergence of a
+run teacher-forced along the baseline's output, not only the first); a run under --bit-exact (every verify pass a
+one-token pass, so no pass shape separates the engines) gets no gate at all: its line reads "bit-exact mode: n/N
+identical" and every divergence is unexplained. Records written before gaps were stored fall back
 to the earlier raw-margin gate ([0, the largest top-2 margin the floor saw flip]) or, older still, to the
 replay alone, and the line says so.
 """

@@ -10,7 +10,11 @@ Definitions (sums run over all examples of a run):
   alpha_expected        mean of Σ_x min(p(x), q(x)) over verified positions (the paper's β, averaged)
   acceptance_rate       Σ accepted / Σ drafted (what vLLM calls draft acceptance rate)
   mean_acceptance_length  1 + Σ accepted / verification steps that drafted (vLLM's; the bonus token counted)
-  acceptance_rate_per_position  [i-1]: steps whose i-th draft was accepted ÷ steps that drafted ≥ i tokens
+  acceptance_rate_per_position  [i-1]: steps whose i-th draft was accepted ÷ steps that drafted ≥ i tokens (a token
+                        tree: steps whose accepted path reached depth i ÷ steps whose tree reached depth i)
+  draft_depth_counts, accepted_depth_counts  [d-1]: verification steps whose proposal reached depth d (a chain:
+                        γ' ≥ d), and steps that accepted ≥ d drafted tokens (each record's draft_depths; records
+                        without them: draft_lengths, exact for chains); their ratio is the rate above
   *_tpot_s, *_tpot_p50_s, *_tpot_p99_s  time per output token after the first (vLLM's TPOT): Σ decode s ÷
                         Σ decode tokens, and the median and 99th percentile of each example's own
   tokens_per_target_call  decode tokens / target calls (the first token comes from prefill)
@@ -395,25 +399,40 @@ def spec_bench_metrics(records: list[dict]) -> dict:
     }
 
 
+def step_depths(engine: dict) -> list[int]:
+    """The depth of each verification step's proposal: the record's draft_depths, or its draft_lengths where it has
+    none (records from before them, engines that run their own loop: chains, whose depth is their length)."""
+    depths = engine.get("draft_depths") or []
+    lengths = engine.get("draft_lengths") or []
+    return depths if len(depths) == len(lengths) else lengths
+
+
+def depth_counts(steps: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
+    """(accepted, depth) per verification step → ([d-1]: steps whose proposal reached depth d, [d-1]: steps that
+    accepted at least d drafted tokens), d = 1 .. the deepest proposal."""
+    deepest = max((d for _, d in steps), default=0)
+    reached = [sum(1 for _, d in steps if d >= i) for i in range(1, deepest + 1)]
+    accepted = [sum(1 for n, _ in steps if n >= i) for i in range(1, deepest + 1)]
+    return reached, accepted
+
+
 def peer_metrics(records: list[dict]) -> dict:
     """vLLM's mean acceptance length and per-position acceptance rates, and time per output token (TPOT) with its
     p50 and p99 over examples, for both engines (see the module docstring)."""
     import numpy as np
 
     steps = [
-        (n, g)
+        (n, d)
         for r in records
-        for n, g in zip(r["speculative"]["accept_lengths"], r["speculative"].get("draft_lengths") or [])
-        if g > 0
-    ]  # (accepted, drafted) of every verification step that drafted
-    width = max((g for _, g in steps), default=0)
-    per_position = [
-        ratio(sum(1 for n, g in steps if g >= i and n >= i), sum(1 for _, g in steps if g >= i))
-        for i in range(1, width + 1)
-    ]
+        for n, d in zip(r["speculative"]["accept_lengths"], step_depths(r["speculative"]))
+        if d > 0
+    ]  # (accepted, depth) of every verification step that drafted (a chain's depth is its γ')
+    reached, accepted = depth_counts(steps)
     out = {
         "mean_acceptance_length": 1.0 + ratio(sum(n for n, _ in steps), len(steps)),
-        "acceptance_rate_per_position": per_position,
+        "acceptance_rate_per_position": [ratio(a, r) for a, r in zip(accepted, reached)],
+        "draft_depth_counts": reached,
+        "accepted_depth_counts": accepted,
     }
     for engine in ("baseline", "speculative"):
         each = [ratio(r[engine]["decode_s"], r[engine]["n_tokens"] - 1) for r in records]

@@ -200,7 +200,7 @@ def _interval(value) -> tuple[float, float]:
 
 
 def fig_prediction(runs) -> object:
-    """Predicted (auto_predicted_speedup) against measured (speedup_geomean) for every auto run, with intervals."""
+    """Predicted, held out (auto_predicted_speedup), against measured (speedup_geomean) for every auto run."""
     fig = new_figure(6.0, 5.0)
     ax = fig.subplots()
     labels = [f"{t} · {d} γ{g}" for t, d, g in zip(runs["task"], runs["draft"], runs["gamma"])]
@@ -222,7 +222,7 @@ def fig_prediction(runs) -> object:
     ax.fill_between([lo, hi], [0.9 * lo, 0.9 * hi], [1.1 * lo, 1.1 * hi], color="0.85", alpha=0.5, lw=0)
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
-    ax.set_xlabel("predicted speedup (before timing, the timed examples replayed)")
+    ax.set_xlabel("predicted speedup, held out (before timing: the pilot's acceptance on the timed prompts)")
     ax.set_ylabel("measured speedup (geometric mean over the run's examples)")
     ax.set_title("Auto choice: predicted vs measured speedup")
     ax.legend(fontsize=7, loc="upper left")
