@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from specbench.measure.results.reader import RunRead, read_folders
+from specbench.measure.stats.statistics import geometric_mean
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -41,12 +42,9 @@ def per_example(run: RunRead) -> dict[str, dict]:
 
 
 def log_interval(logs: np.ndarray) -> dict:
-    """Geometric mean of exp(logs) and its 95 % t interval (n = len(logs))."""
-    from scipy import stats
-
-    n, mean = len(logs), float(logs.mean())
-    half = float(stats.t.ppf(0.975, n - 1) * logs.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan")
-    return {"ratio": math.exp(mean), "ci95": (math.exp(mean - half), math.exp(mean + half)), "n": n}
+    """Geometric mean of exp(logs) and its 95 % Student t interval (statistics.geometric_mean; n = len(logs))."""
+    est = geometric_mean(logs, min_n=2)
+    return {"ratio": est.value, "ci95": (est.low, est.high), "n": est.n}
 
 
 def mat(records: list[dict]) -> float:

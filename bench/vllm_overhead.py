@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import subprocess
 import sys
@@ -36,6 +35,7 @@ from specbench.errors import SpecbenchError
 from specbench.files import atomic_write_json
 from specbench.measure.results.provenance import environment_info
 from specbench.measure.run.arms import prepare_examples
+from specbench.measure.stats.statistics import geometric_mean
 from specbench.run_specs import parse_draft
 from specbench.tasks.examples import select_examples
 from specbench.tasks.specs import load_task
@@ -113,13 +113,10 @@ def specbench_block(session: VllmSession, key: str, prompts, max_new: int) -> di
 
 
 def log_ratio_interval(num: list[float], den: list[float]) -> dict:
-    """Geometric mean of num/den over prompts and its 95 % t interval on the logs (n = prompts)."""
-    from scipy import stats
-
-    logs = np.log(np.asarray(num) / np.asarray(den))
-    n, mean = len(logs), float(logs.mean())
-    half = float(stats.t.ppf(0.975, n - 1) * logs.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan")
-    return {"ratio": math.exp(mean), "ci95": [math.exp(mean - half), math.exp(mean + half)], "n": n}
+    """Geometric mean of num/den over prompts and its 95 % Student t interval on the logs (statistics.geometric_mean;
+    n = prompts)."""
+    est = geometric_mean(np.log(np.asarray(num) / np.asarray(den)), min_n=2)
+    return {"ratio": est.value, "ci95": [est.low, est.high], "n": est.n}
 
 
 def measure(session: VllmSession, key: str, bare: Bare, prompts, max_new: int, blocks: int) -> dict:

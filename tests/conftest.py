@@ -21,12 +21,14 @@ VOCAB = 512
 torch.set_num_threads(1)
 
 
-def tiny_llama(seed: int, vocab: int = VOCAB, layers: int = 2) -> LlamaForCausalLM:
+def tiny_llama(
+    seed: int, vocab: int = VOCAB, layers: int = 2, hidden: int = 32, intermediate: int = 64
+) -> LlamaForCausalLM:
     torch.manual_seed(seed)
     cfg = LlamaConfig(
         vocab_size=vocab,
-        hidden_size=32,
-        intermediate_size=64,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
         num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,

@@ -316,20 +316,7 @@ def varied_run(
 def wide_llama(seed: int, hidden: int = 128) -> LlamaForCausalLM:
     """Wide enough (128) that bf16 matmuls of 1 and γ+1 rows round differently: the 32-wide test models
     never diverge in bf16, so they could not exercise the classifier."""
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(
-        vocab_size=512,
-        hidden_size=hidden,
-        intermediate_size=4 * hidden,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        bos_token_id=1,
-        eos_token_id=2,
-        tie_word_embeddings=False,
-    )
-    return LlamaForCausalLM(cfg).eval()
+    return tiny_llama(seed, hidden=hidden, intermediate=4 * hidden)
 
 
 def noisy_pair(dtype: torch.dtype, noise: float = 0.1):

@@ -34,7 +34,7 @@ model in bf16).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -76,58 +76,35 @@ def judged(original, ctx, proposal, clean: torch.Tensor, planted: torch.Tensor, 
     return drafted, verdict
 
 
+Judge = Callable  # decoding.speculative.judge_proposal's signature: (ctx, proposal, logits) → (drafted, verdict)
+
+
 @contextmanager
-def late_verified_logits(every: int = 50, offset: int = 0, after: int = 0) -> Iterator[PlantedSteps]:
-    """Within the block, the verification steps of decode_speculative numbered offset, offset + every, ... (from 0)
-    see their target logits one position late; `after`: only steps whose first emitted position is at least that (a bug
-    that strikes late in an output: tests/test_forced.py puts it after an earlier numerics divergence). Yields where
-    the bug fired (output positions) and the steps seen; to keep one count across blocks (one block per example),
-    pass offset = (−steps so far) mod every."""
+def verifier_replaced(make: Callable[[Judge], Judge]) -> Iterator[None]:
+    """Within the block, decode_speculative's verifier is `make(original)`; restored on exit."""
     import specbench.decoding.speculative as speculative
 
-    if every < 1:
-        raise ValueError(f"every must be >= 1 (got {every})")
     original = speculative.judge_proposal
-    seen = PlantedSteps()
-
-    def planted(ctx, proposal, logits: torch.Tensor):
-        step = seen.steps
-        seen.steps += 1
-        if step % every == offset % every and logits.shape[0] > 1 and len(ctx.res.token_ids) >= after:
-            late = torch.cat([logits[1:], logits[-1:]])  # [g+1, V]: row i is now the row meant for i + 1
-            seen.positions.append(len(ctx.res.token_ids))
-            return judged(original, ctx, proposal, logits, late, seen)
-        return original(ctx, proposal, logits)
-
-    speculative.judge_proposal = planted
+    speculative.judge_proposal = make(original)
     try:
-        yield seen
+        yield
     finally:
         speculative.judge_proposal = original
 
 
-def caused(first_divergence: int | None, planted_at: int | None) -> bool:
-    """Whether an example's first divergence is the planted bug's doing: it happened at or after the first bugged
-    step (before it, the run is the clean engine's, so an earlier divergence is the clean engine's own)."""
-    return first_divergence is not None and planted_at is not None and first_divergence >= planted_at
-
-
 @contextmanager
-def biased_multi_token_rows(token: int, bump: float = 10.0) -> Iterator[None]:
-    """Within the block, every multi-token pass of CachedModel that returns all its rows adds `bump` to `token`'s
-    logit in each row, as a logit bias applied on the verify path alone would. Each row still depends only on
-    its own prefix, so the classifier's replays (they run the same call) reproduce the emitted tokens and call
-    the divergences numerics; the baseline's 1-token rows are untouched, so the margin gate (stats/margin_gate.py:
-    the logit gap at the divergence) sees how far from a tie the emitted token really was."""
+def multi_token_rows_replaced(bug: Callable[[object, int, torch.Tensor], torch.Tensor]) -> Iterator[None]:
+    """Within the block, every multi-token pass of CachedModel that returns all its rows returns
+    `bug(model, start, logits)` instead ([k, V]; start: the cached length before the pass); restored on exit."""
     from specbench.decoding.cached_model import CachedModel
 
     original = CachedModel.forward
 
     def planted(self, new_ids: torch.Tensor, all_logits: bool = False) -> torch.Tensor:
+        start = self.length
         logits = original(self, new_ids, all_logits)
         if all_logits and logits.dim() == 2 and logits.shape[0] > 1:
-            logits = logits.clone()
-            logits[:, token] += bump  # [k, V]
+            return bug(self, start, logits)
         return logits
 
     CachedModel.forward = planted  # type: ignore[method-assign]
@@ -137,27 +114,91 @@ def biased_multi_token_rows(token: int, bump: float = 10.0) -> Iterator[None]:
         CachedModel.forward = original  # type: ignore[method-assign]
 
 
-@contextmanager
-def biased_verified_rows(token: int, bump: float = 10.0) -> Iterator[PlantedSteps]:
-    """Within the block, every verification step of decode_speculative reads `token`'s logit raised by `bump` in
-    each row, whatever passes computed the rows (one multi-token pass, or --bit-exact's one-token passes)."""
-    import specbench.decoding.speculative as speculative
+def check_every(every: int, spacings: float | None = None) -> None:
+    if every < 1:
+        raise ValueError(f"every must be >= 1 (got {every})")
+    if spacings is not None and not spacings > 0:
+        raise ValueError(f"spacings must be > 0 (got {spacings})")
 
-    original = speculative.judge_proposal
+
+def model_dtype_of(ctx) -> torch.dtype | None:
+    """The target model's dtype (its logits may come back wider), where the verify context has one."""
+    return getattr(getattr(ctx.target, "model", None), "dtype", None)
+
+
+@contextmanager
+def every_step_planted(
+    bug: Callable[[object, torch.Tensor], torch.Tensor | None], every: int = 1, offset: int = 0
+) -> Iterator[PlantedSteps]:
+    """Within the block, the verification steps of decode_speculative numbered offset, offset + every, ... (from 0)
+    are judged on `bug(ctx, logits)` (None: this step is left clean); yields the PlantedSteps (`positions`: where a
+    bug changed the logits; `changed`: where it changed what was emitted). To keep one count across blocks (one block
+    per example), pass offset = (−steps so far) mod every."""
+    check_every(every)
     seen = PlantedSteps()
 
-    def planted(ctx, proposal, logits: torch.Tensor):
-        seen.steps += 1
-        seen.positions.append(len(ctx.res.token_ids))
+    def make(original: Judge) -> Judge:
+        def planted(ctx, proposal, logits: torch.Tensor):
+            step = seen.steps
+            seen.steps += 1
+            bugged = bug(ctx, logits) if step % every == offset % every else None
+            if bugged is None:
+                return original(ctx, proposal, logits)
+            if not torch.equal(bugged, logits):
+                seen.positions.append(len(ctx.res.token_ids))
+            return judged(original, ctx, proposal, logits, bugged, seen)
+
+        return planted
+
+    with verifier_replaced(make):
+        yield seen
+
+
+def late_verified_logits(every: int = 50, offset: int = 0, after: int = 0):
+    """Within the block, the verification steps numbered offset, offset + every, ... (from 0) see their target logits
+    one position late; `after`: only steps whose first emitted position is at least that (a bug that strikes late in
+    an output: tests/test_forced.py puts it after an earlier numerics divergence). Yields where the bug fired (output
+    positions) and the steps seen (every_step_planted)."""
+
+    def late(ctx, logits: torch.Tensor) -> torch.Tensor | None:
+        if logits.shape[0] < 2 or len(ctx.res.token_ids) < after:
+            return None
+        return torch.cat([logits[1:], logits[-1:]])  # [g+1, V]: row i is now the row meant for i + 1
+
+    return every_step_planted(late, every, offset)
+
+
+def caused(first_divergence: int | None, planted_at: int | None) -> bool:
+    """Whether an example's first divergence is the planted bug's doing: it happened at or after the first bugged
+    step (before it, the run is the clean engine's, so an earlier divergence is the clean engine's own)."""
+    return first_divergence is not None and planted_at is not None and first_divergence >= planted_at
+
+
+def biased_multi_token_rows(token: int, bump: float = 10.0):
+    """Within the block, every multi-token pass of CachedModel that returns all its rows adds `bump` to `token`'s
+    logit in each row, as a logit bias applied on the verify path alone would. Each row still depends only on
+    its own prefix, so the classifier's replays (they run the same call) reproduce the emitted tokens and call
+    the divergences numerics; the baseline's 1-token rows are untouched, so the margin gate (stats/margin_gate.py:
+    the logit gap at the divergence) sees how far from a tie the emitted token really was."""
+
+    def bias(_model, _start: int, logits: torch.Tensor) -> torch.Tensor:
+        logits = logits.clone()
+        logits[:, token] += bump  # [k, V]
+        return logits
+
+    return multi_token_rows_replaced(bias)
+
+
+def biased_verified_rows(token: int, bump: float = 10.0):
+    """Within the block, every verification step of decode_speculative reads `token`'s logit raised by `bump` in
+    each row, whatever passes computed the rows (one multi-token pass, or --bit-exact's one-token passes)."""
+
+    def bias(_ctx, logits: torch.Tensor) -> torch.Tensor:
         bugged = logits.clone()
         bugged[:, token] += bump  # [g+1, V]
-        return judged(original, ctx, proposal, logits, bugged, seen)
+        return bugged
 
-    speculative.judge_proposal = planted
-    try:
-        yield seen
-    finally:
-        speculative.judge_proposal = original
+    return every_step_planted(bias)
 
 
 def near_tie_rows(logits: torch.Tensor, precision: torch.dtype | None = None) -> torch.Tensor:
@@ -180,32 +221,10 @@ def near_tie_rows(logits: torch.Tensor, precision: torch.dtype | None = None) ->
     return out
 
 
-@contextmanager
-def near_tie_flips(every: int = 1) -> Iterator[PlantedSteps]:
+def near_tie_flips(every: int = 1):
     """Within the block, on verification steps 0, every, 2·every, ... (from 0), each verified row whose top two
     logits are within one spacing names its runner-up (`near_tie_rows`): a bug within one spacing of a tie."""
-    import specbench.decoding.speculative as speculative
-
-    if every < 1:
-        raise ValueError(f"every must be >= 1 (got {every})")
-    original = speculative.judge_proposal
-    seen = PlantedSteps()
-
-    def planted(ctx, proposal, logits: torch.Tensor):
-        step = seen.steps
-        seen.steps += 1
-        if step % every:
-            return original(ctx, proposal, logits)
-        bugged = near_tie_rows(logits, getattr(getattr(ctx.target, "model", None), "dtype", None))
-        if not torch.equal(bugged, logits):
-            seen.positions.append(len(ctx.res.token_ids))
-        return judged(original, ctx, proposal, logits, bugged, seen)
-
-    speculative.judge_proposal = planted
-    try:
-        yield seen
-    finally:
-        speculative.judge_proposal = original
+    return every_step_planted(lambda ctx, logits: near_tie_rows(logits, model_dtype_of(ctx)), every)
 
 
 def lowered_argmax_rows(logits: torch.Tensor, spacings: float, precision: torch.dtype | None = None) -> torch.Tensor:
@@ -222,66 +241,33 @@ def lowered_argmax_rows(logits: torch.Tensor, spacings: float, precision: torch.
     return out
 
 
-@contextmanager
-def lowered_verified_argmax(spacings: float, every: int = 50, offset: int = 0) -> Iterator[PlantedSteps]:
+def lowered_verified_argmax(spacings: float, every: int = 50, offset: int = 0):
     """Within the block, on the verification steps of decode_speculative numbered offset, offset + every, ... (from 0),
     the verifier reads every row with its argmax token's logit lowered by `spacings` spacings (`lowered_argmax_rows`):
     a bug of graded strength, which changes a verdict only where a row's top two are less than `spacings` apart.
     Counting and `offset` as in late_verified_logits; `changed` records where a bugged step first emitted another
     token than the clean verdict (the examples the bug touched)."""
-    import specbench.decoding.speculative as speculative
-
-    if every < 1:
-        raise ValueError(f"every must be >= 1 (got {every})")
-    if not spacings > 0:
-        raise ValueError(f"spacings must be > 0 (got {spacings})")
-    original = speculative.judge_proposal
-    seen = PlantedSteps()
-
-    def planted(ctx, proposal, logits: torch.Tensor):
-        step = seen.steps
-        seen.steps += 1
-        if step % every != offset % every:
-            return original(ctx, proposal, logits)
-        seen.positions.append(len(ctx.res.token_ids))
-        bugged = lowered_argmax_rows(logits, spacings, getattr(getattr(ctx.target, "model", None), "dtype", None))
-        return judged(original, ctx, proposal, logits, bugged, seen)
-
-    speculative.judge_proposal = planted
-    try:
-        yield seen
-    finally:
-        speculative.judge_proposal = original
+    check_every(every, spacings)
+    return every_step_planted(
+        lambda ctx, logits: lowered_argmax_rows(logits, spacings, model_dtype_of(ctx)), every, offset
+    )
 
 
-@contextmanager
-def lowered_multi_token_argmax(spacings: float, every: int = 50, offset: int = 0) -> Iterator[None]:
+def lowered_multi_token_argmax(spacings: float, every: int = 50, offset: int = 0):
     """Within the block, every multi-token pass of CachedModel that returns all its rows lowers, in each row predicting
     a sequence position p (the cached tokens counted, the prompt included) with p ≡ offset (mod every), the argmax
     token's logit by `spacings` spacings (`lowered_argmax_rows`): lowered_verified_argmax's bug moved into the model
     call of the verify path, keyed by position, so that the classifier's replays and the floor (the same call over the
     same rows) reproduce it, as they would a kernel bug, and the baseline's one-token passes never see it. Only the
     margin gate can tell it from numerics: bench/planted_bug.py --site model-call measures where it cannot."""
-    from specbench.decoding.cached_model import CachedModel
+    check_every(every, spacings)
 
-    if every < 1:
-        raise ValueError(f"every must be >= 1 (got {every})")
-    if not spacings > 0:
-        raise ValueError(f"spacings must be > 0 (got {spacings})")
-    original = CachedModel.forward
-
-    def planted(self, new_ids: torch.Tensor, all_logits: bool = False) -> torch.Tensor:
-        start = self.length
-        logits = original(self, new_ids, all_logits)
-        if all_logits and logits.dim() == 2 and logits.shape[0] > 1:
-            rows = [i for i in range(logits.shape[0]) if (start + i + 1) % every == offset % every]  # row i → start+i+1
-            if rows:
-                logits = logits.float().clone()  # [k, V]; float32 keeps the lowered value exact
-                logits[rows] = lowered_argmax_rows(logits[rows], spacings, getattr(self.model, "dtype", None))
+    def lower(model, start: int, logits: torch.Tensor) -> torch.Tensor:
+        rows = [i for i in range(logits.shape[0]) if (start + i + 1) % every == offset % every]  # row i → start+i+1
+        if not rows:
+            return logits
+        logits = logits.float().clone()  # [k, V]; float32 keeps the lowered value exact
+        logits[rows] = lowered_argmax_rows(logits[rows], spacings, getattr(model.model, "dtype", None))
         return logits
 
-    CachedModel.forward = planted  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        CachedModel.forward = original  # type: ignore[method-assign]
+    return multi_token_rows_replaced(lower)
