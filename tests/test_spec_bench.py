@@ -238,7 +238,8 @@ def test_a_one_turn_example_is_one_plain_decode():
 
 def test_batches_refuse_multi_turn_questions():
     with pytest.raises(SpecbenchError, match="use --batch-size 1"):
-        turns_mod.refuse_batched_turns([Prepared(Example("w:1", "a", None, ("b",)), [1])])
+        multi_turn = [Prepared(Example("w:1", "a", None, ("b",)), [1])]
+        turns_mod.refuse_turns(multi_turn, "--batch-size > 1", "use --batch-size 1")
 
 
 # --------------------------------------------------------------------------- peers' metrics and the answer files

@@ -93,11 +93,11 @@ def _measure_locked(plan: RunPlan, on_start, on_example) -> RunOutcome:
     threads = plan.session.compute_threads()  # what each probe row's contention counters are read against
     memory = start_memory(target.device) if todo else None  # a call that measures nothing keeps the stored peak
     if config.batch_size > 1:
-        turns.refuse_batched_turns(plan.prepared)
+        turns.refuse_turns(plan.prepared, "--batch-size > 1", "use --batch-size 1")
         measure_batches(plan, engines, records, on_example, memory)
         return RunOutcome(files, write_summary(files, config, plan.spec, records, plan.manifest, memory), len(todo))
     if config.concurrency:  # a load run: every example served together, per arm (load_runner.py)
-        turns.refuse_turns_under_load(plan.prepared)
+        turns.refuse_turns(plan.prepared, "--concurrency", "drop --concurrency or use a one-turn task")
         measure_load(plan, engines, records, on_example, memory)
         return RunOutcome(files, write_summary(files, config, plan.spec, records, plan.manifest, memory), len(todo))
     if todo:

@@ -82,23 +82,14 @@ class TurnLog:
         return pairs[0][0].prompt_ids, asdict(pairs[0][0].result), asdict(pairs[0][1].result), None
 
 
-def refuse_batched_turns(prepared: list) -> None:
-    """Batches decode one prompt per row: a multi-turn question needs its own answer first (one line)."""
+def refuse_turns(prepared: list, option: str, fix: str) -> None:
+    """A loop that decodes every prompt at once (a batch's rows, a load's requests) cannot answer a multi-turn
+    question, whose every turn waits for the last answer: one line naming `option` and `fix`."""
     multi = [p.example.id for p in prepared if p.example.turns]
     if multi:
         raise SpecbenchError(
-            f"example {multi[0]!r} has several turns, which --batch-size > 1 cannot decode "
-            f"(each turn waits for the last answer); use --batch-size 1"
-        )
-
-
-def refuse_turns_under_load(prepared: list) -> None:
-    """A load run submits every prompt at once: a multi-turn question needs its own answer first (one line)."""
-    multi = [p.example.id for p in prepared if p.example.turns]
-    if multi:
-        raise SpecbenchError(
-            f"example {multi[0]!r} has several turns, which --concurrency cannot serve as one request "
-            f"(each turn waits for the last answer); drop --concurrency or use a one-turn task"
+            f"example {multi[0]!r} has several turns, which {option} cannot decode (each turn waits for the last "
+            f"answer); {fix}"
         )
 
 
