@@ -1,7 +1,8 @@
 """`make bench-engines`: does a speedup measured in specbench's torch engine carry to llama.cpp? (issue 28)
 
 One GGUF (the preset's, quantized as shipped), one set of task prompts, one draft and γ, greedy. Decoders:
-  torch-fp32 / torch-bf16   specbench's loop on the GGUF de-quantized into transformers (plain and speculative)
+  torch-fp32 / torch-bf16   specbench's loop on the GGUF de-quantized into transformers (plain and speculative),
+                            eager; torch-bf16-compiled the same on --backend compiled (--torch-rows)
   llama-cpp                 specbench's loop on llama.cpp's kernels (engines/llama_cpp/; plain and speculative)
   llama-cpp-python          the binding's own Llama.generate: plain, and its own speculative loop with
                             its prompt-lookup draft (LlamaPromptLookupDecoding, num_pred_tokens=γ) when the
@@ -29,6 +30,7 @@ its own engine's plain decoding alone); torch plain bf16 ≥ 0.8× vLLM plain on
 Timing is measured here, never asserted in tests; run it with nothing heavy beside it.
 Usage: python bench/engines.py [--target smollm2-135m] [--task aclsum] [--draft prompt-lookup] [--gamma 4]
        [--limit 6] [--max-new-tokens 64] [--repeats 2] [--threads 0] [--no-torch] [--no-vllm] [--vllm-eager]
+       [--torch-rows float32:eager,bfloat16:eager,bfloat16:compiled]
        [--out results/bench-engines]
 """
 
@@ -82,6 +84,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--threads", type=int, default=0, help="llama.cpp's and torch's threads (0: every core this process may use)"
     )
     p.add_argument("--no-torch", action="store_true", help="llama.cpp only (skip the torch fp32/bf16 engines)")
+    p.add_argument(
+        "--torch-rows",
+        default=DEFAULT_TORCH_ROWS,
+        help="the torch engine's rows as dtype:backend pairs (compiled: frozen, prepacked weights and a C++ wrapper; "
+        "its first decodes compile each step shape, minutes on 2 cores, outside the timing)",
+    )
     p.add_argument("--no-vllm", action="store_true", help="skip vLLM (skipped anyway where .venv-vllm is not built)")
     p.add_argument("--vllm-eager", action="store_true", help="vLLM with enforce_eager (default: its torch.compile)")
     p.add_argument("--out", default="results/bench-engines")
@@ -130,10 +138,12 @@ def peer_decoders(path: str, n_ctx: int, threads: int, draft: str, gamma: int, e
 
 
 def vllm_threads_bind(threads: int) -> str:
-    """VLLM_CPU_OMP_THREADS_BIND for `threads` of the CPUs this process may use (vLLM's own default, auto, binds
-    every CPU but one reserved for its scheduler; here every engine gets the same count)."""
-    cpus = sorted(os.sched_getaffinity(0))[:threads]
-    return ",".join(str(c) for c in cpus)
+    """VLLM_CPU_OMP_THREADS_BIND for `threads` compute threads: the last `threads` of the CPUs this process may use,
+    so that where fewer than all are bound the first stays free for vLLM's scheduler process, as vLLM's own default
+    (auto: every CPU but one reserved) leaves it. Binding the thread beside the scheduler cost vLLM ~40 % of its
+    one-thread speed here (docs/benchmarks.md)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return ",".join(str(c) for c in cpus[-threads:])
 
 
 def vllm_decoders(target: str, draft_text: str, prompts, gamma: int, max_new: int, threads: int, eager: bool):
@@ -208,6 +218,26 @@ def tokens_per_s(rows: list[dict]) -> float:
     return sum(len(r["tokens"]) for r in rows) / sum(r["seconds"] for r in rows)
 
 
+DEFAULT_TORCH_ROWS = "float32:eager,bfloat16:eager,bfloat16:compiled"
+
+
+def torch_rows(text: str) -> list[tuple[str, str]]:
+    """--torch-rows "float32:eager,bfloat16:compiled" → [(dtype, backend), ...]."""
+    rows = [tuple(item.split(":")) for item in text.split(",") if item]
+    for row in rows:
+        if len(row) != 2 or row[0] not in ("float32", "bfloat16") or row[1] not in ("eager", "static", "compiled"):
+            raise SpecbenchError(
+                f"--torch-rows {text!r}: each row is dtype:backend (float32|bfloat16 : eager|static|compiled)"
+            )
+    return rows  # type: ignore[return-value]
+
+
+def torch_name(dtype: str, backend: str) -> str:
+    """torch-fp32, torch-bf16 (eager: the names every earlier result used), torch-bf16-compiled, ..."""
+    name = "torch-fp32" if dtype == "float32" else "torch-bf16"
+    return name if backend == "eager" else f"{name}-{backend}"
+
+
 def curve(lm, prompts: list[list[int]], max_new: int, label: str) -> dict:
     """The engine's calibration: t(k) ms and t(k)/t(1), k = 1..K_MAX, after the task's typical context."""
     c = cal.calibrate(lm, prompts, k_max=K_MAX, max_new_tokens=max_new, max_positions=None, dtype=label)
@@ -253,6 +283,10 @@ PAIRS = [  # (label, slower side, faster side, goal on the ratio)
     ("torch bf16 plain ÷ vLLM plain (speed, same threads)", "vllm-bf16 plain", "torch-bf16 plain", ">= 0.8"),
     ("vLLM: its own speculative vs its plain", "vllm-bf16 plain", "vllm-bf16 spec", "-"),
     ("specbench torch bf16 spec vs vLLM's own spec", "vllm-bf16 spec", "torch-bf16 spec", "-"),
+    ("torch bf16 compiled plain ÷ vLLM plain (same threads)", "vllm-bf16 plain", "torch-bf16-compiled plain", ">= 0.8"),
+    ("torch bf16 plain: compiled vs eager (after/before)", "torch-bf16 plain", "torch-bf16-compiled plain", "-"),
+    ("torch bf16 compiled: speculative vs plain", "torch-bf16-compiled plain", "torch-bf16-compiled spec", "-"),
+    ("specbench torch bf16 compiled spec vs vLLM's own spec", "vllm-bf16 spec", "torch-bf16-compiled spec", "-"),
 ]
 
 
@@ -290,13 +324,15 @@ def main(argv: list[str] | None = None) -> dict:
     decoders = loop_decoders("llama-cpp", llama.target_lm(), proposer, eos, args.gamma, max_new)
     decoders |= peer_decoders(str(gguf_of(args.target)), n_ctx, threads, args.draft, args.gamma, eos, max_new)
     curves = {f"llama.cpp ({llama.engine_info()['model_desc']})": curve(llama.target_lm(), prompts, max_new, "gguf")}
-    if not args.no_torch:
-        for dtype in ("float32", "bfloat16"):
-            s = Session(LoadSpec(args.target, device="cpu", dtype=dtype))
-            name = "torch-fp32" if dtype == "float32" else "torch-bf16"
-            decoders |= loop_decoders(name, s.target_lm(), s.proposer(draft, prompts), eos, args.gamma, max_new)
+    for dtype, backend in [] if args.no_torch else torch_rows(args.torch_rows):
+        s = Session(LoadSpec(args.target, device="cpu", dtype=dtype, backend=backend))
+        name, torch_proposer = torch_name(dtype, backend), s.proposer(draft, prompts)
+        for lm in [s.target_lm(), *model_caches(torch_proposer)]:  # one static cache for every prompt (no recompile)
+            lm.backend.reserve(n_ctx)
+        decoders |= loop_decoders(name, s.target_lm(), torch_proposer, eos, args.gamma, max_new)
+        if backend == "eager":  # a compiled curve would compile K_MAX more step shapes (minutes each here)
             curves[f"torch {dtype}"] = curve(CachedModel(s.target.model), prompts, max_new, dtype)
-            print(f"  loaded and calibrated torch {dtype}", file=sys.stderr, flush=True)
+        print(f"  loaded torch {dtype} {backend}", file=sys.stderr, flush=True)
     vllm = (
         None
         if args.no_vllm

@@ -104,6 +104,10 @@ def test_compiled_backend_greedy_identity(models):
     backend = ForwardBackend(target, "compiled")
     assert baseline(target, prompt, backend, max_new=12) == ref
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1  # the steps really ran compiled
+    # with frozen weights prepacked for oneDNN (torch 2.13 ignored compile(options={"freezing": True}): none were),
+    # and only inside our calls: the process's inductor config is untouched
+    assert torch._dynamo.utils.counters["inductor"]["mkldnn_linear_weight_pack_matcher_count"] > 0
+    assert not torch._inductor.config.freezing and not torch._inductor.config.cpp_wrapper
     assert speculative(target, PromptLookupDraft(VOCAB, torch.device("cpu")), prompt, 2, backend, max_new=12) == ref
 
 
@@ -122,7 +126,9 @@ def test_primed_shapes_leave_no_compilation_inside_a_decode(models):
         lm.backend.reserve(len(prompt) + 12)  # as Engines.warm_up does: one cache size, so one set of graphs
         lm.prime(gamma + 1, all_logits=all_logits)
     graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-    assert graphs == 2 * (gamma + 1)  # one graph per shape: 1-token steps share theirs
+    # at least one graph per model and shape (1-token steps share theirs); frozen weights are graph constants that
+    # dynamo guards by identity, so a model may add a graph where its call first meets the other's cache entries
+    assert graphs >= 2 * (gamma + 1)
     assert speculative(target, draft, prompt, gamma, backend, max_new=12) == ref
     assert baseline(target, prompt, backend, max_new=12) == ref
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
