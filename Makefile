@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.specbench-setup
 
-.PHONY: setup run test lint test-wheel claims bench bench-auto bench-noise bench-noise-record bench-ray setup-llama-cpp setup-vllm setup-suffix bench-engines bench-vllm-overhead clean
+.PHONY: setup run test lint test-wheel claims bench bench-auto bench-noise bench-noise-record bench-ray setup-llama-cpp setup-vllm setup-suffix bench-engines bench-vllm-overhead bench-methods clean
 
 $(STAMP): pyproject.toml scripts/setup.sh
 	scripts/setup.sh
@@ -46,6 +46,8 @@ test-wheel: $(VENV)/.specbench-packages
 # claims table answers them: results/claims/report/. ~70 min on a 2-core CPU, timed end to end on an Intel Xeon
 # (docs/claims.md, 2026-12-05).
 # Needs `specbench setup --target qwen2.5-coder-1.5b` and `--target qwen2.5-coder-0.5b` first (~7 min, once).
+# Options: make claims CLAIMS_DIR=<folder> SPECBENCH=<command> CLAIMS_BIT_EXACT=1 (adds a --bit-exact run for the
+# identity claim); docs/claims.md lists them.
 claims: $(STAMP)
 	scripts/claims.sh
 
@@ -109,6 +111,13 @@ bench-engines: $(STAMP) setup-llama-cpp
 # alternated A B B A (issue 39's goal: within 3 %); needs `make setup-vllm`.
 bench-vllm-overhead: $(STAMP)
 	$(BIN)/python bench/vllm_overhead.py $(OVERHEAD_ARGS)
+
+# Every draft specbench has (prompt-lookup, tree-lookup, bigram, distilled, lookup+distilled, suffix where `make
+# setup-suffix` built it) on Spec-Bench's 13 categories, ding-de-en and aclsum: speedup and #MAT per method × category
+# with intervals (docs/benchmarks.md), one resumable sweep per method. Sized (estimated, not timed) for 35–45 min on
+# 2 cores (2 per category, 64 tokens, bf16). METHODS_ARGS passes options, e.g. METHODS_ARGS="--dtype float32".
+bench-methods: $(STAMP)
+	$(BIN)/python bench/methods.py $(METHODS_ARGS)
 
 clean:
 	rm -rf $(VENV) reports

@@ -327,8 +327,9 @@ def main(argv: list[str] | None = None) -> dict:
     for dtype, backend in [] if args.no_torch else torch_rows(args.torch_rows):
         s = Session(LoadSpec(args.target, device="cpu", dtype=dtype, backend=backend))
         name, torch_proposer = torch_name(dtype, backend), s.proposer(draft, prompts)
-        for lm in [s.target_lm(), *model_caches(torch_proposer)]:  # one static cache for every prompt (no recompile)
-            lm.backend.reserve(n_ctx)
+        for i, lm in enumerate([s.target_lm(), *model_caches(torch_proposer)]):  # as a run's warm-up (arms.warm_up):
+            lm.backend.reserve(n_ctx)  # one static cache for every prompt, and under compiled every step shape
+            lm.prime(args.gamma + 1, all_logits=i == 0)  # (1..γ+1 tokens) compiled now, never inside a timed decode
         decoders |= loop_decoders(name, s.target_lm(), torch_proposer, eos, args.gamma, max_new)
         if backend == "eager":  # a compiled curve would compile K_MAX more step shapes (minutes each here)
             curves[f"torch {dtype}"] = curve(CachedModel(s.target.model), prompts, max_new, dtype)

@@ -2,7 +2,9 @@
 # `make claims`: measure each claim of the seed paper on this machine, then write the report whose claims table
 # answers them. Every sweep resumes (rerun after a kill and only the missing examples are measured).
 #   speedup 2–3×       the best cell of all below, chosen on half its examples, judged on the other half
-#   output identity    every greedy cell below (T = 0)
+#   output identity    every greedy cell below (T = 0, normal verify passes: divergences at near-ties the pass
+#                      shape flips are numerics); with CLAIMS_BIT_EXACT=1 also one --bit-exact run (every verify
+#                      pass as one-token steps: any divergence is a bug); the claims table gives each mode a row
 #   batch sizes        B = 1 against B = 8, ragged advance (float32: exact at every B)
 #   model size         Qwen2.5-Coder-0.5B and -1.5B as targets, one family, same draft (prompt lookup), same
 #                      examples (paired); bfloat16 where the CPU has it natively, else float32 (said below)
@@ -21,8 +23,13 @@
 # qwen2.5-coder-0.5b.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Options (environment variables; `make claims` passes them through):
+#   SPECBENCH=<path>      the specbench command (default .venv/bin/specbench)
+#   CLAIMS_DIR=<folder>   where the sweeps and the report go (default results/claims; a rerun resumes there)
+#   CLAIMS_BIT_EXACT=1    add one --bit-exact run for the identity claim (default 0: none; docs/exactness.md)
 SB="${SPECBENCH:-.venv/bin/specbench}"
 OUT="${CLAIMS_DIR:-results/claims}"
+BIT_EXACT="${CLAIMS_BIT_EXACT:-0}"
 SECONDS=0
 step() { echo "== $(date +%H:%M:%S) (+$((SECONDS / 60)) min) $*"; }
 
@@ -54,6 +61,12 @@ $SB sweep --results-dir "$OUT" --sweep-id claims-prompts --task aclsum --draft p
 step "quality at T = 1: perplexity of 160 samples per engine under the target"
 $SB sweep --results-dir "$OUT" --sweep-id claims-perplexity --task ding-de-en --draft prompt-lookup --gamma 4 \
   --temperature 1 --limit 160 --max-new-tokens 32 --dtype "$DTYPE"
+
+if [ "$BIT_EXACT" != 0 ]; then
+  step "output identity in bit-exact mode: every verify pass as one-token steps (20 examples, 64 tokens, $DTYPE)"
+  $SB run --results-dir "$OUT" --task aclsum --draft prompt-lookup --gamma 4 --temperature 0 --limit 20 \
+    --max-new-tokens 64 --dtype "$DTYPE" --bit-exact
+fi
 
 step "the report"
 $SB report "$OUT" --out "$OUT/report"

@@ -18,6 +18,10 @@ splitting the string itself, so the grammar below lives here only:
   suffix[:tree=0|1,nodes=<n>,max_depth=<n>,max_spec_factor=<x>,max_spec_offset=<x>,min_token_prob=<x>]
                                         suffix decoding (arctic-inference's suffix cache) over the prompt and
                                         the run's earlier outputs: a token tree (tree=1, default) or a chain
+  lookahead[:window=<n>,ngram=<n>,branches=<n>]
+                                        lookahead decoding's n-gram pool (context n-grams and the target's
+                                        argmaxes over earlier verify passes): the newest token's candidates
+                                        as one token tree (defaults 8, 4, 3; decoding/drafts/lookahead.py)
   unigram[:k=<number>]                  add-k unigram law
   bigram[:k=<number>,backoff=<number>]  unigram-backed bigram law
   lookup+<model spec>                   prompt lookup, the model where it falls short (alias hybrid:<model spec>)
@@ -32,7 +36,7 @@ from dataclasses import dataclass
 
 from specbench.errors import SpecbenchError
 
-MODEL_FREE_KINDS = ("prompt-lookup", "tree-lookup", "suffix", "unigram", "bigram")  # kinds that run no network
+MODEL_FREE_KINDS = ("prompt-lookup", "tree-lookup", "suffix", "lookahead", "unigram", "bigram")  # run no network
 FREQUENCY_OPTIONS = {"unigram": ("k",), "bigram": ("k", "backoff")}  # option names each frequency law takes
 HYBRID_PREFIXES = ("lookup+", "hybrid:")  # `lookup+<model spec>` (canonical) or `hybrid:<model spec>`
 LOOKUP_RULES = ("recent", "hf")  # which earlier match prompt lookup copies from: the most recent, or HF's leftmost
@@ -46,6 +50,8 @@ SUFFIX_FLOAT_OPTIONS = ("max_spec_factor", "max_spec_offset", "min_token_prob")
 SUFFIX_HELP = "tree=0|1, nodes=<n>, max_depth=<n>, max_spec_factor=<x>, max_spec_offset=<x>, min_token_prob=<x>"
 SUFFIX_PACKAGE = "arctic_inference"  # the suffix cache --draft suffix runs on (the `suffix` extra)
 SUFFIX_INSTALL = "pip install 'specbench-sd[suffix]'"
+LOOKAHEAD_OPTIONS = {"window": 0, "ngram": 2, "branches": 1}  # lookahead's options (integers) and their least values
+LOOKAHEAD_HELP = "window=<n> (>= 0), ngram=<n> (>= 2), branches=<n>"
 AUTO_DRAFT = "auto"  # --draft auto: no draft yet, chosen before timing (its kind is "auto")
 
 
@@ -54,7 +60,7 @@ class DraftSpec:
     """What one --draft value asks for."""
 
     text: str  # the spec as given (the proposer's name, the run id's stem)
-    kind: str  # "prompt-lookup" | "tree-lookup" | "suffix" | "unigram" | "bigram" | "hybrid" | "model" | "auto"
+    kind: str  # a MODEL_FREE_KINDS name | "hybrid" | "model" | "auto"
     options: tuple[
         tuple[str, float | int | str], ...
     ] = ()  # a frequency law's or prompt lookup's options, e.g. (("k", 0.01),)
@@ -83,7 +89,9 @@ class DraftSpec:
     def proposes_trees(self) -> bool:
         """True for a draft whose proposals can be token trees (decoding/tree.py): batches and engines without a
         tree pass refuse it."""
-        return self.kind == "tree-lookup" or (self.kind == "suffix" and bool(dict(self.options).get("tree", 1)))
+        if self.kind == "suffix":
+            return bool(dict(self.options).get("tree", 1))
+        return self.kind in ("tree-lookup", "lookahead")
 
     @property
     def learns_outputs(self) -> bool:
@@ -146,6 +154,20 @@ def parse_tree_lookup_options(text: str, rest: str) -> tuple[tuple[str, int], ..
     return tuple(options.items())
 
 
+def parse_lookahead_options(text: str, rest: str) -> tuple[tuple[str, int], ...]:
+    """'window=4,ngram=3' (after 'lookahead:') → (('window', 4), ('ngram', 3)); one-line errors."""
+    options: dict[str, int] = {}
+    for item in filter(None, (s.strip() for s in rest.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq or key not in LOOKAHEAD_OPTIONS:
+            raise SpecbenchError(f"bad --draft option {item!r} in {text!r}; lookahead takes {LOOKAHEAD_HELP}")
+        least = LOOKAHEAD_OPTIONS[key]
+        if not (value.isdigit() and int(value) >= least):
+            raise SpecbenchError(f"--draft {text!r}: {key} must be an integer >= {least} (got {value!r})")
+        options[key] = int(value)
+    return tuple(options.items())
+
+
 def parse_suffix_options(text: str, rest: str) -> tuple[tuple[str, int | float], ...]:
     """'tree=0,max_spec_factor=2' (after 'suffix:') → (('tree', 0), ('max_spec_factor', 2.0)); one-line errors."""
     options: dict[str, int | float] = {}
@@ -202,6 +224,8 @@ def parse_draft(text: DraftSpec | str) -> DraftSpec:
         return DraftSpec(text, "tree-lookup", options=parse_tree_lookup_options(text, rest))
     if name == "suffix":
         return DraftSpec(text, "suffix", options=parse_suffix_options(text, rest))
+    if name == "lookahead":
+        return DraftSpec(text, "lookahead", options=parse_lookahead_options(text, rest))
     if name in MODEL_FREE_KINDS:  # a model-free kind with no options of its own (docs/extending.md's example)
         if colon:
             raise SpecbenchError(f"--draft {text!r}: {name} takes no options; use --draft {name}")

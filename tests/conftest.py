@@ -118,3 +118,19 @@ def llama_pair():
 @pytest.fixture(scope="session")
 def t5_pair():
     return tiny_t5(0), tiny_t5(1)
+
+
+@pytest.fixture(scope="session")
+def vllm_session(tmp_path_factory):
+    """One vLLM worker for every vLLM end-to-end test (tests/test_vllm*.py): its plain engine on a tiny random Llama
+    (head size 64, as vLLM's CPU attention wants) loads once, and each speculative configuration a test runs is loaded
+    on its first use and kept (VllmSession), so a test adds only the engines it needs."""
+    from helpers import save_tiny
+
+    from specbench.config import LoadSpec
+    from specbench.engines.vllm.session import VllmSession
+
+    target = save_tiny(tmp_path_factory.mktemp("vllm") / "tiny", 0, hidden=128, heads=2, kv_heads=2)
+    session = VllmSession(LoadSpec(target, device="cpu", dtype="float32"))
+    yield session
+    session.close()

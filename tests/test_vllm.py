@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import CORPUS, save_tiny
+from helpers import CORPUS
 from scipy import stats
 from typer.testing import CliRunner
 
@@ -119,6 +119,7 @@ def test_vllm_is_registered_and_accepts_an_integer_gamma_with_prompt_lookup_or_a
     check_config(vllm_config(gamma=4))
     check_config(vllm_config(draft="distilled", dtype="bfloat16", backend="compiled"))
     check_config(vllm_config(sampling=SamplingConfig(temperature=1.0)))
+    check_config(vllm_config(gamma="auto"))  # chosen on a pilot of vLLM's own method (test_vllm_auto.py)
 
 
 @pytest.mark.parametrize(
@@ -127,7 +128,6 @@ def test_vllm_is_registered_and_accepts_an_integer_gamma_with_prompt_lookup_or_a
         {"dtype": "auto"},
         {"backend": "static"},
         {"gamma": "adaptive"},
-        {"gamma": "auto"},
         {"draft": "auto"},
         {"draft": "bigram"},
         {"draft": "lookup+distilled"},
@@ -539,20 +539,14 @@ def test_load_runs_get_their_own_ids_and_old_ids_stay():
 # --------------------------------------------------------------------------- end to end in .venv-vllm
 
 
-@pytest.fixture(scope="module")
-def vllm_session(tmp_path_factory):
-    from specbench.engines.vllm.session import VllmSession
-
-    target = save_tiny(tmp_path_factory.mktemp("vllm") / "tiny", 0, hidden=128, heads=2, kv_heads=2)
-    session = VllmSession(LoadSpec(target, device="cpu", dtype="float32"))
-    yield session
-    session.close()
+# vllm_session: conftest.py's, one worker shared with tests/test_vllm_heads.py
 
 
 @needs_vllm
 def test_vllm_plain_and_ngram_agree_greedily_in_fp32_and_count_as_vllm_does(vllm_session):
     from specbench.engines.contract import DecodeJob
     from specbench.engines.vllm.engine import ENGINE
+    from specbench.engines.vllm.session import PLAIN
 
     s = vllm_session
     assert parameter_count(s.folder) == s.target.n_params
@@ -581,7 +575,7 @@ def test_vllm_plain_and_ngram_agree_greedily_in_fp32_and_count_as_vllm_does(vllm
         per_step["accepted"].count(n) for n in range(len(grown["accepted_per_pos"]) + 1)
     ]
     info = s.engine_info()
-    assert info["version"].startswith("0.") and len(info["engines"]) == 2  # plain + ngram γ=3, both kept
+    assert info["version"].startswith("0.") and {PLAIN, key} <= {e["key"] for e in info["engines"]}  # both kept
     lm = s.target_lm()
     lm.start()
     lm.forward(torch.tensor(prompt))
@@ -817,3 +811,43 @@ def test_the_verify_command_runs_the_black_box_checks_on_vllm(vllm_session, tmp_
         "sequence/baseline/exact", "sequence/γ=3/vs-baseline", "sequence/γ=3/exact", "greedy/γ=3/identity"
     }  # fmt: skip
     assert names["sequence/γ=3/vs-baseline"]["detail"]["samples_per_arm"] == 200
+
+
+@needs_vllm
+def test_a_greedy_run_classifies_on_vllms_own_logits(vllm_session, tmp_path):
+    """vLLM's plain engine answers prompt_logprobs with its logits (loaded with raw_logits): along its own greedy
+    output they are the torch copy's logits (fp32, to 1e-3; logprobs would sit below them by each row's log-sum-exp).
+    A greedy fp32 run classifies on them: the manifest's engine.replays and every record say "vllm", the outputs are
+    identical and the prompt pass flips no position (fp32: nothing needs explaining; the gate's tests on fake answers,
+    a near tie and a wide gap, are in test_vllm_replays.py)."""
+    from specbench.engines.vllm.session import PLAIN
+    from specbench.measure.run import SweepGrid, run_sweep
+
+    s = vllm_session
+    prompt = s.target.tokenizer(CORPUS[0])["input_ids"]
+    base = s.decode(PLAIN, SamplingConfig(), prompt, 0, 12).token_ids
+    n = len(prompt)
+    got = s.prompt_scores([prompt + base], [[n + j for j in range(len(base))]])
+    assert got["mode"] == "raw_logits" and len(got["rows"][0]) == len(base)
+    with torch.no_grad():
+        logits = s.target.model(torch.tensor([prompt + base])).logits[0].float()
+    for j, row in enumerate(got["rows"][0]):
+        assert row["token"] == base[j] and len(row["top"]) >= 5
+        assert all(abs(v - float(logits[n + j - 1, t])) < 1e-3 for t, v in row["top"]), (j, row)
+    task = tmp_path / "task.jsonl"
+    task.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in CORPUS[:2]))
+    grid = SweepGrid.from_specs(
+        target=s.load.target, draft="prompt-lookup", gamma="3", temperature="0", task=str(task),
+        limit=2, max_new_tokens=8, device="cpu", dtype="float32", engine=("vllm",),
+    )  # fmt: skip
+    outcome = run_sweep(grid, tmp_path / "res", session=s)
+    (cell,) = outcome.cells
+    folder = outcome.root / cell.cell_id
+    assert json.loads((folder / "manifest.json").read_text())["engine"]["replays"] == "vllm"
+    records = [json.loads(x) for x in (folder / "examples.jsonl").read_text().splitlines()]
+    assert len(records) == 2
+    for r in records:
+        numerics = r["numerics"]
+        assert r["identical"] and numerics["replays"] == "vllm" and numerics["divergence"] is None, numerics
+        assert numerics["floor_positions"] == len(r["baseline"]["token_ids"]) - 1 and numerics["floor_flips"] == 0
+    assert cell.summary["divergences_unexplained"] == 0

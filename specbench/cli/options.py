@@ -63,7 +63,7 @@ Draft = Annotated[
     str,
     typer.Option(
         "--draft",
-        help="Draft: a model spec as for --target, prompt-lookup, tree-lookup, suffix, unigram, bigram, "
+        help="Draft: a model spec as for --target, prompt-lookup, tree-lookup, suffix, lookahead, unigram, bigram, "
         "lookup+<model spec>, or auto (the fastest available for the target, measured here).",
     ),
 ]

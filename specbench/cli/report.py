@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 import typer
 
@@ -41,14 +41,33 @@ Look = Annotated[
     ),
 ]
 
+By = Annotated[
+    Literal["run", "category"],
+    typer.Option(
+        "--by",
+        help="run: the report (report.md, report.html); category: instead, the methods × categories table on the "
+        "terminal (speedup and #MAT per draft and Spec-Bench category or task, with intervals; `make bench-methods`).",
+    ),
+]
 
-def report(results: Results, out_dir: ReportDir = None, margin: Margin = 0.10, look: Look = 1, as_json: AsJson = False):
+
+def report(
+    results: Results,
+    out_dir: ReportDir = None,
+    margin: Margin = 0.10,
+    look: Look = 1,
+    by: By = "run",
+    as_json: AsJson = False,
+):
     """Write report.md and a self-contained report.html (tables, figures, paper comparison) from results.
 
     Example: specbench report results/sweep-ding-de-en-10cells-1a2b3c4d --out reports/today
     Example: specbench report results --margin 0.05   (claims' verdicts against a 5 % margin)
     Example: specbench report results/rerun --look 2   (an inconclusive claim's one re-run, on fresh examples)
+    Example: specbench report results/sweep-spec-bench-3cells-1a2b3c4d --by category   (methods × categories)
     """
+    if by == "category":
+        return category_view(results, as_json)
     from specbench.report import write_report
 
     outcome = write_report(results, out_dir, margin=margin, look=look)
@@ -68,3 +87,16 @@ def report(results: Results, out_dir: ReportDir = None, margin: Margin = 0.10, l
         )
     else:
         out.print(f"report of {outcome.n_runs} run(s), {len(outcome.skipped)} skipped: {outcome.out / 'report.html'}")
+
+
+def category_view(results: list[Path], as_json: bool) -> None:
+    """`--by category`: the methods × categories table (report/leaderboard/method_table.py) of the runs given."""
+    from specbench.report.leaderboard.method_table import read_method_table, rich_table
+
+    table = read_method_table(results)
+    if as_json:
+        out.print_json(json.dumps({"rows": table.rows, "notes": table.notes}))
+        return
+    out.print(rich_table(table))
+    for note in table.notes:
+        warn(note)

@@ -66,6 +66,15 @@ AltTV = Annotated[
 ]
 
 Threads = Annotated[int, typer.Option("--threads", help="--engine llama-cpp: llama.cpp's CPU threads (0: every core).")]
+BitExact = Annotated[
+    bool,
+    typer.Option(
+        "--bit-exact",
+        help="Greedy identity with every verify pass of speculative decoding as one-token passes (the baseline's "
+        "decoding step), as `run --bit-exact`: each output, and every position teacher-forced past its first "
+        "divergence, must equal the baseline's in any dtype; any divergence fails (no margin gate, no HF row).",
+    ),
+]
 
 TABLE_COLUMNS = ("check", "statistic", "p-value", "N", "level", "power", "result")
 VERDICT_STYLE = {"pass": "green", "fail": "red", "inconclusive": "yellow"}
@@ -94,10 +103,12 @@ def verify(
     trust_remote_code: TrustRemote = False,
     engine: VerifyEngine = DEFAULT_ENGINE,
     threads: Threads = 0,
+    bit_exact: BitExact = False,
 ):
     """Check that speculative decoding emits the target's distribution: exact laws, statistical tests, greedy identity.
 
     Example: specbench verify --temperature 0.7 --top-k 3   (small top-k makes the exact sequence law enumerable)
+    Example: specbench verify --temperature 0 --dtype bfloat16 --bit-exact   (greedy identity with no excuse left)
     Example: specbench verify --engine llama-cpp   (the same checks on llama.cpp's kernels, the GGUF as quantized)
     Example: specbench verify --engine vllm --draft prompt-lookup --top-k 0 --top-p 0.3   (vLLM as a black box)
     """
@@ -120,6 +131,7 @@ def verify(
             alt_tv=alt_tv,
             seed=seed,
             engine=engine.lower(),
+            bit_exact=bit_exact,
         ).validate()
         check_sizes(n_samples, length)
         check_seed(seed)
@@ -151,7 +163,8 @@ def print_checks(request, outcome) -> None:
     s = request.sampling
     on = "" if request.engine == DEFAULT_ENGINE else f" on {request.engine}"
     pair = f"{request.load.target} + {request.draft}{on}"
-    table = Table(title=f"verify: {pair}, T={s.temperature:g}, top-k {s.top_k}, top-p {s.top_p:g}")
+    exact = ", --bit-exact" if request.bit_exact else ""
+    table = Table(title=f"verify: {pair}, T={s.temperature:g}, top-k {s.top_k}, top-p {s.top_p:g}{exact}")
     for col in TABLE_COLUMNS:
         table.add_column(col, justify="left" if col == "check" else "right", no_wrap=col == "check")
     for c in outcome.checks:
@@ -172,7 +185,9 @@ def print_checks(request, outcome) -> None:
         highlight=False,
     )
     for c in outcome.checks:
-        if c.kind == "identity" and c.detail.get("divergences"):
+        if c.kind == "identity" and c.detail.get("identity_line"):  # --bit-exact: run --bit-exact's own line
+            out.print(f"{c.name}: {c.detail['identity_line']}", highlight=False)
+        elif c.kind == "identity" and c.detail.get("divergences"):
             d = c.detail
             out.print(
                 f"{c.name}: {c.n - len(d['divergences'])}/{c.n} identical; {len(d['divergences'])} diverged: "
@@ -184,7 +199,8 @@ def print_checks(request, outcome) -> None:
         if past:  # every position, teacher-forced along the baseline (evidence/greedy_identity.past_divergence)
             out.print(
                 f"{c.name} past the first divergence: {past['positions']} positions compared, {past['divergences']} "
-                f"diverged: {past['explained']} numerics, {past['unexplained']} unexplained",
+                f"diverged: {past['explained']} numerics, {past['unexplained']} unexplained"
+                + (" (bit-exact mode: every pass a one-token step)" if c.detail.get("mode") == "bit-exact" else ""),
                 highlight=False,
             )
     out.print(f"checks: {outcome.json_path}")

@@ -156,6 +156,26 @@ def forget_outputs(proposer: Proposer) -> None:
         proposer.forget_outputs()
 
 
+@runtime_checkable
+class ObservesPasses(Protocol):
+    """The optional hook of a draft that learns from the target's verify passes (lookahead decoding's guesses,
+    drafts/lookahead.py). After each verified proposal, the batch-1 loop (speculative.py) hands it the target's greedy
+    choice at every position of that pass: an argmax of logits the pass computed anyway, no draw, so what the draft
+    proposes next is still a function of earlier passes, independent of the next step's draws."""
+
+    def observe_pass(self, choices: torch.Tensor) -> None:
+        """[n+1] int64 on the target's device: the target's argmax after cur and after each node of the proposal the
+        draft last made (a chain or a tree, in its node order); a draft copies it to the host when it next proposes,
+        so that copy is draft time."""
+
+
+def observe_pass(proposer: Proposer, logits: torch.Tensor) -> None:
+    """Hand a draft that learns from verify passes the target's choices at the pass's [n+1, V] logits; nothing for any
+    other draft."""
+    if isinstance(proposer, ObservesPasses):
+        proposer.observe_pass(logits.argmax(-1))
+
+
 class BatchProposer(Protocol):
     """A draft's form for a batch (decoding/batched/drafts.py): every live row drafts at each step.
 

@@ -15,7 +15,9 @@ pass the tokens kept after `cur` in `accept_lengths`) is in DecodeResult's forma
 The loop drafts as the free run would after the same prefix (γ cut by the budget, max_new_tokens) and stops at the
 reference's length: tokens a step verifies past it (the baseline stopped at an EOS there) are not compared.
 Anything patched into speculative.py's step functions (evidence/planted.py's plants on `judge_proposal`) runs here
-too. Greedy only.
+too. Greedy only. Under --bit-exact (`stepwise`) every pass after the prefill is one-token passes (stepwise.py), so each
+verified token is the argmax of the baseline's own row at that prefix and any divergence is a bug
+(past_divergence.explain_forced_bit_exact: no replay, no gate).
 """
 
 from __future__ import annotations
@@ -56,10 +58,12 @@ def decode_forced(
     decoder_start_id: int | None = None,
     pad_to: int = 1,
     max_new_tokens: int | None = None,
+    stepwise: bool = False,
 ) -> ForcedResult:
     """The engine's verified token at every position of `reference`, each after the reference's own prefix (module
     docstring). `pad_to`: as decode_speculative's (--exact-shapes); `max_new_tokens`: the
-    free run's budget (it cuts γ near the end, as there; default: the reference's length)."""
+    free run's budget (it cuts γ near the end, as there; default: the reference's length); `stepwise` (--bit-exact):
+    every target pass after the prefill as one-token passes (stepwise.py), as the free run under the mode."""
     n = len(reference)
     if n == 0:
         return ForcedResult(verified=[])
@@ -70,7 +74,7 @@ def decode_forced(
     verified = tokens[-1:]  # the prefill's argmax: position 0
     tokens[-1] = reference[0]
     res = DecodeResult(token_ids=reference[:1], stop_reason="length", prefill_s=0.0, decode_s=0.0)
-    ctx = speculative.StepContext(target, proposer, greedy, None, 0.0, pad_to, Clock(target.devices), res)
+    ctx = speculative.StepContext(target, proposer, greedy, None, 0.0, pad_to, Clock(target.devices), res, stepwise)
     while len(verified) < n:
         wanted = policy.next_gamma()
         g = min(wanted, budget - len(verified) - 1)  # as the free run would draft after this prefix

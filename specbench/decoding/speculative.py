@@ -10,6 +10,8 @@ than max_new_tokens; tokens after an EOS are dropped exactly as the baseline sto
 A proposal with `parents` is a token tree (tree.py): γ' bounds its depth, the target sees [cur, nodes]
 in one pass under the tree's mask and positions, the tree's rule (accept.py) picks a path, and the
 cache is compacted to [.., cur, path]. A chain never takes that route, so its passes stay unmasked.
+After either pass, a draft that learns from verify passes (base.ObservesPasses: lookahead) is handed the target's
+argmax at each of its positions.
 
 `stepwise` (--bit-exact): every target pass after the prefill, chain or tree, runs as consecutive one-token passes
 (stepwise.py), so each logit the verifier reads is the one the baseline's decoding step computes at that prefix.
@@ -24,7 +26,7 @@ import torch
 from specbench.config import SamplingConfig
 from specbench.decoding.accept import verify_greedy, verify_sampling, verify_tree_greedy, verify_tree_sampling
 from specbench.decoding.autoregressive import prompt_split
-from specbench.decoding.base import DecodeResult, Proposal, Proposer, Verdict, clip_at_stop
+from specbench.decoding.base import DecodeResult, Proposal, Proposer, Verdict, clip_at_stop, observe_pass
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.gamma_policy import FixedGamma, GammaPolicy
 from specbench.decoding.sampling import next_token, processed_probs
@@ -140,6 +142,7 @@ def draft_step(ctx: StepContext, tokens: list[int], g: int, unbounded: bool, pol
     else:
         logits = ctx.target.forward(ids, all_logits=True)[: g + 1]  # [g+1, V]
     drafted, verdict = judge_proposal(ctx, proposal, logits)
+    observe_pass(ctx.proposer, logits)  # a draft that learns from verify passes (lookahead) sees the target's choices
     n = verdict.n_accepted
     ctx.target.truncate(cached + 1 + n)  # keep [.., cur, x_1..x_n]
     count_step(ctx.res, proposal, g, verdict)
@@ -203,6 +206,7 @@ def tree_step(
     ids = torch.cat([torch.tensor([tokens[-1]], device=ctx.target.device), proposal.tokens])  # [n+1]
     logits = stepwise_tree(ctx.target, ids, tree) if ctx.stepwise else ctx.target.forward_tree(ids, tree)  # [n+1, V]
     drafted, verdict = judge_tree(ctx, proposal, tree, logits)
+    observe_pass(ctx.proposer, logits)
     path = verdict.path or []
     if ctx.stepwise:
         stepwise_keep_path(ctx.target, cached, ids, path)

@@ -36,6 +36,10 @@ class Session:
     target: LoadedModel
     target_backend: Any  # how the target's passes run (decoding/backend.py's, or llama.cpp's): replays reuse it
     engine_kind: str  # EngineSpec.session_kind of the engines that may share this session
+    drafts_inside = False  # its drafts run inside the engine (vLLM's methods): a pilot decodes with its speculative arm
+    # the engine's own top-k prompt scores (vLLM: engines/vllm/session.py), which classify greedy divergences on its
+    # kernels (measure/stats/own_logits.py); None: the session's torch model replays them
+    prompt_scores: Any = None
 
     def __init__(self) -> None:
         self._proposers: dict[tuple, Proposer] = {}
@@ -54,6 +58,11 @@ class Session:
     def engine_info(self) -> dict:
         """The manifest's `engine` entry ({} where the manifest's package versions already say it all)."""
         return {}
+
+    def load_arms(self, proposer: Proposer, gamma: int | None) -> None:
+        """Load what the run's speculative arm needs beyond the draft, before the manifest is written, so that
+        engine_info records it (vLLM: its speculative engine at γ); nothing where the draft is all of it."""
+        return None
 
     def sampling_prompt(self, prompt_ids: list[int]) -> list[int]:
         """The prompt verify draws many samples from on this engine (own_loop.py): as given, or what this engine's

@@ -209,16 +209,23 @@ def past_divergence(
     limit_ulps: float | None,
     decoder_start_id: int | None,
     max_new_tokens: int | None = None,
+    bit_exact: bool = False,
 ) -> dict:
     """Identity past the first divergence for one speculative engine (γ): each prompt decoded by the engine's own
     steps teacher-forced along the baseline's output (decoding/forced.py), so every position is verified after the
     baseline's prefix, and every divergence classified (past_divergence.explain_forced) and gated (past_divergence.
     past_divergence_counts, with the floor's limit over these prompts). → per example and summed: positions compared,
-    divergences, explained (numerics), unexplained; `classified`: every divergence with its class."""
+    divergences, explained (numerics), unexplained; `classified`: every divergence with its class. `bit_exact`
+    (verify --bit-exact): the forced run's passes are one-token steps and every divergence is unexplained
+    (past_divergence.explain_forced_bit_exact; `flips`, `margins` and `limit_ulps` are not read)."""
     from dataclasses import asdict
 
     from specbench.decoding.forced import decode_forced
-    from specbench.measure.stats.past_divergence import explain_forced, past_divergence_counts
+    from specbench.measure.stats.past_divergence import (
+        explain_forced,
+        explain_forced_bit_exact,
+        past_divergence_counts,
+    )
 
     target, proposer = as_cached(target_model), proposer_factory()
     examples, classified = [], []
@@ -231,8 +238,12 @@ def past_divergence(
             gamma=gamma,
             decoder_start_id=decoder_start_id,
             max_new_tokens=max_new_tokens,
+            stepwise=bit_exact,
         )
-        found = explain_forced(target_model, list(prompt), list(ref), asdict(run), list(flips[i]), decoder_start_id)
+        if bit_exact:
+            found = explain_forced_bit_exact(target_model, list(prompt), list(ref), asdict(run), decoder_start_id)
+        else:
+            found = explain_forced(target_model, list(prompt), list(ref), asdict(run), list(flips[i]), decoder_start_id)
         examples.append({"prompt": i, **past_divergence_counts(found, margins, limit_ulps)})
         classified += [{"prompt": i, **d} for d in found["divergences"]]
     totals = {k: sum(e[k] for e in examples) for k in ("positions", "divergences", "explained", "unexplained")}

@@ -44,11 +44,13 @@ def engines(
     eos_ids: frozenset[int],
     decoder_start_id: int | None = None,
     results: dict | None = None,
+    stepwise: bool = False,
 ) -> dict[str, Engine]:
     """{"baseline": ..., "γ=2": ...}: the runner's engines as prompt → tokens functions.
 
     `results`, when given, receives each speculative engine's last DecodeResult under its name
-    (its pass record lets the numerics classifier replay it exactly)."""
+    (its pass record lets the numerics classifier replay it exactly); `stepwise` (verify --bit-exact): the
+    speculative engines' passes after the prefill as one-token passes (decoding/stepwise.py)."""
     target = as_cached(target_model)  # a torch module's fresh CachedModel, or llama.cpp's model itself
     common: dict[str, Any] = dict(
         max_new_tokens=max_new_tokens, sampling=sampling, eos_ids=eos_ids, decoder_start_id=decoder_start_id
@@ -60,7 +62,7 @@ def engines(
         proposer = proposer_factory()
 
         def run(prompt, gen, pr=proposer, g=gamma, name=f"γ={gamma}"):
-            res = decode_speculative(target, pr, prompt, gamma=g, generator=gen, **common)
+            res = decode_speculative(target, pr, prompt, gamma=g, generator=gen, stepwise=stepwise, **common)
             if results is not None:
                 results[name] = res
             return res.token_ids

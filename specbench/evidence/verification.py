@@ -9,6 +9,8 @@ runner on a real target and draft, each kind in its own module:
   baseline and a G-test against the exact sequence law where it is enumerable;
 - greedy identity (evidence/greedy_identity.py): token for token against the baseline and HF generate,
   each divergence with its margin and the numerics classifier's verdict.
+- under --bit-exact, greedy identity instead with the speculative engines' passes as the baseline's one-token steps
+  (evidence/bit_exact_identity.py): any divergence, first or past it, fails.
 
 This module orchestrates: `run_checks` runs all of it plus the model-free battery in order; `write_checks`
 stores checks.json (atomic) and checks.jsonl; `verify_pair` is the whole `specbench verify` (validate the
@@ -33,6 +35,7 @@ import torch
 from specbench.config import LoadSpec, RunConfig, SamplingConfig, check_results_dir
 from specbench.engines import DEFAULT_ENGINE, check_config, engine_spec, runtime, verify_engines
 from specbench.errors import SpecbenchError
+from specbench.evidence.bit_exact_identity import bit_exact_checks
 from specbench.evidence.controls import CONTROLS
 from specbench.evidence.equality import step_checks
 from specbench.evidence.greedy_identity import greedy_checks
@@ -73,6 +76,7 @@ def run_checks(
     hf_generate: bool = True,
     max_cells: int = 4096,
     progress: Callable[[str], None] | None = None,
+    bit_exact: bool = False,
 ) -> list[CheckResult]:
     """Everything `specbench verify` runs, in this order. Every statistical test states its power against
     total variation `alt_tv` on the law it tests; its verdict is pass only at power ≥ 0.8.
@@ -88,7 +92,8 @@ def run_checks(
     4. sequence level on the first prompt (skipped at T = 0): n_samples continuations of
        sample_length tokens (default max(gammas) + 2, capped at 6) per engine; the exact-law
        test needs top-k/top-p small enough that ≤ max_cells sequences are possible;
-    5. greedy identity over all prompts, greedy_tokens each.
+    5. greedy identity over all prompts, greedy_tokens each; `bit_exact` (--bit-exact): the speculative engines'
+       passes as one-token steps and any divergence a failure (evidence/bit_exact_identity.py; no HF generate row).
     """
     say = progress or (lambda _msg: None)
     prompts = [list(p) for p in prompts_token_ids]
@@ -138,7 +143,17 @@ def run_checks(
             seed=seed,
             max_cells=max_cells,
         )
-    say(f"greedy identity ({len(prompts)} prompts)")
+    say(f"greedy identity ({len(prompts)} prompts{', bit-exact mode' if bit_exact else ''})")
+    if bit_exact:
+        return checks + bit_exact_checks(
+            target_model,
+            proposer_factory,
+            prompts,
+            gammas=gammas,
+            max_new_tokens=greedy_tokens,
+            eos_ids=eos_ids,
+            decoder_start_id=decoder_start_id,
+        )
     checks += greedy_checks(
         target_model,
         proposer_factory,
@@ -197,6 +212,9 @@ class VerifyRequest:
     alt_tv: float = ALT_TV  # the alternative every power is stated against: total variation on the tested law
     seed: int = 0
     engine: str = "specbench"  # one of verify_engines(): specbench (torch), llama-cpp (its GGUF), vllm (a black box)
+    # --bit-exact: greedy identity with the speculative engines' passes as one-token steps, any divergence a failure
+    # (evidence/bit_exact_identity.py); refused by engines whose capabilities lack bit_exact
+    bit_exact: bool = False
 
     @functools.cached_property
     def draft_spec(self) -> DraftSpec:
@@ -216,8 +234,9 @@ class VerifyRequest:
             limit=self.limit,
             gamma=GammaSpec(fixed=min(self.gammas)),
             engine=self.engine,
+            bit_exact=self.bit_exact,
         )
-        check_config(config)
+        check_config(config)  # --bit-exact on an engine without the capability: one line, exit 2
         if (
             self.length < 2
         ):  # the sequence tests compare ℓ ≥ 2 tokens (the first comes from the prefill in both engines)
@@ -238,6 +257,7 @@ class VerifyRequest:
         s = self.sampling
         pair = f"{Path(self.load.target).name}-{Path(self.draft).name}"
         name = f"verify-{pair}-t{s.temperature:g}-k{s.top_k}-p{s.top_p:g}"
+        name += "-bitexact" if self.bit_exact else ""  # its checks.json beside the normal mode's, never over it
         return name if self.engine == DEFAULT_ENGINE else f"{name}-{self.engine}"  # the default's folder keeps its name
 
 
@@ -301,6 +321,7 @@ def verify_pair(
             alt_tv=request.alt_tv,
             hf_generate=callable(getattr(target.model, "generate", None)),  # HF generate needs a transformers model
             progress=progress,
+            bit_exact=request.bit_exact,
         )
     json_path, _ = write_checks(
         checks,
@@ -314,6 +335,7 @@ def verify_pair(
             "seed": request.seed,
             "alternative_tv": request.alt_tv,
             "engine": request.engine,
+            **({"bit_exact": True} if request.bit_exact else {}),
             **({"engine_info": info} if (info := session.engine_info()) else {}),
         },
     )

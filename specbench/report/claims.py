@@ -27,6 +27,8 @@ half of the examples and quoted with the other half's figure (no winner's curse)
 in: each verdict is computed with and without them, and says so where the two differ. Only the axis
 values the summaries carry are read (max_new_tokens, a prompt-length bucket, the target, batch_size),
 so a sweep over a new axis needs no change here beyond its AXES entry in analysis.py.
+The identity rows (report/identity_claims.py) say which mode their greedy runs used, normal verify passes or
+--bit-exact; a --bit-exact run is read there only, never by a speed claim (its speedup is not a speed measurement).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from specbench.report.analysis import (
 )
 from specbench.report.claim_rules import COMMANDS, Claim, family, needed_text, seed_of
 from specbench.report.collect import ReportData
+from specbench.report.identity_claims import bit_exact_runs, identity_claims
 from specbench.report.selection import (
     config_text,
     estimate_text,
@@ -55,7 +58,7 @@ from specbench.report.selection import (
     select_then_confirm,
     unit_logs,
 )
-from specbench.report.values import isnull, num
+from specbench.report.values import isnull
 
 HOLDS, FAILS, UNSURE, UNTESTED = st.HOLDS, st.FAILS, st.UNSURE, "not tested here"
 PAPER_LOW = 2.0  # the low end of the claimed 2–3× speedup
@@ -142,43 +145,6 @@ def run_command(row, n: int | None, axis: str | None = None, values: list | None
         parts.append(f"{AXIS_OPTION[axis]} {','.join(axis_text(v) for v in values or [])}")
     parts.append(f"--limit {n or 20}")
     return " ".join(parts)
-
-
-def identity_claim(runs) -> Claim:
-    """Greedy runs: identical outputs, or divergences the numerics classifier explains (near-ties in low precision)."""
-    from scipy import stats
-
-    claim = "Output identical to standard decoding (T = 0)"
-    greedy = runs[runs["temperature"] == 0.0]
-    if not len(greedy):
-        return Claim(claim, untested("identity", "no greedy (T = 0) run"), "—")
-    n = int(greedy["n_examples"].sum())
-    same = int(
-        round(
-            sum(
-                num(r["identical_rate"]) * r["n_examples"]
-                for _, r in greedy.iterrows()
-                if not math.isnan(num(r["identical_rate"]))
-            )
-        )
-    )
-    ci = stats.binomtest(same, n).proportion_ci(0.95) if n else None
-    unexplained = int(sum(num(v) for v in greedy.get("divergences_unexplained", []) if not math.isnan(num(v))))
-    share = f"[{ci.low:.3f}, {ci.high:.3f}]" if ci is not None else "—"  # — : no examples
-    numbers = (
-        f"{same}/{n} examples identical over {len(greedy)} run(s) (share 95 % CI "
-        f"{share}); {n - same - unexplained} divergence(s) explained by numerics, "
-        f"{unexplained} unexplained"
-    )
-    if same == n:
-        return Claim(claim, f"{HOLDS}: every greedy output equals the baseline's", numbers)
-    if unexplained:
-        return Claim(
-            claim, f"{FAILS}: {unexplained} divergence(s) that numerics do not explain (candidate bugs)", numbers
-        )
-    return Claim(
-        claim, f"{HOLDS} up to numerics: every divergence is a near-tie the verify pass's shape flips", numbers
-    )
 
 
 def axis_groups(runs, column: str) -> list[list]:
@@ -399,13 +365,15 @@ def claims(
     runs = data.runs
     margin = margin if margin is not None else getattr(data, "margin", st.DEFAULT_MARGIN)
     look = look if look is not None else int(getattr(data, "look", 1))
+    exact = bit_exact_runs(runs, data)
+    timed = runs[~exact]  # a --bit-exact run's speedup is not a speed measurement: identity rows only
     every = [
-        with_and_without(speedup_claim, runs, data, margin, look),
-        identity_claim(runs),
-        with_and_without(axis_claim, runs, "max_new_tokens", data, margin, look),
-        with_and_without(axis_claim, runs, "prompt_length", data, margin, look),
-        with_and_without(axis_claim, runs, "batch_size", data, margin, look),
-        with_and_without(size_claim, runs, target_params(data), data, margin, look),
+        with_and_without(speedup_claim, timed, data, margin, look),
+        *identity_claims(runs, exact, untested),
+        with_and_without(axis_claim, timed, "max_new_tokens", data, margin, look),
+        with_and_without(axis_claim, timed, "prompt_length", data, margin, look),
+        with_and_without(axis_claim, timed, "batch_size", data, margin, look),
+        with_and_without(size_claim, timed, target_params(data), data, margin, look),
         quality_claim(perplexity_rows(data) if rows is None else rows, look),
     ]
     return family(every, look)

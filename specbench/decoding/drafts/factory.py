@@ -8,6 +8,8 @@ share a vocabulary, with both sizes in the message.
 from __future__ import annotations
 
 from specbench.decoding.drafts.hybrid import HybridDraft
+from specbench.decoding.drafts.lookahead import DEFAULT_BRANCHES as LOOKAHEAD_BRANCHES
+from specbench.decoding.drafts.lookahead import DEFAULT_NGRAM, DEFAULT_WINDOW, LookaheadDraft
 from specbench.decoding.drafts.model import ModelDraft
 from specbench.decoding.drafts.ngram import DEFAULT_BACKOFF, DEFAULT_K, make_frequency_draft
 from specbench.decoding.drafts.prompt_lookup import PromptLookupDraft
@@ -52,6 +54,10 @@ def make_proposer(
         if target.is_seq2seq:  # a tree pass is a masked decoder-only pass (cached_model.forward_masked)
             raise SpecbenchError(f"--draft tree-lookup needs a decoder-only target; {target.name} is encoder-decoder")
         return TreeLookupDraft(target.vocab_size, target.device, name=parsed.text, **dict(parsed.options))  # type: ignore[arg-type]  # parse_draft checked each option
+    if parsed.kind == "lookahead":
+        if target.is_seq2seq:  # a tree pass is a masked decoder-only pass, as for tree-lookup
+            raise SpecbenchError(f"--draft lookahead needs a decoder-only target; {target.name} is encoder-decoder")
+        return LookaheadDraft(target.vocab_size, target.device, name=parsed.text, **dict(parsed.options))  # type: ignore[arg-type]  # parse_draft checked each option
     if parsed.kind == "suffix":
         if target.is_seq2seq:  # its tree pass, and the local suffix tree of the decoder sequence, are decoder-only
             raise SpecbenchError(f"--draft suffix needs a decoder-only target; {target.name} is encoder-decoder")
@@ -106,6 +112,14 @@ def draft_rows() -> list[dict]:
             "description": "suffix decoding (arctic-inference's cache; extra: specbench-sd[suffix]) over the prompt "
             "and the run's earlier outputs, proposal length adaptive to the match (max_spec_factor x match); "
             "tree=0 proposes a chain (decoder-only targets, batch 1)",
+        },
+        {
+            "name": f"lookahead[:window={DEFAULT_WINDOW},ngram={DEFAULT_NGRAM},branches={LOOKAHEAD_BRANCHES}]",
+            "kind": "model-free",
+            "cost": "host-side n-gram pool; one masked target pass over the tree",
+            "description": "lookahead decoding's n-gram pool (the context's n-grams and the target's argmaxes over "
+            "earlier verify passes, in place of its Jacobi window): the newest token's candidates as one token "
+            "tree (decoder-only targets, batch 1)",
         },
         {
             "name": f"unigram[:k={DEFAULT_K:g}]",

@@ -138,9 +138,18 @@ class TreeLookupDraft(ModelFreeDraft):
     ) -> Proposal:
         found = match_continuations(tokens, gamma, self.max_ngram, self.min_ngram, self.branches)
         ids, parents = build_trie(found, max(self.nodes, gamma))
-        nodes = torch.tensor(ids, dtype=torch.long, device=self.device)  # [n]
-        if is_chain(parents):  # one branch (or none): prompt lookup's own chain step
-            q = None if sampling.greedy else one_hot_laws(nodes, self.vocab_size)  # [n, V]
-            return Proposal(tokens=nodes, q_probs=q, forward_calls=0)
-        self.tree_steps += 1
-        return Proposal(tokens=nodes, q_probs=None, forward_calls=0, parents=parents)  # q: point masses
+        proposal = trie_proposal(ids, parents, sampling, self.device, self.vocab_size)
+        self.tree_steps += proposal.parents is not None
+        return proposal
+
+
+def trie_proposal(
+    ids: list[int], parents: list[int], sampling: SamplingConfig, device: torch.device, vocab_size: int
+) -> Proposal:
+    """A built trie as a Proposal: a chain step (prompt lookup's own, causal, one-hot laws at T > 0) when it is one
+    branch or none, else a tree whose every node's law is a point mass (q_probs None)."""
+    nodes = torch.tensor(ids, dtype=torch.long, device=device)  # [n]
+    if is_chain(parents):
+        q = None if sampling.greedy else one_hot_laws(nodes, vocab_size)  # [n, V]
+        return Proposal(tokens=nodes, q_probs=q, forward_calls=0)
+    return Proposal(tokens=nodes, q_probs=None, forward_calls=0, parents=parents)

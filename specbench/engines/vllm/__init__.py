@@ -9,9 +9,14 @@ This face imports neither torch nor vLLM: the registry reads SPEC to list and va
 --draft on this engine: prompt-lookup[:max_ngram=<n>,min_ngram=<n>] → vLLM's `ngram` (γ → num_speculative_tokens,
 max_ngram/min_ngram → prompt_lookup_max/min); a draft model (preset, folder, `distilled`) → `draft_model` on its
 folder; `suffix` → vLLM's suffix decoding (arctic-inference, built by `make setup-vllm`); `eagle:<folder>`,
-`eagle3:<folder>`, `medusa:<folder>` → that method with the head in <folder>. vLLM's ngram matcher chooses among
-matches by its own rule (a `rule=` option is refused). The last two forms parse as model specs (run_specs.py), so
+`eagle3:<folder>`, `medusa:<folder>` → that method with the head in <folder> (all three run on vLLM-CPU; heads.py
+checks the folder with the options). vLLM's ngram matcher chooses among matches by its own rule (a `rule=` option is
+refused). The last two forms parse as model specs (run_specs.py), so
 planning's check of model sources must let them through (OWN_METHODS names them).
+
+--gamma auto: a pilot of vLLM's own method at γ = --gamma-max on untimed examples, its per-position acceptance read
+from vLLM's per-step counts, priced with vLLM's calibrated t(k)/t(1) by the torch engine's choice
+(measure/auto/engine_pilot.py); the timed arms then load the speculative engine at the chosen γ.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from dataclasses import replace
 
 from specbench.config import AUTO, RunConfig
 from specbench.engines.contract import OWN_LOOP, EngineSpec
+from specbench.engines.vllm.heads import HEAD_METHODS, check_head
 from specbench.errors import SpecbenchError
 from specbench.run_specs import DraftSpec
 
@@ -28,7 +34,6 @@ ENGINE_NAME = "vllm"
 SETUP_HINT = "make setup-vllm"
 DTYPES = ("float32", "bfloat16", "float16")
 DEFAULT_LOOKUP = {"max_ngram": 3, "min_ngram": 1}  # specbench's prompt lookup defaults (run_specs.py)
-HEAD_METHODS = ("eagle", "eagle3", "medusa")  # --draft <method>:<head folder>
 OWN_METHODS = ("suffix", *HEAD_METHODS)  # vLLM's methods named by --draft that are not a model spec
 
 
@@ -56,7 +61,11 @@ def vllm_rules(config: RunConfig) -> None:
         (load.backend == "static", "--backend static", "use eager (enforce_eager) or compiled (vLLM's compile)"),
         (load.device_map is not None, "--device-map", "drop it (vLLM places the model itself)"),
         (load.device not in ("auto", "cpu", "cuda"), f"--device {load.device}", "use auto, cpu or cuda"),
-        (config.gamma.fixed is None, f"--gamma {config.gamma}", "pass an integer γ (num_speculative_tokens)"),
+        (
+            config.gamma.fixed is None and config.gamma.policy != AUTO,
+            f"--gamma {config.gamma}",
+            "pass an integer γ (num_speculative_tokens) or auto",
+        ),
         (draft.auto, "--draft auto", "name a draft (prompt-lookup or a draft model)"),
         (config.draft_confidence > 0, "--draft-confidence", "drop it (vLLM drafts a fixed γ)"),
     ]
@@ -65,6 +74,10 @@ def vllm_rules(config: RunConfig) -> None:
             raise SpecbenchError(f"{option} is not supported by --engine {ENGINE_NAME}; {fix}")
     if not draft.auto:
         check_draft(draft)
+        own = own_method(draft)
+        if own is not None and own[1]:  # --draft <method>:<head folder> (heads.py): before the worker loads anything
+            option = "--gamma" if config.gamma.fixed is not None else "--gamma-max"  # auto's pilot drafts gamma_max
+            check_head(own[0], own[1], config.draft_gamma, draft.text, option)
     check_top_k(config.sampling)
 
 

@@ -7,6 +7,12 @@ engine takes 15-100 s on a CPU (torch.compile unless eager), so the wait prints 
 
 A missing .venv-vllm is a one-line SpecbenchError naming `make setup-vllm`; SPECBENCH_VLLM_PYTHON points at another
 interpreter that has vLLM (an install outside a checkout).
+
+A worker that stops answering (vLLM stuck, a deadlock) must not hang specbench: every request has a deadline
+(`request_timeout`: generous, scaled by the tokens it asks for; SPECBENCH_VLLM_TIMEOUT_S or the client's timeout_s
+replaces it, 0 waits for ever), after which the worker and the engine processes vLLM started under it are killed
+and the run fails in one line naming the limit and how to raise it. The worker runs in its own process group for that
+reason.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import atexit
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import tempfile
@@ -30,6 +37,38 @@ CHECKOUT = Path(__file__).resolve().parents[3]  # the repository root of an edit
 VENV = ".venv-vllm"
 PYTHON_ENV = "SPECBENCH_VLLM_PYTHON"
 STATUS_EVERY_S = 10.0  # a waiting request reports its seconds this often
+TIMEOUT_ENV = "SPECBENCH_VLLM_TIMEOUT_S"  # seconds any one request may take (replaces request_timeout; 0: no limit)
+# request_timeout's defaults, generous: on a 2-core CPU loaded 6-11 deep an engine took 1-3 min to load (torch.compile)
+# and a tiny model decoded well under 1 s a token; only a stuck worker takes ten times that
+LOAD_TIMEOUT_S = 1800.0  # info (the worker's vLLM import), load, load_planted
+BASE_TIMEOUT_S = 300.0  # any other request: this much ...
+PER_TOKEN_S = 5.0  # ... plus this per token it asks vLLM to generate (max_new_tokens × its requests) ...
+PER_PROMPT_TOKEN_S = 0.05  # ... and this per prompt token it sends (prompts, scored sequences)
+
+
+def request_timeout(op: str, fields: dict) -> float | None:
+    """Seconds `op` may take before the worker counts as stuck (pure but for the environment): $SPECBENCH_VLLM_TIMEOUT_S
+    when set (≤ 0: None, no limit), else LOAD_TIMEOUT_S to start or load, else BASE_TIMEOUT_S plus PER_TOKEN_S per
+    token to generate and PER_PROMPT_TOKEN_S per prompt token (a load run: plus twice its arrivals' mean span). A
+    value that is not a number is a one-line error."""
+    given = os.environ.get(TIMEOUT_ENV, "").strip()
+    if given:
+        try:
+            seconds = float(given)
+        except ValueError:
+            raise SpecbenchError(
+                f"{TIMEOUT_ENV}={given!r} is not a number of seconds; set e.g. {TIMEOUT_ENV}=3600 (0: no limit)"
+            ) from None
+        return seconds if seconds > 0 else None
+    if op in ("info", "load", "load_planted"):
+        return LOAD_TIMEOUT_S
+    items = fields.get("requests") or [fields]
+    prompt_tokens = sum(len(item.get("prompt_ids") or ()) for item in items)
+    prompt_tokens += sum(len(s) for s in fields.get("sequences") or ())  # prompt_logprobs: every sequence scored
+    new_tokens = int(fields.get("max_new_tokens") or 1) * len(items)
+    rate = fields.get("request_rate")  # a load run's Poisson arrivals take n / rate seconds on average to arrive
+    arrivals = 2 * len(items) / float(rate) if rate else 0.0
+    return BASE_TIMEOUT_S + PER_TOKEN_S * new_tokens + PER_PROMPT_TOKEN_S * prompt_tokens + arrivals
 
 
 def vllm_python() -> Path:
@@ -79,8 +118,10 @@ class VllmClient:
         kv_space_gib: float = 1.0,
         on_status: Callable[[str], None] = default_status,
         command: list[str] | None = None,
+        timeout_s: float | None = None,
     ):
         self.on_status = on_status
+        self.timeout_s = timeout_s  # seconds every request may take, replacing request_timeout (None: its own)
         self.gpu = has_gpu()
         self.env = worker_env(kv_space_gib, self.gpu)
         fd, log = tempfile.mkstemp(prefix="specbench-vllm-", suffix=".log")
@@ -95,20 +136,32 @@ class VllmClient:
             env=self.env,
             text=True,
             bufsize=1,
+            start_new_session=True,  # its own process group: a timeout kills vLLM's engine processes with it
         )
         self._next_id = 0
         self.failed = False  # a request failed: its log is kept
         atexit.register(self.close)
 
     def request(self, op: str, status: str | None = None, **fields) -> dict:
-        """Send {"op": op, **fields}; return the answer's result, or raise the worker's one-line error."""
+        """Send {"op": op, **fields}; return the answer's result, or raise the worker's one-line error. No answer within
+        the client's `timeout_s` (None: request_timeout's; ≤ 0: none) kills the worker and raises one line naming it."""
         if self.proc.poll() is not None:
             raise SpecbenchError(self.died(f"the vLLM worker exited (code {self.proc.returncode})"))
+        limit = self.timeout_s if self.timeout_s is not None else request_timeout(op, fields)
+        limit = limit if limit is None or limit > 0 else None  # ≤ 0: no limit, as the env var's 0
         self._next_id += 1
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write(json.dumps({"op": op, "id": self._next_id, **fields}) + "\n")
         self.proc.stdin.flush()
-        line = self._read_line(status)
+        line = self._read_line(status, limit)
+        if line is None:
+            self.failed = True  # its log is kept: the error names it
+            self.kill()
+            raise SpecbenchError(
+                f"vLLM {op} gave no answer in {limit:.0f} s, so its worker was stopped (stuck or deadlocked; worker "
+                f"log: {self.log_path}); if vLLM is only slow here, raise the limit with {TIMEOUT_ENV}=<seconds> "
+                f"(0: no limit)"
+            )
         if not line:
             raise SpecbenchError(self.died(f"the vLLM worker exited during {op}"))
         answer = json.loads(line)
@@ -117,14 +170,19 @@ class VllmClient:
             raise SpecbenchError(f"vLLM {op} failed: {answer.get('error')} (worker log: {self.log_path})")
         return answer["result"]
 
-    def _read_line(self, status: str | None) -> str:
-        """The next answer line; while it takes long, `status` with the seconds waited goes to on_status."""
+    def _read_line(self, status: str | None, limit: float | None = None) -> str | None:
+        """The next answer line ("" when the worker exited, None when `limit` seconds passed without one); while it
+        takes long, `status` with the seconds waited goes to on_status."""
         assert self.proc.stdout is not None
         t0 = time.monotonic()
         if status:
             self.on_status(f"{status} …")
         while True:
-            ready, _, _ = select.select([self.proc.stdout], [], [], STATUS_EVERY_S)
+            left = None if limit is None else limit - (time.monotonic() - t0)
+            if left is not None and left <= 0:
+                return None
+            wait = STATUS_EVERY_S if left is None else min(STATUS_EVERY_S, left)
+            ready, _, _ = select.select([self.proc.stdout], [], [], wait)
             if ready:
                 line = self.proc.stdout.readline()
                 if status:
@@ -144,6 +202,18 @@ class VllmClient:
             lines = []
         return f"{what}: {lines[-1] if lines else 'no output'} (worker log: {self.log_path})"
 
+    def kill(self) -> None:
+        """Stop the worker and every process of its group (vLLM's engine cores) now, without asking."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)  # the group start_new_session made: this worker's alone
+            except (ProcessLookupError, PermissionError):
+                self.proc.kill()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
     def close(self) -> None:
         """Ask the worker to stop, then make sure it did (its engine cores stop with it)."""
         if self.proc.poll() is None:
@@ -157,7 +227,7 @@ class VllmClient:
                 try:
                     self.proc.wait(timeout=10)
                 except subprocess.TimeoutExpired:
-                    self.proc.kill()
+                    self.kill()
         if not self._log.closed:
             self._log.close()
             if self.proc.returncode == 0 and not self.failed:  # a clean run: its log says nothing a failure would need

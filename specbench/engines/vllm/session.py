@@ -8,10 +8,13 @@ loaded with the session, is the baseline; each speculative configuration (method
 kept, so a run's A B B A order and a sweep's cells alternate engines without reloading (two LLM instances at once
 cost two KV-cache reservations, VLLM_CPU_KVCACHE_SPACE each; restarting per arm would cost a 15-100 s load each time).
 
-The torch copy of the target (`target.model`, loaded by specbench's own loader in the run's dtype) is what specbench
-computes from the target's logits after the timed decodes: the numerics floor and divergence classification of
-greedy records and the NLL of sampled ones. Those replays run on torch's kernels, not vLLM's (the manifest's
-`engine.replays` says so); the timed decodes and the calibration (passes.py) are vLLM's alone.
+The numerics floor and divergence classification of greedy records run on vLLM itself, after the timed decodes:
+`prompt_scores` asks the plain engine for its top-k prompt scores along the outputs (the worker's prompt_logprobs op,
+scores.py); the plain engine is loaded with logprobs_mode raw_logits, so those scores are its logits
+(measure/stats/own_logits.py classifies from them; the manifest's `engine.replays` says "vllm"). The torch copy of the
+target (`target.model`, loaded by specbench's own loader in the run's dtype) scores the NLL of sampled records and
+replays a greedy example only where vLLM cannot answer (the record says so); the timed decodes and the calibration
+(passes.py) are vLLM's alone.
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ from specbench.run_specs import DraftSpec
 
 KV_SPACE_GIB = float(os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"))  # per engine; 1 GiB holds SmolLM2's 8k context
 PLAIN = "plain"
-GPU_SHARE = 0.4  # of the GPU's memory per engine: the plain and one speculative engine fit side by side (untested)
+SCORES_TOP_K = 5  # prompt scores per position: at a near-tie both tokens of a divergence are among them
+GPU_SHARE = 0.3  # of the GPU's memory per engine: plain, --gamma auto's pilot at γ_max and the chosen γ fit (untested)
 
 
 def result_from(answer: dict) -> DecodeResult:
@@ -47,7 +51,10 @@ def result_from(answer: dict) -> DecodeResult:
     What vLLM does not report stays 0, and what derives from it is NaN (hf-assisted's convention): a speculative
     step of vLLM drafts, verifies and schedules in one, so its draft and verify seconds are not measured apart, and
     target_calls stays 0 there (with verify_s 0 and the steps counted, the verify cost would read as a free pass).
-    proposal_lengths stays empty: vLLM reports verify steps only, not the steps its ngram matcher found nothing."""
+    proposal_lengths: each verify step's drafted count in order, then a 0 for each step decoded without a proposal
+    (its ngram or suffix matcher found nothing), which vLLM does not report: every token after the first that no verify
+    step emitted came from one (an output cut at a stop token or the budget inside a verify step can hide a few). So
+    the law of tokens offered per step (the auto pilot's lookup law) is vLLM's; where the 0s fell is not known."""
     arrivals = answer["arrivals"]
     first, last = (arrivals[0][0], arrivals[-1][0]) if arrivals else (0.0, 0.0)
     tokens = answer["token_ids"]
@@ -60,6 +67,7 @@ def result_from(answer: dict) -> DecodeResult:
     accepted, drafted = per_step["accepted"], per_step["drafted"]
     result.accept_lengths = list(accepted)
     result.draft_lengths = list(drafted)
+    result.proposal_lengths = list(drafted) + [0] * max(0, len(tokens) - 1 - sum(n + 1 for n in accepted))
     result.accepted, result.drafted = sum(accepted), sum(drafted)
     result.trials = sum(min(n + 1, g) for n, g in zip(accepted, drafted, strict=True))
     return result
@@ -86,6 +94,7 @@ class VllmSession(Session):
     """The worker, its engines by key, and the target's tokenizer and torch copy."""
 
     engine_kind = ENGINE_NAME
+    drafts_inside = True  # vLLM drafts in its own loop: --gamma auto's pilot runs its speculative arm (engine_pilot.py)
 
     def __init__(self, load: LoadSpec, client: VllmClient | None = None):
         self.load = load
@@ -97,6 +106,7 @@ class VllmSession(Session):
             raise SpecbenchError(f"--engine {ENGINE_NAME} decodes decoder-only models; {load.target} is seq2seq")
         self.target_backend = ForwardBackend(self.target.model, "eager")  # the torch replays' (docstring)
         self.engines: dict[str, dict] = {}
+        self.run_key: str | None = None  # the current run's speculative engine (load_arms), recorded by engine_info
         self.engines[PLAIN] = self.load_engine(PLAIN, None)
         super().__init__()
 
@@ -107,7 +117,7 @@ class VllmSession(Session):
             what = "plain" if method is None else f"{method['name']} γ={method['num_speculative_tokens']}"
             what += f", planted fault {plant}" if plant else ""
             mode = "eager" if self.eager else "compiled: torch.compile, slower to start"
-            self.engines[key] = self.client.request(
+            settings = self.client.request(
                 "load_planted" if plant else "load",  # load_planted: load, then the fault (worker.PLANTS)
                 status=f"loading {self.load.target} into vLLM ({what}, {self.load.dtype}, {mode})",
                 key=key,
@@ -118,8 +128,19 @@ class VllmSession(Session):
                 gpu_memory_utilization=GPU_SHARE if self.client.gpu else None,
                 seed=0,
                 **({"plant": plant} if plant else {}),
+                logprobs_mode="raw_logits" if method is None else None,  # the plain one: prompt_scores get logits
             )
+            self.engines[key] = settings | self.memory_settings()
         return self.engines[key]
+
+    def memory_settings(self) -> dict:
+        """What an engine is given beside the worker's own report: its mode and its KV-cache space (CPU: the worker's
+        VLLM_CPU_KVCACHE_SPACE, in GiB, per engine; GPU: its share of the GPU's memory)."""
+        return {
+            "mode": "eager (enforce_eager)" if self.eager else "compiled (torch.compile)",
+            "kv_space_gib": None if self.client.gpu else self.client.env.get("VLLM_CPU_KVCACHE_SPACE"),
+            "gpu_memory_utilization": GPU_SHARE if self.client.gpu else None,
+        }
 
     @property
     def eager(self) -> bool:
@@ -135,6 +156,11 @@ class VllmSession(Session):
         key = json.dumps(method | ({"plant": plant} if plant else {}), sort_keys=True)
         self.load_engine(key, method, plant)
         return key
+
+    def load_arms(self, proposer, gamma: int | None) -> None:
+        """The run's speculative engine, loaded now, before the manifest is written: engine_info records its settings
+        (method, num_speculative_tokens, mode, KV space) as the run's `speculative` engine."""
+        self.run_key = self.speculative_key(proposer, gamma)
 
     def sampling_prompt(self, prompt_ids: list[int]) -> list[int]:
         """The prompt's end, cut to whole KV blocks plus one token (unchanged when shorter than a block and one): after
@@ -185,6 +211,14 @@ class VllmSession(Session):
             [result_from(r) for r in results], float(answer["wall_s"]), [float(r["submitted_s"]) for r in results]
         )
 
+    def prompt_scores(self, sequences: list[list[int]], positions: list[list[int]], k: int = SCORES_TOP_K) -> dict:
+        """The plain engine's top-k prompt scores at `positions` (indices ≥ 1) of each sequence, one request each:
+        {"mode": its logprobs_mode (raw_logits: the scores are logits), "rows": per sequence, per position {"token": the
+        sequence's token there, "top": [[id, score], ...] best first, that token included}} (scores.py)."""
+        return self.client.request(
+            "prompt_logprobs", key=PLAIN, sequences=[list(s) for s in sequences], positions=positions, k=int(k)
+        )
+
     def target_lm(self) -> VllmPasses:  # type: ignore[override]  # VllmPasses duck-types CachedModel's passes
         plain = self.engines[PLAIN]
         return VllmPasses(self.client, PLAIN, plain["block_size"], "eager" if self.eager else "compiled")
@@ -219,11 +253,13 @@ class VllmSession(Session):
             "omp_threads_bind": self.client.env.get("VLLM_CPU_OMP_THREADS_BIND", "auto"),
             "kv_space_gib": self.client.env.get("VLLM_CPU_KVCACHE_SPACE"),
             "model_folder": self.folder,
-            "engines": list(self.engines.values()),
+            "engines": list(self.engines.values()),  # every engine this session loaded so far (a sweep: all cells')
+            "speculative": self.engines.get(self.run_key) if self.run_key else None,  # this run's speculative arm
             "timing": "perf_counter around vLLM's LLMEngine.step() loop in the worker, one request at a time (a load "
             "run: its requests in one loop, each timed from its own submission)",
             "calibration": "prompt passes over k tokens after a prefix-cached context of whole blocks (passes.py)",
-            "replays": "numerics floor and NLL on a torch copy of the target in specbench's venv, not on vLLM",
+            "replays": "vllm",  # greedy floors and divergences: the plain engine's prompt scores (own_logits.py)
+            "nll_on": "a torch copy of the target in specbench's venv (sampled runs), not vLLM",
         }
 
     def close(self) -> None:

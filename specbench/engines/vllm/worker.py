@@ -4,12 +4,11 @@ vLLM pins its own torch and transformers, so it cannot live in specbench's venv 
 .venv-vllm). specbench starts this file as a script with .venv-vllm's python (client.py) and talks to it over the
 pipe: one JSON object a line on stdin, one answer a line on the protocol stream. This module imports nothing from
 specbench (it runs as a script, not as a package module) and vllm only inside functions (importlib: specbench's
-type check has no vLLM to see), so specbench's tests read
-its pure helpers (`speculative_config`, `spec_counts_from_metrics`, `accept_counts`, `arrival_offsets`) without vLLM
-installed.
+type check has no vLLM to see), so specbench's tests read its pure helpers (`speculative_config`,
+`spec_counts_from_metrics`, `accept_counts`, `arrival_offsets`) without vLLM installed.
 
 Requests (`op`), each answered with {"id", "ok": true, "result"} or {"id", "ok": false, "error": one line}:
-  load      key, model (folder), dtype, method (None or a dict: see speculative_config), enforce_eager,
+  load      key, model (folder), dtype, method (None or a dict: see speculative_config), enforce_eager, logprobs_mode,
             max_model_len, gpu_memory_utilization (GPU), seed → the engine's settings (the CPU KV space is
             VLLM_CPU_KVCACHE_SPACE, set when the worker starts). One engine per key is kept: a run holds a plain
             one and a speculative one and alternates them (A B B A) without reloading.
@@ -26,6 +25,7 @@ Requests (`op`), each answered with {"id", "ok": true, "result"} or {"id", "ok":
   pass      key, prompt_ids → the seconds of one prompt pass and one token (prefix-cached blocks reused), and how
             many prompt tokens the cache supplied: specbench's pass-cost calibration and noise probes on vLLM.
   load_planted  `load`'s fields and plant (PLANTS) → a speculative engine whose acceptance rule is biased on purpose.
+  prompt_logprobs  key, sequences, positions, k → vLLM's top-k prompt scores at those positions (scores.py).
   info      → vLLM's version, the CPU, the environment that shapes its speed.
   shutdown  → {} and exit.
 
@@ -52,6 +52,7 @@ HEAD_METHODS = ("eagle", "eagle3", "medusa")  # need a head folder (the `model` 
 # probability min(1, 1.5·p/q) (accept-boost), or always, even where p(x) = 0 (always-accept)
 PLANTS = {"accept-boost": 1 / 1.5, "always-accept": 0.0}
 INSECURE = "VLLM_ALLOW_INSECURE_SERIALIZATION"  # "1": collective_rpc may send a function (load_planted)
+HERE = os.path.dirname(os.path.abspath(__file__))  # this file's folder: scores.py, the prompt_logprobs op, is there
 
 
 def speculative_config(method: dict | None) -> dict | None:
@@ -233,10 +234,9 @@ class Worker:
             "disable_log_stats": False,  # get_metrics() needs the stats loggers' counters
             "skip_tokenizer_init": False,
         }
-        if request.get("max_model_len"):
-            kwargs["max_model_len"] = int(request["max_model_len"])
-        if request.get("gpu_memory_utilization"):  # a GPU holds two engines (plain, speculative): each its share
-            kwargs["gpu_memory_utilization"] = float(request["gpu_memory_utilization"])
+        # a GPU holds two engines (plain, speculative), each its share; raw_logits: prompt scores are logits
+        for name, kind in (("max_model_len", int), ("gpu_memory_utilization", float), ("logprobs_mode", str)):
+            kwargs.update({name: kind(request[name])} if request.get(name) else {})
         spec = speculative_config(request.get("method"))
         if spec is not None:
             kwargs["speculative_config"] = spec
@@ -411,6 +411,7 @@ def serve(stream_in, stream_out) -> None:
         "generate": worker.generate,
         "generate_batch": worker.generate_batch,
         "pass": worker.timed_pass,
+        "prompt_logprobs": lambda r: importlib.import_module("runpy").run_path(f"{HERE}/scores.py")["run"](worker, r),
     }
     for line in stream_in:
         if not line.strip():
@@ -436,8 +437,7 @@ def serve(stream_in, stream_out) -> None:
 
 
 def main() -> None:
-    here = os.path.dirname(os.path.abspath(__file__))
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]  # our engine.py etc. shadow nothing
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != HERE]  # our engine.py etc. shadow nothing
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     protocol = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
     os.dup2(2, 1)  # vLLM's logs and any print go to stderr, never into the protocol

@@ -72,6 +72,7 @@ class AutoChoice:
     check: dict | None = None  # its "cost-model check (known acceptance)" on the timed examples (kind check, replay_s)
     runner_up: dict | None = None  # the best other (draft, dtype), its held-out prediction and "check" (--auto-control)
     predicts_slower: bool | None = None  # its predicted (held-out) speedup is below 1× (slower_warning)
+    tree: dict | None = None  # a tree draft's depth and node budget chosen together (tree_gamma.py), else None
 
     def c(self, dtype: str | None = None, draft: str | None = None) -> float:
         dtype, draft = dtype or self.dtype, draft or self.draft
@@ -103,6 +104,7 @@ class AutoChoice:
             "check": self.check,
             "runner_up": self.runner_up,
             "predicts_slower": self.predicts_slower,
+            "tree": self.tree,
         }
 
     @staticmethod
@@ -136,6 +138,7 @@ class AutoChoice:
             check=d.get("check"),
             runner_up=d.get("runner_up"),
             predicts_slower=d.get("predicts_slower"),
+            tree=d.get("tree"),
         )
 
 

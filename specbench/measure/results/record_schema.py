@@ -181,7 +181,11 @@ class Manifest:
     )
     models: dict | None = documented("`target`: `spec`, `params`, `dtype`, `vocab_size`, `device`; `draft`: `spec`")
     engine: dict | None = documented(
-        "only with `--engine llama-cpp`: `engine` (its name), `engine_version`, `threads` and the GGUF as loaded"
+        "`--engine llama-cpp`: `engine` (its name), `engine_version`, `threads` and the GGUF as loaded; "
+        "`--engine vllm`: `name`, `version`, `mode`, `compute_threads`, `kv_space_gib`, `engines` (the settings of "
+        "every engine the session loaded) and `speculative` (this run's speculative engine, loaded before the "
+        "manifest: `speculative_config` with `method` and `num_speculative_tokens`, `enforce_eager`, `mode`, "
+        "`kv_space_gib` or `gpu_memory_utilization`, `load_s`)"
     )
     calibration: dict | None = documented(
         "the target's pass-cost curve measured before the run (measure/auto/calibration.py): `dtype`, `device`, "

@@ -13,11 +13,14 @@ from specbench.measure.auto.calibration import session_batch_curve
 
 
 def calibration_k_max(config: RunConfig) -> int:
-    """Pass sizes to calibrate: up to gamma_max + 1 (the curve the report plots and auto/adaptive need);
+    """Pass sizes to calibrate: up to gamma_max + 1 (the curve the report plots and auto/adaptive need), or a tree
+    draft's 1 + node budget (under --gamma auto the largest the tree choice prices);
     under the compiled backend with a fixed γ only the γ + 1 shapes that are compiled anyway."""
     if config.load.backend == "compiled" and config.gamma.fixed is not None:
         return config.gamma.fixed + 1
-    return max(config.draft_gamma, config.gamma_max) + 1
+    from specbench.measure.auto import tree_gamma
+
+    return max(config.draft_gamma, config.gamma_max, tree_gamma.pass_nodes(config)) + 1  # a tree: 1 + its nodes
 
 
 def prime_for_calibration(session: Session, proposer: Proposer, capacity: int, k_max: int) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import re
 import time
@@ -194,17 +195,33 @@ def decode_pilot(
     max_new_tokens: int,
 ) -> PilotResult:
     proposer = session.proposer(draft, corpus)
-    t = session.target
+    if session.drafts_inside:  # the engine drafts in its own loop (vLLM): its speculative arm is the pilot
+        from specbench.measure.auto import engine_pilot
+
+        return engine_pilot.decode_pilot(session, config, draft, proposer, pilot, max_new_tokens, PILOT_MIN_STEPS)
     results: list = []
     lookups: list[int] | None = None if lookup_history(proposer) is None else []  # [] for a lookup-then-model draft
+    for _, res in pilot_decodes(session, config, proposer, pilot, max_new_tokens, config.gamma_max):
+        results.append(res)
+        if lookups is not None:
+            lookups.extend(lookup_history(proposer) or [])
+    return pilot_from_results(
+        draft.text, results, lookups, draft.model_free, [p.example.id for p in pilot[: len(results)]]
+    )
+
+
+def pilot_decodes(session: Session, config: RunConfig, proposer, pilot: list[Prepared], max_new_tokens: int, gamma):
+    """The pilot's decodes at γ = `gamma` until PILOT_MIN_STEPS verified steps: (item, DecodeResult) per example."""
+    t = session.target
+    steps = 0
     for item in pilot:
-        if sum(len(r.accept_lengths) for r in results) >= PILOT_MIN_STEPS:
+        if steps >= PILOT_MIN_STEPS:
             break
         res = decode_speculative(
             session.target_lm(),
             proposer,
             item.prompt_ids,
-            gamma=config.gamma_max,
+            gamma=gamma,
             max_new_tokens=max_new_tokens,
             sampling=config.sampling,
             generator=make_generator(t.device, example_seed(config.seed, item.example.id)),
@@ -212,12 +229,8 @@ def decode_pilot(
             decoder_start_id=t.decoder_start_id,
             min_confidence=config.draft_confidence,
         )
-        results.append(res)
-        if lookups is not None:
-            lookups.extend(lookup_history(proposer) or [])
-    return pilot_from_results(
-        draft.text, results, lookups, draft.model_free, [p.example.id for p in pilot[: len(results)]]
-    )
+        steps += len(res.accept_lengths)
+        yield item, res
 
 
 def available_drafts(target_spec: str) -> list[DraftSpec]:
@@ -286,6 +299,16 @@ def choose_on_this_machine(
         on_status(f"pilot: {draft} on {len(pilot_prepared)} untimed examples")
         return run_pilot(first, config, draft, pilot_prepared, corpus, max_new)
 
+    from specbench.measure.auto import tree_gamma
+
+    if tree_gamma.applies(config):  # a tree's depth and node budget, priced together on one pilot
+        decode = functools.partial(pilot_decodes, first, config)
+        tree_pilot = tree_gamma.tree_pilot(first, pilot_prepared, corpus, max_new, decode, on_status)
+        bf16 = bf16_note if config.load.dtype == AUTO else None
+        choice = tree_gamma.choose_tree(
+            config, dtypes=dtypes, calibrate_dtype=calibrate_dtype, pilot=tree_pilot, bf16_note=bf16
+        )
+        return choice, sessions[choice.dtype]
     from specbench.measure.auto import (
         auto_pilot,  # T = 0: calibrate on real loop steps, replay-pilot, predict (issue 31)
     )
@@ -316,6 +339,10 @@ def choose_on_this_machine(
         pilot=pilot_draft,
         bf16_note=bf16_note if config.load.dtype == AUTO else None,
     )
+    if sessions[choice.dtype].drafts_inside:  # its pilot ran on the engine's own loop: say so
+        from specbench.measure.auto import engine_pilot
+
+        engine_pilot.describe(choice, config, [e.id for e in examples])
     return choice, sessions[choice.dtype]
 
 
@@ -409,6 +436,7 @@ def _prepare_run(config, results_dir, run_id, session, on_status, lock: contextl
         },
         "draft": {"spec": run_config.draft.text},
     }
+    session.load_arms(proposer, run_config.gamma.fixed)  # vLLM: its speculative engine, so engine_info records it
     engine_info = session.engine_info()  # llama-cpp: name, version, threads, the GGUF as loaded
     if engine_info:
         manifest["engine"] = engine_info

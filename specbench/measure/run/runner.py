@@ -43,6 +43,7 @@ from specbench.measure.run.planning import RunPlan, prepare_run
 from specbench.measure.stats.metric_units import first_divergence
 from specbench.measure.stats.nll import example_nll
 from specbench.measure.stats.numerics import explain_bit_exact, explain_example
+from specbench.measure.stats.own_logits import explain_greedy
 
 
 @dataclass
@@ -125,8 +126,9 @@ def _measure_locked(plan: RunPlan, on_start, on_example) -> RunOutcome:
                 numerics = explain_bit_exact(
                     target.model, t_prompt, t_base, t_spec, t_div, target.decoder_start_id, plan.session.target_backend
                 )
-            else:
-                numerics = explain_example(
+            else:  # on the engine's own logits where it scores prompts (vLLM), else (or failing that) a torch replay
+                torch_replay = functools.partial(
+                    explain_example,
                     target.model,
                     t_prompt,
                     t_base,
@@ -137,6 +139,9 @@ def _measure_locked(plan: RunPlan, on_start, on_example) -> RunOutcome:
                     plan.session.target_backend,
                     engines.pad_to,
                 )
+                scorer = plan.session.prompt_scores
+                dtype = getattr(torch, plan.session.load.dtype, torch.float32)
+                numerics = explain_greedy(scorer, torch_replay, t_prompt, t_base, t_spec, t_div, dtype)
         record = ExampleRecord(
             SCHEMA_VERSION,
             item.example.id,

@@ -9,7 +9,9 @@ run kept only baseline tokens, so each row depends on nothing else) must pick th
 flips under the pass shape), and the margin gate (margin_gate.gated_kind) must admit the gap between the baseline's
 logits for the two tokens. `explain_forced` gives the replay's verdicts, `past_divergence_counts` the gated counts
 of one example: positions compared, divergences, explained, unexplained. Used by `specbench verify`'s greedy
-identity (evidence/greedy_identity.past_divergence) and bench/planted_bug.py; runs after any timed decode.
+identity (evidence/greedy_identity.past_divergence) and bench/planted_bug.py; runs after any timed decode. Under
+--bit-exact (every pass one-token steps: no pass shape to explain) `explain_forced_bit_exact` calls every divergence
+unexplained, as numerics.explain_bit_exact does a first one.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from specbench.measure.stats.margin_gate import gated_kind
 from specbench.measure.stats.numerics import (
     Divergence,
     Prefilled,
+    explain_bit_exact,
     logit_gap,
     prefill,
     replay,
@@ -100,3 +103,23 @@ def past_divergence_counts(forced: dict, margins: tuple[float, float] | None, li
         "explained": explained,
         "unexplained": len(forced["divergences"]) - explained,
     }
+
+
+def explain_forced_bit_exact(
+    model: torch.nn.Module,
+    prompt_ids: list[int],
+    reference: list[int],
+    forced: dict,
+    decoder_start_id: int | None = None,
+    backend=None,
+) -> dict:
+    """explain_forced for a forced run under --bit-exact (decoding/forced.py with `stepwise`): every row the verifier
+    read came from the baseline's own one-token step, so nothing is left to replay or gate and every divergence is
+    unexplained, each with the baseline's margin and gap there (numerics.explain_bit_exact, one position at a time).
+    → {"positions", "divergences": [Divergence dicts]}, for past_divergence_counts as explain_forced's."""
+    verified = {"token_ids": forced["verified"]}
+    found = [
+        explain_bit_exact(model, prompt_ids, {"token_ids": reference}, verified, d, decoder_start_id, backend)
+        for d in forced.get("divergences") or []
+    ]
+    return {"positions": len(reference), "divergences": [f["divergence"] for f in found]}

@@ -1,0 +1,281 @@
+"""`--gamma auto` for a token-tree draft (tree-lookup): the depth bound γ and the node budget chosen together.
+
+A chain's step feeds γ + 1 tokens and the chain policy prices γ by t(γ+1)/t(1) and the pilot's acceptance per
+position (choose.py). A tree's step feeds 1 + nodes tokens and emits 1 + (accepted depth) tokens, so its price has
+two knobs: the depth bound (a step emits at most depth + 1 tokens) and the node budget (every node is fed to the
+target, accepted or not). This module prices each (depth, nodes) of a small grid (depth 1..8, nodes in {depth, 7,
+11, 15} with nodes ≥ depth and 1 + nodes within the calibrated pass sizes) from one pilot at the grid's largest
+candidate and the calibrated t(k)/t(1), and chooses the most tokens per unit time.
+
+The approximation (`kept`): the pilot ran the draft at the deepest depth and the largest budget; for every pilot
+step its trie is rebuilt (tree-lookup's proposal is a pure function of the context: `pilot_steps`) and the path the
+target accepted located in it. A smaller candidate is priced on the same steps as the nodes it would have kept: the
+pilot trie's nodes of depth ≤ the candidate's depth, in the trie's order, the first max(nodes, depth) of them
+(build_trie fills the budget in that order, so at the pilot's depth this is exactly the smaller budget's trie); the
+step's pass feeds those nodes + 1, and its accepted length is the pilot path's leading nodes that were kept. For a
+fixed context this is exact at the pilot's depth, at T = 0 and T > 0 alike: a kept path node's earlier siblings are
+kept too (lower index), so it is judged as in the pilot. Where it is biased: (1) at a smaller depth tree-lookup cuts
+its continuations first and then removes duplicates, so continuations that differ only past the depth merge and
+later matches (beyond `branches`, or beyond the pilot's budget) would enter the real trie; the pilot's trie lacks
+them, so a shallow candidate's acceptance and node count are both underestimated (shallow trees look a little
+worse and a little cheaper than they are); (2) steps are taken where the pilot's steps started: a candidate that
+accepts less would start its next step elsewhere, and that trajectory is not replayed (as in the chain policy's
+count-based pilot). The figure is the cost model's on the pilot's own acceptance, not a measured speed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from specbench.config import RunConfig
+from specbench.decoding.drafts.tree_lookup import DEFAULT_NODES, build_trie, match_continuations
+from specbench.errors import SpecbenchError
+from specbench.measure.auto.calibration import Calibration
+from specbench.measure.auto.choose import (
+    AutoChoice,
+    Candidate,
+    PilotResult,
+    _dtype_sentence,
+    candidate_label,
+    chosen_gamma,
+    pilot_from_results,
+    requested_auto,
+    slower_warning,
+)
+from specbench.measure.stats.metrics import depth_counts
+from specbench.run_specs import DraftSpec, parse_draft
+
+MAX_DEPTH = 8  # the grid's depths: 1..8 (and ≤ --gamma-max)
+NODE_BUDGETS = (7, 11, 15)  # the grid's node budgets, besides nodes = depth (a chain's pass size)
+MAX_NODES = max(NODE_BUDGETS)  # the pilot's budget; passes over 1 + MAX_NODES tokens are calibrated for it
+
+
+@dataclass(frozen=True)
+class TreeStep:
+    """One pilot step: its trie's shape and the path the target accepted (an empty trie: a plain step)."""
+
+    node_depths: tuple[int, ...]  # depth of node i (1 = a child of cur), nodes in the trie's order
+    path: tuple[int, ...] = ()  # the accepted path's node indices, root first
+
+
+@dataclass(frozen=True)
+class TreePrice:
+    """One (depth, nodes) candidate priced on the pilot's steps."""
+
+    depth: int  # the depth bound (γ)
+    nodes: int  # the node budget
+    speedup: float  # predicted: Σ tokens ÷ Σ pass costs over the pilot's steps, plain decoding = 1 token per t(1)
+    tokens_per_step: float  # predicted mean tokens a step emits (1 + accepted depth)
+
+
+def applies(config: RunConfig) -> bool:
+    """Whether this run's `--gamma auto` chooses a tree's depth and node budget (tree-lookup, its γ chosen)."""
+    return config.gamma.policy == "auto" and config.draft.kind == "tree-lookup"
+
+
+def pass_nodes(config: RunConfig) -> int:
+    """The most nodes a tree-lookup run's pass feeds (its node budget; MAX_NODES when --gamma auto chooses it); 0 for
+    other drafts."""
+    if applies(config):
+        return MAX_NODES
+    return int(dict(config.draft.options).get("nodes", DEFAULT_NODES)) if config.draft.kind == "tree-lookup" else 0
+
+
+def grid(max_depth: int, k_max: int) -> list[tuple[int, int]]:
+    """The (depth, nodes) candidates: depth 1..min(MAX_DEPTH, max_depth), nodes in {depth} ∪ NODE_BUDGETS with
+    nodes ≥ depth and a pass over 1 + nodes tokens calibrated (≤ k_max)."""
+    out = []
+    for depth in range(1, min(MAX_DEPTH, max_depth) + 1):
+        for nodes in sorted({depth, *NODE_BUDGETS}):
+            if nodes >= depth and nodes + 1 <= k_max:
+                out.append((depth, nodes))
+    return out
+
+
+def kept(step: TreeStep, depth: int, nodes: int) -> tuple[int, int]:
+    """(nodes fed, drafted tokens accepted) of a pilot step under a smaller (depth, nodes) (pure): the pilot trie's
+    nodes of depth ≤ `depth`, the first max(nodes, depth) of them in the trie's order; the accepted path's leading
+    nodes among them (see the module docstring for where this is biased)."""
+    shallow = [i for i, d in enumerate(step.node_depths) if d <= depth][: max(nodes, depth)]
+    keep = set(shallow)
+    accepted = 0
+    for node in step.path:
+        if node not in keep:
+            break
+        accepted += 1
+    return len(shallow), accepted
+
+
+def price(steps: Sequence[TreeStep], depth: int, nodes: int, pass_cost: Mapping[int, float]) -> TreePrice:
+    """Predicted speedup of (depth, nodes) on the pilot's steps (pure): Σ (1 + accepted) ÷ Σ t(1 + fed)/t(1), the
+    chain policy's tokens ÷ cost (theory.pass_cost_curve_speedup) with a tree's pass size; a model-free draft (no
+    draft cost)."""
+    tokens = cost = 0.0
+    for step in steps:
+        fed, accepted = kept(step, depth, nodes)
+        if fed + 1 not in pass_cost:
+            raise SpecbenchError(f"no measured cost for a pass over {fed + 1} tokens; calibrate up to {fed + 1}")
+        tokens += 1 + accepted
+        cost += pass_cost[fed + 1] / pass_cost[1]
+    if not steps:
+        return TreePrice(depth, nodes, float("nan"), float("nan"))
+    return TreePrice(depth, nodes, tokens / cost, tokens / len(steps))
+
+
+def rank_trees(steps: Sequence[TreeStep], pass_cost: Mapping[int, float], max_depth: int) -> list[TreePrice]:
+    """Every grid candidate the curve covers, priced, best first (ties: the smaller depth, then fewer nodes)."""
+    prices = [price(steps, d, n, pass_cost) for d, n in grid(max_depth, max(pass_cost))]
+    prices = [p for p in prices if p.speedup == p.speedup]
+    if not prices:
+        raise SpecbenchError("no tree candidate could be priced: the pilot made no steps or the calibration is empty")
+    return sorted(prices, key=lambda p: (-p.speedup, p.depth, p.nodes))
+
+
+def per_depth_acceptance(steps: Sequence[TreeStep]) -> list[float]:
+    """The pilot's acceptance at depth d given d − 1 accepted (steps accepting ≥ d ÷ steps that reached depth d with
+    d − 1 accepted), d = 1 .. the deepest trie: the records' per-depth counts (metrics.depth_counts)."""
+    pairs = [(len(s.path), max(s.node_depths)) for s in steps if s.node_depths]
+    _, accepted = depth_counts(pairs)
+    tried = [sum(1 for n, h in pairs if h > d and n >= d) for d in range(len(accepted))]  # depth d + 1 reached
+    return [a / t if t else float("nan") for a, t in zip(accepted, tried)]
+
+
+def pilot_steps(prompt_ids: list[int], result, max_new: int, gamma: int, draft) -> list[TreeStep]:
+    """A tree-lookup pilot decode (a DecodeResult at γ = `gamma`) → its steps with their tries rebuilt from the
+    context (the draft's own match_continuations and build_trie) and the accepted path located by the emitted
+    tokens. Plain passes (no proposal, or the budget's last token) are steps with an empty trie."""
+    out, steps, pos, k = list(result.token_ids), [], 1, 0
+    for size in result.pass_lengths:
+        if size == 1:
+            steps.append(TreeStep(()))
+            pos += 1
+            continue
+        n, fed = result.accept_lengths[k], result.draft_lengths[k]
+        k += 1
+        g = min(gamma, max_new - pos - 1)  # decode_speculative's γ' at this step
+        found = match_continuations(prompt_ids + out[:pos], g, draft.max_ngram, draft.min_ngram, draft.branches)
+        ids, parents = build_trie(found, max(draft.nodes, g))
+        if len(ids) != fed:
+            raise SpecbenchError(f"the tree pilot rebuilt {len(ids)} nodes where the step fed {fed}: a bug")
+        depths: list[int] = []
+        for parent in parents:
+            depths.append(1 + (depths[parent] if parent >= 0 else 0))
+        path, node = [], -1
+        for i in range(min(n, len(out) - pos)):
+            node = next(c for c, (t, p) in enumerate(zip(ids, parents)) if p == node and t == out[pos + i])
+            path.append(node)
+        steps.append(TreeStep(tuple(depths), tuple(path)))
+        pos += n + 1
+    return steps
+
+
+def with_nodes(spec: DraftSpec, nodes: int) -> DraftSpec:
+    """The tree-lookup spec with its node budget set (its other options kept, in order)."""
+    options = dict(spec.options) | {"nodes": nodes}
+    return parse_draft("tree-lookup:" + ",".join(f"{k}={v}" for k, v in options.items()))
+
+
+def tree_table(prices: list[TreePrice], chosen: TreePrice, pass_cost: Mapping[int, float]) -> str:
+    """The candidates' predicted speedups as a depth × node-budget table (the chosen cell marked *), and the verify
+    pass's price t(1 + nodes)/t(1) of each budget row."""
+    depths = sorted({p.depth for p in prices})
+    by = {(p.depth, p.nodes): p for p in prices}
+    rows = [("    γ (depth)", [f"{d}{'*' if d == chosen.depth else ''}" for d in depths])]
+    rows.append(("    nodes = γ", [_cell(by.get((d, d)), chosen) for d in depths]))
+    for n in NODE_BUDGETS:
+        if any(p.nodes == n for p in prices):
+            name = f"    nodes {n} (t({n + 1})/t(1) {pass_cost[n + 1] / pass_cost[1]:.2f})"
+            rows.append((name, [_cell(by.get((d, n)) if d != n else None, chosen) for d in depths]))
+    width = max(7, *(len(v) + 1 for _, vs in rows for v in vs))
+    label = max(len(r[0]) for r in rows)
+    return "\n".join(r[0].ljust(label) + "".join(v.rjust(width) for v in r[1]) for r in rows)
+
+
+def _cell(p: TreePrice | None, chosen: TreePrice) -> str:
+    if p is None:
+        return "—"
+    return f"{p.speedup:.2f}×" + ("*" if (p.depth, p.nodes) == (chosen.depth, chosen.nodes) else "")
+
+
+TreePilot = Callable[[DraftSpec, int], tuple[list[TreeStep], PilotResult]]  # (spec, γ) → steps, the pilot's counts
+
+
+def tree_pilot(session, pilot: list, corpus: list[list[int]], max_new: int, decodes, on_status) -> TreePilot:
+    """The pilot choose_tree runs: the run's pilot decodes (planning.pilot_decodes, bound to the session and config as
+    `decodes(proposer, items, max_new, γ)`) of the draft at the grid's largest candidate, their steps rebuilt."""
+
+    def run(draft: DraftSpec, gamma: int) -> tuple[list[TreeStep], PilotResult]:
+        on_status(f"pilot: {draft} at γ {gamma} on {len(pilot)} untimed examples")
+        proposer = session.proposer(draft, corpus)
+        done = list(decodes(proposer, pilot, max_new, gamma))
+        steps = [s for item, r in done for s in pilot_steps(item.prompt_ids, r, max_new, gamma, proposer)]
+        ids = [item.example.id for item, _ in done]
+        return steps, pilot_from_results(draft.text, [r for _, r in done], None, True, ids)
+
+    return run
+
+
+def choose_tree(
+    config: RunConfig,
+    *,
+    dtypes: list[str],
+    calibrate_dtype: Callable[[str, list[DraftSpec]], tuple[Calibration, dict[str, float]]],
+    pilot: TreePilot,
+    bf16_note: str | None = None,
+) -> AutoChoice:
+    """Calibrate each dtype, pilot the tree draft once at the grid's largest candidate, price every (dtype, depth,
+    nodes), choose the fewest predicted ms per token; the reasons say both numbers and that the figure is the cost
+    model's on the pilot."""
+    calibrations = {dtype: calibrate_dtype(dtype, [config.draft])[0] for dtype in dtypes}
+    k_max = min(max(c.target_ms) for c in calibrations.values())
+    max_depth = min(MAX_DEPTH, config.gamma_max)
+    budget = max(n for _, n in grid(max_depth, k_max))
+    spec = with_nodes(config.draft, budget)
+    steps, pilot_result = pilot(spec, max_depth)
+    ranked: list[tuple[Candidate, TreePrice]] = []
+    for dtype, cal in calibrations.items():
+        for p in rank_trees(steps, cal.pass_cost(), max_depth):
+            text = with_nodes(config.draft, p.nodes).text
+            ms = cal.target_ms[1] / p.speedup
+            ranked.append((Candidate(text, dtype, p.depth, p.speedup, ms), p))
+    ranked.sort(key=lambda r: (r[0].ms_per_token, r[1].depth, r[1].nodes))
+    best, best_price = ranked[0]
+    cal = calibrations[best.dtype]
+    same = [p for c, p in ranked if c.dtype == best.dtype]
+    acceptance = per_depth_acceptance(steps)
+    reasons = [_dtype_sentence(best, [c for c, _ in ranked], bf16_note)] if len(dtypes) > 1 else []
+    reasons.append(
+        f"γ {best.gamma}, nodes {best_price.nodes} (the fewest predicted ms per token for tree-lookup in {best.dtype}: "
+        f"{best.speedup:.2f}×, {best_price.tokens_per_step:.2f} tokens per step, chosen on the pilot's acceptance; "
+        f"a cost-model figure, not a measured speed):\n" + tree_table(same, best_price, cal.pass_cost())
+    )
+    reasons.append(
+        f"pilot: {spec.text} at γ {max_depth} on {len(pilot_result.examples)} untimed examples (none of the timed "
+        f"ones), {sum(1 for s in steps if s.node_depths)} tree steps, acceptance per depth "
+        f"{' '.join(f'{a:.2f}' if a == a else '—' for a in acceptance) or 'none'}; smaller candidates priced by the "
+        f"nodes each would have kept of the pilot's tries (biased low for shallow ones: measure/auto/tree_gamma.py)"
+    )
+    warning = slower_warning(candidate_label(best), best.speedup)
+    return AutoChoice(
+        requested=requested_auto(config),
+        dtype=best.dtype,
+        draft=best.draft,
+        gamma=chosen_gamma(config, best.gamma),
+        policy_gamma=best.gamma,
+        reasons=reasons + ([warning] if warning else []),
+        calibrations=calibrations,
+        draft_ms={dtype: {} for dtype in dtypes},
+        pilots={spec.text: dataclasses.replace(pilot_result, draft=spec.text)},
+        candidates=[c for c, _ in ranked],
+        predicts_slower=best.speedup < 1.0,
+        tree={
+            "depth": best.gamma,
+            "nodes": best_price.nodes,
+            "pilot_depth": max_depth,
+            "pilot_nodes": budget,
+            "acceptance_per_depth": [a if a == a else None for a in acceptance],
+            "tokens_per_step": best_price.tokens_per_step,
+        },
+    )

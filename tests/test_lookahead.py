@@ -1,0 +1,359 @@
+"""Lookahead decoding as a draft (`--draft lookahead`, decoding/drafts/lookahead.py): the pool's update rule (context
+n-grams, the verify pass's guesses, most recent first, bounded), the trie it proposes, greedy identity on a tiny
+random Llama through a second branch (with a broken compaction as the control that must fail), the spec's one-line
+usage errors, and `verify`'s step law (sampled with power, and exact) on it, with the broken rules it must catch."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from conftest import VOCAB, sharpen, tiny_llama
+from typer.testing import CliRunner
+
+import specbench.decoding.speculative as speculative
+from specbench.cli import app
+from specbench.config import RunConfig, SamplingConfig
+from specbench.decoding.autoregressive import decode_autoregressive
+from specbench.decoding.base import ObservesPasses
+from specbench.decoding.cached_model import CachedModel
+from specbench.decoding.drafts.lookahead import (
+    DEFAULT_WINDOW,
+    LookaheadDraft,
+    NgramPool,
+    context_ngrams,
+    pass_ngrams,
+)
+from specbench.decoding.drafts.tree_lookup import DEFAULT_NODES, is_chain
+from specbench.decoding.sampling import processed_probs
+from specbench.decoding.speculative import decode_speculative
+from specbench.decoding.tree import TokenTree
+from specbench.engines import check_config
+from specbench.errors import SpecbenchError
+from specbench.evidence.controls import CONTROLS
+from specbench.evidence.exact_laws import memo
+from specbench.evidence.pair_step import EXACT_TOL, exact_pair_step_check, pair_step_checks
+from specbench.run_specs import parse_draft
+
+CPU = torch.device("cpu")
+GREEDY = SamplingConfig()
+
+
+# --- the pool's update rule
+
+
+def test_context_ngrams_are_every_n_gram_oldest_first_from_start():
+    tokens = [1, 2, 3, 4, 2, 5]
+    assert context_ngrams(tokens, 3) == [(1, (2, 3)), (2, (3, 4)), (3, (4, 2)), (4, (2, 5))]
+    assert context_ngrams(tokens, 3, start=4) == [(3, (4, 2)), (4, (2, 5))]  # only those ending at index >= 4
+    assert context_ngrams(tokens, 2, start=5) == [(2, (5,))]
+    assert context_ngrams([1, 2], 3) == []
+
+
+def test_the_pool_keeps_the_most_recent_first_bounded_and_moves_a_repeat_to_the_front():
+    pool = NgramPool(2)
+    pool.add([(2, (3, 4)), (2, (5, 6))])
+    assert pool.table[2] == [(5, 6), (3, 4)]
+    pool.add([(2, (3, 4))])  # seen again: to the front, not twice
+    assert pool.table[2] == [(3, 4), (5, 6)]
+    pool.add([(2, (7, 8))])  # a third: the oldest leaves (at most `size` per key)
+    assert pool.table[2] == [(7, 8), (3, 4)]
+    assert pool.candidates(2, 5) == [[7, 8], [3, 4]] and pool.candidates(2, 1) == [[7], [3]]
+    pool.add([(2, (7, 9))])
+    assert pool.candidates(2, 1) == [[7]]  # distinct after the cut to γ
+    assert pool.candidates(9, 3) == []
+
+
+def test_a_pass_gives_the_n_gram_ending_in_each_choice_cut_after_the_last_refuted_node():
+    tail = [10, 11, 12]  # cur = 12
+    ids, parents = [20, 21, 30], [-1, 0, -1]  # 20 → 21, and 30: two branches
+    agreed = [20, 21, 42, 43]  # after cur the target says 20, after 20 it says 21: only 30 is refuted
+    got = pass_ngrams(tail, ids, parents, agreed, n=3, window=8)
+    assert got == [(11, (12, 20)), (12, (20, 21)), (20, (21, 42)), (30, (43,))]  # 30 refuted: a key, alone
+    assert pass_ngrams(tail, ids, parents, agreed, n=3, window=2) == got[:2]  # the first W positions only
+    assert pass_ngrams(tail, ids, parents, agreed, n=4, window=8)[2] == (12, (20, 21, 42))
+    refuted = [40, 41, 42, 43]  # every node refuted: each is the key of the target's choice after it
+    assert pass_ngrams(tail, ids, parents, refuted, n=3, window=8) == [
+        (11, (12, 40)),
+        (20, (41,)),
+        (21, (42,)),
+        (30, (43,)),
+    ]
+    # a chain: 20 refuted (the target said 40), 41 what the target said after it → the trajectory 20 41 50
+    assert pass_ngrams(tail, [20, 41], None, [40, 41, 50], n=3, window=8) == [
+        (11, (12, 40)),
+        (20, (41,)),
+        (20, (41, 50)),
+    ]
+    assert pass_ngrams([12], [], None, [40], n=3, window=8) == [(12, (40,))]  # a context shorter than N: what there is
+
+
+# --- the proposal
+
+
+def test_the_newest_tokens_candidates_become_one_trie_most_recent_first():
+    draft = LookaheadDraft(VOCAB, CPU, ngram=3, branches=3, window=0)
+    tokens = [5, 1, 2, 9, 5, 3, 4, 8, 5]  # key 5: (1, 2) then, more recent, (3, 4)
+    prop = draft.propose(tokens, 4, GREEDY, None)
+    assert prop.tokens.tolist() == [3, 4, 1, 2] and prop.parents == [-1, 0, -1, 2] and prop.q_probs is None
+    short = LookaheadDraft(VOCAB, CPU, ngram=3).propose(tokens, 1, GREEDY, None)  # depth ≤ γ = 1
+    assert short.tokens.tolist() == [3, 1] and short.parents == [-1, -1]
+    one = LookaheadDraft(VOCAB, CPU, ngram=3).propose([5, 1, 2, 9, 5], 4, SamplingConfig(1.0), None)
+    assert one.parents is None and one.tokens.tolist() == [1, 2]  # one candidate: a chain, one-hot q at T > 0
+    assert one.q_probs is not None and one.q_probs.sum(-1).tolist() == [1.0, 1.0]
+    assert LookaheadDraft(VOCAB, CPU).propose([1, 2, 3], 4, GREEDY, None).tokens.numel() == 0  # no key: nothing
+    assert isinstance(draft, ObservesPasses) and not draft.is_model
+
+
+def test_proposals_bound_depth_and_nodes_and_their_siblings_are_distinct():
+    rng = random.Random(0)
+    trees = 0
+    for _ in range(300):
+        draft = LookaheadDraft(VOCAB, CPU, branches=rng.randrange(1, 6), ngram=rng.randrange(2, 6))
+        tokens = [rng.randrange(6) for _ in range(rng.randrange(2, 40))]
+        gamma = rng.randrange(1, 7)
+        prop = draft.propose(tokens, gamma, GREEDY, None)
+        n = prop.tokens.shape[0]
+        assert n <= max(DEFAULT_NODES, gamma)
+        if prop.parents is None:
+            assert n <= gamma
+            continue
+        trees += 1
+        tree, ids = TokenTree(prop.parents), prop.tokens.tolist()
+        assert tree.depth <= gamma and not is_chain(prop.parents) and tree.size <= draft.branches * gamma
+        for node in range(-1, n):
+            kids = [ids[c] for c in tree.children(node)]
+            assert len(kids) == len(set(kids))
+    assert trees > 100
+
+
+def test_an_observed_pass_feeds_its_guesses_and_another_branch_starts_afresh():
+    tokens = [5, 1, 2, 9, 5, 3, 4, 8, 5]
+    drafts = {w: LookaheadDraft(VOCAB, CPU, ngram=3, window=w) for w in (DEFAULT_WINDOW, 0)}
+    for draft in drafts.values():
+        prop = draft.propose(tokens, 4, GREEDY, None)  # nodes 3 4 | 1 2
+        draft.observe_pass(torch.tensor([1, 6, 7, 2, 0]))  # the target: 1 after cur (3 refuted), 6 after 3, 7 after 3 4
+        assert prop.tokens.tolist() == [3, 4, 1, 2]
+        draft.propose(tokens + [1, 2, 0], 4, GREEDY, None)  # the loop emitted path 1 2, then 0
+    with_guesses, without = drafts[DEFAULT_WINDOW], drafts[0]
+    assert with_guesses.guesses == 5 and without.guesses == 0
+    assert (6,) in with_guesses.pool.table[3] and (7,) in with_guesses.pool.table[4]  # keyed by the refuted 3 and 4
+    assert (6,) not in without.pool.table[3] and (7,) not in without.pool.table[4]
+    assert with_guesses.pool.table[5][0] == (1, 2)  # the context's own n-grams rank above the guesses
+    with_guesses.propose([7, 3, 4, 8, 3], 4, GREEDY, None)  # not an extension: the pool is rebuilt from this context
+    assert with_guesses.pool.table[3] == [(4, 8)] and 5 not in with_guesses.pool.table
+
+
+# --- the spec, the factory, the refusals
+
+
+def test_the_spec_parses_and_refuses_in_one_line():
+    spec = parse_draft("lookahead:window=4,ngram=3,branches=2")
+    assert spec.kind == "lookahead" and spec.model_free and spec.proposes_trees and not spec.learns_outputs
+    assert dict(spec.options) == {"window": 4, "ngram": 3, "branches": 2}
+    assert dict(parse_draft("lookahead:window=0").options) == {"window": 0}
+    for bad, says in (
+        ("lookahead:level=2", "lookahead takes window=<n>"),
+        ("lookahead:ngram=1", "ngram must be an integer >= 2"),
+        ("lookahead:branches=0", "branches must be an integer >= 1"),
+        ("lookahead:window=-1", "window must be an integer >= 0"),
+        ("lookup+lookahead", r"after lookup\+ comes a draft model"),
+    ):
+        with pytest.raises(SpecbenchError, match=says):
+            parse_draft(bad)
+    with pytest.raises(SpecbenchError, match="proposes token trees.*use --batch-size 1"):
+        RunConfig("t", "lookahead", "x", batch_size=4).validate()
+    with pytest.raises(SpecbenchError, match="proposes token trees"):
+        check_config(RunConfig("t", "lookahead", "x", engine="llama-cpp"))
+
+
+def test_a_bad_option_is_a_one_line_usage_error_exit_2(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["run", "--target", "t", "--draft", "lookahead:ngram=1", "--task", "t.jsonl"])
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert lines[0].startswith("error: ") and "ngram must be an integer >= 2" in lines[0]
+    assert list(tmp_path.iterdir()) == []  # refused before anything was written
+
+
+def test_the_factory_builds_it_and_list_drafts_shows_it():
+    from types import SimpleNamespace
+
+    from specbench.decoding.drafts.factory import draft_rows, make_proposer
+
+    target = SimpleNamespace(vocab_size=VOCAB, device=CPU, is_seq2seq=False, name="t")
+    draft = make_proposer(parse_draft("lookahead:branches=2,window=0"), target)
+    assert isinstance(draft, LookaheadDraft) and draft.branches == 2 and draft.window == 0
+    assert draft.name == "lookahead:branches=2,window=0"
+    with pytest.raises(SpecbenchError, match="needs a decoder-only target"):
+        make_proposer(
+            parse_draft("lookahead"), SimpleNamespace(vocab_size=VOCAB, device=CPU, is_seq2seq=True, name="t5")
+        )
+    assert any(row["name"].startswith("lookahead") for row in draft_rows())
+
+
+# --- greedy identity, through a second branch
+
+
+def greedy_tail(model, ids: list[int], k: int) -> list[int]:
+    out = list(ids)
+    with torch.inference_mode():
+        for _ in range(k):
+            out.append(int(model(input_ids=torch.tensor([out])).logits[0, -1].argmax()))
+    return out[len(ids) :]
+
+
+def planted(model, seed: int, depth: int = 3) -> list[int] | None:
+    """A prompt … x b … x a … whose greedy continuation is x b: once x is emitted, the pool's candidates for it are
+    a (the more recent, so the first branch) and b (the second, and the target's own). x, b are iterated towards the
+    target's greedy tail (None when no fixed point is reached)."""
+    g = torch.Generator().manual_seed(seed)
+    draw = lambda n: torch.randint(3, VOCAB, (n,), generator=g).tolist()
+    f1, f2, f3, x, a, b = draw(4), draw(4), draw(3), draw(1), draw(depth), draw(depth)
+    for _ in range(20):
+        prompt = f1 + x + b + f2 + x + a + f3
+        tail = greedy_tail(model, prompt, 1 + depth)
+        if tail == x + b:
+            return prompt if a[0] != b[0] else None
+        x, b = tail[:1], tail[1:]
+    return None
+
+
+@pytest.fixture(scope="module")
+def planted_prompts():
+    target = tiny_llama(0)
+    prompts = [p for seed in range(16) if (p := planted(target, seed)) is not None][:3]
+    assert len(prompts) >= 2
+    return target, prompts
+
+
+def run_lookahead(target, prompt, monkeypatch, *, stepwise=False, **options):
+    """A greedy lookahead run (γ = 4) recording every tree step's (tree, accepted path)."""
+    steps = []
+    real = speculative.verify_tree_greedy
+
+    def recording(tree, tokens, best):
+        verdict = real(tree, tokens, best)
+        steps.append((tree, verdict.path))
+        return verdict
+
+    monkeypatch.setattr(speculative, "verify_tree_greedy", recording)
+    draft = LookaheadDraft(VOCAB, CPU, **options)
+    kw = dict(gamma=4, max_new_tokens=20, sampling=GREEDY, generator=None, eos_ids=frozenset(), stepwise=stepwise)
+    return decode_speculative(CachedModel(target), draft, prompt, **kw), steps, draft
+
+
+def off_first_branch(steps) -> int:
+    """Tree steps whose accepted path took a child other than its parent's first."""
+    return sum(any(tree.children(tree.parents[n])[0] != n for n in path) for tree, path in steps)
+
+
+@pytest.mark.parametrize("stepwise", [False, True], ids=["one-pass", "bit-exact"])
+def test_greedy_identity_on_planted_prompts_through_a_second_branch(planted_prompts, monkeypatch, stepwise):
+    target, prompts = planted_prompts
+    kw = dict(max_new_tokens=20, sampling=GREEDY, generator=None, eos_ids=frozenset())
+    took_second = 0
+    for prompt in prompts:
+        base = decode_autoregressive(CachedModel(target), prompt, **kw)
+        res, steps, draft = run_lookahead(target, prompt, monkeypatch, stepwise=stepwise)
+        assert res.token_ids == base.token_ids
+        assert draft.tree_steps == len(steps) > 0 and draft.guesses > 0  # trees verified, passes observed
+        assert res.drafted == sum(res.draft_lengths) and res.accepted == sum(res.accept_lengths)
+        took_second += off_first_branch(steps)
+    assert took_second >= len(prompts)
+
+
+def test_a_broken_compaction_breaks_identity_on_the_planted_prompts(planted_prompts, monkeypatch):  # negative control
+    target, prompts = planted_prompts
+    monkeypatch.setattr(CachedModel, "keep_path", lambda self, cached, path: self.truncate(cached + 1 + len(path)))
+    kw = dict(max_new_tokens=20, sampling=GREEDY, generator=None, eos_ids=frozenset())
+    broken = 0
+    for prompt in prompts:
+        base = decode_autoregressive(CachedModel(target), prompt, **kw)
+        res, _, _ = run_lookahead(target, prompt, monkeypatch)
+        broken += res.token_ids != base.token_ids
+    assert broken >= 1
+
+
+def test_greedy_identity_on_ordinary_prompts_with_and_without_guesses():
+    target = tiny_llama(1)
+    kw = dict(max_new_tokens=32, sampling=GREEDY, generator=None, eos_ids=frozenset([2]))
+    guesses = 0
+    for prompt in ([5, 6, 7, 8, 5, 6, 9, 10, 5, 6], [3, 4, 3, 4, 3, 5, 3], [1, 300, 301, 302, 44, 45, 46, 47]):
+        base = decode_autoregressive(CachedModel(target), prompt, **kw)
+        for gamma in (2, 4):
+            for window in (DEFAULT_WINDOW, 0):
+                draft = LookaheadDraft(VOCAB, CPU, window=window, ngram=3)
+                res = decode_speculative(CachedModel(target), draft, prompt, gamma=gamma, **kw)
+                assert res.token_ids == base.token_ids
+                guesses += draft.guesses
+    assert guesses > 0
+
+
+# --- T > 0: verify's step law on the pair, with a lookahead proposer
+
+VERIFY_DEFAULT = SamplingConfig(temperature=1.0, top_k=3)
+
+
+def law_context(model) -> list[int]:
+    """… u y b … u x a … u with x, y the target's 2nd and 1st choices after it and a, b their own first choices (a few
+    rounds towards a fixed point): the pool's candidates for u are x a (the more recent) and y b, so every
+    accept/reject outcome of the tree is likely."""
+    p_at = memo(
+        lambda prefix: processed_probs(model(input_ids=torch.tensor([list(prefix)])).logits[0, -1], VERIFY_DEFAULT)
+    )
+    f1, f2, u = [40, 41], [50, 51], [60]
+    x, y, a, b = [70], [80], [71, 72], [81, 82]
+    with torch.inference_mode():
+        for _ in range(4):
+            ctx = f1 + u + y + b + f2 + u + x + a + u
+            top = p_at(tuple(ctx)).topk(2).indices.tolist()
+            y, x = top[:1], top[1:]
+            a = [int(p_at(tuple(ctx + x)).argmax()), a[1]]
+            b = [int(p_at(tuple(ctx + y)).argmax()), b[1]]
+    return f1 + u + y + b + f2 + u + x + a + u
+
+
+@pytest.fixture(scope="module")
+def law_pair():
+    target = sharpen(tiny_llama(0, layers=1), 15.0)
+    return target, law_context(target)
+
+
+def test_verify_step_law_passes_with_power_and_catches_a_verify_side_bug(law_pair):
+    target, ctx = law_pair
+    factory = lambda: LookaheadDraft(VOCAB, CPU, ngram=3)
+    assert factory().propose(ctx, 3, VERIFY_DEFAULT, None).parents is not None  # the context's first step is a tree
+    checks = {c.name: c for c in pair_step_checks(target, factory, ctx, VERIFY_DEFAULT, gamma=3, n=4_000)}
+    joint = checks["pair-step/γ=3/joint2/gof"]
+    assert joint.verdict == "pass" and joint.power >= 0.8, joint
+    assert joint.detail["tree_steps"] > 0 and joint.detail["accepted"] > 0 and joint.detail["rejected"] > 0
+    caught = pair_step_checks(target, factory, ctx, VERIFY_DEFAULT, gamma=3, n=4_000, control=CONTROLS["always-accept"])
+    assert not next(c for c in caught if c.name.endswith("joint2/gof")).passed
+
+
+def test_verify_exact_step_law_passes_and_moves_under_a_broken_rule(law_pair):
+    target, ctx = law_pair
+    factory = lambda: LookaheadDraft(VOCAB, CPU, ngram=3)
+    (check,) = exact_pair_step_check(
+        target, factory, ctx, VERIFY_DEFAULT, gamma=3, length=2, eos_ids=frozenset(), max_cells=4096
+    )
+    assert check.passed and check.statistic < 1e-6, check
+    moved = check.detail["controls_moved_law_by"]
+    assert moved["always-accept"] > 100 * EXACT_TOL and moved["abs-residual"] > 100 * EXACT_TOL, moved
+
+
+def test_sampled_runs_observe_passes_and_keep_consistent_counts(planted_prompts):
+    """T = 1, top-k 3, through the loop: passes are observed (the guesses enter the pool) and the counts add up."""
+    target, prompts = planted_prompts
+    guesses = 0
+    for seed in range(4):
+        draft = LookaheadDraft(VOCAB, CPU)
+        gen = torch.Generator().manual_seed(seed)
+        kw = dict(gamma=4, max_new_tokens=16, sampling=VERIFY_DEFAULT, eos_ids=frozenset())
+        res = decode_speculative(CachedModel(target), draft, prompts[seed % len(prompts)], generator=gen, **kw)
+        assert res.trials == len(res.expected_accept) and all(0.0 <= e <= 1.0 + 1e-6 for e in res.expected_accept)
+        assert res.drafted == sum(res.draft_lengths) and res.accepted == sum(res.accept_lengths)
+        guesses += draft.guesses
+    assert guesses > 0

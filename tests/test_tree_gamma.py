@@ -1,0 +1,113 @@
+"""`--gamma auto` with a tree draft (measure/auto/tree_gamma.py): the (depth, nodes) pricing on synthetic pilots, each
+with the control that must choose otherwise, the pilot's tries rebuilt from a real decode, and one end-to-end run."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from conftest import VOCAB, tiny_llama
+
+import specbench.decoding.speculative as speculative
+from specbench.config import SamplingConfig
+from specbench.decoding.cached_model import CachedModel
+from specbench.decoding.drafts.tree_lookup import TreeLookupDraft, build_trie
+from specbench.decoding.speculative import decode_speculative
+from specbench.measure.auto.tree_gamma import TreeStep, grid, kept, pilot_steps, price, rank_trees
+
+LINEAR = {k: 1.0 + 0.05 * (k - 1) for k in range(1, 17)}  # every extra token costs 5 % of a one-token pass
+FLAT = {k: 1.0 for k in range(1, 17)}
+CLIFF = {k: 1.0 if k <= 8 else 1.0 + 0.5 * (k - 8) for k in range(1, 17)}  # flat up to 8 tokens, steep after
+
+
+def trie_step(branches: list[list[int]], accepted: list[int], nodes: int = 15) -> TreeStep:
+    """A pilot step: the trie of `branches` (budget `nodes`) and the path along the `accepted` tokens."""
+    ids, parents = build_trie(branches, nodes)
+    depths: list[int] = []
+    for p in parents:
+        depths.append(1 + (depths[p] if p >= 0 else 0))
+    path, node = [], -1
+    for tok in accepted:
+        node = next(c for c, (t, p) in enumerate(zip(ids, parents)) if p == node and t == tok)
+        path.append(node)
+    return TreeStep(tuple(depths), tuple(path))
+
+
+FOUR = [[10 + 10 * b + i for i in range(8)] for b in range(4)]  # four disjoint branches of 8 tokens; a budget of
+#                                                                   15 keeps the first (nodes 0-7) and 7 of the second
+
+
+def test_grid_is_bounded_by_depth_and_the_calibrated_passes():
+    assert grid(8, 16)[:4] == [(1, 1), (1, 7), (1, 11), (1, 15)] and (8, 8) in grid(8, 16) and (8, 7) not in grid(8, 16)
+    assert max(n for _, n in grid(8, 9)) == 8 and max(d for d, _ in grid(3, 16)) == 3  # k ≤ 9: no 11 or 15 nodes
+
+
+def test_a_smaller_budget_keeps_the_first_nodes_of_the_pilot_trie():
+    step = trie_step(FOUR, FOUR[1][:3])  # accepted along the second branch: its nodes are 8, 9, 10
+    assert kept(step, 8, 15) == (15, 3)
+    assert kept(step, 7, 7) == (7, 0)  # depth and budget 7: the first branch alone, the accepted path lost
+    assert kept(step, 8, 10) == (10, 2) and kept(step, 2, 7) == (4, 2)  # depth 2: 2 nodes of each branch
+    assert kept(step, 8, 10)[0] == len(build_trie(FOUR, 10)[0])  # the budget's own trie at the pilot's depth
+
+
+def test_a_draft_whose_deeper_nodes_are_never_accepted_gets_depth_1():
+    shallow = [trie_step(FOUR, FOUR[i % 2][:1]) for i in range(20)] + [TreeStep(())] * 5
+    assert rank_trees(shallow, LINEAR, 8)[0].depth == 1  # the same tokens at the cheapest pass
+    deep = [trie_step(FOUR, FOUR[0][:6]) for _ in range(20)] + [TreeStep(())] * 5  # control: 6 accepted
+    assert rank_trees(deep, LINEAR, 8)[0].depth >= 6
+
+
+def test_a_pass_cost_flat_to_8_tokens_and_steep_after_prefers_at_most_7_nodes():
+    steps = [trie_step(FOUR, FOUR[i % 2][:4]) for i in range(30)]  # half the paths on the second branch (nodes 8-14)
+    best = rank_trees(steps, CLIFF, 8)[0]
+    assert best.nodes <= 7, best
+    assert rank_trees(steps, FLAT, 8)[0].nodes > 7  # control: when every pass costs the same, more nodes win
+    assert price(steps, 4, 15, FLAT).speedup > price(steps, 4, 7, FLAT).speedup
+
+
+def test_the_pilot_tries_rebuilt_from_a_decode_are_the_ones_verified(monkeypatch):
+    target = tiny_llama(0)
+    recorded = []
+    real = speculative.verify_tree_greedy
+
+    def recording(tree, tokens, best):
+        verdict = real(tree, tokens, best)
+        recorded.append(tuple(verdict.path or ()))
+        return verdict
+
+    monkeypatch.setattr(speculative, "verify_tree_greedy", recording)
+    g = torch.Generator().manual_seed(3)
+    prompt = (torch.randint(3, VOCAB, (6,), generator=g).tolist() * 4)[:-2]  # repeats: lookup finds several matches
+    draft = TreeLookupDraft(VOCAB, torch.device("cpu"), nodes=15)
+    kw = dict(gamma=8, max_new_tokens=40, sampling=SamplingConfig(), generator=None, eos_ids=frozenset())
+    res = decode_speculative(CachedModel(target), draft, prompt, **kw)
+    steps = pilot_steps(prompt, res, 40, 8, draft)
+    assert len(steps) == len(res.pass_lengths) and sum(len(s.path) for s in steps) == res.accepted
+    assert [len(s.node_depths) for s in steps if s.node_depths] == res.draft_lengths
+    trees = [s.path for s in steps if s.node_depths != tuple(range(1, len(s.node_depths) + 1))]
+    assert trees == recorded and draft.tree_steps == len(recorded)
+
+
+def test_run_tree_lookup_gamma_auto_chooses_depth_and_nodes(tmp_path):
+    from helpers import CORPUS, save_tiny
+    from typer.testing import CliRunner
+
+    from specbench.cli import app
+
+    target = save_tiny(tmp_path / "t", 0)
+    task = tmp_path / "task.jsonl"
+    prompts = [f"{CORPUS[i % len(CORPUS)]} {CORPUS[(i + 1) % len(CORPUS)]} {i}" for i in range(12)]
+    task.write_text("".join(json.dumps({"prompt": p, "reference": p}) + "\n" for p in prompts))
+    args = ["run", "--target", target, "--draft", "tree-lookup", "--task", str(task), "--limit", "2"]
+    args += ["--max-new-tokens", "16", "--device", "cpu", "--gamma", "auto", "--results-dir", str(tmp_path / "r")]
+    result = CliRunner().invoke(app, args + ["--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    manifest = json.loads(next((tmp_path / "r").iterdir()).joinpath("manifest.json").read_text())
+    tree = manifest["auto"]["tree"]
+    assert 1 <= tree["depth"] <= 8 and tree["depth"] <= tree["nodes"] <= 15 and tree["pilot_nodes"] == 15
+    assert summary["gamma"] == tree["depth"] and manifest["auto"]["draft"] == f"tree-lookup:nodes={tree['nodes']}"
+    line = next(x for x in result.stderr.splitlines() if x.startswith("auto: γ "))
+    assert line.startswith(f"auto: γ {tree['depth']}, nodes {tree['nodes']} (") and "not a measured speed" in line
+    assert "auto: pilot: tree-lookup:nodes=15 at γ 8 on " in result.stderr
+    assert set(manifest["auto"]["calibrations"]["float32"]["target_ms"]) == {str(k) for k in range(1, 17)}
