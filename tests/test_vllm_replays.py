@@ -76,6 +76,9 @@ def test_a_near_tie_on_vllms_logits_is_numerics_and_a_wide_gap_is_unexplained():
     assert near["floor_flips"] == 0 and near["floor_positions"] == len(BASE) - 1
     summary = identity_line([record(near)])
     assert (summary["divergences_numerics"], summary["divergences_unexplained"]) == (1, 0), summary
+    # the line names what classified it: vLLM's own logits, not a replay of the verify-shaped pass
+    line = summary["identity_line"]
+    assert "on the engine's own logits" in line and "flips by itself" not in line
     wide, _ = classify(answer(16.0))
     summary = identity_line([record(wide)])
     assert (summary["divergences_numerics"], summary["divergences_unexplained"]) == (0, 1), summary

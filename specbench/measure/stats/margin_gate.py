@@ -39,6 +39,7 @@ import torch
 
 ROUNDING_ULPS = 2.0  # gaps up to this many spacings are within reach of the final rounding alone (see above)
 FLOOR_CAP_ULPS = 8.0  # the floor widens the gate up to this many spacings, never further (see above)
+OWN_LOGITS_METHOD = "vllm-prompt-scores"  # a Divergence's method when gated on the engine's own logits (own_logits.py)
 BIT_EXACT = "bit-exact"  # the numerics field's `mode` under --bit-exact (written by numerics.explain_bit_exact)
 
 
@@ -159,10 +160,12 @@ def identity_line(records: list[dict]) -> dict:
             gate = f" (logit gap ≤ {reach}, within what rounding flips)"
         else:
             gate = f" (margin ≤ {margins[1]:.3g}, within the floor's flip range)" if gated and margins else ""
-        line = (
-            f"{identical}/{n} identical; {diverged} diverged, all at near-ties{gate} that the verify-shaped pass "
-            f"flips by itself (numerics), 0 unexplained"
+        why = (  # vLLM's divergences are gated on its own logits alone: nothing replays its passes
+            "on the engine's own logits"
+            if all(d.get("method") == OWN_LOGITS_METHOD for d in divs)
+            else "that the verify-shaped pass flips by itself"
         )
+        line = f"{identical}/{n} identical; {diverged} diverged, all at near-ties{gate} {why} (numerics), 0 unexplained"
     else:
         where = f"at a logit gap wider than {reach}" if reach else "at a margin above the floor's flip range"
         line = (

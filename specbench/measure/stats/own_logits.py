@@ -42,11 +42,11 @@ from dataclasses import asdict
 import torch
 
 from specbench.errors import SpecbenchError
-from specbench.measure.stats.margin_gate import coarser_dtype, in_spacings
+from specbench.measure.stats.margin_gate import OWN_LOGITS_METHOD, coarser_dtype, in_spacings
 from specbench.measure.stats.numerics import Divergence
 
 LOGIT_MODES = ("raw_logits", "processed_logits")  # vLLM's logprobs modes whose prompt scores are logits
-METHOD = "vllm-prompt-scores"  # the Divergence's method
+METHOD = OWN_LOGITS_METHOD  # the Divergence's method
 
 
 class CannotScore(ValueError):
