@@ -328,3 +328,32 @@ def noisy_pair(dtype: torch.dtype, noise: float = 0.1):
         for p in draft.parameters():
             p.add_(noise * torch.randn_like(p) * p.abs().mean())
     return target, draft.to(dtype)
+
+
+def greedy_tail(model, ids: list[int], k: int) -> list[int]:
+    """The k tokens plain greedy decoding (full forwards, no cache) appends to ids: what a tree draft's planted
+    prompts are built to make the target continue with."""
+    out = list(ids)
+    with torch.inference_mode():
+        for _ in range(k):
+            out.append(int(model(input_ids=torch.tensor([out])).logits[0, -1].argmax()))
+    return out[len(ids) :]
+
+
+def recorded_tree_steps(monkeypatch, speculative_module) -> list:
+    """Patch the loop's greedy tree verifier to record every tree step's (tree, accepted path); → that list."""
+    steps: list = []
+    real = speculative_module.verify_tree_greedy
+
+    def recording(tree, tokens, best):
+        verdict = real(tree, tokens, best)
+        steps.append((tree, verdict.path))
+        return verdict
+
+    monkeypatch.setattr(speculative_module, "verify_tree_greedy", recording)
+    return steps
+
+
+def off_first_branch(steps) -> int:
+    """Tree steps whose accepted path took a child other than its parent's first: only a tree offers that node."""
+    return sum(any(tree.children(tree.parents[n])[0] != n for n in path) for tree, path in steps)

@@ -10,6 +10,7 @@ import random
 import pytest
 import torch
 from conftest import VOCAB, sharpen, tiny_llama
+from helpers import greedy_tail, off_first_branch, recorded_tree_steps
 from typer.testing import CliRunner
 
 import specbench.decoding.speculative as speculative
@@ -196,14 +197,6 @@ def test_the_factory_builds_it_and_list_drafts_shows_it():
 # --- greedy identity, through a second branch
 
 
-def greedy_tail(model, ids: list[int], k: int) -> list[int]:
-    out = list(ids)
-    with torch.inference_mode():
-        for _ in range(k):
-            out.append(int(model(input_ids=torch.tensor([out])).logits[0, -1].argmax()))
-    return out[len(ids) :]
-
-
 def planted(model, seed: int, depth: int = 3) -> list[int] | None:
     """A prompt … x b … x a … whose greedy continuation is x b: once x is emitted, the pool's candidates for it are
     a (the more recent, so the first branch) and b (the second, and the target's own). x, b are iterated towards the
@@ -230,23 +223,10 @@ def planted_prompts():
 
 def run_lookahead(target, prompt, monkeypatch, *, stepwise=False, **options):
     """A greedy lookahead run (γ = 4) recording every tree step's (tree, accepted path)."""
-    steps = []
-    real = speculative.verify_tree_greedy
-
-    def recording(tree, tokens, best):
-        verdict = real(tree, tokens, best)
-        steps.append((tree, verdict.path))
-        return verdict
-
-    monkeypatch.setattr(speculative, "verify_tree_greedy", recording)
+    steps = recorded_tree_steps(monkeypatch, speculative)
     draft = LookaheadDraft(VOCAB, CPU, **options)
     kw = dict(gamma=4, max_new_tokens=20, sampling=GREEDY, generator=None, eos_ids=frozenset(), stepwise=stepwise)
     return decode_speculative(CachedModel(target), draft, prompt, **kw), steps, draft
-
-
-def off_first_branch(steps) -> int:
-    """Tree steps whose accepted path took a child other than its parent's first."""
-    return sum(any(tree.children(tree.parents[n])[0] != n for n in path) for tree, path in steps)
 
 
 @pytest.mark.parametrize("stepwise", [False, True], ids=["one-pass", "bit-exact"])

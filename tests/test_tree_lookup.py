@@ -11,6 +11,7 @@ from collections import defaultdict
 import pytest
 import torch
 from conftest import VOCAB, sharpen, small_llama, tiny_llama
+from helpers import greedy_tail, off_first_branch, recorded_tree_steps
 
 import specbench.decoding.speculative as speculative
 from specbench.config import RunConfig, SamplingConfig
@@ -147,14 +148,6 @@ def test_the_factory_builds_it_and_list_drafts_shows_it():
 # --- greedy identity through the tree route, on prompts where a second branch is the target's own continuation
 
 
-def greedy_tail(model, ids: list[int], k: int) -> list[int]:
-    out = list(ids)
-    with torch.inference_mode():
-        for _ in range(k):
-            out.append(int(model(input_ids=torch.tensor([out])).logits[0, -1].argmax()))
-    return out[len(ids) :]
-
-
 def planted_prompt(model, seed: int, depth: int = 3, iters: int = 20) -> list[int] | None:
     """A prompt ... u x b ... u x a ... u whose greedy continuation is x b: after the first token (x) the suffix (u, x)
     matches twice, the most recent match's continuation a is the trie's first branch, the older b its second and
@@ -183,24 +176,11 @@ def run_tree_lookup(target, prompt, monkeypatch, backend="eager", **options):
     """A greedy tree-lookup run (γ = 4) recording every tree step's (tree, verdict path)."""
     from specbench.decoding.backend import ForwardBackend
 
-    steps = []
-    real = speculative.verify_tree_greedy
-
-    def recording(tree, tokens, best):
-        verdict = real(tree, tokens, best)
-        steps.append((tree, verdict.path))
-        return verdict
-
-    monkeypatch.setattr(speculative, "verify_tree_greedy", recording)
+    steps = recorded_tree_steps(monkeypatch, speculative)
     draft = TreeLookupDraft(VOCAB, CPU, **options)
     kw = dict(gamma=4, max_new_tokens=20, sampling=GREEDY, generator=None, eos_ids=frozenset())
     cm = CachedModel(target, backend=ForwardBackend(target, backend))
     return decode_speculative(cm, draft, prompt, **kw), steps, draft
-
-
-def off_first_branch(steps) -> int:
-    """Tree steps whose accepted path took a child other than its parent's first: only a tree offers that node."""
-    return sum(any(tree.children(tree.parents[n])[0] != n for n in path) for tree, path in steps)
 
 
 @pytest.mark.parametrize("backend", ["eager", "static"])
