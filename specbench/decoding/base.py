@@ -169,13 +169,6 @@ class ObservesPasses(Protocol):
         so that copy is draft time."""
 
 
-def observe_pass(proposer: Proposer, logits: torch.Tensor) -> None:
-    """Hand a draft that learns from verify passes the target's choices at the pass's [n+1, V] logits; nothing for any
-    other draft."""
-    if isinstance(proposer, ObservesPasses):
-        proposer.observe_pass(logits.argmax(-1))
-
-
 class BatchProposer(Protocol):
     """A draft's form for a batch (decoding/batched/drafts.py): every live row drafts at each step.
 

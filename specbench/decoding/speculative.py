@@ -19,14 +19,14 @@ argmax at each of its positions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from specbench.config import SamplingConfig
 from specbench.decoding.accept import verify_greedy, verify_sampling, verify_tree_greedy, verify_tree_sampling
 from specbench.decoding.autoregressive import prompt_split
-from specbench.decoding.base import DecodeResult, Proposal, Proposer, Verdict, clip_at_stop, observe_pass
+from specbench.decoding.base import DecodeResult, ObservesPasses, Proposal, Proposer, Verdict, clip_at_stop
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.gamma_policy import FixedGamma, GammaPolicy
 from specbench.decoding.sampling import next_token, processed_probs
@@ -49,6 +49,10 @@ class StepContext:
     clock: Clock
     res: DecodeResult  # counts and times, updated by each step
     stepwise: bool = False  # --bit-exact: every verify pass as one-token passes (stepwise.py)
+    observes: bool = field(init=False)  # the draft learns from verify passes (lookahead): asked once, not every step
+
+    def __post_init__(self) -> None:
+        self.observes = isinstance(self.proposer, ObservesPasses)
 
 
 def decode_speculative(
@@ -142,7 +146,8 @@ def draft_step(ctx: StepContext, tokens: list[int], g: int, unbounded: bool, pol
     else:
         logits = ctx.target.forward(ids, all_logits=True)[: g + 1]  # [g+1, V]
     drafted, verdict = judge_proposal(ctx, proposal, logits)
-    observe_pass(ctx.proposer, logits)  # a draft that learns from verify passes (lookahead) sees the target's choices
+    if ctx.observes:  # a draft that learns from verify passes (lookahead) sees the target's choices
+        ctx.proposer.observe_pass(logits.argmax(-1))  # type: ignore[attr-defined]  # ObservesPasses, checked once
     n = verdict.n_accepted
     ctx.target.truncate(cached + 1 + n)  # keep [.., cur, x_1..x_n]
     count_step(ctx.res, proposal, g, verdict)
@@ -206,7 +211,8 @@ def tree_step(
     ids = torch.cat([torch.tensor([tokens[-1]], device=ctx.target.device), proposal.tokens])  # [n+1]
     logits = stepwise_tree(ctx.target, ids, tree) if ctx.stepwise else ctx.target.forward_tree(ids, tree)  # [n+1, V]
     drafted, verdict = judge_tree(ctx, proposal, tree, logits)
-    observe_pass(ctx.proposer, logits)
+    if ctx.observes:
+        ctx.proposer.observe_pass(logits.argmax(-1))  # type: ignore[attr-defined]  # ObservesPasses, checked once
     path = verdict.path or []
     if ctx.stepwise:
         stepwise_keep_path(ctx.target, cached, ids, path)
