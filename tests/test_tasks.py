@@ -17,7 +17,7 @@ from specbench.tasks.specs import TaskSpec, load_task
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SHIPPED = ["aclsum", "cnn-dailymail", "ding-de-en", "wmt14-de-en", "wmt14-en-de", "xsum"]  # with a reference metric
-SPEED_ONLY = ["spec-bench"]  # metric per category (tests/test_spec_bench.py)
+SPEED_ONLY = ["spec-bench", "speed-bench"]  # metric per category or none (test_spec_bench.py, test_speed_bench.py)
 
 
 @pytest.fixture(autouse=True)
@@ -553,7 +553,7 @@ def test_source_kinds_are_registered_classes_and_sources_imports_none_of_them(mo
 
     from specbench.tasks import spec_bench
 
-    assert list(data.SOURCES) == ["hub", "jsonl", "offline", "spec-bench"]
+    assert list(data.SOURCES) == ["hub", "jsonl", "offline", "spec-bench", "speed-bench"]
     assert data.SOURCES["spec-bench"] is spec_bench.SpecBenchSource
     imported = {
         node.module
@@ -577,6 +577,6 @@ def test_source_kinds_are_registered_classes_and_sources_imports_none_of_them(mo
         data.validate_source({"type": "echo", "path": "x"}, "t.yaml")
     monkeypatch.delitem(data.SOURCES, "echo")
     with pytest.raises(
-        SpecbenchError, match="source type 'echo' is unknown; use one of hub, jsonl, offline, spec-bench"
+        SpecbenchError, match="source type 'echo' is unknown; use one of hub, jsonl, offline, spec-bench, speed-bench"
     ):
         data.validate_source({"type": "echo", "text": "hi"}, "t.yaml")

@@ -1,7 +1,7 @@
 """Examples: a task's rows turned into the prompts a run decodes, chosen by seed and hashed.
 
 A `TaskSpec` (specs.py) says which row fields fill which template variables; this module picks a
-seeded, deterministic sample of rows (each Spec-Bench category apart), renders each into an
+seeded, deterministic sample of rows (each Spec-Bench or SPEED-Bench category apart), renders each into an
 `Example` (prompt, reference, later turns), refuses what would measure nonsense (an empty prompt, a
 NaN field, two rows with one id), and hashes the chosen examples so two runs can prove they measured
 the same prompts. It also wraps a prompt in the model's chat template, the last step before tokens.
@@ -56,9 +56,10 @@ def select_examples(spec: TaskSpec, limit: int, seed: int) -> list[Example]:
 
 
 def stratify(spec: TaskSpec, rows, order: list[int]) -> list[list[int]] | None:
-    """A Spec-Bench task over several categories samples each one apart (Spec-Bench reports per category):
-    the seeded order split by category, categories in file order; None for every other task."""
-    if spec.source.get("type") != "spec-bench":
+    """A Spec-Bench or SPEED-Bench task over several categories samples each one apart (both report per
+    category): the seeded order split by category, categories in file order; None for every other task."""
+    kind = data.SOURCES.get(spec.source.get("type", ""))
+    if kind is None or not kind.per_category:
         return None
     groups: dict[str, list[int]] = {}
     for row in rows:  # categories in file order

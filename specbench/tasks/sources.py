@@ -2,7 +2,7 @@
 
 A task (see `specs.py`) names a *source*; this module turns that source into a sequence of
 plain row dicts and nothing more (no templating, no sampling). Each kind is a `Source` class in
-the `SOURCES` registry (`@register`); four ship:
+the `SOURCES` registry (`@register`); five ship:
 
 - ``hub``: anything `datasets.load_dataset` accepts. A hub id (``wmt/wmt14``) and a local
   builder with files (``json`` + ``data_files``) take the same code path, `load_hub`, so the
@@ -13,8 +13,10 @@ the `SOURCES` registry (`@register`); four ship:
   them under `cache_dir()/data`; GPL data is fetched at setup and never committed.
 - ``spec-bench``: Spec-Bench's question file, from a path, from $SPECBENCH_SPEC_BENCH_FILE, or
   downloaded once from its pinned commit and hash-checked. It lives in tasks/spec_bench.py.
+- ``speed-bench``: NVIDIA's SPEED-Bench, from the hub through `load_hub` or from a prepared local copy.
+  It lives in tasks/speed_bench.py.
 
-The offline and spec-bench kinds register themselves like any other kind (the package's __init__
+The offline, spec-bench and speed-bench kinds register themselves like any other kind (the package's __init__
 imports them); this module imports none of them. Every bad input is a one-line `SpecbenchError`
 that names the problem and the fix.
 """
@@ -52,6 +54,7 @@ class Source:
 
     kind: ClassVar[str]  # the `type:` value that selects this class
     keys: ClassVar[frozenset[str]]  # the keys a source of this kind may have ("type" included)
+    per_category: ClassVar[bool] = False  # rows carry a 'category' a benchmark reports apart: sampled per category
 
     @classmethod
     def validate(cls, source: dict, where: str, base_dir: Path | None) -> dict:
@@ -297,15 +300,17 @@ def load_hub(
     try:
         return datasets.load_dataset(path, config, **kwargs)
     except ConnectionError as e:  # requests' and the hub client's network failures derive from it
-        raise SpecbenchError(
+        raise HubUnreachable(
             f"cannot reach the Hugging Face hub for dataset {what} ({_first_line(e)}); "
-            f"check the network, or use an offline task: {OFFLINE_TASKS}"
+            f"check the network, or use an offline task: {OFFLINE_TASKS}",
+            _first_line(e),
         ) from None
     except FileNotFoundError as e:
         if _looks_offline(e):
-            raise SpecbenchError(
+            raise HubUnreachable(
                 f"cannot reach the Hugging Face hub for dataset {what} ({_first_line(e)}); "
-                f"check the network, or use an offline task: {OFFLINE_TASKS}"
+                f"check the network, or use an offline task: {OFFLINE_TASKS}",
+                _first_line(e),
             ) from None
         raise SpecbenchError(f"dataset {what} not found ({_first_line(e)}); check the source path/data_files") from None
     except ValueError as e:  # unknown split or config
@@ -317,6 +322,15 @@ def load_hub(
                 f"add 'revision: refs/convert/parquet' to the task's source"
             ) from None
         raise
+
+
+class HubUnreachable(SpecbenchError):
+    """The hub could not be reached (no network, offline mode): a kind that has another way to its data (a local
+    copy) catches this and names that way instead of the offline tasks."""
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason  # the first line of what the hub client said
 
 
 def _looks_offline(e: BaseException) -> bool:

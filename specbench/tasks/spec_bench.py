@@ -174,6 +174,7 @@ class SpecBenchSource(Source):
     """`source: {type: spec-bench, path?, category?, sha256?}`: Spec-Bench's questions as a registered kind."""
 
     kind = "spec-bench"
+    per_category = True  # Spec-Bench reports per category: --limit counts per category
     keys = frozenset({"type", "path", "category", "sha256"})
 
     @classmethod

@@ -91,6 +91,8 @@ def load_task(name_or_path: str) -> TaskSpec:
         return _yaml_task(path)
     if name_or_path.startswith(SPEC_BENCH + ":"):
         return spec_bench_task(name_or_path)
+    if name_or_path.startswith(SPEED_BENCH + ":"):
+        return speed_bench_task(name_or_path)
     named = TASKS_DIR / f"{name_or_path}.yaml"
     if "/" not in name_or_path and named.is_file():
         return _yaml_task(named)
@@ -99,8 +101,9 @@ def load_task(name_or_path: str) -> TaskSpec:
 
 
 def check_task_named(name_or_path: str) -> None:
-    """What --task names exists (a task name, spec-bench:<category>, or a .yaml/.jsonl file), checked with the other
-    options: a misspelt name or a missing file is a bad command line (exit code 2). A file's rows are read later."""
+    """What --task names exists (a task name, spec-bench:<category>, speed-bench:<part>, or a .yaml/.jsonl file),
+    checked with the other options: a misspelt name or a missing file is a bad command line (exit code 2). A file's
+    rows are read later."""
     path = Path(name_or_path).expanduser()
     if path.suffix in (".jsonl", ".yaml", ".yml"):
         if not path.is_file():
@@ -132,6 +135,25 @@ def spec_bench_task(name: str) -> TaskSpec:
         source={**raw["source"], "category": category},
         description=f"Spec-Bench's {category} questions; reference metric: "
         f"{metric or 'none (Spec-Bench reports speed only for this category)'}",
+    )
+    return dataclasses.replace(parse_task(raw, where=name, default_name=name, base_dir=path.parent), path=str(path))
+
+
+SPEED_BENCH = "speed-bench"  # the shipped task; `speed-bench:<domain | config | config:tier>` narrows it
+
+
+def speed_bench_task(name: str) -> TaskSpec:
+    """`speed-bench:coding` (a qualitative domain), `speed-bench:throughput_8k` (a throughput config) or
+    `speed-bench:throughput_8k:mixed` (one entropy tier of it): the shipped speed-bench task on that part."""
+    from specbench.tasks import speed_bench
+
+    config, category = speed_bench.parse_selector(name.partition(":")[2])  # one line for an unknown one
+    path = TASKS_DIR / f"{SPEED_BENCH}.yaml"
+    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    raw.update(
+        name=name,
+        source={**raw["source"], "config": config, **({"category": category} if category else {})},
+        description=f"SPEED-Bench's {config} questions" + (f" in {category}" if category else ""),
     )
     return dataclasses.replace(parse_task(raw, where=name, default_name=name, base_dir=path.parent), path=str(path))
 
