@@ -25,6 +25,8 @@ splitting the string itself, so the grammar below lives here only:
   unigram[:k=<number>]                  add-k unigram law
   bigram[:k=<number>,backoff=<number>]  unigram-backed bigram law
   lookup+<model spec>                   prompt lookup, the model where it falls short (alias hybrid:<model spec>)
+  eagle:<folder>                        an EAGLE head (`specbench distill --kind eagle`); parsed as a model spec,
+                                        so vLLM's engine reads it as its own `eagle` method (engines/vllm)
   <model spec>                          a draft model: preset, hub id, local dir, .gguf, `distilled`
 
 Pure string work: no torch, no model loading (config.py imports it).
@@ -98,6 +100,13 @@ class DraftSpec:
         """True for a draft that learns from the run's earlier outputs (suffix decoding's cache): it decodes one
         example after another, so batches refuse it; the runner hands it each finished output and resets it per run."""
         return self.kind == "suffix"
+
+    @property
+    def eagle_head(self) -> str | None:
+        """The head folder of `eagle:<folder>` (an EAGLE head: decoding/drafts/eagle.py); None for any other draft."""
+        if self.kind != "model" or not self.model or not self.model.startswith("eagle:"):
+            return None
+        return self.model[len("eagle:") :]
 
     @property
     def fits_corpus(self) -> bool:

@@ -48,6 +48,14 @@ SessionSteps = Annotated[
     typer.Option("--max-session-steps", help="Stop after this many steps (checkpointed); rerun to continue."),
 ]
 Threads = Annotated[int, typer.Option("--threads", help="torch CPU threads (0 = torch's default).")]
+Kind = Annotated[
+    str,
+    typer.Option(
+        "--kind",
+        help="draft (a small model sharing the tokenizer) or eagle (an EAGLE head on the target's hidden states, in "
+        "vLLM's eagle layout: --draft eagle:<out>; docs/distill.md).",
+    ),
+]
 
 PHASE_NAMES = {"teacher": "teacher data (shards)", "train": "training (steps)", "export": "export + checks"}
 
@@ -63,11 +71,14 @@ def distill_command(
     max_session_steps: SessionSteps = None,
     device: Device = "auto",
     threads: Threads = 0,
+    kind: Kind = "draft",
     as_json: AsJson = False,
 ):
     """Train a small draft for --target by distillation from the target's top-k distributions; resumable.
 
     Example: specbench distill --target smollm2-135m --out drafts/smollm2-135m-distilled --preset full
+
+    Example: specbench distill --kind eagle --target smollm2-135m --out drafts/smollm2-135m-eagle --preset full
     """
     from specbench.distill import DistillConfig, get_preset
 
@@ -83,13 +94,14 @@ def distill_command(
         config = DistillConfig(
             target=target,
             out=out_path,
-            preset=get_preset(preset),
+            preset=get_preset(preset, kind),
             tasks=tuple(t.strip() for t in task.split(",") if t.strip()),
             steps=steps,
             seed=seed,
             device=device,
             resume=resume,
             max_session_steps=max_session_steps,
+            kind=kind,
         ).validate()
         for name in config.tasks:
             check_task_named(name)  # a misspelt --task or a missing file: a bad command line, before the target loads
@@ -125,6 +137,13 @@ def outcome_line(outcome, out_dir: Path) -> str:
         steps = outcome.manifest["steps"]
         return f"stopped at step {steps['done']} of {steps['total']} (checkpointed); rerun the same command to continue"
     checks = outcome.manifest["checks"]
+    if checks.get("cost") is None:  # an EAGLE head: run --draft eagle:<out> times it
+        agreement = checks["heldout_after_export"]["agreement_reply"]
+        return (
+            f"eagle head: {out_dir}  (held-out top-1 agreement {agreement:.3f}, "
+            f"α(γ={checks['speculative']['gamma']}) = {checks['speculative']['alpha']:.3f}; manifest.json; "
+            f"--draft eagle:{out_dir})"
+        )
     return (
         f"draft: {out_dir}  (c = {checks['cost']['c']:.3f}, "
         f"held-out α≈{checks['heldout_after_export']['agreement_reply']:.3f}, "

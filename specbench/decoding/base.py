@@ -169,6 +169,21 @@ class ObservesPasses(Protocol):
         so that copy is draft time."""
 
 
+@runtime_checkable
+class ReadsHidden(Protocol):
+    """The optional hook of a draft that drafts from the target's hidden states (an EAGLE head, drafts/eagle.py). The
+    batch-1 loop (speculative.py) then has the target's passes keep their final hidden states (CachedModel.hidden_log;
+    other drafts' passes ask for nothing more) and hands the draft those of every position it keeps: the prompt's after
+    the prefill, [cur, accepted tokens] after each verify pass, so the draft's next proposal starts from the target's
+    own features of the sequence so far."""
+
+    reads_hidden: bool  # True: the loop keeps the target's hidden states for it
+
+    def observe_hidden(self, hidden: torch.Tensor) -> None:
+        """[k, H] on the target's device: the target's final hidden states (what its output layer reads) at the k
+        positions just kept, in order, each after the one the draft last saw."""
+
+
 class BatchProposer(Protocol):
     """A draft's form for a batch (decoding/batched/drafts.py): every live row drafts at each step.
 

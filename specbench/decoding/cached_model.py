@@ -41,6 +41,10 @@ class CachedModel:
         self._encoder_outputs = None
         self.length = 0
         self._cache_kw = cache_keyword(model.forward)
+        # set to a list by a loop whose draft reads the target's hidden states (an EAGLE head, ReadsHidden): each
+        # decoder-only pass then appends its final hidden states [k, H] (after the last norm: what the output
+        # layer reads); None (the default) asks transformers for nothing more
+        self.hidden_log: list[torch.Tensor] | None = None
         self._can_trim_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
 
     def set_timer(self, clock) -> None:
@@ -81,8 +85,12 @@ class CachedModel:
                 # vocabulary that projection is a large share of a prefill. (A 1-token forward
                 # omits it, so that last-only and all-logits single steps share one compiled graph.)
                 extra["logits_to_keep"] = 1
+            if self.hidden_log is not None:
+                extra["output_hidden_states"] = True
             self.backend.check_room(self.length, ids.shape[1])
             out = self.backend(ids.shape[1], input_ids=ids, use_cache=True, **{self._cache_kw: self._cache}, **extra)
+            if self.hidden_log is not None:
+                self.hidden_log.append(out.hidden_states[-1][0])  # [k, H]: transformers ties the last to the normed
         logits = out.logits[0]
         if self.backend.reuses_outputs:
             logits = logits.clone()  # a CUDA graph's output buffer is overwritten by its next replay
@@ -151,7 +159,10 @@ class CachedModel:
             position_ids=positions,
             use_cache=True,
             **{self._cache_kw: self._cache},
+            **({"output_hidden_states": True} if self.hidden_log is not None else {}),
         )
+        if self.hidden_log is not None:
+            self.hidden_log.append(out.hidden_states[-1][0])  # [k, H]
         self.length += ids.shape[0]
         if self.timer:
             self.forward_times.append(self.timer.now() - t0)

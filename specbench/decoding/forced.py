@@ -70,32 +70,35 @@ def decode_forced(
     greedy = SamplingConfig(temperature=0.0)
     policy = FixedGamma(gamma) if isinstance(gamma, int) else gamma
     budget = max(n, max_new_tokens or 0)
-    tokens = speculative.prefill_both(target, proposer, prompt_ids, budget, greedy, None, decoder_start_id)
-    verified = tokens[-1:]  # the prefill's argmax: position 0
-    tokens[-1] = reference[0]
-    res = DecodeResult(token_ids=reference[:1], stop_reason="length", prefill_s=0.0, decode_s=0.0)
-    ctx = speculative.StepContext(target, proposer, greedy, None, 0.0, pad_to, Clock(target.devices), res, stepwise)
-    while len(verified) < n:
-        wanted = policy.next_gamma()
-        g = min(wanted, budget - len(verified) - 1)  # as the free run would draft after this prefix
-        cached = target.length
-        new = (
-            speculative.plain_step(ctx, tokens)
-            if g == 0
-            else speculative.draft_step(ctx, tokens, g, wanted == g, policy)
-        )
-        at = len(verified)
-        want = reference[at : at + len(new)]
-        k = first_mismatch(new, want)
-        if k is not None:  # keep [.., cur, the k tokens that agreed]; the reference's token becomes the new cur
-            target.truncate(cached + 1 + k)
-            if res.pass_lengths[-1] > 1:
-                res.accept_lengths[-1] = k
-            new, want = new[: k + 1], want[: k + 1]
-        else:  # the step may verify past the reference's end (it stopped at an EOS): nothing there to compare
-            new = new[: len(want)]
-        verified.extend(new)
-        tokens.extend(want)
-        res.token_ids.extend(want)
+    with speculative.hidden_kept(target, proposer) as keep_hidden:
+        tokens = speculative.prefill_both(target, proposer, prompt_ids, budget, greedy, None, decoder_start_id)
+        verified = tokens[-1:]  # the prefill's argmax: position 0
+        tokens[-1] = reference[0]
+        res = DecodeResult(token_ids=reference[:1], stop_reason="length", prefill_s=0.0, decode_s=0.0)
+        ctx = speculative.StepContext(target, proposer, greedy, None, 0.0, pad_to, Clock(target.devices), res, stepwise)
+        if keep_hidden:  # an EAGLE head: the prompt's (after a forced mismatch it keeps a pass's first rows)
+            ctx.hand_hidden(len(tokens) - 1)
+        while len(verified) < n:
+            wanted = policy.next_gamma()
+            g = min(wanted, budget - len(verified) - 1)  # as the free run would draft after this prefix
+            cached = target.length
+            new = (
+                speculative.plain_step(ctx, tokens)
+                if g == 0
+                else speculative.draft_step(ctx, tokens, g, wanted == g, policy)
+            )
+            at = len(verified)
+            want = reference[at : at + len(new)]
+            k = first_mismatch(new, want)
+            if k is not None:  # keep [.., cur, the k tokens that agreed]; the reference's token becomes the new cur
+                target.truncate(cached + 1 + k)
+                if res.pass_lengths[-1] > 1:
+                    res.accept_lengths[-1] = k
+                new, want = new[: k + 1], want[: k + 1]
+            else:  # the step may verify past the reference's end (it stopped at an EOS): nothing there to compare
+                new = new[: len(want)]
+            verified.extend(new)
+            tokens.extend(want)
+            res.token_ids.extend(want)
     divergences = [j for j, (a, b) in enumerate(zip(verified, reference)) if a != b]
     return ForcedResult(verified, divergences, res.pass_lengths, res.accept_lengths, res.target_calls)

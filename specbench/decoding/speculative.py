@@ -11,7 +11,8 @@ A proposal with `parents` is a token tree (tree.py): γ' bounds its depth, the t
 in one pass under the tree's mask and positions, the tree's rule (accept.py) picks a path, and the
 cache is compacted to [.., cur, path]. A chain never takes that route, so its passes stay unmasked.
 After either pass, a draft that learns from verify passes (base.ObservesPasses: lookahead) is handed the target's
-argmax at each of its positions.
+argmax at each of its positions, and a draft that drafts from the target's hidden states (base.ReadsHidden: an EAGLE
+head) the final hidden states of the positions kept (the prompt's after the prefill).
 
 `stepwise` (--bit-exact): every target pass after the prefill, chain or tree, runs as consecutive one-token passes
 (stepwise.py), so each logit the verifier reads is the one the baseline's decoding step computes at that prefix.
@@ -19,6 +20,8 @@ argmax at each of its positions.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -26,7 +29,15 @@ import torch
 from specbench.config import SamplingConfig
 from specbench.decoding.accept import verify_greedy, verify_sampling, verify_tree_greedy, verify_tree_sampling
 from specbench.decoding.autoregressive import prompt_split
-from specbench.decoding.base import DecodeResult, ObservesPasses, Proposal, Proposer, Verdict, clip_at_stop
+from specbench.decoding.base import (
+    DecodeResult,
+    ObservesPasses,
+    Proposal,
+    Proposer,
+    ReadsHidden,
+    Verdict,
+    clip_at_stop,
+)
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.gamma_policy import FixedGamma, GammaPolicy
 from specbench.decoding.sampling import next_token, processed_probs
@@ -50,9 +61,39 @@ class StepContext:
     res: DecodeResult  # counts and times, updated by each step
     stepwise: bool = False  # --bit-exact: every verify pass as one-token passes (stepwise.py)
     observes: bool = field(init=False)  # the draft learns from verify passes (lookahead): asked once, not every step
+    reads_hidden: bool = field(init=False)  # the draft reads the target's hidden states (EAGLE): asked once
 
     def __post_init__(self) -> None:
         self.observes = isinstance(self.proposer, ObservesPasses)
+        self.reads_hidden = reads_hidden(self.proposer)
+
+    def hand_hidden(self, rows: list[int] | int) -> None:
+        """Give a ReadsHidden draft the target's hidden states of the positions kept: the logged pass's `rows` (an
+        int n: its first n), then forget the log."""
+        log = self.target.hidden_log or []
+        hidden = torch.cat(log) if len(log) != 1 else log[0]  # [k, H]: one pass, or one-token passes in order
+        log.clear()
+        kept = hidden[:rows] if isinstance(rows, int) else hidden[torch.tensor(rows, device=hidden.device)]
+        self.proposer.observe_hidden(kept)  # type: ignore[attr-defined]  # ReadsHidden, checked once
+
+
+def reads_hidden(proposer: Proposer) -> bool:
+    """Whether the draft drafts from the target's hidden states (the target's passes then keep them)."""
+    return isinstance(proposer, ReadsHidden) and bool(proposer.reads_hidden)
+
+
+@contextlib.contextmanager
+def hidden_kept(target: CachedModel, proposer: Proposer) -> Iterator[bool]:
+    """Around one example's loop: for a ReadsHidden draft (an EAGLE head) the target's passes keep their final hidden
+    states (CachedModel.hidden_log) until it ends, however it ends; nothing for any other draft. → whether they do."""
+    keep = reads_hidden(proposer)
+    if keep:
+        target.hidden_log = []
+    try:
+        yield keep
+    finally:
+        if keep:
+            target.hidden_log = None
 
 
 def decode_speculative(
@@ -77,22 +118,25 @@ def decode_speculative(
     baseline's own steps (no padding: the baseline is unchanged), so greedy output equals the baseline's."""
     policy = FixedGamma(gamma) if isinstance(gamma, int) else gamma
     clock = Clock(target.devices)
-    t0 = clock.now()
-    tokens = prefill_both(target, proposer, prompt_ids, max_new_tokens, sampling, generator, decoder_start_id)
-    out = tokens[-1:]
-    t1 = clock.now()
-    res = DecodeResult(token_ids=out, stop_reason="length", prefill_s=t1 - t0, decode_s=0.0)
-    ctx = StepContext(target, proposer, sampling, generator, min_confidence, pad_to, clock, res, stepwise)
-    stopped = out[0] in eos_ids
-    while not stopped and len(out) < max_new_tokens:
-        room = max_new_tokens - len(out)
-        wanted = policy.next_gamma()
-        g = min(wanted, room - 1)  # γ': a step never emits past the budget
-        new = plain_step(ctx, tokens) if g == 0 else draft_step(ctx, tokens, g, wanted == g, policy)
-        new, stopped = clip_at_stop(new, eos_ids, room)
-        out.extend(new)
-        tokens.extend(new)
-    res.decode_s = clock.now() - t1
+    with hidden_kept(target, proposer) as keep_hidden:
+        t0 = clock.now()
+        tokens = prefill_both(target, proposer, prompt_ids, max_new_tokens, sampling, generator, decoder_start_id)
+        out = tokens[-1:]
+        t1 = clock.now()
+        res = DecodeResult(token_ids=out, stop_reason="length", prefill_s=t1 - t0, decode_s=0.0)
+        ctx = StepContext(target, proposer, sampling, generator, min_confidence, pad_to, clock, res, stepwise)
+        if keep_hidden:  # the prompt's: the head's own prefill happens in its first proposal (draft time)
+            ctx.hand_hidden(len(tokens) - 1)
+        stopped = out[0] in eos_ids
+        while not stopped and len(out) < max_new_tokens:
+            room = max_new_tokens - len(out)
+            wanted = policy.next_gamma()
+            g = min(wanted, room - 1)  # γ': a step never emits past the budget
+            new = plain_step(ctx, tokens) if g == 0 else draft_step(ctx, tokens, g, wanted == g, policy)
+            new, stopped = clip_at_stop(new, eos_ids, room)
+            out.extend(new)
+            tokens.extend(new)
+        res.decode_s = clock.now() - t1
     res.stop_reason = "eos" if stopped else "length"
     return res
 
@@ -122,6 +166,8 @@ def plain_step(ctx: StepContext, tokens: list[int]) -> list[int]:
     logits = ctx.target.forward(ids, all_logits=True)[0]  # [V]
     ctx.target.truncate(cached + 1)  # drop the padding's cache slots
     new = [int(next_token(logits, ctx.sampling, ctx.generator))]
+    if ctx.reads_hidden:
+        ctx.hand_hidden(1)  # cur's (the padding's rows dropped)
     ctx.res.target_calls += 1
     ctx.res.pass_lengths.append(1)
     ctx.res.verify_s += ctx.clock.now() - ta
@@ -149,6 +195,8 @@ def draft_step(ctx: StepContext, tokens: list[int], g: int, unbounded: bool, pol
     if ctx.observes:  # a draft that learns from verify passes (lookahead) sees the target's choices
         ctx.proposer.observe_pass(logits.argmax(-1))  # type: ignore[attr-defined]  # ObservesPasses, checked once
     n = verdict.n_accepted
+    if ctx.reads_hidden:
+        ctx.hand_hidden(n + 1)  # [cur, x_1..x_n]'s
     ctx.target.truncate(cached + 1 + n)  # keep [.., cur, x_1..x_n]
     count_step(ctx.res, proposal, g, verdict)
     policy.update(g, n)
@@ -218,6 +266,12 @@ def tree_step(
         stepwise_keep_path(ctx.target, cached, ids, path)
     else:
         ctx.target.keep_path(cached, path)  # keep [.., cur, path]
+    if ctx.reads_hidden:  # one pass: rows [cur, path]; one-token passes: cur's first, the path's refed last
+        log = ctx.target.hidden_log or []
+        n_rows = sum(h.shape[0] for h in log)
+        ctx.hand_hidden(
+            [0] + ([n_rows - len(path) + i for i in range(len(path))] if ctx.stepwise else [1 + i for i in path])
+        )
     count_tree_step(ctx.res, proposal, verdict, tree.depth)
     policy.update(tree.depth, len(path))  # a γ policy sees the tree as a chain of its depth
     tc = ctx.clock.now()

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -34,6 +35,9 @@ from specbench.distill.training import (
 )
 from specbench.errors import SpecbenchError
 from specbench.files import atomic_write_json
+
+if TYPE_CHECKING:  # --kind eagle's trainer, imported when a run needs it
+    from specbench.distill.eagle_training import EagleTrainer
 
 
 @dataclass
@@ -154,8 +158,16 @@ class TrainingRun:
         self.train_docs = torch.nonzero(~data.heldout).view(-1)
         self.heldout_docs = torch.nonzero(data.heldout).view(-1).tolist()
         self.pad_id = target.pad_id
-        self.model = new_draft(p, target, cfg.seed).to(self.device)
-        self.opt = make_optimizer(self.model, p)
+        self.trainer: EagleTrainer | None = None  # --kind eagle: the head's loss and evaluation (eagle_training.py)
+        if cfg.kind == "eagle":
+            from specbench.distill.eagle_training import EagleTrainer, make_head_optimizer, new_eagle_head
+
+            self.model = new_eagle_head(target, cfg.seed).to(self.device)
+            self.trainer = EagleTrainer(self.model, target, p, data)
+            self.opt = make_head_optimizer(self.model, p)
+        else:
+            self.model = new_draft(p, target, cfg.seed).to(self.device)
+            self.opt = make_optimizer(self.model, p)
         self.step, self.seconds = 0, 0.0
         self.curve: list[list] = []
         self.heldout_curve: list[list] = []
@@ -223,9 +235,12 @@ class TrainingRun:
             g["lr"] = lr_at(self.step, p, self.cfg.total_steps)
         epoch, docs = self.schedule.docs_at(self.step)
         self.consistent = False
-        loss, agree = train_step(
-            self.model, self.opt, self.data, make_batch(self.data, docs, p.max_len, self.pad_id), self.device
-        )
+        if self.trainer is not None:
+            loss, agree = self.trainer.train_step(self.opt, docs)
+        else:
+            loss, agree = train_step(
+                self.model, self.opt, self.data, make_batch(self.data, docs, p.max_len, self.pad_id), self.device
+            )
         self.step += 1
         self.curve.append([self.step, loss, agree, epoch])
         self.consistent = True
@@ -235,7 +250,10 @@ class TrainingRun:
         """Evaluate on the held-out documents and checkpoint, each at its period and at the last step."""
         p, step, last = self.cfg.preset, self.step, self.step == self.cfg.total_steps
         if step % p.eval_every == 0 or last:
-            ev = evaluate(self.model, self.data, self.heldout_docs, p, self.pad_id, self.device)
+            if self.trainer is not None:
+                ev = self.trainer.evaluate(self.heldout_docs)
+            else:
+                ev = evaluate(self.model, self.data, self.heldout_docs, p, self.pad_id, self.device)
             self.heldout_curve.append([step, ev["agreement_reply"], ev["agreement_all"], ev["kl"]])
         if step % p.checkpoint_every == 0 or last:
             self.checkpoint()
@@ -260,16 +278,16 @@ def _export_and_check(run: TrainingRun, progress: Progress, t_start: float) -> O
     """Export the trained draft, measure it, and write the "done" manifest."""
     cfg = run.cfg
     progress(Event("export", 0, 1, "saving and checking the draft"))
-    export_draft(run.model, run.target, cfg.out, cfg.preset.save_dtype)
-    checks = final_checks(cfg, run.target, run.data, run.heldout_docs, run.index, run.pad_id)
+    if cfg.kind == "eagle":  # vLLM's eagle layout, reloaded as --draft eagle:<out> (save_head.py)
+        from specbench.distill.save_head import export_head, head_checks
+
+        export_head(run.model, cfg.out, cfg.preset.save_dtype)
+        checks = head_checks(cfg, run.target, run.data, run.heldout_docs, run.index)
+    else:
+        export_draft(run.model, run.target, cfg.out, cfg.preset.save_dtype)
+        checks = final_checks(cfg, run.target, run.data, run.heldout_docs, run.index, run.pad_id)
     checks["total_seconds_this_session"] = time.perf_counter() - t_start
     manifest = run.write_manifest(checks, "done")
-    progress(
-        Event(
-            "export",
-            1,
-            1,
-            f"c = {checks['cost']['c']:.3f}, α(γ={cfg.preset.check_gamma}) = {checks['speculative']['alpha']:.3f}",
-        )
-    )
+    cost = f"c = {checks['cost']['c']:.3f}, " if checks.get("cost") else ""
+    progress(Event("export", 1, 1, f"{cost}α(γ={cfg.preset.check_gamma}) = {checks['speculative']['alpha']:.3f}"))
     return Outcome(manifest, finished=True)

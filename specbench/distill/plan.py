@@ -206,4 +206,6 @@ def make_plan(cfg: DistillConfig, target) -> Plan:
             for s, (tr, he) in zip(specs, rows_by_task)
         },
     }
+    if cfg.kind == "eagle":  # the shards also hold hidden states: never mixed with a draft's (whose plan is as before)
+        record["hidden_states"] = "float16"
     return Plan([s.name for s in specs], jobs, prefixes, record)

@@ -192,17 +192,8 @@ def build_manifest(
         "steps": {"done": step, "total": cfg.total_steps},
         "preset": dataclasses.asdict(p),
         "data": _data_section(cfg, index),
-        "model": {
-            "architecture": "LlamaForCausalLM, tied embeddings",
-            "layers": p.layers,
-            "hidden": p.hidden,
-            "intermediate": p.intermediate,
-            "heads": p.heads,
-            "kv_heads": p.kv_heads,
-            "n_params": sum(x.numel() for x in model.parameters()),
-            "saved_dtype": p.save_dtype,
-        },
-        "training": _training_section(state, step),
+        "model": _model_section(cfg, model),
+        "training": _training_section(state, step, cfg.kind),
         "checks": checks,
         "versions": {
             "torch": torch.__version__,
@@ -211,6 +202,30 @@ def build_manifest(
         },
         "git_commit": git_commit(),
         "argv": sys.argv,
+    }
+
+
+def _model_section(cfg: DistillConfig, model) -> dict:
+    p = cfg.preset
+    if cfg.kind == "eagle":  # the head's shape is the target's (models/eagle_head.py)
+        tensors = model.head_tensors()
+        return {
+            "architecture": "EAGLE head, vLLM's eagle layout: fc [H, 2H] and one Llama decoder layer (no input norm), "
+            "on the target's embedding and output layer",
+            "hidden": int(tensors["fc.weight"].shape[0]),
+            "n_params": sum(v.numel() for v in tensors.values()),
+            "saved_dtype": p.save_dtype,
+            "loss": {"reg_weight": p.reg_weight, "kl_weight": p.kl_weight},  # type: ignore[attr-defined]  # EaglePreset
+        }
+    return {
+        "architecture": "LlamaForCausalLM, tied embeddings",
+        "layers": p.layers,
+        "hidden": p.hidden,
+        "intermediate": p.intermediate,
+        "heads": p.heads,
+        "kv_heads": p.kv_heads,
+        "n_params": sum(x.numel() for x in model.parameters()),
+        "saved_dtype": p.save_dtype,
     }
 
 
@@ -238,7 +253,7 @@ def _data_section(cfg: DistillConfig, index: dict) -> dict:
     }
 
 
-def _training_section(state: dict, step: int) -> dict:
+def _training_section(state: dict, step: int, kind: str = "draft") -> dict:
     """The loss curve thinned to about 200 points (the last step always kept) and the held-out curve."""
     curve = state["curve"]
     every = max(1, len(curve) // 200)
@@ -252,7 +267,11 @@ def _training_section(state: dict, step: int) -> dict:
             if curve and (len(curve) - 1) % every
             else []
         ),
-        "loss_curve_columns": ["step", "KL(teacher top-k || draft)", "train top-1 agreement"],
+        "loss_curve_columns": [
+            "step",
+            "KL(teacher top-k || draft)" if kind != "eagle" else "reg_weight·smooth-L1(hidden) + kl_weight·KL",
+            "train top-1 agreement",
+        ],
         "heldout": [[s, round(a, 4), round(b, 4), round(k, 5)] for s, a, b, k in state["heldout"]],
         "heldout_columns": [
             "step",

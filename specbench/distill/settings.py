@@ -4,7 +4,7 @@ invocation's settings, and the progress events the pipeline reports."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,10 +126,45 @@ PRESETS: dict[str, DistillPreset] = {
 }
 
 
-def get_preset(name: str) -> DistillPreset:
-    if name not in PRESETS:
-        raise SpecbenchError(f"unknown distill preset {name!r}; use one of {', '.join(PRESETS)}")
-    return PRESETS[name]
+KINDS = ("draft", "eagle")  # --kind: a small draft model, or an EAGLE head on the target's hidden states
+
+
+@dataclass(frozen=True)
+class EaglePreset(DistillPreset):
+    """An EAGLE head's preset (--kind eagle): the same data and training fields; the head's shape is the target's
+    (one of its decoder layers and fc [H, 2H]), so the draft-architecture fields above are unused (0)."""
+
+    reg_weight: float = 1.0  # smooth-L1 regression of the next position's hidden state (EAGLE's feature loss)
+    kl_weight: float = 0.1  # KL(teacher top-k || lm_head(predicted hidden)) (EAGLE's classification loss weight)
+
+
+_NO_DRAFT = {"layers": 0, "hidden": 0, "intermediate": 0, "heads": 0, "kv_heads": 0, "svd_init": False}
+
+EAGLE_PRESETS: dict[str, EaglePreset] = {
+    # Tests and smoke runs: the small draft preset's data, a few steps.
+    "small": EaglePreset(
+        **(dataclasses.asdict(PRESETS["small"]) | _NO_DRAFT | {"name": "small", "lr": 2e-3, "save_dtype": "float32"})
+    ),
+    # The full head for SmolLM2-135M: the full draft preset's data (~810k teacher positions, their hidden states in
+    # fp16: ~0.9 GB), two epochs of 4,096-token batches (each step: one head layer forward and backward, and the
+    # 49k-wide output layer forward and backward for the KL); docs/distill.md has the time estimate.
+    "full": EaglePreset(
+        **(
+            dataclasses.asdict(PRESETS["full"])
+            | _NO_DRAFT
+            | {"name": "full", "steps": 600, "lr": 1e-3, "warmup": 30, "eval_every": 50, "checkpoint_every": 25}
+        )
+    ),
+}
+
+
+def get_preset(name: str, kind: str = "draft") -> DistillPreset:
+    if kind not in KINDS:
+        raise SpecbenchError(f"unknown distill kind {kind!r}; use one of {', '.join(KINDS)}")
+    presets: Mapping[str, DistillPreset] = EAGLE_PRESETS if kind == "eagle" else PRESETS
+    if name not in presets:
+        raise SpecbenchError(f"unknown distill preset {name!r}; use one of {', '.join(presets)}")
+    return presets[name]
 
 
 @dataclass(frozen=True)
@@ -145,6 +180,7 @@ class DistillConfig:
     device: str = "auto"
     resume: bool = False  # insist on an existing checkpoint (a checkpoint is always resumed when present)
     max_session_steps: int | None = None  # stop (checkpointed) after this many steps in this invocation
+    kind: str = "draft"  # "draft" (a small LlamaForCausalLM) or "eagle" (an EAGLE head: distill/eagle_training.py)
 
     @property
     def total_steps(self) -> int:
@@ -157,25 +193,33 @@ class DistillConfig:
             raise SpecbenchError(f"--max-session-steps must be >= 1 (got {self.max_session_steps})")
         if not self.tasks:
             raise SpecbenchError("--task needs at least one task name or .jsonl file")
+        if self.kind not in KINDS:
+            raise SpecbenchError(f"--kind must be one of {', '.join(KINDS)} (got {self.kind!r})")
+        if (self.kind == "eagle") != isinstance(self.preset, EaglePreset):
+            raise SpecbenchError(
+                f"preset {self.preset.name} is not a --kind {self.kind} preset; use get_preset(name, kind)"
+            )
         if self.preset.save_dtype not in ("float32", "float16", "bfloat16"):
             raise SpecbenchError(f"preset {self.preset.name}: save_dtype must be float32, float16 or bfloat16")
         return self
 
     def command(self) -> str:
         """The command line that rebuilds this draft from nothing."""
+        kind = " --kind eagle" if self.kind == "eagle" else ""  # the draft's command reads as before kinds existed
         return (
-            f"specbench distill --target {self.target} --out {self.out} --preset {self.preset.name} "
+            f"specbench distill{kind} --target {self.target} --out {self.out} --preset {self.preset.name} "
             f"--task {','.join(self.tasks)} --steps {self.total_steps} --seed {self.seed}"
         )
 
     def training_key(self) -> dict:
         """What must match for a checkpoint to be resumed (the step count may grow)."""
-        return {
+        key = {
             "target": self.target,
             "tasks": list(self.tasks),
             "seed": self.seed,
             "preset": {k: v for k, v in dataclasses.asdict(self.preset).items() if k != "steps"},
         }
+        return key | ({"kind": "eagle"} if self.kind == "eagle" else {})  # a draft's key as before kinds existed
 
 
 @dataclass

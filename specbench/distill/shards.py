@@ -2,7 +2,9 @@
 per teacher job (`Docs`) and read back, all shards together, as one `TeacherData`.
 
 A document is a token sequence and, for positions label_start .. label_end-1, the target's top-k
-log-probabilities (fp16) and ids (int32) of the next token: the law of token t+1 given tokens ..t.
+log-probabilities (fp16) and ids (int32) of the next token: the law of token t+1 given tokens ..t. For an EAGLE
+head (--kind eagle) each labelled position also keeps the target's final hidden state there (fp16; the one its
+output layer read to give that label); a draft's shards hold no such tensor.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class Docs:
 
     def __init__(self):
         self.tokens, self.lens, self.meta, self.idx, self.lp = [], [], [], [], []
+        self.hidden: list[torch.Tensor] = []  # --kind eagle: [n, H] fp16 per document, beside its labels
 
     def add(
         self,
@@ -38,8 +41,12 @@ class Docs:
         reply_start: int,
         idx: torch.Tensor,
         lp: torch.Tensor,
+        hidden: torch.Tensor | None = None,
     ) -> None:
         assert idx.shape[0] == label_end - label_start, (idx.shape, label_start, label_end)
+        if hidden is not None:
+            assert hidden.shape[0] == idx.shape[0], (hidden.shape, idx.shape)
+            self.hidden.append(hidden)
         self.tokens.extend(tokens)
         self.lens.append(len(tokens))
         self.meta.append((label_start, label_end, reply_start, kind))
@@ -50,7 +57,8 @@ class Docs:
         """The shard's tensors; every document of a shard comes from one task and one side of the held-out split."""
         meta = torch.tensor(self.meta, dtype=torch.int32).view(-1, 4)
         n = len(self.lens)
-        return {
+        hidden = {"hidden": torch.cat(self.hidden)} if self.hidden else {}  # [M, H] fp16 (--kind eagle only)
+        return hidden | {
             "tokens": torch.tensor(self.tokens, dtype=torch.int32),  # [N] all documents back to back
             "doc_len": torch.tensor(self.lens, dtype=torch.int32),  # [D]
             "label_start": meta[:, 0].contiguous(),
@@ -80,6 +88,7 @@ class TeacherData:
     label_off: torch.Tensor  # [D+1] int64
     topk_idx: torch.Tensor  # [M, k] int32
     topk_logp: torch.Tensor  # [M, k] float16
+    hidden: torch.Tensor | None = None  # [M, H] float16: the target's final hidden state at each label (--kind eagle)
 
     @property
     def doc_len(self) -> torch.Tensor:
@@ -100,7 +109,7 @@ def load_teacher_data(index: dict) -> TeacherData:
                 f"the same command to rebuild it"
             )
         parts.append(load_file(str(path)))
-    cat = {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+    cat = {k: torch.cat([p[k] for p in parts]) for k in parts[0] if all(k in p for p in parts)}
     doc_len = cat["doc_len"].long()
     n_labels = (cat["label_end"] - cat["label_start"]).long()
     zero = torch.zeros(1, dtype=torch.long)
@@ -116,4 +125,5 @@ def load_teacher_data(index: dict) -> TeacherData:
         label_off=torch.cat([zero, n_labels.cumsum(0)]),
         topk_idx=cat["topk_idx"],
         topk_logp=cat["topk_logp"],
+        hidden=cat.get("hidden"),
     )

@@ -3,7 +3,8 @@
 For every planned row (see `plan`), the chat-templated prompt, then (a) the target's own greedy
 continuation ("on-policy": exactly the tokens speculative decoding drafts at T = 0), (b) a T = 1
 sample from its own law (what sampled runs draft on) and (c) the human reference reply. Every
-position keeps the target's top-k log-probabilities and ids as a soft label (see `shards`).
+position keeps the target's top-k log-probabilities and ids as a soft label (see `shards`), and for an
+EAGLE head (--kind eagle) also the hidden state the output layer read there (fp16).
 
 Prompts of a task share a long chat-template prefix: it is run once and its KV cache is repeated
 over the batch, so per-row work starts at the example's own text. Prompts and references are scored
@@ -40,14 +41,18 @@ class Prompts:
     h_last: torch.Tensor  # [B, H] the target's hidden state there
     idx: torch.Tensor  # [n, k] labels of the rows' own prompt positions (after the prefix), row after row
     lp: torch.Tensor  # [n, k]
+    hid: torch.Tensor | None  # [n, H] fp16 hidden states beside idx (--kind eagle), else None
     bounds: list[int]  # row i's labels are idx[bounds[i]:bounds[i + 1]]; bounds[-1] = n
 
 
 class Teacher:
     """The target, run batched with a shared-prefix KV cache, reduced to top-k soft labels."""
 
-    def __init__(self, model: torch.nn.Module, top_k: int, eos_ids: frozenset[int], pad_id: int):
+    def __init__(
+        self, model: torch.nn.Module, top_k: int, eos_ids: frozenset[int], pad_id: int, keep_hidden: bool = False
+    ):
         self.model = model
+        self.keep_hidden = keep_hidden  # --kind eagle: labelled positions keep their hidden states
         self.base = model.base_model
         self.head = model.get_output_embeddings()  # type: ignore[operator]  # torch: Module attrs are Tensor | Module
         self.top_k = top_k
@@ -59,6 +64,10 @@ class Teacher:
     def _hidden(self, ids: torch.Tensor, mask: torch.Tensor | None, pos: torch.Tensor | None, cache) -> torch.Tensor:
         out = self.base(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **{self._cache_kw: cache})  # type: ignore[operator]  # torch: Module attrs are Tensor | Module
         return out.last_hidden_state
+
+    def feats(self, hidden: torch.Tensor) -> torch.Tensor | None:
+        """hidden [M, H] (what `labels` reads) → fp16 on the host for the shard, or None when not kept."""
+        return hidden.half().cpu() if self.keep_hidden else None
 
     def labels(
         self,
@@ -123,7 +132,7 @@ class Teacher:
         scored = 0
         if job.prefix_doc:
             idx, lp, _ = self.labels(h)
-            docs.add(prefix, KIND_PREFIX, 0, P, P, idx, lp)
+            docs.add(prefix, KIND_PREFIX, 0, P, P, idx, lp, self.feats(h))
             scored = P
         cache.batch_repeat_interleave(len(job.rows))
         return scored
@@ -143,12 +152,15 @@ class Teacher:
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
         h = self._hidden(ids, mask, pos[:, P:], cache)  # [B, S, H]
         valid = torch.cat([torch.arange(S - len(s), S) + i * S for i, s in enumerate(suffixes)])
-        idx, lp, _ = self.labels(h.reshape(B * S, -1)[valid.to(dev)])
+        h_valid = h.reshape(B * S, -1)[valid.to(dev)]
+        idx, lp, _ = self.labels(h_valid)
         bounds = [0]
         for s in suffixes:
             bounds.append(bounds[-1] + len(s))
         # h[:, -1]: each row's last prompt position (left padding)
-        return Prompts(mask=mask, last=pos[:, -1:], h_last=h[:, -1], idx=idx, lp=lp, bounds=bounds)
+        return Prompts(
+            mask=mask, last=pos[:, -1:], h_last=h[:, -1], idx=idx, lp=lp, hid=self.feats(h_valid), bounds=bounds
+        )
 
     def _score_references(self, rows: list[TeacherRow], prompts: Prompts, cache, docs: Docs) -> int:
         """Score each row's human reference after its prompt (on a copy of the cache) → positions labelled."""
@@ -164,12 +176,17 @@ class Teacher:
         hr = self._hidden(rids.to(dev), torch.cat([prompts.mask, rmask.to(dev)], 1), rpos, rcache)  # [B, R, H]
         keep = [(i, len(r.reply) - 1) for i, r in enumerate(rows) if len(r.reply) > 1]
         sel = torch.cat([torch.arange(n) + i * R for i, n in keep]).to(dev)
-        r_idx, r_lp, _ = self.labels(hr.reshape(B * R, -1)[sel])
+        h_sel = hr.reshape(B * R, -1)[sel]
+        r_idx, r_lp, _ = self.labels(h_sel)
+        r_hid = self.feats(h_sel)
         off = 0
         for i, n in keep:
             r = rows[i]
             L = len(r.prompt)
-            docs.add(r.prompt + r.reply, KIND_REFERENCE, L, L + n, L - 1, r_idx[off : off + n], r_lp[off : off + n])
+            hid = r_hid[off : off + n] if r_hid is not None else None
+            docs.add(
+                r.prompt + r.reply, KIND_REFERENCE, L, L + n, L - 1, r_idx[off : off + n], r_lp[off : off + n], hid
+            )
             off += n
         return len(sel)
 
@@ -189,7 +206,7 @@ class Teacher:
             cache.batch_repeat_interleave(2)
             mask, last = mask.repeat_interleave(2, 0), last.repeat_interleave(2, 0)
         reps = 2 if sampled else 1
-        tokens, gidx, glp, gen_tokens = self._continue(
+        tokens, gidx, glp, ghid, gen_tokens = self._continue(
             cache, mask, last, first, [r for r in rows for _ in range(reps)], g, sample
         )
         for i, r in enumerate(rows):
@@ -198,7 +215,8 @@ class Teacher:
             n_i = len(tokens[k])
             idx = torch.cat([prompts.idx[bounds[i] : bounds[i + 1]], *gidx[k]])
             lp = torch.cat([prompts.lp[bounds[i] : bounds[i + 1]], *glp[k]])
-            docs.add(r.prompt + tokens[k], KIND_ON_POLICY, P, L + n_i - 1, L - 1, idx, lp)
+            hid = None if prompts.hid is None else torch.cat([prompts.hid[bounds[i] : bounds[i + 1]], *ghid[k]])
+            docs.add(r.prompt + tokens[k], KIND_ON_POLICY, P, L + n_i - 1, L - 1, idx, lp, hid)
             if sampled and len(tokens[k + 1]) > 1:
                 n_s = len(tokens[k + 1])
                 docs.add(
@@ -209,6 +227,7 @@ class Teacher:
                     L - 1,
                     torch.cat(gidx[k + 1]),
                     torch.cat(glp[k + 1]),
+                    torch.cat(ghid[k + 1]) if prompts.hid is not None else None,
                 )
         return gen_tokens
 
@@ -217,11 +236,12 @@ class Teacher:
     ):
         """Continue every row from its first new token `nxt` [B] until EOS or its max_new, greedily or (rows
         flagged in `sample`) by drawing; finished rows leave the batch (their cache rows are dropped).
-        → (tokens per row, top-k ids and log-probs per step and row, forwards run)."""
+        → (tokens per row, top-k ids, log-probs and (--kind eagle) hidden states per step and row, forwards run)."""
         dev = self.device
         tokens: list[list[int]] = [[] for _ in rows]
         gidx: list[list[torch.Tensor]] = [[] for _ in rows]
         glp: list[list[torch.Tensor]] = [[] for _ in rows]
+        ghid: list[list[torch.Tensor]] = [[] for _ in rows]
         active = torch.arange(len(rows))
         eos = set(self.eos.tolist())
         n = 0
@@ -232,7 +252,7 @@ class Teacher:
                 if t not in eos and len(tokens[a]) < rows[a].max_new:
                     keep.append(j)
             if not keep:
-                return tokens, gidx, glp, n
+                return tokens, gidx, glp, ghid, n
             if len(keep) < len(active):
                 sel = torch.tensor(keep, dtype=torch.long)
                 cache.batch_select_indices(sel.to(dev))
@@ -242,10 +262,13 @@ class Teacher:
             last = last + 1
             h = self._hidden(nxt[:, None], mask, last, cache)[:, 0]  # [b, H]
             idx, lp, nxt = self.labels(h, generator=generator, sample=sample)
+            hid = self.feats(h)
             n += len(active)
             for j, a in enumerate(active.tolist()):
                 gidx[a].append(idx[j : j + 1])
                 glp[a].append(lp[j : j + 1])
+                if hid is not None:
+                    ghid[a].append(hid[j : j + 1])
             nxt = nxt.to(dev)
 
 
@@ -288,7 +311,7 @@ def _open_index(folder: Path, plan: Plan) -> dict:
 def _run_missing_jobs(cfg: DistillConfig, target, plan: Plan, folder: Path, index: dict, progress: Progress) -> None:
     """Run every job whose shard is not on disk; each shard, then the index, is written as soon as it is done."""
     p = cfg.preset
-    teacher = Teacher(target.model, p.top_k, target.eos_ids, target.pad_id)
+    teacher = Teacher(target.model, p.top_k, target.eos_ids, target.pad_id, keep_hidden=cfg.kind == "eagle")
     jobs = plan.jobs
     todo = [j for j in jobs if not _shard_ok(folder, index["shards"].get(str(j.index)))]
     done = len(jobs) - len(todo)

@@ -26,6 +26,7 @@ from specbench.decoding.accept import accepted_count, residual, verify_sampling,
 from specbench.decoding.base import Proposer
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.sampling import processed_probs, sample
+from specbench.decoding.speculative import reads_hidden
 from specbench.decoding.tree import TokenTree
 from specbench.errors import SpecbenchError
 from specbench.evidence.controls import CONTROLS, Control
@@ -81,6 +82,16 @@ def tree_logits(model: torch.nn.Module, context: list[int], nodes: list[int], tr
     return cm.forward_tree(torch.tensor(context[-1:] + nodes, device=cm.device), tree)
 
 
+@torch.inference_mode()
+def feed_hidden(model: torch.nn.Module, proposer: Proposer, tokens: list[int], max_new: int) -> None:
+    """A draft that reads the target's hidden states (base.ReadsHidden: an EAGLE head) proposes from any state: it
+    begins afresh and gets the target's final hidden states of tokens[:-1] from one plain pass, as the loop would
+    have handed them over. Decoder-only torch targets only (the draft's factory refuses others)."""
+    proposer.begin(list(tokens), max_new)
+    ids = torch.tensor([tokens[:-1]], device=model_device(model))
+    proposer.observe_hidden(model(input_ids=ids, output_hidden_states=True).hidden_states[-1][0])  # type: ignore[attr-defined]  # ReadsHidden
+
+
 def sample_steps(
     target_model: torch.nn.Module,
     proposer: Proposer,
@@ -111,6 +122,7 @@ def sample_steps(
     memo_prop: dict = {}
     stats: Counter[str] = Counter()
     proposer.begin(list(prompt_ids), length + gamma)
+    hidden_fed = reads_hidden(proposer)
     done: Counter = Counter()
     pending: Counter = Counter({(): n})
     while pending:
@@ -121,6 +133,8 @@ def sample_steps(
                 if not proposer.is_model and emitted in memo_prop:
                     prop = memo_prop[emitted]
                 else:
+                    if hidden_fed:  # an EAGLE head drafts from the target's hidden states of the state's tokens
+                        feed_hidden(target_model, proposer, tokens, length + gamma)
                     prop = proposer.propose(tokens, gamma, sampling, generator)
                     memo_prop[emitted] = prop
                 drafted = tuple(prop.tokens.tolist())

@@ -7,6 +7,8 @@ share a vocabulary, with both sizes in the message.
 
 from __future__ import annotations
 
+from typing import Any
+
 from specbench.decoding.drafts.hybrid import HybridDraft
 from specbench.decoding.drafts.lookahead import DEFAULT_BRANCHES as LOOKAHEAD_BRANCHES
 from specbench.decoding.drafts.lookahead import DEFAULT_NGRAM, DEFAULT_WINDOW, LookaheadDraft
@@ -14,7 +16,7 @@ from specbench.decoding.drafts.model import ModelDraft
 from specbench.decoding.drafts.ngram import DEFAULT_BACKOFF, DEFAULT_K, make_frequency_draft
 from specbench.decoding.drafts.prompt_lookup import PromptLookupDraft
 from specbench.decoding.drafts.tree_lookup import DEFAULT_BRANCHES, DEFAULT_NODES, TreeLookupDraft
-from specbench.errors import SpecbenchError
+from specbench.errors import SpecbenchError, UsageError
 from specbench.models import PRESETS, LoadedModel, SplitPreset, load_model
 from specbench.models.shipped import shipped_draft_dir, shipped_draft_rows
 from specbench.run_specs import DraftSpec
@@ -66,6 +68,8 @@ def make_proposer(
         return SuffixDraft(target.vocab_size, target.device, name=parsed.text, **dict(parsed.options))  # type: ignore[arg-type]  # parse_draft checked each option
     if parsed.fits_corpus:
         return make_frequency_draft(parsed, target.vocab_size, target.device, corpus)
+    if parsed.eagle_head is not None:
+        return eagle_draft(parsed, target, backend)
     model = model_draft(parsed.model, target, device, dtype, trust_remote_code, backend)  # type: ignore[arg-type]  # model, hybrid: set
     if parsed.kind == "hybrid":
         return HybridDraft(lookup_draft(target), model, name=parsed.text)
@@ -87,6 +91,36 @@ def model_draft(
     draft = load_model(model_spec, device, dtype, trust_remote_code)
     check_compatible(target, draft)
     return ModelDraft(draft.model, model_spec, decoder_start_id=draft.decoder_start_id, backend=backend)
+
+
+def eagle_draft(spec: DraftSpec, target: LoadedModel, backend: str):
+    """`eagle:<folder>`: the head, checked against the target (one line, exit 2), over the target's own embedding
+    and output layer."""
+    import torch
+
+    from specbench.decoding.drafts.eagle import EagleDraft
+    from specbench.models.eagle_head import load_head
+
+    folder = spec.eagle_head or ""
+    if not folder:
+        raise UsageError(f"--draft {spec.text}: eagle needs its head's folder, e.g. eagle:/path/to/head")
+    model = target.model
+    if not isinstance(model, torch.nn.Module) or target.is_seq2seq:
+        raise UsageError(
+            f"--draft {spec.text} drafts from a decoder-only torch target's hidden states; use --engine "
+            "specbench (or vllm) with such a target"
+        )
+    if backend == "compiled":
+        raise UsageError(
+            f"--draft {spec.text} reads the target's hidden states, which the compiled passes do not "
+            "return; use --backend eager or static"
+        )
+    config = model.config
+    hidden = int(getattr(config, "hidden_size", 0))
+    head = load_head(folder, spec.text, hidden, target.vocab_size, target.device, target.dtype)
+    hf: Any = model  # a transformers model (torch types Module attributes Tensor | Module)
+    embed, lm_head = hf.get_input_embeddings(), hf.get_output_embeddings()
+    return EagleDraft(head, embed, lm_head, spec.text)
 
 
 def draft_rows() -> list[dict]:
@@ -140,6 +174,13 @@ def draft_rows() -> list[dict]:
             "cost": "a draft forward per token lookup cannot supply",
             "description": "prompt lookup where the context has a match, the draft model for the rest "
             "(alias hybrid:<model spec>)",
+        },
+        {
+            "name": "eagle:<folder>",
+            "kind": "head",
+            "cost": "one head layer and the target's output layer per token",
+            "description": "an EAGLE head (specbench distill --kind eagle) drafting from the target's hidden states; "
+            "the same folder runs in vLLM's eagle method (Llama targets, batch 1)",
         },
         {
             "name": "<model spec>",

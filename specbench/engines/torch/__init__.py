@@ -6,10 +6,23 @@ from __future__ import annotations
 
 from specbench.config import RunConfig
 from specbench.engines.contract import Capabilities, EngineSpec
+from specbench.errors import SpecbenchError
 
 
 def torch_rules(config: RunConfig) -> None:
-    """Nothing beyond the capabilities: specbench's loop runs every option RunConfig accepts."""
+    """Beyond the capabilities, specbench's loop runs every option RunConfig accepts; an EAGLE head's folder
+    (`--draft eagle:<folder>`) is checked here, before any model loads."""
+    folder = config.draft.eagle_head
+    if folder is not None:
+        from specbench.models.eagle_layout import read_head_config
+
+        if not folder:
+            raise SpecbenchError(
+                f"--draft {config.draft.text}: eagle needs its head's folder, e.g. eagle:/path/to/head"
+            )
+        read_head_config(folder, config.draft.text)
+        if config.batch_size > 1:
+            raise SpecbenchError(f"--draft {config.draft.text} drafts one sequence at a time; use --batch-size 1")
 
 
 SPEC = EngineSpec(

@@ -154,7 +154,7 @@ def check_model_sources(config: RunConfig) -> None:
         return  # the engine's own method (vLLM's suffix, eagle:<head>): its session checks any folder it names
     if draft.model == "distilled":
         shipped_draft_dir(config.load.target)
-    elif draft.model is not None:
+    elif draft.model is not None and draft.eagle_head is None:  # an EAGLE head's folder: engines/torch checked it
         resolve_source(draft.model)
 
 

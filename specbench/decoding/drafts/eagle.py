@@ -1,0 +1,102 @@
+"""`--draft eagle:<folder>` in specbench's loop: an EAGLE head (models/eagle_head.py) drafting from the target's own
+hidden states, the same folder vLLM's `eagle` method runs (`--engine vllm --draft eagle:<folder>`).
+
+The head keeps its own KV cache over positions 0..fed-1, each computed from the target's real hidden state there. The
+loop hands over the target's hidden states of the positions it keeps (base.ReadsHidden: the prompt's after the
+prefill, [cur, accepted] after each verify pass); a proposal first crops the cache back to `fed` (its own guesses
+from the last proposal go, as vLLM's proposer drops them), runs the head over the new positions t (the embedding of
+token t+1 ⊕ the target's h_t) in one pass, then chains: the law of the next token is the target's lm_head on the
+head's output, and the head's output is the next position's hidden state. It samples from exactly the processed law
+it reports, so T > 0 rejection sampling stays exact. Batch 1 only (config.py refuses batches).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from specbench.config import SamplingConfig
+from specbench.decoding.base import BatchProposer, Proposal
+from specbench.decoding.sampling import processed_probs, sample
+from specbench.errors import SpecbenchError
+
+
+class EagleDraft:
+    """Proposer over an EAGLE head, the target's (frozen, shared) embedding and output layer."""
+
+    is_model = True  # it runs a network; its cost is measured in draft_s (no CachedModel to calibrate: c unpriced)
+    reads_hidden = True  # the loop keeps the target's hidden states and hands them over (base.ReadsHidden)
+
+    def __init__(self, head: torch.nn.Module, embed: torch.nn.Module, lm_head: torch.nn.Module, name: str):
+        self.head, self.embed, self.lm_head, self.name = head, embed, lm_head, name
+        self.device = next(head.parameters()).device
+        self._cache: Any = None  # a transformers DynamicCache, made by begin()
+        self._fed = 0  # head positions computed from the target's real hidden states
+        self._pending: list[torch.Tensor] = []  # the target's hidden states not yet fed, [k, H] each
+
+    def begin(self, prompt_ids: list[int], max_new_tokens: int) -> None:
+        from transformers import DynamicCache
+
+        self._cache = DynamicCache()
+        self._fed = 0
+        self._pending = []
+
+    def observe_hidden(self, hidden: torch.Tensor) -> None:
+        self._pending.append(hidden)
+
+    def batched(self, size: int, device: torch.device) -> BatchProposer:
+        raise SpecbenchError(f"--draft {self.name} drafts one sequence at a time; use --batch-size 1")
+
+    def _step(self, ids: torch.Tensor, hidden: torch.Tensor, start: int) -> torch.Tensor:
+        """The head over positions start..start+k-1: ids [k] (token t+1 each), hidden [k, H] (h_t) → [k, H]."""
+        pos = torch.arange(start, start + ids.shape[0], device=self.device)[None]
+        emb = self.embed(ids)[None].to(hidden.dtype)  # [1, k, H]
+        return self.head(emb, hidden[None], pos, cache=self._cache)[0]
+
+    @torch.inference_mode()
+    def propose(
+        self,
+        tokens: list[int],
+        gamma: int,
+        sampling: SamplingConfig,
+        generator: torch.Generator | None,
+        min_confidence: float = 0.0,
+    ) -> Proposal:
+        new = len(tokens) - 1 - self._fed  # positions fed..len-2: their hidden states came with the last pass
+        hidden = self._pending[0] if len(self._pending) == 1 else torch.cat(self._pending or [torch.zeros(0)])
+        self._pending = []
+        # more rows than new positions: a caller kept fewer tokens of a pass than it verified (decode_forced after a
+        # forced mismatch); the first rows are the kept positions'
+        hidden = hidden[:new]
+        if new < 1 or hidden.shape[0] != new:
+            raise SpecbenchError(
+                f"the EAGLE head got {hidden.shape[0]} hidden states for {new} new positions: this is a bug in the "
+                "loop that drives the draft (it must hand over every kept position's hidden state)"
+            )
+        extra = self._cache.get_seq_length() - self._fed
+        if extra > 0:
+            self._cache.crop(-extra)
+        ids = torch.tensor(tokens[self._fed + 1 :], device=self.device)
+        feat = self._step(ids, hidden.to(self.device), self._fed)[-1:]  # [1, H]: predicts h at the newest position
+        self._fed = len(tokens) - 1
+        drafted, laws = [], []
+        for i in range(gamma):
+            logits = self.lm_head(feat)[0]  # [V]
+            if sampling.greedy:
+                tok = logits.argmax(-1)
+            else:
+                q = processed_probs(logits, sampling)
+                tok = sample(q, generator)
+                laws.append(q)
+            drafted.append(tok)
+            if i + 1 == gamma:
+                break
+            if min_confidence > 0.0:
+                p = torch.softmax(logits.float(), -1)[tok] if sampling.greedy else q[tok]
+                if float(p) < min_confidence:
+                    break
+            feat = self._step(tok.view(1), feat, self._fed + i + 1)  # its own output as the next hidden state
+        return Proposal(
+            tokens=torch.stack(drafted), q_probs=torch.stack(laws) if laws else None, forward_calls=len(drafted)
+        )

@@ -1,0 +1,185 @@
+"""Stage 2 for `--kind eagle`: an EAGLE head (models/eagle_head.py) trained on the target's own hidden states.
+
+At each labelled position t of a teacher document whose next position is labelled too, the head reads the target's
+embedding of token t+1 and the target's hidden state h_t (from the shards, fp16) at RoPE position t, and outputs f_t,
+its prediction of h_{t+1}. Two losses, as EAGLE (Li et al., 2024) trains: a smooth-L1 regression of f_t on h_{t+1}
+(the feature loss) and KL(teacher top-k at t+1 ‖ softmax(lm_head(f_t))) through the target's frozen output layer,
+weighted by the preset (`reg_weight`, `kl_weight`). The head attends causally over the document's labelled positions,
+and for an on-policy document also over its task's shared prompt prefix (whose hidden states the prefix document
+holds), so it sees the whole prompt as it does when drafting; a reference or sampled document's own prompt has no
+hidden states in it (they are in the row's on-policy document), so there the head sees the reply only.
+
+Held-out top-1 agreement is the distilled draft's measure at the same positions (on-policy reply positions): does the
+head's argmax for token t+1 (here from h_{t-1} and token t) equal the target's. It is the first drafted token's
+greedy-α proxy, the one every later drafted token builds on. Batches come from the same `Schedule` as the draft's, so
+a resumed run retraces the uninterrupted one, and checkpoints are the draft's (`TrainingRun`, pipeline.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from specbench.distill.settings import DistillPreset, EaglePreset
+from specbench.distill.shards import KIND_ON_POLICY, KIND_PREFIX, TeacherData
+from specbench.distill.training import kl_loss
+from specbench.errors import SpecbenchError
+
+
+@dataclass
+class EagleBatch:
+    ids: torch.Tensor  # [B, L] token t+1 at each head position (right-padded)
+    pos: torch.Tensor  # [B, L] the position t itself (RoPE)
+    mask: torch.Tensor  # [B, L] 1 at real positions
+    src: torch.Tensor  # [B, L] row of h_t in TeacherData.hidden (0 at padding)
+    rows: torch.Tensor  # [M] batch row of each real position
+    cols: torch.Tensor  # [M] its column
+    target: torch.Tensor  # [M] row of h_{t+1} and of the label of token t+2 (TeacherData.hidden / topk_*)
+    reply: torch.Tensor  # [M] bool: that label predicts a reply token of an on-policy document (the α proxy)
+
+
+def prefix_docs(data: TeacherData) -> dict[int, int]:
+    """task → its shared-prompt-prefix document (the prefix's hidden states, the same for all its prompts)."""
+    return {int(data.task[d]): int(d) for d in torch.nonzero(data.kind == KIND_PREFIX).view(-1)}
+
+
+def make_eagle_batch(data: TeacherData, docs: list[int], max_len: int, prefixes: dict[int, int]) -> EagleBatch:
+    """Head positions t = label_start .. label_end-2 of each document (cut to max_len tokens), the loss's. A document
+    whose labels start after its task's shared prompt prefix (an on-policy one) gets the prefix's positions in front,
+    their hidden states from the prefix document: the head attends over the whole prompt, as it does when drafting."""
+    spans = []
+    for d in docs:
+        ls, le = int(data.label_start[d]), min(int(data.label_end[d]), int(data.doc_len[d]), max_len)
+        pd = prefixes.get(int(data.task[d]))
+        front = ls if pd is not None and ls > 0 and int(data.doc_len[pd]) == ls else 0  # prefix positions in front
+        spans.append((d, ls, max(le - ls - 1, 0), front, pd))
+    width = max([front + n for _, _, n, front, _ in spans] + [1])
+    B = len(docs)
+    ids, pos = torch.zeros(B, width, dtype=torch.long), torch.zeros(B, width, dtype=torch.long)
+    mask, src = torch.zeros(B, width, dtype=torch.long), torch.zeros(B, width, dtype=torch.long)
+    rows, cols, target, reply = [], [], [], []
+    for b, (d, ls, n, front, pd) in enumerate(spans):
+        if n == 0:
+            continue
+        t = torch.arange(ls - front, ls + n)  # every head position fed; the loss's are the last n
+        start, off = int(data.doc_start[d]), int(data.label_off[d]) - ls  # label row of position t: off + t
+        own = off + t
+        if front:  # positions 0..ls-1: the prefix document's label rows
+            own = torch.where(t < ls, int(data.label_off[pd]) + t, own)
+        w = front + n
+        ids[b, :w] = data.tokens[start + t + 1].long()
+        pos[b, :w], mask[b, :w], src[b, :w] = t, 1, own
+        t = t[front:]
+        rows.append(torch.full((n,), b))
+        cols.append(torch.arange(front, w))
+        target.append(off + t + 1)
+        reply.append((t + 1 >= int(data.reply_start[d])) & (int(data.kind[d]) == KIND_ON_POLICY))
+    return EagleBatch(ids, pos, mask, src, _cat(rows), _cat(cols), _cat(target), _cat(reply).bool())
+
+
+def _cat(parts: list[torch.Tensor]) -> torch.Tensor:
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
+
+
+class EagleTrainer:
+    """The head, the target's frozen embedding and output layer, and the loss (one step, or an evaluation)."""
+
+    def __init__(self, head: torch.nn.Module, target, preset: DistillPreset, data: TeacherData):
+        if data.hidden is None:
+            raise SpecbenchError("the teacher data holds no hidden states; delete DIR/work/teacher and rerun")
+        if not isinstance(preset, EaglePreset):
+            raise SpecbenchError(f"preset {preset.name} is not an eagle preset")
+        self.head, self.preset, self.data = head, preset, data
+        model = target.model
+        model.requires_grad_(False)  # frozen: no gradient into the target's embedding or output layer
+        self.embed, self.lm_head = model.get_input_embeddings(), model.get_output_embeddings()
+        self.device = target.device
+        self.prefixes = prefix_docs(data)
+
+    def _forward(self, b: EagleBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """→ (the head's outputs at the real positions [M, H], the target hidden states there [M, H] float32)."""
+        dev, hidden = self.device, self.data.hidden
+        assert hidden is not None  # checked in __init__
+        h_in = hidden[b.src].to(dev).float() * b.mask[..., None].to(dev)  # [B, L, H]
+        emb = self.embed(b.ids.to(dev)).float()
+        out = self.head(emb, h_in, b.pos.to(dev), attention_mask=b.mask.to(dev))  # [B, L, H]
+        return out[b.rows.to(dev), b.cols.to(dev)], hidden[b.target].to(dev).float()
+
+    def train_step(self, opt: torch.optim.Optimizer, docs: list[int]) -> tuple[float, float]:
+        """One optimizer step on `docs` → (loss, train top-1 agreement)."""
+        p, data = self.preset, self.data
+        self.head.train()
+        opt.zero_grad(set_to_none=True)
+        b = make_eagle_batch(data, docs, p.max_len, self.prefixes)
+        if not len(b.target):
+            return float("nan"), float("nan")
+        f, h_next = self._forward(b)
+        idx = data.topk_idx[b.target].to(self.device)
+        logp = data.topk_logp[b.target].to(self.device)
+        reg = torch.nn.functional.smooth_l1_loss(f, h_next)
+        w = p.kl_weight
+        (p.reg_weight * reg).backward(retain_graph=True)
+        f_w = f * w + f.detach() * (1 - w)  # f's value, its gradient scaled by w (kl_loss backpropagates it)
+        kl, argmax, _ = kl_loss(self.lm_head, f_w, idx, logp, backward=True)
+        torch.nn.utils.clip_grad_norm_(self.head.parameters(), 1.0)
+        opt.step()
+        loss = p.reg_weight * float(reg.detach()) + w * kl
+        return loss, float((argmax == idx[:, 0]).float().mean())
+
+    @torch.no_grad()
+    def evaluate(self, docs: list[int]) -> dict:
+        """Held-out KL, regression loss and top-1 agreement (all positions; on-policy reply positions: the α proxy)."""
+        p, data = self.preset, self.data
+        self.head.eval()
+        lens = data.doc_len.clamp(max=p.max_len)
+        order = sorted(docs, key=lambda d: int(lens[d]))
+        sums = {"agree": 0.0, "kl": 0.0, "reg": 0.0, "n": 0.0, "agree_r": 0.0, "n_r": 0.0}
+        batch: list[int] = []
+        for d in order + [None]:
+            if d is not None and (not batch or (len(batch) + 1) * int(lens[d]) <= p.batch_tokens):
+                batch.append(d)
+                continue
+            b = make_eagle_batch(data, batch, p.max_len, self.prefixes) if batch else None
+            if b is not None and len(b.target):
+                f, h_next = self._forward(b)
+                idx = data.topk_idx[b.target].to(self.device)
+                _, argmax, kls = kl_loss(self.lm_head, f, idx, data.topk_logp[b.target].to(self.device), False)
+                hit, reply = (argmax == idx[:, 0]).float(), b.reply.to(self.device)
+                reg = torch.nn.functional.smooth_l1_loss(f, h_next, reduction="none").mean(-1)
+                sums["agree"] += float(hit.sum())
+                sums["kl"] += float(kls.sum())
+                sums["reg"] += float(reg.sum())
+                sums["n"] += len(hit)
+                sums["agree_r"] += float(hit[reply].sum())
+                sums["n_r"] += float(reply.sum())
+            batch = [d] if d is not None else []
+        n, n_r, nan = sums["n"], sums["n_r"], float("nan")
+        return {
+            "agreement_reply": sums["agree_r"] / n_r if n_r else nan,
+            "agreement_all": sums["agree"] / n if n else nan,
+            "kl": sums["kl"] / n if n else nan,
+            "feature_loss": sums["reg"] / n if n else nan,
+            "positions": int(n),
+            "reply_positions": int(n_r),
+        }
+
+
+def make_head_optimizer(head: torch.nn.Module, preset: DistillPreset) -> torch.optim.Optimizer:
+    """AdamW: weight decay on matrices, none on norms."""
+    decay = [p for p in head.parameters() if p.ndim >= 2 and p.requires_grad]
+    rest = [p for p in head.parameters() if p.ndim < 2 and p.requires_grad]
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": preset.weight_decay}, {"params": rest, "weight_decay": 0.0}],
+        lr=preset.lr,
+        betas=(0.9, 0.95),
+    )
+
+
+def new_eagle_head(target, seed: int) -> torch.nn.Module:
+    """A fresh head for the target (its body's 1-row embedding stub frozen: it is never read)."""
+    from specbench.models.eagle_head import new_head
+
+    head = new_head(target.model, seed)
+    head.body.embed_tokens.requires_grad_(False)
+    return head

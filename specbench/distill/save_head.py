@@ -1,0 +1,80 @@
+"""Stage 3 for `--kind eagle`: the head is written in vLLM's eagle layout (models/eagle_layout.py: config.json and
+model.safetensors, nothing else; the target's embedding and output layer are shared), reloaded through the same
+loader `--draft eagle:<folder>` uses, evaluated again on the held-out documents, and run in decode_speculative on
+held-out prompts (α at T = 0). manifest.json beside it says how it was made (pipeline.py writes it).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import torch
+
+from specbench.distill.save_draft import _check_prompts
+from specbench.distill.settings import WORK, DistillConfig
+from specbench.distill.shards import TeacherData
+from specbench.files import replacing
+
+
+def export_head(head: torch.nn.Module, out: Path, dtype: str) -> None:
+    """config.json and model.safetensors in `dtype`, built whole under work/ and renamed file by file into `out`."""
+    from specbench.models import TORCH_DTYPES
+    from specbench.models.eagle_head import save_head
+
+    staging = out / WORK / "export"
+    shutil.rmtree(staging, ignore_errors=True)  # what an interrupted export left
+    with replacing(staging) as folder:
+        save_head(head, folder, TORCH_DTYPES[dtype])  # type: ignore[arg-type]  # an EagleHead
+        for f in sorted(folder.iterdir()):
+            with replacing(out / f.name) as tmp:
+                os.replace(f, tmp)
+    staging.rmdir()
+
+
+def eagle_speculative_check(target, draft, prompts: list[tuple[list[int], int]], gamma: int) -> dict:
+    """Decode held-out prompts with decode_speculative at T = 0 and the exported head; α = accepted / trials."""
+    from specbench.config import SamplingConfig
+    from specbench.decoding.cached_model import CachedModel
+    from specbench.decoding.speculative import decode_speculative
+
+    counts = {"accepted": 0, "trials": 0, "drafted": 0, "emitted": 0}
+    for ids, max_new in prompts:
+        res = decode_speculative(
+            CachedModel(target.model),
+            draft,
+            ids,
+            gamma=gamma,
+            max_new_tokens=max_new,
+            sampling=SamplingConfig(),
+            generator=None,
+            eos_ids=target.eos_ids,
+        )
+        counts["accepted"] += res.accepted
+        counts["trials"] += res.trials
+        counts["drafted"] += res.drafted
+        counts["emitted"] += len(res.token_ids)
+    alpha = counts["accepted"] / counts["trials"] if counts["trials"] else float("nan")
+    return {"gamma": gamma, "prompts": len(prompts), **counts, "alpha": alpha}
+
+
+def head_checks(cfg: DistillConfig, target, data: TeacherData, heldout_docs: list[int], index: dict) -> dict:
+    """Reload the export as `--draft eagle:<out>` would, held-out agreement after export, and α at T = 0."""
+    from specbench.decoding.drafts.factory import make_proposer
+    from specbench.distill.eagle_training import EagleTrainer
+    from specbench.run_specs import parse_draft
+
+    spec = parse_draft(f"eagle:{cfg.out}")
+    draft = make_proposer(spec, target)  # the loader and checks `specbench run --draft eagle:<out>` uses
+    ev = EagleTrainer(draft.head, target, cfg.preset, data).evaluate(heldout_docs)
+    spec_check = eagle_speculative_check(
+        target, draft, _check_prompts(cfg, data, heldout_docs, index), cfg.preset.check_gamma
+    )
+    return {
+        "heldout_after_export": ev,
+        "cost": None,  # not measured here: `specbench run --draft eagle:<out>` times the draft (draft_s)
+        "speculative": spec_check,
+        "model_bytes": (cfg.out / "model.safetensors").stat().st_size,
+        "n_params": sum(v.numel() for v in draft.head.head_tensors().values()),
+    }

@@ -1,0 +1,134 @@
+"""The EAGLE head as a torch module: one network that `specbench distill --kind eagle` trains, that the torch
+engine's `--draft eagle:<folder>` runs (decoding/drafts/eagle.py) and whose weights vLLM's `eagle` method loads.
+
+EAGLE (Li et al., 2024) drafts at the feature level: at position t the head reads the embedding of token t+1 and the
+target's final hidden state h_t (after its last norm: what the lm_head reads), and predicts h_{t+1}; the target's own
+lm_head turns that into the law of token t+2. Chained, the head feeds its own output back as the next position's
+hidden state. The network is vLLM's EagleLlamaForCausalLM: f = layer(fc(emb ⊕ h)) with one Llama decoder layer whose
+input norm is the identity and no final norm (vLLM returns hidden + residual). Here that layer is transformers' own
+(a one-layer LlamaModel run on `inputs_embeds`, so masks, RoPE and the KV cache are transformers'); its embedding
+table is a 1-row stub, since the target's embedding is used.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from specbench.errors import UsageError
+from specbench.models.eagle_layout import WEIGHTS, check_head_matches, head_config, read_head_config
+
+LAYER = "layers.0."  # the decoder layer's prefix in the saved file (vLLM's name)
+
+
+class EagleHead(torch.nn.Module):
+    """fc [H, 2H] then one Llama decoder layer (no input norm, no final norm): (embedding, hidden) → next hidden."""
+
+    def __init__(self, config: dict):
+        from transformers import LlamaConfig, LlamaModel
+
+        super().__init__()
+        self.config = dict(config)
+        hidden = int(config["hidden_size"])
+        self.fc = torch.nn.Linear(2 * hidden, hidden, bias=False)
+        body = {k: v for k, v in config.items() if k not in ("architectures", "model_type")}
+        body |= {"vocab_size": 1, "pad_token_id": None, "num_hidden_layers": 1, "tie_word_embeddings": False}
+        self.body = LlamaModel(LlamaConfig(**body))  # embed_tokens: a 1-row stub, never read (inputs_embeds)
+        self.body.norm = torch.nn.Identity()  # type: ignore[assignment]  # vLLM's head has no final norm
+        self.body.layers[0].input_layernorm = torch.nn.Identity()  # nor an input norm
+        self._cache_kw = "cache" if "cache" in inspect.signature(self.body.forward).parameters else "past_key_values"
+
+    def forward(
+        self,
+        embeds: torch.Tensor,
+        hidden: torch.Tensor,
+        position_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        cache=None,
+    ) -> torch.Tensor:
+        """embeds, hidden [B, L, H] (token t+1's embedding, the hidden state at t), position_ids [B, L] (t) → the
+        predicted hidden states [B, L, H]. `cache`: a transformers cache the layer's keys and values append to."""
+        x = self.fc(torch.cat([embeds, hidden], dim=-1))
+        extra = {self._cache_kw: cache} if cache is not None else {}
+        out = self.body(
+            inputs_embeds=x,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=cache is not None,
+            **extra,
+        )
+        return out.last_hidden_state
+
+    def head_tensors(self) -> dict[str, torch.Tensor]:
+        """The weights under vLLM's names: fc.weight and layers.0.* (no input_layernorm, embedding or lm_head)."""
+        layer = self.body.layers[0].state_dict()
+        tensors = {"fc.weight": self.fc.weight.detach()}
+        tensors |= {LAYER + k: v.detach() for k, v in layer.items() if not k.startswith("input_layernorm")}
+        return {k: v.contiguous() for k, v in tensors.items()}
+
+    def load_head_tensors(self, tensors: dict[str, torch.Tensor], text: str) -> None:
+        """Copy saved weights in (extra tensors such as embed_tokens or an input_layernorm are ignored)."""
+        layer = {k[len(LAYER) :]: v for k, v in tensors.items() if k.startswith(LAYER)}
+        layer = {k: v for k, v in layer.items() if not k.startswith("input_layernorm")}
+        wanted = self.body.layers[0].state_dict()
+        missing = sorted({"fc.weight"} - tensors.keys()) + sorted(LAYER + k for k in wanted.keys() - layer.keys())
+        if missing:
+            raise UsageError(
+                f"--draft {text}: the head's {WEIGHTS} lacks {', '.join(missing[:3])}; it is not an "
+                "EAGLE head (distill one with specbench distill --kind eagle)"
+            )
+        shapes = [(k, tuple(v.shape), tuple(wanted[k].shape)) for k, v in layer.items() if k in wanted]
+        shapes.append(("fc.weight", tuple(tensors["fc.weight"].shape), tuple(self.fc.weight.shape)))
+        for name, got, want in shapes:
+            if got != want:
+                raise UsageError(
+                    f"--draft {text}: the head's {name} has shape {list(got)}, its config.json asks for "
+                    f"{list(want)}; the folder's files do not belong together"
+                )
+        with torch.no_grad():
+            self.fc.weight.copy_(tensors["fc.weight"])
+            self.body.layers[0].load_state_dict({k: v for k, v in layer.items() if k in wanted})
+
+
+def new_head(target_model: torch.nn.Module, seed: int) -> EagleHead:
+    """A fresh head for a Llama target, in float32."""
+    model_type = getattr(target_model.config, "model_type", None)
+    if model_type != "llama":
+        raise UsageError(
+            f"an EAGLE head is one Llama decoder layer over a Llama target's hidden states (vLLM's eagle method); "
+            f"the target is a {model_type} model: use a Llama-architecture target"
+        )
+    torch.manual_seed(seed)
+    config: Any = target_model.config  # a transformers config (torch types Module attributes Tensor | Module)
+    return EagleHead(head_config(config.to_diff_dict() if hasattr(config, "to_diff_dict") else config.to_dict()))
+
+
+def save_head(head: EagleHead, folder: Path, dtype: torch.dtype) -> None:
+    """config.json and model.safetensors (vLLM's eagle layout) into `folder` (the caller makes writes atomic)."""
+    from safetensors.torch import save_file
+
+    config = dict(head.config) | {"torch_dtype": str(dtype).removeprefix("torch.")}
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    save_file({k: v.to("cpu", dtype) for k, v in head.head_tensors().items()}, str(folder / WEIGHTS))
+
+
+def load_head(folder: str, text: str, hidden_size: int, vocab_size: int, device, dtype: torch.dtype) -> EagleHead:
+    """The head in `folder`, checked against the target's hidden size and vocabulary (one line, exit 2, otherwise)."""
+    from safetensors.torch import load_file
+
+    config = read_head_config(folder, text)
+    check_head_matches(config, hidden_size, vocab_size, text)
+    head = EagleHead(head_config(config))
+    try:
+        tensors = load_file(str(Path(folder).expanduser() / WEIGHTS))
+    except Exception as exc:  # a truncated or foreign file
+        raise UsageError(
+            f"--draft {text}: cannot read {folder}/{WEIGHTS} ({type(exc).__name__}); re-export the head"
+        ) from None
+    head.load_head_tensors(tensors, text)
+    return head.to(device, dtype).eval()

@@ -1,0 +1,65 @@
+"""The EAGLE head's folder layout, checked without torch: what `specbench distill --kind eagle` writes and what
+`--draft eagle:<folder>` reads, in both engines (specbench's loop and vLLM's `eagle` method).
+
+The layout is vLLM's EagleLlamaForCausalLM (the EAGLE-1 checkpoint layout; docs/distill.md): config.json is the
+target's Llama config with one layer, model.safetensors holds `fc.weight` [H, 2H] (token embedding ⊕ the target's
+final hidden state → H) and one decoder layer `layers.0.*` without its input_layernorm. There is no embed_tokens,
+final norm or lm_head: the head borrows the target's embedding and output layer. Pure json and pathlib, so the
+torch engine's option checks (engines/torch) refuse a wrong folder before any model loads.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from specbench.errors import UsageError
+
+EAGLE_PREFIX = "eagle:"  # --draft eagle:<folder>
+WEIGHTS = "model.safetensors"
+LAYOUT = "config.json with one Llama layer and model.safetensors with fc.weight and layers.0.* (docs/distill.md)"
+DROPPED_KEYS = ("transformers_version", "_name_or_path", "torch_dtype", "dtype", "auto_map")
+
+
+def head_config(target_config: dict) -> dict:
+    """config.json of a head for the target whose config (a dict) is given: the target's, with one layer."""
+    config = {k: v for k, v in target_config.items() if k not in DROPPED_KEYS}
+    config["num_hidden_layers"] = 1
+    if isinstance(config.get("layer_types"), list):  # one entry per layer where the config lists them
+        config["layer_types"] = config["layer_types"][:1]
+    config["architectures"] = ["LlamaForCausalLM"]  # with method "eagle", vLLM builds EagleLlamaForCausalLM
+    return config
+
+
+def read_head_config(folder: str | Path, text: str) -> dict:
+    """The head folder's config.json, after the checks that need no torch; a UsageError (exit 2) naming the
+    problem and the fix otherwise. `text`: the --draft value as given."""
+    path = Path(folder).expanduser()
+    if not path.is_dir():
+        raise UsageError(
+            f"--draft {text}: {folder} is not a folder; pass the folder `specbench distill --kind eagle` wrote"
+        )
+    if not (path / "config.json").is_file() or not (path / WEIGHTS).is_file():
+        raise UsageError(f"--draft {text}: {folder} is not an EAGLE head; an eagle head folder holds {LAYOUT}")
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(
+            f"--draft {text}: {folder}/config.json is not readable JSON ({exc}); fix or replace it"
+        ) from None
+    if not isinstance(config, dict) or config.get("num_hidden_layers") != 1 or "hidden_size" not in config:
+        raise UsageError(
+            f"--draft {text}: {folder}/config.json is not an EAGLE head's (it needs hidden_size and "
+            f"num_hidden_layers 1); pass the folder `specbench distill --kind eagle` wrote"
+        )
+    return config
+
+
+def check_head_matches(config: dict, hidden_size: int, vocab_size: int, text: str) -> None:
+    """A head reads the target's hidden states and shares its embedding: both sizes must be the target's."""
+    for name, want in (("hidden_size", hidden_size), ("vocab_size", vocab_size)):
+        if config.get(name) != want:
+            raise UsageError(
+                f"--draft {text}: the head's {name} is {config.get(name)} but the target's is {want}; "
+                f"use a head distilled for this target (specbench distill --kind eagle --target <it>)"
+            )
