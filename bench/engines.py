@@ -93,7 +93,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-vllm", action="store_true", help="skip vLLM (skipped anyway where .venv-vllm is not built)")
     p.add_argument("--vllm-eager", action="store_true", help="vLLM with enforce_eager (default: its torch.compile)")
     p.add_argument("--out", default="results/bench-engines")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    try:
+        torch_rows(args.torch_rows)  # a bad value is a usage error (exit 2, one line), before anything loads
+    except SpecbenchError as exc:
+        p.exit(2, f"{p.prog}: error: {exc}\n")
+    return args
 
 
 Decoder = Callable[[list[int]], DecodeResult]

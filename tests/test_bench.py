@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 from helpers import CORPUS, save_tiny
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
@@ -131,3 +132,15 @@ def test_prediction_coverage_counts_a_run_as_covered_only_inside_the_held_out_in
     assert tally["coverage_ci95"][0] < 0.5 < tally["coverage_ci95"][1] and not tally["coverage_goal_met"]
     ten = pc.tally([pc.coverage_row("u", s, summary(1.5, 1.3, 1.7, 1.5)) for s in range(10)])["u"]
     assert ten["coverage_goal_met"] and ten["check_goal_met"] and ten["coverage_ci95"][0] > 0.69
+
+
+def test_bench_engines_refuses_a_bad_torch_rows_value_in_one_line_with_exit_2(capsys):
+    import engines as bench_engines
+
+    assert bench_engines.parse_args(["--torch-rows", "float32:eager,bfloat16:compiled"]).torch_rows  # a good value
+    for bad in ("float16:eager", "float32", "bfloat16:jit"):
+        with pytest.raises(SystemExit) as exit_:
+            bench_engines.parse_args(["--torch-rows", bad])
+        assert exit_.value.code == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert f"--torch-rows {bad!r}: each row is dtype:backend" in line

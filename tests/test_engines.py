@@ -73,6 +73,32 @@ def test_sessions_are_shared_by_kind():
     assert not same_session("torch", RunConfig("t", "prompt-lookup", "x", engine="llama-cpp"))
 
 
+def test_a_session_reads_its_kind_from_its_engines_spec():
+    """EngineSpec.session_kind is the one source: every session class takes its kind from its engine's SPEC (no literal
+    of its own that could drift), so a sweep's same_session and the registry agree on which cells share a session."""
+    from specbench.engines.llama_cpp.session import LlamaSession
+    from specbench.engines.torch.session import TorchSession
+    from specbench.engines.vllm.session import VllmSession
+
+    sessions = {"specbench": TorchSession, "hf-assisted": TorchSession, "llama-cpp": LlamaSession, "vllm": VllmSession}
+    assert set(sessions) == set(engine_names())
+    for name, cls in sessions.items():
+        assert cls.session_kind == engine_spec(name).session_kind
+        assert same_session(cls.session_kind, RunConfig("t", "prompt-lookup", "x", engine=name))
+    literals = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for path in (ROOT / "specbench" / "engines").rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        and any(
+            isinstance(t, ast.Name) and t.id == "session_kind"
+            for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        )
+        and isinstance(node.value, ast.Constant)
+    ]
+    assert not literals, f"a session kind written as a literal instead of read from its SPEC: {literals}"
+
+
 def name_comparisons(source: str, names: set[str]) -> list[str]:
     """Every `==`/`!=`/`in` comparison in `source` with one of `names` as a literal on either side."""
     found = []

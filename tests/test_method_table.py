@@ -16,6 +16,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from specbench.cli import app
+from specbench.errors import SpecbenchError
 from specbench.measure.results.reader import RunRead
 from specbench.report.leaderboard.method_table import (
     OVERALL,
@@ -140,6 +141,24 @@ def test_report_by_category_with_nothing_usable_is_one_line(tmp_path):
     assert line.startswith("error: no runs with example records under") and "results/ folder" in line
 
 
+@pytest.mark.parametrize("given", [["--margin", "0.05"], ["--margin", "0.1"], ["--look", "2"]])
+def test_report_by_category_refuses_the_verdict_options_it_would_ignore(tmp_path, given):
+    """--margin and --look set --by run's claims; --by category has none, so either (even at its default value) is a
+    usage error in one line, before any folder is read (without them the same call reads and finds nothing: exit 1)."""
+    result = CliRunner().invoke(app, ["report", str(tmp_path), "--by", "category", *given])
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert f"{given[0]} does not apply to --by category" in line and f"drop {given[0]}" in line
+
+
+def test_the_table_to_a_folder_that_is_a_file_is_one_line(tmp_path):
+    table = method_table([run("lookup", [record("qa:1", 1.0)])])
+    (tmp_path / "taken").write_text("")
+    with pytest.raises(SpecbenchError, match=r"^cannot write the table to .*taken: .*; pass a writable --out$"):
+        write_table(table, tmp_path / "taken")
+    assert [p.name for p in write_table(table, tmp_path / "free")] == ["methods.csv", "methods.json"]
+
+
 # --------------------------------------------------------------------------- the script's arguments
 
 
@@ -217,12 +236,15 @@ def test_the_script_runs_every_category_on_tiny_models_and_report_draws_the_same
     assert [p.name for p in out["files"]] == ["methods-float32.csv", "methods-float32.json"]
     again = bench_methods.main([*args, "--method", "prompt-lookup"])  # a rerun resumes: the same records and figures
     assert again["table"].rows == [r for r in table.rows if r["method"] == "prompt-lookup"]
-    shown = CliRunner().invoke(app, ["report", str(results), "--by", "category", "--json"])
+    folder = str(tmp_path / "m")
+    shown = CliRunner().invoke(app, ["report", str(results), "--by", "category", "--json", "--out", folder])
     assert shown.exit_code == 0, shown.output
 
     def key(r):
         return (r["method"], r["category"])
 
     assert sorted(json.loads(shown.stdout)["rows"], key=key) == sorted(table.rows, key=key)  # folders in any order
+    written = json.loads((tmp_path / "m" / "methods.json").read_text())["rows"]  # --out: the same table, in files
+    assert sorted(map(key, written)) == sorted(map(key, table.rows)) and (tmp_path / "m" / "methods.csv").is_file()
     bad = CliRunner().invoke(app, ["report", str(results), "--by", "method"])
     assert bad.exit_code == 2 and "--by" in bad.output

@@ -131,3 +131,17 @@ def test_peer_metrics_count_the_bonus_token_per_position_and_tpot_percentiles():
     assert two["speculative_tpot_p50_s"] == pytest.approx((fast_tpot + 0.5) / 2)
     assert two["speculative_tpot_p99_s"] == pytest.approx(fast_tpot + 0.99 * (0.5 - fast_tpot))
     assert two["baseline_tpot_p99_s"] < two["speculative_tpot_p99_s"]  # the baseline kept 0.1 s: engines apart
+
+
+def test_the_per_example_export_carries_every_count_the_metrics_sum():
+    """tidy_table's per-example columns are derived from metric_units' one list of counts: every count engine_totals
+    sums comes back in the export row of a one-example run (a count added to the metrics but not exported fails)."""
+    from specbench.measure.results.tidy_table import example_row
+    from specbench.measure.stats.metric_units import engine_totals
+
+    rec = full_record([1, 3], [3, 3]) | {"run_id": "r", "sweep_id": None}
+    row = example_row(rec, {})
+    for engine in ("baseline", "speculative"):
+        summed = {f"{engine}_{k}": v for k, v in engine_totals([rec], engine).items()}
+        assert summed.items() <= row.items()
+    assert row["speculative_stop_reason"] == "length"

@@ -187,6 +187,45 @@ def test_a_pilot_of_timed_examples_is_not_called_held_out():
     assert not any("predicted (held out)" in r for r in overlap.reasons)
 
 
+def test_the_engine_pilots_held_out_prediction_has_an_interval_from_the_pilot_examples_spread():
+    """The vLLM pilot's held-out prediction carries the torch engine's kind of interval: the spread of what each pilot
+    example's own acceptance predicts (between example sets) and the pricing error. Negative control: pilot examples
+    of one acceptance have no spread, so the interval is the pricing error's alone; one example has no interval."""
+    from specbench.measure.auto.choose import AutoChoice, Candidate, PilotResult
+    from specbench.measure.auto.engine_pilot import describe
+    from specbench.measure.auto.prediction import MODEL_LOG_SD
+    from specbench.run_specs import parse_gamma
+
+    config = RunConfig(load=LoadSpec("smollm2-135m"), engine="vllm", task="aclsum", draft="prompt-lookup", gamma="auto")
+    cal = Calibration("float32", "cpu", 0, {1: 1.0, 2: 1.05, 3: 1.1}, {1: 0.0, 2: 0.0, 3: 0.0}, 1)
+    law = {0: 0.2, 2: 0.8}
+
+    def described(alphas: list[float]) -> tuple[dict, str, AutoChoice]:
+        ids = [f"p{i}" for i in range(len(alphas))]
+        per = [PilotResult("prompt-lookup", a, 10, law, False, [i], [a, a]) for a, i in zip(alphas, ids)]
+        pilot = PilotResult("prompt-lookup", 0.5, 10 * len(alphas), law, False, ids, [0.5, 0.5], per)
+        choice = AutoChoice(
+            {"gamma": "auto"}, "float32", "prompt-lookup", parse_gamma("2"), 2, ["γ 2 (…)"], {"float32": cal}, {},
+            {"prompt-lookup": pilot}, [Candidate("prompt-lookup", "float32", 2, 1.3, 1.0)],
+        )  # fmt: skip
+        describe(choice, config, ["t1", "t2", "t3", "t4"])
+        assert choice.prediction is not None
+        return choice.prediction, choice.reasons[-1], choice
+
+    same, _, _ = described([0.5] * 6)
+    spread, line, choice = described([0.1, 0.3, 0.5, 0.6, 0.8, 0.9])
+    one, one_line, _ = described([0.5])
+    pricing = math.exp(1.959964 * MODEL_LOG_SD)
+    assert same["sampling_log_sd"] < 1e-12 and same["n_pilot"] == 6  # the negative control: pricing error alone
+    assert (same["low"], same["high"]) == pytest.approx((1.3 / pricing, 1.3 * pricing), rel=1e-4)
+    assert spread["sampling_log_sd"] > 0.05 and spread["low"] < same["low"] < 1.3 < same["high"] < spread["high"]
+    assert line.startswith("predicted (held out) 1.30× [") and "differs between example sets" in line
+    assert math.isnan(one["low"]) and "(no interval)" in one_line and "fewer than 2 pilot examples" in one_line
+    written = choice.to_dict()
+    assert "per_example" not in written["pilots"]["prompt-lookup"]  # used before timing only, not in the manifest
+    assert AutoChoice.from_dict(written).pilots["prompt-lookup"].per_example is None
+
+
 def test_steps_without_a_proposal_are_counted_from_the_tokens():
     """vLLM reports verify steps only: 1 prefill token + (1 + 1) + (2 + 1) from two verify steps leaves 3 of 9 tokens
     to steps without a proposal; a plain answer has no proposals at all."""

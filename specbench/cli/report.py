@@ -13,7 +13,8 @@ from typing import Annotated, Literal, Optional
 import typer
 
 from specbench.cli.options import AsJson
-from specbench.cli.output import out, warn
+from specbench.cli.output import out, say, warn
+from specbench.errors import UsageError
 
 Results = Annotated[
     list[Path], typer.Argument(help="Run folders, sweep folders or a results/ folder.", show_default=False)
@@ -46,12 +47,14 @@ By = Annotated[
     typer.Option(
         "--by",
         help="run: the report (report.md, report.html); category: instead, the methods × categories table on the "
-        "terminal (speedup and #MAT per draft and Spec-Bench category or task, with intervals; `make bench-methods`).",
+        "terminal (speedup and #MAT per draft and Spec-Bench category or task, with intervals; `make bench-methods`), "
+        "and with --out as methods.csv and methods.json in that folder.",
     ),
 ]
 
 
 def report(
+    ctx: typer.Context,
     results: Results,
     out_dir: ReportDir = None,
     margin: Margin = 0.10,
@@ -67,7 +70,8 @@ def report(
     Example: specbench report results/sweep-spec-bench-3cells-1a2b3c4d --by category   (methods × categories)
     """
     if by == "category":
-        return category_view(results, as_json)
+        refuse_verdict_options(ctx)
+        return category_view(results, out_dir, as_json)
     from specbench.report import write_report
 
     outcome = write_report(results, out_dir, margin=margin, look=look)
@@ -89,14 +93,30 @@ def report(
         out.print(f"report of {outcome.n_runs} run(s), {len(outcome.skipped)} skipped: {outcome.out / 'report.html'}")
 
 
-def category_view(results: list[Path], as_json: bool) -> None:
-    """`--by category`: the methods × categories table (report/leaderboard/method_table.py) of the runs given."""
-    from specbench.report.leaderboard.method_table import read_method_table, rich_table
+def refuse_verdict_options(ctx: typer.Context) -> None:
+    """--margin and --look set the claims' verdicts, which only `--by run` reaches: given with --by category (whose
+    table has intervals and no verdicts) they would be silently ignored, so they are a usage error."""
+    for name, flag in (("margin", "--margin"), ("look", "--look")):
+        source = ctx.get_parameter_source(name)
+        if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
+            raise UsageError(
+                f"{flag} does not apply to --by category (it sets the claims' verdicts of --by run; the table has "
+                f"intervals and no verdicts); drop {flag}"
+            )
+
+
+def category_view(results: list[Path], out_dir: Path | None, as_json: bool) -> None:
+    """`--by category`: the methods × categories table (report/leaderboard/method_table.py) of the runs given, and with
+    --out its methods.csv and methods.json in that folder."""
+    from specbench.report.leaderboard.method_table import read_method_table, rich_table, write_table
 
     table = read_method_table(results)
+    files = write_table(table, out_dir) if out_dir is not None else []
     if as_json:
-        out.print_json(json.dumps({"rows": table.rows, "notes": table.notes}))
+        out.print_json(json.dumps({"rows": table.rows, "notes": table.notes, "files": [str(f) for f in files]}))
         return
     out.print(rich_table(table))
     for note in table.notes:
         warn(note)
+    if files:
+        say(f"written {', '.join(map(str, files))}")

@@ -35,7 +35,9 @@ class Session:
     load: LoadSpec  # --target as given and how it loads, with the dtype resolved (never auto)
     target: LoadedModel
     target_backend: Any  # how the target's passes run (decoding/backend.py's, or llama.cpp's): replays reuse it
-    engine_kind: str  # EngineSpec.session_kind of the engines that may share this session
+    # the kind of session it is: subclasses read it from their engine's SPEC (EngineSpec.session_kind, the one source);
+    # engines of the same kind may share this session (a sweep reuses it across their cells)
+    session_kind: str
     drafts_inside = False  # its drafts run inside the engine (vLLM's methods): a pilot decodes with its speculative arm
     # the engine's own top-k prompt scores (vLLM: engines/vllm/session.py), which classify greedy divergences on its
     # kernels (measure/stats/own_logits.py); None: the session's torch model replays them

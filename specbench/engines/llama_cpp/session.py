@@ -21,7 +21,7 @@ from specbench.config import LoadSpec
 from specbench.decoding.base import Proposer
 from specbench.decoding.drafts.factory import lookup_draft
 from specbench.decoding.drafts.hybrid import HybridDraft
-from specbench.engines.llama_cpp import ENGINE_NAME
+from specbench.engines.llama_cpp import ENGINE_NAME, SPEC
 from specbench.engines.llama_cpp.backend import LlamaCppModel, default_threads, import_llama_cpp
 from specbench.engines.llama_cpp.draft import LlamaModelDraft, load_gguf_draft
 from specbench.engines.session import Session
@@ -86,7 +86,7 @@ def max_positions_of(spec: str, trust_remote_code: bool) -> int | None:
 class LlamaSession(Session):
     """Session over llama.cpp: `target.model` is the LlamaCppModel every engine and replay shares."""
 
-    engine_kind = ENGINE_NAME  # a sweep reloads its session when a cell's engine kind differs
+    session_kind = SPEC.session_kind  # a sweep reloads its session when a cell's engine kind differs
 
     def __init__(self, load: LoadSpec):
         import_llama_cpp()  # the one-line error naming `make setup-llama-cpp`, before anything loads

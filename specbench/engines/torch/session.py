@@ -7,15 +7,14 @@ from specbench.config import LoadSpec
 from specbench.decoding.backend import ForwardBackend
 from specbench.decoding.cached_model import CachedModel
 from specbench.engines.session import Session
+from specbench.engines.torch import SPEC
 from specbench.models import load_model
-
-ENGINE_KIND = "torch"  # the specbench and hf-assisted engines both decode on this session
 
 
 class TorchSession(Session):
     """The target loaded by transformers; drafts load on load.device (device_map places the target only)."""
 
-    engine_kind = ENGINE_KIND
+    session_kind = SPEC.session_kind  # the specbench and hf-assisted engines both decode on this session
 
     def __init__(self, load: LoadSpec):
         self.load = load

@@ -15,7 +15,7 @@ from specbench.errors import SpecbenchError
 
 def vllm_session(session: Session) -> VllmSession:
     if not isinstance(session, VllmSession):
-        raise SpecbenchError(f"--engine {ENGINE_NAME} needs its own session (got a {session.engine_kind} session)")
+        raise SpecbenchError(f"--engine {ENGINE_NAME} needs its own session (got a {session.session_kind} session)")
     return session
 
 

@@ -28,7 +28,7 @@ from specbench.decoding.backend import ForwardBackend
 from specbench.decoding.base import DecodeResult
 from specbench.engines.contract import LoadSchedule, ServedLoad
 from specbench.engines.session import Session
-from specbench.engines.vllm import ENGINE_NAME, own_method, vllm_method
+from specbench.engines.vllm import ENGINE_NAME, SPEC, own_method, vllm_method
 from specbench.engines.vllm.client import VllmClient
 from specbench.engines.vllm.draft import VllmDraft
 from specbench.engines.vllm.passes import VllmPasses
@@ -41,6 +41,40 @@ KV_SPACE_GIB = float(os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"))  # per engin
 PLAIN = "plain"
 SCORES_TOP_K = 5  # prompt scores per position: at a near-tie both tokens of a divergence are among them
 GPU_SHARE = 0.3  # of the GPU's memory per engine: plain, --gamma auto's pilot at γ_max and the chosen γ fit (untested)
+KV_MARGIN = 0.95  # of the CPU KV space a capped context may fill (vLLM counts whole blocks)
+KV_METHODS = ("draft_model", "eagle", "eagle3")  # speculative methods whose draft keeps a KV cache of its own
+
+
+def kv_bytes_per_token(config: dict, dtype_bytes: int) -> int | None:
+    """Bytes of K and V one token costs in a decoder's cache (every layer), from its config.json; None when the
+    config does not say (a medusa head, an unknown layout)."""
+    text = config.get("text_config", config)
+    layers, heads, hidden = (text.get(k) for k in ("num_hidden_layers", "num_attention_heads", "hidden_size"))
+    if not (layers and heads and hidden):
+        return None
+    head_dim = text.get("head_dim") or hidden // heads
+    return 2 * layers * (text.get("num_key_value_heads") or heads) * head_dim * dtype_bytes
+
+
+def fitting_model_len(configs: list[dict], kv_space_gib: float, dtype_bytes: int) -> int | None:
+    """The longest context (whole 16-token blocks) whose KV cache, the target's (configs[0]) and its draft's, fits
+    vLLM's CPU KV space, when that is shorter than the target's max_position_embeddings; else None (vLLM's own). vLLM
+    refuses to start an engine that cannot hold one request of its full context: a 1.5B target with a 0.5B draft
+    model at 32k tokens needs 1.25 GiB, more than the 1 GiB default."""
+    sizes = [kv_bytes_per_token(c, dtype_bytes) for c in configs]
+    if not configs or any(s is None for s in sizes):
+        return None
+    fit = int(KV_MARGIN * kv_space_gib * 2**30 / sum(s for s in sizes if s)) // 16 * 16
+    model_max = configs[0].get("max_position_embeddings") or configs[0].get("text_config", {}).get(
+        "max_position_embeddings"
+    )
+    return fit if model_max and fit < int(model_max) else None
+
+
+def folder_config(folder: str) -> dict | None:
+    """A local model folder's config.json (None for a hub id or a folder without one)."""
+    path = Path(folder).expanduser() / "config.json"
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def result_from(answer: dict) -> DecodeResult:
@@ -93,7 +127,7 @@ def parameter_count(folder: str) -> int | None:
 class VllmSession(Session):
     """The worker, its engines by key, and the target's tokenizer and torch copy."""
 
-    engine_kind = ENGINE_NAME
+    session_kind = SPEC.session_kind
     drafts_inside = True  # vLLM drafts in its own loop: --gamma auto's pilot runs its speculative arm (engine_pilot.py)
 
     def __init__(self, load: LoadSpec, client: VllmClient | None = None):
@@ -126,6 +160,7 @@ class VllmSession(Session):
                 method=method,
                 enforce_eager=self.eager,
                 gpu_memory_utilization=GPU_SHARE if self.client.gpu else None,
+                max_model_len=None if self.client.gpu else self.cpu_model_len(method),
                 seed=0,
                 **({"plant": plant} if plant else {}),
                 logprobs_mode="raw_logits" if method is None else None,  # the plain one: prompt_scores get logits
@@ -141,6 +176,16 @@ class VllmSession(Session):
             "kv_space_gib": None if self.client.gpu else self.client.env.get("VLLM_CPU_KVCACHE_SPACE"),
             "gpu_memory_utilization": GPU_SHARE if self.client.gpu else None,
         }
+
+    def cpu_model_len(self, method: dict | None) -> int | None:
+        """max_model_len for an engine on the CPU: the context whose KV cache (with a draft model's or head's) fits
+        VLLM_CPU_KVCACHE_SPACE, where the model's own is longer (fitting_model_len); None otherwise."""
+        folders = [self.folder] + ([method["model"]] if method and method.get("name") in KV_METHODS else [])
+        configs = [c for c in (folder_config(f) for f in folders) if c is not None]
+        space = self.client.env.get("VLLM_CPU_KVCACHE_SPACE")
+        if len(configs) < len(folders) or not space:
+            return None
+        return fitting_model_len(configs, float(space), 4 if self.load.dtype == "float32" else 2)
 
     @property
     def eager(self) -> bool:

@@ -40,6 +40,8 @@ class PilotResult:
     model_fills: bool  # whether a draft model drafts what lookup does not (model and hybrid drafts)
     examples: list[str]  # pilot example ids
     alpha_by_position: list[float] | None = None  # acceptance of draft position i given positions < i were accepted
+    # an engine's own pilot (engine_pilot.py): each example's counts alone, for its held-out interval (not in manifests)
+    per_example: list[PilotResult] | None = None
 
 
 @dataclass
@@ -90,7 +92,7 @@ class AutoChoice:
             "calibrations": {k: v.to_dict() for k, v in self.calibrations.items()},
             "draft_ms": self.draft_ms,
             "pilots": {
-                k: dataclasses.asdict(v)
+                k: {a: b for a, b in dataclasses.asdict(v).items() if a != "per_example"}
                 | {
                     "lookup_law": {str(a): b for a, b in (v.lookup_law or {}).items()}
                     if v.lookup_law is not None

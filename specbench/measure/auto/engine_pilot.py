@@ -9,19 +9,23 @@ verify step (vLLM's detailed per-request metrics): α per position and, for a ma
 suffix), the law of tokens offered per step. The choice is then the torch engine's own (choose.choose →
 rank_candidates → theory.pass_cost_curve_speedup), priced with the pass costs t(k)/t(1) calibrated on the engine
 itself (engines/vllm/passes.py). A draft network's cost is not measured apart inside such an engine, so it enters as
-c = 0 and the reasons say the prediction is an upper bound for it.
+c = 0 and the reasons say the prediction is an upper bound for it. The held-out prediction is the pooled pilot's figure
+with prediction.py's held-out interval, its spread taken over what each pilot example's own acceptance predicts.
 """
 
 from __future__ import annotations
 
+import math
+
 from specbench.config import RunConfig
+from specbench.decoding import theory
 from specbench.decoding.base import Proposer
 from specbench.decoding.gamma_policy import FixedGamma
 from specbench.engines import runtime
 from specbench.engines.contract import DecodeJob
 from specbench.engines.session import Session
 from specbench.measure.auto.choose import AutoChoice, PilotResult, candidate_label, pilot_from_results, slower_warning
-from specbench.measure.auto.prediction import HELD_OUT, Prediction
+from specbench.measure.auto.prediction import MODEL_LOG_SD, pooled_held_out
 from specbench.measure.run.arms import Prepared, example_seed
 from specbench.run_specs import DraftSpec
 
@@ -54,7 +58,11 @@ def decode_pilot(
         seed = example_seed(config.seed, item.example.id)
         results.append(engine.speculative(session, job, item.prompt_ids, seed, max_new_tokens))
     ids = [p.example.id for p in pilot[: len(results)]]
-    return pilot_from_results(draft.text, results, None, draft.model_free, ids)
+    pooled = pilot_from_results(draft.text, results, None, draft.model_free, ids)
+    pooled.per_example = [
+        pilot_from_results(draft.text, [r], None, draft.model_free, [i]) for r, i in zip(results, ids)
+    ]
+    return pooled
 
 
 def describe(choice: AutoChoice, config: RunConfig, timed_ids: list[str]) -> None:
@@ -67,18 +75,36 @@ def describe(choice: AutoChoice, config: RunConfig, timed_ids: list[str]) -> Non
     held_out = not set(pilot.examples) & set(timed_ids)
     lines = [pilot_line(pilot, config, best.speedup, len(choice.candidates), held_out)]
     if held_out:
-        nan = float("nan")
-        prediction = Prediction(best.speedup, nan, nan, len(timed_ids), kind=HELD_OUT, n_pilot=len(pilot.examples))
+        logs = example_log_speedups(choice, pilot, best.gamma)
+        prediction = pooled_held_out(best.speedup, logs, len(timed_ids), len(pilot.examples))
         choice.prediction = prediction.to_dict()
+        spread = (
+            f"the 95 % interval covers how acceptance differs between example sets (log sd "
+            f"{prediction.sampling_log_sd:.3f} over the pilot examples, each priced on its own acceptance) and step "
+            f"pricing (log sd {MODEL_LOG_SD:.2f}, the torch loop's recorded error)"
+            if prediction.sampling_log_sd is not None
+            else "no interval: fewer than 2 pilot examples, so how acceptance differs between example sets is unknown"
+        )
         lines.append(
             f"{prediction.line()} for the {len(timed_ids)} timed examples: the acceptance per position of the "
             f"{len(pilot.examples)} pilot examples (none of the timed ones) priced by the cost model with the "
             f"pass costs calibrated on --engine {config.engine}, per decoded token (the timed prompts' prefill and "
-            f"lengths are not modelled); the choice above was made on the pilot's acceptance too"
+            f"lengths are not modelled); {spread}; the choice above was made on the pilot's acceptance too"
         )
     warning = slower_warning(candidate_label(best), best.speedup)
     at = len(choice.reasons) - (1 if warning and choice.reasons and choice.reasons[-1] == warning else 0)
     choice.reasons[at:at] = lines
+
+
+def example_log_speedups(choice: AutoChoice, pilot: PilotResult, gamma: int) -> list[float]:
+    """log of the speedup each pilot example's own acceptance predicts at the chosen γ, dtype and prices
+    (rank_candidates' pricing, one example at a time): the held-out interval's spread. [] without per-example counts."""
+    cost, c = choice.calibrations[choice.dtype].pass_cost(), choice.c()
+    speedups = [
+        theory.pass_cost_curve_speedup(p.alpha_by_position or p.alpha, gamma, c, cost, p.lookup_law, p.model_fills)
+        for p in pilot.per_example or []
+    ]
+    return [math.log(s) for s in speedups if s > 0]
 
 
 def pilot_line(pilot: PilotResult, config: RunConfig, speedup: float, n_candidates: int, held_out: bool) -> str:

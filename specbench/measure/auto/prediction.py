@@ -199,10 +199,38 @@ def held_out_prediction(
     if n_p < 2:
         return Prediction(math.exp(m), nan, nan, n_t, level, HELD_OUT, n_p, None, model_sd)
     s_g = float(g.std(ddof=1))
+    half = held_out_half(s_g, n_p, n_t, model_sd, level)
+    return Prediction(math.exp(m), math.exp(m - half), math.exp(m + half), n_t, level, HELD_OUT, n_p, s_g, model_sd)
+
+
+def held_out_half(s_g: float, n_p: int, n_t: int, model_sd: float = MODEL_LOG_SD, level: float = LEVEL) -> float:
+    """The held-out interval's half-width on the log scale (pure; held_out_prediction's formula): the difference of two
+    example sets' means from n_p pilot examples of log sd s_g and n_t timed ones, and the step pricing's error."""
     sampling = float(stats.t.ppf(0.5 + level / 2, n_p - 1)) * s_g * math.sqrt(1 / n_p + 1 / n_t)
     pricing = float(stats.norm.ppf(0.5 + level / 2)) * model_sd
-    half = math.hypot(sampling, pricing)
-    return Prediction(math.exp(m), math.exp(m - half), math.exp(m + half), n_t, level, HELD_OUT, n_p, s_g, model_sd)
+    return math.hypot(sampling, pricing)
+
+
+def pooled_held_out(
+    speedup: float,
+    example_logs: list[float],
+    n_timed: int,
+    n_pilot: int,
+    model_sd: float = MODEL_LOG_SD,
+    level: float = LEVEL,
+) -> Prediction:
+    """The held-out prediction of an engine that drafts in its own loop (engine_pilot.py, pure): the pooled pilot's
+    predicted speedup (what the choice ranked) with held_out_prediction's interval, its spread s_g taken over
+    `example_logs`, the log speedup each pilot example's own acceptance predicts at the same prices (n_pilot: the
+    examples the pooled figure carries). NaN ends below 2 such logs (no spread to estimate)."""
+    g = np.asarray([x for x in example_logs if math.isfinite(x)], float)
+    nan = float("nan")
+    if len(g) < 2 or n_timed < 1 or not (math.isfinite(speedup) and speedup > 0):
+        return Prediction(speedup, nan, nan, n_timed, level, HELD_OUT, n_pilot, None, model_sd)
+    s_g = float(g.std(ddof=1))
+    half = held_out_half(s_g, len(g), n_timed, model_sd, level)
+    m = math.log(speedup)
+    return Prediction(speedup, math.exp(m - half), math.exp(m + half), n_timed, level, HELD_OUT, n_pilot, s_g, model_sd)
 
 
 def auto_lines(held_out: Prediction, check: Prediction, costs: LoopCosts, gamma: int, path: str) -> list[str]:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from specbench.measure.results.records import run_identity, unsummarized_reason
 from specbench.measure.results.schema import Manifest, Summary
+from specbench.measure.stats.metric_units import ENGINE_COUNTS
 
 # run columns in order: identity, the grid's axes, the machine, then the measurements
 AXES = (
@@ -60,20 +61,9 @@ MEASURES = (
     "timing_notes",
     "baseline_drift",
 )
-# per-example columns taken from each engine record (lists such as token_ids stay in examples.jsonl)
-ENGINE_FIELDS = (
-    "n_tokens",
-    "stop_reason",
-    "prefill_s",
-    "decode_s",
-    "target_calls",
-    "draft_calls",
-    "drafted",
-    "accepted",
-    "trials",
-    "draft_s",
-    "verify_s",
-)
+# per-example columns taken from each engine record: the raw counts the metrics sum (metric_units.ENGINE_COUNTS, the
+# one list), with why decoding stopped after the token count (lists such as token_ids stay in examples.jsonl)
+ENGINE_FIELDS = (ENGINE_COUNTS[0], "stop_reason", *ENGINE_COUNTS[1:])
 
 
 def _config(manifest: Manifest) -> dict:

@@ -360,7 +360,7 @@ def run_sweep(
             continue
         if session is not None and (
             getattr(session, "load", config.load).target != config.load.target
-            or not same_session(session.engine_kind, config)
+            or not same_session(session.session_kind, config)
         ):
             session = None  # cells are grouped by target: the previous one is done, free it before the next loads
             release_memory()

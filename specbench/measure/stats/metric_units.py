@@ -20,21 +20,24 @@ def _total(records: list[dict], engine: str, key: str) -> float:
     return sum(r[engine][key] for r in records)
 
 
+# the raw counts of an engine record that the metrics sum (the export's per-example columns are derived from these)
+ENGINE_COUNTS = (
+    "n_tokens",
+    "prefill_s",
+    "decode_s",
+    "target_calls",
+    "draft_calls",
+    "drafted",
+    "accepted",
+    "trials",
+    "draft_s",
+    "verify_s",
+)
+
+
 def engine_totals(records: list[dict], engine: str) -> dict:
-    """Summed raw counts of one engine over the records."""
-    keys = (
-        "n_tokens",
-        "prefill_s",
-        "decode_s",
-        "target_calls",
-        "draft_calls",
-        "drafted",
-        "accepted",
-        "trials",
-        "draft_s",
-        "verify_s",
-    )
-    return {k: _total(records, engine, k) for k in keys}
+    """Summed raw counts (ENGINE_COUNTS) of one engine over the records."""
+    return {k: _total(records, engine, k) for k in ENGINE_COUNTS}
 
 
 def is_batched(records: list[dict]) -> bool:

@@ -14,9 +14,11 @@ averages those; nothing here times or parses files: the runs come from the one r
            method's standard error (statistics.linearized_t)
   n        the examples (questions) behind both; no interval below `min_n` (statistics.MIN_INTERVAL_N by default)
 A run whose every example id is "<category>:<question id>" of a Spec-Bench category is split by category, with a
-`spec-bench overall` row over all its questions (Spec-Bench's "overall"); a run of any other task is one category
-named after the task. A category that one method ran and another did not is a row of the other with n = 0, no
-figures (null) and `missing` true: never a zero.
+`spec-bench overall` row over all its questions (Spec-Bench's "overall"); a SPEED-Bench run likewise, by its
+category labels ("speed-bench:coding:<question id>", tasks/speed_bench.py) with a `speed-bench overall` row, after
+Spec-Bench's rows and never merged with them; a run of any other task is one category named after the task. A
+category that one method ran and another did not is a row of the other with n = 0, no figures (null) and `missing`
+true: never a zero.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from specbench.measure.results.reader import RunRead
 from specbench.measure.stats import statistics as st
 from specbench.measure.stats.metric_units import is_batched, unit_log_ratios
 from specbench.measure.stats.metrics import spec_bench_metrics
+from specbench.tasks import speed_bench
 from specbench.tasks.spec_bench import CATEGORIES
 
 OVERALL = "spec-bench overall"  # all of a Spec-Bench run's questions (Spec-Bench's "overall" column)
@@ -75,20 +78,33 @@ def task_name(run: RunRead) -> str:
 
 
 def spec_bench_category(example_id: str) -> str | None:
-    """'translation:161' → 'translation'; None for an id that does not name a Spec-Bench category."""
+    """'translation:161' → 'translation', 'speed-bench:coding:1a2b' → 'speed-bench:coding'; None for an id that
+    names no Spec-Bench category or SPEED-Bench label."""
     category, colon, qid = str(example_id).rpartition(":")
-    return category if colon and qid and category in CATEGORIES else None
+    known = category in CATEGORIES or speed_bench.parse_label(category) is not None
+    return category if colon and qid and known else None
+
+
+def overall_of(categories: set[str]) -> str | None:
+    """The overall row of a run's categories: OVERALL for Spec-Bench's, one SPEED-Bench config's overall label for
+    its labels; None for a mixture (a run is one task, so never in practice)."""
+    if categories <= set(CATEGORIES):
+        return OVERALL
+    configs = {(speed_bench.parse_label(c) or ("", ""))[0] for c in categories}
+    return speed_bench.overall_label(configs.pop()) if len(configs) == 1 and "" not in configs else None
 
 
 def record_groups(run: RunRead) -> dict[str, list[dict]]:
-    """A run's records by category: Spec-Bench's (and OVERALL) when every id names one, else the task's name."""
+    """A run's records by category: Spec-Bench's or SPEED-Bench's (and the overall row) when every id names one,
+    else the task's name."""
     cats = [spec_bench_category(r["example_id"]) for r in run.records]
-    if not run.records or None in cats:
+    overall = overall_of({c for c in cats if c is not None})
+    if not run.records or None in cats or overall is None:
         return {task_name(run): list(run.records)}
     groups: dict[str, list[dict]] = {}
     for cat, r in zip(cats, run.records):
         groups.setdefault(str(cat), []).append(r)
-    return {**groups, OVERALL: list(run.records)}
+    return {**groups, overall: list(run.records)}
 
 
 def _bound(x: float | None) -> float | None:
@@ -133,9 +149,12 @@ def cell(records: list[dict], level: float = st.LEVEL, min_n: int = st.MIN_INTER
 
 
 def category_order(found: list[str]) -> list[str]:
-    """Spec-Bench's categories in its file's order, then OVERALL, then the other tasks as first met."""
+    """Spec-Bench's categories in its file's order, then OVERALL, then SPEED-Bench's labels (speed_bench.table_order),
+    then the other tasks as first met."""
     spec = [c for c in CATEGORIES if c in found]
-    return spec + ([OVERALL] if OVERALL in found else []) + [c for c in found if c not in CATEGORIES and c != OVERALL]
+    speed = sorted((c for c in found if speed_bench.table_order(c)), key=lambda c: speed_bench.table_order(c) or (0, 0))
+    rest = [c for c in found if c not in CATEGORIES and c != OVERALL and c not in speed]
+    return spec + ([OVERALL] if OVERALL in found else []) + speed + rest
 
 
 def method_table(runs: list[RunRead], level: float = st.LEVEL, min_n: int = st.MIN_INTERVAL_N) -> MethodTable:
@@ -223,10 +242,14 @@ def write_table(table: MethodTable, folder: Path, stem: str = "methods") -> list
     import csv
     import io
 
+    from specbench.errors import SpecbenchError
     from specbench.files import atomic_write_json, atomic_write_text
 
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file of that name, a read-only parent: one line, as the report's --out says it
+        raise SpecbenchError(f"cannot write the table to {folder}: {exc.strerror}; pass a writable --out") from exc
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
     writer.writeheader()
