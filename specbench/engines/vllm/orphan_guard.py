@@ -25,12 +25,15 @@ def parent_gone(parent_pid: int) -> bool:
 
 def watch(parent_pid: int, poll_s: float = POLL_S) -> threading.Thread:
     """Start a daemon thread that kills this process's whole group (SIGKILL) once `parent_pid` is no longer its
-    parent; returns the thread."""
+    parent, where this process leads the group (client.py starts it so); a process in someone else's group (the
+    worker started by hand from a shell) only exits. Returns the thread."""
 
     def run() -> None:
         while not parent_gone(parent_pid):
             time.sleep(poll_s)
-        os.killpg(os.getpgid(0), signal.SIGKILL)
+        if os.getpgid(0) == os.getpid():
+            os.killpg(os.getpid(), signal.SIGKILL)
+        os._exit(1)
 
     thread = threading.Thread(target=run, name="orphan-guard", daemon=True)
     thread.start()
