@@ -96,18 +96,18 @@ def measure_c(draft: torch.nn.Module, target: torch.nn.Module, context: list[int
     }
 
 
-def speculative_check(target, draft_model, prompts: list[tuple[list[int], int]], gamma: int) -> dict:
-    """Decode held-out prompts with decode_speculative at T = 0 and the exported draft; α = accepted / trials."""
+def speculative_check(target, proposer, prompts: list[tuple[list[int], int]], gamma: int) -> dict:
+    """Decode held-out prompts with decode_speculative at T = 0 and the exported draft (a proposer: the distilled
+    model's ModelDraft, or the EAGLE head's draft); α = accepted / trials."""
     from specbench.config import SamplingConfig
     from specbench.decoding.cached_model import CachedModel
-    from specbench.decoding.drafts.model import ModelDraft
     from specbench.decoding.speculative import decode_speculative
 
-    accepted = trials = drafted = emitted = 0
+    counts = {"accepted": 0, "trials": 0, "drafted": 0, "emitted": 0}
     for ids, max_new in prompts:
         res = decode_speculative(
             CachedModel(target.model),
-            ModelDraft(draft_model, "distilled"),
+            proposer,
             ids,
             gamma=gamma,
             max_new_tokens=max_new,
@@ -115,19 +115,12 @@ def speculative_check(target, draft_model, prompts: list[tuple[list[int], int]],
             generator=None,
             eos_ids=target.eos_ids,
         )
-        accepted += res.accepted
-        trials += res.trials
-        drafted += res.drafted
-        emitted += len(res.token_ids)
-    return {
-        "gamma": gamma,
-        "prompts": len(prompts),
-        "accepted": accepted,
-        "trials": trials,
-        "drafted": drafted,
-        "emitted": emitted,
-        "alpha": accepted / trials if trials else float("nan"),
-    }
+        counts["accepted"] += res.accepted
+        counts["trials"] += res.trials
+        counts["drafted"] += res.drafted
+        counts["emitted"] += len(res.token_ids)
+    alpha = counts["accepted"] / counts["trials"] if counts["trials"] else float("nan")
+    return {"gamma": gamma, "prompts": len(prompts), **counts, "alpha": alpha}
 
 
 def _check_prompts(
@@ -148,6 +141,7 @@ def final_checks(
     cfg: DistillConfig, target, data: TeacherData, heldout_docs: list[int], index: dict, pad_id: int
 ) -> dict:
     """Reload the export through load_model, measure c, held-out agreement after export, and α at T = 0."""
+    from specbench.decoding.drafts.model import ModelDraft
     from specbench.models import load_model
 
     p = cfg.preset
@@ -156,7 +150,7 @@ def final_checks(
     prompts = _check_prompts(cfg, data, heldout_docs, index)
     context = prompts[0][0] if prompts else data.tokens[:32].tolist()
     cost = measure_c(draft.model, target.model, context, p.c_reps)
-    spec = speculative_check(target, draft.model, prompts, p.check_gamma)
+    spec = speculative_check(target, ModelDraft(draft.model, "distilled"), prompts, p.check_gamma)
     size = (cfg.out / "model.safetensors").stat().st_size
     return {
         "heldout_after_export": ev,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from specbench.distill.save_draft import _check_prompts
+from specbench.distill.save_draft import _check_prompts, speculative_check
 from specbench.distill.settings import WORK, DistillConfig
 from specbench.distill.shards import TeacherData
 from specbench.files import replacing
@@ -33,32 +33,6 @@ def export_head(head: torch.nn.Module, out: Path, dtype: str) -> None:
     staging.rmdir()
 
 
-def eagle_speculative_check(target, draft, prompts: list[tuple[list[int], int]], gamma: int) -> dict:
-    """Decode held-out prompts with decode_speculative at T = 0 and the exported head; α = accepted / trials."""
-    from specbench.config import SamplingConfig
-    from specbench.decoding.cached_model import CachedModel
-    from specbench.decoding.speculative import decode_speculative
-
-    counts = {"accepted": 0, "trials": 0, "drafted": 0, "emitted": 0}
-    for ids, max_new in prompts:
-        res = decode_speculative(
-            CachedModel(target.model),
-            draft,
-            ids,
-            gamma=gamma,
-            max_new_tokens=max_new,
-            sampling=SamplingConfig(),
-            generator=None,
-            eos_ids=target.eos_ids,
-        )
-        counts["accepted"] += res.accepted
-        counts["trials"] += res.trials
-        counts["drafted"] += res.drafted
-        counts["emitted"] += len(res.token_ids)
-    alpha = counts["accepted"] / counts["trials"] if counts["trials"] else float("nan")
-    return {"gamma": gamma, "prompts": len(prompts), **counts, "alpha": alpha}
-
-
 def head_checks(cfg: DistillConfig, target, data: TeacherData, heldout_docs: list[int], index: dict) -> dict:
     """Reload the export as `--draft eagle:<out>` would, held-out agreement after export, and α at T = 0."""
     from specbench.decoding.drafts.factory import make_proposer
@@ -68,7 +42,7 @@ def head_checks(cfg: DistillConfig, target, data: TeacherData, heldout_docs: lis
     spec = parse_draft(f"eagle:{cfg.out}")
     draft = make_proposer(spec, target)  # the loader and checks `specbench run --draft eagle:<out>` uses
     ev = EagleTrainer(draft.head, target, cfg.preset, data).evaluate(heldout_docs)
-    spec_check = eagle_speculative_check(
+    spec_check = speculative_check(
         target, draft, _check_prompts(cfg, data, heldout_docs, index), cfg.preset.check_gamma
     )
     return {
