@@ -447,3 +447,21 @@ def test_sampled_tree_verification_passes_the_g_test_and_a_broken_one_fails(law_
     assert joint.n == STEPS and joint.power >= 0.8, joint  # could have failed: power vs any law at TV ≥ 0.05
     broken = sample_checks("control", sampled_first_tokens(law_pair, fixed_always, STEPS, seed=1), reference)
     assert not next(c for c in broken if c.name.endswith("joint2/gof")).passed
+
+
+def test_a_draft_that_reads_hidden_states_and_proposes_a_tree_is_refused():
+    """ReadsHidden hands over a chain's kept rows only: a draft doing both fails in one line, not with wrong rows;
+    the same draft without the hook runs (the control)."""
+    from specbench.errors import SpecbenchError
+
+    target, draft = tiny_llama(0), tiny_llama(1)
+    prompt = [1, 5, 9, 3]
+    base = run_pair(target, None, prompt, max_new=8)
+
+    class HiddenTree(TwoBranchDraft):
+        def observe_hidden(self, hidden):
+            pass
+
+    assert run_pair(target, TwoBranchDraft(draft, prompt + base.token_ids), prompt, max_new=8).token_ids
+    with pytest.raises(SpecbenchError, match="drafts from hidden states"):
+        run_pair(target, HiddenTree(draft, prompt + base.token_ids), prompt, max_new=8)

@@ -175,9 +175,7 @@ class ReadsHidden(Protocol):
     batch-1 loop (speculative.py) then has the target's passes keep their final hidden states (CachedModel.hidden_log;
     other drafts' passes ask for nothing more) and hands the draft those of every position it keeps: the prompt's after
     the prefill, [cur, accepted tokens] after each verify pass, so the draft's next proposal starts from the target's
-    own features of the sequence so far."""
-
-    reads_hidden: bool  # True: the loop keeps the target's hidden states for it
+    own features of the sequence so far. Chain proposals only: a tree's rows are not handed over (tree_step refuses)."""
 
     def observe_hidden(self, hidden: torch.Tensor) -> None:
         """[k, H] on the target's device: the target's final hidden states (what its output layer reads) at the k

@@ -79,7 +79,7 @@ class StepContext:
 
 def reads_hidden(proposer: Proposer) -> bool:
     """Whether the draft drafts from the target's hidden states (the target's passes then keep them)."""
-    return isinstance(proposer, ReadsHidden) and bool(proposer.reads_hidden)
+    return isinstance(proposer, ReadsHidden)
 
 
 @contextlib.contextmanager
@@ -254,6 +254,8 @@ def tree_step(
             f"a tree proposal of {proposal.tokens.shape[0]} tokens came with {tree.size} parents and depth "
             f"{tree.depth} (at most {g}): this is a bug in the proposer {ctx.proposer.name!r}"
         )
+    if ctx.reads_hidden:  # no draft does both: a tree's kept rows would need their own hand-over (base.ReadsHidden)
+        raise SpecbenchError(f"the proposer {ctx.proposer.name!r} drafts from hidden states, so chains only: a bug")
     tb = ctx.clock.now()
     cached = ctx.target.length
     ids = torch.cat([torch.tensor([tokens[-1]], device=ctx.target.device), proposal.tokens])  # [n+1]
@@ -266,12 +268,6 @@ def tree_step(
         stepwise_keep_path(ctx.target, cached, ids, path)
     else:
         ctx.target.keep_path(cached, path)  # keep [.., cur, path]
-    if ctx.reads_hidden:  # one pass: rows [cur, path]; one-token passes: cur's first, the path's refed last
-        log = ctx.target.hidden_log or []
-        n_rows = sum(h.shape[0] for h in log)
-        ctx.hand_hidden(
-            [0] + ([n_rows - len(path) + i for i in range(len(path))] if ctx.stepwise else [1 + i for i in path])
-        )
     count_tree_step(ctx.res, proposal, verdict, tree.depth)
     policy.update(tree.depth, len(path))  # a γ policy sees the tree as a chain of its depth
     tc = ctx.clock.now()

@@ -26,7 +26,6 @@ class EagleDraft:
     """Proposer over an EAGLE head, the target's (frozen, shared) embedding and output layer."""
 
     is_model = True  # it runs a network; its cost is measured in draft_s (no CachedModel to calibrate: c unpriced)
-    reads_hidden = True  # the loop keeps the target's hidden states and hands them over (base.ReadsHidden)
 
     def __init__(self, head: torch.nn.Module, embed: torch.nn.Module, lm_head: torch.nn.Module, name: str):
         self.head, self.embed, self.lm_head, self.name = head, embed, lm_head, name
