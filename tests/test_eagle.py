@@ -198,10 +198,8 @@ def test_a_draft_kind_run_keeps_its_command_and_key(target, task_file, tmp_path)
     cfg = DistillConfig(target=target, out=tmp_path / "d", preset=get_preset("small"), tasks=(task_file,))
     assert cfg.preset is PRESETS["small"] and "kind" not in cfg.training_key()
     assert "--kind" not in cfg.command()
-    eagle = DistillConfig(target, tmp_path / "e", get_preset("small", "eagle"), (task_file,), kind="eagle")
-    assert eagle.training_key()["kind"] == "eagle" and eagle.validate()
-    with pytest.raises(Exception, match="not a --kind eagle preset"):
-        DistillConfig(target, tmp_path / "e", get_preset("small"), (task_file,), kind="eagle").validate()
+    eagle = DistillConfig(target, tmp_path / "e", get_preset("small", "eagle"), (task_file,))
+    assert eagle.kind == "eagle" and eagle.training_key()["kind"] == "eagle" and eagle.validate()
     result = invoke("distill", "--kind", "medusa", "--target", target, "--out", tmp_path / "m", catch=True)
     assert result.exit_code == 2 and "unknown distill kind" in result.output
 
@@ -209,7 +207,7 @@ def test_a_draft_kind_run_keeps_its_command_and_key(target, task_file, tmp_path)
 def test_a_killed_eagle_run_resumes_to_the_same_weights(target, task_file, tmp_path):
     def config(out, **kw) -> DistillConfig:
         preset = get_preset("small", "eagle")
-        return DistillConfig(target, out, preset, (task_file,), steps=20, device="cpu", kind="eagle", **kw)
+        return DistillConfig(target, out, preset, (task_file,), steps=20, device="cpu", **kw)
 
     whole = distill(config(tmp_path / "whole"))
 

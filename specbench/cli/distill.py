@@ -101,7 +101,6 @@ def distill_command(
             device=device,
             resume=resume,
             max_session_steps=max_session_steps,
-            kind=kind,
         ).validate()
         for name in config.tasks:
             check_task_named(name)  # a misspelt --task or a missing file: a bad command line, before the target loads

@@ -180,7 +180,11 @@ class DistillConfig:
     device: str = "auto"
     resume: bool = False  # insist on an existing checkpoint (a checkpoint is always resumed when present)
     max_session_steps: int | None = None  # stop (checkpointed) after this many steps in this invocation
-    kind: str = "draft"  # "draft" (a small LlamaForCausalLM) or "eagle" (an EAGLE head: distill/eagle_training.py)
+
+    @property
+    def kind(self) -> str:
+        """ "draft" (a small LlamaForCausalLM) or "eagle" (an EAGLE head: distill/eagle_training.py): the preset's."""
+        return "eagle" if isinstance(self.preset, EaglePreset) else "draft"
 
     @property
     def total_steps(self) -> int:
@@ -193,12 +197,6 @@ class DistillConfig:
             raise SpecbenchError(f"--max-session-steps must be >= 1 (got {self.max_session_steps})")
         if not self.tasks:
             raise SpecbenchError("--task needs at least one task name or .jsonl file")
-        if self.kind not in KINDS:
-            raise SpecbenchError(f"--kind must be one of {', '.join(KINDS)} (got {self.kind!r})")
-        if (self.kind == "eagle") != isinstance(self.preset, EaglePreset):
-            raise SpecbenchError(
-                f"preset {self.preset.name} is not a --kind {self.kind} preset; use get_preset(name, kind)"
-            )
         if self.preset.save_dtype not in ("float32", "float16", "bfloat16"):
             raise SpecbenchError(f"preset {self.preset.name}: save_dtype must be float32, float16 or bfloat16")
         return self
