@@ -22,6 +22,7 @@ from specbench.decoding.autoregressive import decode_autoregressive
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.drafts.eagle import EagleDraft
 from specbench.decoding.drafts.factory import make_proposer
+from specbench.decoding.sampling import processed_probs
 from specbench.decoding.speculative import decode_speculative
 from specbench.distill import DistillConfig, distill, get_preset
 from specbench.distill.settings import PRESETS
@@ -337,7 +338,12 @@ def test_sampled_output_keeps_the_targets_law_and_a_greedy_draft_is_caught(train
     exact = checks["sequence/γ=2/exact"]
     assert exact.passed and exact.power >= 0.8, exact
     assert checks["sequence/γ=2/vs-baseline"].passed
-    monkeypatch.setattr("specbench.decoding.drafts.eagle.sample", lambda q, generator: q.argmax(-1))
+
+    def argmax_reporting_its_law(logits, cfg, generator, laws):  # the bug: draws the argmax, reports the law
+        laws.append(processed_probs(logits, cfg))
+        return laws[-1].argmax(-1)
+
+    monkeypatch.setattr("specbench.decoding.drafts.eagle.draft_token", argmax_reporting_its_law)
     caught = {c.name: c for c in sequence_checks(t.model, factory, prompt, sampling, **kw)}
     assert not caught["sequence/γ=2/exact"].passed
 

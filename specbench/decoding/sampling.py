@@ -54,6 +54,29 @@ def next_token(logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Gener
     return sample(processed_probs(logits, cfg), generator)
 
 
+def draft_token(
+    logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Generator | None, laws: list[torch.Tensor]
+) -> torch.Tensor:
+    """A network draft's next token at its [V] logits, as next_token draws it; at T > 0 the processed law it was drawn
+    from is appended to `laws` (the proposal's q rows, in order)."""
+    if cfg.greedy:
+        return logits.argmax(-1)
+    laws.append(processed_probs(logits, cfg))
+    return sample(laws[-1], generator)
+
+
+def below_confidence(
+    logits: torch.Tensor, tok: torch.Tensor, laws: list[torch.Tensor], cfg: SamplingConfig, min_confidence: float
+) -> bool:
+    """Whether the draft's own probability of the token it just drafted (`draft_token`'s; one host sync) is below
+    `min_confidence` (--draft-confidence): the softmax at T = 0, else the law it was drawn from. Off (≤ 0): False,
+    without a sync."""
+    if min_confidence <= 0.0:
+        return False
+    p = torch.softmax(logits.float(), -1)[tok] if cfg.greedy else laws[-1][tok]
+    return float(p) < min_confidence
+
+
 def make_generator(device: torch.device, seed: int) -> torch.Generator:
     """The generator one decode draws from (a fresh one per example and arm, seeded by example_seed)."""
     return torch.Generator(device=device).manual_seed(seed)

@@ -18,7 +18,7 @@ import torch
 
 from specbench.config import SamplingConfig
 from specbench.decoding.base import BatchProposer, Proposal
-from specbench.decoding.sampling import processed_probs, sample
+from specbench.decoding.sampling import below_confidence, draft_token
 from specbench.errors import SpecbenchError
 
 
@@ -79,22 +79,14 @@ class EagleDraft:
         ids = torch.tensor(tokens[self._fed + 1 :], device=self.device)
         feat = self._step(ids, hidden.to(self.device), self._fed)[-1:]  # [1, H]: predicts h at the newest position
         self._fed = len(tokens) - 1
-        drafted, laws = [], []
+        drafted: list[torch.Tensor] = []
+        laws: list[torch.Tensor] = []  # the q rows at T > 0 (draft_token appends them)
         for i in range(gamma):
             logits = self.lm_head(feat)[0]  # [V]
-            if sampling.greedy:
-                tok = logits.argmax(-1)
-            else:
-                q = processed_probs(logits, sampling)
-                tok = sample(q, generator)
-                laws.append(q)
+            tok = draft_token(logits, sampling, generator, laws)
             drafted.append(tok)
-            if i + 1 == gamma:
+            if i + 1 == gamma or below_confidence(logits, tok, laws, sampling, min_confidence):
                 break
-            if min_confidence > 0.0:
-                p = torch.softmax(logits.float(), -1)[tok] if sampling.greedy else q[tok]
-                if float(p) < min_confidence:
-                    break
             feat = self._step(tok.view(1), feat, self._fed + i + 1)  # its own output as the next hidden state
         return Proposal(
             tokens=torch.stack(drafted), q_probs=torch.stack(laws) if laws else None, forward_calls=len(drafted)

@@ -15,7 +15,7 @@ from specbench.decoding.backend import ForwardBackend
 from specbench.decoding.base import Proposal
 from specbench.decoding.batched.drafts import BatchedModelDraft, common_prefix_length
 from specbench.decoding.cached_model import CachedModel
-from specbench.decoding.sampling import processed_probs, sample
+from specbench.decoding.sampling import below_confidence, draft_token
 
 
 class ModelDraft:
@@ -65,22 +65,15 @@ class ModelDraft:
         keep = min(common_prefix_length(self._cached, tokens), len(tokens) - 1)
         self.lm.truncate(keep)
         feed = torch.tensor(tokens[keep:], device=self.lm.device)
-        drafted, laws = [], []
+        drafted: list[torch.Tensor] = []
+        laws: list[torch.Tensor] = []  # the q rows at T > 0 (draft_token appends them)
         for i in range(gamma):
             logits = self.lm.forward(feed)  # [V] at the newest position
-            if sampling.greedy:
-                tok = logits.argmax(-1)
-            else:
-                q = processed_probs(logits, sampling)
-                tok = sample(q, generator)
-                laws.append(q)
+            tok = draft_token(logits, sampling, generator, laws)
             drafted.append(tok)
             feed = tok.view(1)
-            if min_confidence > 0.0 and i + 1 < gamma:
-                # the draft's probability of what it just drafted (one host sync per token, only when on)
-                p = torch.softmax(logits.float(), -1)[tok] if sampling.greedy else q[tok]
-                if float(p) < min_confidence:
-                    break
+            if i + 1 < gamma and below_confidence(logits, tok, laws, sampling, min_confidence):
+                break  # (one host sync per token, only when --draft-confidence is on)
         ids = torch.stack(drafted)  # [γ']
         # the last drafted token was never fed: the cache covers tokens + drafted[:-1]
         self._cached = tokens + ids[:-1].tolist()
