@@ -41,18 +41,24 @@ def read_head_config(folder: str | Path, text: str) -> dict:
         )
     if not (path / "config.json").is_file() or not (path / WEIGHTS).is_file():
         raise UsageError(f"--draft {text}: {folder} is not an EAGLE head; an eagle head folder holds {LAYOUT}")
-    try:
-        config = json.loads((path / "config.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise UsageError(
-            f"--draft {text}: {folder}/config.json is not readable JSON ({exc}); fix or replace it"
-        ) from None
+    config = config_json(folder, text)
     if not isinstance(config, dict) or config.get("num_hidden_layers") != 1 or "hidden_size" not in config:
         raise UsageError(
             f"--draft {text}: {folder}/config.json is not an EAGLE head's (it needs hidden_size and "
             f"num_hidden_layers 1); pass the folder `specbench distill --kind eagle` wrote"
         )
     return config
+
+
+def config_json(folder: str | Path, text: str):
+    """A head folder's config.json, parsed (eagle here, vLLM's heads in engines/vllm/heads.py); one line, exit 2, when
+    it is not readable JSON. `text`: the --draft value as given."""
+    try:
+        return json.loads((Path(folder).expanduser() / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(
+            f"--draft {text}: {folder}/config.json is not readable JSON ({exc}); fix or replace it"
+        ) from None
 
 
 def check_head_matches(config: dict, hidden_size: int, vocab_size: int, text: str) -> None:

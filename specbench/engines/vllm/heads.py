@@ -12,10 +12,10 @@ pathlib only, so the checks and their tests run without vLLM.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from specbench.errors import SpecbenchError
+from specbench.models.eagle_layout import config_json
 
 HEAD_METHODS = ("eagle", "eagle3", "medusa")
 LAYOUT = "config.json and model.safetensors (docs/run.md, vLLM's head methods)"
@@ -48,12 +48,7 @@ def check_head(method: str, folder: str, gamma: int | None, text: str, gamma_opt
             f"--draft {text}: {folder} has no *.safetensors file; vLLM loads head weights from safetensors only "
             f"({LAYOUT})"
         )
-    try:
-        config = json.loads((path / "config.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise SpecbenchError(
-            f"--draft {text}: {folder}/config.json is not readable JSON ({exc}); fix or replace it"
-        ) from None
+    config = config_json(folder, text)
     if method == "medusa" and gamma is not None:
         heads = medusa_heads(config)
         if heads is not None and gamma > heads:
