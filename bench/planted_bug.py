@@ -31,7 +31,8 @@ per-example catch rate with its Clopper–Pearson 95 % interval (scipy.stats.bin
 (touched examples whose clean free-running output had already left the baseline's before the first touched
 position: a first-divergence check could not have caught them) and `false` (untouched examples with an unexplained
 divergence); for the clean run the positions compared, divergences, explained and unexplained (the goal: 0). The
-counts and every classified divergence go to --out (JSON, atomic), rewritten after every example. Nothing is timed.
+counts and every classified divergence go to --out (JSON, atomic), rewritten after every example; a rerun with the
+same settings resumes after the examples --out holds. Nothing is timed.
 """
 
 from __future__ import annotations
@@ -163,6 +164,25 @@ def print_table(result: dict) -> None:
         )
 
 
+RESUME_KEYS = ("target", "draft", "task", "dtype", "max_new_tokens", "gamma", "every")
+
+
+def resumed(out: Path, args, names: list[str], n_examples: int) -> tuple[list[dict], dict[str, int]]:
+    """The examples an interrupted run with the same settings and plants left in `out`, and each plant's count of
+    verification steps so far (where its one-in-`every` falls next); nothing when `out` holds another run's."""
+    try:
+        before = json.loads(out.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return [], dict.fromkeys(names, 0)
+    same = all(before.get(k) == getattr(args, k) for k in RESUME_KEYS) and before.get("examples") == n_examples
+    same = same and list(before.get("plants", {})) == names  # --limit changes the seeded sample: so must match
+    if not same or set(before.get("plant_steps") or {}) != set(names):
+        print(f"{out}: another run's results (settings differ, or written before resuming existed): starting afresh")
+        return [], dict.fromkeys(names, 0)
+    print(f"{out}: resuming after {len(before['records'])} examples")
+    return before["records"], dict(before["plant_steps"])
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default="smollm2-135m")
@@ -214,10 +234,11 @@ def main(argv: list[str] | None = None) -> dict:
 
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    rows: list[dict] = []
-    steps = dict.fromkeys(named, 0)
-    result: dict = {}
+    rows, steps = resumed(out, args, list(named), len(prompts))
+    result: dict = summarize(args, len(prompts), rows, list(named)) if rows else {}
     for i, prompt in enumerate(prompts):
+        if i < len(rows):
+            continue  # measured by an earlier, interrupted run of the same settings
         common = dict(max_new_tokens=args.max_new_tokens, sampling=GREEDY, generator=None, decoder_start_id=start)
         ref = decode_autoregressive(CachedModel(model), prompt, eos_ids=session.target.eos_ids, **common).token_ids
         free = decode_speculative(
@@ -258,7 +279,7 @@ def main(argv: list[str] | None = None) -> dict:
                 "floor": floor,
             }
         rows.append(row)
-        result = summarize(args, len(prompts), rows, list(named))
+        result = summarize(args, len(prompts), rows, list(named)) | {"plant_steps": steps}
         atomic_write_text(
             out, json.dumps(result, indent=2, default=float) + "\n"
         )  # a run stopped early keeps its tally

@@ -11,6 +11,7 @@ The runs time things: use an idle machine (a run flagged `suspect_timing` is cou
 
 Usage: python bench/prediction_coverage.py [--tasks ding-de-en,aclsum] [--runs 10] [--first-seed 1]
        [--job "--draft auto --dtype auto --gamma auto --limit 20 --repeats 2"] [--out results/bench-coverage]
+       [--resume results/bench-coverage/<stamp>]  (an interrupted run: its rows.jsonl keeps every finished run)
 A quick check that it works: --runs 1 --job "--draft prompt-lookup --gamma auto --limit 2".
 """
 
@@ -26,6 +27,7 @@ from pathlib import Path
 
 KEY = "speedup_geomean"  # the primary measure, which both numbers predict (docs/metrics.md)
 CHECK_TOLERANCE = 0.05  # the cost-model check's goal: measured ÷ check within 1 ± this
+ROWS_FILE = "rows.jsonl"  # one line per finished run, appended as each ends
 DEFAULT_JOB = "--draft auto --dtype auto --gamma auto --limit 20 --repeats 2"  # make run's (Makefile DEFAULT_JOB)
 
 
@@ -124,6 +126,26 @@ def print_table(rows: list[dict], tallies: dict[str, dict]) -> None:
         )
 
 
+def finished_rows(path: Path, job: str) -> list[dict]:
+    """The rows an interrupted run of the same job appended (a torn last line is cut off the file, so the next append
+    starts on a line of its own; another job's rows are refused)."""
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    if text and not text.endswith("\n"):
+        text = text[: text.rfind("\n") + 1]
+        path.write_text(text, encoding="utf-8")
+    rows = []
+    for line in text.splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        other = row.pop("job", None)
+        if other != job:
+            raise SystemExit(f"error: {path} holds runs of --job {other!r}; resume it with that --job, not {job!r}")
+        rows.append(row)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", default="ding-de-en,aclsum")
@@ -131,17 +153,25 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--first-seed", type=int, default=1, help="run i uses --seed first-seed + i")
     parser.add_argument("--job", default=DEFAULT_JOB, help="the run's flags (not --task, --seed, --results-dir)")
     parser.add_argument("--out", default="results/bench-coverage")
+    parser.add_argument("--resume", help="a folder of an interrupted run: its finished runs are kept, not rerun")
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error(f"--runs must be at least 1 (got {args.runs})")
     job = shlex.split(args.job)
-    out = Path(args.out) / time.strftime("%Y%m%d-%H%M%S")
-    rows = []
+    out = Path(args.resume) if args.resume else Path(args.out) / time.strftime("%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
+    rows = finished_rows(out / ROWS_FILE, args.job)
+    done = {(r["task"], r["seed"]) for r in rows}
     for i in range(args.runs):  # tasks interleaved, so a drift of the machine falls on both alike
         for task in args.tasks.split(","):
             seed = args.first_seed + i
+            if (task, seed) in done:
+                continue
             print(f"run {i + 1}/{args.runs}: {task}, --seed {seed}")
-            rows.append(coverage_row(task, seed, run_one(task, seed, job, out)))
+            row = coverage_row(task, seed, run_one(task, seed, job, out))
+            with (out / ROWS_FILE).open("a", encoding="utf-8") as f:  # append-only: an interruption keeps it
+                f.write(json.dumps({"job": args.job, **row}) + "\n")
+            rows.append(row)
     tallies = tally(rows)
     print_table(rows, tallies)
     result = {"job": args.job, "rows": rows, "tasks": tallies}

@@ -144,3 +144,27 @@ def test_bench_engines_refuses_a_bad_torch_rows_value_in_one_line_with_exit_2(ca
         assert exit_.value.code == 2
         (line,) = capsys.readouterr().err.strip().splitlines()
         assert f"--torch-rows {bad!r}: each row is dtype:backend" in line
+
+
+def test_prediction_coverage_resumes_from_its_appended_rows(tmp_path, monkeypatch, capsys):
+    """An interrupted coverage run keeps every finished run (rows.jsonl, appended): --resume reruns only the rest, a
+    torn last line is dropped, and a folder of another --job is refused in one line."""
+    import prediction_coverage as pc
+
+    ran = []
+
+    def fake_run(task, seed, job, out):
+        ran.append((task, seed))
+        return {"speedup_geomean": 1.5, "auto_predicted_interval": [1.3, 1.7], "auto_check_speedup": 1.5}
+
+    monkeypatch.setattr(pc, "run_one", fake_run)
+    folder = tmp_path / "cov"
+    folder.mkdir()
+    done = pc.coverage_row("a", 1, fake_run("a", 1, [], folder))
+    (folder / pc.ROWS_FILE).write_text(json.dumps({"job": "J", **done}) + "\n" + '{"job": "J", "task"')
+    ran.clear()
+    result = pc.main(["--tasks", "a,b", "--runs", "2", "--job", "J", "--resume", str(folder)])
+    assert ran == [("b", 1), ("a", 2), ("b", 2)] and len(result["rows"]) == 4
+    assert result["tasks"]["a"]["runs"] == 2 and len((folder / pc.ROWS_FILE).read_text().splitlines()) == 4
+    with pytest.raises(SystemExit, match="resume it with that --job"):
+        pc.main(["--tasks", "a", "--runs", "1", "--job", "other", "--resume", str(folder)])

