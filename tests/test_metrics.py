@@ -145,3 +145,32 @@ def test_the_per_example_export_carries_every_count_the_metrics_sum():
         summed = {f"{engine}_{k}": v for k, v in engine_totals([rec], engine).items()}
         assert summed.items() <= row.items()
     assert row["speculative_stop_reason"] == "length"
+
+
+def test_a_tree_run_is_checked_at_its_own_tokens_per_pass_never_priced_as_a_chain():
+    """A token tree (6 nodes, depth 3, per step) is not a chain of 6 at α = accepted ÷ trials: the chain formulas are
+    null, the tree's check divides its measured tokens per pass by c · nodes per pass + verify cost, and the line the
+    run prints calls it a cost-model check. Control: the same steps recorded as chains keep the chain formulas."""
+    from specbench.cli.run import prediction_line
+
+    tree = full_record([2, 3, 1], [6, 6, 6])
+    tree["speculative"]["draft_depths"] = [3, 3, 3]
+    out = summarize([tree], 3, True)
+    assert out["predicted_speedup"] != out["predicted_speedup"]  # NaN: Theorem 3.8 is a chain's
+    assert out["predicted_decode_speedup"] != out["predicted_decode_speedup"]
+    assert out["predicted_tokens_per_call"] == pytest.approx(out["tokens_per_target_call"]) == pytest.approx(3.0)
+    expected = out["tokens_per_target_call"] / (out["c"] * 6 + out["verify_cost"])
+    assert out["predicted_speedup_extended"] == pytest.approx(expected)
+    shown = Summary(speedup_geomean=1.4, **{k: out[k] for k in ("predicted_tokens_per_call", "verify_cost")})
+    shown.predicted_speedup_extended = out["predicted_speedup_extended"]
+    line = prediction_line(shown)
+    assert line.startswith("cost-model check at the measured acceptance: 3.00 tokens a target pass") and (
+        "for chains" in line
+    ), line
+    chain = full_record([2, 3, 1], [3, 3, 3])
+    chain["speculative"]["draft_depths"] = [3, 3, 3]
+    both = summarize([chain], 3, True)
+    assert both["predicted_speedup"] == both["predicted_speedup"] and both["predicted_decode_speedup"] > 0
+    assert prediction_line(
+        Summary(speedup_geomean=1.4, predicted_speedup=2.0, predicted_speedup_extended=1.5, verify_cost=1.2)
+    ).startswith("cost-model check at the measured α and draft cost")

@@ -366,14 +366,20 @@ def prediction_line(summary: Summary) -> str | None:
         return f"before timing (auto): {'; '.join(parts)}; measured {measured:.2f}×"
     paper, priced, cost = summary.predicted_speedup, summary.predicted_speedup_extended, summary.verify_cost
     if priced is not None and cost is not None:
+        if paper is None and summary.predicted_tokens_per_call is not None:  # a token tree (tree_check)
+            return (
+                f"cost-model check at the measured acceptance: {summary.predicted_tokens_per_call:.2f} tokens a "
+                f"target pass, a tree's verify pass costing {cost:.2f} one-token passes here: {priced:.2f}× (the "
+                f"paper's formula is for chains); measured {measured:.2f}×"
+            )
         paper_note = f"; the paper's formula, which prices it as one, says {paper:.2f}×" if paper is not None else ""
         return (
-            f"predicted {priced:.2f}× from the measured α and draft cost with a verify pass costing {cost:.2f} "
-            f"one-token passes here{paper_note}; measured {measured:.2f}×"
+            f"cost-model check at the measured α and draft cost, a verify pass costing {cost:.2f} one-token passes "
+            f"here: {priced:.2f}×{paper_note}; measured {measured:.2f}×"
         )
     if paper is None:
         return None
-    return f"predicted {paper:.2f}× by the paper's formula from the measured α and draft cost; measured {measured:.2f}×"
+    return f"the paper's formula at the measured α and draft cost: {paper:.2f}×; measured {measured:.2f}×"
 
 
 def summary_table(summary: Summary, verbose: bool = False) -> Table:

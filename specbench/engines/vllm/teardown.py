@@ -21,7 +21,7 @@ def stop_all(engines: dict) -> dict:
     """Shut down every engine's core client (`engines`: key → (vllm.LLM, settings)) concurrently, and wait; the
     shutdown request's (empty) answer."""
     clients = [getattr(llm.llm_engine, "engine_core", None) for llm, _settings in engines.values()]
-    stops = [c.shutdown for c in clients if hasattr(c, "shutdown")]
+    stops = [getattr(c, "shutdown") for c in clients if hasattr(c, "shutdown")]  # noqa: B009  # Any | None
     threads = [threading.Thread(target=stop, args=(STOP_S,), daemon=True) for stop in stops]
     for thread in threads:
         thread.start()

@@ -108,6 +108,47 @@ def predictions(
     }
 
 
+def verified_trees(records: list[dict]) -> bool:
+    """Whether some step verified a token tree: more drafted nodes than its depth (the chain formulas then do not
+    describe the run: a tree's α is per node tried, and its passes carry nodes off the accepted path)."""
+    for r in records:
+        spec = r["speculative"]
+        depths, nodes = spec.get("draft_depths") or [], spec.get("draft_lengths") or []
+        if len(depths) == len(nodes) and any(n > d for n, d in zip(nodes, depths)):
+            return True
+    return False
+
+
+def tree_check(tokens_per_call: float, c: float, verify_cost: float, nodes_per_call: float) -> dict:
+    """A tree run's cost-model check at its own acceptance: the measured tokens per target pass ÷ (c · drafted nodes
+    per pass + the measured verify cost). The paper's Theorem 3.8, Eq. 1 and the finite-length table describe a chain
+    drafted with one α: null for trees (NaN here) rather than a chain's price put on a tree."""
+    if any(math.isnan(x) for x in (tokens_per_call, c, verify_cost, nodes_per_call)):
+        extended = NAN
+    else:
+        extended = ratio(tokens_per_call, c * nodes_per_call + verify_cost)
+    return {
+        "predicted_tokens_per_call": tokens_per_call,
+        "predicted_speedup": NAN,
+        "predicted_speedup_extended": extended,
+        "predicted_target_calls": NAN,
+        "predicted_decode_speedup": NAN,
+    }
+
+
+def cost_model_checks(records: list[dict], measured: dict, gamma: int) -> dict:
+    """The predicted_* fields of a run from its measured α, c, verify cost and counts (`measured`: metrics.summarize's
+    fields so far): a chain's predictions and finite-length table, or a token tree's tree_check. Each is a cost-model
+    check at the run's own acceptance, not a prediction."""
+    alpha, c, verify_cost = measured["alpha"], measured["c"], measured["verify_cost"]
+    if verified_trees(records):  # a tree: priced at its measured tokens per pass, never as a chain
+        nodes_per_call = ratio(measured["drafted"], measured["target_calls"])
+        return tree_check(measured["tokens_per_target_call"], c, verify_cost, nodes_per_call)
+    draft_lengths = [g for r in records for g in r["speculative"].get("draft_lengths", [])]
+    out = predictions(alpha, gamma, c, verify_cost, draft_lengths, measured["target_calls"])
+    return out | predicted_decode(records, alpha, gamma, c, verify_cost)
+
+
 def batch_prediction(records: list[dict], gamma: int, calibration: dict | None, policy: str) -> dict:
     """batch_verify_cost t(B, γ+1)/t(B, 1) and batch_draft_cost from a run's batch calibration
     (calibration.calibrate_batch_grid), and the batch cost model's predicted and replayed decode speedups

@@ -45,6 +45,7 @@ Definitions (sums run over all examples of a run):
                         verify cost and proposal law, for outputs of the lengths measured (EOS and
                         budget endings priced in: theory.decode_cost_table)
   predicted_target_calls  the same model's expected number of target passes, beside target_calls
+                        (every predicted_*: a cost-model check at the measured acceptance; trees: tree_check)
   accepted_length_histogram  steps with 0..γ accepted, over steps that drafted all γ tokens
                         (shorter proposals — lookup misses, the end of the budget — are not the theory's law);
                         [] when no step drafted all γ
@@ -84,7 +85,7 @@ from __future__ import annotations
 import math
 from statistics import mean
 
-from specbench.measure.auto.predicted_metrics import accepted_length_histogram, predicted_decode, predictions
+from specbench.measure.auto.predicted_metrics import accepted_length_histogram, cost_model_checks
 from specbench.measure.stats.metric_units import (
     NAN,
     batch_unit,
@@ -360,10 +361,7 @@ def predicted_and_checks(
 ) -> dict:
     """Beside the measured metrics: the cost model's predictions from them, the noise verdict and, at T = 0,
     the identity line."""
-    alpha, c, verify_cost = measured["alpha"], measured["c"], measured["verify_cost"]
-    draft_lengths = [g for r in records for g in r["speculative"].get("draft_lengths", [])]
-    out = predictions(alpha, gamma, c, verify_cost, draft_lengths, measured["target_calls"])
-    out.update(predicted_decode(records, alpha, gamma, c, verify_cost))
+    out = cost_model_checks(records, measured, gamma)
     out.update(timing_noise(records, probes, drift))
     if greedy:
         from specbench.measure.stats.margin_gate import identity_line
