@@ -168,3 +168,26 @@ def test_prediction_coverage_resumes_from_its_appended_rows(tmp_path, monkeypatc
     assert result["tasks"]["a"]["runs"] == 2 and len((folder / pc.ROWS_FILE).read_text().splitlines()) == 4
     with pytest.raises(SystemExit, match="resume it with that --job"):
         pc.main(["--tasks", "a", "--runs", "1", "--job", "other", "--resume", str(folder)])
+
+
+def test_planted_bug_resumes_only_a_run_of_the_same_settings(tmp_path):
+    """bench/planted_bug.py keeps the examples an interrupted run left in --out, with each plant's step count (where
+    its one-in-`every` falls next); another run's file (other settings, other plants, or written before the step
+    counts were kept) starts afresh."""
+    import argparse
+
+    import planted_bug as pb
+
+    args = argparse.Namespace(
+        target="t", draft="prompt-lookup", task="aclsum", dtype="bfloat16", max_new_tokens=64, gamma=4, every=20
+    )
+    names = ["shift", "lower 8"]
+    out = tmp_path / "planted.json"
+    assert pb.resumed(out, args, names, 40) == ([], {"shift": 0, "lower 8": 0})  # nothing there yet
+    before = {k: getattr(args, k) for k in pb.RESUME_KEYS} | {"examples": 40, "plants": dict.fromkeys(names, {})}
+    out.write_text(json.dumps(before | {"records": [{"example": 0}], "plant_steps": {"shift": 7, "lower 8": 7}}))
+    assert pb.resumed(out, args, names, 40) == ([{"example": 0}], {"shift": 7, "lower 8": 7})
+    assert pb.resumed(out, args, names, 20) == ([], {"shift": 0, "lower 8": 0})  # another --limit: another sample
+    assert pb.resumed(out, args, ["shift"], 40)[0] == []  # other plants
+    out.write_text(json.dumps(before | {"records": [{"example": 0}]}))  # written before resuming existed
+    assert pb.resumed(out, args, names, 40)[0] == []
