@@ -141,7 +141,7 @@ def finished_rows(path: Path, job: str) -> list[dict]:
             continue
         other = row.pop("job", None)
         if other != job:
-            raise SystemExit(f"error: {path} holds runs of --job {other!r}; resume it with that --job, not {job!r}")
+            raise ValueError(f"{path} holds runs of --job {other!r}; resume it with that --job, not {job!r}")
         rows.append(row)
     return rows
 
@@ -160,7 +160,10 @@ def main(argv: list[str] | None = None) -> dict:
     job = shlex.split(args.job)
     out = Path(args.resume) if args.resume else Path(args.out) / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
-    rows = finished_rows(out / ROWS_FILE, args.job)
+    try:
+        rows = finished_rows(out / ROWS_FILE, args.job)
+    except ValueError as exc:
+        parser.error(str(exc))  # a usage error: exit 2, one line
     done = {(r["task"], r["seed"]) for r in rows}
     for i in range(args.runs):  # tasks interleaved, so a drift of the machine falls on both alike
         for task in args.tasks.split(","):

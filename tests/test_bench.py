@@ -166,8 +166,9 @@ def test_prediction_coverage_resumes_from_its_appended_rows(tmp_path, monkeypatc
     result = pc.main(["--tasks", "a,b", "--runs", "2", "--job", "J", "--resume", str(folder)])
     assert ran == [("b", 1), ("a", 2), ("b", 2)] and len(result["rows"]) == 4
     assert result["tasks"]["a"]["runs"] == 2 and len((folder / pc.ROWS_FILE).read_text().splitlines()) == 4
-    with pytest.raises(SystemExit, match="resume it with that --job"):
+    with pytest.raises(SystemExit) as exit_:
         pc.main(["--tasks", "a", "--runs", "1", "--job", "other", "--resume", str(folder)])
+    assert exit_.value.code == 2 and "resume it with that --job" in capsys.readouterr().err
 
 
 def test_planted_bug_resumes_only_a_run_of_the_same_settings(tmp_path):

@@ -123,14 +123,10 @@ def tree_check(tokens_per_call: float, c: float, verify_cost: float, nodes_per_c
     """A tree run's cost-model check at its own acceptance: the measured tokens per target pass ÷ (c · drafted nodes
     per pass + the measured verify cost). The paper's Theorem 3.8, Eq. 1 and the finite-length table describe a chain
     drafted with one α: null for trees (NaN here) rather than a chain's price put on a tree."""
-    if any(math.isnan(x) for x in (tokens_per_call, c, verify_cost, nodes_per_call)):
-        extended = NAN
-    else:
-        extended = ratio(tokens_per_call, c * nodes_per_call + verify_cost)
     return {
         "predicted_tokens_per_call": tokens_per_call,
         "predicted_speedup": NAN,
-        "predicted_speedup_extended": extended,
+        "predicted_speedup_extended": ratio(tokens_per_call, c * nodes_per_call + verify_cost),  # NaN in, NaN out
         "predicted_target_calls": NAN,
         "predicted_decode_speedup": NAN,
     }
