@@ -112,10 +112,11 @@ bench-engines: $(STAMP) setup-llama-cpp
 bench-vllm-overhead: $(STAMP)
 	$(BIN)/python bench/vllm_overhead.py $(OVERHEAD_ARGS)
 
-# Every draft specbench has (prompt-lookup, tree-lookup, bigram, distilled, lookup+distilled, suffix where `make
-# setup-suffix` built it) on Spec-Bench's 13 categories, ding-de-en and aclsum: speedup and #MAT per method × category
-# with intervals (docs/benchmarks.md), one resumable sweep per method. Sized (estimated, not timed) for 35–45 min on
-# 2 cores (2 per category, 64 tokens, bf16). METHODS_ARGS passes options, e.g. METHODS_ARGS="--dtype float32".
+# Every draft specbench has (prompt-lookup, tree-lookup, lookahead, bigram, distilled, lookup+distilled, suffix
+# where `make setup-suffix` built it) on Spec-Bench's 13 categories, ding-de-en and aclsum: speedup and #MAT per
+# method × category with intervals, and the order against Spec-Bench's published leaderboard (docs/benchmarks.md);
+# one resumable sweep per method. Sized (estimated, not timed) for 35–45 min on 2 cores (2 per category, 64 tokens,
+# bf16). METHODS_ARGS passes options, e.g. METHODS_ARGS="--dtype float32".
 bench-methods: $(STAMP)
 	$(BIN)/python bench/methods.py $(METHODS_ARGS)
 

@@ -2,8 +2,9 @@
 
 Runs `specbench sweep` (the CLI, as bench/auto_vs_sweep.py does) once per method on the torch engine, greedy, on the
 spec-bench task (its 13 categories, --limit questions of each), ding-de-en and aclsum, in one dtype (bfloat16 by
-default) at one γ. Methods by default: prompt-lookup, tree-lookup, bigram (the n-gram draft), the shipped distilled
-draft, lookup+distilled, and suffix where arctic-inference is installed (one line says it was skipped otherwise).
+default) at one γ. Methods by default: prompt-lookup, tree-lookup, lookahead, bigram (the n-gram draft), the shipped
+distilled draft, lookup+distilled, and suffix where arctic-inference is installed (one line says it was skipped
+otherwise); an EAGLE head is `--method eagle:<folder>`.
 Each sweep is its own resumable folder under --results-dir (its id derived from its grid, as every sweep's), so a
 rerun of the same command skips the finished cells and examples, and adding a method later runs only it.
 The table (specbench/report/leaderboard/method_table.py, the one `specbench report --by category` draws) gives
@@ -11,11 +12,12 @@ per method × category the speedup over the same cell's own plain baseline (geom
 ratios, 95 % Student t interval on the logs), #MAT (Spec-Bench's mean accepted tokens per target pass, the bonus
 token included) with its interval, and n; below --min-n examples (the project's MIN_INTERVAL_N, 10, by default) a
 figure has no interval, so at the default 2 questions a category gets point figures and `spec-bench overall` (all
-its questions) the intervals. Printed as a rich table and written beside the results as methods-<dtype>.csv and .json.
-The default run (2 questions × 13 categories, 8 of them two turns, + 2 + 2 examples, 64 new tokens per turn, 5 or 6
-methods) is sized for 35–45 min on 2 cores: estimated, not timed, from one `spec-bench --limit 2 --max-new-tokens 64`
-run's 7 min 51 s (float32, docs/benchmarks.md) per method, bfloat16 being ~1.25× faster here. docs/benchmarks.md
-sets the published Spec-Bench figures beside the table.
+its questions) the intervals. Printed as a rich table and written beside the results as methods-<dtype>.csv and .json,
+with the comparison against Spec-Bench's published leaderboard (report/leaderboard/published.py: each draft's
+counterpart there, and Kendall's τ of the methods' order and of each method's categories, with n and exact p).
+The default run (2 questions × 13 categories, 8 of them two turns, + 2 + 2 examples, 64 new tokens per turn, 6 or 7
+methods) is sized for 35–45 min on 2 cores: estimated, not timed, from the first timed run (5 methods at --limit 1
+on spec-bench alone in bf16: 14 min 9 s, docs/benchmarks.md), about 5.7 min per method at 2 questions a category.
 Usage: python bench/methods.py [--limit 2] [--dtype bfloat16] [--gamma 4] [--max-new-tokens 64]
        [--target smollm2-135m] [--draft distilled] [--method M ...] [--tasks spec-bench,ding-de-en,aclsum]
        [--questions question.jsonl] [--results-dir results] [--min-n 10] [--dry-run]
@@ -32,7 +34,7 @@ import sys
 from pathlib import Path
 
 MODEL = "MODEL"  # stands for --draft in a --method (the default methods' distilled and lookup+distilled)
-METHODS = ("prompt-lookup", "tree-lookup", "bigram", MODEL, f"lookup+{MODEL}", "suffix")
+METHODS = ("prompt-lookup", "tree-lookup", "lookahead", "bigram", MODEL, f"lookup+{MODEL}", "suffix")
 TASKS = "spec-bench,ding-de-en,aclsum"
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -131,6 +133,7 @@ def main(argv: list[str] | None = None) -> dict:
     from specbench.measure.results.reader import read_run
     from specbench.measure.stats import MIN_INTERVAL_N
     from specbench.report.leaderboard.method_table import method_table, rich_table, write_table
+    from specbench.report.leaderboard.published import compare, comparison_lines
     from specbench.run_specs import suffix_cache_missing
 
     args = parse_args(argv)
@@ -160,9 +163,11 @@ def main(argv: list[str] | None = None) -> dict:
     Console(width=None if sys.stdout.isatty() else 200).print(rich_table(table, title))  # a log keeps every column
     for note in table.notes:
         print("note:", note)
-    written = write_table(table, Path(args.results_dir), f"methods-{args.dtype}")
+    board = compare(table)
+    print("\n".join(comparison_lines(board)))
+    written = write_table(table, Path(args.results_dir), f"methods-{args.dtype}", extra={"leaderboard": board})
     print("written:", *map(str, written))
-    return {"methods": drafts, "skipped": skipped, "table": table, "files": written}
+    return {"methods": drafts, "skipped": skipped, "table": table, "leaderboard": board, "files": written}
 
 
 if __name__ == "__main__":

@@ -13,11 +13,13 @@ process: a control on the idle machine, and one during which this script starts 
 run ends. The goal: the hog run's summary says `suspect_timing: true` (and its output prints
 the warning line); the control says false. The detector itself is tested deterministically
 with a fake clock in tests/test_measure.py; this is the same check on real hardware.
-`python bench/noise.py contention --runs 10 --duty 0.3`: idle runs alternated with runs under a steady competitor (one
-process spinning 30 % of the time, from the start of the run to its end: a slowdown the probes cannot see against
-the run's own quietest stretch), for the contention rule's detection and false-alarm rates (measure/noise.contention).
+`python bench/noise.py contention --runs 10 --duty 0.05,0.1,0.2,0.3`: idle runs alternated with runs under a steady
+competitor (one process spinning that share of the time, from the start of the run to its end: a slowdown the probes
+cannot see against the run's own quietest stretch), for the contention rule's detection rate at each strength and its
+false-alarm rate (measure/noise.contention); every run appended to --out as it ends, and a rerun with that --out
+resumes.
 Usage: python bench/noise.py [check|record|contention] [--limit 6] [--task ding-de-en] [--hog-after SECONDS]
-       [--runs N] [--duty 0.3] [--out FILE]
+       [--runs N] [--duty 0.3[,0.1,...]] [--out FILE]
 """
 
 from __future__ import annotations
@@ -202,70 +204,137 @@ def print_rates(doc: dict) -> None:
     print(f"steal time: {'not given by this kernel' if not steal else f'max {100 * max(steal):.2f} % of CPU'}")
 
 
-def contended(args) -> None:
-    """`python bench/noise.py contention`: idle runs and runs under a steady competitor (one process spinning
-    `--duty` of the time from the run's start to its end), alternated so that both see the VM's same spells. The
-    competitor's slowdown is the probes' median under it ÷ the neighbouring idle runs'; the goals are the issue's:
-    ≥ 90 % of the hogged runs flagged, ≤ 1 in 20 idle runs flagged."""
+def contention_row(label: str, duty: float | None, round_: int, summary: dict, rows: list[dict], secs: float) -> dict:
+    """One contention run's figures: its probes' median, the contention rule's worst stretch, the verdict."""
     import statistics
 
     from specbench.measure.machine import noise
+
+    return {
+        "round": round_,
+        "label": label,
+        "duty": duty,
+        "probe_ms": statistics.median(r["ms"] for r in rows),
+        "contention": noise.sustained_contention(noise.contention(rows)),
+        "flagged": bool(summary["suspect_timing"]),
+        "notes": summary.get("timing_notes") or [],
+        "speedup": summary["speedup"],
+        "seconds": secs,
+        "hardware": summary.get("hardware"),
+    }
+
+
+def dose_response(runs: list[dict]) -> dict:
+    """Per competitor strength: the probe slowdown (each hogged run ÷ the idle run just before it), and how many
+    hogged runs the alarm flagged; for the idle runs, how many it flagged (false alarms); each share with its
+    Clopper–Pearson 95 % interval (scipy.stats.binomtest)."""
+    import statistics
+
+    from scipy import stats
+
+    def share(k: int, n: int) -> dict:
+        ci = stats.binomtest(k, n).proportion_ci(0.95, method="exact") if n else None
+        return {"k": k, "n": n, "rate": k / n if n else None, "ci95": [ci.low, ci.high] if ci else None}
+
+    idle = [r for r in runs if r["label"] == "idle"]
+    out = {"idle": share(sum(r["flagged"] for r in idle), len(idle)), "duties": {}}
+    out["idle"]["contention_max"] = max((r["contention"] or 0.0 for r in idle), default=None)
+    for duty in sorted({r["duty"] for r in runs if r["label"] == "hog"}):
+        slowdowns, flags, shares = [], [], []
+        for before, run in zip(runs, runs[1:]):
+            if run["label"] == "hog" and run["duty"] == duty:
+                flags.append(run["flagged"])
+                shares.append(run["contention"] or 0.0)
+                if before["label"] == "idle":
+                    slowdowns.append(run["probe_ms"] / before["probe_ms"])
+        out["duties"][str(duty)] = share(sum(flags), len(flags)) | {
+            "slowdown_median": statistics.median(slowdowns) if slowdowns else None,
+            "slowdown_range": [min(slowdowns), max(slowdowns)] if slowdowns else None,
+            "contention_min": min(shares) if shares else None,
+        }
+    return out
+
+
+def print_dose_response(doc: dict) -> None:
+    from specbench.measure.machine import noise
+
+    def cp(s: dict) -> str:
+        return "—" if s["ci95"] is None else f"{100 * s['ci95'][0]:.0f}–{100 * s['ci95'][1]:.0f} %"
+
+    i = doc["idle"]
+    print(f"alarm: sustained contention above {100 * noise.CONTENTION_LIMIT:.0f} % of the run's threads, or the probes")
+    print("competitor duty  runs  probe slowdown (median, range)  flagged  rate   95 % CP     contention min")
+    print(
+        f"idle             {i['n']:4d}  {'—':30s}  {i['k']:7d}  {100 * (i['rate'] or 0):4.0f} %  {cp(i):10s}  "
+        f"(idle max {100 * (i['contention_max'] or 0):.1f} %)"
+    )
+    for duty, d in doc["duties"].items():
+        lo, hi = d["slowdown_range"] or (float("nan"), float("nan"))
+        slow = f"{d['slowdown_median']:.3f}× [{lo:.3f}, {hi:.3f}]" if d["slowdown_median"] else "—"
+        print(
+            f"{100 * float(duty):5.0f} %          {d['n']:4d}  {slow:30s}  {d['k']:7d}  {100 * d['rate']:4.0f} %  "
+            f"{cp(d):10s}  {100 * d['contention_min']:.1f} %"
+        )
+
+
+def contended(args) -> None:
+    """`python bench/noise.py contention --duty 0.05,0.1,0.2,0.3`: a dose-response. Each round runs, for every
+    competitor strength in turn (the order rotated by round), an idle run and then a run beside a steady competitor
+    (one process spinning that share of every 10 ms from the run's start to its end), so every hogged run has an idle
+    neighbour that saw the VM's same spell. Each finished run is appended to --out (JSON lines; a rerun with the
+    same --out resumes after the runs it holds). The goals are the issue's: idle runs flagged ≤ 5 % (upper CP bound
+    ≤ 10 %), detection ≥ 90 % at a 1.15× sustained slowdown."""
+    from specbench.files import append_jsonl
     from specbench.measure.results.records import read_records
 
+    duties = [float(d) for d in str(args.duty).split(",")]
+    out = Path(args.out or time.strftime("results/bench-contention-%Y%m%d-%H%M%S.jsonl"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    runs = read_records(out) if out.exists() else []
+    plan = [
+        (i, label, duty)
+        for i in range(args.runs)
+        for duty in duties[i % len(duties) :] + duties[: i % len(duties)]
+        for label in ("idle", "hog")
+    ]
+    done = {(r["round"], r["label"], r["duty"] if r["label"] == "hog" else r.get("for_duty")) for r in runs}
+    if done:
+        print(f"resuming: {len(runs)} runs already in {out}")
     root = Path(tempfile.mkdtemp(prefix="specbench-contention-"))
-    runs = []
     try:
-        for i in range(args.runs):
-            for label, duty in (("idle", None), ("hog", args.duty)):
-                results = root / f"{label}{i}"
-                summary, _, secs = specbench_run(results, args, None if duty is None else 0.0, 1, duty or 1.0)
-                rows = read_records(results / summary["run_id"] / "noise_probes.jsonl")
-                shares = noise.contention(rows)
-                runs.append(
-                    {
-                        "label": label,
-                        "probe_ms": statistics.median(r["ms"] for r in rows),
-                        "contention": noise.sustained_contention(shares),
-                        "flagged": bool(summary["suspect_timing"]),
-                        "notes": summary.get("timing_notes") or [],
-                        "speedup": summary["speedup"],
-                        "seconds": secs,
-                        "hardware": summary.get("hardware"),
-                    }
-                )
-                r = runs[-1]
-                share = "—" if r["contention"] is None else f"{100 * r['contention']:.1f} %"
-                print(
-                    f"{label}{i}: probe median {r['probe_ms']:.1f} ms  contention {share}  flagged {r['flagged']}  "
-                    f"speedup {r['speedup']:.3f}  ({secs:.0f} s)",
-                    flush=True,
-                )
+        for i, label, duty in plan:
+            if (i, label, duty) in done:
+                continue
+            results = root / f"{label}{i}-{duty}"
+            hog = label == "hog"
+            summary, _, secs = specbench_run(results, args, 0.0 if hog else None, 1, duty if hog else 1.0)
+            rows = read_records(results / summary["run_id"] / "noise_probes.jsonl")
+            row = contention_row(label, duty if hog else None, i, summary, rows, secs) | {"for_duty": duty}
+            append_jsonl(out, row)
+            runs.append(row)
+            share = "—" if row["contention"] is None else f"{100 * row['contention']:.1f} %"
+            print(
+                f"round {i} {label}{'' if not hog else f' {100 * duty:.0f} %'}: probe median {row['probe_ms']:.1f} ms"
+                f"  contention {share}  flagged {row['flagged']}  speedup {row['speedup']:.3f}  ({secs:.0f} s)",
+                flush=True,
+            )
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    idle = [r for r in runs if r["label"] == "idle"]
-    hog = [r for r in runs if r["label"] == "hog"]
-    slowdowns = [h["probe_ms"] / i["probe_ms"] for i, h in zip(idle, hog)]
-    print(
-        f"competitor: one process spinning {100 * args.duty:.0f} % of the time from start to end; probe slowdown "
-        f"(hog ÷ the idle run before it) median {statistics.median(slowdowns):.2f}× "
-        f"[{min(slowdowns):.2f}, {max(slowdowns):.2f}] over {len(slowdowns)} pairs"
-    )
-    print(
-        f"hogged runs flagged {sum(r['flagged'] for r in hog)} of {len(hog)} (goal ≥ 90 %); idle runs flagged "
-        f"{sum(r['flagged'] for r in idle)} of {len(idle)} (goal ≤ 1 in 20); idle contention max "
-        f"{100 * max((r['contention'] or 0.0) for r in idle):.1f} %, hogged min "
-        f"{100 * min((r['contention'] or 0.0) for r in hog):.1f} % (limit {100 * noise.CONTENTION_LIMIT:.0f} %)"
-    )
-    print(f"hardware: {runs[0]['hardware']}")
-    if args.out:
-        Path(args.out).write_text(json.dumps({"duty": args.duty, "limit": args.limit, "runs": runs}, indent=1) + "\n")
+    print_dose_response(dose_response(runs))
+    print(f"hardware: {runs[0]['hardware']}; rows: {out}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("mode", nargs="?", choices=["check", "record", "contention"], default="check")
-    parser.add_argument("--duty", type=float, default=0.3, help="contention: share of the time the competitor spins")
-    parser.add_argument("--out", default=None, help="contention: write every run's figures to this JSON file")
+    parser.add_argument(
+        "--duty",
+        default="0.3",
+        help="contention: share of the time the competitor spins (a comma list: a dose-response)",
+    )
+    parser.add_argument(
+        "--out", default=None, help="contention: append every run's figures to this JSON-lines file (reruns resume)"
+    )
     parser.add_argument("--runs", type=int, default=None, help="record: idle runs (20); contention: pairs (10)")
     parser.add_argument("--task", default="ding-de-en")
     parser.add_argument("--limit", type=int, default=None, help="examples per run (record: 20, check: 6)")

@@ -192,3 +192,23 @@ def test_planted_bug_resumes_only_a_run_of_the_same_settings(tmp_path):
     assert pb.resumed(out, args, ["shift"], 40)[0] == []  # other plants
     out.write_text(json.dumps(before | {"records": [{"example": 0}]}))  # written before resuming existed
     assert pb.resumed(out, args, names, 40)[0] == []
+
+
+def test_contention_dose_response_pairs_each_hogged_run_with_the_idle_run_before_it():
+    """Slowdowns are hogged ÷ the idle neighbour, per strength; flag counts per strength and on idle runs come with
+    Clopper–Pearson intervals (a strength the alarm never flags reads 0 of n: the control)."""
+    import noise
+
+    def row(label, duty, ms, flagged):
+        return {"label": label, "duty": duty, "probe_ms": ms, "contention": 0.1 if flagged else 0.0, "flagged": flagged}
+
+    runs = []
+    for i in range(10):
+        runs += [row("idle", None, 30.0, i == 0), row("hog", 0.3, 39.0, True)]
+        runs += [row("idle", None, 30.0, False), row("hog", 0.05, 31.5, False)]
+    doc = noise.dose_response(runs)
+    assert doc["idle"]["k"] == 1 and doc["idle"]["n"] == 20
+    assert doc["idle"]["ci95"][0] < 0.05 < doc["idle"]["ci95"][1] < 0.26
+    strong, weak = doc["duties"]["0.3"], doc["duties"]["0.05"]
+    assert strong["k"] == 10 and strong["slowdown_median"] == pytest.approx(1.3) and strong["ci95"][0] > 0.69
+    assert weak["k"] == 0 and weak["slowdown_median"] == pytest.approx(1.05) and weak["ci95"][1] < 0.31

@@ -166,7 +166,7 @@ def test_the_script_defaults_and_its_methods():
     args = bench_methods.parse_args([])
     assert (args.limit, args.dtype, args.gamma, args.max_new_tokens) == (2, "bfloat16", "4", "64")
     drafts, skipped = bench_methods.methods(args, suffix_missing=True)
-    assert drafts == ["prompt-lookup", "tree-lookup", "bigram", "distilled", "lookup+distilled"]
+    assert drafts == ["prompt-lookup", "tree-lookup", "lookahead", "bigram", "distilled", "lookup+distilled"]
     assert len(skipped) == 1 and "suffix" in skipped[0] and "make setup-suffix" in skipped[0]
     assert bench_methods.methods(args, suffix_missing=False)[0][-1] == "suffix"
     sweep = bench_methods.sweep_args(args, "tree-lookup")
@@ -234,6 +234,9 @@ def test_the_script_runs_every_category_on_tiny_models_and_report_draws_the_same
     assert cats[-2:] == [OVERALL, "other"]  # one question per category, the overall row, the JSONL task
     assert all(r["n"] == 1 and not r["missing"] and r["mat"] >= 1.0 for r in table.rows if r["category"] != OVERALL)
     assert [p.name for p in out["files"]] == ["methods-float32.csv", "methods-float32.json"]
+    board = out["leaderboard"]  # prompt lookup is Spec-Bench's PLD, a draft model its SpS
+    assert {m: b["published_name"] for m, b in board["matched"].items()} == {"prompt-lookup": "PLD", draft: "SpS"}
+    assert json.loads(out["files"][1].read_text())["leaderboard"]["matched"].keys() == board["matched"].keys()
     again = bench_methods.main([*args, "--method", "prompt-lookup"])  # a rerun resumes: the same records and figures
     assert again["table"].rows == [r for r in table.rows if r["method"] == "prompt-lookup"]
     folder = str(tmp_path / "m")

@@ -161,7 +161,10 @@ def test_a_tree_run_is_checked_at_its_own_tokens_per_pass_never_priced_as_a_chai
     assert out["predicted_tokens_per_call"] == pytest.approx(out["tokens_per_target_call"]) == pytest.approx(3.0)
     expected = out["tokens_per_target_call"] / (out["c"] * 6 + out["verify_cost"])
     assert out["predicted_speedup_extended"] == pytest.approx(expected)
-    shown = Summary(speedup_geomean=1.4, **{k: out[k] for k in ("predicted_tokens_per_call", "verify_cost")})
+    assert out["verified_trees"] is True
+    shown = Summary(
+        speedup_geomean=1.4, **{k: out[k] for k in ("predicted_tokens_per_call", "verify_cost", "verified_trees")}
+    )
     shown.predicted_speedup_extended = out["predicted_speedup_extended"]
     line = prediction_line(shown)
     assert line.startswith("cost-model check at the measured acceptance: 3.00 tokens a target pass") and (
@@ -171,6 +174,10 @@ def test_a_tree_run_is_checked_at_its_own_tokens_per_pass_never_priced_as_a_chai
     chain["speculative"]["draft_depths"] = [3, 3, 3]
     both = summarize([chain], 3, True)
     assert both["predicted_speedup"] == both["predicted_speedup"] and both["predicted_decode_speedup"] > 0
+    assert both["verified_trees"] is False
     assert prediction_line(
         Summary(speedup_geomean=1.4, predicted_speedup=2.0, predicted_speedup_extended=1.5, verify_cost=1.2)
     ).startswith("cost-model check at the measured α and draft cost")
+    unmeasured = Summary(speedup_geomean=1.4, predicted_speedup_extended=1.5, verify_cost=1.2, verified_trees=False)
+    unmeasured.predicted_tokens_per_call = 1.8  # a chain whose paper figure is null is not read as a tree
+    assert "for chains" not in prediction_line(unmeasured)

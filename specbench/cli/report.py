@@ -109,13 +109,18 @@ def category_view(results: list[Path], out_dir: Path | None, as_json: bool) -> N
     """`--by category`: the methods × categories table (report/leaderboard/method_table.py) of the runs given, and with
     --out its methods.csv and methods.json in that folder."""
     from specbench.report.leaderboard.method_table import read_method_table, rich_table, write_table
+    from specbench.report.leaderboard.published import compare, comparison_lines
 
     table = read_method_table(results)
-    files = write_table(table, out_dir) if out_dir is not None else []
+    board = compare(table)
+    files = write_table(table, out_dir, extra={"leaderboard": board}) if out_dir is not None else []
     if as_json:
-        out.print_json(json.dumps({"rows": table.rows, "notes": table.notes, "files": [str(f) for f in files]}))
+        doc = {"rows": table.rows, "notes": table.notes, "leaderboard": board, "files": [str(f) for f in files]}
+        out.print_json(json.dumps(doc))
         return
     out.print(rich_table(table))
+    for line in comparison_lines(board):
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
     for note in table.notes:
         warn(note)
     if files:

@@ -366,7 +366,7 @@ def prediction_line(summary: Summary) -> str | None:
         return f"before timing (auto): {'; '.join(parts)}; measured {measured:.2f}×"
     paper, priced, cost = summary.predicted_speedup, summary.predicted_speedup_extended, summary.verify_cost
     if priced is not None and cost is not None:
-        if paper is None and summary.predicted_tokens_per_call is not None:  # a token tree (tree_check)
+        if summary.verified_trees and summary.predicted_tokens_per_call is not None:  # a token tree (tree_check)
             return (
                 f"cost-model check at the measured acceptance: {summary.predicted_tokens_per_call:.2f} tokens a "
                 f"target pass, a tree's verify pass costing {cost:.2f} one-token passes here: {priced:.2f}× (the "

@@ -139,10 +139,10 @@ def cost_model_checks(records: list[dict], measured: dict, gamma: int) -> dict:
     alpha, c, verify_cost = measured["alpha"], measured["c"], measured["verify_cost"]
     if verified_trees(records):  # a tree: priced at its measured tokens per pass, never as a chain
         nodes_per_call = ratio(measured["drafted"], measured["target_calls"])
-        return tree_check(measured["tokens_per_target_call"], c, verify_cost, nodes_per_call)
+        return tree_check(measured["tokens_per_target_call"], c, verify_cost, nodes_per_call) | {"verified_trees": True}
     draft_lengths = [g for r in records for g in r["speculative"].get("draft_lengths", [])]
     out = predictions(alpha, gamma, c, verify_cost, draft_lengths, measured["target_calls"])
-    return out | predicted_decode(records, alpha, gamma, c, verify_cost)
+    return out | predicted_decode(records, alpha, gamma, c, verify_cost) | {"verified_trees": False}
 
 
 def batch_prediction(records: list[dict], gamma: int, calibration: dict | None, policy: str) -> dict:

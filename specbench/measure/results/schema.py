@@ -290,8 +290,12 @@ class SummaryHead:
         label="token-identical to the baseline",
     )
     first_divergences: list[int] | None = documented("first differing index of every non-identical example")
+    verified_trees: bool | None = documented(
+        "some step verified a token tree (more drafted nodes than depth): the chain formulas below are null, "
+        "predicted_speedup_extended prices the tree at its measured tokens per pass"
+    )
     predicted_tokens_per_call: float | None = documented(
-        "Eq. 1 from the measured α over the proposals made", unit="tokens/pass"
+        "Eq. 1 from the measured α over the proposals made (a tree: the measured tokens per pass)", unit="tokens/pass"
     )
     predicted_speedup: float | None = documented(
         "the paper's Theorem 3.8 from the measured α and c", unit="×", label="paper's Thm 3.8 from measured α, c"

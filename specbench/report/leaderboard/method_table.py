@@ -237,8 +237,8 @@ def rich_table(table: MethodTable, title: str = "methods × categories"):
     return shown
 
 
-def write_table(table: MethodTable, folder: Path, stem: str = "methods") -> list[Path]:
-    """The rows as <stem>.csv and <stem>.json (rows and notes) in `folder`, each written atomically."""
+def write_table(table: MethodTable, folder: Path, stem: str = "methods", extra: dict | None = None) -> list[Path]:
+    """The rows as <stem>.csv and <stem>.json (rows, notes and `extra`'s keys) in `folder`, each written atomically."""
     import csv
     import io
 
@@ -257,7 +257,7 @@ def write_table(table: MethodTable, folder: Path, stem: str = "methods") -> list
         writer.writerow({k: csv_cell(row[k]) for k in COLUMNS})
     paths = [folder / f"{stem}.csv", folder / f"{stem}.json"]
     atomic_write_text(paths[0], buf.getvalue())
-    atomic_write_json(paths[1], {"columns": list(COLUMNS), "rows": table.rows, "notes": table.notes})
+    atomic_write_json(paths[1], {"columns": list(COLUMNS), "rows": table.rows, "notes": table.notes, **(extra or {})})
     return paths
 
 
