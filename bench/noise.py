@@ -287,10 +287,18 @@ def contended(args) -> None:
     from specbench.files import append_jsonl
     from specbench.measure.results.records import read_records
 
-    duties = [float(d) for d in str(args.duty).split(",")]
+    duties = args.duty
     out = Path(args.out or time.strftime("results/bench-contention-%Y%m%d-%H%M%S.jsonl"))
     out.parent.mkdir(parents=True, exist_ok=True)
     runs = read_records(out) if out.exists() else []
+    other = {(r.get("task", args.task), r.get("limit", args.limit)) for r in runs} - {(args.task, args.limit)}
+    if other:  # a usage error: exit 2 with one line, as argparse's own
+        task, limit = other.pop()
+        print(
+            f"error: {out} holds runs of --task {task} --limit {limit}; resume with those or another --out",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
     plan = [
         (i, label, duty)
         for i in range(args.runs)
@@ -309,7 +317,8 @@ def contended(args) -> None:
             hog = label == "hog"
             summary, _, secs = specbench_run(results, args, 0.0 if hog else None, 1, duty if hog else 1.0)
             rows = read_records(results / summary["run_id"] / "noise_probes.jsonl")
-            row = contention_row(label, duty if hog else None, i, summary, rows, secs) | {"for_duty": duty}
+            row = contention_row(label, duty if hog else None, i, summary, rows, secs)
+            row |= {"for_duty": duty, "task": args.task, "limit": args.limit}
             append_jsonl(out, row)
             runs.append(row)
             share = "—" if row["contention"] is None else f"{100 * row['contention']:.1f} %"
@@ -352,6 +361,12 @@ def main() -> None:
         record(args)
         return
     if args.mode == "contention":
+        try:
+            args.duty = [float(d) for d in str(args.duty).split(",")]
+        except ValueError:
+            parser.error(f"--duty takes shares of the time, comma-separated, e.g. 0.1,0.3 (got {args.duty!r})")
+        if not all(0.0 < d <= 1.0 for d in args.duty):
+            parser.error(f"--duty shares must be in (0, 1] (got {args.duty})")
         args.runs = args.runs or 10
         args.limit = args.limit or 6
         contended(args)

@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> dict:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     rows, steps = resumed(out, args, list(named), len(prompts))
-    result: dict = summarize(args, len(prompts), rows, list(named)) if rows else {}
+    result: dict = summarize(args, len(prompts), rows, list(named)) | {"plant_steps": steps} if rows else {}
     for i, prompt in enumerate(prompts):
         if i < len(rows):
             continue  # measured by an earlier, interrupted run of the same settings

@@ -212,3 +212,24 @@ def test_contention_dose_response_pairs_each_hogged_run_with_the_idle_run_before
     strong, weak = doc["duties"]["0.3"], doc["duties"]["0.05"]
     assert strong["k"] == 10 and strong["slowdown_median"] == pytest.approx(1.3) and strong["ci95"][0] > 0.69
     assert weak["k"] == 0 and weak["slowdown_median"] == pytest.approx(1.05) and weak["ci95"][1] < 0.31
+
+
+@pytest.mark.parametrize("duty", ["abc", "0.1,0", "1.5"])
+def test_contention_refuses_a_bad_duty_in_one_line_with_exit_2(duty, capsys, monkeypatch):
+    import noise
+
+    monkeypatch.setattr(sys, "argv", ["noise.py", "contention", "--duty", duty])
+    with pytest.raises(SystemExit) as exit_:
+        noise.main()
+    assert exit_.value.code == 2 and "--duty" in capsys.readouterr().err
+
+
+def test_contention_resumes_only_rows_of_the_same_job(tmp_path, monkeypatch, capsys):
+    import noise
+
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"round": 0, "label": "idle", "duty": None, "task": "aclsum", "limit": 6}) + "\n")
+    monkeypatch.setattr(sys, "argv", ["noise.py", "contention", "--out", str(rows)])  # --task ding-de-en
+    with pytest.raises(SystemExit) as exit_:
+        noise.main()
+    assert exit_.value.code == 2 and "--task aclsum --limit 6" in capsys.readouterr().err
