@@ -115,6 +115,8 @@ def test_cli_small_preset_writes_vllms_eagle_layout_and_a_manifest(trained, targ
     checks = manifest["checks"]
     assert checks["cost"] is None and checks["speculative"]["trials"] > 0
     assert checks["heldout_after_export"]["reply_positions"] > 0
+    by_task = checks["heldout_by_task"]  # each task's own figure; their positions add up to the whole
+    assert sum(ev["positions"] for ev in by_task.values()) == checks["heldout_after_export"]["positions"]
     assert {"config.json", "model.safetensors", "manifest.json"} <= {p.name for p in out.iterdir()}
     assert not [p for p in out.rglob(".*")]  # no temporary file left behind
     t_config = json.loads((Path(target) / "config.json").read_text())

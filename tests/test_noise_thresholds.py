@@ -148,3 +148,29 @@ def test_a_contended_run_is_flagged_whatever_its_halves_say(tmp_path):
         out = cpu_notes(tmp_path, metrics)
         assert bool(out.get("suspect_timing")) is flagged, out
         assert not flagged or "other processes" in out["timing_notes"][0]
+
+
+def test_an_engines_own_processes_are_the_runs_cpu_not_a_competitors():
+    """vLLM computes in processes of its own: their CPU time is this run's (own_cpu_seconds), so a child process
+    that spins for 0.4 s adds about 0.4 s to it while it is alive and keeps it after it is reaped. Control: while
+    nothing of ours runs (a sleep), it hardly moves."""
+    import subprocess
+    import sys
+    import time
+
+    quiet = noise.own_cpu_seconds()
+    time.sleep(0.3)
+    assert noise.own_cpu_seconds() - quiet < 0.1
+    spin = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.4: pass\ntime.sleep(5)"
+    before = noise.own_cpu_seconds()
+    child = subprocess.Popen([sys.executable, "-c", spin])
+    try:
+        deadline = time.monotonic() + 20
+        while noise.own_cpu_seconds() - before < 0.4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        alive = noise.own_cpu_seconds() - before
+    finally:
+        child.kill()
+        child.wait()
+    assert 0.4 <= alive < 1.5  # counted while it runs (the interpreter's start adds a little)
+    assert noise.own_cpu_seconds() - before >= 0.4  # and once reaped

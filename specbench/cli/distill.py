@@ -138,8 +138,9 @@ def outcome_line(outcome, out_dir: Path) -> str:
     checks = outcome.manifest["checks"]
     if checks.get("cost") is None:  # an EAGLE head: run --draft eagle:<out> times it
         agreement = checks["heldout_after_export"]["agreement_reply"]
+        tasks = ", ".join(f"{t} {ev['agreement_reply']:.3f}" for t, ev in (checks.get("heldout_by_task") or {}).items())
         return (
-            f"eagle head: {out_dir}  (held-out top-1 agreement {agreement:.3f}, "
+            f"eagle head: {out_dir}  (held-out top-1 agreement {agreement:.3f}{f': {tasks}' if tasks else ''}, "
             f"α(γ={checks['speculative']['gamma']}) = {checks['speculative']['alpha']:.3f}; manifest.json; "
             f"--draft eagle:{out_dir})"
         )

@@ -41,12 +41,19 @@ def head_checks(cfg: DistillConfig, target, data: TeacherData, heldout_docs: lis
 
     spec = parse_draft(f"eagle:{cfg.out}")
     draft = make_proposer(spec, target)  # the loader and checks `specbench run --draft eagle:<out>` uses
-    ev = EagleTrainer(draft.head, target, cfg.preset, data).evaluate(heldout_docs)
+    trainer = EagleTrainer(draft.head, target, cfg.preset, data)
+    ev = trainer.evaluate(heldout_docs)
+    names = list((index.get("plan") or {}).get("tasks") or [])
+    by_task = {  # the tasks differ (a translation's next token vs a summary's copied phrase): each its own figure
+        (names[t] if t < len(names) else str(t)): trainer.evaluate([d for d in heldout_docs if int(data.task[d]) == t])
+        for t in sorted({int(data.task[d]) for d in heldout_docs})
+    }
     spec_check = speculative_check(
         target, draft, _check_prompts(cfg, data, heldout_docs, index), cfg.preset.check_gamma
     )
     return {
         "heldout_after_export": ev,
+        "heldout_by_task": by_task,
         "cost": None,  # not measured here: `specbench run --draft eagle:<out>` times the draft (draft_s)
         "speculative": spec_check,
         "model_bytes": (cfg.out / "model.safetensors").stat().st_size,

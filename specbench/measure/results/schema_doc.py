@@ -148,7 +148,8 @@ throughputs (above 1: speculative decoding is faster), share a fraction in [0, 1
 One line per probe of a one-token target pass: `{"after": <example id, or null for the probe before the
 first example>, "ms": <median milliseconds>}`, and where the kernel has /proc/stat its CPU counters at that moment:
 `steal`, `cpu_total`, `cpu_busy` (cumulative ticks of all CPUs: stolen by the hypervisor, all, and user + nice +
-system + irq + softirq), `self_cpu_s` (this process's CPU seconds, every thread), `wall_s` (a monotonic clock),
+system + irq + softirq), `self_cpu_s` (this run's CPU seconds: its process and the processes it started, such as
+vLLM's engine core and model worker), `wall_s` (a monotonic clock),
 `threads` (the threads the target computes on), `tick_s` (seconds per tick) and `pid`. How much the probes drift,
 the share of CPU time stolen, and the CPU time other processes took between probes (`measure/noise.contention`)
 drive `suspect_timing`.
