@@ -25,10 +25,11 @@ example giving different speedups (what the user reads moved during the run), an
 A slowdown that hits both engines alike moves no paired speedup and, when it lasts the whole run, no probe against
 the run's own quietest either; yet a steady competitor biases the engines unequally (a verify pass of k tokens and a
 one-token step suffer differently) and makes every absolute figure (tokens/s, the calibrated step costs) wrong. So
-every probe row also carries the kernel's busy ticks, this process's own CPU time and the wall clock: the CPU time
-*other* processes and the hypervisor took beyond the cores this run left free, over any quarter of the run
-(`contention`), flags it above CONTENTION_LIMIT of the run's threads whatever the halves say. This sees a competitor
-on this VM and, through steal, on the host; it cannot see a host that slows the VM without accounting it as steal.
+every probe row also carries the kernel's busy ticks, the run's own CPU time (its process and its descendants: an
+engine's workers) and the wall clock: the CPU time *other* processes and the hypervisor took beyond the cores this
+run left free, over any quarter of the run (`contention`), flags it above CONTENTION_LIMIT of the run's threads
+whatever the halves say. This sees a competitor on this VM and, through steal, on the host; it cannot see a host that
+slows the VM without accounting it as steal.
 
 Steal and contention flag a run on their own; the other reasons are weighed by what they did to the paired speedup
 (stability.py: the run's two A B B A halves compared, and `judge`).
