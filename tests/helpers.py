@@ -17,6 +17,7 @@ from specbench.decoding.drafts.factory import make_proposer
 from specbench.decoding.drafts.model import ModelDraft
 from specbench.engines.session import Session
 from specbench.engines.torch.session import TorchSession
+from specbench.measure.results.reader import RunRead
 from specbench.measure.run.sweep import SweepGrid
 from specbench.measure.stats.metric_units import json_safe
 from specbench.measure.stats.metrics import summarize
@@ -357,3 +358,22 @@ def recorded_tree_steps(monkeypatch, speculative_module) -> list:
 def off_first_branch(steps) -> int:
     """Tree steps whose accepted path took a child other than its parent's first: only a tree offers that node."""
     return sum(any(tree.children(tree.parents[n])[0] != n for n in path) for tree, path in steps)
+
+
+# --------------------------------------------------------------------------- method-table records
+
+
+def method_record(example_id: str, ratio: float, tokens: int = 30, calls: int = 9) -> dict:
+    """An example whose speculative throughput is `ratio` × its baseline's (same tokens, 1/ratio the seconds) and
+    whose #MAT is tokens ÷ (calls + 1)."""
+    engine = {"n_tokens": tokens, "prefill_s": 0.1, "decode_s": 0.9, "target_calls": tokens - 1}
+    spec = {**engine, "prefill_s": 0.1 / ratio, "decode_s": 0.9 / ratio, "target_calls": calls}
+    return {"example_id": example_id, "baseline": engine, "speculative": spec}
+
+
+def method_run(draft: str, records: list[dict], task: str = "spec-bench", dtype: str = "bfloat16") -> RunRead:
+    manifest = {
+        "config": {"draft": draft, "gamma": 4, "dtype": dtype, "target": "t", "sampling": {"temperature": 0.0}},
+        "task": {"name": task},
+    }
+    return RunRead(Path(f"{task}-{draft}"), None, manifest, records)

@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 
 import pytest
-from test_method_table import record, run
+from helpers import method_record as record
+from helpers import method_run as run
 
 from specbench.report.leaderboard.method_table import method_table
 from specbench.report.leaderboard.published import (

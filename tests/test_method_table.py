@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 from helpers import CORPUS, save_tiny
+from helpers import method_record as record
+from helpers import method_run as run
 from rich.console import Console
 from typer.testing import CliRunner
 
 from specbench.cli import app
 from specbench.errors import SpecbenchError
-from specbench.measure.results.reader import RunRead
 from specbench.report.leaderboard.method_table import (
     OVERALL,
     figure_text,
@@ -32,22 +33,6 @@ import methods as bench_methods  # noqa: E402
 
 FIXTURE = Path(__file__).parent / "fixtures" / "spec_bench_questions.jsonl"
 SPREAD = 0.2  # the log spread of the synthetic ratios
-
-
-def record(example_id: str, ratio: float, tokens: int = 30, calls: int = 9) -> dict:
-    """An example whose speculative throughput is `ratio` × its baseline's (same tokens, 1/ratio the seconds) and
-    whose #MAT is tokens ÷ (calls + 1)."""
-    engine = {"n_tokens": tokens, "prefill_s": 0.1, "decode_s": 0.9, "target_calls": tokens - 1}
-    spec = {**engine, "prefill_s": 0.1 / ratio, "decode_s": 0.9 / ratio, "target_calls": calls}
-    return {"example_id": example_id, "baseline": engine, "speculative": spec}
-
-
-def run(draft: str, records: list[dict], task: str = "spec-bench", dtype: str = "bfloat16") -> RunRead:
-    manifest = {
-        "config": {"draft": draft, "gamma": 4, "dtype": dtype, "target": "t", "sampling": {"temperature": 0.0}},
-        "task": {"name": task},
-    }
-    return RunRead(Path(f"{task}-{draft}"), None, manifest, records)
 
 
 def spread(center: float, n: int) -> list[float]:
