@@ -104,7 +104,8 @@ def compare(table: MethodTable, board: dict | None = None) -> dict:
     by_method: dict[str, list[dict]] = {}
     for r in table.rows:
         by_method.setdefault(str(r["method"]), []).append(r)
-    matched, unmatched = {}, []
+    matched: dict[str, dict] = {}
+    unmatched: list[str] = []
     for method, rows in by_method.items():
         name = counterpart(method)
         overall = next((r for r in rows if r["category"] == OVERALL and not r["missing"]), None)
