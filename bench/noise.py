@@ -367,7 +367,9 @@ def main() -> None:
             parser.error(f"--duty takes shares of the time, comma-separated, e.g. 0.1,0.3 (got {args.duty!r})")
         if not all(0.0 < d <= 1.0 for d in args.duty):
             parser.error(f"--duty shares must be in (0, 1] (got {args.duty})")
-        args.runs = args.runs or 10
+        args.runs = 10 if args.runs is None else args.runs
+        if args.runs < 1:
+            parser.error(f"--runs must be at least 1 (got {args.runs})")
         args.limit = args.limit or 6
         contended(args)
         return

@@ -214,14 +214,14 @@ def test_contention_dose_response_pairs_each_hogged_run_with_the_idle_run_before
     assert weak["k"] == 0 and weak["slowdown_median"] == pytest.approx(1.05) and weak["ci95"][1] < 0.31
 
 
-@pytest.mark.parametrize("duty", ["abc", "0.1,0", "1.5"])
-def test_contention_refuses_a_bad_duty_in_one_line_with_exit_2(duty, capsys, monkeypatch):
+@pytest.mark.parametrize("bad", [["--duty", "abc"], ["--duty", "0.1,0"], ["--duty", "1.5"], ["--runs", "0"]])
+def test_contention_refuses_a_bad_duty_or_run_count_in_one_line_with_exit_2(bad, capsys, monkeypatch):
     import noise
 
-    monkeypatch.setattr(sys, "argv", ["noise.py", "contention", "--duty", duty])
+    monkeypatch.setattr(sys, "argv", ["noise.py", "contention", *bad])
     with pytest.raises(SystemExit) as exit_:
         noise.main()
-    assert exit_.value.code == 2 and "--duty" in capsys.readouterr().err
+    assert exit_.value.code == 2 and bad[0] in capsys.readouterr().err
 
 
 def test_contention_resumes_only_rows_of_the_same_job(tmp_path, monkeypatch, capsys):
