@@ -24,10 +24,13 @@ $(VENV)/.specbench-packages: pyproject.toml scripts/setup.sh
 	scripts/setup.sh --no-assets
 	touch $@
 
-# scripts/install_chromium.sh: Debian's chromium for the report's browser test, when missing and root can apt-get it
+# scripts/install_chromium.sh: Debian's chromium for the report's browser test, when missing and root can apt-get it.
+# Two pytest-xdist workers (torch on one thread in each), whole files to a worker so module fixtures load once;
+# TEST_WORKERS=1 runs it in one process (make test TEST_WORKERS=1).
+TEST_WORKERS ?= 2
 test: $(VENV)/.specbench-packages
 	scripts/install_chromium.sh
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # ruff (lint + format, line length 120) and mypy, configured in pyproject.toml; the `lint` extra pins their versions
 lint: $(VENV)/.specbench-packages

@@ -72,9 +72,34 @@ def coverage_row(task: str, seed: int, summary: dict) -> dict:
     }
 
 
+def check_bias(ratios: list[float]) -> dict:
+    """The cost model's bias over runs (pure): the geometric mean of measured ÷ check with its 95 % t interval on the
+    logs, and the runs' spread (sd of the log ratio). A single run's ratio carries that run's timing noise; the mean
+    says whether the pricing itself is off, and `bias_within` whether its interval lies inside ±CHECK_TOLERANCE."""
+    import math
+
+    from scipy import stats
+
+    logs = [math.log(r) for r in ratios]
+    n = len(logs)
+    if n < 2:
+        return {"runs": n, "mean_ratio": math.exp(logs[0]) if logs else None, "ci95": None, "log_sd": None}
+    mean, sd = sum(logs) / n, float(stats.tstd(logs))
+    half = float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
+    low, high = math.exp(mean - half), math.exp(mean + half)
+    return {
+        "runs": n,
+        "mean_ratio": math.exp(mean),
+        "ci95": [low, high],
+        "log_sd": sd,
+        "bias_within": 1 - CHECK_TOLERANCE <= low and high <= 1 + CHECK_TOLERANCE,
+    }
+
+
 def tally(rows: list[dict]) -> dict[str, dict]:
     """Per task (pure): covered k of n runs with a held-out interval, its 95 % Clopper–Pearson interval, the checks
-    within ±5 %, and whether each goal is met (coverage ≥ 0.90 over ≥ 10 runs; every check within)."""
+    within ±5 %, whether each goal is met (coverage ≥ 0.90 over ≥ 10 runs; every check within), and the cost
+    model's bias over the runs (check_bias)."""
     from scipy import stats
 
     out: dict[str, dict] = {}
@@ -94,6 +119,7 @@ def tally(rows: list[dict]) -> dict[str, dict]:
             "suspect_runs": sum(bool(r["suspect_timing"]) for r in mine),
             "coverage_goal_met": n >= 10 and k / n >= 0.90,
             "check_goal_met": bool(checks) and all(checks),
+            "check_bias": check_bias([r["check_ratio"] for r in mine if r["check_ratio"]]),
         }
     return out
 
@@ -124,6 +150,14 @@ def print_table(rows: list[dict], tallies: dict[str, dict]) -> None:
             f"cost-model check within ±{CHECK_TOLERANCE:.0%}: {t['checks_within']}/{t['checks']} "
             f"({'met' if t['check_goal_met'] else 'NOT met'}); {t['suspect_runs']} runs flagged suspect_timing"
         )
+        b = t["check_bias"]
+        if b["ci95"]:
+            print(
+                f"{task}: measured ÷ check over {b['runs']} runs: mean {b['mean_ratio']:.3f} [95 % t "
+                f"{b['ci95'][0]:.3f}, {b['ci95'][1]:.3f}] (the pricing's bias: "
+                f"{'inside' if b['bias_within'] else 'NOT inside'} ±{CHECK_TOLERANCE:.0%}); one run's spread "
+                f"sd {b['log_sd']:.1%} (its timing noise)"
+            )
 
 
 def finished_rows(path: Path, job: str) -> list[dict]:

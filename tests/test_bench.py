@@ -134,6 +134,19 @@ def test_prediction_coverage_counts_a_run_as_covered_only_inside_the_held_out_in
     assert ten["coverage_goal_met"] and ten["check_goal_met"] and ten["coverage_ci95"][0] > 0.69
 
 
+def test_check_bias_puts_an_unbiased_pricing_inside_five_percent_and_a_biased_one_outside():
+    """bench/prediction_coverage.check_bias: runs whose measured ÷ check scatter ±6 % around 1 (single runs outside
+    ±5 %) have a mean inside ±5 %; the same scatter around 1.08 (a pricing 8 % off: the control) does not."""
+    import prediction_coverage as pc
+
+    scatter = [0.94, 1.06, 0.97, 1.03, 1.0, 0.95, 1.05, 0.99, 1.01, 1.0]
+    fair = pc.check_bias(scatter)
+    assert fair["bias_within"] and fair["ci95"][0] < 1 < fair["ci95"][1] and fair["runs"] == 10
+    biased = pc.check_bias([1.08 * r for r in scatter])
+    assert not biased["bias_within"] and biased["ci95"][0] > 1.04
+    assert pc.check_bias([1.0])["ci95"] is None  # one run: no interval
+
+
 def test_bench_engines_refuses_a_bad_torch_rows_value_in_one_line_with_exit_2(capsys):
     import engines as bench_engines
 

@@ -176,10 +176,11 @@ def make_head_optimizer(head: torch.nn.Module, preset: DistillPreset) -> torch.o
     )
 
 
-def new_eagle_head(target, seed: int) -> torch.nn.Module:
-    """A fresh head for the target (its body's 1-row embedding stub frozen: it is never read)."""
+def new_eagle_head(target, seed: int, preset: DistillPreset) -> torch.nn.Module:
+    """A fresh head for the target, as deep as the preset says (its body's 1-row embedding stub frozen: it is never
+    read)."""
     from specbench.models.eagle_head import new_head
 
-    head = new_head(target.model, seed)
+    head = new_head(target.model, seed, getattr(preset, "head_layers", 1))
     head.body.embed_tokens.requires_grad_(False)
     return head

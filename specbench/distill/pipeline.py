@@ -162,7 +162,7 @@ class TrainingRun:
         if cfg.kind == "eagle":
             from specbench.distill.eagle_training import EagleTrainer, make_head_optimizer, new_eagle_head
 
-            self.model = new_eagle_head(target, cfg.seed).to(self.device)
+            self.model = new_eagle_head(target, cfg.seed, p).to(self.device)
             self.trainer = EagleTrainer(self.model, target, p, data)
             self.opt = make_head_optimizer(self.model, p)
         else:

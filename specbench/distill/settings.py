@@ -132,8 +132,9 @@ KINDS = ("draft", "eagle")  # --kind: a small draft model, or an EAGLE head on t
 @dataclass(frozen=True)
 class EaglePreset(DistillPreset):
     """An EAGLE head's preset (--kind eagle): the same data and training fields; the head's shape is the target's
-    (one of its decoder layers and fc [H, 2H]), so the draft-architecture fields above are unused (0)."""
+    (`head_layers` of its decoder layers and fc [H, 2H]), so the draft-architecture fields above are unused (0)."""
 
+    head_layers: int = 1  # decoder layers in the head (EAGLE: 1; vLLM's eagle method builds any number)
     reg_weight: float = 1.0  # smooth-L1 regression of the next position's hidden state (EAGLE's feature loss)
     kl_weight: float = 0.1  # KL(teacher top-k || lm_head(predicted hidden)) (EAGLE's classification loss weight)
 

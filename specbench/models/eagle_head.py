@@ -4,10 +4,10 @@ engine's `--draft eagle:<folder>` runs (decoding/drafts/eagle.py) and whose weig
 EAGLE (Li et al., 2024) drafts at the feature level: at position t the head reads the embedding of token t+1 and the
 target's final hidden state h_t (after its last norm: what the lm_head reads), and predicts h_{t+1}; the target's own
 lm_head turns that into the law of token t+2. Chained, the head feeds its own output back as the next position's
-hidden state. The network is vLLM's EagleLlamaForCausalLM: f = layer(fc(emb ⊕ h)) with one Llama decoder layer whose
-input norm is the identity and no final norm (vLLM returns hidden + residual). Here that layer is transformers' own
-(a one-layer LlamaModel run on `inputs_embeds`, so masks, RoPE and the KV cache are transformers'); its embedding
-table is a 1-row stub, since the target's embedding is used.
+hidden state. The network is vLLM's EagleLlamaForCausalLM: f = layers(fc(emb ⊕ h)) with Llama decoder layers (one in
+EAGLE; vLLM builds the config's num_hidden_layers), the first one's input norm the identity, and no final norm (vLLM
+returns hidden + residual). Here those layers are transformers' own (a LlamaModel run on `inputs_embeds`, so masks,
+RoPE and the KV cache are transformers'); its embedding table is a 1-row stub, since the target's embedding is used.
 """
 
 from __future__ import annotations
@@ -22,11 +22,13 @@ import torch
 from specbench.errors import UsageError
 from specbench.models.eagle_layout import WEIGHTS, check_head_matches, head_config, read_head_config
 
-LAYER = "layers.0."  # the decoder layer's prefix in the saved file (vLLM's name)
+LAYERS = "layers."  # the decoder layers' prefix in the saved file: layers.<i>.* (vLLM's names)
+NO_NORM = "layers.0.input_layernorm"  # the one norm the head has not (vLLM replaces it by the identity)
 
 
 class EagleHead(torch.nn.Module):
-    """fc [H, 2H] then one Llama decoder layer (no input norm, no final norm): (embedding, hidden) → next hidden."""
+    """fc [H, 2H] then Llama decoder layers (the first without its input norm; no final norm): (embedding, hidden) →
+    next hidden."""
 
     def __init__(self, config: dict):
         from transformers import LlamaConfig, LlamaModel
@@ -36,7 +38,7 @@ class EagleHead(torch.nn.Module):
         hidden = int(config["hidden_size"])
         self.fc = torch.nn.Linear(2 * hidden, hidden, bias=False)
         body = {k: v for k, v in config.items() if k not in ("architectures", "model_type")}
-        body |= {"vocab_size": 1, "pad_token_id": None, "num_hidden_layers": 1, "tie_word_embeddings": False}
+        body |= {"vocab_size": 1, "pad_token_id": None, "tie_word_embeddings": False}
         self.body = LlamaModel(LlamaConfig(**body))  # embed_tokens: a 1-row stub, never read (inputs_embeds)
         self.body.norm = torch.nn.Identity()  # type: ignore[assignment]  # vLLM's head has no final norm
         self.body.layers[0].input_layernorm = torch.nn.Identity()  # nor an input norm
@@ -63,19 +65,22 @@ class EagleHead(torch.nn.Module):
         )
         return out.last_hidden_state
 
+    def _layer_state(self) -> dict[str, torch.Tensor]:
+        """The decoder layers' weights under vLLM's names (layers.<i>.*); layer 0's norm, the identity, has none (a
+        saved file's layers.0.input_layernorm, as EAGLE's own checkpoints carry, is ignored)."""
+        state = {LAYERS + k: v for k, v in self.body.layers.state_dict().items()}
+        return {k: v for k, v in state.items() if not k.startswith(NO_NORM)}
+
     def head_tensors(self) -> dict[str, torch.Tensor]:
-        """The weights under vLLM's names: fc.weight and layers.0.* (no input_layernorm, embedding or lm_head)."""
-        layer = self.body.layers[0].state_dict()
-        tensors = {"fc.weight": self.fc.weight.detach()}
-        tensors |= {LAYER + k: v.detach() for k, v in layer.items() if not k.startswith("input_layernorm")}
+        """The weights under vLLM's names: fc.weight and layers.<i>.* (no embedding, final norm or lm_head)."""
+        tensors = {"fc.weight": self.fc.weight.detach()} | {k: v.detach() for k, v in self._layer_state().items()}
         return {k: v.contiguous() for k, v in tensors.items()}
 
     def load_head_tensors(self, tensors: dict[str, torch.Tensor], text: str) -> None:
-        """Copy saved weights in (extra tensors such as embed_tokens or an input_layernorm are ignored)."""
-        layer = {k[len(LAYER) :]: v for k, v in tensors.items() if k.startswith(LAYER)}
-        layer = {k: v for k, v in layer.items() if not k.startswith("input_layernorm")}
-        wanted = self.body.layers[0].state_dict()
-        missing = sorted({"fc.weight"} - tensors.keys()) + sorted(LAYER + k for k in wanted.keys() - layer.keys())
+        """Copy saved weights in (extra tensors such as embed_tokens or layer 0's input_layernorm are ignored)."""
+        wanted = self._layer_state()
+        layer = {k: v for k, v in tensors.items() if k.startswith(LAYERS) and not k.startswith(NO_NORM)}
+        missing = sorted({"fc.weight"} - tensors.keys()) + sorted(wanted.keys() - layer.keys())
         if missing:
             raise UsageError(
                 f"--draft {text}: the head's {WEIGHTS} lacks {', '.join(missing[:3])}; it is not an "
@@ -89,13 +94,20 @@ class EagleHead(torch.nn.Module):
                     f"--draft {text}: the head's {name} has shape {list(got)}, its config.json asks for "
                     f"{list(want)}; the folder's files do not belong together"
                 )
+        extra = sorted(layer.keys() - wanted.keys())
+        if extra:  # a deeper head than its config.json says
+            raise UsageError(
+                f"--draft {text}: the head's {WEIGHTS} holds {extra[0]}, which its config.json's "
+                f"num_hidden_layers {len(self.body.layers)} has no place for; the folder's files do not belong together"
+            )
+        own = {k[len(LAYERS) :]: v for k, v in layer.items()}
         with torch.no_grad():
             self.fc.weight.copy_(tensors["fc.weight"])
-            self.body.layers[0].load_state_dict({k: v for k, v in layer.items() if k in wanted})
+            self.body.layers.load_state_dict(own)  # layer 0's norm is the identity: no tensor to load
 
 
-def new_head(target_model: torch.nn.Module, seed: int) -> EagleHead:
-    """A fresh head for a Llama target, in float32."""
+def new_head(target_model: torch.nn.Module, seed: int, layers: int = 1) -> EagleHead:
+    """A fresh head with `layers` decoder layers for a Llama target, in float32."""
     model_type = getattr(target_model.config, "model_type", None)
     if model_type != "llama":
         raise UsageError(
@@ -104,7 +116,9 @@ def new_head(target_model: torch.nn.Module, seed: int) -> EagleHead:
         )
     torch.manual_seed(seed)
     config: Any = target_model.config  # a transformers config (torch types Module attributes Tensor | Module)
-    return EagleHead(head_config(config.to_diff_dict() if hasattr(config, "to_diff_dict") else config.to_dict()))
+    return EagleHead(
+        head_config(config.to_diff_dict() if hasattr(config, "to_diff_dict") else config.to_dict(), layers)
+    )
 
 
 def save_head(head: EagleHead, folder: Path, dtype: torch.dtype) -> None:
@@ -123,7 +137,7 @@ def load_head(folder: str, text: str, hidden_size: int, vocab_size: int, device,
 
     config = read_head_config(folder, text)
     check_head_matches(config, hidden_size, vocab_size, text)
-    head = EagleHead(head_config(config))
+    head = EagleHead(head_config(config, config["num_hidden_layers"]))
     try:
         tensors = load_file(str(Path(folder).expanduser() / WEIGHTS))
     except Exception as exc:  # a truncated or foreign file

@@ -2,8 +2,9 @@
 `--draft eagle:<folder>` reads, in both engines (specbench's loop and vLLM's `eagle` method).
 
 The layout is vLLM's EagleLlamaForCausalLM (the EAGLE-1 checkpoint layout; docs/distill.md): config.json is the
-target's Llama config with one layer, model.safetensors holds `fc.weight` [H, 2H] (token embedding ⊕ the target's
-final hidden state → H) and one decoder layer `layers.0.*` without its input_layernorm. There is no embed_tokens,
+target's Llama config with the head's layers (one, as EAGLE's, or more: vLLM builds `num_hidden_layers` of them),
+model.safetensors holds `fc.weight` [H, 2H] (token embedding ⊕ the target's final hidden state → H) and the decoder
+layers `layers.<i>.*`, the first without its input_layernorm (vLLM drops only layer 0's). There is no embed_tokens,
 final norm or lm_head: the head borrows the target's embedding and output layer. Pure json and pathlib, so the
 torch engine's option checks (engines/torch) refuse a wrong folder before any model loads.
 """
@@ -17,16 +18,17 @@ from specbench.errors import UsageError
 
 EAGLE_PREFIX = "eagle:"  # --draft eagle:<folder>
 WEIGHTS = "model.safetensors"
-LAYOUT = "config.json with one Llama layer and model.safetensors with fc.weight and layers.0.* (docs/distill.md)"
+LAYOUT = "config.json with Llama layers and model.safetensors with fc.weight and layers.<i>.* (docs/distill.md)"
 DROPPED_KEYS = ("transformers_version", "_name_or_path", "torch_dtype", "dtype", "auto_map")
 
 
-def head_config(target_config: dict) -> dict:
-    """config.json of a head for the target whose config (a dict) is given: the target's, with one layer."""
+def head_config(target_config: dict, layers: int = 1) -> dict:
+    """config.json of a head with `layers` decoder layers for the target whose config (a dict) is given: the
+    target's, with the head's layer count."""
     config = {k: v for k, v in target_config.items() if k not in DROPPED_KEYS}
-    config["num_hidden_layers"] = 1
+    config["num_hidden_layers"] = layers
     if isinstance(config.get("layer_types"), list):  # one entry per layer where the config lists them
-        config["layer_types"] = config["layer_types"][:1]
+        config["layer_types"] = config["layer_types"][:1] * layers
     config["architectures"] = ["LlamaForCausalLM"]  # with method "eagle", vLLM builds EagleLlamaForCausalLM
     return config
 
@@ -42,10 +44,11 @@ def read_head_config(folder: str | Path, text: str) -> dict:
     if not (path / "config.json").is_file() or not (path / WEIGHTS).is_file():
         raise UsageError(f"--draft {text}: {folder} is not an EAGLE head; an eagle head folder holds {LAYOUT}")
     config = config_json(folder, text)
-    if not isinstance(config, dict) or config.get("num_hidden_layers") != 1 or "hidden_size" not in config:
+    layers = config.get("num_hidden_layers") if isinstance(config, dict) else None
+    if not isinstance(layers, int) or isinstance(layers, bool) or layers < 1 or "hidden_size" not in config:
         raise UsageError(
             f"--draft {text}: {folder}/config.json is not an EAGLE head's (it needs hidden_size and "
-            f"num_hidden_layers 1); pass the folder `specbench distill --kind eagle` wrote"
+            f"num_hidden_layers ≥ 1); pass the folder `specbench distill --kind eagle` wrote"
         )
     return config
 
