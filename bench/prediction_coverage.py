@@ -156,7 +156,7 @@ def print_table(rows: list[dict], tallies: dict[str, dict]) -> None:
                 f"{task}: measured ÷ check over {b['runs']} runs: mean {b['mean_ratio']:.3f} [95 % t "
                 f"{b['ci95'][0]:.3f}, {b['ci95'][1]:.3f}] (the pricing's bias: "
                 f"{'inside' if b['bias_within'] else 'NOT inside'} ±{CHECK_TOLERANCE:.0%}); one run's spread "
-                f"sd {b['log_sd']:.1%} (its timing noise)"
+                f"sd {b['log_sd']:.1%} (timing noise and that run's pricing error together)"
             )
 
 

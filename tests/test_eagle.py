@@ -5,6 +5,7 @@ same exported folder decoding in vLLM."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from specbench.decoding.drafts.factory import make_proposer
 from specbench.decoding.sampling import processed_probs
 from specbench.decoding.speculative import decode_speculative
 from specbench.distill import DistillConfig, distill, get_preset
-from specbench.distill.settings import PRESETS
+from specbench.distill.settings import EAGLE_PRESETS, PRESETS
 from specbench.distill.shards import KIND_ON_POLICY, load_teacher_data
 from specbench.engines.vllm.heads import check_head
 from specbench.evidence.sequence_law import sequence_checks
@@ -414,9 +415,11 @@ def test_a_wrong_head_folder_is_one_line_exit_2(trained, target, task_file, tmp_
 
 
 @needs_vllm
-def test_vllm_loads_the_exported_head_and_decodes_with_it(vllm_session, tmp_path, monkeypatch):
+@pytest.mark.parametrize("layers", [1, 2])
+def test_vllm_loads_the_exported_head_and_decodes_with_it(layers, vllm_session, tmp_path, monkeypatch):
     """A head distilled for the vLLM session's tiny target decodes in vLLM's eagle method (greedy identity, fp32), and
-    in specbench's loop the same folder accepts what vLLM accepts: the same layout, read the same way. On vLLM every
+    in specbench's loop the same folder accepts what vLLM accepts: the same layout, read the same way, for EAGLE's one
+    layer and a deeper head (the preset's head_layers; vLLM drops only layer 0's input norm). On vLLM every
     record's accepted and drafted counts are those of vLLM's own per-request metrics, which equal its counters' growth
     over the request (read in the worker around each request)."""
     from specbench.engines.vllm.engine import VllmEngine
@@ -426,7 +429,9 @@ def test_vllm_loads_the_exported_head_and_decodes_with_it(vllm_session, tmp_path
     task = tmp_path / "toy.jsonl"
     task.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
     out = tmp_path / "head"
+    monkeypatch.setitem(EAGLE_PRESETS, "small", dataclasses.replace(EAGLE_PRESETS["small"], head_layers=layers))
     result = invoke(*distill_args(s.load.target, str(task), out), "--device", "cpu", "--steps", 24)
+    assert json.loads((out / "config.json").read_text())["num_hidden_layers"] == layers
     assert result.exit_code == 0, result.output
     monkeypatch.setattr(VllmEngine, "open_session", lambda self, load: s)
     answers: list[dict] = []
