@@ -25,8 +25,8 @@ $(VENV)/.specbench-packages: pyproject.toml scripts/setup.sh
 	touch $@
 
 # scripts/install_chromium.sh: Debian's chromium for the report's browser test, when missing and root can apt-get it.
-# Two pytest-xdist workers (torch on one thread in each), whole files to a worker so module fixtures load once;
-# TEST_WORKERS=1 runs it in one process (make test TEST_WORKERS=1).
+# Two pytest-xdist workers (torch on one thread in each), whole files to a worker so module fixtures load once
+# (not --dist loadgroup: pytest 9.2 ignores the group xdist 3.8 writes into test ids); TEST_WORKERS=1: one process.
 TEST_WORKERS ?= 2
 test: $(VENV)/.specbench-packages
 	scripts/install_chromium.sh
