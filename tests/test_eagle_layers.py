@@ -78,6 +78,7 @@ def test_a_head_whose_weights_and_config_disagree_is_one_line(target, tmp_path):
             read_head_config(tmp_path / "h", "eagle:h")
     weights = load_file(str(tmp_path / "h" / "model.safetensors"))  # EAGLE's own files carry layer 0's norm: ignored
     weights["layers.0.input_layernorm.weight"] = torch.ones(hidden)
+    weights["layers.1.self_attn.rotary_emb.inv_freq"] = torch.ones(4)  # as older EAGLE checkpoints carry: ignored
     save_file(weights, str(tmp_path / "h" / "model.safetensors"))
     config_path.write_text(json.dumps(config))
     load_head(str(tmp_path / "h"), "eagle:h", hidden, vocab, "cpu", torch.float32)

@@ -94,13 +94,14 @@ class EagleHead(torch.nn.Module):
                     f"--draft {text}: the head's {name} has shape {list(got)}, its config.json asks for "
                     f"{list(want)}; the folder's files do not belong together"
                 )
-        extra = sorted(layer.keys() - wanted.keys())
-        if extra:  # a deeper head than its config.json says
+        depth = len(self.body.layers)
+        extra = sorted(k for k in layer if not k.split(".")[1].isdigit() or int(k.split(".")[1]) >= depth)
+        if extra:  # a deeper head than its config.json says (other extras, such as a rotary inv_freq, are ignored)
             raise UsageError(
                 f"--draft {text}: the head's {WEIGHTS} holds {extra[0]}, which its config.json's "
-                f"num_hidden_layers {len(self.body.layers)} has no place for; the folder's files do not belong together"
+                f"num_hidden_layers {depth} has no place for; the folder's files do not belong together"
             )
-        own = {k[len(LAYERS) :]: v for k, v in layer.items()}
+        own = {k[len(LAYERS) :]: v for k, v in layer.items() if k in wanted}
         with torch.no_grad():
             self.fc.weight.copy_(tensors["fc.weight"])
             self.body.layers.load_state_dict(own)  # layer 0's norm is the identity: no tensor to load
