@@ -105,3 +105,20 @@ def test_greedy_identity_with_a_two_layer_head(target, tmp_path):
                 eos_ids=frozenset(),
             )
             assert res.token_ids == base.token_ids and res.drafted > 0
+
+
+def test_pooled_evaluation_weights_each_tasks_means_by_its_positions():
+    """head_checks pools the tasks' held-out evaluations instead of a second pass over all documents: each mean is
+    weighted by the positions it is over (control: the plain mean of the two, 0.5, is not the pooled 0.26)."""
+    from specbench.distill.eagle_training import pooled_evaluation
+
+    def ev(agree_r, n_r, agree, kl, n):
+        return {"agreement_reply": agree_r, "agreement_all": agree, "kl": kl, "feature_loss": kl / 2,
+                "positions": n, "reply_positions": n_r}  # fmt: skip
+
+    pooled = pooled_evaluation([ev(0.8, 10, 0.6, 2.0, 40), ev(0.2, 90, 0.3, 4.0, 160)])
+    assert pooled["agreement_reply"] == pytest.approx((0.8 * 10 + 0.2 * 90) / 100) == pytest.approx(0.26)
+    assert pooled["agreement_all"] == pytest.approx(0.36) and pooled["kl"] == pytest.approx(3.6)
+    assert (pooled["positions"], pooled["reply_positions"]) == (200, 100)
+    assert pooled["agreement_reply"] != pytest.approx(0.5)
+    assert pooled_evaluation([ev(0.5, 0, 0.5, 1.0, 0)])["positions"] == 0  # no positions: NaN means, no division

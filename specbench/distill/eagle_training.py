@@ -165,6 +165,24 @@ class EagleTrainer:
         }
 
 
+def pooled_evaluation(parts: list[dict]) -> dict:
+    """Several `evaluate` results on disjoint documents (each task's) → the one `evaluate` gives on all of them: each
+    mean weighted by the positions it is over (pure; the sums are additive, so no second pass is needed)."""
+    n, n_r, nan = sum(e["positions"] for e in parts), sum(e["reply_positions"] for e in parts), float("nan")
+
+    def mean(key: str, weight: str, total: int) -> float:
+        return sum(e[key] * e[weight] for e in parts if e[weight]) / total if total else nan
+
+    return {
+        "agreement_reply": mean("agreement_reply", "reply_positions", n_r),
+        "agreement_all": mean("agreement_all", "positions", n),
+        "kl": mean("kl", "positions", n),
+        "feature_loss": mean("feature_loss", "positions", n),
+        "positions": n,
+        "reply_positions": n_r,
+    }
+
+
 def make_head_optimizer(head: torch.nn.Module, preset: DistillPreset) -> torch.optim.Optimizer:
     """AdamW: weight decay on matrices, none on norms."""
     decay = [p for p in head.parameters() if p.ndim >= 2 and p.requires_grad]

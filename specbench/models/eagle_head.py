@@ -23,7 +23,6 @@ from specbench.errors import UsageError
 from specbench.models.eagle_layout import WEIGHTS, check_head_matches, head_config, read_head_config
 
 LAYERS = "layers."  # the decoder layers' prefix in the saved file: layers.<i>.* (vLLM's names)
-NO_NORM = "layers.0.input_layernorm"  # the one norm the head has not (vLLM replaces it by the identity)
 
 
 class EagleHead(torch.nn.Module):
@@ -66,10 +65,9 @@ class EagleHead(torch.nn.Module):
         return out.last_hidden_state
 
     def _layer_state(self) -> dict[str, torch.Tensor]:
-        """The decoder layers' weights under vLLM's names (layers.<i>.*); layer 0's norm, the identity, has none (a
-        saved file's layers.0.input_layernorm, as EAGLE's own checkpoints carry, is ignored)."""
-        state = {LAYERS + k: v for k, v in self.body.layers.state_dict().items()}
-        return {k: v for k, v in state.items() if not k.startswith(NO_NORM)}
+        """The decoder layers' weights under vLLM's names (layers.<i>.*); layer 0's norm is the identity and has
+        none, so a saved file's layers.0.input_layernorm (EAGLE's own checkpoints carry one) is not read."""
+        return {LAYERS + k: v for k, v in self.body.layers.state_dict().items()}
 
     def head_tensors(self) -> dict[str, torch.Tensor]:
         """The weights under vLLM's names: fc.weight and layers.<i>.* (no embedding, final norm or lm_head)."""
@@ -79,7 +77,7 @@ class EagleHead(torch.nn.Module):
     def load_head_tensors(self, tensors: dict[str, torch.Tensor], text: str) -> None:
         """Copy saved weights in (extra tensors such as embed_tokens or layer 0's input_layernorm are ignored)."""
         wanted = self._layer_state()
-        layer = {k: v for k, v in tensors.items() if k.startswith(LAYERS) and not k.startswith(NO_NORM)}
+        layer = {k: v for k, v in tensors.items() if k.startswith(LAYERS)}
         missing = sorted({"fc.weight"} - tensors.keys()) + sorted(wanted.keys() - layer.keys())
         if missing:
             raise UsageError(
