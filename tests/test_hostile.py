@@ -166,14 +166,38 @@ def test_appends_and_repairs_refuse_links(tmp_path):
         append_jsonl(run / "examples.jsonl", {"example_id": "a"})
     with pytest.raises(SpecbenchError, match="symbolic link"):
         repair_jsonl(run / "noise_probes.jsonl")
-    (run / ".write-test").symlink_to(outside)
-    with pytest.raises(SpecbenchError, match="symbolic link"):
-        prepare_run_dir(run)
+    (run / ".write-test").symlink_to(outside)  # the old fixed probe name: now never opened (each call makes its own)
+    assert prepare_run_dir(run) == run and (run / ".write-test").is_symlink()
     (run / ".lock").symlink_to(outside)
     with pytest.raises(SpecbenchError, match="symbolic link"):
         with run_lock(run):
             pass
     assert outside.read_text() == "precious, no newline at the end"
+
+
+def test_runs_started_together_into_one_results_folder_do_not_unlink_each_others_write_probe(tmp_path):
+    """Two `specbench run`s started at once into one --results-dir failed with "the folder results does not exist":
+    both probed it writable with the same file name, and one unlinked the other's probe (ENOENT). Four threads
+    probing one folder 300 times each reproduced it (80 of 1,200 failed) before each call had its own probe."""
+    import threading
+
+    from specbench.measure.results.record_writing import prepare_run_dir
+
+    errors: list[str] = []
+
+    def probe_many():
+        for _ in range(300):
+            try:
+                prepare_run_dir(tmp_path / "results")
+            except SpecbenchError as exc:
+                errors.append(str(exc))
+
+    threads = [threading.Thread(target=probe_many) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [] and list((tmp_path / "results").iterdir()) == []
 
 
 def test_an_atomic_write_replaces_a_planted_link_and_leaves_its_target(tmp_path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -20,11 +21,13 @@ from specbench.measure.results.schema import ExampleRecord, record_dict
 
 
 def prepare_run_dir(path: Path) -> Path:
+    """Create `path` and prove it writable with a probe file of this call's own (mkstemp: O_EXCL, so never through a
+    link, and never another process's probe: runs started together into one results folder each unlink only theirs)."""
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".write-test"
-        os.close(open_nofollow(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC))
-        probe.unlink()
+        fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=path)
+        os.close(fd)
+        os.unlink(probe)
     except OSError as exc:
         raise disk_error(exc, path) from exc
     return path
