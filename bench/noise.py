@@ -17,9 +17,10 @@ with a fake clock in tests/test_measure.py; this is the same check on real hardw
 competitor (one process spinning that share of the time, from the start of the run to its end: a slowdown the probes
 cannot see against the run's own quietest stretch), for the contention rule's detection rate at each strength and its
 false-alarm rate (measure/noise.contention); every run appended to --out as it ends, and a rerun with that --out
-resumes.
+resumes. `--idle-only` appends --runs idle runs and no competitor runs (the false-alarm bound needs many more idle
+runs than detection needs hogged ones); rerun it to add more.
 Usage: python bench/noise.py [check|record|contention] [--limit 6] [--task ding-de-en] [--hog-after SECONDS]
-       [--runs N] [--duty 0.3[,0.1,...]] [--out FILE]
+       [--runs N] [--duty 0.3[,0.1,...]] [--idle-only] [--out FILE]
 """
 
 from __future__ import annotations
@@ -277,6 +278,21 @@ def print_dose_response(doc: dict) -> None:
         )
 
 
+def contention_plan(runs: list[dict], duties: list[float], rounds: int, idle_only: bool) -> list[tuple]:
+    """(round, label, duty) of every run to do: per round, each strength (order rotated by round) as an idle run then
+    a hogged one; `idle_only`: `rounds` idle runs numbered after the rounds `runs` already holds (the false-alarm
+    bound needs many more idle runs than detection needs hogged ones)."""
+    if idle_only:
+        first = 1 + max((r["round"] for r in runs), default=-1)
+        return [(first + i, "idle", None) for i in range(rounds)]
+    return [
+        (i, label, duty)
+        for i in range(rounds)
+        for duty in duties[i % len(duties) :] + duties[: i % len(duties)]
+        for label in ("idle", "hog")
+    ]
+
+
 def contended(args) -> None:
     """`python bench/noise.py contention --duty 0.05,0.1,0.2,0.3`: a dose-response. Each round runs, for every
     competitor strength in turn (the order rotated by round), an idle run and then a run beside a steady competitor
@@ -299,12 +315,7 @@ def contended(args) -> None:
             file=sys.stderr,
         )
         raise SystemExit(2)
-    plan = [
-        (i, label, duty)
-        for i in range(args.runs)
-        for duty in duties[i % len(duties) :] + duties[: i % len(duties)]
-        for label in ("idle", "hog")
-    ]
+    plan = contention_plan(runs, duties, args.runs, args.idle_only)
     done = {(r["round"], r["label"], r["duty"] if r["label"] == "hog" else r.get("for_duty")) for r in runs}
     if done:
         print(f"resuming: {len(runs)} runs already in {out}")
@@ -345,6 +356,11 @@ def main() -> None:
         "--out", default=None, help="contention: append every run's figures to this JSON-lines file (reruns resume)"
     )
     parser.add_argument("--runs", type=int, default=None, help="record: idle runs (20); contention: pairs (10)")
+    parser.add_argument(
+        "--idle-only",
+        action="store_true",
+        help="contention: --runs idle runs only, appended to --out after its rounds (false alarms; no competitor)",
+    )
     parser.add_argument("--task", default="ding-de-en")
     parser.add_argument("--limit", type=int, default=None, help="examples per run (record: 20, check: 6)")
     parser.add_argument(

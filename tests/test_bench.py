@@ -227,6 +227,22 @@ def test_contention_dose_response_pairs_each_hogged_run_with_the_idle_run_before
     assert weak["k"] == 0 and weak["slowdown_median"] == pytest.approx(1.05) and weak["ci95"][1] < 0.31
 
 
+def test_contention_idle_only_plans_idle_runs_after_the_rounds_already_held():
+    import noise
+
+    pairs = noise.contention_plan([], [0.1, 0.3], 2, idle_only=False)
+    assert pairs == [(0, "idle", 0.1), (0, "hog", 0.1), (0, "idle", 0.3), (0, "hog", 0.3)] + [
+        (1, "idle", 0.3), (1, "hog", 0.3), (1, "idle", 0.1), (1, "hog", 0.1)
+    ]  # fmt: skip
+    held = [{"round": 0}, {"round": 4}]
+    assert noise.contention_plan(held, [0.1], 3, idle_only=True) == [
+        (5, "idle", None),
+        (6, "idle", None),
+        (7, "idle", None),
+    ]
+    assert noise.contention_plan([], [0.1], 1, idle_only=True) == [(0, "idle", None)]
+
+
 @pytest.mark.parametrize("bad", [["--duty", "abc"], ["--duty", "0.1,0"], ["--duty", "1.5"], ["--runs", "0"]])
 def test_contention_refuses_a_bad_duty_or_run_count_in_one_line_with_exit_2(bad, capsys, monkeypatch):
     import noise
