@@ -9,10 +9,12 @@ every verify pass as one-token passes), clean and with each planted bug of evide
   biased    +10 on one token in every verified row (the example's most frequent baseline token: a likely runner-up);
   near-tie  where a verified row's top two logits are within one spacing of the logit dtype, the runner-up named.
 An example is *touched* by a plant when a planted verdict emitted another token than the clean verdict would have
-(PlantedSteps.changed). Under the mode every touched example must diverge exactly at its first touched position and
-every untouched one must stay identical; the clean run must be N/N identical. Then the cost: median ms of a one-token
-step and of a (γ+1)-token pass after the first example's prompt (--cost-reps each), so a verify pass costs γ+1 steps
-under the mode against one pass without it; run it on an idle machine (the load averages are written beside it).
+(PlantedSteps.changed, within the clean output: a step that accepts drafts past the end of sequence or the budget
+may change tokens the loop cuts). Under the mode every touched example must diverge exactly at its first touched
+position and every untouched one must stay identical; the clean run must be N/N identical. Then the cost: median ms
+of a one-token step and of a (γ+1)-token pass after the first example's prompt (--cost-reps each), so a verify pass
+costs γ+1 steps under the mode against one pass without it; run it on an idle machine (the load averages are written
+beside it).
 Writes --out (JSON, atomic) after every example; prints the table.
 """
 
@@ -120,13 +122,15 @@ def main(argv: list[str] | None = None) -> dict:
     steps = 0
     for i, prompt in enumerate([] if args.cost_only else prompts):
         base = decode_autoregressive(CachedModel(model), prompt, **common).token_ids
-        row: dict = {"example": i, "clean_divergence": first_divergence(base, speculative(prompt).token_ids)}
+        row: dict = {"example": i, "tokens": len(base)}
+        row["clean_divergence"] = first_divergence(base, speculative(prompt).token_ids)
         for name in PLANTS:
             with plant_block(name, args, steps, base) as seen:
                 res = speculative(prompt)
             if name == "late":
                 steps += seen.steps
-            row[name] = {"touched_at": seen.first_changed(), "diverged_at": first_divergence(base, res.token_ids)}
+            touched = seen.first_changed(within=len(base))  # a change past the output's end is cut, never shown
+            row[name] = {"touched_at": touched, "diverged_at": first_divergence(base, res.token_ids)}
         rows.append(row)
         result["rows"] = rows
         result["table"] = table(rows)

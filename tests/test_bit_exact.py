@@ -277,6 +277,18 @@ def test_planted_bugs_diverge_on_every_example_they_touch(plant, bf16_runs):
     assert summary["identity_line"].startswith(f"bit-exact mode: {len(prompts) - touched}/{len(prompts)} identical")
 
 
+def test_a_change_past_the_clean_outputs_end_is_not_a_touch():
+    """A step that accepts drafts past the end of sequence (or the budget) may have its planted verdict change tokens
+    the loop then cuts: no output can show them, so they touch nothing (seen on ding-de-en, AMD EPYC 2026-12-07: a
+    17-token output, the +10 plant changing position 18, counted as a touch that did not diverge)."""
+    from specbench.evidence.planted import PlantedSteps
+
+    seen = PlantedSteps(changed=[18, 20])
+    assert seen.first_changed() == 18
+    assert seen.first_changed(within=17) is None and seen.first_changed(within=19) == 18
+    assert PlantedSteps(changed=[3, 18]).first_changed(within=17) == 3
+
+
 def test_the_near_tie_plant_stays_within_one_spacing():
     """near_tie_rows moves only rows whose top two bf16 logits are within one spacing (ties and one-spacing gaps),
     and there names the runner-up; a row two spacings apart is left alone."""

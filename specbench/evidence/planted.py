@@ -57,9 +57,12 @@ class PlantedSteps:
     def first(self) -> int | None:
         return self.positions[0] if self.positions else None
 
-    def first_changed(self) -> int | None:
-        """The output position of the example's first token the bug changed (greedy), or None: untouched."""
-        return self.changed[0] if self.changed else None
+    def first_changed(self, within: int | None = None) -> int | None:
+        """The output position of the example's first token the bug changed (greedy), or None: untouched. `within`:
+        only positions before it count (the clean output's length: a step that accepts drafts past the end of
+        sequence, or past the token budget, may change tokens the loop then cuts, which no output can show)."""
+        kept = [p for p in self.changed if within is None or p < within]
+        return kept[0] if kept else None
 
 
 def judged(original, ctx, proposal, clean: torch.Tensor, planted: torch.Tensor, seen: PlantedSteps):
