@@ -1,7 +1,7 @@
 """Planted bugs of graded strength on the real default model: which ones does greedy identity catch, per example?
 
     python bench/planted_bug.py [--target smollm2-135m] [--draft prompt-lookup] [--task aclsum] [--dtype bfloat16]
-                                [--limit 40] [--max-new-tokens 64] [--gamma 4] [--every 50]
+                                [--limit 40] [--offset 0] [--max-new-tokens 64] [--gamma 4] [--every 50]
                                 [--spacings 1,2,4,8,16,64] [--site verifier|model-call|both]
                                 [--out results/bench-planted-bug.json]
 
@@ -133,6 +133,7 @@ def summarize(args, n_examples: int, rows: list[dict], names: list[str]) -> dict
         "task": args.task,
         "dtype": args.dtype,
         "examples": n_examples,
+        "offset": args.offset,
         "examples_done": len(rows),
         "max_new_tokens": args.max_new_tokens,
         "gamma": args.gamma,
@@ -164,7 +165,13 @@ def print_table(result: dict) -> None:
         )
 
 
-RESUME_KEYS = ("target", "draft", "task", "dtype", "max_new_tokens", "gamma", "every")
+RESUME_KEYS = ("target", "draft", "task", "dtype", "max_new_tokens", "gamma", "every", "offset")
+
+
+def examples_after(spec, offset: int, limit: int) -> list:
+    """`limit` examples of the task's seeded order after its first `offset` (a smaller limit's sample is a prefix of a
+    larger one's, so examples 0..offset-1 are exactly what a run at --limit offset measured)."""
+    return select_examples(spec, offset + limit, 0)[offset:]
 
 
 def resumed(out: Path, args, names: list[str], n_examples: int) -> tuple[list[dict], dict[str, int]]:
@@ -174,7 +181,10 @@ def resumed(out: Path, args, names: list[str], n_examples: int) -> tuple[list[di
         before = json.loads(out.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return [], dict.fromkeys(names, 0)
-    same = all(before.get(k) == getattr(args, k) for k in RESUME_KEYS) and before.get("examples") == n_examples
+    same = (
+        all(before.get(k, 0 if k == "offset" else None) == getattr(args, k) for k in RESUME_KEYS)
+        and before.get("examples") == n_examples
+    )
     same = same and list(before.get("plants", {})) == names  # --limit changes the seeded sample: so must match
     if not same or set(before.get("plant_steps") or {}) != set(names):
         print(f"{out}: another run's results (settings differ, or written before resuming existed): starting afresh")
@@ -191,6 +201,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--limit", type=int, default=40)
+    ap.add_argument(
+        "--offset", type=int, default=0, help="skip this many examples of the task's seeded order (fresh examples)"
+    )
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--gamma", type=int, default=4)
     ap.add_argument("--every", type=int, default=50, help="one verification step (model-call: position) in this many")
@@ -211,7 +224,9 @@ def main(argv: list[str] | None = None) -> dict:
     spec = load_task(args.task)
     prompts = [
         p.prompt_ids
-        for p in prepare_examples(spec, select_examples(spec, args.limit, 0), session.target, args.max_new_tokens)
+        for p in prepare_examples(
+            spec, examples_after(spec, args.offset, args.limit), session.target, args.max_new_tokens
+        )
     ]
     model, start = session.target.model, session.target.decoder_start_id
     draft = parse_draft(args.draft)

@@ -193,7 +193,14 @@ def test_planted_bug_resumes_only_a_run_of_the_same_settings(tmp_path):
     import planted_bug as pb
 
     args = argparse.Namespace(
-        target="t", draft="prompt-lookup", task="aclsum", dtype="bfloat16", max_new_tokens=64, gamma=4, every=20
+        target="t",
+        draft="prompt-lookup",
+        task="aclsum",
+        dtype="bfloat16",
+        max_new_tokens=64,
+        gamma=4,
+        every=20,
+        offset=0,
     )
     names = ["shift", "lower 8"]
     out = tmp_path / "planted.json"
@@ -203,8 +210,26 @@ def test_planted_bug_resumes_only_a_run_of_the_same_settings(tmp_path):
     assert pb.resumed(out, args, names, 40) == ([{"example": 0}], {"shift": 7, "lower 8": 7})
     assert pb.resumed(out, args, names, 20) == ([], {"shift": 0, "lower 8": 0})  # another --limit: another sample
     assert pb.resumed(out, args, ["shift"], 40)[0] == []  # other plants
+    assert pb.resumed(out, argparse.Namespace(**vars(args) | {"offset": 40}), names, 40)[0] == []  # other examples
+    old = {k: v for k, v in before.items() if k != "offset"}  # written before --offset existed: its examples start at 0
+    out.write_text(json.dumps(old | {"records": [{"example": 0}], "plant_steps": {"shift": 7, "lower 8": 7}}))
+    assert pb.resumed(out, args, names, 40)[0] == [{"example": 0}]
     out.write_text(json.dumps(before | {"records": [{"example": 0}]}))  # written before resuming existed
     assert pb.resumed(out, args, names, 40)[0] == []
+
+
+def test_planted_bug_offset_takes_the_examples_after_a_smaller_runs():
+    """--offset N --limit M: the seeded order's examples N..N+M-1, none of those a run at --limit N measured."""
+    import planted_bug as pb
+
+    from specbench.tasks.examples import select_examples
+    from specbench.tasks.specs import load_task
+
+    spec = load_task("aclsum")
+    first = [e.id for e in select_examples(spec, 10, 0)]
+    after = [e.id for e in pb.examples_after(spec, 10, 5)]
+    assert len(after) == 5 and not set(after) & set(first)
+    assert after == [e.id for e in select_examples(spec, 15, 0)][10:]
 
 
 def test_contention_dose_response_pairs_each_hogged_run_with_the_idle_run_before_it():
