@@ -17,8 +17,9 @@
 # 256 vs 64 tokens at 1.06× [1.01, 1.12] (2026-12-02), so 80 (a paired interval half as wide). One task per axis
 # (aclsum: summaries copy their source, so prompt lookup has something to find; ding-de-en for the batch curve,
 # whose 160 examples aclsum's 100 test abstracts cannot give, and for the samples): the second task doubled the
-# time without adding a verdict. About 65 min on a 2-core CPU (docs/claims.md has
-# the timed run; the script prints its own elapsed time).
+# time without adding a verdict. About 65–70 min on a 2-core CPU with one timed decode per engine and example
+# (docs/claims.md has the timed run); the timed sweeps now repeat A B B A (CLAIMS_REPEATS=2), which roughly doubles
+# their share, about 2 h in all (not yet timed end to end); the script prints its own elapsed time.
 # Set-up first (once): make setup; specbench setup --target qwen2.5-coder-1.5b; specbench setup --target
 # qwen2.5-coder-0.5b.
 set -euo pipefail
@@ -27,9 +28,12 @@ cd "$(dirname "$0")/.."
 #   SPECBENCH=<path>      the specbench command (default .venv/bin/specbench)
 #   CLAIMS_DIR=<folder>   where the sweeps and the report go (default results/claims; a rerun resumes there)
 #   CLAIMS_BIT_EXACT=1    add one --bit-exact run for the identity claim (default 0: none; docs/exactness.md)
+#   CLAIMS_REPEATS=<n>    timed decodes per engine and example in the timed sweeps, interleaved A B B A (default 2:
+#                         the two halves the stability check compares; 1 halves the time and drops that check)
 SB="${SPECBENCH:-.venv/bin/specbench}"
 OUT="${CLAIMS_DIR:-results/claims}"
 BIT_EXACT="${CLAIMS_BIT_EXACT:-0}"
+REPEATS="${CLAIMS_REPEATS:-2}"
 SECONDS=0
 step() { echo "== $(date +%H:%M:%S) (+$((SECONDS / 60)) min) $*"; }
 
@@ -43,20 +47,20 @@ fi
 
 step "model size within one family: Qwen2.5-Coder-0.5B and -1.5B targets, prompt lookup γ 4 ($DTYPE, 40 examples, 48 tokens)"
 $SB sweep --results-dir "$OUT" --sweep-id claims-targets --task aclsum --gamma 4 --limit 40 \
-  --max-new-tokens 48 --dtype "$DTYPE" \
+  --max-new-tokens 48 --dtype "$DTYPE" --repeats "$REPEATS" \
   --pair qwen2.5-coder-0.5b:prompt-lookup --pair qwen2.5-coder-1.5b:prompt-lookup
 
 step "batch sizes: B = 1 against B = 8 (320 examples = 40 batches at B 8, 32 new tokens, float32, prompt lookup γ 3)"
 $SB sweep --results-dir "$OUT" --sweep-id claims-batch-ding --task ding-de-en --draft prompt-lookup --gamma 3 \
-  --batch-size 1,8 --batch-policy ragged --limit 320 --max-new-tokens 32 --dtype float32
+  --batch-size 1,8 --batch-policy ragged --limit 320 --max-new-tokens 32 --dtype float32 --repeats "$REPEATS"
 
 step "sequence lengths: 16 / 64 / 256 new tokens (80 examples)"
 $SB sweep --results-dir "$OUT" --sweep-id claims-lengths --task aclsum --draft prompt-lookup --gamma 4 \
-  --limit 80 --max-new-tokens 16,64,256 --dtype "$DTYPE"
+  --limit 80 --max-new-tokens 16,64,256 --dtype "$DTYPE" --repeats "$REPEATS"
 
 step "prompt lengths: the task's short / medium / long tertiles"
 $SB sweep --results-dir "$OUT" --sweep-id claims-prompts --task aclsum --draft prompt-lookup --gamma 4 \
-  --limit 20 --max-new-tokens 64 --prompt-length short,medium,long --dtype "$DTYPE"
+  --limit 20 --max-new-tokens 64 --prompt-length short,medium,long --dtype "$DTYPE" --repeats "$REPEATS"
 
 step "quality at T = 1: perplexity of 160 samples per engine under the target"
 $SB sweep --results-dir "$OUT" --sweep-id claims-perplexity --task ding-de-en --draft prompt-lookup --gamma 4 \

@@ -487,3 +487,30 @@ def test_the_stopping_rule_spends_five_percent_over_its_two_looks():
         looped += any(p < 0.05 for p in ps)
     assert pl.LOOK_ALPHA[0] + pl.LOOK_ALPHA[1] == pytest.approx(pl.FAMILY_ALPHA)
     assert ruled / reps <= 0.065 and looped / reps > 0.09, (ruled, looped)
+
+
+@pytest.mark.parametrize("repeats", [None, "1"])
+def test_make_claims_times_its_sweeps_a_b_b_a(tmp_path, repeats):
+    """scripts/claims.sh against a stand-in specbench that records its arguments: every timed sweep (model size,
+    batch, lengths, prompt lengths) passes --repeats 2 by default (A B B A halves for the stability check), and
+    CLAIMS_REPEATS=1 passes 1 (the control: the option reaches the sweeps); the T = 1 perplexity sweep times nothing."""
+    import os
+    import subprocess
+
+    log = tmp_path / "calls.txt"
+    fake = tmp_path / "bin" / "specbench"
+    fake.parent.mkdir()
+    fake.write_text(f'#!/bin/sh\necho "$*" >> {log}\n')
+    fake.chmod(0o755)
+    env = os.environ | {"SPECBENCH": str(fake), "CLAIMS_DIR": str(tmp_path / "claims")}
+    if repeats:
+        env["CLAIMS_REPEATS"] = repeats
+    script = Path(__file__).parent.parent / "scripts" / "claims.sh"
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    sweeps = [line for line in log.read_text().splitlines() if line.startswith("sweep")]
+    ids = [re.search(r"--sweep-id (\S+)", line).group(1) for line in sweeps]
+    assert ids == ["claims-targets", "claims-batch-ding", "claims-lengths", "claims-prompts", "claims-perplexity"]
+    want = f"--repeats {repeats or 2}"
+    assert all(want in line for line in sweeps[:4]), sweeps
+    assert "--repeats" not in sweeps[4]
