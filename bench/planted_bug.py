@@ -275,7 +275,7 @@ def main(argv: list[str] | None = None) -> dict:
                 with plant(args.every, (-steps[name]) % args.every) as seen:
                     run = forced(prompt, ref)
                 steps[name] += seen.steps
-                changed = sorted(set(seen.changed))  # a planted verdict emitted another token than the clean one
+                changed = seen.changed_before(len(ref))  # a planted verdict emitted another token than the clean one
                 found = explain_forced(model, prompt, ref, run, None, start)
             else:  # everything that reads multi-token passes runs under the bug: the forced run, its replay, the floor
                 with plant(args.every, 0):
@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> dict:
                 keyed = [j for j in range(1, len(ref)) if (len(prompt) + j) % args.every == 0]  # decoder-only targets
                 changed = [j for j in keyed if run["verified"][j] != clean_run["verified"][j]]
                 changed = [j for j in changed if clean_run["verified"][j] == ref[j]]
-            touched = [j for j in changed if j < len(ref) and run["verified"][j] != ref[j]]  # left the baseline
+            touched = [j for j in changed if run["verified"][j] != ref[j]]  # left the baseline
             row["plants"][name] = {
                 **found,
                 "touched": touched,

@@ -283,9 +283,10 @@ def test_a_change_past_the_clean_outputs_end_is_not_a_touch():
     17-token output, the +10 plant changing position 18, counted as a touch that did not diverge)."""
     from specbench.evidence.planted import PlantedSteps
 
-    seen = PlantedSteps(changed=[18, 20])
-    assert seen.first_changed() == 18
+    seen = PlantedSteps(changed=[18, 20, 18])
+    assert seen.first_changed() == 18 and seen.changed_before() == [18, 20]
     assert seen.first_changed(within=17) is None and seen.first_changed(within=19) == 18
+    assert seen.changed_before(17) == [] and seen.changed_before(19) == [18]
     assert PlantedSteps(changed=[3, 18]).first_changed(within=17) == 3
 
 

@@ -154,7 +154,7 @@ def test_a_bug_after_an_explained_divergence_is_unexplained_past_it(bf16_pair):
         with late_verified_logits(every=1, after=d + 1) as seen:
             run = forced(target, draft, prompt, ref)
         touched = [
-            j for j in seen.changed if j < len(ref) and run.verified[j] != ref[j]
+            j for j in seen.changed_before(len(ref)) if run.verified[j] != ref[j]
         ]  # the bug made the output leave the baseline
         if not touched:
             continue  # the late rows happened to agree with the baseline: nothing planted to find
@@ -200,7 +200,7 @@ def test_graded_plants_are_caught_on_the_examples_they_touch(bf16_pair, name, sp
         with plant as seen:
             run = forced(target, draft, prompt, ref)
         hit = [
-            j for j in seen.changed if j < len(ref) and run.verified[j] != ref[j]
+            j for j in seen.changed_before(len(ref)) if run.verified[j] != ref[j]
         ]  # the bug made the output leave the baseline
         if not hit:
             continue

@@ -100,7 +100,7 @@ def test_forced_divergences_are_exactly_the_planted_positions_and_unexplained(pl
         for prompt, ref in zip(PROMPTS, refs):
             seen.reset()
             run = forced(target, draft, prompt, ref, stepwise=True)
-            want = sorted(p for p in seen.changed if p < len(ref))
+            want = seen.changed_before(len(ref))
             assert run.divergences == want, (prompt, run.divergences, seen.changed)
             found = explain_forced_bit_exact(target, prompt, ref, asdict(run))
             counts = past_divergence_counts(found, None, None)

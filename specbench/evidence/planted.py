@@ -57,11 +57,15 @@ class PlantedSteps:
     def first(self) -> int | None:
         return self.positions[0] if self.positions else None
 
+    def changed_before(self, end: int | None = None) -> list[int]:
+        """The output positions the bug changed (greedy), in order, without repeats; `end`: only those before it (the
+        clean output's length: a step that accepts drafts past the end of sequence, or past the token budget, may
+        change tokens the loop then cuts, which no output can show)."""
+        return sorted({p for p in self.changed if end is None or p < end})
+
     def first_changed(self, within: int | None = None) -> int | None:
-        """The output position of the example's first token the bug changed (greedy), or None: untouched. `within`:
-        only positions before it count (the clean output's length: a step that accepts drafts past the end of
-        sequence, or past the token budget, may change tokens the loop then cuts, which no output can show)."""
-        kept = [p for p in self.changed if within is None or p < within]
+        """The output position of the example's first token the bug changed inside `within` tokens, or None."""
+        kept = self.changed_before(within)
         return kept[0] if kept else None
 
 
