@@ -27,6 +27,7 @@ splitting the string itself, so the grammar below lives here only:
   lookup+<model spec>                   prompt lookup, the model where it falls short (alias hybrid:<model spec>)
   eagle:<folder>                        an EAGLE head (`specbench distill --kind eagle`); parsed as a model spec,
                                         so vLLM's engine reads it as its own `eagle` method (engines/vllm)
+  eagle3:<folder>                       an EAGLE-3 head (`specbench distill --kind eagle3`; vLLM's `eagle3`)
   <model spec>                          a draft model: preset, hub id, local dir, .gguf, `distilled`
 
 Pure string work: no torch, no model loading (config.py imports it).
@@ -102,11 +103,19 @@ class DraftSpec:
         return self.kind == "suffix"
 
     @property
-    def eagle_head(self) -> str | None:
-        """The head folder of `eagle:<folder>` (an EAGLE head: decoding/drafts/eagle.py); None for any other draft."""
-        if self.kind != "model" or not self.model or not self.model.startswith("eagle:"):
+    def head_method(self) -> str | None:
+        """ "eagle" for `eagle:<folder>`, "eagle3" for `eagle3:<folder>` (decoding/drafts/eagle.py); None otherwise."""
+        if self.kind != "model" or not self.model:
             return None
-        return self.model[len("eagle:") :]
+        name, colon, _ = self.model.partition(":")
+        return name if colon and name in ("eagle", "eagle3") else None
+
+    @property
+    def eagle_head(self) -> str | None:
+        """The head folder of `eagle:<folder>` or `eagle3:<folder>` (an EAGLE or EAGLE-3 head); None for any other
+        draft."""
+        method = self.head_method
+        return None if method is None else (self.model or "")[len(method) + 1 :]
 
     @property
     def fits_corpus(self) -> bool:

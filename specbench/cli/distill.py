@@ -52,8 +52,9 @@ Kind = Annotated[
     str,
     typer.Option(
         "--kind",
-        help="draft (a small model sharing the tokenizer) or eagle (an EAGLE head on the target's hidden states, in "
-        "vLLM's eagle layout: --draft eagle:<out>; docs/distill.md).",
+        help="draft (a small model sharing the tokenizer), eagle (an EAGLE head on the target's final hidden state, "
+        "vLLM's eagle layout: --draft eagle:<out>) or eagle3 (an EAGLE-3 head on three of its layers' outputs, "
+        "vLLM's eagle3 layout: --draft eagle3:<out>); docs/distill.md.",
     ),
 ]
 
@@ -113,7 +114,7 @@ def distill_command(
     if as_json:
         out.print_json(json.dumps(outcome.manifest, default=str))
     else:
-        out.print(outcome_line(outcome, out_path), highlight=False)
+        out.print(outcome_line(outcome, out_path, config.kind), highlight=False)
 
 
 def distill_with_progress(config) -> Outcome:
@@ -131,7 +132,7 @@ def distill_with_progress(config) -> Outcome:
         return run_distill(config, progress=on_event)
 
 
-def outcome_line(outcome, out_dir: Path) -> str:
+def outcome_line(outcome, out_dir: Path, kind: str = "eagle") -> str:
     if not outcome.finished:
         steps = outcome.manifest["steps"]
         return f"stopped at step {steps['done']} of {steps['total']} (checkpointed); rerun the same command to continue"
@@ -140,9 +141,9 @@ def outcome_line(outcome, out_dir: Path) -> str:
         agreement = checks["heldout_after_export"]["agreement_reply"]
         tasks = ", ".join(f"{t} {ev['agreement_reply']:.3f}" for t, ev in (checks.get("heldout_by_task") or {}).items())
         return (
-            f"eagle head: {out_dir}  (held-out top-1 agreement {agreement:.3f}{f': {tasks}' if tasks else ''}, "
+            f"{kind} head: {out_dir}  (held-out top-1 agreement {agreement:.3f}{f': {tasks}' if tasks else ''}, "
             f"α(γ={checks['speculative']['gamma']}) = {checks['speculative']['alpha']:.3f}; manifest.json; "
-            f"--draft eagle:{out_dir})"
+            f"--draft {kind}:{out_dir})"
         )
     return (
         f"draft: {out_dir}  (c = {checks['cost']['c']:.3f}, "

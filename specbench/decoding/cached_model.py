@@ -26,6 +26,15 @@ def cache_keyword(forward) -> str:
     return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
+def kept_hidden(states, layers: tuple[int, ...]) -> torch.Tensor:
+    """A pass's hidden states (transformers' tuple, batch 1) → what a draft reading them gets: the final one [k, H]
+    (the last entry is after the final norm, what the output layer reads) when `layers` is (), else those layers'
+    outputs side by side [k, len·H] (an EAGLE-3 head's features)."""
+    if not layers:
+        return states[-1][0]
+    return torch.cat([states[i][0] for i in layers], dim=-1)
+
+
 class CachedModel:
     """Wraps `model(...)` with a per-example KV cache; `length` counts the tokens it covers."""
 
@@ -45,7 +54,13 @@ class CachedModel:
         # decoder-only pass then appends its final hidden states [k, H] (after the last norm: what the output
         # layer reads); None (the default) asks transformers for nothing more
         self.hidden_log: list[torch.Tensor] | None = None
+        # which hidden states a logged pass keeps: () the final (an EAGLE head), or the outputs of these layers
+        # (transformers' hidden_states[i]) side by side, [k, len·H] (an EAGLE-3 head's fused features)
+        self.hidden_layers: tuple[int, ...] = ()
         self._can_trim_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+
+    def _kept_hidden(self, states) -> torch.Tensor:
+        return kept_hidden(states, self.hidden_layers)
 
     def set_timer(self, clock) -> None:
         """Profile each forward with `clock` (None: stop), into a fresh `forward_times` list."""
@@ -90,7 +105,7 @@ class CachedModel:
             self.backend.check_room(self.length, ids.shape[1])
             out = self.backend(ids.shape[1], input_ids=ids, use_cache=True, **{self._cache_kw: self._cache}, **extra)
             if self.hidden_log is not None:
-                self.hidden_log.append(out.hidden_states[-1][0])  # [k, H]: transformers ties the last to the normed
+                self.hidden_log.append(self._kept_hidden(out.hidden_states))
         logits = out.logits[0]
         if self.backend.reuses_outputs:
             logits = logits.clone()  # a CUDA graph's output buffer is overwritten by its next replay
@@ -162,7 +177,7 @@ class CachedModel:
             **({"output_hidden_states": True} if self.hidden_log is not None else {}),
         )
         if self.hidden_log is not None:
-            self.hidden_log.append(out.hidden_states[-1][0])  # [k, H]
+            self.hidden_log.append(self._kept_hidden(out.hidden_states))
         self.length += ids.shape[0]
         if self.timer:
             self.forward_times.append(self.timer.now() - t0)

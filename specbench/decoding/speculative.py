@@ -89,11 +89,12 @@ def hidden_kept(target: CachedModel, proposer: Proposer) -> Iterator[bool]:
     keep = reads_hidden(proposer)
     if keep:
         target.hidden_log = []
+        target.hidden_layers = tuple(getattr(proposer, "feature_layers", ()))  # an EAGLE-3 head's fused layers
     try:
         yield keep
     finally:
         if keep:
-            target.hidden_log = None
+            target.hidden_log, target.hidden_layers = None, ()
 
 
 def decode_speculative(

@@ -9,6 +9,10 @@ and for an on-policy document also over its task's shared prompt prefix (whose h
 holds), so it sees the whole prompt as it does when drafting; a reference or sampled document's own prompt has no
 hidden states in it (they are in the row's on-policy document), so there the head sees the reply only.
 
+An EAGLE-3 head (--kind eagle3, models/eagle3_head.py) reads, instead of h_t, the outputs of three target layers at t
+(the shards' features), fused by its fc; it is trained on the KL alone, through its own output layer (a copy of the
+target's at the start), as EAGLE-3 drops the feature regression.
+
 Held-out top-1 agreement is the distilled draft's measure at the same positions (on-policy reply positions): does the
 head's argmax for token t+1 (here from h_{t-1} and token t) equal the target's. It is the first drafted token's
 greedy-α proxy, the one every later drafted token builds on. Batches come from the same `Schedule` as the draft's, so
@@ -18,6 +22,7 @@ a resumed run retraces the uninterrupted one, and checkpoints are the draft's (`
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -90,19 +95,26 @@ class EagleTrainer:
             raise SpecbenchError("the teacher data holds no hidden states; delete DIR/work/teacher and rerun")
         if not isinstance(preset, EaglePreset):
             raise SpecbenchError(f"preset {preset.name} is not an eagle preset")
-        self.head, self.preset, self.data = head, preset, data
+        self.head: Any = head  # an EagleHead or an Eagle3Head (torch types Module attributes Tensor | Module)
+        self.preset, self.data = preset, data
         model = target.model
         model.requires_grad_(False)  # frozen: no gradient into the target's embedding or output layer
-        self.embed, self.lm_head = model.get_input_embeddings(), model.get_output_embeddings()
+        self.embed = model.get_input_embeddings()
+        self.fused = hasattr(head, "fuse")  # an EAGLE-3 head: fused features in, its own output layer out
+        self.lm_head: Any = self.head.lm_head if self.fused else model.get_output_embeddings()
         self.device = target.device
         self.prefixes = prefix_docs(data)
 
-    def _forward(self, b: EagleBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """→ (the head's outputs at the real positions [M, H], the target hidden states there [M, H] float32)."""
+    def _forward(self, b: EagleBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """→ (what the output layer reads at the real positions [M, H], the target hidden states there [M, H] float32;
+        None for an EAGLE-3 head, whose features are not what it predicts)."""
         dev, hidden = self.device, self.data.hidden
         assert hidden is not None  # checked in __init__
-        h_in = hidden[b.src].to(dev).float() * b.mask[..., None].to(dev)  # [B, L, H]
+        h_in = hidden[b.src].to(dev).float() * b.mask[..., None].to(dev)  # [B, L, H] (EAGLE-3: [B, L, 3H])
         emb = self.embed(b.ids.to(dev)).float()
+        if self.fused:
+            out, _ = self.head(emb, self.head.fuse(h_in), b.pos.to(dev), pad=b.mask.to(dev))  # the normed output
+            return out[b.rows.to(dev), b.cols.to(dev)], None
         out = self.head(emb, h_in, b.pos.to(dev), attention_mask=b.mask.to(dev))  # [B, L, H]
         return out[b.rows.to(dev), b.cols.to(dev)], hidden[b.target].to(dev).float()
 
@@ -117,9 +129,10 @@ class EagleTrainer:
         f, h_next = self._forward(b)
         idx = data.topk_idx[b.target].to(self.device)
         logp = data.topk_logp[b.target].to(self.device)
-        reg = torch.nn.functional.smooth_l1_loss(f, h_next)
+        reg = torch.nn.functional.smooth_l1_loss(f, h_next) if h_next is not None else torch.zeros(())
         w = p.kl_weight
-        (p.reg_weight * reg).backward(retain_graph=True)
+        if h_next is not None:
+            (p.reg_weight * reg).backward(retain_graph=True)
         f_w = f * w + f.detach() * (1 - w)  # f's value, its gradient scaled by w (kl_loss backpropagates it)
         kl, argmax, _ = kl_loss(self.lm_head, f_w, idx, logp, backward=True)
         torch.nn.utils.clip_grad_norm_(self.head.parameters(), 1.0)
@@ -146,7 +159,11 @@ class EagleTrainer:
                 idx = data.topk_idx[b.target].to(self.device)
                 _, argmax, kls = kl_loss(self.lm_head, f, idx, data.topk_logp[b.target].to(self.device), False)
                 hit, reply = (argmax == idx[:, 0]).float(), b.reply.to(self.device)
-                reg = torch.nn.functional.smooth_l1_loss(f, h_next, reduction="none").mean(-1)
+                reg = (
+                    torch.nn.functional.smooth_l1_loss(f, h_next, reduction="none").mean(-1)
+                    if h_next is not None
+                    else torch.full_like(hit, float("nan"))
+                )
                 sums["agree"] += float(hit.sum())
                 sums["kl"] += float(kls.sum())
                 sums["reg"] += float(reg.sum())
@@ -195,10 +212,14 @@ def make_head_optimizer(head: torch.nn.Module, preset: DistillPreset) -> torch.o
 
 
 def new_eagle_head(target, seed: int, preset: DistillPreset) -> torch.nn.Module:
-    """A fresh head for the target, as deep as the preset says (its body's 1-row embedding stub frozen: it is never
-    read)."""
+    """A fresh head for the target: an EAGLE-3 head for a fused-features preset, else an EAGLE head as deep as the
+    preset says (its body's 1-row embedding stub frozen: it is never read)."""
     from specbench.models.eagle_head import new_head
 
+    if isinstance(preset, EaglePreset) and preset.features == "fused":
+        from specbench.models.eagle3_head import new_eagle3_head
+
+        return new_eagle3_head(target.model, seed)
     head = new_head(target.model, seed, getattr(preset, "head_layers", 1))
     head.body.embed_tokens.requires_grad_(False)
     return head

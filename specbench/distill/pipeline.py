@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from specbench.distill.save_draft import build_manifest, export_draft, final_checks
-from specbench.distill.settings import WORK, DistillConfig, Event, Progress
+from specbench.distill.settings import HEAD_KINDS, WORK, DistillConfig, Event, Progress
 from specbench.distill.shards import TeacherData, load_teacher_data
 from specbench.distill.teacher import build_teacher_data
 from specbench.distill.training import (
@@ -159,7 +159,7 @@ class TrainingRun:
         self.heldout_docs = torch.nonzero(data.heldout).view(-1).tolist()
         self.pad_id = target.pad_id
         self.trainer: EagleTrainer | None = None  # --kind eagle: the head's loss and evaluation (eagle_training.py)
-        if cfg.kind == "eagle":
+        if cfg.kind in HEAD_KINDS:
             from specbench.distill.eagle_training import EagleTrainer, make_head_optimizer, new_eagle_head
 
             self.model = new_eagle_head(target, cfg.seed, p).to(self.device)
@@ -278,7 +278,7 @@ def _export_and_check(run: TrainingRun, progress: Progress, t_start: float) -> O
     """Export the trained draft, measure it, and write the "done" manifest."""
     cfg = run.cfg
     progress(Event("export", 0, 1, "saving and checking the draft"))
-    if cfg.kind == "eagle":  # vLLM's eagle layout, reloaded as --draft eagle:<out> (save_head.py)
+    if cfg.kind in HEAD_KINDS:  # vLLM's eagle/eagle3 layout, reloaded as --draft <kind>:<out> (save_head.py)
         from specbench.distill.save_head import export_head, head_checks
 
         export_head(run.model, cfg.out, cfg.preset.save_dtype)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specbench.distill.settings import DistillConfig, DistillPreset
+from specbench.distill.settings import HEAD_KINDS, DistillConfig, DistillPreset
 from specbench.errors import SpecbenchError
 
 
@@ -206,6 +206,19 @@ def make_plan(cfg: DistillConfig, target) -> Plan:
             for s, (tr, he) in zip(specs, rows_by_task)
         },
     }
-    if cfg.kind == "eagle":  # the shards also hold hidden states: never mixed with a draft's (whose plan is as before)
+    # the shards also hold hidden states: never mixed with a draft's (whose plan is as before)
+    if cfg.kind in HEAD_KINDS:
         record["hidden_states"] = "float16"
+    if feature_layers(cfg, target):  # an EAGLE-3 head's fused layers (an EAGLE head's plan is as before)
+        record["feature_layers"] = list(feature_layers(cfg, target))
     return Plan([s.name for s in specs], jobs, prefixes, record)
+
+
+def feature_layers(cfg: DistillConfig, target) -> tuple[int, ...]:
+    """The target layers whose outputs the teacher keeps for an EAGLE-3 head (--kind eagle3: vLLM's default three,
+    models/eagle3_head.py); () for every other kind (an EAGLE head keeps the final hidden state)."""
+    if cfg.kind != "eagle3":
+        return ()
+    from specbench.models.eagle3_head import default_aux_layers
+
+    return default_aux_layers(int(target.model.config.num_hidden_layers))

@@ -201,6 +201,16 @@ def build_manifest(
 
 def _model_section(cfg: DistillConfig, model) -> dict:
     p = cfg.preset
+    if cfg.kind == "eagle3":  # models/eagle3_head.py
+        tensors = model.head_tensors()
+        return {
+            "architecture": "EAGLE-3 head, vLLM's eagle3 layout: fc [H, 3H] over the target layers "
+            f"{list(model.aux_layers)}, one decoder layer reading 2H, its own norm and output layer",
+            "hidden": int(tensors["fc.weight"].shape[0]),
+            "n_params": sum(v.numel() for v in tensors.values()),
+            "saved_dtype": p.save_dtype,
+            "loss": {"kl_weight": p.kl_weight},  # type: ignore[attr-defined]  # EaglePreset
+        }
     if cfg.kind == "eagle":  # the head's shape is the target's (models/eagle_head.py)
         tensors = model.head_tensors()
         return {

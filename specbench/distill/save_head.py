@@ -1,5 +1,6 @@
-"""Stage 3 for `--kind eagle`: the head is written in vLLM's eagle layout (models/eagle_layout.py: config.json and
-model.safetensors, nothing else; the target's embedding and output layer are shared), reloaded through the same
+"""Stage 3 for `--kind eagle` (and eagle3): the head is written in vLLM's eagle layout (models/eagle_layout.py:
+config.json and model.safetensors, nothing else; the target's embedding and output layer are shared; an EAGLE-3 head
+in vLLM's eagle3 layout, models/eagle3_head.py, with its own output layer), reloaded through the same
 loader `--draft eagle:<folder>` uses, evaluated again on the held-out documents, and run in decode_speculative on
 held-out prompts (α at T = 0). manifest.json beside it says how it was made (pipeline.py writes it).
 """
@@ -21,12 +22,16 @@ from specbench.files import replacing
 def export_head(head: torch.nn.Module, out: Path, dtype: str) -> None:
     """config.json and model.safetensors in `dtype`, built whole under work/ and renamed file by file into `out`."""
     from specbench.models import TORCH_DTYPES
+    from specbench.models.eagle3_head import Eagle3Head, save_eagle3_head
     from specbench.models.eagle_head import save_head
 
     staging = out / WORK / "export"
     shutil.rmtree(staging, ignore_errors=True)  # what an interrupted export left
     with replacing(staging) as folder:
-        save_head(head, folder, TORCH_DTYPES[dtype])  # type: ignore[arg-type]  # an EagleHead
+        if isinstance(head, Eagle3Head):
+            save_eagle3_head(head, folder, TORCH_DTYPES[dtype])
+        else:
+            save_head(head, folder, TORCH_DTYPES[dtype])  # type: ignore[arg-type]  # an EagleHead
         for f in sorted(folder.iterdir()):
             with replacing(out / f.name) as tmp:
                 os.replace(f, tmp)
@@ -39,9 +44,10 @@ def head_checks(cfg: DistillConfig, target, data: TeacherData, heldout_docs: lis
     from specbench.distill.eagle_training import EagleTrainer, pooled_evaluation
     from specbench.run_specs import parse_draft
 
-    spec = parse_draft(f"eagle:{cfg.out}")
+    spec = parse_draft(f"{cfg.kind}:{cfg.out}")
     draft = make_proposer(spec, target)  # the loader and checks `specbench run --draft eagle:<out>` uses
-    trainer = EagleTrainer(draft.head, target, cfg.preset, data)
+    head = draft.head.head if cfg.kind == "eagle3" else draft.head  # an EAGLE-3 head runs inside its Eagle3Runner
+    trainer = EagleTrainer(head, target, cfg.preset, data)
     names = list((index.get("plan") or {}).get("tasks") or [])
     by_task = {  # the tasks differ (a translation's next token vs a summary's copied phrase): each its own figure
         (names[t] if t < len(names) else str(t)): trainer.evaluate([d for d in heldout_docs if int(data.task[d]) == t])
@@ -57,5 +63,5 @@ def head_checks(cfg: DistillConfig, target, data: TeacherData, heldout_docs: lis
         "cost": None,  # not measured here: `specbench run --draft eagle:<out>` times the draft (draft_s)
         "speculative": spec_check,
         "model_bytes": (cfg.out / "model.safetensors").stat().st_size,
-        "n_params": sum(v.numel() for v in draft.head.head_tensors().values()),
+        "n_params": sum(v.numel() for v in head.head_tensors().values()),
     }

@@ -126,7 +126,10 @@ PRESETS: dict[str, DistillPreset] = {
 }
 
 
-KINDS = ("draft", "eagle")  # --kind: a small draft model, or an EAGLE head on the target's hidden states
+# --kind: a small draft model, an EAGLE head on the target's final hidden state, or an EAGLE-3 head on three of its
+# layers' outputs fused (models/eagle3_head.py)
+KINDS = ("draft", "eagle", "eagle3")
+HEAD_KINDS = ("eagle", "eagle3")  # the kinds that train a head on the target's own features
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,9 @@ class EaglePreset(DistillPreset):
     head_layers: int = 1  # decoder layers in the head (EAGLE: 1; vLLM's eagle method builds any number)
     reg_weight: float = 1.0  # smooth-L1 regression of the next position's hidden state (EAGLE's feature loss)
     kl_weight: float = 0.1  # KL(teacher top-k || lm_head(predicted hidden)) (EAGLE's classification loss weight)
+    # "final": EAGLE-1 (vLLM's eagle) on the final hidden state; "fused": EAGLE-3 (vLLM's eagle3) on three layers'
+    # outputs, trained on the KL alone through its own output layer (reg_weight and head_layers unused)
+    features: str = "final"
 
 
 _NO_DRAFT = {"layers": 0, "hidden": 0, "intermediate": 0, "heads": 0, "kv_heads": 0, "svd_init": False}
@@ -158,11 +164,17 @@ EAGLE_PRESETS: dict[str, EaglePreset] = {
     ),
 }
 
+# The same data and schedules with EAGLE-3's fused features (vLLM's eagle3 layout; --kind eagle3). KL weight 1.0: the
+# loss is the KL alone (EAGLE-3 drops the feature regression), so its weight only scales the learning rate's effect.
+EAGLE3_PRESETS: dict[str, EaglePreset] = {
+    name: dataclasses.replace(p, features="fused", reg_weight=0.0, kl_weight=1.0) for name, p in EAGLE_PRESETS.items()
+}
+
 
 def get_preset(name: str, kind: str = "draft") -> DistillPreset:
     if kind not in KINDS:
         raise SpecbenchError(f"unknown distill kind {kind!r}; use one of {', '.join(KINDS)}")
-    presets: Mapping[str, DistillPreset] = EAGLE_PRESETS if kind == "eagle" else PRESETS
+    presets: Mapping[str, DistillPreset] = {"eagle": EAGLE_PRESETS, "eagle3": EAGLE3_PRESETS}.get(kind, PRESETS)
     if name not in presets:
         raise SpecbenchError(f"unknown distill preset {name!r}; use one of {', '.join(presets)}")
     return presets[name]
@@ -184,8 +196,10 @@ class DistillConfig:
 
     @property
     def kind(self) -> str:
-        """ "draft" (a small LlamaForCausalLM) or "eagle" (an EAGLE head: distill/eagle_training.py): the preset's."""
-        return "eagle" if isinstance(self.preset, EaglePreset) else "draft"
+        """ "draft" (a small LlamaForCausalLM), "eagle" or "eagle3" (a head: distill/eagle_training.py), by preset."""
+        if not isinstance(self.preset, EaglePreset):
+            return "draft"
+        return "eagle3" if self.preset.features == "fused" else "eagle"
 
     @property
     def total_steps(self) -> int:
@@ -204,7 +218,7 @@ class DistillConfig:
 
     def command(self) -> str:
         """The command line that rebuilds this draft from nothing."""
-        kind = " --kind eagle" if self.kind == "eagle" else ""  # the draft's command reads as before kinds existed
+        kind = f" --kind {self.kind}" if self.kind in HEAD_KINDS else ""  # a draft's reads as before kinds existed
         return (
             f"specbench distill{kind} --target {self.target} --out {self.out} --preset {self.preset.name} "
             f"--task {','.join(self.tasks)} --steps {self.total_steps} --seed {self.seed}"
@@ -218,7 +232,7 @@ class DistillConfig:
             "seed": self.seed,
             "preset": {k: v for k, v in dataclasses.asdict(self.preset).items() if k != "steps"},
         }
-        return key | ({"kind": "eagle"} if self.kind == "eagle" else {})  # a draft's key as before kinds existed
+        return key | ({"kind": self.kind} if self.kind in HEAD_KINDS else {})  # a draft's key as before kinds existed
 
 
 @dataclass

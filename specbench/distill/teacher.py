@@ -4,7 +4,8 @@ For every planned row (see `plan`), the chat-templated prompt, then (a) the targ
 continuation ("on-policy": exactly the tokens speculative decoding drafts at T = 0), (b) a T = 1
 sample from its own law (what sampled runs draft on) and (c) the human reference reply. Every
 position keeps the target's top-k log-probabilities and ids as a soft label (see `shards`), and for an
-EAGLE head (--kind eagle) also the hidden state the output layer read there (fp16).
+EAGLE head (--kind eagle) also the hidden state the output layer read there (fp16), for an EAGLE-3 head (--kind
+eagle3) the outputs of the three target layers it fuses instead (fp16, [3H] a position).
 
 Prompts of a task share a long chat-template prefix: it is run once and its KV cache is repeated
 over the batch, so per-row work starts at the example's own text. Prompts and references are scored
@@ -21,12 +22,13 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from specbench.decoding.cached_model import cache_keyword
-from specbench.distill.plan import Job, Plan, TeacherRow, make_plan
-from specbench.distill.settings import WORK, DistillConfig, Event, Progress
+from specbench.distill.plan import Job, Plan, TeacherRow, feature_layers, make_plan
+from specbench.distill.settings import HEAD_KINDS, WORK, DistillConfig, Event, Progress
 from specbench.distill.shards import KIND_ON_POLICY, KIND_PREFIX, KIND_REFERENCE, KIND_SAMPLED, Docs
 from specbench.errors import SpecbenchError
 from specbench.files import atomic_write_bytes, atomic_write_json, atomic_write_text, file_sha256
@@ -41,7 +43,7 @@ class Prompts:
     h_last: torch.Tensor  # [B, H] the target's hidden state there
     idx: torch.Tensor  # [n, k] labels of the rows' own prompt positions (after the prefix), row after row
     lp: torch.Tensor  # [n, k]
-    hid: torch.Tensor | None  # [n, H] fp16 hidden states beside idx (--kind eagle), else None
+    hid: torch.Tensor | None  # [n, F] fp16 features beside idx (--kind eagle: H, eagle3: 3H), else None
     bounds: list[int]  # row i's labels are idx[bounds[i]:bounds[i + 1]]; bounds[-1] = n
 
 
@@ -49,10 +51,20 @@ class Teacher:
     """The target, run batched with a shared-prefix KV cache, reduced to top-k soft labels."""
 
     def __init__(
-        self, model: torch.nn.Module, top_k: int, eos_ids: frozenset[int], pad_id: int, keep_hidden: bool = False
+        self,
+        model: torch.nn.Module,
+        top_k: int,
+        eos_ids: frozenset[int],
+        pad_id: int,
+        keep_hidden: bool = False,
+        feature_layers: tuple[int, ...] = (),
     ):
         self.model = model
-        self.keep_hidden = keep_hidden  # --kind eagle: labelled positions keep their hidden states
+        self.keep_hidden = keep_hidden  # --kind eagle/eagle3: labelled positions keep their features
+        # --kind eagle3: the layers whose outputs are kept (transformers' hidden_states[i]); () keeps the final state
+        self.feature_layers = tuple(feature_layers)
+        config: Any = model.config  # a transformers config (torch types Module attributes Tensor | Module)
+        self.width = int(config.hidden_size)
         self.base = model.base_model
         self.head = model.get_output_embeddings()  # type: ignore[operator]  # torch: Module attrs are Tensor | Module
         self.top_k = top_k
@@ -62,12 +74,22 @@ class Teacher:
         self._cache_kw = cache_keyword(self.base.forward)  # type: ignore[union-attr]  # torch: Module attrs are Tensor | Module
 
     def _hidden(self, ids: torch.Tensor, mask: torch.Tensor | None, pos: torch.Tensor | None, cache) -> torch.Tensor:
-        out = self.base(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **{self._cache_kw: cache})  # type: ignore[operator]  # torch: Module attrs are Tensor | Module
-        return out.last_hidden_state
+        """The final hidden state [.., H], with the kept layers' outputs after it along the last axis (--kind eagle3:
+        [.., H + 3H]), so every row selection below carries both; `labels` reads the first H, `feats` the rest."""
+        more = {"output_hidden_states": True} if self.feature_layers else {}
+        out = self.base(
+            input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **{self._cache_kw: cache}, **more
+        )  # type: ignore[operator]  # torch: Module attrs are Tensor | Module
+        if not self.feature_layers:
+            return out.last_hidden_state
+        return torch.cat([out.last_hidden_state, *(out.hidden_states[i] for i in self.feature_layers)], dim=-1)
 
     def feats(self, hidden: torch.Tensor) -> torch.Tensor | None:
-        """hidden [M, H] (what `labels` reads) → fp16 on the host for the shard, or None when not kept."""
-        return hidden.half().cpu() if self.keep_hidden else None
+        """hidden [M, H(+F)] (from `_hidden`) → the kept features in fp16 on the host for the shard (the final state,
+        or the fused layers' outputs), or None when not kept."""
+        if not self.keep_hidden:
+            return None
+        return (hidden[:, self.width :] if self.feature_layers else hidden).half().cpu()
 
     def labels(
         self,
@@ -80,7 +102,7 @@ class Teacher:
         in chunks; next is the argmax, except rows flagged in `sample` [M] bool, drawn from the full law."""
         ids, logps, nxt = [], [], []
         for c in range(0, hidden.shape[0], chunk):
-            logits = self.head(hidden[c : c + chunk]).float()  # [m, V]
+            logits = self.head(hidden[c : c + chunk, : self.width]).float()  # [m, V]
             vals, idx = logits.topk(self.top_k, dim=-1)
             logps.append((vals - logits.logsumexp(-1, keepdim=True)).half())
             ids.append(idx.int())
@@ -311,7 +333,14 @@ def _open_index(folder: Path, plan: Plan) -> dict:
 def _run_missing_jobs(cfg: DistillConfig, target, plan: Plan, folder: Path, index: dict, progress: Progress) -> None:
     """Run every job whose shard is not on disk; each shard, then the index, is written as soon as it is done."""
     p = cfg.preset
-    teacher = Teacher(target.model, p.top_k, target.eos_ids, target.pad_id, keep_hidden=cfg.kind == "eagle")
+    teacher = Teacher(
+        target.model,
+        p.top_k,
+        target.eos_ids,
+        target.pad_id,
+        keep_hidden=cfg.kind in HEAD_KINDS,
+        feature_layers=feature_layers(cfg, target),
+    )
     jobs = plan.jobs
     todo = [j for j in jobs if not _shard_ok(folder, index["shards"].get(str(j.index)))]
     done = len(jobs) - len(todo)

@@ -24,7 +24,7 @@ import torch
 from specbench.config import SamplingConfig
 from specbench.decoding.accept import accepted_count, residual, verify_sampling, verify_tree_sampling
 from specbench.decoding.base import Proposer
-from specbench.decoding.cached_model import CachedModel
+from specbench.decoding.cached_model import CachedModel, kept_hidden
 from specbench.decoding.sampling import processed_probs, sample
 from specbench.decoding.speculative import reads_hidden
 from specbench.decoding.tree import TokenTree
@@ -85,11 +85,13 @@ def tree_logits(model: torch.nn.Module, context: list[int], nodes: list[int], tr
 @torch.inference_mode()
 def feed_hidden(model: torch.nn.Module, proposer: Proposer, tokens: list[int], max_new: int) -> None:
     """A draft that reads the target's hidden states (base.ReadsHidden: an EAGLE head) proposes from any state: it
-    begins afresh and gets the target's final hidden states of tokens[:-1] from one plain pass, as the loop would
-    have handed them over. Decoder-only torch targets only (the draft's factory refuses others)."""
+    begins afresh and gets the target's final hidden states of tokens[:-1] (an EAGLE-3 head: its layers' outputs) from
+    one plain pass, as the loop would have handed them over. Decoder-only torch targets only (the draft's factory
+    refuses others)."""
     proposer.begin(list(tokens), max_new)
     ids = torch.tensor([tokens[:-1]], device=model_device(model))
-    proposer.observe_hidden(model(input_ids=ids, output_hidden_states=True).hidden_states[-1][0])  # type: ignore[attr-defined]  # ReadsHidden
+    states = model(input_ids=ids, output_hidden_states=True).hidden_states
+    proposer.observe_hidden(kept_hidden(states, tuple(getattr(proposer, "feature_layers", ()))))  # type: ignore[attr-defined]  # ReadsHidden
 
 
 def sample_steps(

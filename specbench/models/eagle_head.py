@@ -107,17 +107,20 @@ class EagleHead(torch.nn.Module):
 
 def new_head(target_model: torch.nn.Module, seed: int, layers: int = 1) -> EagleHead:
     """A fresh head with `layers` decoder layers for a Llama target, in float32."""
+    torch.manual_seed(seed)
+    return EagleHead(head_config(llama_target_config(target_model), layers))
+
+
+def llama_target_config(target_model: torch.nn.Module) -> dict:
+    """A Llama target's config as the dict a head's config.json starts from (any other architecture: one line)."""
     model_type = getattr(target_model.config, "model_type", None)
     if model_type != "llama":
         raise UsageError(
-            f"an EAGLE head is one Llama decoder layer over a Llama target's hidden states (vLLM's eagle method); "
-            f"the target is a {model_type} model: use a Llama-architecture target"
+            f"an EAGLE head is a Llama decoder layer over a Llama target's hidden states (vLLM's eagle and eagle3 "
+            f"methods); the target is a {model_type} model: use a Llama-architecture target"
         )
-    torch.manual_seed(seed)
     config: Any = target_model.config  # a transformers config (torch types Module attributes Tensor | Module)
-    return EagleHead(
-        head_config(config.to_diff_dict() if hasattr(config, "to_diff_dict") else config.to_dict(), layers)
-    )
+    return config.to_diff_dict() if hasattr(config, "to_diff_dict") else config.to_dict()
 
 
 def save_head(head: EagleHead, folder: Path, dtype: torch.dtype) -> None:

@@ -72,3 +72,15 @@ def check_head_matches(config: dict, hidden_size: int, vocab_size: int, text: st
                 f"--draft {text}: the head's {name} is {config.get(name)} but the target's is {want}; "
                 f"use a head distilled for this target (specbench distill --kind eagle --target <it>)"
             )
+
+
+EAGLE3_ARCH = "LlamaForCausalLMEagle3"  # vLLM's architecture name for an EAGLE-3 head (models/eagle3_head.py)
+
+
+def check_head_method(config: dict, method: str, text: str) -> None:
+    """`eagle:` names an EAGLE head, `eagle3:` an EAGLE-3 one (vLLM runs them as different methods): a folder of the
+    other kind is one line naming the prefix that fits."""
+    is_eagle3 = EAGLE3_ARCH in (config.get("architectures") or [])
+    if is_eagle3 != (method == "eagle3"):
+        fits, folder = ("eagle3", "an EAGLE-3") if is_eagle3 else ("eagle", "an EAGLE-1")
+        raise UsageError(f"--draft {text}: the folder holds {folder} head; pass it as --draft {fits}:<folder>")

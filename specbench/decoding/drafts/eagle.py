@@ -8,10 +8,15 @@ from the last proposal go, as vLLM's proposer drops them), runs the head over th
 token t+1 ⊕ the target's h_t) in one pass, then chains: the law of the next token is the target's lm_head on the
 head's output, and the head's output is the next position's hidden state. It samples from exactly the processed law
 it reports, so T > 0 rejection sampling stays exact. Batch 1 only (config.py refuses batches).
+
+`--draft eagle3:<folder>` (an EAGLE-3 head, models/eagle3_head.py; vLLM's `eagle3`) runs the same way: the loop keeps
+the outputs of the head's three target layers instead of the final state, the head's fc fuses them (the target's
+only), its own output before its final norm chains, and its own output layer gives the law.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -27,8 +32,19 @@ class EagleDraft:
 
     is_model = True  # it runs a network; its cost is measured in draft_s (no CachedModel to calibrate: c unpriced)
 
-    def __init__(self, head: torch.nn.Module, embed: torch.nn.Module, lm_head: torch.nn.Module, name: str):
+    def __init__(
+        self,
+        head: torch.nn.Module,
+        embed: torch.nn.Module,
+        lm_head: Callable[[torch.Tensor], torch.Tensor],
+        name: str,
+        fuse: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        feature_layers: tuple[int, ...] = (),
+    ):
         self.head, self.embed, self.lm_head, self.name = head, embed, lm_head, name
+        # an EAGLE-3 head: the target layers whose outputs it reads (the loop keeps those, side by side) and the fc
+        # that fuses them, applied to the target's features only (its own outputs chain as they are)
+        self.fuse, self.feature_layers = fuse, tuple(feature_layers)
         self.device = next(head.parameters()).device
         self._cache: Any = None  # a transformers DynamicCache, made by begin()
         self._fed = 0  # head positions computed from the target's real hidden states
@@ -37,7 +53,8 @@ class EagleDraft:
     def begin(self, prompt_ids: list[int], max_new_tokens: int) -> None:
         from transformers import DynamicCache
 
-        self._cache = DynamicCache()
+        new_cache = getattr(self.head, "new_cache", None)  # an EAGLE-3 head keeps its own; transformers' otherwise
+        self._cache = new_cache() if new_cache is not None else DynamicCache()
         self._fed = 0
         self._pending = []
 
@@ -77,7 +94,10 @@ class EagleDraft:
         if extra > 0:
             self._cache.crop(-extra)
         ids = torch.tensor(tokens[self._fed + 1 :], device=self.device)
-        feat = self._step(ids, hidden.to(self.device), self._fed)[-1:]  # [1, H]: predicts h at the newest position
+        hidden = hidden.to(self.device)
+        if self.fuse is not None:
+            hidden = self.fuse(hidden.to(next(self.head.parameters()).dtype))
+        feat = self._step(ids, hidden, self._fed)[-1:]  # [1, H]: predicts h at the newest position
         self._fed = len(tokens) - 1
         drafted: list[torch.Tensor] = []
         laws: list[torch.Tensor] = []  # the q rows at T > 0 (draft_token appends them)

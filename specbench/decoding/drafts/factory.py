@@ -103,7 +103,9 @@ def eagle_draft(spec: DraftSpec, target: LoadedModel, backend: str):
 
     folder = spec.eagle_head or ""
     if not folder:
-        raise UsageError(f"--draft {spec.text}: eagle needs its head's folder, e.g. eagle:/path/to/head")
+        raise UsageError(
+            f"--draft {spec.text}: {spec.head_method} needs its head's folder, e.g. {spec.head_method}:/path/to/head"
+        )
     model = target.model
     if not isinstance(model, torch.nn.Module) or target.is_seq2seq:
         raise UsageError(
@@ -117,10 +119,17 @@ def eagle_draft(spec: DraftSpec, target: LoadedModel, backend: str):
         )
     config = model.config
     hidden = int(getattr(config, "hidden_size", 0))
-    head = load_head(folder, spec.text, hidden, target.vocab_size, target.device, target.dtype)
     hf: Any = model  # a transformers model (torch types Module attributes Tensor | Module)
-    embed, lm_head = hf.get_input_embeddings(), hf.get_output_embeddings()
-    return EagleDraft(head, embed, lm_head, spec.text)
+    embed = hf.get_input_embeddings()
+    if spec.head_method == "eagle3":
+        from specbench.models.eagle3_head import Eagle3Runner, read_eagle3_head
+
+        layers = int(getattr(config, "num_hidden_layers", 0))
+        runner = Eagle3Runner(read_eagle3_head(folder, spec.text, hidden, target.vocab_size, layers))
+        runner = runner.to(target.device, target.dtype).eval()
+        return EagleDraft(runner, embed, runner.out_layer, spec.text, runner.fuse, runner.head.aux_layers)
+    head = load_head(folder, spec.text, hidden, target.vocab_size, target.device, target.dtype)
+    return EagleDraft(head, embed, hf.get_output_embeddings(), spec.text)
 
 
 def draft_rows() -> list[dict]:

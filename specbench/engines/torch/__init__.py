@@ -12,15 +12,15 @@ from specbench.errors import SpecbenchError
 def torch_rules(config: RunConfig) -> None:
     """Beyond the capabilities, specbench's loop runs every option RunConfig accepts; an EAGLE head's folder
     (`--draft eagle:<folder>`) is checked here, before any model loads."""
-    folder = config.draft.eagle_head
+    folder, method = config.draft.eagle_head, config.draft.head_method
     if folder is not None:
-        from specbench.models.eagle_layout import read_head_config
+        from specbench.models.eagle_layout import check_head_method, read_head_config
 
         if not folder:
             raise SpecbenchError(
-                f"--draft {config.draft.text}: eagle needs its head's folder, e.g. eagle:/path/to/head"
+                f"--draft {config.draft.text}: {method} needs its head's folder, e.g. {method}:/path/to/head"
             )
-        read_head_config(folder, config.draft.text)
+        check_head_method(read_head_config(folder, config.draft.text), method or "eagle", config.draft.text)
         if config.batch_size > 1:
             raise SpecbenchError(f"--draft {config.draft.text} drafts one sequence at a time; use --batch-size 1")
 

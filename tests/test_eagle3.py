@@ -1,0 +1,305 @@
+"""An EAGLE-3 head (issue 43): `specbench distill --kind eagle3` on a tiny random Llama target (the teacher keeps the
+fused layers' outputs, training, vLLM's eagle3 layout), `--draft eagle3:<folder>` in specbench's loop (each proposal
+is the head's own prediction from the target's layer outputs, greedy identity, the target's law at T > 0, one-line
+refusals), and, where `make setup-vllm` has been run, the same folder in vLLM's eagle3 method accepting what
+specbench's loop accepts, step by step."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import sharpen
+from helpers import CORPUS, save_tiny
+from safetensors.torch import load_file
+from transformers import LlamaForCausalLM
+from typer.testing import CliRunner
+
+from specbench.cli import app
+from specbench.config import SamplingConfig
+from specbench.decoding.autoregressive import decode_autoregressive
+from specbench.decoding.cached_model import CachedModel
+from specbench.decoding.drafts.eagle import EagleDraft
+from specbench.decoding.drafts.factory import make_proposer
+from specbench.decoding.speculative import decode_speculative
+from specbench.distill import get_preset
+from specbench.distill.shards import KIND_ON_POLICY, load_teacher_data
+from specbench.engines.vllm.heads import check_head
+from specbench.evidence.sequence_law import sequence_checks
+from specbench.models import load_model
+from specbench.models.eagle3_head import default_aux_layers, new_eagle3_head, save_eagle3_head
+from specbench.run_specs import parse_draft
+
+VLLM_PYTHON = Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python"
+needs_vllm = pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="no .venv-vllm: run `make setup-vllm`")
+WORDS = sorted({w for line in CORPUS for w in line.split()})
+PREFIX = "a small draft model proposes"
+ROWS = [
+    {
+        "id": f"r{i}",
+        "prompt": f"{PREFIX} " + " ".join(WORDS[(i * 7 + j * 3 + j * j) % len(WORDS)] for j in range(4 + i % 5)),
+        "reference": " ".join(WORDS[((i + 3) * 7 + j * 3 + j * j) % len(WORDS)] for j in range(3 + i % 4)),
+    }
+    for i in range(24)
+]
+
+
+def invoke(*args, catch: bool = False):
+    return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=catch)
+
+
+def distill_args(target: str, task_file: str, out) -> list:
+    return ["distill", "--kind", "eagle3", "--target", target, "--out", out, "--preset", "small", "--task", task_file]
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory) -> str:
+    folder = save_tiny(tmp_path_factory.mktemp("eagle3-target") / "t", 0)
+    model = LlamaForCausalLM.from_pretrained(folder)
+    sharpen(model, 20.0)  # peaked laws, like a trained model's
+    model.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def task_file(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("eagle3-task") / "toy.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def trained(target, task_file, tmp_path_factory):
+    out = tmp_path_factory.mktemp("eagle3") / "head"
+    result = invoke(*distill_args(target, task_file, out), "--device", "cpu", "--steps", 40, "--json")
+    assert result.exit_code == 0, result.output
+    return out, json.loads(result.stdout)
+
+
+def random_head(target: str, folder: Path) -> str:
+    """An untrained EAGLE-3 head in the same layout: the negative control of the learning checks."""
+    t = load_model(target, device="cpu")
+    save_eagle3_head(new_eagle3_head(t.model, seed=1), folder, torch.float32)
+    return str(folder)
+
+
+def teacher_data(out: Path):
+    index = json.loads((out / "work" / "teacher" / "index.json").read_text())
+    shards = [index["shards"][k] for k in sorted(index["shards"], key=int)]
+    return load_teacher_data({"folder": str(out / "work" / "teacher"), "shards": shards})
+
+
+def test_the_feature_layers_are_vllms_default_and_distinct_in_layer_order():
+    assert default_aux_layers(30) == (2, 15, 27)  # SmolLM2-135M: vLLM's (2, L // 2, L - 3)
+    assert default_aux_layers(32) == (2, 16, 29)
+    assert default_aux_layers(2) == (0, 1) and default_aux_layers(4) == (1, 2, 3)  # too shallow: the last inputs
+    assert all(list(default_aux_layers(n)) == sorted(set(default_aux_layers(n))) for n in range(1, 64))
+    assert all(max(default_aux_layers(n)) < n for n in range(1, 64))  # never L: transformers' L is after the norm
+
+
+def test_cli_writes_vllms_eagle3_layout_and_a_manifest(trained, target):
+    out, manifest = trained
+    assert manifest["status"] == "done" and manifest["command"].startswith("specbench distill --kind eagle3 ")
+    assert manifest["training"]["loss_curve"][-1][1] < manifest["training"]["loss_curve"][0][1]
+    t_config = json.loads((Path(target) / "config.json").read_text())
+    config = json.loads((out / "config.json").read_text())
+    H, V = t_config["hidden_size"], t_config["vocab_size"]
+    assert config["architectures"] == ["LlamaForCausalLMEagle3"] and config["num_hidden_layers"] == 1
+    assert config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [0, 1] and config["draft_vocab_size"] == V
+    w = load_file(str(out / "model.safetensors"))
+    assert w["fc.weight"].shape == (H, 2 * H)  # two layers' outputs fused (a 2-layer target)
+    assert w["midlayer.self_attn.q_proj.weight"].shape[1] == 2 * H  # attention reads embedding ⊕ fused state
+    assert w["lm_head.weight"].shape == (V, H) and w["norm.weight"].shape == (H,)
+    assert "midlayer.hidden_norm.weight" in w and "midlayer.input_layernorm.weight" in w
+    assert not any(k.startswith("rotary") or k.startswith("layers.") for k in w)
+    check_head("eagle3", str(out), 3, f"eagle3:{out}")  # what --engine vllm checks before its worker loads
+
+
+def test_the_teacher_keeps_the_fused_layers_outputs_at_every_label(trained, target):
+    out, _ = trained
+    data = teacher_data(out)
+    t = load_model(target, device="cpu")
+    H = t.model.config.hidden_size
+    assert data.hidden is not None and data.hidden.shape == (data.topk_idx.shape[0], 2 * H)
+    checked = 0
+    for d in range(len(data.kind)):
+        if int(data.kind[d]) != KIND_ON_POLICY:
+            continue
+        s, n = int(data.doc_start[d]), int(data.doc_len[d])
+        with torch.no_grad():
+            hs = t.model(data.tokens[s : s + n].long()[None], output_hidden_states=True).hidden_states
+        ls, le = int(data.label_start[d]), int(data.label_end[d])
+        rows = slice(int(data.label_off[d]), int(data.label_off[d + 1]))
+        want = torch.cat([hs[0][0, ls:le], hs[1][0, ls:le]], dim=-1)
+        torch.testing.assert_close(data.hidden[rows].float(), want, atol=2e-2, rtol=1e-2)
+        torch.testing.assert_close(t.model.lm_head(hs[-1][0, ls:le]).argmax(-1), data.topk_idx[rows, 0].long())
+        checked += 1
+    assert checked == 15  # 12 training rows + 3 held-out rows
+
+
+def test_the_trained_head_agrees_with_the_target_more_than_an_untrained_one(trained, target, tmp_path):
+    from specbench.distill.eagle_training import EagleTrainer
+
+    out, manifest = trained
+    data = teacher_data(out)
+    t = load_model(target, device="cpu")
+    heldout = torch.nonzero(data.heldout).view(-1).tolist()
+    preset = get_preset("small", "eagle3")
+    fresh = make_proposer(parse_draft(f"eagle3:{random_head(target, tmp_path / 'fresh')}"), t)
+    untrained = EagleTrainer(fresh.head.head, t, preset, data).evaluate(heldout)
+    after = manifest["checks"]["heldout_after_export"]
+    assert after["agreement_reply"] > untrained["agreement_reply"] + 0.1, (after, untrained)
+    assert after["kl"] < untrained["kl"]
+
+
+def decode(t, proposer, prompt, gamma, sampling=SamplingConfig(), max_new=16):
+    return decode_speculative(
+        CachedModel(t.model),
+        proposer,
+        prompt,
+        gamma=gamma,
+        max_new_tokens=max_new,
+        sampling=sampling,
+        generator=None,
+        eos_ids=t.eos_ids,
+    )
+
+
+def offline_first_token(t, runner, tokens: list[int]) -> int:
+    """The head's first token after `tokens` from scratch: the target's layer outputs over tokens[:-1] in one pass,
+    fused, the head over every position at once (token t+1's embedding ⊕ g_t at position t), no cache."""
+    with torch.no_grad():
+        hs = t.model(torch.tensor([tokens[:-1]]), output_hidden_states=True).hidden_states
+        g = runner.fuse(torch.cat([hs[i] for i in runner.head.aux_layers], dim=-1))
+        emb = t.model.get_input_embeddings()(torch.tensor([tokens[1:]]))
+        out = runner(emb, g, torch.arange(len(tokens) - 1)[None])
+        return int(runner.out_layer(out[0, -1]).argmax())
+
+
+def first_tokens(t, draft, prompts) -> list[tuple[list[int], int]]:
+    """(the sequence, the first drafted token) of every proposal the loop asked `draft` for, greedy γ 3; each decode
+    is checked against plain decoding token for token."""
+    seen: list[tuple[list[int], int]] = []
+    propose = draft.propose
+
+    def spy(tokens, *args, **kw):
+        proposal = propose(tokens, *args, **kw)
+        seen.append((list(tokens), int(proposal.tokens[0])))
+        return proposal
+
+    draft.propose = spy
+    for prompt in prompts:
+        base = decode_autoregressive(
+            CachedModel(t.model),
+            prompt,
+            max_new_tokens=16,
+            sampling=SamplingConfig(),
+            generator=None,
+            eos_ids=t.eos_ids,
+        )
+        res = decode(t, draft, prompt, 3)
+        assert res.token_ids == base.token_ids and res.draft_calls == res.drafted
+    return seen
+
+
+def test_each_proposal_is_the_heads_own_prediction_and_greedy_output_is_the_targets(trained, target, monkeypatch):
+    """Every proposal's first token equals the head run from scratch on the target's layer outputs of the sequence so
+    far (the loop keeps the right layers, the draft fuses only the target's, crops its cache after rejections), and
+    the output is plain decoding's token for token; a hand-over off by one position (negative control) breaks the
+    first."""
+    out, _ = trained
+    t = load_model(target, device="cpu")
+    prompts = [t.tokenizer(r["prompt"])["input_ids"] for r in ROWS[4:8]]
+    draft = make_proposer(parse_draft(f"eagle3:{out}"), t)
+    assert isinstance(draft, EagleDraft) and draft.feature_layers == (0, 1)
+    seen = first_tokens(t, draft, prompts)
+    assert len(seen) > len(prompts)
+    assert [offline_first_token(t, draft.head, tokens) for tokens, _ in seen] == [first for _, first in seen]
+
+    observe = EagleDraft.observe_hidden
+    monkeypatch.setattr(EagleDraft, "observe_hidden", lambda self, h: observe(self, h.roll(1, 0)))
+    broken = make_proposer(parse_draft(f"eagle3:{out}"), t)
+    seen = first_tokens(t, broken, prompts)
+    assert [offline_first_token(t, broken.head, tokens) for tokens, _ in seen] != [first for _, first in seen]
+
+
+def test_sampled_output_keeps_the_targets_law(trained, target):
+    """T = 1, top-k 3: three tokens of speculative runs against the target's exact law (G-test, power ≥ 0.8 against a
+    total variation of 0.1)."""
+    out, _ = trained
+    t = load_model(target, device="cpu")
+    prompt = t.tokenizer(ROWS[9]["prompt"])["input_ids"]
+    sampling = SamplingConfig(temperature=1.0, top_k=3)
+
+    def factory():
+        return make_proposer(parse_draft(f"eagle3:{out}"), t)
+
+    kw = dict(gammas=(2,), n_samples=1100, length=3, eos_ids=t.eos_ids, alt_tv=0.1)
+    checks = {c.name: c for c in sequence_checks(t.model, factory, prompt, sampling, **kw)}
+    exact = checks["sequence/γ=2/exact"]
+    assert exact.passed and exact.power >= 0.8, exact
+
+
+def test_a_head_of_the_other_kind_or_shape_is_one_line_exit_2(trained, target, task_file, tmp_path):
+    from tiny_heads import save_head as save_random_head
+
+    out, _ = trained
+    eagle1 = save_random_head(tmp_path / "e1", target, "eagle")
+    other = save_tiny(tmp_path / "other", 1, hidden=64)
+    cases = {
+        f"eagle:{out}": "pass it as --draft eagle3:<folder>",
+        f"eagle3:{eagle1}": "pass it as --draft eagle:<folder>",
+        f"eagle3:{save_random_head(tmp_path / 'h64', other, 'eagle3')}": "the head's hidden_size is 64",
+        "eagle3:": "eagle3 needs its head's folder",
+    }
+    for draft, message in cases.items():
+        args = ["run", "--target", target, "--draft", draft, "--task", task_file, "--limit", "1", "--device", "cpu"]
+        result = invoke(*args, "--results-dir", tmp_path / "res", catch=True)
+        lines = result.output.strip().splitlines()
+        assert result.exit_code == 2 and message in lines[-1] and lines[-1].startswith("error:"), result.output
+
+
+def test_run_draft_eagle3_end_to_end(trained, target, task_file, tmp_path):
+    out, _ = trained
+    args = ["run", "--target", target, "--draft", f"eagle3:{out}", "--task", task_file, "--limit", "2"]
+    args += ["--max-new-tokens", "10", "--gamma", "3", "--device", "cpu", "--results-dir", tmp_path / "res"]
+    result = invoke(*args)
+    assert result.exit_code == 0, result.output
+    (run,) = (tmp_path / "res").iterdir()
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["greedy_identity"] == 1.0 and summary["drafted"] > 0
+
+
+@needs_vllm
+def test_vllm_runs_the_exported_eagle3_head_and_accepts_what_specbench_accepts(vllm_session, tmp_path):
+    """A head distilled for the vLLM session's tiny target decodes in vLLM's eagle3 method (greedy identity, fp32), and
+    specbench's loop, reading the same folder, accepts what vLLM accepts step by step: the same fused layers, the same
+    layer, read the same way."""
+    from specbench.engines.vllm.engine import VllmEngine
+
+    s = vllm_session
+    task = tmp_path / "toy.jsonl"
+    task.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    out = tmp_path / "head"
+    result = invoke(*distill_args(s.load.target, str(task), out), "--device", "cpu", "--steps", 24)
+    assert result.exit_code == 0, result.output
+    accepted = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(VllmEngine, "open_session", lambda self, load: s)
+        for engine in ("vllm", "specbench"):
+            args = ["run", "--engine", engine, "--target", s.load.target, "--draft", f"eagle3:{out}", "--gamma", "2"]
+            args += ["--limit", "2", "--task", task, "--max-new-tokens", "12", "--device", "cpu"]
+            result = invoke(*args, "--dtype", "float32", "--results-dir", tmp_path / engine)
+            assert result.exit_code == 0, result.output
+            (run,) = (tmp_path / engine).iterdir()
+            records = [json.loads(line) for line in (run / "examples.jsonl").read_text().splitlines()]
+            assert len(records) == 2 and all(r["identical"] for r in records)
+            accepted[engine] = [r["speculative"]["accept_lengths"] for r in records]
+    loaded = [e["speculative_config"] for e in s.engines.values() if e["speculative_config"]]
+    assert {"method": "eagle3", "num_speculative_tokens": 2, "model": str(out)} in loaded
+    assert sum(sum(a) for a in accepted["vllm"]) > 0
+    for a, b in zip(accepted["vllm"], accepted["specbench"], strict=True):
+        k = min(len(a), len(b)) - 1
+        assert k > 3 and a[:k] == b[:k], accepted
