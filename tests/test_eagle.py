@@ -11,60 +11,36 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import sharpen
-from helpers import CORPUS, save_tiny
+from eagle_builders import (
+    ROWS,
+    VLLM_PYTHON,
+    decode,
+    distill_args,
+    distilled,
+    invoke,
+    save_target,
+    teacher_data,
+    write_rows,
+)
+from helpers import save_tiny
 from safetensors.torch import load_file
-from transformers import LlamaForCausalLM
-from typer.testing import CliRunner
 
-from specbench.cli import app
 from specbench.config import SamplingConfig
 from specbench.decoding.autoregressive import decode_autoregressive
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.drafts.eagle import EagleDraft
 from specbench.decoding.drafts.factory import make_proposer
 from specbench.decoding.sampling import processed_probs
-from specbench.decoding.speculative import decode_speculative
 from specbench.distill import DistillConfig, distill, get_preset
 from specbench.distill.settings import EAGLE_PRESETS, PRESETS
-from specbench.distill.shards import KIND_ON_POLICY, load_teacher_data
+from specbench.distill.shards import KIND_ON_POLICY
 from specbench.engines.vllm.heads import check_head
 from specbench.evidence.sequence_law import sequence_checks
 from specbench.models import load_model
 from specbench.models.eagle_head import new_head, save_head
 from specbench.run_specs import parse_draft
 
-VLLM_PYTHON = Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python"
 needs_vllm = pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="no .venv-vllm: run `make setup-vllm`")
-WORDS = sorted({w for line in CORPUS for w in line.split()})
-
-
-def sentence(i: int, n: int) -> str:
-    return " ".join(WORDS[(i * 7 + j * 3 + j * j) % len(WORDS)] for j in range(n))
-
-
-PREFIX = "a small draft model proposes"  # every prompt's shared start (the teacher's prefix document)
-ROWS = [
-    {"id": f"r{i}", "prompt": f"{PREFIX} {sentence(i, 4 + i % 5)}", "reference": sentence(i + 3, 3 + i % 4)}
-    for i in range(24)
-]
-
-
-def save_target(path, **kw) -> str:
-    """A tiny random Llama (helpers.save_tiny) whose output layer is sharpened: peaked laws, like a trained model's."""
-    folder = save_tiny(path, 0, **kw)
-    model = LlamaForCausalLM.from_pretrained(folder)
-    sharpen(model, 20.0)
-    model.save_pretrained(folder)
-    return folder
-
-
-def invoke(*args, catch: bool = False):
-    return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=catch)
-
-
-def distill_args(target: str, task_file: str, out) -> list:
-    return ["distill", "--kind", "eagle", "--target", target, "--out", out, "--preset", "small", "--task", task_file]
 
 
 @pytest.fixture(scope="module")
@@ -74,24 +50,13 @@ def target(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def task_file(tmp_path_factory) -> str:
-    path = tmp_path_factory.mktemp("eagle-task") / "toy.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
-    return str(path)
+    return write_rows(tmp_path_factory.mktemp("eagle-task") / "toy.jsonl")
 
 
 @pytest.fixture(scope="module")
 def trained(target, task_file, tmp_path_factory):
     """One uninterrupted small-preset eagle run through the CLI, shared by the tests that read it."""
-    out = tmp_path_factory.mktemp("eagle") / "head"
-    result = invoke(*distill_args(target, task_file, out), "--device", "cpu", "--steps", 40, "--json")
-    assert result.exit_code == 0, result.output
-    return out, json.loads(result.stdout)
-
-
-def teacher_data(out: Path):
-    index = json.loads((out / "work" / "teacher" / "index.json").read_text())
-    shards = [index["shards"][k] for k in sorted(index["shards"], key=int)]
-    return load_teacher_data({"folder": str(out / "work" / "teacher"), "shards": shards})
+    return distilled("eagle", target, task_file, tmp_path_factory.mktemp("eagle") / "head")
 
 
 def random_head(target: str, folder: Path) -> str:
@@ -239,19 +204,6 @@ def test_a_killed_eagle_run_resumes_to_the_same_weights(target, task_file, tmp_p
 
 
 # --------------------------------------------------------------------------- --draft eagle:<folder> in the torch loop
-
-
-def decode(t, proposer, prompt, gamma, sampling=SamplingConfig(), generator=None, max_new=16):
-    return decode_speculative(
-        CachedModel(t.model),
-        proposer,
-        prompt,
-        gamma=gamma,
-        max_new_tokens=max_new,
-        sampling=sampling,
-        generator=generator,
-        eos_ids=t.eos_ids,
-    )
 
 
 def test_greedy_identity_and_the_trained_heads_acceptance(trained, target, tmp_path):
@@ -429,11 +381,10 @@ def test_vllm_loads_the_exported_head_and_decodes_with_it(layers, vllm_session, 
     from specbench.engines.vllm.session import PLAIN
 
     s = vllm_session
-    task = tmp_path / "toy.jsonl"
-    task.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    task = write_rows(tmp_path / "toy.jsonl")
     out = tmp_path / "head"
     monkeypatch.setitem(EAGLE_PRESETS, "small", dataclasses.replace(EAGLE_PRESETS["small"], head_layers=layers))
-    result = invoke(*distill_args(s.load.target, str(task), out), "--device", "cpu", "--steps", 24)
+    result = invoke(*distill_args("eagle", s.load.target, str(task), out), "--device", "cpu", "--steps", 24)
     assert json.loads((out / "config.json").read_text())["num_hidden_layers"] == layers
     assert result.exit_code == 0, result.output
     monkeypatch.setattr(VllmEngine, "open_session", lambda self, load: s)

@@ -11,71 +11,49 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import sharpen
-from helpers import CORPUS, save_tiny
+from eagle_builders import (
+    ROWS,
+    VLLM_PYTHON,
+    decode,
+    distill_args,
+    distilled,
+    invoke,
+    save_target,
+    teacher_data,
+    write_rows,
+)
+from helpers import save_tiny
 from safetensors.torch import load_file
-from transformers import LlamaForCausalLM
-from typer.testing import CliRunner
 
-from specbench.cli import app
 from specbench.config import SamplingConfig
 from specbench.decoding.autoregressive import decode_autoregressive
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.drafts.eagle import EagleDraft
 from specbench.decoding.drafts.factory import make_proposer
-from specbench.decoding.speculative import decode_speculative
 from specbench.distill import get_preset
-from specbench.distill.shards import KIND_ON_POLICY, load_teacher_data
+from specbench.distill.shards import KIND_ON_POLICY
 from specbench.engines.vllm.heads import check_head
 from specbench.evidence.sequence_law import sequence_checks
 from specbench.models import load_model
 from specbench.models.eagle3_head import default_aux_layers, new_eagle3_head, save_eagle3_head
 from specbench.run_specs import parse_draft
 
-VLLM_PYTHON = Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python"
 needs_vllm = pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="no .venv-vllm: run `make setup-vllm`")
-WORDS = sorted({w for line in CORPUS for w in line.split()})
-PREFIX = "a small draft model proposes"
-ROWS = [
-    {
-        "id": f"r{i}",
-        "prompt": f"{PREFIX} " + " ".join(WORDS[(i * 7 + j * 3 + j * j) % len(WORDS)] for j in range(4 + i % 5)),
-        "reference": " ".join(WORDS[((i + 3) * 7 + j * 3 + j * j) % len(WORDS)] for j in range(3 + i % 4)),
-    }
-    for i in range(24)
-]
-
-
-def invoke(*args, catch: bool = False):
-    return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=catch)
-
-
-def distill_args(target: str, task_file: str, out) -> list:
-    return ["distill", "--kind", "eagle3", "--target", target, "--out", out, "--preset", "small", "--task", task_file]
 
 
 @pytest.fixture(scope="module")
 def target(tmp_path_factory) -> str:
-    folder = save_tiny(tmp_path_factory.mktemp("eagle3-target") / "t", 0)
-    model = LlamaForCausalLM.from_pretrained(folder)
-    sharpen(model, 20.0)  # peaked laws, like a trained model's
-    model.save_pretrained(folder)
-    return folder
+    return save_target(tmp_path_factory.mktemp("eagle3-target") / "t")
 
 
 @pytest.fixture(scope="module")
 def task_file(tmp_path_factory) -> str:
-    path = tmp_path_factory.mktemp("eagle3-task") / "toy.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
-    return str(path)
+    return write_rows(tmp_path_factory.mktemp("eagle3-task") / "toy.jsonl")
 
 
 @pytest.fixture(scope="module")
 def trained(target, task_file, tmp_path_factory):
-    out = tmp_path_factory.mktemp("eagle3") / "head"
-    result = invoke(*distill_args(target, task_file, out), "--device", "cpu", "--steps", 40, "--json")
-    assert result.exit_code == 0, result.output
-    return out, json.loads(result.stdout)
+    return distilled("eagle3", target, task_file, tmp_path_factory.mktemp("eagle3") / "head")
 
 
 def random_head(target: str, folder: Path) -> str:
@@ -83,12 +61,6 @@ def random_head(target: str, folder: Path) -> str:
     t = load_model(target, device="cpu")
     save_eagle3_head(new_eagle3_head(t.model, seed=1), folder, torch.float32)
     return str(folder)
-
-
-def teacher_data(out: Path):
-    index = json.loads((out / "work" / "teacher" / "index.json").read_text())
-    shards = [index["shards"][k] for k in sorted(index["shards"], key=int)]
-    return load_teacher_data({"folder": str(out / "work" / "teacher"), "shards": shards})
 
 
 def test_the_feature_layers_are_vllms_default_and_distinct_in_layer_order():
@@ -152,19 +124,6 @@ def test_the_trained_head_agrees_with_the_target_more_than_an_untrained_one(trai
     after = manifest["checks"]["heldout_after_export"]
     assert after["agreement_reply"] > untrained["agreement_reply"] + 0.1, (after, untrained)
     assert after["kl"] < untrained["kl"]
-
-
-def decode(t, proposer, prompt, gamma, sampling=SamplingConfig(), max_new=16):
-    return decode_speculative(
-        CachedModel(t.model),
-        proposer,
-        prompt,
-        gamma=gamma,
-        max_new_tokens=max_new,
-        sampling=sampling,
-        generator=None,
-        eos_ids=t.eos_ids,
-    )
 
 
 def offline_first_token(t, runner, tokens: list[int]) -> int:
@@ -280,10 +239,9 @@ def test_vllm_runs_the_exported_eagle3_head_and_accepts_what_specbench_accepts(v
     from specbench.engines.vllm.engine import VllmEngine
 
     s = vllm_session
-    task = tmp_path / "toy.jsonl"
-    task.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    task = write_rows(tmp_path / "toy.jsonl")
     out = tmp_path / "head"
-    result = invoke(*distill_args(s.load.target, str(task), out), "--device", "cpu", "--steps", 24)
+    result = invoke(*distill_args("eagle3", s.load.target, str(task), out), "--device", "cpu", "--steps", 24)
     assert result.exit_code == 0, result.output
     accepted = {}
     with pytest.MonkeyPatch.context() as mp:

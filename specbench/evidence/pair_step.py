@@ -86,8 +86,7 @@ def tree_logits(model: torch.nn.Module, context: list[int], nodes: list[int], tr
 def feed_hidden(model: torch.nn.Module, proposer: Proposer, tokens: list[int], max_new: int) -> None:
     """A draft that reads the target's hidden states (base.ReadsHidden: an EAGLE head) proposes from any state: it
     begins afresh and gets the target's final hidden states of tokens[:-1] (an EAGLE-3 head: its layers' outputs) from
-    one plain pass, as the loop would have handed them over. Decoder-only torch targets only (the draft's factory
-    refuses others)."""
+    one plain pass, as the loop would have handed them over. Decoder-only torch targets (the factory refuses others)."""
     proposer.begin(list(tokens), max_new)
     ids = torch.tensor([tokens[:-1]], device=model_device(model))
     states = model(input_ids=ids, output_hidden_states=True).hidden_states

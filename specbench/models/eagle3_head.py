@@ -259,16 +259,7 @@ def load_eagle3_head(config: dict, tensors: dict[str, torch.Tensor], text: str, 
 
 def read_eagle3_head(folder: str, text: str, hidden_size: int, vocab_size: int, target_layers: int) -> Eagle3Head:
     """The EAGLE-3 head in `folder` (float32), checked against the target (one line, exit 2, otherwise)."""
-    from safetensors.torch import load_file
+    from specbench.models.eagle_head import read_head_files
 
-    from specbench.models.eagle_layout import check_head_matches, read_head_config
-
-    config = read_head_config(folder, text)
-    check_head_matches(config, hidden_size, vocab_size, text)
-    try:
-        tensors = load_file(str(Path(folder).expanduser() / WEIGHTS))
-    except Exception as exc:  # a truncated or foreign file
-        raise UsageError(
-            f"--draft {text}: cannot read {folder}/{WEIGHTS} ({type(exc).__name__}); re-export the head"
-        ) from None
+    config, tensors = read_head_files(folder, text, hidden_size, vocab_size)
     return load_eagle3_head(config, tensors, text, target_layers)

@@ -135,16 +135,24 @@ def save_head(head: EagleHead, folder: Path, dtype: torch.dtype) -> None:
 
 def load_head(folder: str, text: str, hidden_size: int, vocab_size: int, device, dtype: torch.dtype) -> EagleHead:
     """The head in `folder`, checked against the target's hidden size and vocabulary (one line, exit 2, otherwise)."""
+    config, tensors = read_head_files(folder, text, hidden_size, vocab_size)
+    head = EagleHead(head_config(config, config["num_hidden_layers"]))
+    head.load_head_tensors(tensors, text)
+    return head.to(device, dtype).eval()
+
+
+def read_head_files(folder: str, text: str, hidden_size: int, vocab_size: int) -> tuple[dict, dict[str, torch.Tensor]]:
+    """A head folder's config.json (checked against the target's hidden size and vocabulary) and its tensors; one
+    line, exit 2, for a folder that is not a head, fits another target, or whose weights cannot be read (an EAGLE or
+    an EAGLE-3 head: models/eagle3_head.py reads its folder here too)."""
     from safetensors.torch import load_file
 
     config = read_head_config(folder, text)
     check_head_matches(config, hidden_size, vocab_size, text)
-    head = EagleHead(head_config(config, config["num_hidden_layers"]))
     try:
         tensors = load_file(str(Path(folder).expanduser() / WEIGHTS))
     except Exception as exc:  # a truncated or foreign file
         raise UsageError(
             f"--draft {text}: cannot read {folder}/{WEIGHTS} ({type(exc).__name__}); re-export the head"
         ) from None
-    head.load_head_tensors(tensors, text)
-    return head.to(device, dtype).eval()
+    return config, tensors

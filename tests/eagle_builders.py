@@ -1,0 +1,82 @@
+"""Builders shared by the EAGLE and EAGLE-3 head tests (tests/test_eagle.py, tests/test_eagle3.py): the toy task's
+rows, a tiny target with peaked laws, the CLI runner, the teacher shards of a distill folder, one speculative decode."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import sharpen
+from helpers import CORPUS, save_tiny
+from transformers import LlamaForCausalLM
+from typer.testing import CliRunner
+
+from specbench.cli import app
+from specbench.config import SamplingConfig
+from specbench.decoding.cached_model import CachedModel
+from specbench.decoding.speculative import decode_speculative
+from specbench.distill.shards import load_teacher_data
+
+WORDS = sorted({w for line in CORPUS for w in line.split()})
+
+
+def sentence(i: int, n: int) -> str:
+    return " ".join(WORDS[(i * 7 + j * 3 + j * j) % len(WORDS)] for j in range(n))
+
+
+PREFIX = "a small draft model proposes"  # every prompt's shared start (the teacher's prefix document)
+ROWS = [
+    {"id": f"r{i}", "prompt": f"{PREFIX} {sentence(i, 4 + i % 5)}", "reference": sentence(i + 3, 3 + i % 4)}
+    for i in range(24)
+]
+
+
+def save_target(path, **kw) -> str:
+    """A tiny random Llama (helpers.save_tiny) whose output layer is sharpened: peaked laws, like a trained model's."""
+    folder = save_tiny(path, 0, **kw)
+    model = LlamaForCausalLM.from_pretrained(folder)
+    sharpen(model, 20.0)
+    model.save_pretrained(folder)
+    return folder
+
+
+def write_rows(path: Path) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    return str(path)
+
+
+def invoke(*args, catch: bool = False):
+    return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=catch)
+
+
+def teacher_data(out: Path):
+    index = json.loads((out / "work" / "teacher" / "index.json").read_text())
+    shards = [index["shards"][k] for k in sorted(index["shards"], key=int)]
+    return load_teacher_data({"folder": str(out / "work" / "teacher"), "shards": shards})
+
+
+def decode(t, proposer, prompt, gamma, sampling=SamplingConfig(), generator=None, max_new=16):
+    return decode_speculative(
+        CachedModel(t.model),
+        proposer,
+        prompt,
+        gamma=gamma,
+        max_new_tokens=max_new,
+        sampling=sampling,
+        generator=generator,
+        eos_ids=t.eos_ids,
+    )
+
+
+VLLM_PYTHON = Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python"
+
+
+def distill_args(kind: str, target: str, task_file: str, out) -> list:
+    return ["distill", "--kind", kind, "--target", target, "--out", out, "--preset", "small", "--task", task_file]
+
+
+def distilled(kind: str, target: str, task_file: str, out: Path, steps: int = 40) -> tuple[Path, dict]:
+    """One uninterrupted small-preset run of `kind` through the CLI → (its folder, its manifest as printed)."""
+    result = invoke(*distill_args(kind, target, task_file, out), "--device", "cpu", "--steps", steps, "--json")
+    assert result.exit_code == 0, result.output
+    return out, json.loads(result.stdout)
