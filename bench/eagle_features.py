@@ -111,7 +111,7 @@ class Variant:
         from specbench.models.eagle_head import new_head
 
         torch.manual_seed(0)
-        self.name, self.embed = name, target.model.get_input_embeddings()
+        self.name, self.embed, self.target_model = name, target.model.get_input_embeddings(), target.model
         self.feat = "fused" if name == "eagle3" else "final"
         if name == "eagle1":
             self.head: torch.nn.Module = new_head(target.model, 0, 1)
@@ -165,6 +165,25 @@ def agreement(variant: Variant, docs: list[Doc]) -> tuple[float, int]:
     return (hit / n if n else float("nan")), n
 
 
+def save_variant(variant: Variant, folder: Path) -> str:
+    """The trained head in its vLLM layout (eagle1: vLLM's eagle, the eagle3 variants: eagle3), float32, so `specbench
+    run --draft eagle:<folder>` (or eagle3:) and vLLM load it."""
+    from specbench.models.eagle3_head import Eagle3Head, save_eagle3_head
+    from specbench.models.eagle_head import save_head
+
+    head = variant.head
+    if isinstance(head, Eagle3Head):
+        if not head.config_dict:  # built from the target's config here: the layout's config.json from it
+            from specbench.models.eagle3_head import eagle3_config
+            from specbench.models.eagle_head import llama_target_config
+
+            head.config_dict = eagle3_config(llama_target_config(variant.target_model), head.aux_layers)
+        save_eagle3_head(head, folder, torch.float32)
+    else:
+        save_head(head, folder, torch.float32)  # type: ignore[arg-type]  # an EagleHead
+    return str(folder)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--target", default="smollm2-135m")
@@ -176,6 +195,7 @@ def main() -> None:
     ap.add_argument("--max-len", type=int, default=512)
     ap.add_argument("--variants", default="eagle1,eagle3,eagle3-final")
     ap.add_argument("--out", default="results/bench-eagle-features.json")
+    ap.add_argument("--save-dir", default=None, help="also save each trained head here, <dir>/<variant> (vLLM layout)")
     args = ap.parse_args()
     from specbench.models import load_model
     from specbench.tasks.specs import load_task
@@ -223,6 +243,8 @@ def main() -> None:
             "train_s": time.perf_counter() - t1,
         }
         result["variants"][name] = row
+        if args.save_dir and name != "eagle3-final":  # that control reads transformers' post-norm layer L: no layout
+            row["folder"] = save_variant(v, Path(args.save_dir) / name)
         print(
             f"{name}: held-out top-1 reference {ref:.3f} (n {n_ref}), on-policy {pol:.3f} (n {n_pol}); "
             f"loss {row['loss_first']:.2f} → {row['loss_last']:.2f}; {row['train_s']:.0f} s",
