@@ -252,6 +252,8 @@ def test_run_draft_eagle3_end_to_end(trained, target, task_file, tmp_path):
     (run,) = (tmp_path / "res").iterdir()
     summary = json.loads((run / "summary.json").read_text())
     assert summary["greedy_identity"] == 1.0 and summary["drafted"] > 0
+    listing = invoke("list", "drafts")
+    assert listing.exit_code == 0 and "eagle3:<folder>" in listing.output
 
 
 @needs_vllm

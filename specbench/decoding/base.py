@@ -179,7 +179,8 @@ class ReadsHidden(Protocol):
 
     def observe_hidden(self, hidden: torch.Tensor) -> None:
         """[k, H] on the target's device: the target's final hidden states (what its output layer reads) at the k
-        positions just kept, in order, each after the one the draft last saw."""
+        positions just kept, in order, each after the one the draft last saw; for a draft with `feature_layers` (an
+        EAGLE-3 head) those layers' outputs side by side instead, [k, len·H]."""
 
 
 class BatchProposer(Protocol):

@@ -192,6 +192,13 @@ def draft_rows() -> list[dict]:
             "the same folder runs in vLLM's eagle method (Llama targets, batch 1)",
         },
         {
+            "name": "eagle3:<folder>",
+            "kind": "head",
+            "cost": "one head layer and its own output layer per token",
+            "description": "an EAGLE-3 head (specbench distill --kind eagle3) drafting from three of the target's "
+            "layer outputs; the same folder runs in vLLM's eagle3 method (Llama targets, batch 1)",
+        },
+        {
             "name": "<model spec>",
             "kind": "model",
             "cost": "one draft forward per token",
