@@ -154,15 +154,24 @@ def train(variant: Variant, docs: list[Doc], steps: int, batch_tokens: int, lr: 
 
 
 @torch.no_grad()
-def agreement(variant: Variant, docs: list[Doc]) -> tuple[float, int]:
-    hit = n = 0
+def position_hits(variant: Variant, docs: list[Doc]) -> torch.Tensor:
+    """[n] bool over the docs' reply positions, in order: does the head's argmax equal the target's there."""
+    hits = []
     for d in docs:
         ids, x, pos, pad, rows, cols, idx, logp, reply, _ = pack([d], variant.feat)
         f = variant.forward(ids, x, pos, pad)[rows, cols][reply]
-        arg = variant.out_layer(f).argmax(-1)
-        hit += int((arg == idx[reply][:, 0]).sum())
-        n += int(reply.sum())
-    return (hit / n if n else float("nan")), n
+        hits.append(variant.out_layer(f).argmax(-1) == idx[reply][:, 0])
+    return torch.cat(hits) if hits else torch.zeros(0, dtype=torch.bool)
+
+
+def paired_difference(a: torch.Tensor, b: torch.Tensor) -> dict:
+    """Two heads' hits on the same positions → the difference in agreement and the exact McNemar test (a two-sided
+    binomial test on the positions where exactly one of them agrees; scipy.stats.binomtest)."""
+    from scipy.stats import binomtest
+
+    only_a, only_b = int((a & ~b).sum()), int((b & ~a).sum())
+    p = binomtest(only_a, only_a + only_b, 0.5).pvalue if only_a + only_b else 1.0
+    return {"difference": float(a.float().mean() - b.float().mean()), "only_a": only_a, "only_b": only_b, "p": p}
 
 
 def save_variant(variant: Variant, folder: Path) -> str:
@@ -227,12 +236,14 @@ def main() -> None:
         flush=True,
     )
     result: dict = {"target": args.target, "aux_layers": aux, "args": vars(args), "data_s": data_s, "variants": {}}
+    hits: dict[str, dict[str, torch.Tensor]] = {}
     for name in args.variants.split(","):
         t1 = time.perf_counter()
         v = Variant(name, target, aux)
         losses = train(v, train_docs, args.steps, args.batch_tokens, args.lr)
-        ref, n_ref = agreement(v, ref_docs)
-        pol, n_pol = agreement(v, pol_docs)
+        hits[name] = {"reference": position_hits(v, ref_docs), "on_policy": position_hits(v, pol_docs)}
+        ref, n_ref = float(hits[name]["reference"].float().mean()), len(hits[name]["reference"])
+        pol, n_pol = float(hits[name]["on_policy"].float().mean()), len(hits[name]["on_policy"])
         row = {
             "reference": ref,
             "reference_positions": n_ref,
@@ -250,6 +261,11 @@ def main() -> None:
             f"loss {row['loss_first']:.2f} → {row['loss_last']:.2f}; {row['train_s']:.0f} s",
             flush=True,
         )
+        result["paired"] = {  # every earlier variant against this one, on the same positions
+            f"{a} vs {name}": {k: paired_difference(hits[a][k], hits[name][k]) for k in ("reference", "on_policy")}
+            for a in hits
+            if a != name
+        } | result.get("paired", {})
         atomic_write_json(Path(args.out), result)
 
 

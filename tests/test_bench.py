@@ -287,3 +287,20 @@ def test_contention_resumes_only_rows_of_the_same_job(tmp_path, monkeypatch, cap
     with pytest.raises(SystemExit) as exit_:
         noise.main()
     assert exit_.value.code == 2 and "--task aclsum --limit 6" in capsys.readouterr().err
+
+
+def test_the_feature_probes_paired_test_reads_only_the_positions_where_the_heads_differ():
+    """bench/eagle_features.py's exact McNemar test: two heads that differ at 30 positions, all in one's favour, are
+    told apart; the same two with the differences split 15/15 (the control) are not, whatever they share."""
+    import eagle_features  # bench/ is on the path (above)
+    import torch
+
+    shared = torch.tensor([True] * 500 + [False] * 470)
+    a = torch.cat([shared, torch.ones(30, dtype=torch.bool)])
+    b = torch.cat([shared, torch.zeros(30, dtype=torch.bool)])
+    told = eagle_features.paired_difference(a, b)
+    assert (told["only_a"], told["only_b"]) == (30, 0) and told["p"] < 1e-6
+    assert told["difference"] == pytest.approx(0.03)
+    split = torch.cat([torch.ones(15, dtype=torch.bool), torch.zeros(15, dtype=torch.bool)])
+    even = eagle_features.paired_difference(torch.cat([shared, split]), torch.cat([shared, ~split]))
+    assert (even["only_a"], even["only_b"]) == (15, 15) and even["p"] == pytest.approx(1.0)
