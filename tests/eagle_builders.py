@@ -80,3 +80,23 @@ def distilled(kind: str, target: str, task_file: str, out: Path, steps: int = 40
     result = invoke(*distill_args(kind, target, task_file, out), "--device", "cpu", "--steps", steps, "--json")
     assert result.exit_code == 0, result.output
     return out, json.loads(result.stdout)
+
+
+def step_law(target: str, draft: str, row: int, control=None):
+    """`specbench verify`'s step law (evidence/pair_step.py) for `draft` on the target at T = 1, top-k 3, γ 2, 1,500
+    steps (power against a total variation of 0.1) from ROWS[row]'s prompt → its joint goodness-of-fit check."""
+    from specbench.decoding.drafts.factory import make_proposer
+    from specbench.evidence.pair_step import pair_step_checks
+    from specbench.models import load_model
+    from specbench.run_specs import parse_draft
+
+    t = load_model(target, device="cpu")
+    prompt = t.tokenizer(ROWS[row]["prompt"])["input_ids"]
+
+    def factory():
+        return make_proposer(parse_draft(draft), t)
+
+    sampling = SamplingConfig(temperature=1.0, top_k=3)
+    kw = dict(gamma=2, n=1_500, eos_ids=t.eos_ids, alt_tv=0.1, control=control)
+    checks = pair_step_checks(t.model, factory, prompt, sampling, **kw)
+    return next(c for c in checks if c.name.endswith("joint2/gof"))

@@ -19,6 +19,7 @@ from eagle_builders import (
     distilled,
     invoke,
     save_target,
+    step_law,
     teacher_data,
     write_rows,
 )
@@ -205,23 +206,12 @@ def test_verify_step_law_feeds_the_heads_layers_and_catches_a_verify_side_bug(tr
     """`specbench verify`'s step law (evidence/pair_step.py hands the head the target's outputs of its layers for each
     state's tokens) at T = 1, top-k 3, with power; the always-accept control through the same path fails."""
     from specbench.evidence.controls import CONTROLS
-    from specbench.evidence.pair_step import pair_step_checks
 
     out, _ = trained
-    t = load_model(target, device="cpu")
-    prompt = t.tokenizer(ROWS[10]["prompt"])["input_ids"]
-    sampling = SamplingConfig(temperature=1.0, top_k=3)
-
-    def factory():
-        return make_proposer(parse_draft(f"eagle3:{out}"), t)
-
-    kw = dict(gamma=2, n=1_500, eos_ids=t.eos_ids, alt_tv=0.1)
-    checks = {c.name: c for c in pair_step_checks(t.model, factory, prompt, sampling, **kw)}
-    joint = checks["pair-step/γ=2/joint2/gof"]
+    joint = step_law(target, f"eagle3:{out}", 10)
     assert joint.verdict == "pass" and joint.power >= 0.8, joint
     assert joint.detail["accepted"] > 0 and joint.detail["rejected"] > 0
-    caught = pair_step_checks(t.model, factory, prompt, sampling, control=CONTROLS["always-accept"], **kw)
-    assert not next(c for c in caught if c.name.endswith("joint2/gof")).passed
+    assert not step_law(target, f"eagle3:{out}", 10, control=CONTROLS["always-accept"]).passed
 
 
 def test_a_head_of_the_other_kind_or_shape_is_one_line_exit_2(trained, target, task_file, tmp_path):
