@@ -100,3 +100,19 @@ def step_law(target: str, draft: str, row: int, control=None):
     kw = dict(gamma=2, n=1_500, eos_ids=t.eos_ids, alt_tv=0.1, control=control)
     checks = pair_step_checks(t.model, factory, prompt, sampling, **kw)
     return next(c for c in checks if c.name.endswith("joint2/gof"))
+
+
+def proposals(t, draft, prompts, gamma: int) -> list[tuple[list[int], int]]:
+    """(the sequence, the first drafted token) of every proposal the loop asked the draft for, greedy."""
+    seen: list[tuple[list[int], int]] = []
+    propose = draft.propose
+
+    def spy(tokens, *args, **kw):
+        proposal = propose(tokens, *args, **kw)
+        seen.append((list(tokens), int(proposal.tokens[0])))
+        return proposal
+
+    draft.propose = spy
+    for prompt in prompts:
+        decode(t, draft, prompt, gamma)
+    return seen

@@ -18,6 +18,7 @@ from eagle_builders import (
     distill_args,
     distilled,
     invoke,
+    proposals,
     save_target,
     step_law,
     teacher_data,
@@ -233,22 +234,6 @@ def test_greedy_identity_and_the_trained_heads_acceptance(trained, target, tmp_p
                 accepted, trials = accepted + res.accepted, trials + res.trials
         alpha[name] = accepted / trials
     assert alpha["trained"] > alpha["untrained"], alpha
-
-
-def proposals(t, draft, prompts, gamma: int) -> list[tuple[list[int], int]]:
-    """(the sequence, the first drafted token) of every proposal the loop asked the draft for, greedy."""
-    seen: list[tuple[list[int], int]] = []
-    propose = draft.propose
-
-    def spy(tokens, *args, **kw):
-        proposal = propose(tokens, *args, **kw)
-        seen.append((list(tokens), int(proposal.tokens[0])))
-        return proposal
-
-    draft.propose = spy
-    for prompt in prompts:
-        decode(t, draft, prompt, gamma)
-    return seen
 
 
 def offline_first_token(t, head, tokens: list[int]) -> int:

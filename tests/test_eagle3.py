@@ -7,6 +7,7 @@ specbench's loop accepts, step by step."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,21 +15,19 @@ import torch
 from eagle_builders import (
     ROWS,
     VLLM_PYTHON,
-    decode,
     distill_args,
     distilled,
     invoke,
+    proposals,
     save_target,
     step_law,
     teacher_data,
     write_rows,
 )
 from helpers import save_tiny
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 from specbench.config import SamplingConfig
-from specbench.decoding.autoregressive import decode_autoregressive
-from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.drafts.eagle import EagleDraft
 from specbench.decoding.drafts.factory import make_proposer
 from specbench.distill import get_preset
@@ -138,50 +137,23 @@ def offline_first_token(t, runner, tokens: list[int]) -> int:
         return int(runner.out_layer(out[0, -1]).argmax())
 
 
-def first_tokens(t, draft, prompts) -> list[tuple[list[int], int]]:
-    """(the sequence, the first drafted token) of every proposal the loop asked `draft` for, greedy γ 3; each decode
-    is checked against plain decoding token for token."""
-    seen: list[tuple[list[int], int]] = []
-    propose = draft.propose
-
-    def spy(tokens, *args, **kw):
-        proposal = propose(tokens, *args, **kw)
-        seen.append((list(tokens), int(proposal.tokens[0])))
-        return proposal
-
-    draft.propose = spy
-    for prompt in prompts:
-        base = decode_autoregressive(
-            CachedModel(t.model),
-            prompt,
-            max_new_tokens=16,
-            sampling=SamplingConfig(),
-            generator=None,
-            eos_ids=t.eos_ids,
-        )
-        res = decode(t, draft, prompt, 3)
-        assert res.token_ids == base.token_ids and res.draft_calls == res.drafted
-    return seen
-
-
-def test_each_proposal_is_the_heads_own_prediction_and_greedy_output_is_the_targets(trained, target, monkeypatch):
+def test_each_proposal_is_the_heads_own_prediction_from_the_targets_layers(trained, target, monkeypatch):
     """Every proposal's first token equals the head run from scratch on the target's layer outputs of the sequence so
-    far (the loop keeps the right layers, the draft fuses only the target's, crops its cache after rejections), and
-    the output is plain decoding's token for token; a hand-over off by one position (negative control) breaks the
-    first."""
+    far (the loop keeps the right layers, the draft fuses only the target's, crops its cache after rejections); a
+    hand-over off by one position (negative control) breaks it. Greedy identity: test_run_draft_eagle3_end_to_end."""
     out, _ = trained
     t = load_model(target, device="cpu")
     prompts = [t.tokenizer(r["prompt"])["input_ids"] for r in ROWS[4:8]]
     draft = make_proposer(parse_draft(f"eagle3:{out}"), t)
     assert isinstance(draft, EagleDraft) and draft.feature_layers == (0, 1)
-    seen = first_tokens(t, draft, prompts)
+    seen = proposals(t, draft, prompts, 3)
     assert len(seen) > len(prompts)
     assert [offline_first_token(t, draft.head, tokens) for tokens, _ in seen] == [first for _, first in seen]
 
     observe = EagleDraft.observe_hidden
     monkeypatch.setattr(EagleDraft, "observe_hidden", lambda self, h: observe(self, h.roll(1, 0)))
     broken = make_proposer(parse_draft(f"eagle3:{out}"), t)
-    seen = first_tokens(t, broken, prompts)
+    seen = proposals(t, broken, prompts, 3)
     assert [offline_first_token(t, broken.head, tokens) for tokens, _ in seen] != [first for _, first in seen]
 
 
@@ -220,7 +192,13 @@ def test_a_head_of_the_other_kind_or_shape_is_one_line_exit_2(trained, target, t
     out, _ = trained
     eagle1 = save_random_head(tmp_path / "e1", target, "eagle")
     other = save_tiny(tmp_path / "other", 1, hidden=64)
+    reduced = tmp_path / "reduced"  # a draft vocabulary smaller than the target's: its ids are not the target's
+    shutil.copytree(out, reduced, ignore=shutil.ignore_patterns("work"))
+    weights = load_file(str(reduced / "model.safetensors"))
+    weights["lm_head.weight"] = weights["lm_head.weight"][:-5].contiguous()
+    save_file(weights, str(reduced / "model.safetensors"))
     cases = {
+        f"eagle3:{reduced}": "reduced vocabulary",
         f"eagle:{out}": "pass it as --draft eagle3:<folder>",
         f"eagle3:{eagle1}": "pass it as --draft eagle:<folder>",
         f"eagle3:{save_random_head(tmp_path / 'h64', other, 'eagle3')}": "the head's hidden_size is 64",

@@ -59,9 +59,6 @@ class CachedModel:
         self.hidden_layers: tuple[int, ...] = ()
         self._can_trim_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
 
-    def _kept_hidden(self, states) -> torch.Tensor:
-        return kept_hidden(states, self.hidden_layers)
-
     def set_timer(self, clock) -> None:
         """Profile each forward with `clock` (None: stop), into a fresh `forward_times` list."""
         self.timer = clock
@@ -105,7 +102,7 @@ class CachedModel:
             self.backend.check_room(self.length, ids.shape[1])
             out = self.backend(ids.shape[1], input_ids=ids, use_cache=True, **{self._cache_kw: self._cache}, **extra)
             if self.hidden_log is not None:
-                self.hidden_log.append(self._kept_hidden(out.hidden_states))
+                self.hidden_log.append(kept_hidden(out.hidden_states, self.hidden_layers))
         logits = out.logits[0]
         if self.backend.reuses_outputs:
             logits = logits.clone()  # a CUDA graph's output buffer is overwritten by its next replay
@@ -177,7 +174,7 @@ class CachedModel:
             **({"output_hidden_states": True} if self.hidden_log is not None else {}),
         )
         if self.hidden_log is not None:
-            self.hidden_log.append(self._kept_hidden(out.hidden_states))
+            self.hidden_log.append(kept_hidden(out.hidden_states, self.hidden_layers))
         self.length += ids.shape[0]
         if self.timer:
             self.forward_times.append(self.timer.now() - t0)

@@ -209,8 +209,9 @@ def make_plan(cfg: DistillConfig, target) -> Plan:
     # the shards also hold hidden states: never mixed with a draft's (whose plan is as before)
     if cfg.kind in HEAD_KINDS:
         record["hidden_states"] = "float16"
-    if feature_layers(cfg, target):  # an EAGLE-3 head's fused layers (an EAGLE head's plan is as before)
-        record["feature_layers"] = list(feature_layers(cfg, target))
+    layers = feature_layers(cfg, target)
+    if layers:  # an EAGLE-3 head's fused layers (an EAGLE head's plan is as before)
+        record["feature_layers"] = list(layers)
     return Plan([s.name for s in specs], jobs, prefixes, record)
 
 

@@ -24,8 +24,6 @@ import torch
 from specbench.errors import UsageError
 from specbench.models.eagle_layout import EAGLE3_ARCH, WEIGHTS, head_config
 
-EAGLE3_NAMES = ("fc.weight", "midlayer.", "norm.weight", "lm_head.weight")
-
 
 def default_aux_layers(num_layers: int) -> tuple[int, ...]:
     """The EAGLE-3 feature layers for a target with `num_layers` decoder layers: vLLM's default (2, L // 2, L - 3),
@@ -147,9 +145,8 @@ class Eagle3Head(torch.nn.Module):
         return self.norm(out), out
 
     def head_tensors(self) -> dict[str, torch.Tensor]:
-        """Every weight under vLLM's Eagle3LlamaForCausalLM names (the rotary table is not a weight)."""
-        state = {k: v.detach().contiguous() for k, v in self.state_dict().items() if not k.startswith("rotary.")}
-        return state
+        """Every weight under vLLM's Eagle3LlamaForCausalLM names (the rotary table is a non-persistent buffer)."""
+        return {k: v.detach().contiguous() for k, v in self.state_dict().items()}
 
 
 class Eagle3Runner(torch.nn.Module):
@@ -235,16 +232,16 @@ def load_eagle3_head(config: dict, tensors: dict[str, torch.Tensor], text: str, 
         raise UsageError(
             f"--draft {text}: the head's weights lack fc.weight or lm_head.weight; it is not an EAGLE-3 head"
         )
-    if "d2t" in tensors and tensors["lm_head.weight"].shape[0] != int(config["vocab_size"]):
+    if tensors["lm_head.weight"].shape[0] != int(config["vocab_size"]):  # its ids would not be the target's
         raise UsageError(
-            f"--draft {text}: the head drafts over a reduced vocabulary (d2t); specbench's loop needs a "
-            "full-vocabulary head (draft_vocab_size = vocab_size): run it with --engine vllm"
+            f"--draft {text}: the head drafts over a reduced vocabulary ({tensors['lm_head.weight'].shape[0]} of "
+            f"{config['vocab_size']} ids); specbench's loop needs a full-vocabulary head: run it with --engine vllm"
         )
     head = Eagle3Head(LlamaConfig(**config), aux, tensors["lm_head.weight"].float())
     head.config_dict = dict(config)
     wanted = head.state_dict()
     own = {k: v for k, v in tensors.items() if k in wanted}
-    missing = sorted(k for k in wanted if k not in own and not k.startswith("rotary."))
+    missing = sorted(k for k in wanted if k not in own)
     if missing:
         raise UsageError(f"--draft {text}: the head's weights lack {', '.join(missing[:3])}; it is not an EAGLE-3 head")
     for k, v in own.items():

@@ -69,6 +69,12 @@ class EagleHead(torch.nn.Module):
         none, so a saved file's layers.0.input_layernorm (EAGLE's own checkpoints carry one) is not read."""
         return {LAYERS + k: v for k, v in self.body.layers.state_dict().items()}
 
+    def new_cache(self):
+        """A transformers DynamicCache for the layers' keys and values (decoding/drafts/eagle.py crops it)."""
+        from transformers import DynamicCache
+
+        return DynamicCache()
+
     def head_tensors(self) -> dict[str, torch.Tensor]:
         """The weights under vLLM's names: fc.weight and layers.<i>.* (no embedding, final norm or lm_head)."""
         tensors = {"fc.weight": self.fc.weight.detach()} | {k: v.detach() for k, v in self._layer_state().items()}

@@ -41,20 +41,18 @@ class EagleDraft:
         fuse: Callable[[torch.Tensor], torch.Tensor] | None = None,
         feature_layers: tuple[int, ...] = (),
     ):
-        self.head, self.embed, self.lm_head, self.name = head, embed, lm_head, name
+        self.head: Any = head  # an EagleHead or an Eagle3Runner: forward, new_cache (torch types attributes Tensor)
+        self.embed, self.lm_head, self.name = embed, lm_head, name
         # an EAGLE-3 head: the target layers whose outputs it reads (the loop keeps those, side by side) and the fc
         # that fuses them, applied to the target's features only (its own outputs chain as they are)
         self.fuse, self.feature_layers = fuse, tuple(feature_layers)
         self.device = next(head.parameters()).device
-        self._cache: Any = None  # a transformers DynamicCache, made by begin()
+        self._cache: Any = None  # the head's KV cache (its new_cache()), made by begin()
         self._fed = 0  # head positions computed from the target's real hidden states
         self._pending: list[torch.Tensor] = []  # the target's hidden states not yet fed, [k, H] each
 
     def begin(self, prompt_ids: list[int], max_new_tokens: int) -> None:
-        from transformers import DynamicCache
-
-        new_cache = getattr(self.head, "new_cache", None)  # an EAGLE-3 head keeps its own; transformers' otherwise
-        self._cache = new_cache() if new_cache is not None else DynamicCache()
+        self._cache = self.head.new_cache()
         self._fed = 0
         self._pending = []
 
@@ -95,8 +93,8 @@ class EagleDraft:
             self._cache.crop(-extra)
         ids = torch.tensor(tokens[self._fed + 1 :], device=self.device)
         hidden = hidden.to(self.device)
-        if self.fuse is not None:
-            hidden = self.fuse(hidden.to(next(self.head.parameters()).dtype))
+        if self.fuse is not None:  # the target's layer outputs → the head's g (same dtype: both load in the run's)
+            hidden = self.fuse(hidden)
         feat = self._step(ids, hidden, self._fed)[-1:]  # [1, H]: predicts h at the newest position
         self._fed = len(tokens) - 1
         drafted: list[torch.Tensor] = []
