@@ -296,6 +296,38 @@ def test_bad_inputs_are_one_line_errors(target, task_file, tmp_path):
     assert r.exit_code == 1 and "already trained to step 3" in r.output
 
 
+def test_a_bf16_teacher_labels_with_the_bf16_target_and_never_mixes_with_a_float32_one(target, task_file, tmp_path):
+    """--teacher-dtype bfloat16: the labels are the bf16 target's laws (closer to them than to the float32
+    target's), the plan and the rebuild command say so, the draft still trains in float32, and the folder refuses
+    a float32 teacher afterwards (exit 1) as it refuses a bad dtype (exit 2)."""
+    from specbench.distill.shards import load_teacher_data
+
+    out = tmp_path / "bf16"
+    manifest = distill(small(target, task_file, out, steps=2, teacher_dtype="bfloat16")).manifest
+    assert "--teacher-dtype bfloat16" in manifest["command"]
+    assert json.loads((out / "work" / "teacher" / "plan.json").read_text())["teacher_dtype"] == "bfloat16"
+    index = json.loads((out / "work" / "teacher" / "index.json").read_text())
+    data = load_teacher_data({"folder": str(out / "work" / "teacher"), "shards": list(index["shards"].values())})
+    errors = {}
+    for dtype in ("bfloat16", "float32"):
+        t = load_model(target, device="cpu", dtype=dtype)
+        gaps = []
+        for d in range(len(data.doc_len)):
+            s, n = int(data.doc_start[d]), int(data.doc_len[d])
+            with torch.no_grad():
+                logp = t.model(data.tokens[s : s + n].long()[None]).logits[0].float().log_softmax(-1)
+            rows = slice(int(data.label_off[d]), int(data.label_off[d + 1]))
+            idx, lp = data.topk_idx[rows].long(), data.topk_logp[rows].float()
+            gaps.append((lp - logp[int(data.label_start[d]) : int(data.label_end[d])].gather(1, idx)).abs().mean())
+        errors[dtype] = float(torch.stack(gaps).mean())
+    assert errors["bfloat16"] < errors["float32"], errors
+    with pytest.raises(SpecbenchError, match="teacher dtype"):
+        distill(small(target, task_file, out, steps=2))
+    base = ("distill", "--target", target, "--task", task_file, "--device", "cpu", "--preset", "small")
+    r = invoke(*base, "--out", str(tmp_path / "x"), "--teacher-dtype", "int8")
+    assert r.exit_code == 2 and "--teacher-dtype must be one of" in r.output
+
+
 def test_a_damaged_teacher_shard_is_refused(target, task_file, tmp_path):
     distill(small(target, task_file, tmp_path / "d", steps=2))
     shard = sorted((tmp_path / "d" / "work" / "teacher").glob("shard-*.safetensors"))[-1]

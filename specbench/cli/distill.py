@@ -58,6 +58,15 @@ Kind = Annotated[
     ),
 ]
 
+TeacherDtype = Annotated[
+    str,
+    typer.Option(
+        "--teacher-dtype",
+        help="The target's dtype while it makes the teacher data: float32, or bfloat16 (1.6-2.8x faster on a CPU "
+        "with native bf16; its labels are the bf16 target's). Training is float32 either way.",
+    ),
+]
+
 PHASE_NAMES = {"teacher": "teacher data (shards)", "train": "training (steps)", "export": "export + checks"}
 
 
@@ -73,6 +82,7 @@ def distill_command(
     device: Device = "auto",
     threads: Threads = 0,
     kind: Kind = "draft",
+    teacher_dtype: TeacherDtype = "float32",
     as_json: AsJson = False,
 ):
     """Train a small draft for --target by distillation from the target's top-k distributions; resumable.
@@ -102,6 +112,7 @@ def distill_command(
             device=device,
             resume=resume,
             max_session_steps=max_session_steps,
+            teacher_dtype=teacher_dtype,
         ).validate()
         for name in config.tasks:
             check_task_named(name)  # a misspelt --task or a missing file: a bad command line, before the target loads

@@ -58,8 +58,10 @@ def distill(
     with _removed_if_left_empty(cfg.out):
         ckpt = _open_checkpoint(cfg)
         t_start = time.perf_counter()
-        target = _load_target(cfg)
-        index = build_teacher_data(cfg, target, progress)
+        target = _load_target(cfg, "float32")
+        teacher = target if cfg.teacher_dtype == "float32" else _load_target(cfg, cfg.teacher_dtype)
+        index = build_teacher_data(cfg, teacher, progress)
+        del teacher
         run = TrainingRun(cfg, target, index, _load_teacher(index, target), ckpt)
         if not run.train(progress, on_step):
             return Outcome(run.checkpoint(), finished=False)
@@ -126,16 +128,18 @@ def _open_checkpoint(cfg: DistillConfig) -> dict | None:
         raise SpecbenchError(f"--resume: no checkpoint in {out / WORK}; drop --resume to start a new run there")
     if ckpt is not None and ckpt["key"] != json.loads(json.dumps(cfg.training_key())):
         raise SpecbenchError(
-            f"{out} holds a run with other settings (target, tasks, seed or preset); "
+            f"{out} holds a run with other settings (target, tasks, seed, preset or teacher dtype); "
             f"use a new --out, or the settings in {out / 'manifest.json'}"
         )
     return ckpt
 
 
-def _load_target(cfg: DistillConfig):
+def _load_target(cfg: DistillConfig, dtype: str):
+    """The target in `dtype`: float32 for training (its frozen embedding and output layer, the held-out checks),
+    --teacher-dtype for the teacher data."""
     from specbench.models import load_model
 
-    target = load_model(cfg.target, cfg.device, "float32")
+    target = load_model(cfg.target, cfg.device, dtype)
     if target.is_seq2seq:
         raise SpecbenchError(f"distill trains decoder-only drafts; {cfg.target} is an encoder-decoder model")
     return target

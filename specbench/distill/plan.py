@@ -209,6 +209,8 @@ def make_plan(cfg: DistillConfig, target) -> Plan:
     # the shards also hold hidden states: never mixed with a draft's (whose plan is as before)
     if cfg.kind in HEAD_KINDS:
         record["hidden_states"] = "float16"
+    if cfg.teacher_dtype != "float32":  # labels from a bf16 or fp16 target are not a float32 one's
+        record["teacher_dtype"] = cfg.teacher_dtype
     layers = feature_layers(cfg, target)
     if layers:  # an EAGLE-3 head's fused layers (an EAGLE head's plan is as before)
         record["feature_layers"] = list(layers)

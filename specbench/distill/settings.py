@@ -180,6 +180,9 @@ def get_preset(name: str, kind: str = "draft") -> DistillPreset:
     return presets[name]
 
 
+TEACHER_DTYPES = ("float32", "bfloat16", "float16")  # bfloat16: 1.6-2.8x faster on a CPU with native bf16
+
+
 @dataclass(frozen=True)
 class DistillConfig:
     """One `specbench distill` invocation."""
@@ -193,6 +196,7 @@ class DistillConfig:
     device: str = "auto"
     resume: bool = False  # insist on an existing checkpoint (a checkpoint is always resumed when present)
     max_session_steps: int | None = None  # stop (checkpointed) after this many steps in this invocation
+    teacher_dtype: str = "float32"  # the target's dtype while it scores and continues the text (training: float32)
 
     @property
     def kind(self) -> str:
@@ -212,6 +216,10 @@ class DistillConfig:
             raise SpecbenchError(f"--max-session-steps must be >= 1 (got {self.max_session_steps})")
         if not self.tasks:
             raise SpecbenchError("--task needs at least one task name or .jsonl file")
+        if self.teacher_dtype not in TEACHER_DTYPES:
+            raise SpecbenchError(
+                f"--teacher-dtype must be one of {', '.join(TEACHER_DTYPES)} (got {self.teacher_dtype!r})"
+            )
         if self.preset.save_dtype not in ("float32", "float16", "bfloat16"):
             raise SpecbenchError(f"preset {self.preset.name}: save_dtype must be float32, float16 or bfloat16")
         return self
@@ -222,6 +230,7 @@ class DistillConfig:
         return (
             f"specbench distill{kind} --target {self.target} --out {self.out} --preset {self.preset.name} "
             f"--task {','.join(self.tasks)} --steps {self.total_steps} --seed {self.seed}"
+            + (f" --teacher-dtype {self.teacher_dtype}" if self.teacher_dtype != "float32" else "")
         )
 
     def training_key(self) -> dict:
@@ -232,6 +241,7 @@ class DistillConfig:
             "seed": self.seed,
             "preset": {k: v for k, v in dataclasses.asdict(self.preset).items() if k != "steps"},
         }
+        key |= {"teacher_dtype": self.teacher_dtype} if self.teacher_dtype != "float32" else {}  # as before otherwise
         return key | ({"kind": self.kind} if self.kind in HEAD_KINDS else {})  # a draft's key as before kinds existed
 
 

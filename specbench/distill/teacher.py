@@ -322,7 +322,8 @@ def _open_index(folder: Path, plan: Plan) -> dict:
     index = json.loads(index_path.read_text()) if index_path.exists() else {}
     if index and index.get("plan_sha256") != plan.sha256:
         raise SpecbenchError(
-            f"{folder} holds teacher data for another target, task set or preset; use a new --out or delete {folder}"
+            f"{folder} holds teacher data for another target, task set, preset or teacher dtype; use a new --out or "
+            f"delete {folder}"
         )
     if not index:
         index = {"plan_sha256": plan.sha256, "shards": {}}
