@@ -75,9 +75,11 @@ def distill_args(kind: str, target: str, task_file: str, out) -> list:
     return ["distill", "--kind", kind, "--target", target, "--out", out, "--preset", "small", "--task", task_file]
 
 
-def distilled(kind: str, target: str, task_file: str, out: Path, steps: int = 40) -> tuple[Path, dict]:
+def distilled(
+    kind: str, target: str, task_file: str, out: Path, steps: int = 40, extra: tuple[str, ...] = ()
+) -> tuple[Path, dict]:
     """One uninterrupted small-preset run of `kind` through the CLI → (its folder, its manifest as printed)."""
-    result = invoke(*distill_args(kind, target, task_file, out), "--device", "cpu", "--steps", steps, "--json")
+    result = invoke(*distill_args(kind, target, task_file, out), "--device", "cpu", "--steps", steps, *extra, "--json")
     assert result.exit_code == 0, result.output
     return out, json.loads(result.stdout)
 

@@ -167,6 +167,29 @@ def test_the_trained_head_agrees_with_the_target_more_than_an_untrained_one(trai
     assert after["kl"] < untrained["kl"]
 
 
+def test_a_head_trained_under_bf16_autocast_learns_and_says_so(trained, target, task_file, tmp_path):
+    """--train-dtype bfloat16: the steps differ from the float32 run's (autocast is on: a silently ignored option would
+    retrace the float32 loss curve exactly), the head still learns (held-out agreement over the untrained head's by
+    > 0.1, as the float32 head must), and the command and checkpoint key say so; a draft refuses it (exit 2)."""
+    from specbench.distill.eagle_training import EagleTrainer
+
+    out, manifest = distilled("eagle", target, task_file, tmp_path / "bf16", steps=40, extra=("--train-dtype", "bfloat16"))
+    assert "--train-dtype bfloat16" in manifest["command"]
+    assert manifest["training"]["loss_curve"] != trained[1]["training"]["loss_curve"]
+    t = load_model(target, device="cpu")
+    data = teacher_data(out)
+    heldout = torch.nonzero(data.heldout).view(-1).tolist()
+    fresh = make_proposer(parse_draft(f"eagle:{random_head(target, tmp_path / 'fresh')}"), t)
+    untrained = EagleTrainer(fresh.head, t, get_preset("small", "eagle"), data).evaluate(heldout)
+    assert manifest["checks"]["heldout_after_export"]["agreement_reply"] > untrained["agreement_reply"] + 0.1
+    cfg = DistillConfig(target, tmp_path / "k", get_preset("small", "eagle"), (task_file,), train_dtype="bfloat16")
+    assert cfg.training_key()["train_dtype"] == "bfloat16" and "train_dtype" not in dataclasses.replace(
+        cfg, train_dtype="float32"
+    ).training_key()
+    r = invoke("distill", "--target", target, "--out", tmp_path / "d", "--train-dtype", "bfloat16", catch=True)
+    assert r.exit_code == 2 and "trains a head" in r.output
+
+
 def test_a_draft_kind_run_keeps_its_command_and_key(target, task_file, tmp_path):
     """--kind draft (the default) writes what it wrote before kinds existed: same preset objects, key and command."""
     cfg = DistillConfig(target=target, out=tmp_path / "d", preset=get_preset("small"), tasks=(task_file,))

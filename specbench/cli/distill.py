@@ -67,6 +67,15 @@ TeacherDtype = Annotated[
     ),
 ]
 
+TrainDtype = Annotated[
+    str,
+    typer.Option(
+        "--train-dtype",
+        help="A head's training step: float32, or bfloat16 (autocast: bf16 matmuls, float32 weights and laws; "
+        "about 2.3x faster on a CPU with native bf16). Held-out checks run in float32.",
+    ),
+]
+
 PHASE_NAMES = {"teacher": "teacher data (shards)", "train": "training (steps)", "export": "export + checks"}
 
 
@@ -83,6 +92,7 @@ def distill_command(
     threads: Threads = 0,
     kind: Kind = "draft",
     teacher_dtype: TeacherDtype = "float32",
+    train_dtype: TrainDtype = "float32",
     as_json: AsJson = False,
 ):
     """Train a small draft for --target by distillation from the target's top-k distributions; resumable.
@@ -113,6 +123,7 @@ def distill_command(
             resume=resume,
             max_session_steps=max_session_steps,
             teacher_dtype=teacher_dtype,
+            train_dtype=train_dtype,
         ).validate()
         for name in config.tasks:
             check_task_named(name)  # a misspelt --task or a missing file: a bad command line, before the target loads

@@ -90,7 +90,9 @@ def _cat(parts: list[torch.Tensor]) -> torch.Tensor:
 class EagleTrainer:
     """The head, the target's frozen embedding and output layer, and the loss (one step, or an evaluation)."""
 
-    def __init__(self, head: torch.nn.Module, target, preset: DistillPreset, data: TeacherData):
+    def __init__(
+        self, head: torch.nn.Module, target, preset: DistillPreset, data: TeacherData, autocast: torch.dtype | None = None
+    ):
         if data.hidden is None:
             raise SpecbenchError("the teacher data holds no hidden states; delete DIR/work/teacher and rerun")
         if not isinstance(preset, EaglePreset):
@@ -104,6 +106,7 @@ class EagleTrainer:
         self.lm_head: Any = self.head.lm_head if self.fused else model.get_output_embeddings()
         self.device = target.device
         self.prefixes = prefix_docs(data)
+        self.autocast = autocast  # --train-dtype bfloat16: the training step's matmuls (evaluation stays float32)
 
     def _forward(self, b: EagleBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
         """→ (what the output layer reads at the real positions [M, H], the target hidden states there [M, H] float32;
@@ -126,15 +129,17 @@ class EagleTrainer:
         b = make_eagle_batch(data, docs, p.max_len, self.prefixes)
         if not len(b.target):
             return float("nan"), float("nan")
-        f, h_next = self._forward(b)
-        idx = data.topk_idx[b.target].to(self.device)
-        logp = data.topk_logp[b.target].to(self.device)
-        reg = torch.nn.functional.smooth_l1_loss(f, h_next) if h_next is not None else torch.zeros(())
-        w = p.kl_weight
-        if h_next is not None:
-            (p.reg_weight * reg).backward(retain_graph=True)
-        f_w = f * w + f.detach() * (1 - w)  # f's value, its gradient scaled by w (kl_loss backpropagates it)
-        kl, argmax, _ = kl_loss(self.lm_head, f_w, idx, logp, backward=True)
+        dtype = self.autocast or torch.float32
+        with torch.autocast(torch.device(self.device).type, dtype=dtype, enabled=self.autocast is not None):
+            f, h_next = self._forward(b)
+            idx = data.topk_idx[b.target].to(self.device)
+            logp = data.topk_logp[b.target].to(self.device)
+            reg = torch.nn.functional.smooth_l1_loss(f.float(), h_next) if h_next is not None else torch.zeros(())
+            w = p.kl_weight
+            if h_next is not None:
+                (p.reg_weight * reg).backward(retain_graph=True)
+            f_w = f * w + f.detach() * (1 - w)  # f's value, its gradient scaled by w (kl_loss backpropagates it)
+            kl, argmax, _ = kl_loss(self.lm_head, f_w, idx, logp, backward=True)  # its law in float32
         torch.nn.utils.clip_grad_norm_(self.head.parameters(), 1.0)
         opt.step()
         loss = p.reg_weight * float(reg.detach()) + w * kl

@@ -167,7 +167,8 @@ class TrainingRun:
             from specbench.distill.eagle_training import EagleTrainer, make_head_optimizer, new_eagle_head
 
             self.model = new_eagle_head(target, cfg.seed, p).to(self.device)
-            self.trainer = EagleTrainer(self.model, target, p, data)
+            autocast = None if cfg.train_dtype == "float32" else getattr(torch, cfg.train_dtype)
+            self.trainer = EagleTrainer(self.model, target, p, data, autocast)
             self.opt = make_head_optimizer(self.model, p)
         else:
             self.model = new_draft(p, target, cfg.seed).to(self.device)
