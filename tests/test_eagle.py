@@ -173,7 +173,9 @@ def test_a_head_trained_under_bf16_autocast_learns_and_says_so(trained, target, 
     > 0.1, as the float32 head must), and the command and checkpoint key say so; a draft refuses it (exit 2)."""
     from specbench.distill.eagle_training import EagleTrainer
 
-    out, manifest = distilled("eagle", target, task_file, tmp_path / "bf16", steps=40, extra=("--train-dtype", "bfloat16"))
+    out, manifest = distilled(
+        "eagle", target, task_file, tmp_path / "bf16", steps=40, extra=("--train-dtype", "bfloat16")
+    )
     assert "--train-dtype bfloat16" in manifest["command"]
     assert manifest["training"]["loss_curve"] != trained[1]["training"]["loss_curve"]
     t = load_model(target, device="cpu")
@@ -183,9 +185,10 @@ def test_a_head_trained_under_bf16_autocast_learns_and_says_so(trained, target, 
     untrained = EagleTrainer(fresh.head, t, get_preset("small", "eagle"), data).evaluate(heldout)
     assert manifest["checks"]["heldout_after_export"]["agreement_reply"] > untrained["agreement_reply"] + 0.1
     cfg = DistillConfig(target, tmp_path / "k", get_preset("small", "eagle"), (task_file,), train_dtype="bfloat16")
-    assert cfg.training_key()["train_dtype"] == "bfloat16" and "train_dtype" not in dataclasses.replace(
-        cfg, train_dtype="float32"
-    ).training_key()
+    assert (
+        cfg.training_key()["train_dtype"] == "bfloat16"
+        and "train_dtype" not in dataclasses.replace(cfg, train_dtype="float32").training_key()
+    )
     r = invoke("distill", "--target", target, "--out", tmp_path / "d", "--train-dtype", "bfloat16", catch=True)
     assert r.exit_code == 2 and "trains a head" in r.output
 

@@ -13,7 +13,7 @@ from specbench.config import SamplingConfig
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.drafts.tree_lookup import TreeLookupDraft, build_trie
 from specbench.decoding.speculative import decode_speculative
-from specbench.measure.auto.tree_gamma import TreeStep, grid, kept, pilot_steps, price, rank_trees
+from specbench.measure.auto.tree_gamma import TreeStep, grid, held_out_trees, kept, pilot_steps, price, rank_trees
 
 LINEAR = {k: 1.0 + 0.05 * (k - 1) for k in range(1, 17)}  # every extra token costs 5 % of a one-token pass
 FLAT = {k: 1.0 for k in range(1, 17)}
@@ -110,4 +110,22 @@ def test_run_tree_lookup_gamma_auto_chooses_depth_and_nodes(tmp_path):
     line = next(x for x in result.stderr.splitlines() if x.startswith("auto: γ "))
     assert line.startswith(f"auto: γ {tree['depth']}, nodes {tree['nodes']} (") and "not a measured speed" in line
     assert "auto: pilot: tree-lookup:nodes=15 at γ 8 on " in result.stderr
+    held_out = manifest["auto"]["prediction"]  # the chosen tree's figure, for the 2 timed examples, in the summary
+    assert held_out["kind"] == "held_out" and held_out["n_examples"] == 2
+    assert summary["auto_predicted_speedup"] == held_out["speedup"] and "predicted (held out)" in result.stderr
     assert set(manifest["auto"]["calibrations"]["float32"]["target_ms"]) == {str(k) for k in range(1, 17)}
+
+
+def test_the_held_out_tree_prediction_is_the_pooled_price_with_the_examples_spread():
+    """The chosen tree's held-out figure is its price on all pilot steps; its interval widens when the pilot examples
+    disagree (the control: the same steps split evenly between examples give a narrower one), and one example with
+    tree steps gives no interval."""
+    good, poor = trie_step(FOUR, FOUR[0][:6]), trie_step(FOUR, FOUR[0][:1])
+    chosen = price([good, poor] * 10, 8, 15, LINEAR)
+    mixed = held_out_trees(chosen, [[good, poor]] * 10, LINEAR, 20)
+    split = held_out_trees(chosen, [[good, good]] * 5 + [[poor, poor]] * 5, LINEAR, 20)
+    assert mixed.speedup == split.speedup == chosen.speedup and mixed.kind == "held_out" and mixed.n_pilot == 10
+    assert split.low < mixed.low < chosen.speedup < mixed.high < split.high
+    assert mixed.sampling_log_sd < 1e-12 and split.sampling_log_sd > 0.3
+    alone = held_out_trees(chosen, [[good, poor] * 10, [TreeStep(())]], LINEAR, 20)
+    assert alone.low != alone.low and alone.n_pilot == 2  # NaN: one example's spread is unknown

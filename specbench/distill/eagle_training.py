@@ -91,7 +91,12 @@ class EagleTrainer:
     """The head, the target's frozen embedding and output layer, and the loss (one step, or an evaluation)."""
 
     def __init__(
-        self, head: torch.nn.Module, target, preset: DistillPreset, data: TeacherData, autocast: torch.dtype | None = None
+        self,
+        head: torch.nn.Module,
+        target,
+        preset: DistillPreset,
+        data: TeacherData,
+        autocast: torch.dtype | None = None,
     ):
         if data.hidden is None:
             raise SpecbenchError("the teacher data holds no hidden states; delete DIR/work/teacher and rerun")

@@ -26,6 +26,7 @@ count-based pilot). The figure is the cost model's on the pilot's own acceptance
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -44,6 +45,7 @@ from specbench.measure.auto.choose import (
     requested_auto,
     slower_warning,
 )
+from specbench.measure.auto.prediction import Prediction, pooled_held_out
 from specbench.measure.stats.metrics import depth_counts
 from specbench.run_specs import DraftSpec, parse_draft
 
@@ -199,18 +201,18 @@ def _cell(p: TreePrice | None, chosen: TreePrice) -> str:
     return f"{p.speedup:.2f}×" + ("*" if (p.depth, p.nodes) == (chosen.depth, chosen.nodes) else "")
 
 
-TreePilot = Callable[[DraftSpec, int], tuple[list[TreeStep], PilotResult]]  # (spec, γ) → steps, the pilot's counts
+TreePilot = Callable[[DraftSpec, int], tuple[list[list[TreeStep]], PilotResult]]  # (spec, γ) → each example's steps
 
 
 def tree_pilot(session, pilot: list, corpus: list[list[int]], max_new: int, decodes, on_status) -> TreePilot:
     """The pilot choose_tree runs: the run's pilot decodes (planning.pilot_decodes, bound to the session and config as
     `decodes(proposer, items, max_new, γ)`) of the draft at the grid's largest candidate, their steps rebuilt."""
 
-    def run(draft: DraftSpec, gamma: int) -> tuple[list[TreeStep], PilotResult]:
+    def run(draft: DraftSpec, gamma: int) -> tuple[list[list[TreeStep]], PilotResult]:
         on_status(f"pilot: {draft} at γ {gamma} on {len(pilot)} untimed examples")
         proposer = session.proposer(draft, corpus)
         done = list(decodes(proposer, pilot, max_new, gamma))
-        steps = [s for item, r in done for s in pilot_steps(item.prompt_ids, r, max_new, gamma, proposer)]
+        steps = [pilot_steps(item.prompt_ids, r, max_new, gamma, proposer) for item, r in done]
         ids = [item.example.id for item, _ in done]
         return steps, pilot_from_results(draft.text, [r for _, r in done], None, True, ids)
 
@@ -223,17 +225,21 @@ def choose_tree(
     dtypes: list[str],
     calibrate_dtype: Callable[[str, list[DraftSpec]], tuple[Calibration, dict[str, float]]],
     pilot: TreePilot,
+    n_timed: int,
     bf16_note: str | None = None,
 ) -> AutoChoice:
     """Calibrate each dtype, pilot the tree draft once at the grid's largest candidate, price every (dtype, depth,
     nodes), choose the fewest predicted ms per token; the reasons say both numbers and that the figure is the cost
-    model's on the pilot."""
+    model's on the pilot. The chosen figure is also the run's "predicted (held out)" for its `n_timed` timed examples
+    (the pilot's are none of them), its interval from how the pilot examples' own priced speedups spread
+    (`held_out_trees`)."""
     calibrations = {dtype: calibrate_dtype(dtype, [config.draft])[0] for dtype in dtypes}
     k_max = min(max(c.target_ms) for c in calibrations.values())
     max_depth = min(MAX_DEPTH, config.gamma_max)
     budget = max(n for _, n in grid(max_depth, k_max))
     spec = with_nodes(config.draft, budget)
-    steps, pilot_result = pilot(spec, max_depth)
+    by_example, pilot_result = pilot(spec, max_depth)
+    steps = [s for example in by_example for s in example]
     ranked: list[tuple[Candidate, TreePrice]] = []
     for dtype, cal in calibrations.items():
         for p in rank_trees(steps, cal.pass_cost(), max_depth):
@@ -257,7 +263,9 @@ def choose_tree(
         f"{' '.join(f'{a:.2f}' if a == a else '—' for a in acceptance) or 'none'}; smaller candidates priced by the "
         f"nodes each would have kept of the pilot's tries (biased low for shallow ones: measure/auto/tree_gamma.py)"
     )
-    warning = slower_warning(candidate_label(best), best.speedup)
+    prediction = held_out_trees(best_price, by_example, cal.pass_cost(), n_timed)
+    reasons.append(held_out_line(prediction, len(by_example)))
+    warning = slower_warning(candidate_label(best), best.speedup, prediction.low, prediction.high)
     return AutoChoice(
         requested=requested_auto(config),
         dtype=best.dtype,
@@ -270,6 +278,7 @@ def choose_tree(
         pilots={spec.text: dataclasses.replace(pilot_result, draft=spec.text)},
         candidates=[c for c, _ in ranked],
         predicts_slower=best.speedup < 1.0,
+        prediction=prediction.to_dict(),
         tree={
             "depth": best.gamma,
             "nodes": best_price.nodes,
@@ -278,4 +287,36 @@ def choose_tree(
             "acceptance_per_depth": [a if a == a else None for a in acceptance],
             "tokens_per_step": best_price.tokens_per_step,
         },
+    )
+
+
+def held_out_trees(
+    chosen: TreePrice, by_example: Sequence[Sequence[TreeStep]], pass_cost: Mapping[int, float], n_timed: int
+) -> Prediction:
+    """The chosen tree's "predicted (held out)" for the timed examples (pure): its pooled price on the pilot's steps
+    with prediction.pooled_held_out's interval, whose spread is taken over each pilot example's own price (an
+    example without tree steps adds nothing)."""
+    logs = [
+        math.log(p.speedup)
+        for example in by_example
+        if any(s.node_depths for s in example)
+        and (p := price(example, chosen.depth, chosen.nodes, pass_cost)).speedup > 0
+    ]
+    return pooled_held_out(chosen.speedup, logs, n_timed, len(by_example))
+
+
+def held_out_line(prediction: Prediction, n_pilot: int) -> str:
+    """The reasons' line for `held_out_trees`' figure: what it is and what its interval covers."""
+    spread = (
+        f"the 95 % interval covers how acceptance differs between example sets (log sd "
+        f"{prediction.sampling_log_sd:.3f} over the pilot examples, each priced on its own steps) and step pricing "
+        f"(log sd {prediction.pricing_log_sd:.2f})"
+        if prediction.sampling_log_sd is not None
+        else "no interval: fewer than 2 pilot examples with tree steps, so how acceptance differs between example "
+        "sets is unknown"
+    )
+    return (
+        f"{prediction.line()} for the {prediction.n_examples} timed examples: the chosen tree priced on the "
+        f"{n_pilot} pilot examples' steps (none of the timed ones), per decoded token (the timed prompts' prefill "
+        f"and lengths are not modelled); {spread}"
     )

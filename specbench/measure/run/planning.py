@@ -306,7 +306,12 @@ def choose_on_this_machine(
         tree_pilot = tree_gamma.tree_pilot(first, pilot_prepared, corpus, max_new, decode, on_status)
         bf16 = bf16_note if config.load.dtype == AUTO else None
         choice = tree_gamma.choose_tree(
-            config, dtypes=dtypes, calibrate_dtype=calibrate_dtype, pilot=tree_pilot, bf16_note=bf16
+            config,
+            dtypes=dtypes,
+            calibrate_dtype=calibrate_dtype,
+            pilot=tree_pilot,
+            n_timed=len(examples),
+            bf16_note=bf16,
         )
         return choice, sessions[choice.dtype]
     from specbench.measure.auto import (
