@@ -305,14 +305,8 @@ def choose_on_this_machine(
         decode = functools.partial(pilot_decodes, first, config)
         tree_pilot = tree_gamma.tree_pilot(first, pilot_prepared, corpus, max_new, decode, on_status)
         bf16 = bf16_note if config.load.dtype == AUTO else None
-        choice = tree_gamma.choose_tree(
-            config,
-            dtypes=dtypes,
-            calibrate_dtype=calibrate_dtype,
-            pilot=tree_pilot,
-            n_timed=len(examples),
-            bf16_note=bf16,
-        )
+        pick_tree = functools.partial(tree_gamma.choose_tree, config, dtypes=dtypes, calibrate_dtype=calibrate_dtype)
+        choice = pick_tree(pilot=tree_pilot, n_timed=len(examples), bf16_note=bf16)
         return choice, sessions[choice.dtype]
     from specbench.measure.auto import (
         auto_pilot,  # T = 0: calibrate on real loop steps, replay-pilot, predict (issue 31)
