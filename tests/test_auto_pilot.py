@@ -241,6 +241,19 @@ def test_verify_prices_follow_the_bare_curves_line_not_its_single_points():
     assert pr.verify_prices(step, steep) == pytest.approx({1: 30.0, 2: 30.0, 3: 60.0, 4: 105.0})
 
 
+def test_repriced_reads_the_verify_shape_from_the_rounds_medians():
+    """The rounds' per-k medians go through verify_prices (one outlier round moves nothing); no rounds: unchanged."""
+    costs = pr.LoopCosts("bfloat16", 30.0, 100.0, {k: 30.0 for k in range(1, 6)})
+    assert pr.repriced(costs, []) is costs
+    steady = {k: 20.0 + 2.0 * k for k in range(1, 6)}  # each extra token +2 ms on a 22 ms pass
+    outlier = {k: 90.0 - 10.0 * k for k in range(1, 6)}  # one disturbed round, falling: read past by the medians
+    new = pr.repriced(costs, [steady, steady, outlier])
+    assert new.verify_rounds == 3 and new.step_ms == costs.step_ms
+    assert new.verify_ms == pytest.approx(pr.verify_prices(30.0, steady))
+    assert new.verify_ms[5] == pytest.approx(30.0 * 30.0 / 22.0)  # the shape: t(5)/t(1) = 30/22
+    assert pr.LoopCosts.from_dict(new.to_dict()) == new
+
+
 def test_auto_control_times_the_runner_up_on_the_same_examples():
     from specbench.config import LoadSpec, RunConfig
     from specbench.measure.auto.choose import AutoChoice
@@ -307,6 +320,8 @@ def test_run_auto_at_t0_predicts_before_timing_and_reports_the_ratio(tmp_path):
     piloted = set(auto["pilots"][draft]["examples"])
     assert len(piloted) == 11 and not piloted & timed  # disjoint from the timed examples
     assert auto["loop_costs"]["float32"]["step_ms"] > 0
+    assert auto["loop_costs"]["float32"]["verify_rounds"] == 3  # one round of bare passes per replayed example
+    assert "its shape from 3 pass rounds beside the replay)" in check
     assert (auto["prediction"]["kind"], auto["prediction"]["n_pilot"], auto["prediction"]["n_examples"]) == (
         "held_out",
         11,

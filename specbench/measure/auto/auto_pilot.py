@@ -14,8 +14,9 @@ Phases (each reported through on_status / on_progress so the CLI can show its ow
      acceptance applied to the timed examples' prompts and lengths, with an interval that includes how acceptance
      differs between two sets of examples (make run's ding-de-en pilot replayed at α 0.61, its timed examples at
      0.68: docs/benchmarks.md); and "cost-model check (known acceptance)", the timed examples decoded once untimed
-     and replayed along their own output, so that measured ÷ check tests the step prices alone. The winner's
-     pilot figure is printed too.
+     and replayed along their own output, so that measured ÷ check tests the step prices alone; after each replayed
+     example one round of bare passes (k = 1..k_max) re-prices the chosen dtype's verify pass, so both numbers use
+     verify prices sampled across the seconds just before timing. The winner's pilot figure is printed too.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from specbench.decoding.speculative import decode_speculative
 from specbench.engines.session import Session
 from specbench.measure.auto import pilot as pl
 from specbench.measure.auto import prediction as pr
+from specbench.measure.auto.calibration import session_pass_round
 from specbench.measure.auto.choose import (
     AutoChoice,
     Candidate,
@@ -324,10 +326,15 @@ def choose_by_replay(
     wanted = [d for d in drafts if d.text in {best.draft, runner_up.draft if runner_up else best.draft}]
     started = time.perf_counter()
     timed_traces: list[pl.Trace] = []
+    chose_with = costs[best.dtype]  # the prices the choice was made with (the reasons show these)
+    rounds: list[dict[int, float]] = []  # the chosen dtype's bare passes, one round after each replayed example
+    ks = sorted(calibrations[best.dtype].target_ms)
     for item in timed:
         on_progress("replay of the timed examples", len(timed_traces), len(timed))
         timed_traces.append(trace_example(first, item, config, max_new, wanted, corpus, max(gammas)))
+        rounds.append(session_pass_round(session_for(best.dtype), corpus, ks, max_new, len(rounds)))
     on_progress("replay of the timed examples", len(timed_traces), len(timed))
+    costs[best.dtype] = pr.repriced(costs[best.dtype], rounds)  # verify priced just before timing (issue 40)
     timed_replays = Replays(dict(replays.lookups), max(gammas), config.seed)
     pilot_set, timed_set = (replays, traces), (timed_replays, timed_traces)
     held_out, check = predict(pilot_set, timed_set, best, costs, scales)
@@ -353,7 +360,7 @@ def choose_by_replay(
         else f"cap reached: α's standard error {se_reached:.3f} (wanted ≤ {pl.TARGET_SE})"
     )
     requested = requested_auto(config)
-    reasons = explain(config, best, ranked, calibrations, pilots, bf16_note, costs[best.dtype].verify_ms)
+    reasons = explain(config, best, ranked, calibrations, pilots, bf16_note, chose_with.verify_ms)
     reasons.append(
         f"pilot: {len(traces)} untimed examples (none of the timed ones), every draft replayed along the target's "
         f"{along(config)}; {stop}; chosen on all {len(traces)} (there {best.speedup:.2f}×: the best of "

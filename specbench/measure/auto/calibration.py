@@ -172,6 +172,20 @@ def calibrate(
     )
 
 
+def session_pass_round(session: Session, prompts: list[list[int]], ks: list[int], max_new_tokens: int, offset: int):
+    """One round of `calibrate`'s timed passes on the session's target (each k of `ks` once, the order rotated by
+    `offset`) after a fresh prefill of the typical context: k → ms. The auto replay interleaves these rounds with
+    its decodes (auto_pilot.choose_by_replay), so the verify prices are sampled across the seconds just before
+    timing rather than in one burst of a few seconds minutes earlier: on the 2-core AMD EPYC the timed verify ÷
+    plain-step ratio missed the burst's price by a log-sd of 0.045 over 20 runs, and that miss alone explained most of
+    the cost-model check's error (correlation −0.86; docs/benchmarks.md)."""
+    lm = session.target_lm()
+    n_ctx = typical_context([len(p) for p in prompts], max_new_tokens, session.target.max_positions, max(ks))
+    step = pass_step(lm, context_ids(prompts, n_ctx), max(ks), True, max(1, max_new_tokens // 2))
+    order = ks[offset % len(ks) :] + ks[: offset % len(ks)]
+    return {k: v[0] for k, v in time_passes(step, order, 1, Clock(lm.devices).now).items()}
+
+
 def draft_token_ms(
     draft_lm: CachedModel,
     prompts: list[list[int]],

@@ -26,7 +26,7 @@ Neither covers a machine that changes speed between calibration and run, nor low
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 from scipy import stats
@@ -47,6 +47,7 @@ class LoopCosts:
     draft_call_ms: dict[str, float] = field(default_factory=dict)  # draft spec → one draft-model call in the loop
     lookup_ms: dict[str, float] = field(default_factory=dict)  # draft spec → prompt lookup's search per step
     overhead_ms: dict[str, float] = field(default_factory=dict)  # draft spec → per step, outside draft and verify
+    verify_rounds: int = 0  # 0: verify priced from the calibration's burst; n: from n rounds beside the replay
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -83,6 +84,16 @@ def verify_prices(step_ms: float, bare_ms: dict[int, float]) -> dict[int, float]
     at_first = intercept + slope * first
     base = min(bare_ms[first], at_first) if at_first > 0 else bare_ms[first]  # a steep line may cross 0 before k = 1
     return {k: step_ms if k == first else step_ms * max(intercept + slope * k, base) / base for k in ks}
+
+
+def repriced(costs: LoopCosts, rounds: list[dict[int, float]]) -> LoopCosts:
+    """`costs` with its verify prices read from `rounds` of bare passes (calibration.session_pass_round: each k's
+    median over the rounds, through verify_prices; pure); unchanged without rounds."""
+    if not rounds:
+        return costs
+    ks = sorted(set.intersection(*(set(r) for r in rounds)))
+    bare = {k: float(np.median([r[k] for r in rounds])) for k in ks}
+    return replace(costs, verify_ms=verify_prices(costs.step_ms, bare), verify_rounds=len(rounds))
 
 
 def example_shape(trace: Trace, draft: str, costs: LoopCosts, scale: float) -> tuple[float, float, float]:
@@ -247,7 +258,8 @@ def auto_lines(held_out: Prediction, check: Prediction, costs: LoopCosts, gamma:
         f"{check.line()} on the same {check.n_examples} examples, decoded once untimed ({check.replay_s or 0.0:.1f} "
         f"s) and replayed along their own {path}: their acceptance is known, so this checks the step prices "
         f"(interval: pricing error only) and is not used by the choice (loop costs: plain step {costs.step_ms:.1f} "
-        f"ms, a verify pass over {gamma + 1} tokens {verify:.1f} ms)",
+        f"ms, a verify pass over {gamma + 1} tokens {verify:.1f} ms"
+        + (f", its shape from {costs.verify_rounds} pass rounds beside the replay)" if costs.verify_rounds else ")"),
     ]
 
 
