@@ -304,3 +304,34 @@ def test_the_feature_probes_paired_test_reads_only_the_positions_where_the_heads
     split = torch.cat([torch.ones(15, dtype=torch.bool), torch.zeros(15, dtype=torch.bool)])
     even = eagle_features.paired_difference(torch.cat([shared, split]), torch.cat([shared, ~split]))
     assert (even["only_a"], even["only_b"]) == (15, 15) and even["p"] == pytest.approx(1.0)
+
+
+def test_check_misses_reads_each_parts_timed_over_priced(tmp_path, capsys):
+    """bench/check_misses.py on fabricated run folders with known costs: the verify pass timed 10 % over its price and
+    the plain step on price gives verify ÷ step 1.10; a run that is not an auto replay run is skipped."""
+    import check_misses
+
+    def example(step_s: float, verify_s: float) -> dict:
+        base = {"decode_s": step_s, "n_tokens": 11}  # 10 decoded tokens
+        spec = {"pass_lengths": [5, 5], "verify_s": verify_s, "draft_calls": 4, "draft_s": 0.008}
+        return {"baseline": base, "speculative": spec}
+
+    costs = {"step_ms": 30.0, "verify_ms": {"1": 30.0, "5": 33.0}, "draft_call_ms": {"d": 2.0}}
+    manifest = {"run_id": "r", "auto": {"dtype": "bfloat16", "draft": "d", "loop_costs": {"bfloat16": costs}}}
+    summary = {"task": "t", "speedup_geomean": 1.5, "auto_check_speedup": 1.6, "repeat_halves_ratio": 1.01}
+    run = tmp_path / "runs" / "r"
+    run.mkdir(parents=True)
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    (run / "summary.json").write_text(json.dumps(summary))
+    (run / "examples.jsonl").write_text("\n".join(json.dumps(example(0.3, 0.0726)) for _ in range(3)) + "\n")
+    (tmp_path / "runs" / "plain").mkdir()  # no files: skipped
+    rows = check_misses.main([str(tmp_path / "runs")])
+    assert len(rows) == 1
+    r = rows[0]
+    assert (
+        r["step"] == pytest.approx(1.0)
+        and r["verify"] == pytest.approx(1.1)
+        and r["verify_per_step"] == pytest.approx(1.1)
+    )
+    assert r["draft_call"] == pytest.approx(1.0) and r["measured_over_check"] == pytest.approx(1.5 / 1.6)
+    assert "verify_per_step timed ÷ priced" in capsys.readouterr().out

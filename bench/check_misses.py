@@ -1,0 +1,107 @@
+"""Where does the auto run's cost-model check miss? Reads finished `--gamma auto` run folders (issue 40; not a timing).
+
+The check ("cost-model check (known acceptance)") prices the timed examples' own replayed steps with the loop costs
+measured before timing (manifest `auto.loop_costs` of the chosen dtype): a plain step, a verify pass over k tokens
+(the step times the bare curve's shape), a draft call. Each timed run records what those parts really cost
+(examples.jsonl: the baseline's decode seconds per token, the speculative arm's verify seconds per pass and draft
+seconds per call). Per run this prints timed ÷ priced for each part, and the one that matters for a ratio of two
+arms, verify ÷ step, beside measured ÷ check, then per part the log spread over runs and its correlation with
+log(measured ÷ check). It also prints the spread of the run's A B B A halves (summary `repeat_halves_ratio`): how
+precisely one run measures its own speedup, the floor under any per-run check.
+
+    .venv/bin/python bench/check_misses.py results/bench-coverage-epyc-2/*/ results/bench-coverage-epyc-3/*/
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+PARTS = ("step", "verify", "verify_per_step", "draft_call")
+
+
+def run_misses(manifest: dict, summary: dict, examples: list[dict]) -> dict | None:
+    """One run's timed ÷ priced per part, measured ÷ check and its halves' ratio (pure); None without an auto
+    check or loop costs (not an auto replay run)."""
+    auto = manifest.get("auto") or {}
+    costs = (auto.get("loop_costs") or {}).get(auto.get("dtype"))
+    check, measured = summary.get("auto_check_speedup"), summary.get("speedup_geomean")
+    if not costs or not check or not measured:
+        return None
+    base = [e["baseline"] for e in examples]
+    spec = [e["speculative"] for e in examples]
+    plain_ms = 1e3 * sum(b["decode_s"] for b in base) / max(sum(b["n_tokens"] - 1 for b in base), 1)
+    verify = {int(k): v for k, v in costs["verify_ms"].items()}
+    widest = max(verify)
+    passes = [k for s in spec for k in s["pass_lengths"]]
+    priced_verify = sum(verify.get(k, verify[widest]) for k in passes)
+    timed_verify = 1e3 * sum(s["verify_s"] for s in spec)
+    calls = sum(s["draft_calls"] for s in spec)
+    call_ms = (costs.get("draft_call_ms") or {}).get(auto.get("draft"))
+    step = plain_ms / costs["step_ms"]
+    verify_miss = timed_verify / priced_verify if priced_verify else float("nan")
+    call = 1e3 * sum(s["draft_s"] for s in spec) / calls / call_ms if calls and call_ms else float("nan")
+    return {
+        "run": manifest.get("run_id") or summary.get("run_id"),
+        "task": summary.get("task"),
+        "measured_over_check": measured / check,
+        "halves": summary.get("repeat_halves_ratio"),
+        "verify_rounds": costs.get("verify_rounds", 0),
+        "step": step,
+        "verify": verify_miss,
+        "verify_per_step": verify_miss / step,
+        "draft_call": call,
+    }
+
+
+def spread_and_correlation(rows: list[dict], part: str) -> tuple[float, float, int]:
+    """(sd of log timed ÷ priced, its correlation with log measured ÷ check, n) over the runs where both are finite."""
+    import numpy as np
+
+    pairs = [(math.log(r[part]), math.log(r["measured_over_check"])) for r in rows if r[part] == r[part] and r[part]]
+    if len(pairs) < 3:
+        return float("nan"), float("nan"), len(pairs)
+    x, y = np.array(pairs).T
+    return float(x.std(ddof=1)), float(np.corrcoef(x, y)[0, 1]), len(pairs)
+
+
+def read_run(folder: Path) -> dict | None:
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text())
+        summary = json.loads((folder / "summary.json").read_text())
+        examples = [json.loads(x) for x in (folder / "examples.jsonl").read_text().splitlines() if x.strip()]
+    except (OSError, json.JSONDecodeError):
+        return None
+    return run_misses(manifest, summary, examples)
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("folders", nargs="+", type=Path, help="run folders, or folders holding run folders")
+    args = p.parse_args(argv)
+    runs = [d for f in args.folders for d in ([f] if (f / "manifest.json").exists() else sorted(f.iterdir()))]
+    rows = [r for d in runs if d.is_dir() and (r := read_run(d)) is not None]
+    print(
+        "| run | measured ÷ check | halves | verify rounds | " + " | ".join(f"{x} timed ÷ priced" for x in PARTS) + " |"
+    )
+    print("|---|---|---|---|" + "---|" * len(PARTS))
+    for r in rows:
+        cells = " | ".join(f"{r[x]:.3f}" for x in PARTS)
+        halves = f"{r['halves']:.3f}" if r["halves"] else "—"
+        print(f"| {r['run']} | {r['measured_over_check']:.3f} | {halves} | {r['verify_rounds']} | {cells} |")
+    for part in PARTS:
+        sd, corr, n = spread_and_correlation(rows, part)
+        print(f"{part}: log sd {sd:.3f} over {n} runs, correlation with log(measured ÷ check) {corr:+.2f}")
+    halves = [math.log(r["halves"]) for r in rows if r["halves"]]
+    if len(halves) > 2:
+        import statistics
+
+        sd = statistics.stdev(halves)
+        print(f"A B B A halves: log sd {sd:.3f} over {len(halves)} runs → one run's own noise ≈ {sd / 2:.3f}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
