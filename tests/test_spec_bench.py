@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import re
 from pathlib import Path
 
@@ -280,6 +281,18 @@ def test_mat_draft_acceptance_rate_and_mean_of_rates_speedup():
     assert out["mean_accepted_tokens"] == pytest.approx(7 / 4)  # 7 tokens over 2 prefills + 2 passes
     assert "draft_acceptance_rate" not in out  # one acceptance rate: the summary's acceptance_rate
     assert out["spec_bench_speedup"] == pytest.approx(((5 + 2) / 2) / ((2.5 + 2) / 2))  # not Σ tokens / Σ s (1.5)
+
+
+def test_mat_counts_vllms_reported_steps_where_it_leaves_target_calls_0():
+    """vLLM's records keep target_calls 0 and list a drafted count per verify step (0 for a step without a proposal):
+    #MAT counts those steps (it read tokens per record before, 20.5 on a real run); a record with neither is NaN."""
+    spec = {"n_tokens": 1 + 3 + 2 + 1, "target_calls": 0, "proposal_lengths": [3, 3, 0], "prefill_s": 0.0}
+    rec = {"speculative": spec | {"decode_s": 1.0}, "baseline": {"n_tokens": 7, "prefill_s": 0.0, "decode_s": 2.0}}
+    assert spec_bench_metrics([rec])["mean_accepted_tokens"] == pytest.approx(7 / 4)  # 3 steps + the prefill pass
+    unknown = rec | {"speculative": spec | {"proposal_lengths": [], "decode_s": 1.0}}
+    assert math.isnan(spec_bench_metrics([rec, unknown])["mean_accepted_tokens"])
+    one = rec | {"speculative": {"n_tokens": 1, "target_calls": 0, "prefill_s": 0.0, "decode_s": 0.0}}
+    assert spec_bench_metrics([one])["mean_accepted_tokens"] == 1.0  # one token: the prefill pass alone
 
 
 class FakeSession(TorchSession):

@@ -387,10 +387,23 @@ def question_rate(records: list[dict], engine: str) -> float:
     return float(np.mean(rates)) if rates else NAN
 
 
+def passes_after_prefill(engine: dict) -> int | None:
+    """One decode's target passes after prefill: its own count or, where the engine leaves it 0 (vLLM drafts,
+    verifies and schedules in one step), one per step it reports (proposal_lengths: the drafted count of each verify
+    step, a 0 for each step without a proposal); None where neither is known."""
+    if engine.get("target_calls") or engine.get("n_tokens", 0) <= 1:
+        return int(engine.get("target_calls") or 0)
+    steps = engine.get("proposal_lengths") or []
+    return len(steps) if steps else None
+
+
 def spec_bench_metrics(records: list[dict]) -> dict:
-    """#MAT and Spec-Bench's speedup (see the module docstring)."""
+    """#MAT and Spec-Bench's speedup (see the module docstring); #MAT is NaN where a record's passes are unknown."""
     tokens = sum(r["speculative"]["n_tokens"] for r in records)
-    passes = sum(r["speculative"]["target_calls"] + (len(r.get("turns") or []) or 1) for r in records)
+    after = [passes_after_prefill(r["speculative"]) for r in records]
+    known = [n for n in after if n is not None]
+    prefills = sum(len(r.get("turns") or []) or 1 for r in records)  # one prefill pass per turn
+    passes = sum(known) + prefills if len(known) == len(after) else NAN
     return {
         "mean_accepted_tokens": ratio(tokens, passes),
         "spec_bench_speedup": ratio(question_rate(records, "speculative"), question_rate(records, "baseline")),
