@@ -172,7 +172,9 @@ def calibrate(
     )
 
 
-def session_pass_round(session: Session, prompts: list[list[int]], ks: list[int], max_new_tokens: int, offset: int):
+def session_pass_round(
+    session: Session, prompts: list[list[int]], ks: list[int], max_new_tokens: int, offset: int
+) -> dict[int, float]:
     """One round of `calibrate`'s timed passes on the session's target (each k of `ks` once, the order rotated by
     `offset`) after a fresh prefill of the typical context: k → ms. The auto replay interleaves these rounds with
     its decodes (auto_pilot.choose_by_replay), so the verify prices are sampled across the seconds just before
