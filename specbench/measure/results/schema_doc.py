@@ -115,7 +115,8 @@ avx512f, avx512_bf16, avx512_fp16, avx512_vnni, amx_tile, amx_bf16, amx_int8, an
 the verify pass is priced from the calibration, n where from n rounds of bare passes beside the replay),
 `prediction` (the "predicted (held out)" number: `speedup`, `low`, `high`, `n_examples`, `n_pilot`,
 `sampling_log_sd`, `pricing_log_sd`), `check` (the "cost-model check (known acceptance)": the same keys, and
-`replay_s`, the seconds of the untimed decode and replay of the timed examples; runs from before issue 40 have no `check`, and their `prediction` is this check) and `runner_up`;
+`replay_s`, the seconds of the untimed decode and replay of the timed examples; runs from before issue 40 have
+no `check`, and their `prediction` is this check) and `runner_up`;
 with `--draft tree-lookup` also `tree` (the chosen `depth` and `nodes`, the pilot's `pilot_depth` and `pilot_nodes`,
 `acceptance_per_depth`, `tokens_per_step`: docs/run.md), and the draft chosen is `tree-lookup:nodes=<n>`.
 
