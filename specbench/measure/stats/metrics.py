@@ -371,8 +371,7 @@ def predicted_and_checks(
 
 
 def question_seconds(record: dict, engine: str) -> float:
-    """One question's seconds, prefill included, as Spec-Bench sums its turns' wall times (the per-turn
-    records' own times where the record has turns: the Spec-Bench export writes those)."""
+    """One question's seconds, prefill included, its turns' wall times summed as Spec-Bench does (per-turn records)."""
     turns = record.get("turns") or []
     if turns and all(t.get(engine) for t in turns):
         return sum(t[engine]["prefill_s"] + t[engine]["decode_s"] for t in turns)
@@ -388,22 +387,18 @@ def question_rate(records: list[dict], engine: str) -> float:
 
 
 def passes_after_prefill(engine: dict) -> int | None:
-    """One decode's target passes after prefill: its own count or, where the engine leaves it 0 (vLLM drafts,
-    verifies and schedules in one step), one per step it reports (proposal_lengths: the drafted count of each verify
-    step, a 0 for each step without a proposal); None where neither is known."""
+    """One decode's target passes after prefill: its count or, where the engine leaves it 0 (vLLM: draft and verify
+    are one step), one per step it reports (proposal_lengths, a 0 per step without a proposal); None if neither."""
     if engine.get("target_calls") or engine.get("n_tokens", 0) <= 1:
         return int(engine.get("target_calls") or 0)
-    steps = engine.get("proposal_lengths") or []
-    return len(steps) if steps else None
+    return len(engine.get("proposal_lengths") or []) or None
 
 
 def spec_bench_metrics(records: list[dict]) -> dict:
     """#MAT and Spec-Bench's speedup (see the module docstring); #MAT is NaN where a record's passes are unknown."""
     tokens = sum(r["speculative"]["n_tokens"] for r in records)
     after = [passes_after_prefill(r["speculative"]) for r in records]
-    known = [n for n in after if n is not None]
-    prefills = sum(len(r.get("turns") or []) or 1 for r in records)  # one prefill pass per turn
-    passes = sum(known) + prefills if len(known) == len(after) else NAN
+    passes = NAN if None in after else sum(n or 0 for n in after) + sum(len(r.get("turns") or []) or 1 for r in records)
     return {
         "mean_accepted_tokens": ratio(tokens, passes),
         "spec_bench_speedup": ratio(question_rate(records, "speculative"), question_rate(records, "baseline")),
