@@ -285,10 +285,13 @@ def test_mat_draft_acceptance_rate_and_mean_of_rates_speedup():
 
 def test_mat_counts_vllms_reported_steps_where_it_leaves_target_calls_0():
     """vLLM's records keep target_calls 0 and list a drafted count per verify step (0 for a step without a proposal):
-    #MAT counts those steps (it read tokens per record before, 20.5 on a real run); a record with neither is NaN."""
+    #MAT and the Spec-Bench export's accept_lengths count those steps (#MAT read tokens per record before, 20.5 on a
+    real run; the export dropped the step without a proposal); a record with neither is NaN."""
     spec = {"n_tokens": 1 + 3 + 2 + 1, "target_calls": 0, "proposal_lengths": [3, 3, 0], "prefill_s": 0.0}
+    spec |= {"accept_lengths": [2, 1], "pass_lengths": []}
     rec = {"speculative": spec | {"decode_s": 1.0}, "baseline": {"n_tokens": 7, "prefill_s": 0.0, "decode_s": 2.0}}
     assert spec_bench_metrics([rec])["mean_accepted_tokens"] == pytest.approx(7 / 4)  # 3 steps + the prefill pass
+    assert pass_tokens(spec) == [1, 3, 2, 1]  # the export's passes: the same 7 tokens over the same 4 passes
     unknown = rec | {"speculative": spec | {"proposal_lengths": [], "decode_s": 1.0}}
     assert math.isnan(spec_bench_metrics([rec, unknown])["mean_accepted_tokens"])
     one = rec | {"speculative": {"n_tokens": 1, "target_calls": 0, "prefill_s": 0.0, "decode_s": 0.0}}

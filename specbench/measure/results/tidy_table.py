@@ -13,7 +13,7 @@ from pathlib import Path
 
 from specbench.measure.results.records import run_identity, unsummarized_reason
 from specbench.measure.results.schema import Manifest, Summary
-from specbench.measure.stats.metric_units import ENGINE_COUNTS
+from specbench.measure.stats.metric_units import ENGINE_COUNTS, passes_after_prefill
 
 # run columns in order: identity, the grid's axes, the machine, then the measurements
 AXES = (
@@ -230,10 +230,11 @@ def pass_tokens(engine: dict) -> list[int]:
     them put the verified steps first. An EOS or the budget can cut the last pass short: trimmed to n_tokens."""
     accepted = iter(engine["accept_lengths"])
     passes = engine.get("pass_lengths") or []
-    if len(passes) == engine["target_calls"] and sum(1 for n in passes if n > 1) == len(engine["accept_lengths"]):
+    calls = passes_after_prefill(engine) or 0  # vLLM's records: one per step it reports
+    if len(passes) == calls and sum(1 for n in passes if n > 1) == len(engine["accept_lengths"]):
         emitted = [next(accepted) + 1 if n > 1 else 1 for n in passes]
     else:
-        emitted = [n + 1 for n in accepted] + [1] * max(0, engine["target_calls"] - len(engine["accept_lengths"]))
+        emitted = [n + 1 for n in accepted] + [1] * max(0, calls - len(engine["accept_lengths"]))
     out = [1, *emitted]
     excess = sum(out) - engine["n_tokens"]
     for i in range(len(out) - 1, -1, -1):  # the stop cut the last pass(es) short

@@ -16,6 +16,15 @@ def ratio(num: float, den: float) -> float:
     return num / den if den else NAN
 
 
+def passes_after_prefill(engine: dict) -> int | None:
+    """One decode's target passes after prefill: its count or, where the engine leaves it 0 (vLLM: draft and verify
+    are one step), one per step it reports (proposal_lengths, a 0 per step without a proposal); None if neither.
+    Spec-Bench's #MAT (metrics.spec_bench_metrics) and its accept_lengths (tidy_table.pass_tokens) both count these."""
+    if engine.get("target_calls") or engine.get("n_tokens", 0) <= 1:
+        return int(engine.get("target_calls") or 0)
+    return len(engine.get("proposal_lengths") or []) or None
+
+
 def _total(records: list[dict], engine: str, key: str) -> float:
     return sum(r[engine][key] for r in records)
 

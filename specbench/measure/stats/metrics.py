@@ -92,6 +92,7 @@ from specbench.measure.stats.metric_units import (
     batches,
     engine_totals,
     is_batched,
+    passes_after_prefill,
     per_example_speedups,
     ratio,
 )
@@ -384,14 +385,6 @@ def question_rate(records: list[dict], engine: str) -> float:
 
     rates = [ratio(r[engine]["n_tokens"], question_seconds(r, engine)) for r in records]
     return float(np.mean(rates)) if rates else NAN
-
-
-def passes_after_prefill(engine: dict) -> int | None:
-    """One decode's target passes after prefill: its count or, where the engine leaves it 0 (vLLM: draft and verify
-    are one step), one per step it reports (proposal_lengths, a 0 per step without a proposal); None if neither."""
-    if engine.get("target_calls") or engine.get("n_tokens", 0) <= 1:
-        return int(engine.get("target_calls") or 0)
-    return len(engine.get("proposal_lengths") or []) or None
 
 
 def spec_bench_metrics(records: list[dict]) -> dict:
