@@ -244,6 +244,10 @@ def test_time_passes_recovers_medians_in_rotated_order():
     assert med == {1: 31.25, 2: 62.5, 3: 15.625}
     assert spread == {1: 7.0, 2: 7.0, 3: 7.0}
     assert samples[2] == [62.5, 500.0, 62.5, 62.5, 62.5]
+    calls.clear()  # one round at a time (the auto replay's rounds): round i starts where repeat i would
+    for i in range(4):
+        time_passes(step, [1, 2, 3], 1, clock=lambda: t[0], start=i)
+    assert calls == [1, 2, 3, 2, 3, 1, 3, 1, 2, 1, 2, 3]
 
 
 def test_context_helpers():

@@ -21,6 +21,7 @@ a resumed run retraces the uninterrupted one, and checkpoints are the draft's (`
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,8 +135,8 @@ class EagleTrainer:
         b = make_eagle_batch(data, docs, p.max_len, self.prefixes)
         if not len(b.target):
             return float("nan"), float("nan")
-        dtype = self.autocast or torch.float32
-        with torch.autocast(torch.device(self.device).type, dtype=dtype, enabled=self.autocast is not None):
+        device_type = torch.device(self.device).type
+        with torch.autocast(device_type, dtype=self.autocast) if self.autocast else contextlib.nullcontext():
             f, h_next = self._forward(b)
             idx = data.topk_idx[b.target].to(self.device)
             logp = data.topk_logp[b.target].to(self.device)

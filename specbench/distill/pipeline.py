@@ -165,9 +165,10 @@ class TrainingRun:
         self.trainer: EagleTrainer | None = None  # --kind eagle: the head's loss and evaluation (eagle_training.py)
         if cfg.kind in HEAD_KINDS:
             from specbench.distill.eagle_training import EagleTrainer, make_head_optimizer, new_eagle_head
+            from specbench.models import TORCH_DTYPES
 
             self.model = new_eagle_head(target, cfg.seed, p).to(self.device)
-            autocast = None if cfg.train_dtype == "float32" else getattr(torch, cfg.train_dtype)
+            autocast = None if cfg.train_dtype == "float32" else TORCH_DTYPES[cfg.train_dtype]
             self.trainer = EagleTrainer(self.model, target, p, data, autocast)
             self.opt = make_head_optimizer(self.model, p)
         else:

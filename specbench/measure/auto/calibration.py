@@ -75,15 +75,19 @@ class Calibration:
 
 
 def time_passes(
-    step: Callable[[Shape], object], ks: list[Shape], repeats: int, clock: Callable[[], float] = time.perf_counter
+    step: Callable[[Shape], object],
+    ks: list[Shape],
+    repeats: int,
+    clock: Callable[[], float] = time.perf_counter,
+    start: int = 0,
 ) -> dict[Shape, list[float]]:
     """Time `step(k)` (one pass over k new tokens, restoring its state) `repeats` times per k, in ms.
 
-    Each repeat visits every k once, starting one place further along the list, so a slow
-    drift of the machine is shared evenly by all k instead of landing on the last ones.
+    Each repeat visits every k once, starting one place further along the list (the first repeat at `start`), so a
+    slow drift of the machine is shared evenly by all k instead of landing on the last ones.
     """
     times: dict[Shape, list[float]] = {k: [] for k in ks}
-    for r in range(repeats):
+    for r in range(start, start + repeats):
         for k in ks[r % len(ks) :] + ks[: r % len(ks)]:
             t0 = clock()
             step(k)
@@ -112,6 +116,19 @@ def typical_context(prompt_lengths: list[int], max_new_tokens: int, max_position
     if max_positions:
         n = min(n, max_positions - k_max - 1)
     return max(1, n)
+
+
+def typical_step(
+    lm: CachedModel,
+    prompts: list[list[int]],
+    k_max: int,
+    max_new_tokens: int,
+    max_positions: int | None,
+    all_logits=True,
+) -> tuple[Callable[[int], None], int]:
+    """pass_step after a fresh prefill of the task's typical context (typical_context) → (step, context tokens)."""
+    n_ctx = typical_context([len(p) for p in prompts], max_new_tokens, max_positions, k_max)
+    return pass_step(lm, context_ids(prompts, n_ctx), k_max, all_logits, max(1, max_new_tokens // 2)), n_ctx
 
 
 def pass_step(
@@ -153,11 +170,9 @@ def calibrate(
     an arbitrary state: every decode starts its own (CachedModel.start).
     """
     t_start = time.perf_counter()
-    n_ctx = typical_context([len(p) for p in prompts], max_new_tokens, max_positions, k_max)
-    ctx = context_ids(prompts, n_ctx)
     clock = Clock(target_lm.devices).now
     ks = list(range(1, k_max + 1))
-    step = pass_step(target_lm, ctx, k_max, True, max(1, max_new_tokens // 2))
+    step, n_ctx = typical_step(target_lm, prompts, k_max, max_new_tokens, max_positions)
     time_passes(step, ks, 1, clock)  # warm-up
     med, spread = median_and_spread(time_passes(step, ks, repeats, clock))
     return Calibration(
@@ -182,10 +197,8 @@ def session_pass_round(
     plain-step ratio missed the burst's price by a log-sd of 0.045 over 20 runs, and that miss alone explained most of
     the cost-model check's error (correlation −0.86; docs/benchmarks.md)."""
     lm = session.target_lm()
-    n_ctx = typical_context([len(p) for p in prompts], max_new_tokens, session.target.max_positions, max(ks))
-    step = pass_step(lm, context_ids(prompts, n_ctx), max(ks), True, max(1, max_new_tokens // 2))
-    order = ks[offset % len(ks) :] + ks[: offset % len(ks)]
-    return {k: v[0] for k, v in time_passes(step, order, 1, Clock(lm.devices).now).items()}
+    step, _ = typical_step(lm, prompts, max(ks), max_new_tokens, session.target.max_positions)
+    return {k: v[0] for k, v in time_passes(step, ks, 1, Clock(lm.devices).now, start=offset).items()}
 
 
 def draft_token_ms(
@@ -197,8 +210,7 @@ def draft_token_ms(
     repeats: int = 2 * DEFAULT_REPEATS,
 ) -> float:
     """Median ms of one draft token (a one-token pass of the draft model after a typical context)."""
-    n_ctx = typical_context([len(p) for p in prompts], max_new_tokens, max_positions, 1)
-    step = pass_step(draft_lm, context_ids(prompts, n_ctx), 1, False, max(1, max_new_tokens // 2))
+    step, _ = typical_step(draft_lm, prompts, 1, max_new_tokens, max_positions, all_logits=False)
     clock = Clock(draft_lm.devices).now
     time_passes(step, [1], 2, clock)  # warm-up
     return statistics.median(time_passes(step, [1], repeats, clock)[1])

@@ -25,7 +25,7 @@ from specbench.engines import runtime
 from specbench.engines.contract import DecodeJob
 from specbench.engines.session import Session
 from specbench.measure.auto.choose import AutoChoice, PilotResult, candidate_label, pilot_from_results, slower_warning
-from specbench.measure.auto.prediction import MODEL_LOG_SD, pooled_held_out
+from specbench.measure.auto.prediction import pooled_held_out, pooled_interval_clause
 from specbench.measure.run.arms import Prepared, example_seed
 from specbench.run_specs import DraftSpec
 
@@ -78,13 +78,7 @@ def describe(choice: AutoChoice, config: RunConfig, timed_ids: list[str]) -> Non
         logs = example_log_speedups(choice, pilot, best.gamma)
         prediction = pooled_held_out(best.speedup, logs, len(timed_ids), len(pilot.examples))
         choice.prediction = prediction.to_dict()
-        spread = (
-            f"the 95 % interval covers how acceptance differs between example sets (log sd "
-            f"{prediction.sampling_log_sd:.3f} over the pilot examples, each priced on its own acceptance) and step "
-            f"pricing (log sd {MODEL_LOG_SD:.2f}, the torch loop's recorded error)"
-            if prediction.sampling_log_sd is not None
-            else "no interval: fewer than 2 pilot examples, so how acceptance differs between example sets is unknown"
-        )
+        spread = pooled_interval_clause(prediction, "its own acceptance")
         lines.append(
             f"{prediction.line()} for the {len(timed_ids)} timed examples: the acceptance per position of the "
             f"{len(pilot.examples)} pilot examples (none of the timed ones) priced by the cost model with the "

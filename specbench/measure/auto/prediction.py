@@ -244,6 +244,18 @@ def pooled_held_out(
     return Prediction(speedup, math.exp(m - half), math.exp(m + half), n_timed, level, HELD_OUT, n_pilot, s_g, model_sd)
 
 
+def pooled_interval_clause(prediction: Prediction, priced_on: str) -> str:
+    """What a pooled_held_out interval covers, for its reasons' line (pure): the spread between example sets (each
+    pilot example priced on `priced_on`) and the step pricing; or why there is none."""
+    if prediction.sampling_log_sd is None:
+        return "no interval: fewer than 2 pilot examples, so how acceptance differs between example sets is unknown"
+    return (
+        f"the 95 % interval covers how acceptance differs between example sets (log sd "
+        f"{prediction.sampling_log_sd:.3f} over the pilot examples, each priced on {priced_on}) and step pricing "
+        f"(log sd {prediction.pricing_log_sd:.2f}, the torch loop's recorded error)"
+    )
+
+
 def auto_lines(held_out: Prediction, check: Prediction, costs: LoopCosts, gamma: int, path: str) -> list[str]:
     """auto's two lines before timing, each number named for what it is (pure): the held-out prediction, then the
     cost-model check with the loop costs it priced and the seconds its untimed replay took."""

@@ -45,7 +45,7 @@ from specbench.measure.auto.choose import (
     requested_auto,
     slower_warning,
 )
-from specbench.measure.auto.prediction import Prediction, pooled_held_out
+from specbench.measure.auto.prediction import Prediction, pooled_held_out, pooled_interval_clause
 from specbench.measure.stats.metrics import depth_counts
 from specbench.run_specs import DraftSpec, parse_draft
 
@@ -307,16 +307,8 @@ def held_out_trees(
 
 def held_out_line(prediction: Prediction, n_pilot: int) -> str:
     """The reasons' line for `held_out_trees`' figure: what it is and what its interval covers."""
-    spread = (
-        f"the 95 % interval covers how acceptance differs between example sets (log sd "
-        f"{prediction.sampling_log_sd:.3f} over the pilot examples, each priced on its own steps) and step pricing "
-        f"(log sd {prediction.pricing_log_sd:.2f})"
-        if prediction.sampling_log_sd is not None
-        else "no interval: fewer than 2 pilot examples with tree steps, so how acceptance differs between example "
-        "sets is unknown"
-    )
     return (
         f"{prediction.line()} for the {prediction.n_examples} timed examples: the chosen tree priced on the "
         f"{n_pilot} pilot examples' steps (none of the timed ones), per decoded token (the timed prompts' prefill "
-        f"and lengths are not modelled); {spread}"
+        f"and lengths are not modelled); {pooled_interval_clause(prediction, 'its own steps')}"
     )
