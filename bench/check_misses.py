@@ -17,7 +17,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 from pathlib import Path
+
+import numpy as np
 
 PARTS = ("step", "verify", "verify_per_step", "draft_call")
 
@@ -58,8 +61,6 @@ def run_misses(manifest: dict, summary: dict, examples: list[dict]) -> dict | No
 
 def spread_and_correlation(rows: list[dict], part: str) -> tuple[float, float, int]:
     """(sd of log timed ÷ priced, its correlation with log measured ÷ check, n) over the runs where both are finite."""
-    import numpy as np
-
     pairs = [(math.log(r[part]), math.log(r["measured_over_check"])) for r in rows if r[part] == r[part] and r[part]]
     if len(pairs) < 3:
         return float("nan"), float("nan"), len(pairs)
@@ -96,8 +97,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
         print(f"{part}: log sd {sd:.3f} over {n} runs, correlation with log(measured ÷ check) {corr:+.2f}")
     halves = [math.log(r["halves"]) for r in rows if r["halves"]]
     if len(halves) > 2:
-        import statistics
-
         sd = statistics.stdev(halves)
         print(f"A B B A halves: log sd {sd:.3f} over {len(halves)} runs → one run's own noise ≈ {sd / 2:.3f}")
     return rows
