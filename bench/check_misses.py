@@ -21,6 +21,7 @@ import statistics
 from pathlib import Path
 
 import numpy as np
+from scipy import stats
 
 PARTS = ("step", "verify", "verify_per_step", "draft_call")
 
@@ -47,6 +48,8 @@ def run_misses(manifest: dict, summary: dict, examples: list[dict]) -> dict | No
     verify_miss = timed_verify / priced_verify if priced_verify else float("nan")
     call = 1e3 * sum(s["draft_s"] for s in spec) / calls / call_ms if calls and call_ms else float("nan")
     return {
+        "examples": example_parts(examples, verify, costs["step_ms"]),
+        "priced_slope": priced_slope(verify, costs["step_ms"]),
         "run": manifest.get("run_id") or summary.get("run_id"),
         "task": summary.get("task"),
         "measured_over_check": measured / check,
@@ -56,6 +59,59 @@ def run_misses(manifest: dict, summary: dict, examples: list[dict]) -> dict | No
         "verify": verify_miss,
         "verify_per_step": verify_miss / step,
         "draft_call": call,
+    }
+
+
+def priced_slope(verify: dict[int, float], step_ms: float) -> float:
+    """The priced verify line's slope per token in plain steps, between its k ≥ 2 ends (pure; nan with fewer than 2)."""
+    ks = [k for k in sorted(verify) if k >= 2]
+    return (verify[ks[-1]] - verify[ks[0]]) / (ks[-1] - ks[0]) / step_ms if len(ks) > 1 else float("nan")
+
+
+def example_parts(examples: list[dict], verify: dict[int, float], step_ms: float) -> list[dict]:
+    """Per timed example with verify passes (pure): its context (prompt + half its output), its passes, their tokens
+    past the first, its timed verify time in units of its own plain step, and log(timed ÷ priced) of it."""
+    widest, out = max(verify), []
+    for e in examples:
+        base, spec = e["baseline"], e["speculative"]
+        ks = spec["pass_lengths"]
+        if not ks or base["n_tokens"] < 2 or base["decode_s"] <= 0:
+            continue
+        steps = 1e3 * spec["verify_s"] / (1e3 * base["decode_s"] / (base["n_tokens"] - 1))  # in plain steps
+        priced = sum(verify.get(k, verify[widest]) for k in ks) / step_ms
+        context = e.get("prompt_tokens", 0) + base["n_tokens"] / 2
+        out.append(
+            {
+                "context": context,
+                "passes": len(ks),
+                "extra": sum(ks) - len(ks),
+                "steps": steps,
+                "log_miss": math.log(steps / priced),
+            }
+        )
+    return out
+
+
+def verify_shape(rows: list[dict]) -> dict:
+    """The timed verify pass's own line, fitted over every example of `rows` (pure): least squares of its time in plain
+    steps on (passes, tokens past each pass's first) → level (a one-token pass ÷ a plain step) and slope (per extra
+    token), beside the priced slope (median over runs), and the slope of log(timed ÷ priced) on the context per 100
+    tokens (its correlation, n)."""
+    ex = [x for r in rows for x in r["examples"]]
+    if len(ex) < 3:
+        return {}
+    (level, slope), *_ = np.linalg.lstsq(
+        np.array([[x["passes"], x["extra"]] for x in ex], float), np.array([x["steps"] for x in ex]), rcond=None
+    )
+    contexts = [x["context"] for x in ex]
+    ctx = stats.linregress(contexts, [x["log_miss"] for x in ex]) if len(set(contexts)) > 1 else None
+    return {
+        "level": float(level),
+        "slope": float(slope),
+        "priced_slope": float(np.nanmedian([r["priced_slope"] for r in rows])),
+        "context_slope_per_100": 100 * float(ctx.slope) if ctx else float("nan"),
+        "context_r": float(ctx.rvalue) if ctx else float("nan"),
+        "n": len(ex),
     }
 
 
@@ -95,6 +151,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for part in PARTS:
         sd, corr, n = spread_and_correlation(rows, part)
         print(f"{part}: log sd {sd:.3f} over {n} runs, correlation with log(measured ÷ check) {corr:+.2f}")
+    for task in sorted({r["task"] for r in rows}) + ["all"]:
+        fit = verify_shape([r for r in rows if task in ("all", r["task"])])
+        if fit:
+            print(
+                f"{task}: timed verify pass ≈ {fit['level']:.3f} + {fit['slope']:.4f} (k − 1) plain steps "
+                f"(priced slope {fit['priced_slope']:.4f}); log(timed ÷ priced) {fit['context_slope_per_100']:+.3f} per 100 context "
+                f"tokens (r {fit['context_r']:+.2f}, {fit['n']} examples)"
+            )
     halves = [math.log(r["halves"]) for r in rows if r["halves"]]
     if len(halves) > 2:
         sd = statistics.stdev(halves)

@@ -335,3 +335,24 @@ def test_check_misses_reads_each_parts_timed_over_priced(tmp_path, capsys):
     )
     assert r["draft_call"] == pytest.approx(1.0) and r["measured_over_check"] == pytest.approx(1.5 / 1.6)
     assert "verify_per_step timed ÷ priced" in capsys.readouterr().out
+
+
+def test_check_misses_fits_the_timed_verify_passes_line():
+    """verify_shape recovers a known line (a one-token pass 0.9 plain steps, 0.04 a token past it) from examples of
+    mixed pass lengths, and a miss that falls with the context gives a negative context slope."""
+    import check_misses
+
+    ex = [
+        {
+            "passes": p,
+            "extra": e,
+            "steps": 0.9 * p + 0.04 * e,
+            "context": 100.0 + 50 * i,
+            "log_miss": -0.0003 * (100 + 50 * i),
+        }
+        for i, (p, e) in enumerate([(10, 30), (12, 20), (8, 40), (15, 15), (9, 36)])
+    ]
+    fit = check_misses.verify_shape([{"examples": ex, "priced_slope": 0.026}])
+    assert fit["level"] == pytest.approx(0.9) and fit["slope"] == pytest.approx(0.04)
+    assert fit["context_slope_per_100"] == pytest.approx(-0.03) and fit["context_r"] == pytest.approx(-1.0)
+    assert check_misses.priced_slope({1: 30.0, 2: 31.0, 5: 34.0}, 30.0) == pytest.approx(1 / 30)

@@ -111,16 +111,20 @@ def test_the_teacher_keeps_the_fused_layers_outputs_at_every_label(trained, targ
     assert checked == 15  # 12 training rows + 3 held-out rows
 
 
-def test_the_trained_head_agrees_with_the_target_more_than_an_untrained_one(trained, target, tmp_path):
+def untrained_evaluation(out: Path, target: str, folder: Path) -> dict:
+    """The held-out checks of an untrained head on `out`'s teacher data (the learning checks' negative control)."""
     from specbench.distill.eagle_training import EagleTrainer
 
-    out, manifest = trained
     data = teacher_data(out)
     t = load_model(target, device="cpu")
     heldout = torch.nonzero(data.heldout).view(-1).tolist()
-    preset = get_preset("small", "eagle3")
-    fresh = make_proposer(parse_draft(f"eagle3:{random_head(target, tmp_path / 'fresh')}"), t)
-    untrained = EagleTrainer(fresh.head.head, t, preset, data).evaluate(heldout)
+    fresh = make_proposer(parse_draft(f"eagle3:{random_head(target, folder)}"), t)
+    return EagleTrainer(fresh.head.head, t, get_preset("small", "eagle3"), data).evaluate(heldout)
+
+
+def test_the_trained_head_agrees_with_the_target_more_than_an_untrained_one(trained, target, tmp_path):
+    out, manifest = trained
+    untrained = untrained_evaluation(out, target, tmp_path / "fresh")
     after = manifest["checks"]["heldout_after_export"]
     assert after["agreement_reply"] > untrained["agreement_reply"] + 0.1, (after, untrained)
     assert after["kl"] < untrained["kl"]
@@ -254,3 +258,71 @@ def test_vllm_runs_the_exported_eagle3_head_and_accepts_what_specbench_accepts(v
     for a, b in zip(accepted["vllm"], accepted["specbench"], strict=True):
         k = min(len(a), len(b)) - 1
         assert k > 3 and a[:k] == b[:k], accepted
+
+
+def test_the_unrolled_chain_is_what_drafting_computes_at_each_depth(target):
+    """--unroll's chained steps (UnrolledKV) at index p equal the draft's own chain after position p: step 1's keys at
+    ≤ p from the target's features, then depth 2 and 3 fed the head's own outputs one position at a time through the
+    drafting cache. The control, step j attending causally over every earlier key (what a plain concatenation would
+    do), differs."""
+    from specbench.models.eagle3_head import UnrolledKV, _KVCache
+
+    head = new_eagle3_head(load_model(target, device="cpu").model, seed=3).eval()
+    H, L, depth = head.config.hidden_size, 6, 3
+    gen = torch.Generator().manual_seed(0)
+    emb, g_true = torch.randn(1, L + depth, H, generator=gen), torch.randn(1, L, H, generator=gen)
+
+    def unrolled(cache) -> list[torch.Tensor]:
+        g, outs = g_true, []
+        for j in range(depth):
+            normed, g = head(emb[:, 1 + j : L + 1 + j], g, torch.arange(j, L + j)[None], cache=cache)
+            outs.append(normed[0])
+        return outs
+
+    class Causal(UnrolledKV):
+        def allowed(self, queries, past, device):
+            return _KVCache.allowed(self, queries, past, device)
+
+    with torch.no_grad():
+        chained, control = unrolled(UnrolledKV()), unrolled(Causal())
+        for p in range(L):
+            cache = _KVCache()
+            normed, g = head(emb[:, 1 : p + 2], g_true[:, : p + 1], torch.arange(p + 1)[None], cache=cache)
+            drafted = [normed[0, -1]]
+            for j in range(1, depth):
+                normed, g = head(emb[:, p + 1 + j : p + 2 + j], g[:, -1:], torch.tensor([[p + j]]), cache=cache)
+                drafted.append(normed[0, -1])
+            for j in range(depth):
+                torch.testing.assert_close(chained[j][p], drafted[j], atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(control[1][: L - 1], chained[1][: L - 1], atol=1e-3)  # the control must differ
+
+
+def test_the_chained_loss_weighs_each_step_as_eagle3_does():
+    from specbench.distill.eagle_training import CHAIN_DECAY, chained_loss_rows
+
+    steps = [
+        (torch.zeros(m, 2), torch.arange(m) + 10 * j, torch.ones(m, dtype=torch.bool)) for j, m in enumerate([6, 4, 0])
+    ]
+    f, rows, weights = chained_loss_rows(steps)
+    kls = torch.tensor([1.0] * 6 + [3.0] * 4)
+    assert f.shape == (10, 2) and rows[:6].tolist() == list(range(6)) and rows[6:].tolist() == [10, 11, 12, 13]
+    assert float((weights * kls).sum() / len(kls)) == pytest.approx(1.0 + CHAIN_DECAY * 3.0)  # Σ 0.8^(j-1) · mean_j
+
+
+def test_unroll_trains_the_chain_and_reports_the_second_tokens_agreement(trained, target, task_file, tmp_path):
+    """--unroll 2 is recorded (command, checkpoint key), changes the steps (a silently ignored option would retrace
+    the unroll-1 run's loss curve exactly), still learns, and the held-out checks report the second chained token's
+    agreement for both heads; a head kind it does not apply to, or 0 steps, is a one-line exit 2."""
+    _, plain = trained
+    out, manifest = distilled("eagle3", target, task_file, tmp_path / "u2", extra=("--unroll", "2"))
+    assert "--unroll 2" in manifest["command"] and "--unroll" not in plain["command"]
+    assert manifest["training"]["loss_curve"] != plain["training"]["loss_curve"]
+    after, before = manifest["checks"]["heldout_after_export"], plain["checks"]["heldout_after_export"]
+    assert after["chained_positions"] > 0 and before["chained_positions"] == after["chained_positions"]
+    assert 0.0 <= after["agreement_chained"] <= 1.0 and 0.0 <= before["agreement_chained"] <= 1.0
+    untrained = untrained_evaluation(out, target, tmp_path / "fresh")
+    assert after["agreement_reply"] > untrained["agreement_reply"] + 0.1, (after, untrained)  # still learns
+    for kind, unroll, message in [("eagle", "2", "use --kind eagle3"), ("eagle3", "0", "--unroll must be >= 1")]:
+        args = [*distill_args(kind, target, task_file, tmp_path / f"x{kind}"), "--unroll", unroll]
+        r = invoke(*args, catch=True)
+        assert r.exit_code == 2 and message in r.output.strip().splitlines()[-1], r.output

@@ -78,6 +78,15 @@ TrainDtype = Annotated[
     ),
 ]
 
+Unroll = Annotated[
+    int,
+    typer.Option(
+        "--unroll",
+        help="An EAGLE-3 head's training-time test: train it chained this many steps, each fed its own previous "
+        "output as it is while drafting (EAGLE-3's; 1: the first drafted token only). Costs about N times a step.",
+    ),
+]
+
 PHASE_NAMES = {"teacher": "teacher data (shards)", "train": "training (steps)", "export": "export + checks"}
 
 
@@ -95,6 +104,7 @@ def distill_command(
     kind: Kind = "draft",
     teacher_dtype: TeacherDtype = "float32",
     train_dtype: TrainDtype = "float32",
+    unroll: Unroll = 1,
     as_json: AsJson = False,
 ):
     """Train a small draft for --target by distillation from the target's top-k distributions; resumable.
@@ -126,6 +136,7 @@ def distill_command(
             max_session_steps=max_session_steps,
             teacher_dtype=teacher_dtype,
             train_dtype=train_dtype,
+            unroll=unroll,
         ).validate()
         for name in config.tasks:
             check_task_named(name)  # a misspelt --task or a missing file: a bad command line, before the target loads
@@ -164,8 +175,11 @@ def outcome_line(outcome, out_dir: Path, kind: str = "eagle") -> str:
     if checks.get("cost") is None:  # an EAGLE head: run --draft eagle:<out> times it
         agreement = checks["heldout_after_export"]["agreement_reply"]
         tasks = ", ".join(f"{t} {ev['agreement_reply']:.3f}" for t, ev in (checks.get("heldout_by_task") or {}).items())
+        chained = checks["heldout_after_export"].get("agreement_chained", float("nan"))
+        second = f", its second chained token's {chained:.3f}" if chained == chained else ""  # EAGLE-3 heads
+        tasks = f": {tasks}" if tasks else ""
         return (
-            f"{kind} head: {out_dir}  (held-out top-1 agreement {agreement:.3f}{f': {tasks}' if tasks else ''}, "
+            f"{kind} head: {out_dir}  (held-out top-1 agreement {agreement:.3f}{tasks}{second}, "
             f"α(γ={checks['speculative']['gamma']}) = {checks['speculative']['alpha']:.3f}; manifest.json; "
             f"--draft {kind}:{out_dir})"
         )

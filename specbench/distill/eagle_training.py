@@ -11,7 +11,11 @@ hidden states in it (they are in the row's on-policy document), so there the hea
 
 An EAGLE-3 head (--kind eagle3, models/eagle3_head.py) reads, instead of h_t, the outputs of three target layers at t
 (the shards' features), fused by its fc; it is trained on the KL alone, through its own output layer (a copy of the
-target's at the start), as EAGLE-3 drops the feature regression.
+target's at the start), as EAGLE-3 drops the feature regression. With `--unroll N` it is trained as EAGLE-3's
+"training-time test" does: chained N steps at every position at once, step j fed its own step j-1 output where the
+target's features were, attending exactly as it will while drafting depth j (UnrolledKV), its loss weighted 0.8^(j-1).
+A head trained on step 1 alone never sees its own outputs as input, and drafts past the first token badly (on the
+2-core EPYC, a 600-step head's acceptance by depth read 0.39, 0.05, 0.02: docs/distill.md).
 
 Held-out top-1 agreement is the distilled draft's measure at the same positions (on-policy reply positions): does the
 head's argmax for token t+1 (here from h_{t-1} and token t) equal the target's. It is the first drafted token's
@@ -43,6 +47,9 @@ class EagleBatch:
     cols: torch.Tensor  # [M] its column
     target: torch.Tensor  # [M] row of h_{t+1} and of the label of token t+2 (TeacherData.hidden / topk_*)
     reply: torch.Tensor  # [M] bool: that label predicts a reply token of an on-policy document (the α proxy)
+    tok: torch.Tensor  # [B, L] the row of token t+1 in TeacherData.tokens (a chained step j reads token t+1+j)
+    last: torch.Tensor  # [M] its document's last label row (a chained step j has a label where target + j ≤ last)
+    reply_from: torch.Tensor  # [M] the first reply label row of an on-policy document (beyond any row otherwise)
 
 
 def prefix_docs(data: TeacherData) -> dict[int, int]:
@@ -64,7 +71,8 @@ def make_eagle_batch(data: TeacherData, docs: list[int], max_len: int, prefixes:
     B = len(docs)
     ids, pos = torch.zeros(B, width, dtype=torch.long), torch.zeros(B, width, dtype=torch.long)
     mask, src = torch.zeros(B, width, dtype=torch.long), torch.zeros(B, width, dtype=torch.long)
-    rows, cols, target, reply = [], [], [], []
+    tok = torch.zeros(B, width, dtype=torch.long)
+    rows, cols, target, reply, last, reply_from = [], [], [], [], [], []
     for b, (d, ls, n, front, pd) in enumerate(spans):
         if n == 0:
             continue
@@ -74,14 +82,19 @@ def make_eagle_batch(data: TeacherData, docs: list[int], max_len: int, prefixes:
         if front:  # positions 0..ls-1: the prefix document's label rows
             own = torch.where(t < ls, int(data.label_off[pd]) + t, own)
         w = front + n
-        ids[b, :w] = data.tokens[start + t + 1].long()
+        ids[b, :w], tok[b, :w] = data.tokens[start + t + 1].long(), start + t + 1
         pos[b, :w], mask[b, :w], src[b, :w] = t, 1, own
         t = t[front:]
         rows.append(torch.full((n,), b))
         cols.append(torch.arange(front, w))
         target.append(off + t + 1)
-        reply.append((t + 1 >= int(data.reply_start[d])) & (int(data.kind[d]) == KIND_ON_POLICY))
-    return EagleBatch(ids, pos, mask, src, _cat(rows), _cat(cols), _cat(target), _cat(reply).bool())
+        on_policy = int(data.kind[d]) == KIND_ON_POLICY
+        reply.append((t + 1 >= int(data.reply_start[d])) & on_policy)
+        last.append(torch.full((n,), off + ls + n))
+        reply_from.append(torch.full((n,), off + int(data.reply_start[d]) if on_policy else len(data.topk_idx)))
+    return EagleBatch(
+        ids, pos, mask, src, _cat(rows), _cat(cols), _cat(target), _cat(reply).bool(), tok, _cat(last), _cat(reply_from)
+    )
 
 
 def _cat(parts: list[torch.Tensor]) -> torch.Tensor:
@@ -98,6 +111,7 @@ class EagleTrainer:
         preset: DistillPreset,
         data: TeacherData,
         autocast: torch.dtype | None = None,
+        unroll: int = 1,
     ):
         if data.hidden is None:
             raise SpecbenchError("the teacher data holds no hidden states; delete DIR/work/teacher and rerun")
@@ -113,6 +127,7 @@ class EagleTrainer:
         self.device = target.device
         self.prefixes = prefix_docs(data)
         self.autocast = autocast  # --train-dtype bfloat16: the training step's matmuls (evaluation stays float32)
+        self.unroll = unroll  # --unroll: an EAGLE-3 head trained on this many chained steps (1: its first only)
 
     def _forward(self, b: EagleBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
         """→ (what the output layer reads at the real positions [M, H], the target hidden states there [M, H] float32;
@@ -121,14 +136,31 @@ class EagleTrainer:
         assert hidden is not None  # checked in __init__
         h_in = hidden[b.src].to(dev).float() * b.mask[..., None].to(dev)  # [B, L, H] (EAGLE-3: [B, L, 3H])
         emb = self.embed(b.ids.to(dev)).float()
-        if self.fused:
-            out, _ = self.head(emb, self.head.fuse(h_in), b.pos.to(dev), pad=b.mask.to(dev))  # the normed output
-            return out[b.rows.to(dev), b.cols.to(dev)], None
         out = self.head(emb, h_in, b.pos.to(dev), attention_mask=b.mask.to(dev))  # [B, L, H]
         return out[b.rows.to(dev), b.cols.to(dev)], hidden[b.target].to(dev).float()
 
+    def _chained(self, b: EagleBatch, steps: int) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """An EAGLE-3 head chained `steps` times at every position at once (its training-time test): step 1 reads the
+        fused target features at t and token t+1, step j its own step j-1 output and token t+j at position t+j-1,
+        attending as it would while drafting (models/eagle3_head.UnrolledKV) → per step, at the loss positions that
+        still have a label j-1 tokens on: (the normed outputs [M_j, H], their label rows [M_j], reply flags [M_j])."""
+        from specbench.models.eagle3_head import UnrolledKV
+
+        dev, hidden, tokens = self.device, self.data.hidden, self.data.tokens
+        assert hidden is not None  # checked in __init__
+        g = self.head.fuse(hidden[b.src].to(dev).float() * b.mask[..., None].to(dev))  # [B, L, H]
+        cache, pad, at = UnrolledKV(), b.mask.to(dev), (b.rows.to(dev), b.cols.to(dev))
+        result = []
+        for j in range(steps):
+            emb = self.embed(tokens[(b.tok + j).clamp(max=len(tokens) - 1)].long().to(dev)).float()
+            normed, g = self.head(emb, g, (b.pos + j).to(dev), cache=cache, pad=pad)
+            keep = b.target + j <= b.last
+            rows = b.target[keep] + j
+            result.append((normed[at][keep.to(dev)], rows, rows >= b.reply_from[keep]))
+        return result
+
     def train_step(self, opt: torch.optim.Optimizer, docs: list[int]) -> tuple[float, float]:
-        """One optimizer step on `docs` → (loss, train top-1 agreement)."""
+        """One optimizer step on `docs` → (loss, train top-1 agreement of the first drafted token)."""
         p, data = self.preset, self.data
         self.head.train()
         opt.zero_grad(set_to_none=True)
@@ -137,28 +169,37 @@ class EagleTrainer:
             return float("nan"), float("nan")
         device_type = torch.device(self.device).type
         with torch.autocast(device_type, dtype=self.autocast) if self.autocast else contextlib.nullcontext():
-            f, h_next = self._forward(b)
-            idx = data.topk_idx[b.target].to(self.device)
-            logp = data.topk_logp[b.target].to(self.device)
+            if self.fused:  # EAGLE-3: the KL alone, over its chained steps
+                steps = self._chained(b, self.unroll)
+                (f, rows, weights), h_next, first = chained_loss_rows(steps), None, len(steps[0][1])
+            else:
+                (f, h_next), rows, weights = self._forward(b), b.target, None
+                first = len(rows)
+            idx = data.topk_idx[rows].to(self.device)
+            logp = data.topk_logp[rows].to(self.device)
             reg = torch.nn.functional.smooth_l1_loss(f.float(), h_next) if h_next is not None else torch.zeros(())
             w = p.kl_weight
             if h_next is not None:
                 (p.reg_weight * reg).backward(retain_graph=True)
-            f_w = f * w + f.detach() * (1 - w)  # f's value, its gradient scaled by w (kl_loss backpropagates it)
-            kl, argmax, _ = kl_loss(self.lm_head, f_w, idx, logp, backward=True)  # its law in float32
+            scale = w if weights is None else w * weights.to(f.device)[:, None]  # gradient scale per row
+            f_w = f * scale + f.detach() * (1 - scale)  # f's value, its gradient scaled (kl_loss backpropagates it)
+            _, argmax, kls = kl_loss(self.lm_head, f_w, idx, logp, backward=True)  # its law in float32
         torch.nn.utils.clip_grad_norm_(self.head.parameters(), 1.0)
         opt.step()
+        kl = float(kls.mean()) if weights is None else float((kls * weights).sum() / len(kls))
         loss = p.reg_weight * float(reg.detach()) + w * kl
-        return loss, float((argmax == idx[:, 0]).float().mean())
+        return loss, float((argmax[:first] == idx[:first, 0]).float().mean())
 
     @torch.no_grad()
     def evaluate(self, docs: list[int]) -> dict:
-        """Held-out KL, regression loss and top-1 agreement (all positions; on-policy reply positions: the α proxy)."""
+        """Held-out KL, regression loss and top-1 agreement (all positions; on-policy reply positions: the α proxy);
+        for an EAGLE-3 head also `agreement_chained`: the reply positions' agreement of its second chained step (fed its
+        own first output and the target's token: the second drafted token's α proxy, given the first was accepted)."""
         p, data = self.preset, self.data
         self.head.eval()
         lens = data.doc_len.clamp(max=p.max_len)
         order = sorted(docs, key=lambda d: int(lens[d]))
-        sums = {"agree": 0.0, "kl": 0.0, "reg": 0.0, "n": 0.0, "agree_r": 0.0, "n_r": 0.0}
+        sums = {"agree": 0.0, "kl": 0.0, "reg": 0.0, "n": 0.0, "agree_r": 0.0, "n_r": 0.0, "agree_c": 0.0, "n_c": 0.0}
         batch: list[int] = []
         for d in order + [None]:
             if d is not None and (not batch or (len(batch) + 1) * int(lens[d]) <= p.batch_tokens):
@@ -166,7 +207,14 @@ class EagleTrainer:
                 continue
             b = make_eagle_batch(data, batch, p.max_len, self.prefixes) if batch else None
             if b is not None and len(b.target):
-                f, h_next = self._forward(b)
+                if self.fused:
+                    steps = self._chained(b, 2)
+                    (f, _, _), h_next = steps[0], None
+                    hit_c, reply_c = self._hits(*steps[1])
+                    sums["agree_c"] += float(hit_c[reply_c].sum())
+                    sums["n_c"] += float(reply_c.sum())
+                else:
+                    f, h_next = self._forward(b)
                 idx = data.topk_idx[b.target].to(self.device)
                 _, argmax, kls = kl_loss(self.lm_head, f, idx, data.topk_logp[b.target].to(self.device), False)
                 hit, reply = (argmax == idx[:, 0]).float(), b.reply.to(self.device)
@@ -182,32 +230,61 @@ class EagleTrainer:
                 sums["agree_r"] += float(hit[reply].sum())
                 sums["n_r"] += float(reply.sum())
             batch = [d] if d is not None else []
-        n, n_r, nan = sums["n"], sums["n_r"], float("nan")
+        n, n_r, n_c, nan = sums["n"], sums["n_r"], sums["n_c"], float("nan")
         return {
             "agreement_reply": sums["agree_r"] / n_r if n_r else nan,
+            "agreement_chained": sums["agree_c"] / n_c if n_c else nan,
             "agreement_all": sums["agree"] / n if n else nan,
             "kl": sums["kl"] / n if n else nan,
             "feature_loss": sums["reg"] / n if n else nan,
             "positions": int(n),
             "reply_positions": int(n_r),
+            "chained_positions": int(n_c),
         }
+
+    def _hits(self, f: torch.Tensor, rows: torch.Tensor, reply: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One chained step's outputs → (top-1 agreement with the target per row, float; its reply flags)."""
+        idx = self.data.topk_idx[rows].to(self.device)
+        _, argmax, _ = kl_loss(self.lm_head, f, idx, self.data.topk_logp[rows].to(self.device), False)
+        return (argmax == idx[:, 0]).float(), reply.to(self.device)
+
+
+CHAIN_DECAY = 0.8  # step j's loss weight is CHAIN_DECAY ** (j - 1), EAGLE-3's training script's
+
+
+def chained_loss_rows(
+    steps: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """EagleTrainer._chained's steps → (outputs [M, H], label rows [M], row weights [M]) of one KL over all of them:
+    each row weighs CHAIN_DECAY^(j-1) · M / M_j, so the mean over rows is Σ_j CHAIN_DECAY^(j-1) · (step j's mean KL),
+    EAGLE-3's loss (pure). Step 1's rows come first."""
+    total = sum(len(rows) for _, rows, _ in steps)
+    live = [(j, f, rows) for j, (f, rows, _) in enumerate(steps) if len(rows)]  # a step past every label: none
+    return (
+        torch.cat([f for _, f, _ in live]),
+        torch.cat([rows for _, _, rows in live]),
+        torch.cat([torch.full((len(rows),), CHAIN_DECAY**j * total / len(rows)) for j, _, rows in live]),
+    )
 
 
 def pooled_evaluation(parts: list[dict]) -> dict:
     """Several `evaluate` results on disjoint documents (each task's) → the one `evaluate` gives on all of them: each
     mean weighted by the positions it is over (pure; the sums are additive, so no second pass is needed)."""
     n, n_r, nan = sum(e["positions"] for e in parts), sum(e["reply_positions"] for e in parts), float("nan")
+    n_c = sum(e.get("chained_positions", 0) for e in parts)
 
     def mean(key: str, weight: str, total: int) -> float:
-        return sum(e[key] * e[weight] for e in parts if e[weight]) / total if total else nan
+        return sum(e[key] * e[weight] for e in parts if e.get(weight)) / total if total else nan
 
     return {
         "agreement_reply": mean("agreement_reply", "reply_positions", n_r),
+        "agreement_chained": mean("agreement_chained", "chained_positions", n_c),
         "agreement_all": mean("agreement_all", "positions", n),
         "kl": mean("kl", "positions", n),
         "feature_loss": mean("feature_loss", "positions", n),
         "positions": n,
         "reply_positions": n_r,
+        "chained_positions": n_c,
     }
 
 

@@ -169,7 +169,7 @@ class TrainingRun:
 
             self.model = new_eagle_head(target, cfg.seed, p).to(self.device)
             autocast = None if cfg.train_dtype == "float32" else TORCH_DTYPES[cfg.train_dtype]
-            self.trainer = EagleTrainer(self.model, target, p, data, autocast)
+            self.trainer = EagleTrainer(self.model, target, p, data, autocast, cfg.unroll)
             self.opt = make_head_optimizer(self.model, p)
         else:
             self.model = new_draft(p, target, cfg.seed).to(self.device)

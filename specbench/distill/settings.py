@@ -199,6 +199,7 @@ class DistillConfig:
     max_session_steps: int | None = None  # stop (checkpointed) after this many steps in this invocation
     teacher_dtype: str = "float32"  # the target's dtype while it scores and continues the text (training: float32)
     train_dtype: str = "float32"  # a head's training matmuls: bfloat16 runs them under autocast (weights stay float32)
+    unroll: int = 1  # an EAGLE-3 head's chained training steps (EAGLE-3's training-time test; 1: the first only)
 
     @property
     def kind(self) -> str:
@@ -226,6 +227,10 @@ class DistillConfig:
             raise SpecbenchError(
                 f"--train-dtype {self.train_dtype} trains a head (--kind eagle or eagle3); a draft trains in float32"
             )
+        if self.unroll < 1:
+            raise SpecbenchError(f"--unroll must be >= 1 (got {self.unroll})")
+        if self.unroll > 1 and self.kind != "eagle3":
+            raise SpecbenchError(f"--unroll {self.unroll} chains an EAGLE-3 head's training steps: use --kind eagle3")
         if self.preset.save_dtype not in ("float32", "float16", "bfloat16"):
             raise SpecbenchError(f"preset {self.preset.name}: save_dtype must be float32, float16 or bfloat16")
         return self
@@ -238,6 +243,7 @@ class DistillConfig:
             f"--task {','.join(self.tasks)} --steps {self.total_steps} --seed {self.seed}"
             + (f" --teacher-dtype {self.teacher_dtype}" if self.teacher_dtype != "float32" else "")
             + (f" --train-dtype {self.train_dtype}" if self.train_dtype != "float32" else "")
+            + (f" --unroll {self.unroll}" if self.unroll != 1 else "")
         )
 
     def training_key(self) -> dict:
@@ -250,6 +256,7 @@ class DistillConfig:
         }
         for name in ("teacher_dtype", "train_dtype"):  # a float32 run's key is as before these options existed
             key |= {name: getattr(self, name)} if getattr(self, name) != "float32" else {}
+        key |= {"unroll": self.unroll} if self.unroll != 1 else {}  # likewise
         return key | ({"kind": self.kind} if self.kind in HEAD_KINDS else {})  # a draft's key as before kinds existed
 
 

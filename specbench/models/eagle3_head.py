@@ -59,6 +59,22 @@ class _KVCache:
         self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
         return self.k, self.v
 
+    def allowed(self, queries: int, past: int, device) -> torch.Tensor:
+        """[queries, keys] bool, after extend: query i (position past + i) sees keys ≤ past + i."""
+        return torch.ones(queries, self.get_seq_length(), dtype=torch.bool, device=device).tril(past)
+
+
+class UnrolledKV(_KVCache):
+    """The keys of a head chained over every position at once (EAGLE-3's training-time test): step 1 fed the target's
+    features at positions 0..L-1, step j the head's own step j-1 outputs, each step's L keys appended. Step j's query
+    at index p stands for drafting depth j after position p: it sees step 1's keys at ≤ p (the cache of real features
+    then) and its own index's keys of steps 2..j (the chain drafted so far), nothing else."""
+
+    def allowed(self, queries: int, past: int, device) -> torch.Tensor:
+        steps = self.get_seq_length() // queries
+        chain = torch.eye(queries, dtype=torch.bool, device=device)
+        return torch.cat([torch.ones_like(chain).tril()] + [chain] * (steps - 1), dim=1)
+
 
 class Eagle3Layer(torch.nn.Module):
     """vLLM's EAGLE-3 decoder layer 0: attention over [norm(embedding), norm(g)] (2H), residual g, then the MLP."""
@@ -96,7 +112,12 @@ class Eagle3Layer(torch.nn.Module):
         rep = self.heads // self.kv_heads
         k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
         S = k.shape[2]
-        allowed = torch.ones(L, S, dtype=torch.bool, device=x.device).tril(past)  # query i sees keys ≤ past + i
+        if cache is not None:
+            allowed = cache.allowed(L, past, x.device)
+        else:  # query i sees keys ≤ i
+            allowed = torch.ones(L, S, dtype=torch.bool, device=x.device).tril()
+        if pad is not None and pad.shape[1] < S:  # an unrolled chain's keys: each step's L positions padded alike
+            pad = pad.repeat(1, -(-S // pad.shape[1]))
         mask = allowed[None, None] if pad is None else allowed[None, None] & pad[:, None, None, :S].bool()
         out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return a.o_proj(out.transpose(1, 2).reshape(B, L, self.heads * self.head_dim))
