@@ -156,8 +156,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         if fit:
             print(
                 f"{task}: timed verify pass ≈ {fit['level']:.3f} + {fit['slope']:.4f} (k − 1) plain steps "
-                f"(priced slope {fit['priced_slope']:.4f}); log(timed ÷ priced) {fit['context_slope_per_100']:+.3f} per 100 context "
-                f"tokens (r {fit['context_r']:+.2f}, {fit['n']} examples)"
+                f"(priced slope {fit['priced_slope']:.4f}); log(timed ÷ priced) {fit['context_slope_per_100']:+.3f} "
+                f"per 100 context tokens (r {fit['context_r']:+.2f}, {fit['n']} examples)"
             )
     halves = [math.log(r["halves"]) for r in rows if r["halves"]]
     if len(halves) > 2:

@@ -162,7 +162,8 @@ def test_the_trained_head_agrees_with_the_target_more_than_an_untrained_one(trai
     after = manifest["checks"]["heldout_after_export"]
     exported = make_proposer(parse_draft(f"eagle:{out}"), t)
     whole = EagleTrainer(exported.head, t, get_preset("small", "eagle"), data).evaluate(heldout)
-    assert after == pytest.approx(whole, rel=1e-5, nan_ok=True)  # pooled from the tasks' own passes: one pass over all, the same
+    assert after.pop("agreement_chained") is None is whole.pop("agreement_chained")  # an EAGLE-3 head's figure
+    assert after == pytest.approx(whole, rel=1e-5)  # pooled from the tasks' own passes: one pass over all, the same
     assert after["agreement_reply"] > untrained["agreement_reply"] + 0.1, (after, untrained)
     assert after["kl"] < untrained["kl"]
 

@@ -175,8 +175,8 @@ def outcome_line(outcome, out_dir: Path, kind: str = "eagle") -> str:
     if checks.get("cost") is None:  # an EAGLE head: run --draft eagle:<out> times it
         agreement = checks["heldout_after_export"]["agreement_reply"]
         tasks = ", ".join(f"{t} {ev['agreement_reply']:.3f}" for t, ev in (checks.get("heldout_by_task") or {}).items())
-        chained = checks["heldout_after_export"].get("agreement_chained", float("nan"))
-        second = f", its second chained token's {chained:.3f}" if chained == chained else ""  # EAGLE-3 heads
+        chained = checks["heldout_after_export"].get("agreement_chained")  # EAGLE-3 heads
+        second = f", its second chained token's {chained:.3f}" if chained is not None else ""
         tasks = f": {tasks}" if tasks else ""
         return (
             f"{kind} head: {out_dir}  (held-out top-1 agreement {agreement:.3f}{tasks}{second}, "

@@ -233,7 +233,7 @@ class EagleTrainer:
         n, n_r, n_c, nan = sums["n"], sums["n_r"], sums["n_c"], float("nan")
         return {
             "agreement_reply": sums["agree_r"] / n_r if n_r else nan,
-            "agreement_chained": sums["agree_c"] / n_c if n_c else nan,
+            "agreement_chained": sums["agree_c"] / n_c if n_c else None,  # None: not an EAGLE-3 head
             "agreement_all": sums["agree"] / n if n else nan,
             "kl": sums["kl"] / n if n else nan,
             "feature_loss": sums["reg"] / n if n else nan,
@@ -278,7 +278,7 @@ def pooled_evaluation(parts: list[dict]) -> dict:
 
     return {
         "agreement_reply": mean("agreement_reply", "reply_positions", n_r),
-        "agreement_chained": mean("agreement_chained", "chained_positions", n_c),
+        "agreement_chained": mean("agreement_chained", "chained_positions", n_c) if n_c else None,
         "agreement_all": mean("agreement_all", "positions", n),
         "kl": mean("kl", "positions", n),
         "feature_loss": mean("feature_loss", "positions", n),
