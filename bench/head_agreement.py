@@ -31,7 +31,7 @@ def head_agreement(folder: Path, target, preset_name: str) -> dict:
     heldout = torch.nonzero(data.heldout).view(-1).tolist()
     head = make_proposer(parse_draft(f"eagle3:{folder}"), target).head.head
     trainer = EagleTrainer(head, target, get_preset(preset_name, "eagle3"), data)
-    names = list((index.get("plan") or {}).get("tasks") or [])
+    names = json.loads((folder / "work" / "teacher" / "plan.json").read_text())["tasks"]
     tasks = sorted({int(data.task[d]) for d in heldout})
     by_task = {names[t]: trainer.evaluate([d for d in heldout if int(data.task[d]) == t]) for t in tasks}
     return {"pooled": pooled_evaluation(list(by_task.values())), "by_task": by_task}
