@@ -88,11 +88,14 @@ def test_the_pilot_tries_rebuilt_from_a_decode_are_the_ones_verified(monkeypatch
     assert trees == recorded and draft.tree_steps == len(recorded)
 
 
-def test_run_tree_lookup_gamma_auto_chooses_depth_and_nodes(tmp_path):
+def test_run_tree_lookup_gamma_auto_chooses_depth_and_nodes(tmp_path, monkeypatch):
     from helpers import CORPUS, save_tiny
     from typer.testing import CliRunner
 
     from specbench.cli import app
+    from specbench.measure.run import planning
+
+    monkeypatch.setattr(planning, "PILOT_MIN_STEPS", 1)  # the chain pilot's quota would stop after one example
 
     target = save_tiny(tmp_path / "t", 0)
     task = tmp_path / "task.jsonl"
@@ -112,6 +115,7 @@ def test_run_tree_lookup_gamma_auto_chooses_depth_and_nodes(tmp_path):
     assert "auto: pilot: tree-lookup:nodes=15 at γ 8 on " in result.stderr
     held_out = manifest["auto"]["prediction"]  # the chosen tree's figure, for the 2 timed examples, in the summary
     assert held_out["kind"] == "held_out" and held_out["n_examples"] == 2
+    assert held_out["n_pilot"] == planning.PILOT_EXAMPLES  # every pilot example, whatever the step quota
     assert summary["auto_predicted_speedup"] == held_out["speedup"] and "predicted (held out)" in result.stderr
     assert set(manifest["auto"]["calibrations"]["float32"]["target_ms"]) == {str(k) for k in range(1, 17)}
 
