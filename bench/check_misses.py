@@ -77,7 +77,7 @@ def example_parts(examples: list[dict], verify: dict[int, float], step_ms: float
         ks = spec["pass_lengths"]
         if not ks or base["n_tokens"] < 2 or base["decode_s"] <= 0:
             continue
-        steps = 1e3 * spec["verify_s"] / (1e3 * base["decode_s"] / (base["n_tokens"] - 1))  # in plain steps
+        steps = spec["verify_s"] / (base["decode_s"] / (base["n_tokens"] - 1))  # in plain steps
         priced = sum(verify.get(k, verify[widest]) for k in ks) / step_ms
         context = e.get("prompt_tokens", 0) + base["n_tokens"] / 2
         out.append(

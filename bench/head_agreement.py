@@ -17,7 +17,7 @@ import torch
 
 from specbench.decoding.drafts.factory import make_proposer
 from specbench.distill import get_preset
-from specbench.distill.eagle_training import EagleTrainer, pooled_evaluation
+from specbench.distill.eagle_training import EagleTrainer, evaluation_by_task
 from specbench.distill.shards import load_teacher_data
 from specbench.models import load_model
 from specbench.run_specs import parse_draft
@@ -32,9 +32,8 @@ def head_agreement(folder: Path, target, preset_name: str) -> dict:
     head = make_proposer(parse_draft(f"eagle3:{folder}"), target).head.head
     trainer = EagleTrainer(head, target, get_preset(preset_name, "eagle3"), data)
     names = json.loads((folder / "work" / "teacher" / "plan.json").read_text())["tasks"]
-    tasks = sorted({int(data.task[d]) for d in heldout})
-    by_task = {names[t]: trainer.evaluate([d for d in heldout if int(data.task[d]) == t]) for t in tasks}
-    return {"pooled": pooled_evaluation(list(by_task.values())), "by_task": by_task}
+    pooled, by_task = evaluation_by_task(trainer, heldout, names)
+    return {"pooled": pooled, "by_task": by_task}
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -83,7 +83,7 @@ Unroll = Annotated[
     typer.Option(
         "--unroll",
         help="An EAGLE-3 head's training-time test: train it chained this many steps, each fed its own previous "
-        "output as it is while drafting (EAGLE-3's; 1: the first drafted token only). Costs about N times a step.",
+        "output as it is while drafting (EAGLE-3's; 1: the first drafted token only). Each step runs the head N times.",
     ),
 ]
 

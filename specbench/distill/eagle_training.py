@@ -46,10 +46,10 @@ class EagleBatch:
     rows: torch.Tensor  # [M] batch row of each real position
     cols: torch.Tensor  # [M] its column
     target: torch.Tensor  # [M] row of h_{t+1} and of the label of token t+2 (TeacherData.hidden / topk_*)
-    reply: torch.Tensor  # [M] bool: that label predicts a reply token of an on-policy document (the α proxy)
     tok: torch.Tensor  # [B, L] the row of token t+1 in TeacherData.tokens (a chained step j reads token t+1+j)
     last: torch.Tensor  # [M] its document's last label row (a chained step j has a label where target + j ≤ last)
-    reply_from: torch.Tensor  # [M] the first reply label row of an on-policy document (beyond any row otherwise)
+    reply_from: torch.Tensor  # [M] the first reply label row of an on-policy document, beyond any row otherwise (a
+    # label row ≥ it predicts a reply token of an on-policy document: the α proxy's positions)
 
 
 def prefix_docs(data: TeacherData) -> dict[int, int]:
@@ -72,7 +72,7 @@ def make_eagle_batch(data: TeacherData, docs: list[int], max_len: int, prefixes:
     ids, pos = torch.zeros(B, width, dtype=torch.long), torch.zeros(B, width, dtype=torch.long)
     mask, src = torch.zeros(B, width, dtype=torch.long), torch.zeros(B, width, dtype=torch.long)
     tok = torch.zeros(B, width, dtype=torch.long)
-    rows, cols, target, reply, last, reply_from = [], [], [], [], [], []
+    rows, cols, target, last, reply_from = [], [], [], [], []
     for b, (d, ls, n, front, pd) in enumerate(spans):
         if n == 0:
             continue
@@ -89,12 +89,9 @@ def make_eagle_batch(data: TeacherData, docs: list[int], max_len: int, prefixes:
         cols.append(torch.arange(front, w))
         target.append(off + t + 1)
         on_policy = int(data.kind[d]) == KIND_ON_POLICY
-        reply.append((t + 1 >= int(data.reply_start[d])) & on_policy)
         last.append(torch.full((n,), off + ls + n))
         reply_from.append(torch.full((n,), off + int(data.reply_start[d]) if on_policy else len(data.topk_idx)))
-    return EagleBatch(
-        ids, pos, mask, src, _cat(rows), _cat(cols), _cat(target), _cat(reply).bool(), tok, _cat(last), _cat(reply_from)
-    )
+    return EagleBatch(ids, pos, mask, src, _cat(rows), _cat(cols), _cat(target), tok, _cat(last), _cat(reply_from))
 
 
 def _cat(parts: list[torch.Tensor]) -> torch.Tensor:
@@ -129,9 +126,9 @@ class EagleTrainer:
         self.autocast = autocast  # --train-dtype bfloat16: the training step's matmuls (evaluation stays float32)
         self.unroll = unroll  # --unroll: an EAGLE-3 head trained on this many chained steps (1: its first only)
 
-    def _forward(self, b: EagleBatch) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """→ (what the output layer reads at the real positions [M, H], the target hidden states there [M, H] float32;
-        None for an EAGLE-3 head, whose features are not what it predicts)."""
+    def _forward(self, b: EagleBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """An EAGLE head's step → (what the output layer reads at the real positions [M, H], the target hidden states
+        it predicts there [M, H] float32). An EAGLE-3 head runs `_chained`."""
         dev, hidden = self.device, self.data.hidden
         assert hidden is not None  # checked in __init__
         h_in = hidden[b.src].to(dev).float() * b.mask[..., None].to(dev)  # [B, L, H] (EAGLE-3: [B, L, 3H])
@@ -153,7 +150,8 @@ class EagleTrainer:
         result = []
         for j in range(steps):
             emb = self.embed(tokens[(b.tok + j).clamp(max=len(tokens) - 1)].long().to(dev)).float()
-            normed, g = self.head(emb, g, (b.pos + j).to(dev), cache=cache, pad=pad)
+            keys_pad = pad.repeat(1, j + 1)  # the cache's keys: steps 1..j+1's positions, each padded as the batch
+            normed, g = self.head(emb, g, (b.pos + j).to(dev), cache=cache, pad=keys_pad)
             keep = b.target + j <= b.last
             rows = b.target[keep] + j
             result.append((normed[at][keep.to(dev)], rows, rows >= b.reply_from[keep]))
@@ -170,24 +168,24 @@ class EagleTrainer:
         device_type = torch.device(self.device).type
         with torch.autocast(device_type, dtype=self.autocast) if self.autocast else contextlib.nullcontext():
             if self.fused:  # EAGLE-3: the KL alone, over its chained steps
-                steps = self._chained(b, self.unroll)
-                (f, rows, weights), h_next, first = chained_loss_rows(steps), None, len(steps[0][1])
-            else:
-                (f, h_next), rows, weights = self._forward(b), b.target, None
-                first = len(rows)
+                steps, h_next = self._chained(b, self.unroll), None
+            else:  # EAGLE: one step, and the feature regression
+                f1, h_next = self._forward(b)
+                steps = [(f1, b.target, b.target >= b.reply_from)]
+            f, rows, weights = chained_loss_rows(steps)  # one step: every weight 1
             idx = data.topk_idx[rows].to(self.device)
             logp = data.topk_logp[rows].to(self.device)
             reg = torch.nn.functional.smooth_l1_loss(f.float(), h_next) if h_next is not None else torch.zeros(())
             w = p.kl_weight
             if h_next is not None:
                 (p.reg_weight * reg).backward(retain_graph=True)
-            scale = w if weights is None else w * weights.to(f.device)[:, None]  # gradient scale per row
+            scale = w * weights.to(f.device)[:, None]  # gradient scale per row
             f_w = f * scale + f.detach() * (1 - scale)  # f's value, its gradient scaled (kl_loss backpropagates it)
             _, argmax, kls = kl_loss(self.lm_head, f_w, idx, logp, backward=True)  # its law in float32
         torch.nn.utils.clip_grad_norm_(self.head.parameters(), 1.0)
         opt.step()
-        kl = float(kls.mean()) if weights is None else float((kls * weights).sum() / len(kls))
-        loss = p.reg_weight * float(reg.detach()) + w * kl
+        loss = p.reg_weight * float(reg.detach()) + w * float((kls * weights).sum() / len(kls))
+        first = len(steps[0][1])  # step 1's rows come first
         return loss, float((argmax[:first] == idx[:first, 0]).float().mean())
 
     @torch.no_grad()
@@ -208,16 +206,15 @@ class EagleTrainer:
             b = make_eagle_batch(data, batch, p.max_len, self.prefixes) if batch else None
             if b is not None and len(b.target):
                 if self.fused:
-                    steps = self._chained(b, 2)
-                    (f, _, _), h_next = steps[0], None
-                    hit_c, reply_c = self._hits(*steps[1])
-                    sums["agree_c"] += float(hit_c[reply_c].sum())
-                    sums["n_c"] += float(reply_c.sum())
+                    (f, _, reply), (f2, rows2, reply2) = self._chained(b, 2)
+                    h_next = None
+                    hit2, _ = self._judged(f2, rows2)
+                    sums["agree_c"] += float(hit2[reply2.to(self.device)].sum())
+                    sums["n_c"] += float(reply2.sum())
                 else:
-                    f, h_next = self._forward(b)
-                idx = data.topk_idx[b.target].to(self.device)
-                _, argmax, kls = kl_loss(self.lm_head, f, idx, data.topk_logp[b.target].to(self.device), False)
-                hit, reply = (argmax == idx[:, 0]).float(), b.reply.to(self.device)
+                    (f, h_next), reply = self._forward(b), b.target >= b.reply_from
+                hit, kls = self._judged(f, b.target)
+                reply = reply.to(self.device)
                 reg = (
                     torch.nn.functional.smooth_l1_loss(f, h_next, reduction="none").mean(-1)
                     if h_next is not None
@@ -242,11 +239,11 @@ class EagleTrainer:
             "chained_positions": int(n_c),
         }
 
-    def _hits(self, f: torch.Tensor, rows: torch.Tensor, reply: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One chained step's outputs → (top-1 agreement with the target per row, float; its reply flags)."""
+    def _judged(self, f: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Outputs at label `rows` → (top-1 agreement with the target per row, float; KL per row), no gradient."""
         idx = self.data.topk_idx[rows].to(self.device)
-        _, argmax, _ = kl_loss(self.lm_head, f, idx, self.data.topk_logp[rows].to(self.device), False)
-        return (argmax == idx[:, 0]).float(), reply.to(self.device)
+        _, argmax, kls = kl_loss(self.lm_head, f, idx, self.data.topk_logp[rows].to(self.device), False)
+        return (argmax == idx[:, 0]).float(), kls
 
 
 CHAIN_DECAY = 0.8  # step j's loss weight is CHAIN_DECAY ** (j - 1), EAGLE-3's training script's
@@ -265,6 +262,17 @@ def chained_loss_rows(
         torch.cat([rows for _, _, rows in live]),
         torch.cat([torch.full((len(rows),), CHAIN_DECAY**j * total / len(rows)) for j, _, rows in live]),
     )
+
+
+def evaluation_by_task(trainer: EagleTrainer, heldout_docs: list[int], names: list[str]) -> tuple[dict, dict]:
+    """The held-out checks per task (each its own passes: a translation's next token is not a summary's copied phrase)
+    and pooled over them → (pooled, {task name: evaluation}); `names`: the teacher plan's tasks, by index."""
+    task = trainer.data.task
+    by_task = {
+        (names[t] if t < len(names) else str(t)): trainer.evaluate([d for d in heldout_docs if int(task[d]) == t])
+        for t in sorted({int(task[d]) for d in heldout_docs})
+    }
+    return pooled_evaluation(list(by_task.values())), by_task
 
 
 def pooled_evaluation(parts: list[dict]) -> dict:

@@ -41,19 +41,14 @@ def export_head(head: torch.nn.Module, out: Path, dtype: str) -> None:
 def head_checks(cfg: DistillConfig, target, data: TeacherData, heldout_docs: list[int], index: dict) -> dict:
     """Reload the export as `--draft eagle:<out>` would, held-out agreement after export, and α at T = 0."""
     from specbench.decoding.drafts.factory import make_proposer
-    from specbench.distill.eagle_training import EagleTrainer, pooled_evaluation
+    from specbench.distill.eagle_training import EagleTrainer, evaluation_by_task
     from specbench.run_specs import parse_draft
 
     spec = parse_draft(f"{cfg.kind}:{cfg.out}")
     draft = make_proposer(spec, target)  # the loader and checks `specbench run --draft eagle:<out>` uses
     head = draft.head.head if cfg.kind == "eagle3" else draft.head  # an EAGLE-3 head runs inside its Eagle3Runner
     trainer = EagleTrainer(head, target, cfg.preset, data)
-    names = list((index.get("plan") or {}).get("tasks") or [])
-    by_task = {  # the tasks differ (a translation's next token vs a summary's copied phrase): each its own figure
-        (names[t] if t < len(names) else str(t)): trainer.evaluate([d for d in heldout_docs if int(data.task[d]) == t])
-        for t in sorted({int(data.task[d]) for d in heldout_docs})
-    }
-    ev = pooled_evaluation(list(by_task.values()))  # the whole held-out set, from the tasks' own passes
+    ev, by_task = evaluation_by_task(trainer, heldout_docs, list((index.get("plan") or {}).get("tasks") or []))
     spec_check = speculative_check(
         target, draft, _check_prompts(cfg, data, heldout_docs, index), cfg.preset.check_gamma
     )

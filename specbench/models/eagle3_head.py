@@ -116,8 +116,6 @@ class Eagle3Layer(torch.nn.Module):
             allowed = cache.allowed(L, past, x.device)
         else:  # query i sees keys ≤ i
             allowed = torch.ones(L, S, dtype=torch.bool, device=x.device).tril()
-        if pad is not None and pad.shape[1] < S:  # an unrolled chain's keys: each step's L positions padded alike
-            pad = pad.repeat(1, -(-S // pad.shape[1]))
         mask = allowed[None, None] if pad is None else allowed[None, None] & pad[:, None, None, :S].bool()
         out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return a.o_proj(out.transpose(1, 2).reshape(B, L, self.heads * self.head_dim))

@@ -206,15 +206,15 @@ TreePilot = Callable[[DraftSpec, int], tuple[list[list[TreeStep]], PilotResult]]
 
 def tree_pilot(session, pilot: list, corpus: list[list[int]], max_new: int, decodes, on_status) -> TreePilot:
     """The pilot choose_tree runs: the run's pilot decodes (planning.pilot_decodes, bound to the session and config as
-    `decodes(proposer, items, max_new, γ)`) of the draft at the grid's largest candidate, their steps rebuilt. Every
-    pilot example is decoded, one call each, not only until the pilot's step quota: the held-out interval's spread is
-    over examples, and on aclsum the quota stopped after 2 (a 95 % interval of [0.03, 86.5]×, t on 1 degree of
-    freedom; AMD EPYC, 2026-12-07)."""
+    `decodes(proposer, items, max_new, γ, quota)`) of the draft at the grid's largest candidate, their steps rebuilt.
+    Every pilot example is decoded (no step quota): the held-out interval's spread is over examples, and on aclsum the
+    chain pilot's 48-step quota stopped after 2 (a 95 % interval of [0.03, 86.5]×, t on 1 degree of freedom; AMD
+    EPYC, bf16, 2 threads, 2026-12-07)."""
 
     def run(draft: DraftSpec, gamma: int) -> tuple[list[list[TreeStep]], PilotResult]:
         on_status(f"pilot: {draft} at γ {gamma} on {len(pilot)} untimed examples")
         proposer = session.proposer(draft, corpus)
-        done = [d for item in pilot for d in decodes(proposer, [item], max_new, gamma)]
+        done = list(decodes(proposer, pilot, max_new, gamma, math.inf))
         steps = [pilot_steps(item.prompt_ids, r, max_new, gamma, proposer) for item, r in done]
         ids = [item.example.id for item, _ in done]
         return steps, pilot_from_results(draft.text, [r for _, r in done], None, True, ids)

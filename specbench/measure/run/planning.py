@@ -210,19 +210,20 @@ def decode_pilot(
     )
 
 
-def pilot_decodes(session: Session, config: RunConfig, proposer, pilot: list[Prepared], max_new_tokens: int, gamma):
-    """The pilot's decodes at γ = `gamma` until PILOT_MIN_STEPS verified steps: (item, DecodeResult) per example."""
-    t = session.target
-    steps = 0
+def pilot_decodes(
+    session: Session, config: RunConfig, proposer, pilot: list[Prepared], max_new: int, gamma, quota=None
+):
+    """Pilot decodes at γ = `gamma` until `quota` verified steps (default PILOT_MIN_STEPS; inf: all): (item, result)."""
+    t, steps = session.target, 0
     for item in pilot:
-        if steps >= PILOT_MIN_STEPS:
+        if steps >= (quota or PILOT_MIN_STEPS):
             break
         res = decode_speculative(
             session.target_lm(),
             proposer,
             item.prompt_ids,
             gamma=gamma,
-            max_new_tokens=max_new_tokens,
+            max_new_tokens=max_new,
             sampling=config.sampling,
             generator=make_generator(t.device, example_seed(config.seed, item.example.id)),
             eos_ids=t.eos_ids,
