@@ -87,6 +87,17 @@ Unroll = Annotated[
     ),
 ]
 
+DraftVocab = Annotated[
+    Optional[int],
+    typer.Option(
+        "--draft-vocab",
+        help="Export an EAGLE-3 head over this many target ids only (EAGLE-3's reduced draft vocabulary, with its d2t "
+        "map): the ids the target most often predicts in the training documents. Its output layer shrinks to those "
+        "rows; training is unchanged, so rerunning a finished folder with it only re-exports.",
+        show_default=False,
+    ),
+]
+
 PHASE_NAMES = {"teacher": "teacher data (shards)", "train": "training (steps)", "export": "export + checks"}
 
 
@@ -105,6 +116,7 @@ def distill_command(
     teacher_dtype: TeacherDtype = "float32",
     train_dtype: TrainDtype = "float32",
     unroll: Unroll = 1,
+    draft_vocab: DraftVocab = None,
     as_json: AsJson = False,
 ):
     """Train a small draft for --target by distillation from the target's top-k distributions; resumable.
@@ -137,6 +149,7 @@ def distill_command(
             teacher_dtype=teacher_dtype,
             train_dtype=train_dtype,
             unroll=unroll,
+            draft_vocab=draft_vocab,
         ).validate()
         for name in config.tasks:
             check_task_named(name)  # a misspelt --task or a missing file: a bad command line, before the target loads

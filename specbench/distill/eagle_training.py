@@ -26,6 +26,7 @@ a resumed run retraces the uninterrupted one, and checkpoints are the draft's (`
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,7 +121,8 @@ class EagleTrainer:
         model.requires_grad_(False)  # frozen: no gradient into the target's embedding or output layer
         self.embed = model.get_input_embeddings()
         self.fused = hasattr(head, "fuse")  # an EAGLE-3 head: fused features in, its own output layer out
-        self.lm_head: Any = self.head.lm_head if self.fused else model.get_output_embeddings()
+        # an EAGLE-3 head's own output layer, over the target's ids even when it drafts over fewer (vocab_logits)
+        self.lm_head: Any = self.head.vocab_logits if self.fused else model.get_output_embeddings()
         self.device = target.device
         self.prefixes = prefix_docs(data)
         self.autocast = autocast  # --train-dtype bfloat16: the training step's matmuls (evaluation stays float32)
@@ -232,7 +234,8 @@ class EagleTrainer:
             "agreement_reply": sums["agree_r"] / n_r if n_r else nan,
             "agreement_chained": sums["agree_c"] / n_c if n_c else None,  # None: not an EAGLE-3 head
             "agreement_all": sums["agree"] / n if n else nan,
-            "kl": sums["kl"] / n if n else nan,
+            # None: a reduced draft vocabulary lacks an id the teacher's top-k names (the KL is infinite there)
+            "kl": (sums["kl"] / n if math.isfinite(sums["kl"]) else None) if n else nan,
             "feature_loss": sums["reg"] / n if n else nan,
             "positions": int(n),
             "reply_positions": int(n_r),
@@ -288,7 +291,7 @@ def pooled_evaluation(parts: list[dict]) -> dict:
         "agreement_reply": mean("agreement_reply", "reply_positions", n_r),
         "agreement_chained": mean("agreement_chained", "chained_positions", n_c) if n_c else None,
         "agreement_all": mean("agreement_all", "positions", n),
-        "kl": mean("kl", "positions", n),
+        "kl": None if any(e["kl"] is None for e in parts) else mean("kl", "positions", n),
         "feature_loss": mean("feature_loss", "positions", n),
         "positions": n,
         "reply_positions": n_r,

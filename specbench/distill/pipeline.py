@@ -33,7 +33,7 @@ from specbench.distill.training import (
     save_checkpoint,
     train_step,
 )
-from specbench.errors import SpecbenchError
+from specbench.errors import SpecbenchError, UsageError
 from specbench.files import atomic_write_json
 
 if TYPE_CHECKING:  # --kind eagle's trainer, imported when a run needs it
@@ -59,6 +59,10 @@ def distill(
         ckpt = _open_checkpoint(cfg)
         t_start = time.perf_counter()
         target = _load_target(cfg, "float32")
+        if cfg.draft_vocab is not None and cfg.draft_vocab > target.vocab_size:
+            raise UsageError(
+                f"--draft-vocab {cfg.draft_vocab} exceeds the target's {target.vocab_size} ids; pass a smaller size"
+            )
         teacher = target if cfg.teacher_dtype == "float32" else _load_target(cfg, cfg.teacher_dtype)
         index = build_teacher_data(cfg, teacher, progress)
         del teacher
@@ -285,9 +289,10 @@ def _export_and_check(run: TrainingRun, progress: Progress, t_start: float) -> O
     cfg = run.cfg
     progress(Event("export", 0, 1, "saving and checking the draft"))
     if cfg.kind in HEAD_KINDS:  # vLLM's eagle/eagle3 layout, reloaded as --draft <kind>:<out> (save_head.py)
-        from specbench.distill.save_head import export_head, head_checks
+        from specbench.distill.save_head import draft_vocab_ids, export_head, head_checks
 
-        export_head(run.model, cfg.out, cfg.preset.save_dtype)
+        ids = draft_vocab_ids(run.data, cfg.draft_vocab) if cfg.draft_vocab is not None else None
+        export_head(run.model, cfg.out, cfg.preset.save_dtype, ids)
         checks = head_checks(cfg, run.target, run.data, run.heldout_docs, run.index)
     else:
         export_draft(run.model, run.target, cfg.out, cfg.preset.save_dtype)

@@ -200,6 +200,7 @@ class DistillConfig:
     teacher_dtype: str = "float32"  # the target's dtype while it scores and continues the text (training: float32)
     train_dtype: str = "float32"  # a head's training matmuls: bfloat16 runs them under autocast (weights stay float32)
     unroll: int = 1  # an EAGLE-3 head's chained training steps (EAGLE-3's training-time test; 1: the first only)
+    draft_vocab: int | None = None  # an EAGLE-3 head exported over this many target ids (None: all); not trained on
 
     @property
     def kind(self) -> str:
@@ -231,6 +232,11 @@ class DistillConfig:
             raise SpecbenchError(f"--unroll must be >= 1 (got {self.unroll})")
         if self.unroll > 1 and self.kind != "eagle3":
             raise SpecbenchError(f"--unroll {self.unroll} chains an EAGLE-3 head's training steps: use --kind eagle3")
+        if self.draft_vocab is not None and (self.draft_vocab < 1 or self.kind != "eagle3"):
+            raise SpecbenchError(
+                f"--draft-vocab {self.draft_vocab}: a reduced draft vocabulary is an EAGLE-3 head's; "
+                "use --kind eagle3 and a size >= 1"
+            )
         if self.preset.save_dtype not in ("float32", "float16", "bfloat16"):
             raise SpecbenchError(f"preset {self.preset.name}: save_dtype must be float32, float16 or bfloat16")
         return self
@@ -244,6 +250,7 @@ class DistillConfig:
             + (f" --teacher-dtype {self.teacher_dtype}" if self.teacher_dtype != "float32" else "")
             + (f" --train-dtype {self.train_dtype}" if self.train_dtype != "float32" else "")
             + (f" --unroll {self.unroll}" if self.unroll != 1 else "")
+            + (f" --draft-vocab {self.draft_vocab}" if self.draft_vocab is not None else "")
         )
 
     def training_key(self) -> dict:

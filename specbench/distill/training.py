@@ -20,6 +20,7 @@ Checkpoints (model, optimizer, RNG, step) are atomic; the batch at step s is a p
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -162,7 +163,7 @@ def new_draft(preset: DistillPreset, target, seed: int) -> torch.nn.Module:
 
 
 def kl_loss(
-    head: torch.nn.Module,
+    head: Callable[[torch.Tensor], torch.Tensor],
     hidden: torch.Tensor,
     idx: torch.Tensor,
     logp: torch.Tensor,

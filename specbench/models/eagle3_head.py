@@ -9,7 +9,11 @@ norm goes through an output layer to the law of token t+2. Chained, the layer's 
 position's g (no fc: it is already H wide). It is trained on tokens only (no feature regression).
 
 The weights carry vLLM's names (`fc.weight`, `midlayer.*`, `norm.weight`, `lm_head.weight`), so a folder saved from
-it is one vLLM's `eagle3` method loads. The layer is written here, not borrowed from transformers' LlamaDecoderLayer,
+it is one vLLM's `eagle3` method loads. A head may draft over a reduced vocabulary, as EAGLE-3's do: its output layer
+has a row per draft id only, and `d2t` (each draft id's offset to its target id) and `t2d` (a mask over the target's
+ids) say which ids those are; its laws put nothing on the other ids, as vLLM's compute_logits does.
+
+The layer is written here, not borrowed from transformers' LlamaDecoderLayer,
 because its attention reads 2H; the rotary embedding and MLP are transformers'.
 """
 
@@ -130,7 +134,13 @@ class Eagle3Layer(torch.nn.Module):
 class Eagle3Head(torch.nn.Module):
     """fc over the fused target features, the midlayer, the final norm and an output layer (vLLM's names)."""
 
-    def __init__(self, config, aux_layers: tuple[int, ...], lm_head_weight: torch.Tensor) -> None:
+    def __init__(
+        self,
+        config,
+        aux_layers: tuple[int, ...],
+        lm_head_weight: torch.Tensor,
+        draft_ids: torch.Tensor | None = None,
+    ) -> None:
         from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding
 
         super().__init__()
@@ -144,6 +154,9 @@ class Eagle3Head(torch.nn.Module):
         with torch.no_grad():
             self.lm_head.weight.copy_(lm_head_weight)
         self.rotary = LlamaRotaryEmbedding(config=config)
+        self.vocab_size = int(config.vocab_size)
+        # a reduced draft vocabulary: the target id of each output row (None: every row is its own id)
+        self.register_buffer("draft_ids", None if draft_ids is None else draft_ids.long(), persistent=False)
 
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
         """The target's aux features [.., len(aux)·H] (layers concatenated in aux order) → g [.., H]."""
@@ -163,9 +176,39 @@ class Eagle3Head(torch.nn.Module):
         out = self.midlayer(embeds, g, cos, sin, cache, pad)
         return self.norm(out), out
 
+    def vocab_logits(self, normed: torch.Tensor) -> torch.Tensor:
+        """The normed output → logits over the target's whole vocabulary: the output layer's, or for a reduced draft
+        vocabulary its rows placed at their target ids and -inf elsewhere (vLLM's compute_logits)."""
+        logits = self.lm_head(normed)
+        if self.draft_ids is None:
+            return logits
+        full = logits.new_full((*logits.shape[:-1], self.vocab_size), float("-inf"))
+        full[..., self.draft_ids] = logits
+        return full
+
     def head_tensors(self) -> dict[str, torch.Tensor]:
-        """Every weight under vLLM's Eagle3LlamaForCausalLM names (the rotary table is a non-persistent buffer)."""
-        return {k: v.detach().contiguous() for k, v in self.state_dict().items()}
+        """Every weight under vLLM's Eagle3LlamaForCausalLM names (the rotary table is a non-persistent buffer); with
+        a reduced draft vocabulary also EAGLE-3's `d2t` (int64 offsets: target id = draft id + d2t) and `t2d`."""
+        tensors = {k: v.detach().contiguous() for k, v in self.state_dict().items()}
+        if self.draft_ids is not None:
+            ids = self.draft_ids.detach().cpu()
+            tensors["d2t"] = ids - torch.arange(len(ids))
+            tensors["t2d"] = torch.zeros(self.vocab_size, dtype=torch.bool).index_fill_(0, ids, True)
+        return tensors
+
+
+def reduced_head(head: Eagle3Head, draft_ids: torch.Tensor) -> Eagle3Head:
+    """A copy of `head` drafting over the target ids `draft_ids` only (increasing, distinct): its output layer keeps
+    their rows, so for those ids its logits are the full head's (EAGLE-3's draft vocabulary, chosen after training)."""
+    ids = draft_ids.long().cpu()
+    if len(ids) == 0 or bool((ids[1:] <= ids[:-1]).any()) or int(ids[0]) < 0 or int(ids[-1]) >= head.vocab_size:
+        raise ValueError(f"draft ids must be distinct, increasing and below {head.vocab_size}")
+    weight = head.lm_head.weight.detach()[ids.to(head.lm_head.weight.device)].float()
+    small = Eagle3Head(head.config, head.aux_layers, weight, ids)
+    own = {k: v for k, v in head.state_dict().items() if not k.startswith("lm_head.")}
+    small.load_state_dict(own, strict=False)
+    small.config_dict = dict(head.config_dict) | {"draft_vocab_size": len(ids)}
+    return small.to(head.lm_head.weight.device)
 
 
 class Eagle3Runner(torch.nn.Module):
@@ -188,7 +231,7 @@ class Eagle3Runner(torch.nn.Module):
 
     def out_layer(self, x: torch.Tensor) -> torch.Tensor:
         head: Any = self.head  # torch types Module attributes Tensor | Module
-        return head.lm_head(head.norm(x))
+        return head.vocab_logits(head.norm(x))
 
 
 def eagle3_config(target_config: dict, aux_layers: tuple[int, ...]) -> dict:
@@ -233,7 +276,8 @@ def save_eagle3_head(head: Eagle3Head, folder: Path, dtype: torch.dtype) -> None
     config = dict(head.config_dict) | {"torch_dtype": str(dtype).removeprefix("torch.")}
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    save_file({k: v.to("cpu", dtype) for k, v in head.head_tensors().items()}, str(folder / WEIGHTS))
+    tensors = {k: v.to("cpu", dtype if v.is_floating_point() else v.dtype) for k, v in head.head_tensors().items()}
+    save_file(tensors, str(folder / WEIGHTS))
 
 
 def load_eagle3_head(config: dict, tensors: dict[str, torch.Tensor], text: str, target_layers: int) -> Eagle3Head:
@@ -251,12 +295,8 @@ def load_eagle3_head(config: dict, tensors: dict[str, torch.Tensor], text: str, 
         raise UsageError(
             f"--draft {text}: the head's weights lack fc.weight or lm_head.weight; it is not an EAGLE-3 head"
         )
-    if tensors["lm_head.weight"].shape[0] != int(config["vocab_size"]):  # its ids would not be the target's
-        raise UsageError(
-            f"--draft {text}: the head drafts over a reduced vocabulary ({tensors['lm_head.weight'].shape[0]} of "
-            f"{config['vocab_size']} ids); specbench's loop needs a full-vocabulary head: run it with --engine vllm"
-        )
-    head = Eagle3Head(LlamaConfig(**config), aux, tensors["lm_head.weight"].float())
+    ids = draft_ids_of(tensors, config, text)
+    head = Eagle3Head(LlamaConfig(**config), aux, tensors["lm_head.weight"].float(), ids)
     head.config_dict = dict(config)
     wanted = head.state_dict()
     own = {k: v for k, v in tensors.items() if k in wanted}
@@ -271,6 +311,32 @@ def load_eagle3_head(config: dict, tensors: dict[str, torch.Tensor], text: str, 
             )
     head.load_state_dict(own, strict=False)
     return head
+
+
+def draft_ids_of(tensors: dict[str, torch.Tensor], config: dict, text: str) -> torch.Tensor | None:
+    """The target id of each output row of a head with a reduced draft vocabulary (from `d2t`), None for a full one;
+    one line, exit 2, when the rows and `d2t` do not name distinct target ids."""
+    rows, vocab = int(tensors["lm_head.weight"].shape[0]), int(config["vocab_size"])
+    if rows == vocab and "d2t" not in tensors:
+        return None
+    d2t = tensors.get("d2t")
+    if d2t is None or tuple(d2t.shape) != (rows,) or d2t.is_floating_point():
+        raise UsageError(
+            f"--draft {text}: the head drafts over {rows} of {vocab} ids but its weights lack an integer d2t of "
+            f"{rows} entries (EAGLE-3's map from draft ids to the target's); export it with its d2t"
+        )
+    ids = torch.arange(rows) + d2t.long()
+    if int(ids.min()) < 0 or int(ids.max()) >= vocab or len(torch.unique(ids)) != rows:
+        raise UsageError(
+            f"--draft {text}: the head's d2t maps its draft ids outside the target's {vocab} ids or twice onto one; "
+            "the folder's files do not belong together"
+        )
+    if int(config.get("draft_vocab_size") or rows) != rows:
+        raise UsageError(
+            f"--draft {text}: config.json's draft_vocab_size is {config['draft_vocab_size']} but the output layer "
+            f"has {rows} rows; the folder's files do not belong together"
+        )
+    return ids
 
 
 def read_eagle3_head(folder: str, text: str, hidden_size: int, vocab_size: int, target_layers: int) -> Eagle3Head:
