@@ -16,7 +16,9 @@ import torch
 from eagle_builders import VLLM_PYTHON, distill_args, distilled, invoke, save_target, step_law, teacher_data, write_rows
 from safetensors.torch import load_file, save_file
 
+from specbench.cli.distill import outcome_line
 from specbench.decoding.drafts.factory import make_proposer
+from specbench.distill.pipeline import Outcome
 from specbench.distill.shards import KIND_ON_POLICY
 from specbench.evidence.controls import CONTROLS
 from specbench.models import load_model
@@ -81,6 +83,9 @@ def test_rerunning_with_draft_vocab_reexports_over_the_most_predicted_ids(heads)
     assert check["coverage_reply"] == pytest.approx(sum(i in set(ids.tolist()) for i in reply) / len(reply))
     after = manifest["checks"]["heldout_after_export"]
     assert after["agreement_reply"] <= check["coverage_reply"] + 1e-9  # a target id outside the vocabulary: a miss
+    line = outcome_line(Outcome(manifest, finished=True), small, "eagle3")
+    assert f"eagle3 head over {size} ids (held-out reply coverage {check['coverage_reply']:.3f})" in line
+    assert " over " not in outcome_line(Outcome(full_manifest, finished=True), full, "eagle3")
 
 
 def test_the_reduced_heads_law_is_the_full_heads_on_its_ids_and_nothing_elsewhere(heads):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import statistics
 from pathlib import Path
@@ -338,6 +339,26 @@ def test_cell_table_shows_the_primary_measure_with_its_interval():
     assert "1.432" in lines["new"] and "1.20 – 1.70" in lines["new"] and "9.87" not in lines["new"]  # not Σ/Σ
     assert "1.100" in lines["few"] and f"n < {MIN_INTERVAL_N}" in lines["few"]
     assert "1.250 (ratio of sums)" in lines["old"] and "1.10 – 1.40" in lines["old"]
+
+
+def test_a_piped_cell_table_keeps_every_cell_name_and_column():
+    """Piped (80 columns, not a terminal), rich squeezed the cell names to nothing beside the numbers once a timing
+    read "suspect"; print_table renders a pipe's table at its own width. The control: the plain print loses them."""
+    from rich.console import Console
+
+    from specbench.cli.output import print_table
+    from specbench.cli.sweep import cells_table
+    from specbench.measure.run.sweep_run import CellOutcome, SweepOutcome
+
+    summary = {"n_examples": 26, "speedup_geomean": 1.1, "speedup_geomean_ci95": [1.0, 1.2], "suspect_timing": True}
+    names = [f"spec-bench-eagle3-u3-v4096-g{g}-t0" for g in (1, 2, 3)]
+    outcome = SweepOutcome(Path("sweep"), [CellOutcome(n, None, summary, 0) for n in names])  # type: ignore[arg-type]
+    piped, plain = (Console(width=80, record=True, force_terminal=False, file=io.StringIO()) for _ in range(2))
+    print_table(cells_table(outcome), piped)
+    plain.print(cells_table(outcome))
+    text = piped.export_text()
+    assert all(n in text for n in names) and "timing" in text and "suspect" in text and piped.width == 80
+    assert not any(n in plain.export_text() for n in names)
 
 
 @pytest.mark.parametrize("gamma", ["0", "3-1", "x"])

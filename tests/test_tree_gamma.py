@@ -4,7 +4,9 @@ with the control that must choose otherwise, the pilot's tries rebuilt from a re
 from __future__ import annotations
 
 import json
+import math
 
+import pytest
 import torch
 from conftest import VOCAB, tiny_llama
 
@@ -118,6 +120,20 @@ def test_run_tree_lookup_gamma_auto_chooses_depth_and_nodes(tmp_path, monkeypatc
     assert held_out["n_pilot"] == planning.PILOT_EXAMPLES  # every pilot example, whatever the step quota
     assert summary["auto_predicted_speedup"] == held_out["speedup"] and "predicted (held out)" in result.stderr
     assert set(manifest["auto"]["calibrations"]["float32"]["target_ms"]) == {str(k) for k in range(1, 17)}
+    # the cost-model check: the timed examples' own steps (decoded once, untimed, with the chosen tree) priced as the
+    # pilot's are; at T = 0 in float32 those are the timed run's steps, so it equals the records' steps priced
+    check = manifest["auto"]["check"]
+    assert check["kind"] == "check" and check["n_examples"] == 2 and check["replay_s"] > 0
+    assert summary["auto_check_speedup"] == check["speedup"] and "cost-model check (known acceptance)" in result.stderr
+    target_ms = {int(k): v for k, v in manifest["auto"]["calibrations"]["float32"]["target_ms"].items()}
+    lines = next((tmp_path / "r").iterdir()).joinpath("examples.jsonl").read_text().splitlines()
+    records = [json.loads(x) for x in lines]
+    logs = []
+    for r in records:
+        passes, accepted = r["speculative"]["pass_lengths"], iter(r["speculative"]["accept_lengths"])
+        tokens = sum(1 + (next(accepted) if k > 1 else 0) for k in passes)
+        logs.append(math.log(tokens / sum(target_ms[k] / target_ms[1] for k in passes)))
+    assert len(logs) == 2 and check["speedup"] == pytest.approx(math.exp(sum(logs) / 2), rel=1e-9)
 
 
 def test_the_held_out_tree_prediction_is_the_pooled_price_with_the_examples_spread():

@@ -191,8 +191,12 @@ def outcome_line(outcome, out_dir: Path, kind: str = "eagle") -> str:
         chained = checks["heldout_after_export"].get("agreement_chained")  # EAGLE-3 heads
         second = f", its second chained token's {chained:.3f}" if chained is not None else ""
         tasks = f": {tasks}" if tasks else ""
+        vocab = checks.get("draft_vocab") or {}  # --draft-vocab N
+        cover = vocab.get("coverage_reply")
+        over = f" over {vocab['size']} ids" if vocab else ""
+        over += f" (held-out reply coverage {cover:.3f})" if cover is not None else ""
         return (
-            f"{kind} head: {out_dir}  (held-out top-1 agreement {agreement:.3f}{tasks}{second}, "
+            f"{kind} head{over}: {out_dir}  (held-out top-1 agreement {agreement:.3f}{tasks}{second}, "
             f"α(γ={checks['speculative']['gamma']}) = {checks['speculative']['alpha']:.3f}; manifest.json; "
             f"--draft {kind}:{out_dir})"
         )

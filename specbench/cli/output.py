@@ -38,6 +38,23 @@ console = Console(stderr=True)
 out = Console()
 
 
+def print_table(table: Table, to: Console | None = None) -> None:
+    """Print a table whole: on a terminal at its width, but to a pipe or a file (whose 80 default columns rich would
+    fit it into, squeezing a long cell name to nothing beside the numbers) at the table's own natural width."""
+    to = to or out
+    if to.is_terminal:
+        to.print(table)
+        return
+    from rich.measure import Measurement
+
+    width, saved = Measurement.get(to, to.options.update(width=10_000), table).maximum, to.width
+    to.width = max(saved, width)
+    try:
+        to.print(table)
+    finally:
+        to.width = saved
+
+
 def tolerate_any_encoding() -> None:
     """A terminal or pipe that cannot encode α, γ or → (PYTHONIOENCODING=ascii, a C locale) shows '?' for them
     instead of ending the command with a UnicodeEncodeError traceback."""

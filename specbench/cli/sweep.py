@@ -44,6 +44,7 @@ from specbench.cli.output import (
     options_checked,
     out,
     phase_status,
+    print_table,
     progress_bar,
     quiet_transformers,
     say,
@@ -303,7 +304,7 @@ def sweep(
             )
         )
         return
-    out.print(cells_table(outcome))
+    print_table(cells_table(outcome))
     load = load_table([(c.cell_id, Summary.from_dict(c.summary)) for c in outcome.cells])
     if load is not None:
         out.print(load)

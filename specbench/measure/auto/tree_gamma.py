@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -45,7 +46,7 @@ from specbench.measure.auto.choose import (
     requested_auto,
     slower_warning,
 )
-from specbench.measure.auto.prediction import Prediction, pooled_held_out, pooled_interval_clause
+from specbench.measure.auto.prediction import Prediction, pooled_held_out, pooled_interval_clause, replayed_prediction
 from specbench.measure.stats.metrics import depth_counts
 from specbench.run_specs import DraftSpec, parse_draft
 
@@ -202,24 +203,65 @@ def _cell(p: TreePrice | None, chosen: TreePrice) -> str:
 
 
 TreePilot = Callable[[DraftSpec, int], tuple[list[list[TreeStep]], PilotResult]]  # (spec, γ) → each example's steps
+TreeCheck = Callable[[str, DraftSpec, int], list[list[TreeStep]]]  # (dtype, spec, γ) → each timed example's steps
+
+
+def decoded_steps(session, items: list, corpus: list[list[int]], max_new: int, decodes, draft: DraftSpec, gamma: int):
+    """Every item decoded once, untimed, with the tree draft at γ = `gamma` (`decodes`: planning.pilot_decodes bound to
+    the session and config, as `decodes(proposer, items, max_new, γ, quota)`, here with no step quota) → (each item's
+    steps, rebuilt by pilot_steps; the (item, DecodeResult) pairs)."""
+    proposer = session.proposer(draft, corpus)
+    done = list(decodes(proposer, items, max_new, gamma, math.inf))
+    return [pilot_steps(item.prompt_ids, r, max_new, gamma, proposer) for item, r in done], done
 
 
 def tree_pilot(session, pilot: list, corpus: list[list[int]], max_new: int, decodes, on_status) -> TreePilot:
-    """The pilot choose_tree runs: the run's pilot decodes (planning.pilot_decodes, bound to the session and config as
-    `decodes(proposer, items, max_new, γ, quota)`) of the draft at the grid's largest candidate, their steps rebuilt.
+    """The pilot choose_tree runs: the draft at the grid's largest candidate on every pilot example (decoded_steps).
     Every pilot example is decoded (no step quota): the held-out interval's spread is over examples, and on aclsum the
     chain pilot's 48-step quota stopped after 2 (a 95 % interval of [0.03, 86.5]×, t on 1 degree of freedom; AMD
     EPYC, bf16, 2 threads, 2026-12-07)."""
 
     def run(draft: DraftSpec, gamma: int) -> tuple[list[list[TreeStep]], PilotResult]:
         on_status(f"pilot: {draft} at γ {gamma} on {len(pilot)} untimed examples")
-        proposer = session.proposer(draft, corpus)
-        done = list(decodes(proposer, pilot, max_new, gamma, math.inf))
-        steps = [pilot_steps(item.prompt_ids, r, max_new, gamma, proposer) for item, r in done]
+        steps, done = decoded_steps(session, pilot, corpus, max_new, decodes, draft, gamma)
         ids = [item.example.id for item, _ in done]
         return steps, pilot_from_results(draft.text, [r for _, r in done], None, True, ids)
 
     return run
+
+
+def tree_check(session_for, timed: list, corpus: list[list[int]], max_new: int, decodes_for, on_status) -> TreeCheck:
+    """The cost-model check's decode: the timed examples, once, untimed, with the chosen tree in the chosen dtype's
+    session (`session_for(dtype)`, `decodes_for(session)`). At T = 0 tree-lookup's proposal is a function of the
+    context, so these are the steps the timed run takes (unless low-precision numerics flip a token)."""
+
+    def run(dtype: str, draft: DraftSpec, gamma: int) -> list[list[TreeStep]]:
+        on_status(
+            f"decoding the {len(timed)} timed examples once, untimed, with {draft} at γ {gamma} (cost-model check)"
+        )
+        session = session_for(dtype)
+        return decoded_steps(session, timed, corpus, max_new, decodes_for(session), draft, gamma)[0]
+
+    return run
+
+
+def checked_trees(chosen: TreePrice, by_example: Sequence[Sequence[TreeStep]], pass_cost: Mapping[int, float]):
+    """The chosen tree's "cost-model check (known acceptance)" (pure): each timed example's own decoded steps priced
+    as `price` prices the pilot's (an example without a tree step prices 1×), their geometric mean with the pricing
+    interval (prediction.replayed_prediction)."""
+    logs = [
+        math.log(p.speedup) for ex in by_example if (p := price(ex, chosen.depth, chosen.nodes, pass_cost)).speedup > 0
+    ]
+    return replayed_prediction(logs)
+
+
+def check_line(check: Prediction) -> str:
+    """The reasons' line for `checked_trees`' figure: what it checks and what its interval covers."""
+    return (
+        f"{check.line()} on the same {check.n_examples} examples, decoded once untimed ({check.replay_s or 0.0:.1f} s) "
+        f"with the chosen tree: their acceptance is known, so this checks the pass prices, per decoded token "
+        f"(interval: pricing error only, log sd {check.pricing_log_sd:.2f}) and is not used by the choice"
+    )
 
 
 def choose_tree(
@@ -230,6 +272,7 @@ def choose_tree(
     pilot: TreePilot,
     n_timed: int,
     bf16_note: str | None = None,
+    check: TreeCheck | None = None,
 ) -> AutoChoice:
     """Calibrate each dtype, pilot the tree draft once at the grid's largest candidate, price every (dtype, depth,
     nodes), choose the fewest predicted ms per token; the reasons say both numbers and that the figure is the cost
@@ -268,6 +311,14 @@ def choose_tree(
     )
     prediction = held_out_trees(best_price, by_example, cal.pass_cost(), n_timed)
     reasons.append(held_out_line(prediction, len(by_example)))
+    checked = None
+    if check is not None:  # the timed examples' own steps, priced (T = 0: their acceptance is known)
+        started = time.perf_counter()
+        checked = checked_trees(
+            best_price, check(best.dtype, with_nodes(config.draft, best_price.nodes), best.gamma), cal.pass_cost()
+        )
+        checked.replay_s = time.perf_counter() - started
+        reasons.append(check_line(checked))
     warning = slower_warning(candidate_label(best), best.speedup, prediction.low, prediction.high)
     return AutoChoice(
         requested=requested_auto(config),
@@ -282,6 +333,7 @@ def choose_tree(
         candidates=[c for c, _ in ranked],
         predicts_slower=best.speedup < 1.0,
         prediction=prediction.to_dict(),
+        check=checked.to_dict() if checked is not None else None,
         tree={
             "depth": best.gamma,
             "nodes": best_price.nodes,

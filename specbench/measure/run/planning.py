@@ -300,19 +300,19 @@ def choose_on_this_machine(
         on_status(f"pilot: {draft} on {len(pilot_prepared)} untimed examples")
         return run_pilot(first, config, draft, pilot_prepared, corpus, max_new)
 
-    from specbench.measure.auto import tree_gamma
+    from specbench.measure.auto import auto_pilot, tree_gamma  # auto_pilot: T = 0's loop-step calibration and replay
 
+    bf16 = bf16_note if config.load.dtype == AUTO else None
     if tree_gamma.applies(config):  # a tree's depth and node budget, priced together on one pilot
-        decode = functools.partial(pilot_decodes, first, config)
-        tree_pilot = tree_gamma.tree_pilot(first, pilot_prepared, corpus, max_new, decode, on_status)
-        bf16 = bf16_note if config.load.dtype == AUTO else None
-        pick_tree = functools.partial(tree_gamma.choose_tree, config, dtypes=dtypes, calibrate_dtype=calibrate_dtype)
-        choice = pick_tree(pilot=tree_pilot, n_timed=len(examples), bf16_note=bf16)
-        return choice, sessions[choice.dtype]
-    from specbench.measure.auto import (
-        auto_pilot,  # T = 0: calibrate on real loop steps, replay-pilot, predict (issue 31)
-    )
 
+        def decodes_for(s: Session):  # the untimed decodes of the tree's pilot and of its cost-model check
+            return functools.partial(pilot_decodes, s, config)
+
+        tree_pilot = tree_gamma.tree_pilot(first, pilot_prepared, corpus, max_new, decodes_for(first), on_status)
+        check = tree_gamma.tree_check(session_for, prepared, corpus, max_new, decodes_for, on_status)
+        pick_tree = functools.partial(tree_gamma.choose_tree, config, dtypes=dtypes, calibrate_dtype=calibrate_dtype)
+        choice = pick_tree(pilot=tree_pilot, n_timed=len(examples), bf16_note=bf16, check=check)
+        return choice, sessions[choice.dtype]
     replay = auto_pilot.can_replay(first, config, drafts, corpus)
     pool = auto_pilot.replay_pool(spec, config, examples) if replay else []
     if pool:
@@ -326,7 +326,7 @@ def choose_on_this_machine(
             corpus=corpus,
             max_new=max_new,
             calibrate_dtype=calibrate_dtype,
-            bf16_note=bf16_note if config.load.dtype == AUTO else None,
+            bf16_note=bf16,
             on_status=on_status,
             on_progress=getattr(on_status, "progress", lambda phase, done, total: None),  # the CLI's phase bars
         )
@@ -337,7 +337,7 @@ def choose_on_this_machine(
         drafts=drafts,
         calibrate_dtype=calibrate_dtype,
         pilot=pilot_draft,
-        bf16_note=bf16_note if config.load.dtype == AUTO else None,
+        bf16_note=bf16,
     )
     if sessions[choice.dtype].drafts_inside:  # its pilot ran on the engine's own loop: say so
         from specbench.measure.auto import engine_pilot
