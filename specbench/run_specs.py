@@ -28,6 +28,8 @@ splitting the string itself, so the grammar below lives here only:
   eagle:<folder>                        an EAGLE head (`specbench distill --kind eagle`); parsed as a model spec,
                                         so vLLM's engine reads it as its own `eagle` method (engines/vllm)
   eagle3:<folder>                       an EAGLE-3 head (`specbench distill --kind eagle3`; vLLM's `eagle3`)
+  eagle3:<folder>,top=<k>               the head's k likeliest first tokens as siblings, its chain under the
+                                        first: a token tree (eagle:<folder>,top=<k> too; specbench's loop only)
   <model spec>                          a draft model: preset, hub id, local dir, .gguf, `distilled`
 
 Pure string work: no torch, no model loading (config.py imports it).
@@ -55,6 +57,7 @@ SUFFIX_PACKAGE = "arctic_inference"  # the suffix cache --draft suffix runs on (
 SUFFIX_INSTALL = "pip install 'specbench-sd[suffix]'"
 LOOKAHEAD_OPTIONS = {"window": 0, "ngram": 2, "branches": 1}  # lookahead's options (integers) and their least values
 LOOKAHEAD_HELP = "window=<n> (>= 0), ngram=<n> (>= 2), branches=<n>"
+HEAD_PREFIXES = ("eagle", "eagle3")  # `eagle:<folder>`, `eagle3:<folder>` (their `top=` option: parse_head_options)
 AUTO_DRAFT = "auto"  # --draft auto: no draft yet, chosen before timing (its kind is "auto")
 
 
@@ -94,13 +97,18 @@ class DraftSpec:
         tree pass refuse it."""
         if self.kind == "suffix":
             return bool(dict(self.options).get("tree", 1))
-        return self.kind in ("tree-lookup", "lookahead")
+        return self.kind in ("tree-lookup", "lookahead") or self.head_top > 1
 
     @property
     def learns_outputs(self) -> bool:
         """True for a draft that learns from the run's earlier outputs (suffix decoding's cache): it decodes one
         example after another, so batches refuse it; the runner hands it each finished output and resets it per run."""
         return self.kind == "suffix"
+
+    @property
+    def head_top(self) -> int:
+        """An EAGLE head's `top=k`: its k likeliest first tokens proposed as siblings (a token tree); 1: a chain."""
+        return int(dict(self.options).get("top", 1)) if self.head_method else 1
 
     @property
     def head_method(self) -> str | None:
@@ -170,6 +178,20 @@ def parse_tree_lookup_options(text: str, rest: str) -> tuple[tuple[str, int], ..
     if options.get("min_ngram", 1) > options.get("max_ngram", 3):
         raise SpecbenchError(f"--draft {text!r}: min_ngram is above max_ngram (default 3); lower it")
     return tuple(options.items())
+
+
+def parse_head_options(text: str, name: str, rest: str) -> tuple[str, tuple[tuple[str, int], ...]]:
+    """'<folder>,top=3' (after 'eagle3:') → ('<folder>', (('top', 3),)); a folder alone → (folder, ()). Only a last
+    comma-separated part of the form key=value is an option (a folder may hold commas); one-line errors."""
+    folder, comma, last = rest.rpartition(",")
+    key, eq, value = last.partition("=")
+    if not comma or not eq or "/" in last:
+        return rest, ()
+    if key.strip() != "top":
+        raise SpecbenchError(f"bad --draft option {last!r} in {text!r}; {name} takes top=<k>")
+    if not (value.strip().isdigit() and int(value) >= 1):
+        raise SpecbenchError(f"--draft {text!r}: top must be an integer >= 1 (got {value!r})")
+    return folder, (("top", int(value)),)
 
 
 def parse_lookahead_options(text: str, rest: str) -> tuple[tuple[str, int], ...]:
@@ -248,6 +270,9 @@ def parse_draft(text: DraftSpec | str) -> DraftSpec:
         if colon:
             raise SpecbenchError(f"--draft {text!r}: {name} takes no options; use --draft {name}")
         return DraftSpec(text, name)
+    if name in HEAD_PREFIXES and colon:
+        folder, options = parse_head_options(text, name, rest)
+        return DraftSpec(text, "model", options=options, model=f"{name}:{folder}")
     inner = hybrid_model(text)
     if inner is None:
         if not text:

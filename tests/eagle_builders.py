@@ -1,11 +1,14 @@
-"""Builders shared by the EAGLE and EAGLE-3 head tests (tests/test_eagle.py, tests/test_eagle3.py): the toy task's
-rows, a tiny target with peaked laws, the CLI runner, the teacher shards of a distill folder, one speculative decode."""
+"""Builders shared by the EAGLE and EAGLE-3 head tests (tests/test_eagle.py, tests/test_eagle3*.py,
+tests/test_eagle_tree.py): the toy task's rows, a tiny target with peaked laws, the CLI runner, the teacher shards of
+a distill folder, one speculative decode, the proposals a decode asked for and an EAGLE-3 head's first token from
+scratch."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import torch
 from conftest import sharpen
 from helpers import CORPUS, save_tiny
 from transformers import LlamaForCausalLM
@@ -118,3 +121,14 @@ def proposals(t, draft, prompts, gamma: int) -> list[tuple[list[int], int]]:
     for prompt in prompts:
         decode(t, draft, prompt, gamma)
     return seen
+
+
+def offline_first_token(t, runner, tokens: list[int]) -> int:
+    """An EAGLE-3 head's first token after `tokens` from scratch: the target's layer outputs over tokens[:-1] in one
+    pass, fused, the head over every position at once (token t+1's embedding ⊕ g_t at position t), no cache."""
+    with torch.no_grad():
+        hs = t.model(torch.tensor([tokens[:-1]]), output_hidden_states=True).hidden_states
+        g = runner.fuse(torch.cat([hs[i] for i in runner.head.aux_layers], dim=-1))
+        emb = t.model.get_input_embeddings()(torch.tensor([tokens[1:]]))
+        out = runner(emb, g, torch.arange(len(tokens) - 1)[None])
+        return int(runner.out_layer(out[0, -1]).argmax())

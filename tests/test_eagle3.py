@@ -17,6 +17,7 @@ from eagle_builders import (
     distill_args,
     distilled,
     invoke,
+    offline_first_token,
     proposals,
     save_target,
     step_law,
@@ -127,17 +128,6 @@ def test_the_trained_head_agrees_with_the_target_more_than_an_untrained_one(trai
     after = manifest["checks"]["heldout_after_export"]
     assert after["agreement_reply"] > untrained["agreement_reply"] + 0.1, (after, untrained)
     assert after["kl"] < untrained["kl"]
-
-
-def offline_first_token(t, runner, tokens: list[int]) -> int:
-    """The head's first token after `tokens` from scratch: the target's layer outputs over tokens[:-1] in one pass,
-    fused, the head over every position at once (token t+1's embedding ⊕ g_t at position t), no cache."""
-    with torch.no_grad():
-        hs = t.model(torch.tensor([tokens[:-1]]), output_hidden_states=True).hidden_states
-        g = runner.fuse(torch.cat([hs[i] for i in runner.head.aux_layers], dim=-1))
-        emb = t.model.get_input_embeddings()(torch.tensor([tokens[1:]]))
-        out = runner(emb, g, torch.arange(len(tokens) - 1)[None])
-        return int(runner.out_layer(out[0, -1]).argmax())
 
 
 def test_each_proposal_is_the_heads_own_prediction_from_the_targets_layers(trained, target, monkeypatch):

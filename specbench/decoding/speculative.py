@@ -41,7 +41,7 @@ from specbench.decoding.base import (
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.gamma_policy import FixedGamma, GammaPolicy
 from specbench.decoding.sampling import next_token, processed_probs
-from specbench.decoding.stepwise import stepwise_forward, stepwise_keep_path, stepwise_tree
+from specbench.decoding.stepwise import depth_first, stepwise_forward, stepwise_keep_path, stepwise_tree
 from specbench.decoding.timing import Clock
 from specbench.decoding.tree import TokenTree
 from specbench.errors import SpecbenchError
@@ -255,8 +255,6 @@ def tree_step(
             f"a tree proposal of {proposal.tokens.shape[0]} tokens came with {tree.size} parents and depth "
             f"{tree.depth} (at most {g}): this is a bug in the proposer {ctx.proposer.name!r}"
         )
-    if ctx.reads_hidden:  # no draft does both: a tree's kept rows would need their own hand-over (base.ReadsHidden)
-        raise SpecbenchError(f"the proposer {ctx.proposer.name!r} drafts from hidden states, so chains only: a bug")
     tb = ctx.clock.now()
     cached = ctx.target.length
     ids = torch.cat([torch.tensor([tokens[-1]], device=ctx.target.device), proposal.tokens])  # [n+1]
@@ -265,8 +263,12 @@ def tree_step(
     if ctx.observes:
         ctx.proposer.observe_pass(logits.argmax(-1))  # type: ignore[attr-defined]  # ObservesPasses, checked once
     path = verdict.path or []
+    if ctx.reads_hidden:  # an EAGLE head's tree: the hidden states of cur and the accepted path, before the log grows
+        ctx.hand_hidden(logged_rows(tree, path, ctx.stepwise))
     if ctx.stepwise:
         stepwise_keep_path(ctx.target, cached, ids, path)
+        if ctx.target.hidden_log:  # the rebuilt path's passes: their states were handed over from the tree's
+            ctx.target.hidden_log.clear()
     else:
         ctx.target.keep_path(cached, path)  # keep [.., cur, path]
     count_tree_step(ctx.res, proposal, verdict, tree.depth)
@@ -275,6 +277,16 @@ def tree_step(
     ctx.res.draft_s += tb - ta
     ctx.res.verify_s += tc - tb
     return [drafted[i] for i in path] + [verdict.next_token]
+
+
+def logged_rows(tree: TokenTree, path: list[int], stepwise: bool) -> list[int]:
+    """The rows of a tree pass's hidden-state log that hold cur and the accepted path's nodes, in path order (pure):
+    row 1 + i for node i of one masked pass; under --bit-exact the one-token passes logged cur, then the nodes in
+    depth-first order (stepwise.stepwise_tree)."""
+    if not stepwise:
+        return [0] + [1 + node for node in path]
+    order = {node: 1 + k for k, node in enumerate(depth_first(tree))}
+    return [0] + [order[node] for node in path]
 
 
 def judge_tree(

@@ -12,6 +12,13 @@ it reports, so T > 0 rejection sampling stays exact. Batch 1 only (config.py ref
 `--draft eagle3:<folder>` (an EAGLE-3 head, models/eagle3_head.py; vLLM's `eagle3`) runs the same way: the loop keeps
 the outputs of the head's three target layers instead of the final state, the head's fc fuses them (the target's
 only), its own output before its final norm chains, and its own output layer gives the law.
+
+`eagle3:<folder>,top=k` (either kind) proposes a token tree instead: the head's k likeliest first tokens as siblings
+(the first drafted token's law comes out of the head's first call, so the k − 1 extra candidates cost no call), and
+the head's greedy chain under the likeliest one, as deep as γ. The nodes are chosen deterministically, so every
+node's law is a point mass and at T > 0 the tree rule samples from p without replacement among the siblings
+(accept.verify_tree_sampling), exact whatever the head. After the pass the loop hands over the hidden states of cur
+and the accepted path (a path through a sibling is one token long), and the head's cache is cropped as after a chain.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ from specbench.config import SamplingConfig
 from specbench.decoding.base import BatchProposer, Proposal
 from specbench.decoding.sampling import below_confidence, draft_token
 from specbench.errors import SpecbenchError
+
+GREEDY = SamplingConfig()  # how a tree's nodes are chosen: the head's likeliest, whatever the run's sampling
 
 
 class EagleDraft:
@@ -40,12 +49,14 @@ class EagleDraft:
         name: str,
         fuse: Callable[[torch.Tensor], torch.Tensor] | None = None,
         feature_layers: tuple[int, ...] = (),
+        top: int = 1,
     ):
         self.head: Any = head  # an EagleHead or an Eagle3Runner: forward, new_cache (torch types attributes Tensor)
         self.embed, self.lm_head, self.name = embed, lm_head, name
         # an EAGLE-3 head: the target layers whose outputs it reads (the loop keeps those, side by side) and the fc
         # that fuses them, applied to the target's features only (its own outputs chain as they are)
         self.fuse, self.feature_layers = fuse, tuple(feature_layers)
+        self.top = top  # > 1: a token tree, the head's `top` likeliest first tokens as siblings
         self.device = next(head.parameters()).device
         self._cache: Any = None  # the head's KV cache (its new_cache()), made by begin()
         self._fed = 0  # head positions computed from the target's real hidden states
@@ -97,6 +108,8 @@ class EagleDraft:
             hidden = self.fuse(hidden)
         feat = self._step(ids, hidden, self._fed)[-1:]  # [1, H]: predicts h at the newest position
         self._fed = len(tokens) - 1
+        if self.top > 1:
+            return self._tree(feat, gamma, sampling, min_confidence)
         drafted: list[torch.Tensor] = []
         laws: list[torch.Tensor] = []  # the q rows at T > 0 (draft_token appends them)
         for i in range(gamma):
@@ -109,3 +122,21 @@ class EagleDraft:
         return Proposal(
             tokens=torch.stack(drafted), q_probs=torch.stack(laws) if laws else None, forward_calls=len(drafted)
         )
+
+    def _tree(self, feat: torch.Tensor, gamma: int, sampling: SamplingConfig, min_confidence: float) -> Proposal:
+        """The head's `top` likeliest first tokens (nodes 0..top-1, children of cur), then its greedy chain under node
+        0 up to depth γ; every node deterministic (q_probs None: point masses)."""
+        logits = self.lm_head(feat)[0]  # [V]
+        first = logits.topk(min(self.top, logits.shape[-1])).indices  # likeliest first: the first tried
+        nodes, parents = list(first), [-1] * len(first)
+        tok, laws = first[0], []  # `laws` stays empty: below_confidence reads the softmax of a greedy choice
+        for i in range(1, gamma):
+            if below_confidence(logits, tok, laws, GREEDY, min_confidence):
+                break
+            feat = self._step(tok.view(1), feat, self._fed + i)  # its own output as the next hidden state
+            logits = self.lm_head(feat)[0]
+            parents.append(0 if i == 1 else len(nodes) - 1)
+            tok = logits.argmax(-1)
+            nodes.append(tok)
+        calls = 1 + len(nodes) - len(first)
+        return Proposal(tokens=torch.stack(nodes), q_probs=None, forward_calls=calls, parents=parents)

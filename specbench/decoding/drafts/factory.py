@@ -127,9 +127,11 @@ def eagle_draft(spec: DraftSpec, target: LoadedModel, backend: str):
         layers = int(getattr(config, "num_hidden_layers", 0))
         runner = Eagle3Runner(read_eagle3_head(folder, spec.text, hidden, target.vocab_size, layers))
         runner = runner.to(target.device, target.dtype).eval()
-        return EagleDraft(runner, embed, runner.out_layer, spec.text, runner.fuse, runner.head.aux_layers)
+        return EagleDraft(
+            runner, embed, runner.out_layer, spec.text, runner.fuse, runner.head.aux_layers, spec.head_top
+        )
     head = load_head(folder, spec.text, hidden, target.vocab_size, target.device, target.dtype)
-    return EagleDraft(head, embed, hf.get_output_embeddings(), spec.text)
+    return EagleDraft(head, embed, hf.get_output_embeddings(), spec.text, top=spec.head_top)
 
 
 def draft_rows() -> list[dict]:

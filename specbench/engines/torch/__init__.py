@@ -23,6 +23,11 @@ def torch_rules(config: RunConfig) -> None:
         check_head_method(read_head_config(folder, config.draft.text), method or "eagle", config.draft.text)
         if config.batch_size > 1:
             raise SpecbenchError(f"--draft {config.draft.text} drafts one sequence at a time; use --batch-size 1")
+        if config.draft.head_top > 1 and config.gamma.policy is not None:  # the policies price chains
+            raise SpecbenchError(
+                f"--gamma {config.gamma.value} prices chains, and --draft {config.draft.text} proposes a tree; pass "
+                "an integer --gamma (its depth)"
+            )
 
 
 SPEC = EngineSpec(

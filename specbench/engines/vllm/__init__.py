@@ -97,6 +97,11 @@ def check_draft(draft: DraftSpec) -> None:
         raise SpecbenchError(
             f"--draft {draft.text}: vLLM's ngram matcher has its own rule; drop rule= for --engine {ENGINE_NAME}"
         )
+    if draft.head_top > 1:
+        raise SpecbenchError(
+            f"--draft {draft.text}: vLLM's {draft.head_method} method drafts a chain here; drop ,top= for --engine "
+            f"{ENGINE_NAME}"
+        )
     own_method(draft)  # a head method without its folder
 
 

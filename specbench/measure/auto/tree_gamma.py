@@ -79,10 +79,12 @@ def applies(config: RunConfig) -> bool:
 
 
 def pass_nodes(config: RunConfig) -> int:
-    """The most nodes a tree-lookup run's pass feeds (its node budget; MAX_NODES when --gamma auto chooses it); 0 for
-    other drafts."""
+    """The most nodes a tree-lookup run's pass feeds (its node budget; MAX_NODES when --gamma auto chooses it), or an
+    EAGLE head's tree (γ + top − 1); 0 for other drafts."""
     if applies(config):
         return MAX_NODES
+    if config.draft.head_top > 1:  # an EAGLE head's tree: its other top first tokens beside its chain
+        return config.draft_gamma + config.draft.head_top - 1
     return int(dict(config.draft.options).get("nodes", DEFAULT_NODES)) if config.draft.kind == "tree-lookup" else 0
 
 
