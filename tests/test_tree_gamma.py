@@ -15,7 +15,18 @@ from specbench.config import SamplingConfig
 from specbench.decoding.cached_model import CachedModel
 from specbench.decoding.drafts.tree_lookup import TreeLookupDraft, build_trie
 from specbench.decoding.speculative import decode_speculative
-from specbench.measure.auto.tree_gamma import TreeStep, grid, held_out_trees, kept, pilot_steps, price, rank_trees
+from specbench.measure.auto.tree_gamma import (
+    CheckedExample,
+    TreeStep,
+    checked_speedup,
+    checked_trees,
+    grid,
+    held_out_trees,
+    kept,
+    pilot_steps,
+    price,
+    rank_trees,
+)
 
 LINEAR = {k: 1.0 + 0.05 * (k - 1) for k in range(1, 17)}  # every extra token costs 5 % of a one-token pass
 FLAT = {k: 1.0 for k in range(1, 17)}
@@ -120,8 +131,8 @@ def test_run_tree_lookup_gamma_auto_chooses_depth_and_nodes(tmp_path, monkeypatc
     assert held_out["n_pilot"] == planning.PILOT_EXAMPLES  # every pilot example, whatever the step quota
     assert summary["auto_predicted_speedup"] == held_out["speedup"] and "predicted (held out)" in result.stderr
     assert set(manifest["auto"]["calibrations"]["float32"]["target_ms"]) == {str(k) for k in range(1, 17)}
-    # the cost-model check: the timed examples' own steps (decoded once, untimed, with the chosen tree) priced as the
-    # pilot's are; at T = 0 in float32 those are the timed run's steps, so it equals the records' steps priced
+    # the cost-model check: the timed examples' own steps (decoded once, untimed, with the chosen tree); at T = 0 in
+    # float32 those are the timed run's steps, so their price per decoded token is the records' steps priced
     check = manifest["auto"]["check"]
     assert check["kind"] == "check" and check["n_examples"] == 2 and check["replay_s"] > 0
     assert summary["auto_check_speedup"] == check["speedup"] and "cost-model check (known acceptance)" in result.stderr
@@ -133,7 +144,23 @@ def test_run_tree_lookup_gamma_auto_chooses_depth_and_nodes(tmp_path, monkeypatc
         passes, accepted = r["speculative"]["pass_lengths"], iter(r["speculative"]["accept_lengths"])
         tokens = sum(1 + (next(accepted) if k > 1 else 0) for k in passes)
         logs.append(math.log(tokens / sum(target_ms[k] / target_ms[1] for k in passes)))
-    assert len(logs) == 2 and check["speedup"] == pytest.approx(math.exp(sum(logs) / 2), rel=1e-9)
+    assert len(logs) == 2 and tree["check_per_token"] == pytest.approx(math.exp(sum(logs) / 2), rel=1e-9)
+
+
+def test_the_tree_check_prices_prefill_and_search_around_the_steps():
+    """End to end, a timed example's check adds its prefill to both arms and the draft's search to the speculative
+    one (pure arithmetic on one example); with neither, it is the per-token price; the pricing interval is
+    exp(± 1.96 · 0.05) whatever the examples."""
+    step = trie_step(FOUR, FOUR[0][:3])  # accepts 3 of the 15-node trie's nodes: 4 tokens for one pass over 16
+    ms = {k: 10.0 * v for k, v in LINEAR.items()}
+    bare = CheckedExample((step, step), 0.0, 0.0)
+    both = CheckedExample((step, step), 50.0, 4.0)
+    assert checked_speedup(bare, 8, 15, ms) == pytest.approx(8 * 10.0 / (2 * 10.0 * LINEAR[16]))
+    assert checked_speedup(both, 8, 15, ms) == pytest.approx((50 + 80) / (50 + 4 + 2 * 10.0 * LINEAR[16]))
+    check, per_token = checked_trees(price([step], 8, 15, LINEAR), [bare, both], ms)
+    assert per_token == pytest.approx(price([step], 8, 15, LINEAR).speedup) == pytest.approx(8 / (2 * LINEAR[16]))
+    assert check.kind == "check" and check.n_examples == 2 and check.speedup < per_token
+    assert check.high / check.speedup == pytest.approx(math.exp(1.959964 * 0.05), rel=1e-5)
 
 
 def test_the_held_out_tree_prediction_is_the_pooled_price_with_the_examples_spread():

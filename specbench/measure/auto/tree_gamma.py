@@ -205,7 +205,7 @@ def _cell(p: TreePrice | None, chosen: TreePrice) -> str:
 
 
 TreePilot = Callable[[DraftSpec, int], tuple[list[list[TreeStep]], PilotResult]]  # (spec, γ) → each example's steps
-TreeCheck = Callable[[str, DraftSpec, int], list[list[TreeStep]]]  # (dtype, spec, γ) → each timed example's steps
+TreeCheck = Callable[[str, DraftSpec, int], list["CheckedExample"]]  # (dtype, spec, γ) → each timed example's
 
 
 def decoded_steps(session, items: list, corpus: list[list[int]], max_new: int, decodes, draft: DraftSpec, gamma: int):
@@ -232,37 +232,64 @@ def tree_pilot(session, pilot: list, corpus: list[list[int]], max_new: int, deco
     return run
 
 
+@dataclass(frozen=True)
+class CheckedExample:
+    """A timed example decoded once, untimed, with the chosen tree: its steps and what the decode measured outside
+    the target's decode passes (its prefill and the draft's host-side search), which the prices add."""
+
+    steps: tuple[TreeStep, ...]
+    prefill_ms: float  # the prompt's prefill (the baseline's too)
+    draft_ms: float  # tree-lookup's search over the context, every step together
+
+
 def tree_check(session_for, timed: list, corpus: list[list[int]], max_new: int, decodes_for, on_status) -> TreeCheck:
     """The cost-model check's decode: the timed examples, once, untimed, with the chosen tree in the chosen dtype's
     session (`session_for(dtype)`, `decodes_for(session)`). At T = 0 tree-lookup's proposal is a function of the
     context, so these are the steps the timed run takes (unless low-precision numerics flip a token)."""
 
-    def run(dtype: str, draft: DraftSpec, gamma: int) -> list[list[TreeStep]]:
+    def run(dtype: str, draft: DraftSpec, gamma: int) -> list[CheckedExample]:
         on_status(
             f"decoding the {len(timed)} timed examples once, untimed, with {draft} at γ {gamma} (cost-model check)"
         )
         session = session_for(dtype)
-        return decoded_steps(session, timed, corpus, max_new, decodes_for(session), draft, gamma)[0]
+        steps, done = decoded_steps(session, timed, corpus, max_new, decodes_for(session), draft, gamma)
+        return [CheckedExample(tuple(s), r.prefill_s * 1e3, r.draft_s * 1e3) for s, (_, r) in zip(steps, done)]
 
     return run
 
 
-def checked_trees(chosen: TreePrice, by_example: Sequence[Sequence[TreeStep]], pass_cost: Mapping[int, float]):
+def checked_speedup(ex: CheckedExample, depth: int, nodes: int, target_ms: Mapping[int, float]) -> float:
+    """One timed example's end-to-end speedup at known acceptance (pure): plain decoding's prefill and one t(1) per
+    token its steps emit, against the prefill, the draft's search and a t(1 + nodes fed) per step (the calibrated
+    bare passes, ms)."""
+    tokens = verify = 0.0
+    for step in ex.steps:
+        fed, accepted = kept(step, depth, nodes)
+        tokens += 1 + accepted
+        verify += target_ms[fed + 1]
+    return (ex.prefill_ms + tokens * target_ms[1]) / (ex.prefill_ms + ex.draft_ms + verify)
+
+
+def checked_trees(
+    chosen: TreePrice, examples: Sequence[CheckedExample], target_ms: Mapping[int, float]
+) -> tuple[Prediction, float]:
     """The chosen tree's "cost-model check (known acceptance)" (pure): each timed example's own decoded steps priced
-    as `price` prices the pilot's (an example without a tree step prices 1×), their geometric mean with the pricing
-    interval (prediction.replayed_prediction)."""
-    logs = [
-        math.log(p.speedup) for ex in by_example if (p := price(ex, chosen.depth, chosen.nodes, pass_cost)).speedup > 0
-    ]
-    return replayed_prediction(logs)
+    end to end (`checked_speedup`), their geometric mean with the pricing interval (prediction.replayed_prediction);
+    and the same steps' geometric-mean price per decoded token, as the choice prices the pilot's (`price`: no prefill,
+    no search)."""
+    cost = {k: v / target_ms[1] for k, v in target_ms.items()}
+    per_token = [math.log(price(ex.steps, chosen.depth, chosen.nodes, cost).speedup) for ex in examples if ex.steps]
+    logs = [math.log(s) for ex in examples if (s := checked_speedup(ex, chosen.depth, chosen.nodes, target_ms)) > 0]
+    return replayed_prediction(logs), math.exp(sum(per_token) / len(per_token)) if per_token else float("nan")
 
 
-def check_line(check: Prediction) -> str:
+def check_line(check: Prediction, per_token: float) -> str:
     """The reasons' line for `checked_trees`' figure: what it checks and what its interval covers."""
     return (
         f"{check.line()} on the same {check.n_examples} examples, decoded once untimed ({check.replay_s or 0.0:.1f} s) "
-        f"with the chosen tree: their acceptance is known, so this checks the pass prices, per decoded token "
-        f"(interval: pricing error only, log sd {check.pricing_log_sd:.2f}) and is not used by the choice"
+        f"with the chosen tree: their acceptance is known, so this checks the pass prices, end to end with that "
+        f"decode's prefill and search times ({per_token:.2f}× per decoded token without them; interval: pricing error "
+        f"only, log sd {check.pricing_log_sd:.2f}) and is not used by the choice"
     )
 
 
@@ -313,14 +340,13 @@ def choose_tree(
     )
     prediction = held_out_trees(best_price, by_example, cal.pass_cost(), n_timed)
     reasons.append(held_out_line(prediction, len(by_example)))
-    checked = None
+    checked, per_token = None, None
     if check is not None:  # the timed examples' own steps, priced (T = 0: their acceptance is known)
         started = time.perf_counter()
-        checked = checked_trees(
-            best_price, check(best.dtype, with_nodes(config.draft, best_price.nodes), best.gamma), cal.pass_cost()
-        )
+        decoded = check(best.dtype, with_nodes(config.draft, best_price.nodes), best.gamma)
+        checked, per_token = checked_trees(best_price, decoded, cal.target_ms)
         checked.replay_s = time.perf_counter() - started
-        reasons.append(check_line(checked))
+        reasons.append(check_line(checked, per_token))
     warning = slower_warning(candidate_label(best), best.speedup, prediction.low, prediction.high)
     return AutoChoice(
         requested=requested_auto(config),
@@ -343,6 +369,7 @@ def choose_tree(
             "pilot_nodes": budget,
             "acceptance_per_depth": [a if a == a else None for a in acceptance],
             "tokens_per_step": best_price.tokens_per_step,
+            "check_per_token": per_token,  # the check's steps priced per decoded token (no prefill, no search)
         },
     )
 
