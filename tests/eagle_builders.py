@@ -132,3 +132,34 @@ def offline_first_token(t, runner, tokens: list[int]) -> int:
         emb = t.model.get_input_embeddings()(torch.tensor([tokens[1:]]))
         out = runner(emb, g, torch.arange(len(tokens) - 1)[None])
         return int(runner.out_layer(out[0, -1]).argmax())
+
+
+def accepted_by_engine(session, draft: str, task: str, folder: Path) -> dict[str, list[list[int]]]:
+    """`--draft draft` in vLLM (the test session's engine) and in specbench's loop, greedy, fp32, γ 2, 2 examples:
+    each engine's accepted lengths per example, after asserting both runs are token-identical to plain decoding."""
+    import pytest
+
+    from specbench.engines.vllm.engine import VllmEngine
+
+    accepted = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(VllmEngine, "open_session", lambda self, load: session)
+        for engine in ("vllm", "specbench"):
+            args = ["run", "--engine", engine, "--target", session.load.target, "--draft", draft, "--gamma", "2"]
+            args += ["--limit", "2", "--task", task, "--max-new-tokens", "12", "--device", "cpu"]
+            result = invoke(*args, "--dtype", "float32", "--results-dir", folder / engine)
+            assert result.exit_code == 0, result.output
+            (run,) = (folder / engine).iterdir()
+            records = [json.loads(line) for line in (run / "examples.jsonl").read_text().splitlines()]
+            assert len(records) == 2 and all(r["identical"] for r in records)
+            accepted[engine] = [r["speculative"]["accept_lengths"] for r in records]
+    return accepted
+
+
+def assert_same_acceptance(accepted: dict[str, list[list[int]]]) -> None:
+    """vLLM accepted some drafted tokens, and the same ones as specbench's loop, step by step (the last step aside: a
+    budget's end cuts it differently)."""
+    assert sum(sum(a) for a in accepted["vllm"]) > 0
+    for a, b in zip(accepted["vllm"], accepted["specbench"], strict=True):
+        k = min(len(a), len(b)) - 1
+        assert k > 3 and a[:k] == b[:k], accepted

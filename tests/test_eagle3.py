@@ -14,6 +14,8 @@ import torch
 from eagle_builders import (
     ROWS,
     VLLM_PYTHON,
+    accepted_by_engine,
+    assert_same_acceptance,
     distill_args,
     distilled,
     invoke,
@@ -216,31 +218,16 @@ def test_vllm_runs_the_exported_eagle3_head_and_accepts_what_specbench_accepts(v
     """A head distilled for the vLLM session's tiny target decodes in vLLM's eagle3 method (greedy identity, fp32), and
     specbench's loop, reading the same folder, accepts what vLLM accepts step by step: the same fused layers, the same
     layer, read the same way."""
-    from specbench.engines.vllm.engine import VllmEngine
 
     s = vllm_session
     task = write_rows(tmp_path / "toy.jsonl")
     out = tmp_path / "head"
     result = invoke(*distill_args("eagle3", s.load.target, str(task), out), "--device", "cpu", "--steps", 24)
     assert result.exit_code == 0, result.output
-    accepted = {}
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(VllmEngine, "open_session", lambda self, load: s)
-        for engine in ("vllm", "specbench"):
-            args = ["run", "--engine", engine, "--target", s.load.target, "--draft", f"eagle3:{out}", "--gamma", "2"]
-            args += ["--limit", "2", "--task", task, "--max-new-tokens", "12", "--device", "cpu"]
-            result = invoke(*args, "--dtype", "float32", "--results-dir", tmp_path / engine)
-            assert result.exit_code == 0, result.output
-            (run,) = (tmp_path / engine).iterdir()
-            records = [json.loads(line) for line in (run / "examples.jsonl").read_text().splitlines()]
-            assert len(records) == 2 and all(r["identical"] for r in records)
-            accepted[engine] = [r["speculative"]["accept_lengths"] for r in records]
+    accepted = accepted_by_engine(s, f"eagle3:{out}", str(task), tmp_path)
     loaded = [e["speculative_config"] for e in s.engines.values() if e["speculative_config"]]
     assert {"method": "eagle3", "num_speculative_tokens": 2, "model": str(out)} in loaded
-    assert sum(sum(a) for a in accepted["vllm"]) > 0
-    for a, b in zip(accepted["vllm"], accepted["specbench"], strict=True):
-        k = min(len(a), len(b)) - 1
-        assert k > 3 and a[:k] == b[:k], accepted
+    assert_same_acceptance(accepted)
 
 
 def test_the_unrolled_chain_is_what_drafting_computes_at_each_depth(target):

@@ -13,7 +13,18 @@ from pathlib import Path
 
 import pytest
 import torch
-from eagle_builders import VLLM_PYTHON, distill_args, distilled, invoke, save_target, step_law, teacher_data, write_rows
+from eagle_builders import (
+    VLLM_PYTHON,
+    accepted_by_engine,
+    assert_same_acceptance,
+    distill_args,
+    distilled,
+    invoke,
+    save_target,
+    step_law,
+    teacher_data,
+    write_rows,
+)
 from safetensors.torch import load_file, save_file
 
 from specbench.cli.distill import outcome_line
@@ -160,26 +171,9 @@ def test_bad_draft_vocab_options_and_folders_are_one_line_exit_2(heads, tmp_path
 def test_vllm_runs_a_reduced_head_and_accepts_what_specbench_accepts(vllm_session, tmp_path):
     """The same re-exported head in vLLM's eagle3 method (its d2t) and in specbench's loop: greedy identity in both,
     and the same tokens accepted step by step, as for a full-vocabulary head (tests/test_eagle3.py)."""
-    from specbench.engines.vllm.engine import VllmEngine
-
     s = vllm_session
     task = write_rows(tmp_path / "toy.jsonl")
     full, _ = distilled("eagle3", s.load.target, task, tmp_path / "full", steps=24)
     size = json.loads((full / "config.json").read_text())["vocab_size"] // 2
     small, _ = reexported(full, s.load.target, task, tmp_path / "small", size, steps=24)
-    accepted = {}
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(VllmEngine, "open_session", lambda self, load: s)
-        for engine in ("vllm", "specbench"):
-            args = ["run", "--engine", engine, "--target", s.load.target, "--draft", f"eagle3:{small}", "--gamma", "2"]
-            args += ["--limit", "2", "--task", task, "--max-new-tokens", "12", "--device", "cpu"]
-            result = invoke(*args, "--dtype", "float32", "--results-dir", tmp_path / engine)
-            assert result.exit_code == 0, result.output
-            (run,) = (tmp_path / engine).iterdir()
-            records = [json.loads(line) for line in (run / "examples.jsonl").read_text().splitlines()]
-            assert len(records) == 2 and all(r["identical"] for r in records)
-            accepted[engine] = [r["speculative"]["accept_lengths"] for r in records]
-    assert sum(sum(a) for a in accepted["vllm"]) > 0
-    for a, b in zip(accepted["vllm"], accepted["specbench"], strict=True):
-        k = min(len(a), len(b)) - 1
-        assert k > 3 and a[:k] == b[:k], accepted
+    assert_same_acceptance(accepted_by_engine(s, f"eagle3:{small}", task, tmp_path))

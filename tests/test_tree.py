@@ -449,19 +449,35 @@ def test_sampled_tree_verification_passes_the_g_test_and_a_broken_one_fails(law_
     assert not next(c for c in broken if c.name.endswith("joint2/gof")).passed
 
 
-def test_a_draft_that_reads_hidden_states_and_proposes_a_tree_is_refused():
-    """ReadsHidden hands over a chain's kept rows only: a draft doing both fails in one line, not with wrong rows;
-    the same draft without the hook runs (the control)."""
-    from specbench.errors import SpecbenchError
+@pytest.mark.parametrize("stepwise", [False, True])
+def test_a_tree_draft_that_reads_hidden_states_gets_the_kept_positions_rows(stepwise, monkeypatch):
+    """ReadsHidden after a tree pass (an EAGLE head's tree): the draft is handed the target's hidden states of cur and
+    the accepted path, so everything it observes over a decode is the target's final state at every position but
+    the last, in order (as one causal pass computes them), under --bit-exact's one-token passes too; handing over the
+    pass's first rows instead (a chain's rule) fails, through a path that leaves the first branch."""
+    from specbench.decoding import speculative
 
-    target, draft = tiny_llama(0), tiny_llama(1)
+    target, draft = tiny_llama(0), sharpen(tiny_llama(1), 3.0)
     prompt = [1, 5, 9, 3]
-    base = run_pair(target, None, prompt, max_new=8)
+    base = run_pair(target, None, prompt, max_new=12)
 
     class HiddenTree(TwoBranchDraft):
         def observe_hidden(self, hidden):
-            pass
+            self.seen.append(hidden.clone())
 
-    assert run_pair(target, TwoBranchDraft(draft, prompt + base.token_ids), prompt, max_new=8).token_ids
-    with pytest.raises(SpecbenchError, match="drafts from hidden states"):
-        run_pair(target, HiddenTree(draft, prompt + base.token_ids), prompt, max_new=8)
+    def observed(proposer) -> tuple[torch.Tensor, torch.Tensor]:
+        proposer.seen = []
+        cm = CachedModel(target)
+        kw = dict(max_new_tokens=12, sampling=GREEDY, generator=None, eos_ids=frozenset([2]), stepwise=stepwise)
+        res = decode_speculative(cm, proposer, prompt, gamma=3, **kw)
+        tokens = prompt + res.token_ids
+        with torch.no_grad():
+            whole = target(torch.tensor([tokens]), output_hidden_states=True).hidden_states[-1][0]
+        seen = torch.cat(proposer.seen)
+        return seen, whole[: len(seen)]
+
+    seen, whole = observed(HiddenTree(draft, prompt + base.token_ids))
+    assert seen.shape[0] >= len(prompt) + 8 and torch.allclose(seen, whole, atol=1e-4), (seen - whole).abs().max()
+    monkeypatch.setattr(speculative, "logged_rows", lambda tree, path, stepwise: len(path) + 1)
+    seen, whole = observed(HiddenTree(draft, prompt + base.token_ids))
+    assert not torch.allclose(seen, whole, atol=1e-4)

@@ -190,8 +190,9 @@ class Eagle3Head(torch.nn.Module):
         """Every weight under vLLM's Eagle3LlamaForCausalLM names (the rotary table is a non-persistent buffer); with
         a reduced draft vocabulary also EAGLE-3's `d2t` (int64 offsets: target id = draft id + d2t) and `t2d`."""
         tensors = {k: v.detach().contiguous() for k, v in self.state_dict().items()}
-        if self.draft_ids is not None:
-            ids = self.draft_ids.detach().cpu()
+        buffer: Any = self.draft_ids  # a registered buffer (torch types Module attributes Tensor | Module)
+        if buffer is not None:
+            ids = buffer.detach().cpu()
             tensors["d2t"] = ids - torch.arange(len(ids))
             tensors["t2d"] = torch.zeros(self.vocab_size, dtype=torch.bool).index_fill_(0, ids, True)
         return tensors

@@ -129,7 +129,8 @@ class EagleDraft:
         logits = self.lm_head(feat)[0]  # [V]
         first = logits.topk(min(self.top, logits.shape[-1])).indices  # likeliest first: the first tried
         nodes, parents = list(first), [-1] * len(first)
-        tok, laws = first[0], []  # `laws` stays empty: below_confidence reads the softmax of a greedy choice
+        tok = first[0]
+        laws: list[torch.Tensor] = []  # stays empty: below_confidence reads the softmax of a greedy choice
         for i in range(1, gamma):
             if below_confidence(logits, tok, laws, GREEDY, min_confidence):
                 break
