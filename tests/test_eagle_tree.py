@@ -122,6 +122,8 @@ def test_run_eagle_tree_end_to_end_and_under_bit_exact(head, tmp_path):
         assert summary["greedy_identity"] == 1.0 and summary["accepted"] > 0, summary
         records = [json.loads(x) for x in (run / "examples.jsonl").read_text().splitlines()]
         assert any(k > 4 for r in records for k in r["speculative"]["pass_lengths"])  # tree passes over cur + nodes
+    listing = invoke("list", "drafts")
+    assert listing.exit_code == 0 and "eagle3:<folder>,top=<k>" in listing.output
     refused = invoke(*args, "--gamma", "auto", "--device", "cpu", "--results-dir", tmp_path / "r", catch=True)
     last = refused.output.strip().splitlines()[-1]
     assert refused.exit_code == 2 and "prices chains" in last and last.startswith("error:"), refused.output

@@ -201,6 +201,13 @@ def draft_rows() -> list[dict]:
             "layer outputs; the same folder runs in vLLM's eagle3 method (Llama targets, batch 1)",
         },
         {
+            "name": "eagle3:<folder>,top=<k>",
+            "kind": "head",
+            "cost": "as its chain: the k − 1 extra first tokens come out of the first call",
+            "description": "a token tree from an EAGLE or EAGLE-3 head: its k likeliest first tokens beside its greedy "
+            "chain, one masked pass (specbench's loop; an integer --gamma)",
+        },
+        {
             "name": "<model spec>",
             "kind": "model",
             "cost": "one draft forward per token",
