@@ -99,6 +99,22 @@ def test_rerunning_with_draft_vocab_reexports_over_the_most_predicted_ids(heads)
     assert " over " not in outcome_line(Outcome(full_manifest, finished=True), full, "eagle3")
 
 
+def test_the_draft_vocabulary_is_counted_over_training_rows_and_filled_to_its_size():
+    """Three training rows predict 3, 3, 1 and two held-out rows 7, 7: the 2-id vocabulary is {1, 3} (counting the
+    held-out rows would make it {3, 7}), and a 6-id one, past every predicted id, is filled with the lowest others."""
+    from types import SimpleNamespace
+
+    from specbench.distill.save_head import draft_vocab_ids
+
+    data = SimpleNamespace(
+        topk_idx=torch.tensor([[3, 0], [3, 0], [1, 0], [7, 0], [7, 0]]),
+        label_off=torch.tensor([0, 3, 5]),
+        heldout=torch.tensor([False, True]),
+    )
+    assert draft_vocab_ids(data, 2).tolist() == [1, 3]
+    assert draft_vocab_ids(data, 6).tolist() == [0, 1, 2, 3, 4, 5]  # 7 (held out only) is not favoured
+
+
 def test_the_reduced_heads_law_is_the_full_heads_on_its_ids_and_nothing_elsewhere(heads):
     target, _, (full, _), (small, _), size = heads
     t = load_model(target, device="cpu")

@@ -235,7 +235,7 @@ class EagleTrainer:
             "agreement_chained": sums["agree_c"] / n_c if n_c else None,  # None: not an EAGLE-3 head
             "agreement_all": sums["agree"] / n if n else nan,
             # None: a reduced draft vocabulary lacks an id the teacher's top-k names (the KL is infinite there)
-            "kl": (sums["kl"] / n if math.isfinite(sums["kl"]) else None) if n else nan,
+            "kl": None if math.isinf(sums["kl"]) else sums["kl"] / n if n else nan,
             "feature_loss": sums["reg"] / n if n else nan,
             "positions": int(n),
             "reply_positions": int(n_r),

@@ -29,7 +29,7 @@ def row_docs(data: TeacherData) -> torch.Tensor:
 def draft_vocab_ids(data: TeacherData, size: int) -> torch.Tensor:
     """EAGLE-3's draft vocabulary: the `size` target ids the target predicts (its top-1) most often at the label rows
     of the training documents (never the held-out ones, which judge the head), increasing (pure). Ties go to the
-    lower id; ids it never predicts fill the rest in id order."""
+    lower id; ids it never predicts fill the rest in id order (the counts run to at least `size` ids)."""
     top1 = data.topk_idx[:, 0].long()[~data.heldout[row_docs(data)]]
     counts = torch.bincount(top1, minlength=size)
     order = torch.sort(counts, descending=True, stable=True).indices
@@ -98,6 +98,6 @@ def head_checks(cfg: DistillConfig, target, data: TeacherData, heldout_docs: lis
 
 
 def draft_vocab_check(head, data: TeacherData, heldout_docs: list[int]) -> dict:
-    """The exported head's draft vocabulary: its size and how often the target's held-out reply top-1 lies in it."""
-    ids = head.draft_ids if head.draft_ids is not None else torch.arange(head.vocab_size)
-    return {"size": len(ids), **vocab_coverage(data, heldout_docs, ids.cpu())}
+    """The reloaded export's draft vocabulary (its d2t): its size and how often the target's held-out reply top-1
+    lies in it."""
+    return {"size": len(head.draft_ids), **vocab_coverage(data, heldout_docs, head.draft_ids.cpu())}

@@ -109,7 +109,7 @@ class EagleDraft:
         feat = self._step(ids, hidden, self._fed)[-1:]  # [1, H]: predicts h at the newest position
         self._fed = len(tokens) - 1
         if self.top > 1:
-            return self._tree(feat, gamma, sampling, min_confidence)
+            return self._tree(feat, gamma, min_confidence)
         drafted: list[torch.Tensor] = []
         laws: list[torch.Tensor] = []  # the q rows at T > 0 (draft_token appends them)
         for i in range(gamma):
@@ -123,7 +123,7 @@ class EagleDraft:
             tokens=torch.stack(drafted), q_probs=torch.stack(laws) if laws else None, forward_calls=len(drafted)
         )
 
-    def _tree(self, feat: torch.Tensor, gamma: int, sampling: SamplingConfig, min_confidence: float) -> Proposal:
+    def _tree(self, feat: torch.Tensor, gamma: int, min_confidence: float) -> Proposal:
         """The head's `top` likeliest first tokens (nodes 0..top-1, children of cur), then its greedy chain under node
         0 up to depth γ; every node deterministic (q_probs None: point masses)."""
         logits = self.lm_head(feat)[0]  # [V]

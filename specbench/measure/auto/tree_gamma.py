@@ -205,7 +205,6 @@ def _cell(p: TreePrice | None, chosen: TreePrice) -> str:
 
 
 TreePilot = Callable[[DraftSpec, int], tuple[list[list[TreeStep]], PilotResult]]  # (spec, γ) → each example's steps
-TreeCheck = Callable[[str, DraftSpec, int], list["CheckedExample"]]  # (dtype, spec, γ) → each timed example's
 
 
 def decoded_steps(session, items: list, corpus: list[list[int]], max_new: int, decodes, draft: DraftSpec, gamma: int):
@@ -240,6 +239,9 @@ class CheckedExample:
     steps: tuple[TreeStep, ...]
     prefill_ms: float  # the prompt's prefill (the baseline's too)
     draft_ms: float  # tree-lookup's search over the context, every step together
+
+
+TreeCheck = Callable[[str, DraftSpec, int], list[CheckedExample]]  # (dtype, spec, γ) → each timed example, decoded
 
 
 def tree_check(session_for, timed: list, corpus: list[list[int]], max_new: int, decodes_for, on_status) -> TreeCheck:
