@@ -229,6 +229,9 @@ class DecodeResult:
     pass_lengths: list[int] = field(
         default_factory=list
     )  # tokens fed to each target pass after prefill (1 = a plain step; g+1 = a verify pass, a tree's nodes + 1)
+    tree_paths: list[list[int] | None] = field(
+        default_factory=list
+    )  # per verification step (accept_lengths' order): a token tree's accepted nodes, None for a chain step
     draft_s: float = 0.0  # decode time spent proposing
     verify_s: float = 0.0  # decode time spent in target passes and verification
     # batched engines (decoding/batched/): the batch this row was decoded in; batch-1 engines leave the defaults

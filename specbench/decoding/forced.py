@@ -9,8 +9,9 @@ and the correction/bonus token: each the target's argmax in its verify-shaped ro
 at the first one that differs the cache is cropped to the tokens that agreed and the baseline's token is forced in its
 place, so the next step starts from the baseline's prefix again. Every position of the reference thus gets the token
 the engine would emit after the baseline's own prefix (`verified`), and the pass record (`pass_lengths`, and per verify
-pass the tokens kept after `cur` in `accept_lengths`) is in DecodeResult's format, so the numerics classifier's replay
-(measure/stats/numerics.speculative_passes) rebuilds the exact rows the verifier read.
+pass the tokens kept after `cur` in `accept_lengths`, a tree step's kept nodes in `tree_paths`) is in DecodeResult's
+format, so the numerics classifier's replay (measure/stats/numerics.speculative_passes) rebuilds the exact rows the
+verifier read.
 
 The loop drafts as the free run would after the same prefix (γ cut by the budget, max_new_tokens) and stops at the
 reference's length: tokens a step verifies past it (the baseline stopped at an EOS there) are not compared.
@@ -40,6 +41,7 @@ class ForcedResult:
     divergences: list[int] = field(default_factory=list)  # positions where verified differs from the reference
     pass_lengths: list[int] = field(default_factory=list)  # tokens fed to each target pass after the prefill
     accept_lengths: list[int] = field(default_factory=list)  # per verify pass (g ≥ 1): drafted tokens kept after cur
+    tree_paths: list[list[int] | None] = field(default_factory=list)  # per verify pass: a tree's kept nodes, or None
     steps: int = 0  # target passes after the prefill
 
 
@@ -94,6 +96,8 @@ def decode_forced(
                 target.truncate(cached + 1 + k)
                 if res.pass_lengths[-1] > 1:
                     res.accept_lengths[-1] = k
+                    path = res.tree_paths[-1]
+                    res.tree_paths[-1] = None if path is None else path[:k]  # a tree step kept its path's first k
                 new, want = new[: k + 1], want[: k + 1]
             else:  # the step may verify past the reference's end (it stopped at an EOS): nothing there to compare
                 new = new[: len(want)]
@@ -101,4 +105,4 @@ def decode_forced(
             tokens.extend(want)
             res.token_ids.extend(want)
     divergences = [j for j, (a, b) in enumerate(zip(verified, reference)) if a != b]
-    return ForcedResult(verified, divergences, res.pass_lengths, res.accept_lengths, res.target_calls)
+    return ForcedResult(verified, divergences, res.pass_lengths, res.accept_lengths, res.tree_paths, res.target_calls)

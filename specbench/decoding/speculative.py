@@ -239,6 +239,7 @@ def count_step(res: DecodeResult, proposal: Proposal, g: int, verdict: Verdict) 
         res.accept_lengths.append(n)
         res.draft_lengths.append(g)
         res.draft_depths.append(g)  # a chain's depth is its length
+        res.tree_paths.append(None)
     res.expected_accept.extend(verdict.expected_accept)
 
 
@@ -316,4 +317,5 @@ def count_tree_step(res: DecodeResult, proposal: Proposal, verdict: Verdict, dep
         res.accept_lengths.append(verdict.n_accepted)
         res.draft_lengths.append(n)
         res.draft_depths.append(depth)
+        res.tree_paths.append(list(verdict.path or ()))
     res.expected_accept.extend(verdict.expected_accept)

@@ -110,6 +110,17 @@ class TokenTree:
         return (cached + depth).view(1, -1).to(device)
 
 
+def path_tree(size: int, path: list[int]) -> TokenTree:
+    """A tree of `size` nodes in which `path` (increasing node indices) is a chain from cur and every other node a
+    child of cur (pure). A tree pass's rows at `path` depend only on the path's tokens, their slots and the pass's
+    size (every other slot is masked out of them), so this shape replays a recorded tree pass whose other nodes were
+    not recorded (measure/stats/numerics.replay)."""
+    parents = [-1] * size
+    for above, node in zip(path, path[1:]):
+        parents[node] = above
+    return TokenTree(tuple(parents))
+
+
 def additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """A bool mask [..., q, kv] (True = attend) → the additive form [..., q, kv] in `dtype` (0 or dtype's min).
 

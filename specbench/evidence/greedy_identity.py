@@ -308,6 +308,7 @@ def explain_divergence(
             floor,
             pass_lengths=record.pass_lengths if record else None,
             accept_lengths=record.accept_lengths if record else None,
+            tree_paths=record.tree_paths if record else None,
             decoder_start_id=decoder_start_id,
         )
     )

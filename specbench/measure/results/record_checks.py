@@ -76,7 +76,21 @@ def engine_problem(doc, where: str) -> str | None:
         or any(not n <= d <= g for n, d, g in zip(doc["accept_lengths"], depths, doc["draft_lengths"]))
     ):
         return f"{where}.draft_depths do not pair with accept_lengths (accepted <= depth <= drafted at every step)"
+    paths = doc.get("tree_paths") or []
+    if paths and (
+        len(paths) != len(doc["accept_lengths"])
+        or any(
+            p is not None and not tree_path_fits(p, n, g)
+            for p, n, g in zip(paths, doc["accept_lengths"], doc["draft_lengths"])
+        )
+    ):
+        return f"{where}.tree_paths do not pair with accept_lengths (n increasing nodes below the step's node count)"
     return engine_value_problem(doc, where)
+
+
+def tree_path_fits(path: list[int], accepted: int, nodes: int) -> bool:
+    """A tree step's accepted path: `accepted` node indices, increasing (a parent precedes its child), below `nodes`."""
+    return len(path) == accepted and all(a < b for a, b in zip([-1, *path], path)) and (not path or path[-1] < nodes)
 
 
 ENGINE_TIMES = ("prefill_s", "decode_s", "draft_s", "verify_s")  # seconds: finite, >= 0

@@ -71,6 +71,14 @@ class EngineRecord:
             "nodes); empty in records from before it existed and from engines that run their own loop"
         ),
     )
+    tree_paths: list[list[int] | None] = field(
+        default_factory=list,
+        metadata=doc(
+            "token trees only (absent when every step was a chain): per verification step, in accept_lengths' order, "
+            "the accepted path's nodes (their rows 1 + node in the step's target pass), or null for a chain step; "
+            "the numerics classifier replays a tree pass from it"
+        ),
+    )
     # batches (--batch-size > 1) only; absent from records decoded one at a time:
     batch_s: float | None = documented(
         "batches only (absent from batch-1 records): wall seconds of this engine's whole batch, its prefill to its "
@@ -235,11 +243,13 @@ class Manifest:
 
 def engine_dict(record: EngineRecord) -> dict:
     """An EngineRecord as JSON: the batch fields left out while batch_s is null (a batch-1 record, or a sweep's stored
-    baseline, reads as before batches)."""
+    baseline, reads as before batches), and tree_paths while no step was a tree (a chain's record reads as before)."""
     row = asdict(record)
     if row["batch_s"] is None:
         for key in ENGINE_BATCH_FIELDS:
             del row[key]
+    if not row["tree_paths"]:
+        del row["tree_paths"]
     return row
 
 

@@ -16,8 +16,9 @@ checkable for every diverging example:
                   - a = the baseline's token at d (what its 1-token passes chose; its top-2 margin from one
                     1-token pass after the prefix);
                   - replay the speculative run's own passes (the recorded pass lengths and accept
-                    counts; rejected draft slots filled, which causal attention ignores) up to the
-                    pass holding d → argmax b and margin;
+                    counts; rejected draft slots filled, which causal attention ignores; a token tree's
+                    pass as a tree of its size, its accepted nodes at their recorded slots, `tree_paths`)
+                    up to the pass holding d → argmax b and margin;
                   numerics   when a ≠ b and b is the token speculative decoding emitted: the target
                              itself changes its mind under the pass shape alone, at a near-tie;
                   unexplained otherwise (the target agrees with itself, yet a different token was
@@ -49,6 +50,7 @@ import torch
 
 from specbench.decoding.autoregressive import prompt_split
 from specbench.decoding.cached_model import as_cached
+from specbench.decoding.tree import path_tree
 from specbench.measure.stats.margin_gate import BIT_EXACT, coarser_dtype, in_spacings
 
 
@@ -112,6 +114,8 @@ def replay(
     the newest emitted token; the first `kept` stay in the cache (the rest are rejected slots,
     filled with the next emitted token: causal attention keeps them out of the kept rows).
     Row i of a pass starting at emitted position a predicts position a + 1 + i, for i < kept.
+    A token tree's pass is (fed, kept, path): one masked pass over cur and fed − 1 nodes whose kept tokens sat at
+    nodes `path` (rows 1 + node), every other node a filler (tree.path_tree: they are masked out of the path's rows).
     `pad_to`: the runs' exact-shapes padding (every pass fed at least that many tokens).
     """
     lm, first, prompt_len = prefilled or prefill(model, prompt_ids, decoder_start_id, backend)
@@ -119,17 +123,27 @@ def replay(
     dev = lm.device
     rows = {0: first}
     a = 0  # index (into tokens) of the newest token the next pass starts with
-    for fed, kept in passes:
+    for fed, kept, *tree in passes:
         if a + 1 > upto:
             break
         real = tokens[a : a + kept]
         fill = tokens[a + kept] if a + kept < len(tokens) else tokens[-1]
-        ids = real + [fill] * (max(fed, pad_to) - len(real))
         cached = lm.length
-        logits = lm.forward(torch.tensor(ids, device=dev), all_logits=True)  # [fed, V]
-        for i in range(min(kept, len(real))):
-            rows[a + 1 + i] = logits[i]
-        lm.truncate(cached + kept)
+        if tree:  # slots: cur at row 0, the path's j-th token at row 1 + path[j]
+            path = list(tree[0])[: len(real) - 1]
+            ids = [real[0]] + [fill] * (fed - 1)
+            for j, node in enumerate(path):
+                ids[1 + node] = real[1 + j]
+            logits = lm.forward_tree(torch.tensor(ids, device=dev), path_tree(fed - 1, path))
+            slots = [0] + [1 + node for node in path]
+            lm.keep_path(cached, path)
+        else:
+            ids = real + [fill] * (max(fed, pad_to) - len(real))
+            logits = lm.forward(torch.tensor(ids, device=dev), all_logits=True)  # [fed, V]
+            slots = list(range(min(kept, len(real))))
+            lm.truncate(cached + kept)
+        for i, slot in enumerate(slots):
+            rows[a + 1 + i] = logits[slot]
         a += kept
     return rows
 
@@ -150,21 +164,28 @@ def chunk_passes(n_tokens: int, size: int, offset: int = 0) -> list[tuple[int, i
     return passes
 
 
-def speculative_passes(pass_lengths: list[int], accept_lengths: list[int]) -> list[tuple[int, int]]:
+def speculative_passes(
+    pass_lengths: list[int], accept_lengths: list[int], tree_paths: list | None = None
+) -> list[tuple]:
     """The speculative run's passes from its record: a pass over g+1 tokens (g ≥ 1 drafted) kept
-    n + 1 of them (n accepted, in recorded order); a 1-token pass kept its token."""
-    accepted = iter(accept_lengths)
-    return [(fed, 1 if fed == 1 else next(accepted) + 1) for fed in pass_lengths]
+    n + 1 of them (n accepted, in recorded order); a 1-token pass kept its token; a step the record's
+    `tree_paths` names a tree step is (fed, n + 1, its accepted nodes), replayed as a tree pass."""
+    steps = iter(zip(accept_lengths, tree_paths or [None] * len(accept_lengths)))
+    out: list[tuple] = []
+    for fed in pass_lengths:
+        n, path = next(steps) if fed > 1 else (0, None)
+        out.append((fed, n + 1) if path is None else (fed, n + 1, tuple(path)))
+    return out
 
 
-def last_pass_only(passes: list[tuple[int, int]], d: int) -> list[tuple[int, int]] | None:
+def last_pass_only(passes: list[tuple], d: int) -> list[tuple] | None:
     """The pass that predicts position d, preceded by one pass caching everything before it (None when
     that pass is the first, so the plan would be the full replay anyway)."""
     a = 0
-    for fed, kept in passes:
-        if a + 1 <= d <= a + kept:
-            return [(a, a), (fed, kept)] if a >= 1 else None
-        a += kept
+    for p in passes:
+        if a + 1 <= d <= a + p[1]:
+            return [(a, a), p] if a >= 1 else None
+        a += p[1]
     return None
 
 
@@ -249,6 +270,7 @@ def classify(
     *,
     pass_lengths: list[int] | None = None,
     accept_lengths: list[int] | None = None,
+    tree_paths: list | None = None,
     decoder_start_id: int | None = None,
     backend=None,
     pad_to: int = 1,
@@ -267,7 +289,7 @@ def classify(
     gap, gap_ulps = logit_gap(model, row_a, a, spec_token)
     b = margin_b = None
     if pass_lengths:
-        passes = speculative_passes(pass_lengths, accept_lengths or [])
+        passes = speculative_passes(pass_lengths, accept_lengths or [], tree_paths)
         # first the pass that emitted d alone, its shape exact, after the prefix cached in one pass (3
         # forwards); where that does not reproduce the emitted token, every pass up to d (the exact cache path)
         method, numerics = "replay", False
@@ -360,6 +382,7 @@ def explain_example(
                 floor,
                 pass_lengths=speculative.get("pass_lengths") or None,
                 accept_lengths=speculative.get("accept_lengths"),
+                tree_paths=speculative.get("tree_paths"),
                 decoder_start_id=decoder_start_id,
                 backend=backend,
                 pad_to=pad_to,

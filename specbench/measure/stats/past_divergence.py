@@ -46,12 +46,12 @@ def explain_forced(
     prefilled: Prefilled | None = None,
 ) -> dict:
     """Every divergence of a teacher-forced speculative run (decoding/forced.py: `forced` holds its `verified`,
-    `divergences`, `pass_lengths`, `accept_lengths`) from `reference`, classified before the gate, as `classify` does
-    a first one: one replay of the forced run's recorded passes over the reference gives, at every position, the row
-    the verifier should have read (the forced run kept only reference tokens, so those rows depend on nothing else);
-    a divergence is numerics when that row's argmax is the verified token (the target itself flips under the pass
-    shape), unexplained otherwise. Each carries the baseline's 1-token margin and gap there (step_row), for the margin
-    gate (margin_gate.gated_kind), which the caller applies with the run's limit.
+    `divergences`, `pass_lengths`, `accept_lengths`, `tree_paths`) from `reference`, classified before the gate, as
+    `classify` does a first one: one replay of the forced run's recorded passes over the reference gives, at every
+    position, the row the verifier should have read (the forced run kept only reference tokens, so those rows depend
+    on nothing else); a divergence is numerics when that row's argmax is the verified token (the target itself flips
+    under the pass shape), unexplained otherwise. Each carries the baseline's 1-token margin and gap there (step_row),
+    for the margin gate (margin_gate.gated_kind), which the caller applies with the run's limit.
     → {"positions", "divergences": [Divergence dicts]}."""
     divs = list(forced.get("divergences") or [])
     verified = forced["verified"]
@@ -59,7 +59,9 @@ def explain_forced(
     if not divs:
         return out
     shared = prefilled or prefill(model, prompt_ids, decoder_start_id, backend)
-    passes = speculative_passes(forced.get("pass_lengths") or [], forced.get("accept_lengths") or [])
+    passes = speculative_passes(
+        forced.get("pass_lengths") or [], forced.get("accept_lengths") or [], forced.get("tree_paths")
+    )
     rows = replay(model, prompt_ids, reference, passes, max(divs), decoder_start_id, backend, pad_to, shared)
     for d in divs:
         a, b = reference[d], verified[d]
