@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 from conftest import VOCAB, tiny_llama
+from helpers import greedy_tail
 
 import specbench.decoding.speculative as speculative
 from specbench.config import SamplingConfig
@@ -20,6 +21,7 @@ from specbench.measure.auto.tree_gamma import (
     TreeStep,
     checked_speedup,
     checked_trees,
+    emitted,
     grid,
     held_out_trees,
     kept,
@@ -101,6 +103,37 @@ def test_the_pilot_tries_rebuilt_from_a_decode_are_the_ones_verified(monkeypatch
     assert trees == recorded and draft.tree_steps == len(recorded)
 
 
+def fixed_point_prompt(model, seed: int, depth: int = 6) -> tuple[list[int], list[int]] | None:
+    """(A prompt f1 u t f2 u, t) where t is the target's own greedy continuation of the prompt: lookup's match of u
+    proposes t after the prefill's first token, and the target accepts it (None: no fixed point in 20 rounds)."""
+    g = torch.Generator().manual_seed(seed)
+    f1, f2, u, t = (torch.randint(3, VOCAB, (n,), generator=g).tolist() for n in (5, 4, 1, depth))
+    for _ in range(20):
+        prompt = f1 + u + t + f2 + u
+        tail = greedy_tail(model, prompt, depth)
+        if tail == t:
+            return prompt, t
+        t = tail
+    return None
+
+
+def test_a_step_that_accepts_the_eos_emits_no_bonus_token():
+    """The priced tokens are the decode's: where an EOS is accepted inside a step the decode stops there, so the step
+    emits its accepted nodes up to the EOS and no bonus. Control: counting 1 + accepted per step overstates it."""
+    target = tiny_llama(0)
+    prompt, tail = next(found for seed in range(20) if (found := fixed_point_prompt(target, seed)))
+    eos = tail[3]  # the third node of the first step's path (the prefill emits tail[0])
+    assert eos not in tail[:3]
+    draft = TreeLookupDraft(VOCAB, torch.device("cpu"), nodes=15)
+    kw = dict(gamma=8, max_new_tokens=40, sampling=SamplingConfig(), generator=None)
+    res = decode_speculative(CachedModel(target), draft, prompt, eos_ids=frozenset([eos]), **kw)
+    steps = pilot_steps(prompt, res, 40, 8, draft)
+    assert res.token_ids == tail[:4] and res.stop_reason == "eos" and steps[-1].emits == 3
+    assert sum(emitted(s, len(s.path)) for s in steps) == len(res.token_ids) - 1
+    assert sum(1 + len(s.path) for s in steps) > len(res.token_ids) - 1  # control: the bonus counted after the EOS
+    assert price(steps, 8, 15, LINEAR).tokens_per_step == pytest.approx((len(res.token_ids) - 1) / len(steps))
+
+
 def test_run_tree_lookup_gamma_auto_chooses_depth_and_nodes(tmp_path, monkeypatch):
     from helpers import CORPUS, save_tiny
     from typer.testing import CliRunner
@@ -141,8 +174,7 @@ def test_run_tree_lookup_gamma_auto_chooses_depth_and_nodes(tmp_path, monkeypatc
     records = [json.loads(x) for x in lines]
     logs = []
     for r in records:
-        passes, accepted = r["speculative"]["pass_lengths"], iter(r["speculative"]["accept_lengths"])
-        tokens = sum(1 + (next(accepted) if k > 1 else 0) for k in passes)
+        passes, tokens = r["speculative"]["pass_lengths"], r["speculative"]["n_tokens"] - 1  # after the prefill's
         logs.append(math.log(tokens / sum(target_ms[k] / target_ms[1] for k in passes)))
     assert len(logs) == 2 and tree["check_per_token"] == pytest.approx(math.exp(sum(logs) / 2), rel=1e-9)
 
