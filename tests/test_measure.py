@@ -294,6 +294,28 @@ def test_calibrate_a_tiny_llama():
     assert draft_token_ms(CachedModel(tiny_llama(1)), PROMPTS, max_new_tokens=16, max_positions=512, repeats=3) > 0
 
 
+def test_a_tree_drafts_calibration_times_tree_steps_beside_the_causal_passes(monkeypatch):
+    """With trees, the same rounds time a token tree's step over 2..k_max tokens (the tree mask, the path's cache
+    compaction: each step runs both, and the cache is back at the context after it); tree prices read those, and fall
+    back to the causal curve for t(1) and for calibrations without them (control: a chain run's calibration)."""
+    calls = Counter()
+    for name in ("forward_tree", "keep_path"):
+        real = getattr(CachedModel, name)
+        monkeypatch.setattr(
+            CachedModel, name, lambda self, *a, _real=real, _n=name: calls.update([_n]) or _real(self, *a)
+        )
+    lm = CachedModel(tiny_llama(0))
+    cal = calibrate(lm, PROMPTS, k_max=4, max_new_tokens=16, max_positions=512, dtype="float32", repeats=3, trees=True)
+    assert sorted(cal.target_ms) == [1, 2, 3, 4] and sorted(cal.tree_ms) == [2, 3, 4]
+    assert calls == {"forward_tree": 4 * 3, "keep_path": 4 * 3}  # k = 2..4, a warm-up round and 3 repeats
+    assert lm.length == cal.context_tokens
+    assert cal.tree_target_ms() == {1: cal.target_ms[1], **cal.tree_ms}
+    assert cal.tree_cost()[3] == pytest.approx(cal.tree_ms[3] / cal.target_ms[1])
+    assert Calibration.from_dict(json.loads(json.dumps(cal.to_dict()))) == cal
+    chain = calibrate(lm, PROMPTS, k_max=4, max_new_tokens=16, max_positions=512, dtype="float32", repeats=1)
+    assert chain.tree_ms == {} and chain.tree_target_ms() == chain.target_ms
+
+
 # ---------------------------------------------------------------------------------------------
 # 8. γ policies
 

@@ -169,7 +169,9 @@ def test_run_tree_lookup_gamma_auto_chooses_depth_and_nodes(tmp_path, monkeypatc
     check = manifest["auto"]["check"]
     assert check["kind"] == "check" and check["n_examples"] == 2 and check["replay_s"] > 0
     assert summary["auto_check_speedup"] == check["speedup"] and "cost-model check (known acceptance)" in result.stderr
-    target_ms = {int(k): v for k, v in manifest["auto"]["calibrations"]["float32"]["target_ms"].items()}
+    cal = manifest["auto"]["calibrations"]["float32"]  # tree steps priced by the tree passes it timed (k ≥ 2)
+    assert set(cal["tree_ms"]) == {str(k) for k in range(2, 17)}
+    target_ms = {int(k): v for k, v in (cal["target_ms"] | cal["tree_ms"]).items()}
     lines = next((tmp_path / "r").iterdir()).joinpath("examples.jsonl").read_text().splitlines()
     records = [json.loads(x) for x in lines]
     logs = []

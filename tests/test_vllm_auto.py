@@ -99,7 +99,7 @@ def tiny(tmp_path_factory):
 def curve(slope: float):
     """session_curve's stand-in: t(k) = 10 ms · (1 + slope · (k − 1)), whatever the session."""
 
-    def measured(session, prompts, k_max, max_new_tokens):
+    def measured(session, prompts, k_max, max_new_tokens, trees=False):
         ms = {k: 10.0 * (1 + slope * (k - 1)) for k in range(1, k_max + 1)}
         return Calibration("float32", "cpu", 0, ms, {k: 0.0 for k in ms}, 1)
 

@@ -10,7 +10,10 @@ so specbench measures the curve before it times anything and keeps the whole cur
 The measurement: prefill a context of the task's typical length (median prompt + half the
 output budget), then time passes over k = 1..k_max new tokens, each rolled back after it,
 in a rotated order per repeat so that drift spreads evenly over k; the median per k is t(k).
-The draft's per-token cost is timed the same way with one-token passes.
+The draft's per-token cost is timed the same way with one-token passes. For a token-tree draft the same rounds also
+time tree passes (`tree_ms`): cur and k − 1 nodes under the tree mask, the host sync and the accepted path's cache
+compaction. On the 2-core AMD EPYC (SmolLM2-135M, bf16, 250 tokens of context) such a step cost 1.01–1.05× a causal
+pass of the same k, the share by which bare prices had left the tree check high on aclsum.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import torch
 from specbench.decoding.base import model_caches
 from specbench.decoding.cached_model import CachedModel, cache_keyword
 from specbench.decoding.timing import Clock
+from specbench.decoding.tree import TokenTree
 from specbench.engines.session import Session, corpus_key
 from specbench.run_specs import DraftSpec
 
@@ -48,11 +52,22 @@ class Calibration:
     draft_ms: float | None = None  # median ms of one token of its draft model (None: model-free)
     seconds: float = 0.0  # wall time the calibration took
     extra: dict = field(default_factory=dict)  # free-form notes (e.g. which backend)
+    tree_ms: dict[int, float] = field(default_factory=dict)  # k ≥ 2 → median ms of a tree step (tree drafts only)
 
     def pass_cost(self) -> dict[int, float]:
         """k → t(k)/t(1): a target pass over k tokens in single-token passes (the curve the report plots)."""
         t1 = self.target_ms[1]
         return {k: v / t1 for k, v in sorted(self.target_ms.items())}
+
+    def tree_target_ms(self) -> dict[int, float]:
+        """k → ms of a step over k tokens as a token tree's: the tree passes where they were timed (k ≥ 2), the
+        causal curve elsewhere (t(1), and every k of a calibration without tree passes)."""
+        return {k: self.tree_ms.get(k, v) if k > 1 else v for k, v in sorted(self.target_ms.items())}
+
+    def tree_cost(self) -> dict[int, float]:
+        """k → a tree step over k tokens ÷ t(1) (tree_target_ms over one single-token pass)."""
+        t1 = self.target_ms[1]
+        return {k: v / t1 for k, v in self.tree_target_ms().items()}
 
     @property
     def c(self) -> float:
@@ -64,13 +79,14 @@ class Calibration:
         d["target_ms"] = {str(k): v for k, v in self.target_ms.items()}
         d["target_spread"] = {str(k): v for k, v in self.target_spread.items()}
         d["pass_cost"] = {str(k): v for k, v in self.pass_cost().items()}
+        d["tree_ms"] = {str(k): v for k, v in self.tree_ms.items()}
         return d
 
     @staticmethod
     def from_dict(d: dict) -> Calibration:
         d = {k: v for k, v in d.items() if k != "pass_cost"}
-        d["target_ms"] = {int(k): float(v) for k, v in d["target_ms"].items()}
-        d["target_spread"] = {int(k): float(v) for k, v in d.get("target_spread", {}).items()}
+        for key in ("target_ms", "target_spread", "tree_ms"):
+            d[key] = {int(k): float(v) for k, v in d.get(key, {}).items()}
         return Calibration(**d)
 
 
@@ -135,7 +151,8 @@ def pass_step(
     lm: CachedModel, context: list[int], k_max: int, all_logits: bool, decoder_context: int
 ) -> Callable[[int], None]:
     """A step(k) that runs one pass of k new tokens after `context` on `lm` and rolls it back
-    (an encoder-decoder model encodes `context` and decodes after `decoder_context` tokens of it)."""
+    (an encoder-decoder model encodes `context` and decodes after `decoder_context` tokens of it); step(−k), k ≥ 2,
+    the same as a token tree's step (calibration_tree, decoder-only)."""
     if lm.is_seq2seq:
         lm.start(context)
         context = context[:decoder_context]
@@ -151,7 +168,20 @@ def pass_step(
         logits.argmax(-1).tolist()  # the host sync a decode step pays
         lm.truncate(base)
 
-    return step
+    def tree_step(k: int) -> None:
+        tree = calibration_tree(k - 1)
+        logits = lm.forward_tree(new[:k], tree)
+        logits.argmax(-1).tolist()
+        lm.keep_path(base, tree.path(k - 2)[:2])  # a path off the first slots: the compaction moves its entries
+        lm.truncate(base)
+
+    return lambda key: tree_step(-key) if key < 0 else step(key)
+
+
+def calibration_tree(nodes: int) -> TokenTree:
+    """The trie a tree step is timed on (pure): three branches from cur, each node under the node three before it
+    (the shape of tree-lookup's tries, several continuations side by side; cost depends on the size, not the shape)."""
+    return TokenTree(tuple(-1 if i < 3 else i - 3 for i in range(nodes)))
 
 
 def calibrate(
@@ -163,15 +193,17 @@ def calibrate(
     max_positions: int | None,
     dtype: str,
     repeats: int = DEFAULT_REPEATS,
+    trees: bool = False,
 ) -> Calibration:
-    """Measure t(k), k = 1..k_max, on the target after a context of the task's typical length.
+    """Measure t(k), k = 1..k_max, on the target after a context of the task's typical length; with `trees`, in the
+    same rotated rounds, a token tree's step over k = 2..k_max tokens too (`tree_ms`).
 
     One unrecorded round first pays for allocations and kernel selection. The cache is left in
     an arbitrary state: every decode starts its own (CachedModel.start).
     """
     t_start = time.perf_counter()
     clock = Clock(target_lm.devices).now
-    ks = list(range(1, k_max + 1))
+    ks = list(range(1, k_max + 1)) + ([-k for k in range(2, k_max + 1)] if trees else [])  # −k: a tree step
     step, n_ctx = typical_step(target_lm, prompts, k_max, max_new_tokens, max_positions)
     time_passes(step, ks, 1, clock)  # warm-up
     med, spread = median_and_spread(time_passes(step, ks, repeats, clock))
@@ -179,11 +211,12 @@ def calibrate(
         dtype=dtype,
         device=str(target_lm.device),
         context_tokens=n_ctx,
-        target_ms=med,
-        target_spread=spread,
+        target_ms={k: v for k, v in med.items() if k > 0},
+        target_spread={k: v for k, v in spread.items() if k > 0},
         repeats=repeats,
         seconds=time.perf_counter() - t_start,
         extra={"backend": target_lm.backend.kind},
+        tree_ms={-k: v for k, v in med.items() if k < 0},
     )
 
 
@@ -332,9 +365,11 @@ def batch_calibration_dict(batch_size: int, per_rows: list[dict], seconds: float
 # --------------------------------------------------------------------------- once per session
 
 
-def session_curve(session: Session, prompts: list[list[int]], k_max: int, max_new_tokens: int) -> Calibration:
-    """The target's pass-cost curve for these prompts, measured once per session."""
-    key = ("curve", k_max, max_new_tokens, corpus_key(prompts))
+def session_curve(
+    session: Session, prompts: list[list[int]], k_max: int, max_new_tokens: int, trees: bool = False
+) -> Calibration:
+    """The target's pass-cost curve for these prompts (and its tree steps', `trees`), measured once per session."""
+    key = ("curve", k_max, max_new_tokens, corpus_key(prompts), trees)
     return session.memo(
         key,
         lambda: calibrate(
@@ -344,6 +379,7 @@ def session_curve(session: Session, prompts: list[list[int]], k_max: int, max_ne
             max_new_tokens=max_new_tokens,
             max_positions=session.target.max_positions,
             dtype=session.load.dtype,
+            trees=trees,
         ),
     )
 

@@ -328,7 +328,7 @@ def choose_tree(
     steps = [s for example in by_example for s in example]
     ranked: list[tuple[Candidate, TreePrice]] = []
     for dtype, cal in calibrations.items():
-        for p in rank_trees(steps, cal.pass_cost(), max_depth):
+        for p in rank_trees(steps, cal.tree_cost(), max_depth):
             text = with_nodes(config.draft, p.nodes).text
             ms = cal.target_ms[1] / p.speedup
             ranked.append((Candidate(text, dtype, p.depth, p.speedup, ms), p))
@@ -341,7 +341,7 @@ def choose_tree(
     reasons.append(
         f"γ {best.gamma}, nodes {best_price.nodes} (the fewest predicted ms per token for tree-lookup in {best.dtype}: "
         f"{best.speedup:.2f}×, {best_price.tokens_per_step:.2f} tokens per step, chosen on the pilot's acceptance; "
-        f"a cost-model figure, not a measured speed):\n" + tree_table(same, best_price, cal.pass_cost())
+        f"a cost-model figure, not a measured speed):\n" + tree_table(same, best_price, cal.tree_cost())
     )
     reasons.append(
         f"pilot: {spec.text} at γ {max_depth} on {len(pilot_result.examples)} untimed examples (none of the timed "
@@ -349,13 +349,13 @@ def choose_tree(
         f"{' '.join(f'{a:.2f}' if a == a else '—' for a in acceptance) or 'none'}; smaller candidates priced by the "
         f"nodes each would have kept of the pilot's tries (biased low for shallow ones: measure/auto/tree_gamma.py)"
     )
-    prediction = held_out_trees(best_price, by_example, cal.pass_cost(), n_timed)
+    prediction = held_out_trees(best_price, by_example, cal.tree_cost(), n_timed)
     reasons.append(held_out_line(prediction, len(by_example)))
     checked, per_token = None, None
     if check is not None:  # the timed examples' own steps, priced (T = 0: their acceptance is known)
         started = time.perf_counter()
         decoded = check(best.dtype, with_nodes(config.draft, best_price.nodes), best.gamma)
-        checked, per_token = checked_trees(best_price, decoded, cal.target_ms)
+        checked, per_token = checked_trees(best_price, decoded, cal.tree_target_ms())
         checked.replay_s = time.perf_counter() - started
         reasons.append(check_line(checked, per_token))
     warning = slower_warning(candidate_label(best), best.speedup, prediction.low, prediction.high)

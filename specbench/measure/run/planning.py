@@ -293,7 +293,7 @@ def choose_on_this_machine(
         for d in drafts:
             prime_for_calibration(s, s.proposer(d, corpus), capacity, k_max)
         on_status(f"calibrating {dtype}: target passes over 1..{k_max} tokens, draft tokens")
-        curve = session_curve(s, corpus, k_max, max_new)
+        curve = session_curve(s, corpus, k_max, max_new, trees=tree_gamma.applies(config))  # tree steps timed too
         return curve, {d.text: ms for d in drafts if (ms := session_draft_ms(s, d, corpus, max_new)) is not None}
 
     def pilot_draft(draft: DraftSpec) -> PilotResult:

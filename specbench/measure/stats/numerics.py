@@ -123,14 +123,15 @@ def replay(
     dev = lm.device
     rows = {0: first}
     a = 0  # index (into tokens) of the newest token the next pass starts with
-    for fed, kept, *tree in passes:
+    for step in passes:
+        fed, kept = step[0], step[1]
         if a + 1 > upto:
             break
         real = tokens[a : a + kept]
         fill = tokens[a + kept] if a + kept < len(tokens) else tokens[-1]
         cached = lm.length
-        if tree:  # slots: cur at row 0, the path's j-th token at row 1 + path[j]
-            path = list(tree[0])[: len(real) - 1]
+        if len(step) > 2:  # a tree pass; slots: cur at row 0, the path's j-th token at row 1 + path[j]
+            path = list(step[2])[: len(real) - 1]
             ids = [real[0]] + [fill] * (fed - 1)
             for j, node in enumerate(path):
                 ids[1 + node] = real[1 + j]
