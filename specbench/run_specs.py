@@ -18,10 +18,11 @@ splitting the string itself, so the grammar below lives here only:
   suffix[:tree=0|1,nodes=<n>,max_depth=<n>,max_spec_factor=<x>,max_spec_offset=<x>,min_token_prob=<x>]
                                         suffix decoding (arctic-inference's suffix cache) over the prompt and
                                         the run's earlier outputs: a token tree (tree=1, default) or a chain
-  lookahead[:window=<n>,ngram=<n>,branches=<n>]
+  lookahead[:window=<n>,ngram=<n>,branches=<n>,jacobi=<n>]
                                         lookahead decoding's n-gram pool (context n-grams and the target's
                                         argmaxes over earlier verify passes): the newest token's candidates
-                                        as one token tree (defaults 8, 4, 3; decoding/drafts/lookahead.py)
+                                        as one token tree, with a Jacobi trajectory of `jacobi` tokens as
+                                        one more branch (defaults 8, 4, 3, 0; decoding/drafts/lookahead.py)
   unigram[:k=<number>]                  add-k unigram law
   bigram[:k=<number>,backoff=<number>]  unigram-backed bigram law
   lookup+<model spec>                   prompt lookup, the model where it falls short (alias hybrid:<model spec>)
@@ -55,8 +56,13 @@ SUFFIX_FLOAT_OPTIONS = ("max_spec_factor", "max_spec_offset", "min_token_prob")
 SUFFIX_HELP = "tree=0|1, nodes=<n>, max_depth=<n>, max_spec_factor=<x>, max_spec_offset=<x>, min_token_prob=<x>"
 SUFFIX_PACKAGE = "arctic_inference"  # the suffix cache --draft suffix runs on (the `suffix` extra)
 SUFFIX_INSTALL = "pip install 'specbench-sd[suffix]'"
-LOOKAHEAD_OPTIONS = {"window": 0, "ngram": 2, "branches": 1}  # lookahead's options (integers) and their least values
-LOOKAHEAD_HELP = "window=<n> (>= 0), ngram=<n> (>= 2), branches=<n>"
+LOOKAHEAD_OPTIONS = {
+    "window": 0,
+    "ngram": 2,
+    "branches": 1,
+    "jacobi": 0,
+}  # lookahead's options (integers) and their least values
+LOOKAHEAD_HELP = "window=<n> (>= 0), ngram=<n> (>= 2), branches=<n>, jacobi=<n> (>= 0)"
 HEAD_PREFIXES = ("eagle", "eagle3")  # `eagle:<folder>`, `eagle3:<folder>` (their `top=` option: parse_head_options)
 AUTO_DRAFT = "auto"  # --draft auto: no draft yet, chosen before timing (its kind is "auto")
 

@@ -23,7 +23,9 @@ from specbench.decoding.drafts.lookahead import (
     DEFAULT_WINDOW,
     LookaheadDraft,
     NgramPool,
+    chain_nodes,
     context_ngrams,
+    jacobi_step,
     pass_ngrams,
 )
 from specbench.decoding.drafts.tree_lookup import DEFAULT_NODES, is_chain
@@ -154,11 +156,13 @@ def test_the_spec_parses_and_refuses_in_one_line():
     assert spec.kind == "lookahead" and spec.model_free and spec.proposes_trees and not spec.learns_outputs
     assert dict(spec.options) == {"window": 4, "ngram": 3, "branches": 2}
     assert dict(parse_draft("lookahead:window=0").options) == {"window": 0}
+    assert dict(parse_draft("lookahead:jacobi=3").options) == {"jacobi": 3}
     for bad, says in (
         ("lookahead:level=2", "lookahead takes window=<n>"),
         ("lookahead:ngram=1", "ngram must be an integer >= 2"),
         ("lookahead:branches=0", "branches must be an integer >= 1"),
         ("lookahead:window=-1", "window must be an integer >= 0"),
+        ("lookahead:jacobi=x", "jacobi must be an integer >= 0"),
         ("lookup+lookahead", r"after lookup\+ comes a draft model"),
     ):
         with pytest.raises(SpecbenchError, match=says):
@@ -271,6 +275,41 @@ def test_greedy_identity_on_ordinary_prompts_with_and_without_guesses():
     assert guesses > 0
 
 
+# --- the Jacobi trajectory (jacobi=L)
+
+
+def test_a_jacobi_iteration_takes_the_targets_choices_along_the_guess_past_what_was_emitted():
+    ids, parents = [9, 5, 6, 7], [-1, -1, 1, 2]  # a pool branch (9) and the guess 5 6 7 under cur
+    nodes = chain_nodes(ids, parents, [5, 6, 7])
+    assert nodes == [1, 2, 3] and chain_nodes(ids, parents, [5, 8]) == [1]  # a token not there ends the walk
+    choices = [5, 40, 6, 70, 71]  # after cur, after node 0 (9), 1 (5), 2 (6), 3 (7)
+    # positions after cur: choices[0] = 5, after 5 → choices[2] = 6, after 5 6 → choices[3] = 70, after 5 6 7 → 71
+    assert jacobi_step([5, 6, 7], nodes, choices, 1, 3) == [6, 70, 71]  # the step emitted 5 only (accepted nothing)
+    assert jacobi_step([5, 6, 7], nodes, choices, 3, 3) == [71]  # it emitted 5 6 70: position 3's guess is left
+    assert jacobi_step([5, 6, 7], nodes[:1], choices, 1, 3) == [6]  # the budget kept one of the guess's nodes
+
+
+def test_the_trajectory_keeps_greedy_identity_and_feeds_the_pool(monkeypatch):
+    """Window 0 (no guesses from the pool's own branches): every guess the pool gets comes from the trajectory's
+    positions, sent as a branch of every proposal. Control: without a trajectory the same runs add none."""
+    target = tiny_llama(1)
+    kw = dict(max_new_tokens=32, sampling=GREEDY, generator=None, eos_ids=frozenset([2]))
+    guesses, sent = {0: 0, 3: 0}, []
+    real = LookaheadDraft.jacobi_guess
+    monkeypatch.setattr(
+        LookaheadDraft, "jacobi_guess", lambda self, tokens: sent.append(real(self, tokens)) or sent[-1]
+    )
+    for prompt in ([5, 6, 7, 8, 9, 10, 11], [1, 300, 301, 302, 44, 45, 46, 47], [3, 4, 3, 4, 3, 5, 3]):
+        base = decode_autoregressive(CachedModel(target), prompt, **kw)
+        for jacobi in guesses:
+            draft = LookaheadDraft(VOCAB, CPU, window=0, ngram=3, jacobi=jacobi)
+            res = decode_speculative(CachedModel(target), draft, prompt, gamma=4, **kw)
+            assert res.token_ids == base.token_ids
+            guesses[jacobi] += draft.guesses
+    assert guesses[3] > 0 and guesses[0] == 0, guesses
+    assert any(len(g) == 3 for g in sent)
+
+
 # --- T > 0: verify's step law on the pair, with a lookahead proposer
 
 VERIFY_DEFAULT = SamplingConfig(temperature=1.0, top_k=3)
@@ -313,9 +352,10 @@ def test_verify_step_law_passes_with_power_and_catches_a_verify_side_bug(law_pai
     assert not next(c for c in caught if c.name.endswith("joint2/gof")).passed
 
 
-def test_verify_exact_step_law_passes_and_moves_under_a_broken_rule(law_pair):
+@pytest.mark.parametrize("jacobi", [0, 2])
+def test_verify_exact_step_law_passes_and_moves_under_a_broken_rule(law_pair, jacobi):
     target, ctx = law_pair
-    factory = lambda: LookaheadDraft(VOCAB, CPU, ngram=3)
+    factory = lambda: LookaheadDraft(VOCAB, CPU, ngram=3, jacobi=jacobi)
     (check,) = exact_pair_step_check(
         target, factory, ctx, VERIFY_DEFAULT, gamma=3, length=2, eos_ids=frozenset(), max_cells=4096
     )

@@ -11,7 +11,7 @@ from typing import Any
 
 from specbench.decoding.drafts.hybrid import HybridDraft
 from specbench.decoding.drafts.lookahead import DEFAULT_BRANCHES as LOOKAHEAD_BRANCHES
-from specbench.decoding.drafts.lookahead import DEFAULT_NGRAM, DEFAULT_WINDOW, LookaheadDraft
+from specbench.decoding.drafts.lookahead import DEFAULT_JACOBI, DEFAULT_NGRAM, DEFAULT_WINDOW, LookaheadDraft
 from specbench.decoding.drafts.model import ModelDraft
 from specbench.decoding.drafts.ngram import DEFAULT_BACKOFF, DEFAULT_K, make_frequency_draft
 from specbench.decoding.drafts.prompt_lookup import PromptLookupDraft
@@ -159,12 +159,13 @@ def draft_rows() -> list[dict]:
             "tree=0 proposes a chain (decoder-only targets, batch 1)",
         },
         {
-            "name": f"lookahead[:window={DEFAULT_WINDOW},ngram={DEFAULT_NGRAM},branches={LOOKAHEAD_BRANCHES}]",
+            "name": f"lookahead[:window={DEFAULT_WINDOW},ngram={DEFAULT_NGRAM},branches={LOOKAHEAD_BRANCHES},"
+            f"jacobi={DEFAULT_JACOBI}]",
             "kind": "model-free",
             "cost": "host-side n-gram pool; one masked target pass over the tree",
             "description": "lookahead decoding's n-gram pool (the context's n-grams and the target's argmaxes over "
-            "earlier verify passes, in place of its Jacobi window): the newest token's candidates as one token "
-            "tree (decoder-only targets, batch 1)",
+            "earlier verify passes; jacobi=L adds a Jacobi trajectory of L tokens as a verified branch): the "
+            "newest token's candidates as one token tree (decoder-only targets, batch 1)",
         },
         {
             "name": f"unigram[:k={DEFAULT_K:g}]",

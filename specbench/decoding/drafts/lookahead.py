@@ -32,6 +32,14 @@ What of the paper's algorithm is here:
   batch-1 loop (speculative.py's steps, which forced.py's teacher-forced replay reuses) hands passes over: pilot
   replays and verify's step law (its own steps) see a pool of the context's n-grams only.
   `window=0` turns the guesses off.
+- **A Jacobi trajectory** (`jacobi=L`, off by default): the paper's window as one verified branch. The draft keeps a
+  guess for the L tokens after the newest one and sends it (cut to γ) as one more branch of the trie, beside the
+  pool's candidates, in L more nodes. After the pass each position takes the target's choice after cur and the
+  guess before it (one Jacobi iteration: `jacobi_step`), the positions the step emitted drop out, and the rest is
+  topped up with copies of the newest token. Its positions enter the pool like any node's (the window widened by
+  them), so its n-grams are the paper's (a guessed token, then the model's output after it). It differs from the
+  paper in that it is verified (a row the verifier reads, so nothing new in the contracts above, and it may be
+  accepted) and is one trajectory of L levels, one iteration per step, not W columns × (N − 1) levels.
 
 Exactness: a proposal is a function of the context and of earlier passes' argmaxes (no draw), so every node is a
 point mass (q_probs None for a tree, one-hot for a chain): the tree rule (accept.verify_tree_sampling) is exact at
@@ -53,6 +61,7 @@ from specbench.decoding.tree import TokenTree
 DEFAULT_WINDOW = DEFAULT_NODES + 1  # positions of a pass whose guesses enter the pool: a default pass's all 8
 DEFAULT_NGRAM = 4  # N: a key and 3 continuation tokens
 DEFAULT_BRANCHES = 3  # G: candidates kept per key and proposed per step (3 × 3 tokens, cut to the 7-node budget)
+DEFAULT_JACOBI = 0  # L: a Jacobi trajectory's length (0: none; see the module docstring for the measured cost)
 
 Ngram = tuple[int, tuple[int, ...]]  # (key, continuation)
 
@@ -61,6 +70,29 @@ def context_ngrams(tokens: list[int], n: int, start: int = 0) -> list[Ngram]:
     """Every N-gram of `tokens` whose last token is at index ≥ `start`, as (key, continuation), oldest first."""
     ends = range(max(start, n - 1), len(tokens))
     return [(tokens[end - n + 1], tuple(tokens[end - n + 2 : end + 1])) for end in ends]
+
+
+def chain_nodes(ids: list[int], parents: list[int] | None, branch: list[int]) -> list[int]:
+    """The nodes that hold `branch`'s tokens, walked from cur through a proposal's nodes (pure); fewer where a token is
+    not there (the budget cut the branch)."""
+    tree = TokenTree(tuple(parents)) if parents is not None else TokenTree.chain(len(ids))
+    out, node = [], -1
+    for tok in branch:
+        node = next((c for c in tree.children(node) if ids[c] == tok), None)  # type: ignore[arg-type]
+        if node is None:
+            break
+        out.append(node)
+    return out
+
+
+def jacobi_step(guess: list[int], nodes: list[int], choices: list[int], emitted: int, length: int) -> list[int]:
+    """One Jacobi iteration of a trajectory verified as a branch of the pass (pure): position k after cur gets the
+    target's choice after cur and the guess's first k tokens (choices[0] for k = 0, choices[1 + nodes[k − 1]] after
+    that, `nodes` holding the guess's tokens); the positions the step emitted are dropped, so the new guess starts
+    after the new cur; at most `length` tokens. The first position's choice is always right at T = 0, the next ones
+    as soon as the guess before them was (Jacobi decoding's fixed point is the greedy continuation)."""
+    updated = [choices[0]] + [choices[1 + node] for node in nodes[: len(guess)]]
+    return updated[emitted:][:length]
 
 
 def pass_ngrams(
@@ -124,17 +156,19 @@ class LookaheadDraft(ModelFreeDraft):
         window: int = DEFAULT_WINDOW,
         ngram: int = DEFAULT_NGRAM,
         branches: int = DEFAULT_BRANCHES,
+        jacobi: int = DEFAULT_JACOBI,
         name: str = "lookahead",
     ):
-        if ngram < 2 or branches < 1 or window < 0:
-            got = f"ngram {ngram}, branches {branches}, window {window}"
-            raise ValueError(f"lookahead needs ngram >= 2, branches >= 1 and window >= 0 (got {got})")
+        if ngram < 2 or branches < 1 or window < 0 or jacobi < 0:
+            got = f"ngram {ngram}, branches {branches}, window {window}, jacobi {jacobi}"
+            raise ValueError(f"lookahead needs ngram >= 2, branches >= 1, window >= 0, jacobi >= 0 (got {got})")
         self.name = name
         self.vocab_size = vocab_size
         self.device = device
         self.window = window
         self.ngram = ngram
         self.branches = branches
+        self.jacobi = jacobi
         self.begin([])
 
     def begin(self, prompt_ids: list[int], max_new_tokens: int = 0) -> None:
@@ -146,6 +180,9 @@ class LookaheadDraft(ModelFreeDraft):
         self._choices: torch.Tensor | None = None  # the target's argmaxes over the last proposal's pass
         self.tree_steps = 0  # proposals sent as trees since begin(): diagnostics and tests
         self.guesses = 0  # n-grams the observed passes added since begin()
+        self.trajectory: list[int] = []  # the Jacobi guess for the tokens after the newest one (jacobi > 0)
+        self.jacobi_accepted = 0  # tokens steps emitted along the trajectory they were sent (diagnostics and tests)
+        self._sent: list[int] = []  # the trajectory as the last proposal sent it (cut to γ)
 
     def observe_pass(self, choices: torch.Tensor) -> None:
         """base.ObservesPasses: the target's argmax at every position of the pass over the last proposal."""
@@ -158,13 +195,20 @@ class LookaheadDraft(ModelFreeDraft):
         known = len(self._known)
         if len(tokens) < known or tokens[:known] != self._known:
             self.pool, self._known, self._choices, known = NgramPool(self.branches), [], None, 0
+            self.trajectory = []
         if self._choices is not None and self._last is not None:
             tail, ids, parents = self._last
             choices = self._choices.tolist()
             if len(choices) == len(ids) + 1:
-                grams = pass_ngrams(tail, ids, parents, choices, self.ngram, self.window)
+                window = self.window + len(self._sent)  # the trajectory's positions too (its nodes come last)
+                grams = pass_ngrams(tail, ids, parents, choices, self.ngram, window)
                 self.pool.add(grams[::-1])  # cur's position (the nearest to verified text) ends up first
                 self.guesses += len(grams)
+                if self.jacobi:  # the trajectory's next iteration, past what the step emitted
+                    emitted = tokens[known:]
+                    self.jacobi_accepted += next((j for j, t in enumerate(self._sent) if emitted[j : j + 1] != [t]), 0)
+                    nodes = chain_nodes(ids, parents, self._sent)
+                    self.trajectory = jacobi_step(self._sent, nodes, choices, len(tokens) - known, self.jacobi)
         self._choices = None
         self.pool.add(context_ngrams(tokens, self.ngram, start=known))
         self._known.extend(tokens[known:])
@@ -179,8 +223,16 @@ class LookaheadDraft(ModelFreeDraft):
     ) -> Proposal:
         self._absorb(tokens)
         found = self.pool.candidates(tokens[-1], gamma) if tokens and gamma >= 1 else []
-        ids, parents = build_trie(found, max(DEFAULT_NODES, gamma))
+        self._sent = self.jacobi_guess(tokens)[:gamma] if gamma >= 1 else []
+        ids, parents = build_trie(found + [self._sent], max(DEFAULT_NODES, gamma) + len(self._sent))
         proposal = trie_proposal(ids, parents, sampling, self.device, self.vocab_size)
         self._last = (tokens[-(self.ngram - 1) :], ids, proposal.parents)
         self.tree_steps += proposal.parents is not None
         return proposal
+
+    def jacobi_guess(self, tokens: list[int]) -> list[int]:
+        """The trajectory to send (jacobi > 0): the last iteration's, topped up to its length with copies of the
+        newest token (Jacobi decoding starts from any guess; these are refined by the passes that follow)."""
+        if not self.jacobi or not tokens:
+            return []
+        return (self.trajectory + [tokens[-1]] * self.jacobi)[: self.jacobi]
