@@ -76,9 +76,9 @@ def chain_nodes(ids: list[int], parents: list[int] | None, branch: list[int]) ->
     """The nodes that hold `branch`'s tokens, walked from cur through a proposal's nodes (pure); fewer where a token is
     not there (the budget cut the branch)."""
     tree = TokenTree(tuple(parents)) if parents is not None else TokenTree.chain(len(ids))
-    out, node = [], -1
+    out: list[int] = []
     for tok in branch:
-        node = next((c for c in tree.children(node) if ids[c] == tok), None)  # type: ignore[arg-type]
+        node = next((c for c in tree.children(out[-1] if out else -1) if ids[c] == tok), None)
         if node is None:
             break
         out.append(node)
