@@ -23,12 +23,13 @@ from specbench.decoding.drafts.lookahead import (
     DEFAULT_WINDOW,
     LookaheadDraft,
     NgramPool,
+    add_branch,
     chain_nodes,
     context_ngrams,
     jacobi_step,
     pass_ngrams,
 )
-from specbench.decoding.drafts.tree_lookup import DEFAULT_NODES, is_chain
+from specbench.decoding.drafts.tree_lookup import DEFAULT_NODES, build_trie, is_chain
 from specbench.decoding.sampling import processed_probs
 from specbench.decoding.speculative import decode_speculative
 from specbench.decoding.tree import TokenTree
@@ -306,8 +307,17 @@ def test_the_trajectory_keeps_greedy_identity_and_feeds_the_pool(monkeypatch):
             res = decode_speculative(CachedModel(target), draft, prompt, gamma=4, **kw)
             assert res.token_ids == base.token_ids
             guesses[jacobi] += draft.guesses
-    assert guesses[3] > 0 and guesses[0] == 0, guesses
-    assert any(len(g) == 3 for g in sent)
+    assert guesses[3] > 0 and guesses[0] == 0, guesses  # window 0: the trajectory's positions alone feed the pool
+    assert any(len(set(g)) > 1 for g in sent)  # iterated: not only the newest token's copies it is topped up with
+
+
+def test_the_trajectory_gets_its_own_nodes_beside_a_full_pool_trie():
+    pool_ids, pool_parents = build_trie([[1, 2, 3, 4], [1, 5, 6, 7], [8, 9, 10, 11]], 7)  # the budget is full
+    ids, parents = add_branch(pool_ids, pool_parents, [1, 2, 30], 3)  # shares 1 2, then one node of its own
+    assert ids[:7] == pool_ids and parents[:7] == pool_parents and len(ids) == 8
+    assert chain_nodes(ids, parents, [1, 2, 30]) == [0, 1, 7]
+    ids, parents = add_branch(pool_ids, pool_parents, [40, 41, 42], 2)  # cut where its allowance ends
+    assert ids[7:] == [40, 41] and parents[7:] == [-1, 7]
 
 
 # --- T > 0: verify's step law on the pair, with a lookahead proposer

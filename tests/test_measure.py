@@ -309,8 +309,8 @@ def test_a_tree_drafts_calibration_times_tree_steps_beside_the_causal_passes(mon
     assert sorted(cal.target_ms) == [1, 2, 3, 4] and sorted(cal.tree_ms) == [2, 3, 4]
     assert calls == {"forward_tree": 4 * 3, "keep_path": 4 * 3}  # k = 2..4, a warm-up round and 3 repeats
     assert lm.length == cal.context_tokens
-    assert cal.tree_target_ms() == {1: cal.target_ms[1], **cal.tree_ms}
-    assert cal.tree_cost()[3] == pytest.approx(cal.tree_ms[3] / cal.target_ms[1])
+    assert cal.tree_target_ms() == cal.target_ms | {-k: v for k, v in cal.tree_ms.items()}  # −k: a tree step
+    assert cal.tree_cost()[-3] == pytest.approx(cal.tree_ms[3] / cal.target_ms[1])
     assert Calibration.from_dict(json.loads(json.dumps(cal.to_dict()))) == cal
     chain = calibrate(lm, PROMPTS, k_max=4, max_new_tokens=16, max_positions=512, dtype="float32", repeats=1)
     assert chain.tree_ms == {} and chain.tree_target_ms() == chain.target_ms

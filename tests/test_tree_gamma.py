@@ -25,9 +25,11 @@ from specbench.measure.auto.tree_gamma import (
     grid,
     held_out_trees,
     kept,
+    kept_chain,
     pilot_steps,
     price,
     rank_trees,
+    step_cost,
 )
 
 LINEAR = {k: 1.0 + 0.05 * (k - 1) for k in range(1, 17)}  # every extra token costs 5 % of a one-token pass
@@ -171,14 +173,29 @@ def test_run_tree_lookup_gamma_auto_chooses_depth_and_nodes(tmp_path, monkeypatc
     assert summary["auto_check_speedup"] == check["speedup"] and "cost-model check (known acceptance)" in result.stderr
     cal = manifest["auto"]["calibrations"]["float32"]  # tree steps priced by the tree passes it timed (k ≥ 2)
     assert set(cal["tree_ms"]) == {str(k) for k in range(2, 17)}
-    target_ms = {int(k): v for k, v in (cal["target_ms"] | cal["tree_ms"]).items()}
+    causal_ms = {int(k): v for k, v in cal["target_ms"].items()}
+    tree_ms = {int(k): v for k, v in cal["tree_ms"].items()}
     lines = next((tmp_path / "r").iterdir()).joinpath("examples.jsonl").read_text().splitlines()
     records = [json.loads(x) for x in lines]
     logs = []
     for r in records:
-        passes, tokens = r["speculative"]["pass_lengths"], r["speculative"]["n_tokens"] - 1  # after the prefill's
-        logs.append(math.log(tokens / sum(target_ms[k] / target_ms[1] for k in passes)))
+        spec, tokens = r["speculative"], r["speculative"]["n_tokens"] - 1  # tokens after the prefill's
+        trees = iter(spec.get("tree_paths") or [None] * len(spec["accept_lengths"]))  # per verify pass: a tree's?
+        ms = [tree_ms[k] if k > 1 and next(trees) is not None else causal_ms[k] for k in spec["pass_lengths"]]
+        logs.append(math.log(tokens / sum(v / causal_ms[1] for v in ms)))
     assert len(logs) == 2 and tree["check_per_token"] == pytest.approx(math.exp(sum(logs) / 2), rel=1e-9)
+
+
+def test_a_tree_step_reads_its_own_price_and_a_one_branch_step_the_causal_one():
+    """With tree steps timed (negative keys: Calibration.tree_cost), a step whose kept nodes form one branch (sent as a
+    chain) costs the causal pass and a tree step its own; at depth 1 the same trie keeps one node, a chain."""
+    curve = LINEAR | {-k: 2 * v for k, v in LINEAR.items() if k > 1}  # tree steps at twice the causal price
+    chain, tree = trie_step(FOUR[:1], FOUR[0][:2]), trie_step(FOUR, FOUR[0][:2])
+    assert kept_chain(chain, 8, 15) and not kept_chain(tree, 8, 15) and kept_chain(tree, 1, 1)
+    assert step_cost(curve, chain, 8, 15, 8) == LINEAR[9] and step_cost(curve, tree, 8, 15, 15) == 2 * LINEAR[16]
+    assert price([chain], 8, 15, curve).speedup == pytest.approx(3 / LINEAR[9])
+    assert price([tree], 8, 15, curve).speedup == pytest.approx(3 / (2 * LINEAR[16]))
+    assert price([tree], 8, 15, LINEAR).speedup == pytest.approx(3 / LINEAR[16])  # no tree steps timed: causal
 
 
 def test_the_tree_check_prices_prefill_and_search_around_the_steps():

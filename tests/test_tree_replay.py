@@ -146,13 +146,30 @@ def test_past_a_divergence_the_forced_tree_run_replays_to_its_verified_tokens():
             CachedModel(target), prompt, max_new_tokens=32, sampling=GREEDY, generator=None, eos_ids=EOS
         ).token_ids
         forced = decode_forced(CachedModel(target), TreeLookupDraft(512, torch.device("cpu")), prompt, ref, gamma=4)
-        assert len(forced.tree_paths) == len(forced.accept_lengths)
+        assert len(forced.tree_paths) == len(forced.accept_lengths)  # a cut step's path is cut with it:
+        assert all(p is None or len(p) == n for p, n in zip(forced.tree_paths, forced.accept_lengths))
         passes = speculative_passes(forced.pass_lengths, forced.accept_lengths, forced.tree_paths)
         rows = replay(target, prompt, ref, passes, len(ref) - 1)
         assert [int(rows[j].argmax()) for j in range(len(ref))] == forced.verified
         diverged += len(forced.divergences)
         trees += sum(p is not None for p in forced.tree_paths)
     assert trees >= 10 and diverged >= 1, (trees, diverged)  # the replay followed cut steps past divergences
+
+
+def test_a_forced_tree_step_cut_inside_its_path_keeps_the_paths_prefix():
+    """A reference the target does not follow (every 4th token changed) cuts accepted tree paths mid-way: each cut
+    step's path must keep its first k nodes (len = the step's kept count), or the replay reads the wrong slots."""
+    target, _ = noisy_pair(torch.float32)
+    for prompt in repetitive_prompts(6, seed=5):
+        ref = decode_autoregressive(
+            CachedModel(target), prompt, max_new_tokens=32, sampling=GREEDY, generator=None, eos_ids=EOS
+        ).token_ids
+        ref = [(t + 1) % 512 if j % 4 == 3 else t for j, t in enumerate(ref)]
+        forced = decode_forced(CachedModel(target), TreeLookupDraft(512, torch.device("cpu")), prompt, ref, gamma=4)
+        assert all(p is None or len(p) == n for p, n in zip(forced.tree_paths, forced.accept_lengths))
+        passes = speculative_passes(forced.pass_lengths, forced.accept_lengths, forced.tree_paths)
+        rows = replay(target, prompt, ref, passes, len(ref) - 1)
+        assert [int(rows[j].argmax()) for j in range(len(ref))] == forced.verified
 
 
 class Decoded:

@@ -34,12 +34,13 @@ What of the paper's algorithm is here:
   `window=0` turns the guesses off.
 - **A Jacobi trajectory** (`jacobi=L`, off by default): the paper's window as one verified branch. The draft keeps a
   guess for the L tokens after the newest one and sends it (cut to γ) as one more branch of the trie, beside the
-  pool's candidates, in L more nodes. After the pass each position takes the target's choice after cur and the
-  guess before it (one Jacobi iteration: `jacobi_step`), the positions the step emitted drop out, and the rest is
-  topped up with copies of the newest token. Its positions enter the pool like any node's (the window widened by
-  them), so its n-grams are the paper's (a guessed token, then the model's output after it). It differs from the
-  paper in that it is verified (a row the verifier reads, so nothing new in the contracts above, and it may be
-  accepted) and is one trajectory of L levels, one iteration per step, not W columns × (N − 1) levels.
+  pool's candidates, in at most L more nodes of its own (`add_branch`: the pool's trie keeps its budget). After the
+  pass each position takes the target's choice after cur and the guess before it (one Jacobi iteration:
+  `jacobi_step`), the positions the step emitted drop out, and the rest is topped up with copies of the newest
+  token. Its positions enter the pool like any node's, whatever the window, so its n-grams are the paper's (a
+  guessed token, then the model's output after it). It differs from the paper in that it is verified (a row the
+  verifier reads, so nothing new in the contracts above, and it may be accepted) and is one trajectory of L levels,
+  one iteration per step, not W columns × (N − 1) levels.
 
 Exactness: a proposal is a function of the context and of earlier passes' argmaxes (no draw), so every node is a
 point mass (q_probs None for a tree, one-hot for a chain): the tree rule (accept.verify_tree_sampling) is exact at
@@ -85,6 +86,22 @@ def chain_nodes(ids: list[int], parents: list[int] | None, branch: list[int]) ->
     return out
 
 
+def add_branch(ids: list[int], parents: list[int], branch: list[int], allowance: int) -> tuple[list[int], list[int]]:
+    """A trie with `branch` added from cur (pure): shared nodes followed, at most `allowance` new ones appended after
+    the others (topological order kept), the branch cut where the allowance ends."""
+    ids, parents, node = list(ids), list(parents), -1
+    for tok in branch:
+        child = next((c for c, (t, p) in enumerate(zip(ids, parents)) if p == node and t == tok), None)
+        if child is None:
+            if allowance == 0:
+                break
+            ids.append(tok)
+            parents.append(node)
+            child, allowance = len(ids) - 1, allowance - 1
+        node = child
+    return ids, parents
+
+
 def jacobi_step(guess: list[int], nodes: list[int], choices: list[int], emitted: int, length: int) -> list[int]:
     """One Jacobi iteration of a trajectory verified as a branch of the pass (pure): position k after cur gets the
     target's choice after cur and the guess's first k tokens (choices[0] for k = 0, choices[1 + nodes[k − 1]] after
@@ -96,7 +113,13 @@ def jacobi_step(guess: list[int], nodes: list[int], choices: list[int], emitted:
 
 
 def pass_ngrams(
-    tail: list[int], ids: list[int], parents: list[int] | None, choices: list[int], n: int, window: int
+    tail: list[int],
+    ids: list[int],
+    parents: list[int] | None,
+    choices: list[int],
+    n: int,
+    window: int,
+    also: tuple[int, ...] = (),
 ) -> list[Ngram]:
     """The Jacobi-style n-grams of one verified pass → [(key, continuation)], cur's position first.
 
@@ -105,11 +128,13 @@ def pass_ngrams(
     token is not the target's choice at its parent. Position k (0 = cur, i + 1 = node i) gives the last N tokens of
     tail + the path's tokens + choices[k], started no earlier than the path's deepest refuted node: a refuted token
     may be a key (the guess whose continuation the target just computed), never inside a continuation (where the
-    target has just said otherwise). Only the first `window` positions; fewer than 2 tokens give none."""
+    target has just said otherwise). Only the first `window` positions and those in `also` (a Jacobi trajectory's);
+    fewer than 2 tokens give none."""
     tree = TokenTree(tuple(parents)) if parents is not None else TokenTree.chain(len(ids))
     refuted = [ids[i] != choices[parent + 1] for i, parent in enumerate(tree.parents)]
     out: list[Ngram] = []
-    for k in range(min(window, len(ids) + 1, len(choices))):
+    last = min(len(ids) + 1, len(choices))
+    for k in sorted({*range(min(window, last)), *(k for k in also if k < last)}):
         path = tree.path(k - 1)
         cut = max((j for j, node in enumerate(path) if refuted[node]), default=None)
         seq = (tail[-(n - 1) :] if cut is None else []) + [ids[i] for i in path[cut or 0 :]] + [choices[k]]
@@ -200,15 +225,16 @@ class LookaheadDraft(ModelFreeDraft):
             tail, ids, parents = self._last
             choices = self._choices.tolist()
             if len(choices) == len(ids) + 1:
-                window = self.window + len(self._sent)  # the trajectory's positions too (its nodes come last)
-                grams = pass_ngrams(tail, ids, parents, choices, self.ngram, window)
+                nodes = chain_nodes(ids, parents, self._sent)  # the trajectory's (none without one)
+                also = tuple(1 + node for node in nodes)  # its positions feed the pool whatever the window
+                grams = pass_ngrams(tail, ids, parents, choices, self.ngram, self.window, also)
                 self.pool.add(grams[::-1])  # cur's position (the nearest to verified text) ends up first
                 self.guesses += len(grams)
                 if self.jacobi:  # the trajectory's next iteration, past what the step emitted
                     emitted = tokens[known:]
-                    self.jacobi_accepted += next((j for j, t in enumerate(self._sent) if emitted[j : j + 1] != [t]), 0)
-                    nodes = chain_nodes(ids, parents, self._sent)
-                    self.trajectory = jacobi_step(self._sent, nodes, choices, len(tokens) - known, self.jacobi)
+                    along = (j for j, t in enumerate(self._sent) if emitted[j : j + 1] != [t])
+                    self.jacobi_accepted += next(along, len(self._sent))
+                    self.trajectory = jacobi_step(self._sent, nodes, choices, len(emitted), self.jacobi)
         self._choices = None
         self.pool.add(context_ngrams(tokens, self.ngram, start=known))
         self._known.extend(tokens[known:])
@@ -224,7 +250,7 @@ class LookaheadDraft(ModelFreeDraft):
         self._absorb(tokens)
         found = self.pool.candidates(tokens[-1], gamma) if tokens and gamma >= 1 else []
         self._sent = self.jacobi_guess(tokens)[:gamma] if gamma >= 1 else []
-        ids, parents = build_trie(found + [self._sent], max(DEFAULT_NODES, gamma) + len(self._sent))
+        ids, parents = add_branch(*build_trie(found, max(DEFAULT_NODES, gamma)), self._sent, len(self._sent))
         proposal = trie_proposal(ids, parents, sampling, self.device, self.vocab_size)
         self._last = (tokens[-(self.ngram - 1) :], ids, proposal.parents)
         self.tree_steps += proposal.parents is not None

@@ -60,12 +60,13 @@ class Calibration:
         return {k: v / t1 for k, v in sorted(self.target_ms.items())}
 
     def tree_target_ms(self) -> dict[int, float]:
-        """k → ms of a step over k tokens as a token tree's: the tree passes where they were timed (k ≥ 2), the
-        causal curve elsewhere (t(1), and every k of a calibration without tree passes)."""
-        return {k: self.tree_ms.get(k, v) if k > 1 else v for k, v in sorted(self.target_ms.items())}
+        """The curve a tree draft's steps are priced on (tree_gamma.step_cost): k → ms of a causal pass over k tokens
+        (a step whose nodes form one branch, sent as a chain), and −k → ms of a tree step over k tokens where tree
+        steps were timed (k ≥ 2; a calibration without them has no negative keys)."""
+        return dict(sorted(self.target_ms.items())) | {-k: v for k, v in sorted(self.tree_ms.items())}
 
     def tree_cost(self) -> dict[int, float]:
-        """k → a tree step over k tokens ÷ t(1) (tree_target_ms over one single-token pass)."""
+        """tree_target_ms ÷ t(1): the same keys, in single-token passes."""
         t1 = self.target_ms[1]
         return {k: v / t1 for k, v in self.tree_target_ms().items()}
 
@@ -172,7 +173,7 @@ def pass_step(
         tree = calibration_tree(k - 1)
         logits = lm.forward_tree(new[:k], tree)
         logits.argmax(-1).tolist()
-        lm.keep_path(base, tree.path(k - 2)[:2])  # a path off the first slots: the compaction moves its entries
+        lm.keep_path(base, tree.path(k - 2)[:2])  # the last node's path: from k = 3 on off the first slots (moved)
         lm.truncate(base)
 
     return lambda key: tree_step(-key) if key < 0 else step(key)

@@ -121,17 +121,31 @@ def kept(step: TreeStep, depth: int, nodes: int) -> tuple[int, int]:
     return len(shallow), accepted
 
 
+def kept_chain(step: TreeStep, depth: int, nodes: int) -> bool:
+    """Whether the nodes `kept` keeps form one branch (pure: one node at each depth 1..n), which tree-lookup sends as a
+    chain, verified by a causal pass rather than a tree step."""
+    shallow = [d for d in step.node_depths if d <= depth][: max(nodes, depth)]
+    return shallow == list(range(1, len(shallow) + 1))
+
+
+def step_cost(curve: Mapping[int, float], step: TreeStep, depth: int, nodes: int, fed: int) -> float:
+    """A step's pass from a curve (pure): k = 1 + fed → curve[k], a causal pass; a tree step reads curve[−k] where the
+    curve has it (Calibration.tree_cost / tree_target_ms: tree steps timed as such), curve[k] otherwise."""
+    k = fed + 1
+    if k not in curve:
+        raise SpecbenchError(f"no measured cost for a pass over {k} tokens; calibrate up to {k}")
+    return curve[k] if -k not in curve or kept_chain(step, depth, nodes) else curve[-k]
+
+
 def price(steps: Sequence[TreeStep], depth: int, nodes: int, pass_cost: Mapping[int, float]) -> TreePrice:
     """Predicted speedup of (depth, nodes) on the pilot's steps (pure): Σ emitted ÷ Σ t(1 + fed)/t(1), the
-    chain policy's tokens ÷ cost (theory.pass_cost_curve_speedup) with a tree's pass size; a model-free draft (no
-    draft cost)."""
+    chain policy's tokens ÷ cost (theory.pass_cost_curve_speedup) with a tree's pass size (step_cost: a tree step at
+    its own price where `pass_cost` has one); a model-free draft (no draft cost)."""
     tokens = cost = 0.0
     for step in steps:
         fed, accepted = kept(step, depth, nodes)
-        if fed + 1 not in pass_cost:
-            raise SpecbenchError(f"no measured cost for a pass over {fed + 1} tokens; calibrate up to {fed + 1}")
         tokens += emitted(step, accepted)
-        cost += pass_cost[fed + 1] / pass_cost[1]
+        cost += step_cost(pass_cost, step, depth, nodes, fed) / pass_cost[1]
     if not steps:
         return TreePrice(depth, nodes, float("nan"), float("nan"))
     return TreePrice(depth, nodes, tokens / cost, tokens / len(steps))
@@ -139,7 +153,7 @@ def price(steps: Sequence[TreeStep], depth: int, nodes: int, pass_cost: Mapping[
 
 def rank_trees(steps: Sequence[TreeStep], pass_cost: Mapping[int, float], max_depth: int) -> list[TreePrice]:
     """Every grid candidate the curve covers, priced, best first (ties: the smaller depth, then fewer nodes)."""
-    prices = [price(steps, d, n, pass_cost) for d, n in grid(max_depth, max(pass_cost))]
+    prices = [price(steps, d, n, pass_cost) for d, n in grid(max_depth, max(pass_cost))]  # max: a causal k
     prices = [p for p in prices if p.speedup == p.speedup]
     if not prices:
         raise SpecbenchError("no tree candidate could be priced: the pilot made no steps or the calibration is empty")
@@ -193,14 +207,14 @@ def with_nodes(spec: DraftSpec, nodes: int) -> DraftSpec:
 
 def tree_table(prices: list[TreePrice], chosen: TreePrice, pass_cost: Mapping[int, float]) -> str:
     """The candidates' predicted speedups as a depth × node-budget table (the chosen cell marked *), and the verify
-    pass's price t(1 + nodes)/t(1) of each budget row."""
+    pass's price t(1 + nodes)/t(1) of each budget row (a tree step's where timed)."""
     depths = sorted({p.depth for p in prices})
     by = {(p.depth, p.nodes): p for p in prices}
     rows = [("    γ (depth)", [f"{d}{'*' if d == chosen.depth else ''}" for d in depths])]
     rows.append(("    nodes = γ", [_cell(by.get((d, d)), chosen) for d in depths]))
     for n in NODE_BUDGETS:
         if any(p.nodes == n for p in prices):
-            name = f"    nodes {n} (t({n + 1})/t(1) {pass_cost[n + 1] / pass_cost[1]:.2f})"
+            name = f"    nodes {n} (t({n + 1})/t(1) {pass_cost.get(-n - 1, pass_cost[n + 1]) / pass_cost[1]:.2f})"
             rows.append((name, [_cell(by.get((d, n)) if d != n else None, chosen) for d in depths]))
     width = max(7, *(len(v) + 1 for _, vs in rows for v in vs))
     label = max(len(r[0]) for r in rows)
@@ -272,12 +286,12 @@ def tree_check(session_for, timed: list, corpus: list[list[int]], max_new: int, 
 def checked_speedup(ex: CheckedExample, depth: int, nodes: int, target_ms: Mapping[int, float]) -> float:
     """One timed example's end-to-end speedup at known acceptance (pure): plain decoding's prefill and one t(1) per
     token its steps emit, against the prefill, the draft's search and a t(1 + nodes fed) per step (the calibrated
-    bare passes, ms)."""
+    passes, ms: step_cost's, a tree step's own where timed)."""
     tokens = verify = 0.0
     for step in ex.steps:
         fed, accepted = kept(step, depth, nodes)
         tokens += emitted(step, accepted)
-        verify += target_ms[fed + 1]
+        verify += step_cost(target_ms, step, depth, nodes, fed)
     return (ex.prefill_ms + tokens * target_ms[1]) / (ex.prefill_ms + ex.draft_ms + verify)
 
 

@@ -61,6 +61,8 @@ class TurnLog:
                     continue
                 merged, repeat_s = merge_repeats([rep[j].result for rep in reps])
                 row[engine] = asdict(engine_record(merged, tokenizer, repeat_s))
+                if not row[engine]["tree_paths"]:  # chains only: as a one-turn record, no tree paths
+                    del row[engine]["tree_paths"]
                 row[f"{engine}_prompt_tokens"] = len(reps[0][j].prompt_ids)
             out.append(row)
         return out
