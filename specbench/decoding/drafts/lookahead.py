@@ -62,7 +62,7 @@ from specbench.decoding.tree import TokenTree
 DEFAULT_WINDOW = DEFAULT_NODES + 1  # positions of a pass whose guesses enter the pool: a default pass's all 8
 DEFAULT_NGRAM = 4  # N: a key and 3 continuation tokens
 DEFAULT_BRANCHES = 3  # G: candidates kept per key and proposed per step (3 × 3 tokens, cut to the 7-node budget)
-DEFAULT_JACOBI = 0  # L: a Jacobi trajectory's length (0: none; no net gain measured on a 2-core CPU, docs/benchmarks.md)
+DEFAULT_JACOBI = 0  # L: a Jacobi trajectory's length (0: none; no net gain measured here, docs/benchmarks.md)
 
 Ngram = tuple[int, tuple[int, ...]]  # (key, continuation)
 
