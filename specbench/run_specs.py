@@ -56,12 +56,8 @@ SUFFIX_FLOAT_OPTIONS = ("max_spec_factor", "max_spec_offset", "min_token_prob")
 SUFFIX_HELP = "tree=0|1, nodes=<n>, max_depth=<n>, max_spec_factor=<x>, max_spec_offset=<x>, min_token_prob=<x>"
 SUFFIX_PACKAGE = "arctic_inference"  # the suffix cache --draft suffix runs on (the `suffix` extra)
 SUFFIX_INSTALL = "pip install 'specbench-sd[suffix]'"
-LOOKAHEAD_OPTIONS = {
-    "window": 0,
-    "ngram": 2,
-    "branches": 1,
-    "jacobi": 0,
-}  # lookahead's options (integers) and their least values
+# lookahead's options (integers) and their least values
+LOOKAHEAD_OPTIONS = {"window": 0, "ngram": 2, "branches": 1, "jacobi": 0}
 LOOKAHEAD_HELP = "window=<n> (>= 0), ngram=<n> (>= 2), branches=<n>, jacobi=<n> (>= 0)"
 HEAD_PREFIXES = ("eagle", "eagle3")  # `eagle:<folder>`, `eagle3:<folder>` (their `top=` option: parse_head_options)
 AUTO_DRAFT = "auto"  # --draft auto: no draft yet, chosen before timing (its kind is "auto")

@@ -24,12 +24,11 @@ from specbench.decoding.drafts.lookahead import (
     LookaheadDraft,
     NgramPool,
     add_branch,
-    chain_nodes,
     context_ngrams,
     jacobi_step,
     pass_ngrams,
 )
-from specbench.decoding.drafts.tree_lookup import DEFAULT_NODES, build_trie, is_chain
+from specbench.decoding.drafts.tree_lookup import DEFAULT_NODES, build_trie, is_chain, walk_trie
 from specbench.decoding.sampling import processed_probs
 from specbench.decoding.speculative import decode_speculative
 from specbench.decoding.tree import TokenTree
@@ -281,8 +280,9 @@ def test_greedy_identity_on_ordinary_prompts_with_and_without_guesses():
 
 def test_a_jacobi_iteration_takes_the_targets_choices_along_the_guess_past_what_was_emitted():
     ids, parents = [9, 5, 6, 7], [-1, -1, 1, 2]  # a pool branch (9) and the guess 5 6 7 under cur
-    nodes = chain_nodes(ids, parents, [5, 6, 7])
-    assert nodes == [1, 2, 3] and chain_nodes(ids, parents, [5, 8]) == [1]  # a token not there ends the walk
+    nodes = walk_trie(ids, parents, [5, 6, 7])
+    assert nodes == [1, 2, 3] and walk_trie(ids, parents, [5, 8]) == [1]  # a token not there ends the walk
+    assert walk_trie([5, 6, 7], None, [5, 6, 9]) == [0, 1]  # parents None: a chain
     choices = [5, 40, 6, 70, 71]  # after cur, after node 0 (9), 1 (5), 2 (6), 3 (7)
     # positions after cur: choices[0] = 5, after 5 → choices[2] = 6, after 5 6 → choices[3] = 70, after 5 6 7 → 71
     assert jacobi_step([5, 6, 7], nodes, choices, 1, 3) == [6, 70, 71]  # the step emitted 5 only (accepted nothing)
@@ -315,7 +315,7 @@ def test_the_trajectory_gets_its_own_nodes_beside_a_full_pool_trie():
     pool_ids, pool_parents = build_trie([[1, 2, 3, 4], [1, 5, 6, 7], [8, 9, 10, 11]], 7)  # the budget is full
     ids, parents = add_branch(pool_ids, pool_parents, [1, 2, 30], 3)  # shares 1 2, then one node of its own
     assert ids[:7] == pool_ids and parents[:7] == pool_parents and len(ids) == 8
-    assert chain_nodes(ids, parents, [1, 2, 30]) == [0, 1, 7]
+    assert walk_trie(ids, parents, [1, 2, 30]) == [0, 1, 7]
     ids, parents = add_branch(pool_ids, pool_parents, [40, 41, 42], 2)  # cut where its allowance ends
     assert ids[7:] == [40, 41] and parents[7:] == [-1, 7]
 

@@ -14,7 +14,7 @@ from helpers import greedy_tail
 import specbench.decoding.speculative as speculative
 from specbench.config import SamplingConfig
 from specbench.decoding.cached_model import CachedModel
-from specbench.decoding.drafts.tree_lookup import TreeLookupDraft, build_trie
+from specbench.decoding.drafts.tree_lookup import TreeLookupDraft, build_trie, walk_trie
 from specbench.decoding.speculative import decode_speculative
 from specbench.measure.auto.tree_gamma import (
     CheckedExample,
@@ -43,10 +43,8 @@ def trie_step(branches: list[list[int]], accepted: list[int], nodes: int = 15) -
     depths: list[int] = []
     for p in parents:
         depths.append(1 + (depths[p] if p >= 0 else 0))
-    path, node = [], -1
-    for tok in accepted:
-        node = next(c for c, (t, p) in enumerate(zip(ids, parents)) if p == node and t == tok)
-        path.append(node)
+    path = walk_trie(ids, parents, accepted)
+    assert len(path) == len(accepted)
     return TreeStep(tuple(depths), tuple(path))
 
 

@@ -56,7 +56,7 @@ import torch
 from specbench.config import SamplingConfig
 from specbench.decoding.base import Proposal
 from specbench.decoding.drafts.model_free import ModelFreeDraft
-from specbench.decoding.drafts.tree_lookup import DEFAULT_NODES, build_trie, trie_proposal
+from specbench.decoding.drafts.tree_lookup import DEFAULT_NODES, build_trie, trie_proposal, walk_trie
 from specbench.decoding.tree import TokenTree
 
 DEFAULT_WINDOW = DEFAULT_NODES + 1  # positions of a pass whose guesses enter the pool: a default pass's all 8
@@ -73,32 +73,15 @@ def context_ngrams(tokens: list[int], n: int, start: int = 0) -> list[Ngram]:
     return [(tokens[end - n + 1], tuple(tokens[end - n + 2 : end + 1])) for end in ends]
 
 
-def chain_nodes(ids: list[int], parents: list[int] | None, branch: list[int]) -> list[int]:
-    """The nodes that hold `branch`'s tokens, walked from cur through a proposal's nodes (pure); fewer where a token is
-    not there (the budget cut the branch)."""
-    tree = TokenTree(tuple(parents)) if parents is not None else TokenTree.chain(len(ids))
-    out: list[int] = []
-    for tok in branch:
-        node = next((c for c in tree.children(out[-1] if out else -1) if ids[c] == tok), None)
-        if node is None:
-            break
-        out.append(node)
-    return out
-
-
 def add_branch(ids: list[int], parents: list[int], branch: list[int], allowance: int) -> tuple[list[int], list[int]]:
-    """A trie with `branch` added from cur (pure): shared nodes followed, at most `allowance` new ones appended after
-    the others (topological order kept), the branch cut where the allowance ends."""
-    ids, parents, node = list(ids), list(parents), -1
-    for tok in branch:
-        child = next((c for c, (t, p) in enumerate(zip(ids, parents)) if p == node and t == tok), None)
-        if child is None:
-            if allowance == 0:
-                break
-            ids.append(tok)
-            parents.append(node)
-            child, allowance = len(ids) - 1, allowance - 1
-        node = child
+    """A trie with `branch` added from cur (pure): its nodes already there followed (walk_trie), at most `allowance`
+    new ones appended after the others (topological order kept), the branch cut where the allowance ends."""
+    shared = walk_trie(ids, parents, branch)
+    ids, parents, node = list(ids), list(parents), shared[-1] if shared else -1
+    for tok in branch[len(shared) :][:allowance]:
+        ids.append(tok)
+        parents.append(node)
+        node = len(ids) - 1
     return ids, parents
 
 
@@ -206,7 +189,6 @@ class LookaheadDraft(ModelFreeDraft):
         self.tree_steps = 0  # proposals sent as trees since begin(): diagnostics and tests
         self.guesses = 0  # n-grams the observed passes added since begin()
         self.trajectory: list[int] = []  # the Jacobi guess for the tokens after the newest one (jacobi > 0)
-        self.jacobi_accepted = 0  # tokens steps emitted along the trajectory they were sent (diagnostics and tests)
         self._sent: list[int] = []  # the trajectory as the last proposal sent it (cut to γ)
 
     def observe_pass(self, choices: torch.Tensor) -> None:
@@ -225,16 +207,13 @@ class LookaheadDraft(ModelFreeDraft):
             tail, ids, parents = self._last
             choices = self._choices.tolist()
             if len(choices) == len(ids) + 1:
-                nodes = chain_nodes(ids, parents, self._sent)  # the trajectory's (none without one)
+                nodes = walk_trie(ids, parents, self._sent) if self._sent else []  # the trajectory's
                 also = tuple(1 + node for node in nodes)  # its positions feed the pool whatever the window
                 grams = pass_ngrams(tail, ids, parents, choices, self.ngram, self.window, also)
                 self.pool.add(grams[::-1])  # cur's position (the nearest to verified text) ends up first
                 self.guesses += len(grams)
                 if self.jacobi:  # the trajectory's next iteration, past what the step emitted
-                    emitted = tokens[known:]
-                    along = (j for j, t in enumerate(self._sent) if emitted[j : j + 1] != [t])
-                    self.jacobi_accepted += next(along, len(self._sent))
-                    self.trajectory = jacobi_step(self._sent, nodes, choices, len(emitted), self.jacobi)
+                    self.trajectory = jacobi_step(self._sent, nodes, choices, len(tokens) - known, self.jacobi)
         self._choices = None
         self.pool.add(context_ngrams(tokens, self.ngram, start=known))
         self._known.extend(tokens[known:])

@@ -92,6 +92,20 @@ def build_trie(branches: list[list[int]], max_nodes: int) -> tuple[list[int], li
     return tokens, parents
 
 
+def walk_trie(ids: list[int], parents: list[int] | None, tokens: list[int]) -> list[int]:
+    """The nodes that hold `tokens` one after another from cur, in a trie's (ids, parents) (None: a chain), as far as
+    they are there (pure): a token not among the last node's children ends the walk."""
+    links = parents if parents is not None else list(range(-1, len(ids) - 1))
+    out: list[int] = []
+    for tok in tokens:
+        above = out[-1] if out else -1
+        node = next((c for c, (t, p) in enumerate(zip(ids, links)) if p == above and t == tok), None)
+        if node is None:
+            break
+        out.append(node)
+    return out
+
+
 def is_chain(parents: list[int]) -> bool:
     """Whether a trie is one branch (node i's parent is i − 1)."""
     return all(parent == i - 1 for i, parent in enumerate(parents))

@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from specbench.config import RunConfig
-from specbench.decoding.drafts.tree_lookup import DEFAULT_NODES, build_trie, match_continuations
+from specbench.decoding.drafts.tree_lookup import DEFAULT_NODES, build_trie, match_continuations, walk_trie
 from specbench.errors import SpecbenchError
 from specbench.measure.auto.calibration import Calibration
 from specbench.measure.auto.choose import (
@@ -107,11 +107,16 @@ def grid(max_depth: int, k_max: int) -> list[tuple[int, int]]:
     return out
 
 
+def kept_nodes(step: TreeStep, depth: int, nodes: int) -> list[int]:
+    """The pilot trie's nodes a smaller (depth, nodes) keeps (pure): those of depth ≤ `depth`, the first
+    max(nodes, depth) of them in the trie's order."""
+    return [i for i, d in enumerate(step.node_depths) if d <= depth][: max(nodes, depth)]
+
+
 def kept(step: TreeStep, depth: int, nodes: int) -> tuple[int, int]:
-    """(nodes fed, drafted tokens accepted) of a pilot step under a smaller (depth, nodes) (pure): the pilot trie's
-    nodes of depth ≤ `depth`, the first max(nodes, depth) of them in the trie's order; the accepted path's leading
-    nodes among them (see the module docstring for where this is biased)."""
-    shallow = [i for i, d in enumerate(step.node_depths) if d <= depth][: max(nodes, depth)]
+    """(nodes fed, drafted tokens accepted) of a pilot step under a smaller (depth, nodes) (pure): `kept_nodes`, and
+    the accepted path's leading nodes among them (see the module docstring for where this is biased)."""
+    shallow = kept_nodes(step, depth, nodes)
     keep = set(shallow)
     accepted = 0
     for node in step.path:
@@ -124,8 +129,8 @@ def kept(step: TreeStep, depth: int, nodes: int) -> tuple[int, int]:
 def kept_chain(step: TreeStep, depth: int, nodes: int) -> bool:
     """Whether the nodes `kept` keeps form one branch (pure: one node at each depth 1..n), which tree-lookup sends as a
     chain, verified by a causal pass rather than a tree step."""
-    shallow = [d for d in step.node_depths if d <= depth][: max(nodes, depth)]
-    return shallow == list(range(1, len(shallow) + 1))
+    depths = [step.node_depths[i] for i in kept_nodes(step, depth, nodes)]
+    return depths == list(range(1, len(depths) + 1))
 
 
 def step_cost(curve: Mapping[int, float], step: TreeStep, depth: int, nodes: int, fed: int) -> float:
@@ -189,10 +194,9 @@ def pilot_steps(prompt_ids: list[int], result, max_new: int, gamma: int, draft) 
         depths: list[int] = []
         for parent in parents:
             depths.append(1 + (depths[parent] if parent >= 0 else 0))
-        path, node = [], -1
-        for i in range(min(n, len(out) - pos)):
-            node = next(c for c, (t, p) in enumerate(zip(ids, parents)) if p == node and t == out[pos + i])
-            path.append(node)
+        path = walk_trie(ids, parents, out[pos : pos + min(n, len(out) - pos)])
+        if len(path) != min(n, len(out) - pos):
+            raise SpecbenchError(f"the tree pilot's rebuilt trie lacks the {n} tokens its step accepted: a bug")
         emits = min(n + 1, len(out) - pos)  # fewer than n + 1: the decode stopped inside this step
         steps.append(TreeStep(tuple(depths), tuple(path), emits if emits <= n else None))
         pos += n + 1

@@ -248,7 +248,7 @@ def engine_dict(record: EngineRecord) -> dict:
     if row["batch_s"] is None:
         for key in ENGINE_BATCH_FIELDS:
             del row[key]
-    if not row["tree_paths"]:
+    if all(path is None for path in row["tree_paths"]):
         del row["tree_paths"]
     return row
 

@@ -113,8 +113,6 @@ def engine_record(
     fields only for a run with --batch-size > 1 (`batched`; its last batch may hold a single row)."""
     fields = asdict(result)
     fields.pop("batch_size", None)  # the batch size goes into the ExampleRecord, once
-    if all(path is None for path in result.tree_paths):  # chains only: no tree paths (engine_dict leaves them out)
-        fields["tree_paths"] = []
     if not batched:  # a batch-1 engine's defaults: the record carries no batch fields (as before batches)
         fields.update(batch_s=None, batch_pass_rows=[], batch_pass_widths=[], kept_lengths=[])
     return EngineRecord(

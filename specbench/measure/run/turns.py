@@ -24,6 +24,7 @@ from typing import Any
 
 from specbench.decoding.base import DecodeResult
 from specbench.errors import SpecbenchError
+from specbench.measure.results.record_schema import engine_dict
 from specbench.measure.run.arms import engine_record, merge_repeats
 from specbench.measure.stats.metric_units import first_divergence
 
@@ -60,9 +61,7 @@ class TurnLog:
                     row[engine], row[f"{engine}_prompt_tokens"] = None, None
                     continue
                 merged, repeat_s = merge_repeats([rep[j].result for rep in reps])
-                row[engine] = asdict(engine_record(merged, tokenizer, repeat_s))
-                if not row[engine]["tree_paths"]:  # chains only: as a one-turn record, no tree paths
-                    del row[engine]["tree_paths"]
+                row[engine] = engine_dict(engine_record(merged, tokenizer, repeat_s))
                 row[f"{engine}_prompt_tokens"] = len(reps[0][j].prompt_ids)
             out.append(row)
         return out
