@@ -12,8 +12,9 @@ output budget), then time passes over k = 1..k_max new tokens, each rolled back 
 in a rotated order per repeat so that drift spreads evenly over k; the median per k is t(k).
 The draft's per-token cost is timed the same way with one-token passes. For a token-tree draft the same rounds also
 time tree passes (`tree_ms`): cur and k − 1 nodes under the tree mask, the host sync and the accepted path's cache
-compaction. On the 2-core AMD EPYC (SmolLM2-135M, bf16, 250 tokens of context) such a step cost 1.01–1.05× a causal
-pass of the same k, the share by which bare prices had left the tree check high on aclsum.
+compaction. On the 2-core AMD EPYC (SmolLM2-135M, bf16, 2 threads, 250 tokens of context) such a step cost 1.00–1.02×
+a causal pass of the same k, every 95 % interval holding 1 (n = 15 paired rounds, bench/tree_step_cost.py): small
+here, timed anyway because it is a different kernel path (the mask, the compaction) whose price can differ elsewhere.
 """
 
 from __future__ import annotations
