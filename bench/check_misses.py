@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-PARTS = ("step", "verify", "verify_per_step", "draft_call")
+PARTS = ("step", "verify", "verify_per_step", "verify_raw_per_step", "draft_call")
 
 
 def run_misses(manifest: dict, summary: dict, examples: list[dict]) -> dict | None:
@@ -46,6 +46,8 @@ def run_misses(manifest: dict, summary: dict, examples: list[dict]) -> dict | No
     call_ms = (costs.get("draft_call_ms") or {}).get(auto.get("draft"))
     step = plain_ms / costs["step_ms"]
     verify_miss = timed_verify / priced_verify if priced_verify else float("nan")
+    raw = raw_prices(costs)  # the rounds' own medians, where the run kept them (verify_bare_ms)
+    raw_miss = timed_verify / sum(raw.get(k, raw[max(raw)]) for k in passes) if raw and passes else float("nan")
     call = 1e3 * sum(s["draft_s"] for s in spec) / calls / call_ms if calls and call_ms else float("nan")
     return {
         "examples": example_parts(examples, verify, costs["step_ms"]),
@@ -58,8 +60,18 @@ def run_misses(manifest: dict, summary: dict, examples: list[dict]) -> dict | No
         "step": step,
         "verify": verify_miss,
         "verify_per_step": verify_miss / step,
+        "verify_raw_per_step": raw_miss / step,
         "draft_call": call,
     }
+
+
+def raw_prices(costs: dict) -> dict[int, float]:
+    """k → the verify pass priced as the loop's plain step times the rounds' raw t(k) ÷ t(1), no line (pure): the
+    alternative that verify_prices smooths; {} for a run that kept no rounds (before verify_bare_ms)."""
+    bare = {int(k): v for k, v in (costs.get("verify_bare_ms") or {}).items()}
+    if 1 not in bare or bare[1] <= 0:
+        return {}
+    return {k: costs["step_ms"] * t / bare[1] for k, t in bare.items()}
 
 
 def priced_slope(verify: dict[int, float], step_ms: float) -> float:

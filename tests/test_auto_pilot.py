@@ -248,7 +248,7 @@ def test_repriced_reads_the_verify_shape_from_the_rounds_medians():
     steady = {k: 20.0 + 2.0 * k for k in range(1, 6)}  # each extra token +2 ms on a 22 ms pass
     outlier = {k: 90.0 - 10.0 * k for k in range(1, 6)}  # one disturbed round, falling: read past by the medians
     new = pr.repriced(costs, [steady, steady, outlier])
-    assert new.verify_rounds == 3 and new.step_ms == costs.step_ms
+    assert new.verify_rounds == 3 and new.step_ms == costs.step_ms and new.verify_bare_ms == steady  # the medians, kept
     assert new.verify_ms == pytest.approx(pr.verify_prices(30.0, steady))
     assert new.verify_ms[5] == pytest.approx(30.0 * 30.0 / 22.0)  # the shape: t(5)/t(1) = 30/22
     assert pr.LoopCosts.from_dict(new.to_dict()) == new
@@ -321,6 +321,9 @@ def test_run_auto_at_t0_predicts_before_timing_and_reports_the_ratio(tmp_path):
     assert len(piloted) == 11 and not piloted & timed  # disjoint from the timed examples
     assert auto["loop_costs"]["float32"]["step_ms"] > 0
     assert auto["loop_costs"]["float32"]["verify_rounds"] == 3  # one round of bare passes per replayed example
+    kept = {int(k): v for k, v in auto["loop_costs"]["float32"]["verify_bare_ms"].items()}
+    costs = pr.LoopCosts.from_dict(auto["loop_costs"]["float32"])
+    assert costs.verify_ms == pytest.approx(pr.verify_prices(costs.step_ms, kept))  # re-priced from what it kept
     assert "its shape from 3 pass rounds beside the replay)" in check
     assert (auto["prediction"]["kind"], auto["prediction"]["n_pilot"], auto["prediction"]["n_examples"]) == (
         "held_out",

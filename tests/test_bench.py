@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -317,6 +318,7 @@ def test_check_misses_reads_each_parts_timed_over_priced(tmp_path, capsys):
         return {"baseline": base, "speculative": spec}
 
     costs = {"step_ms": 30.0, "verify_ms": {"1": 30.0, "5": 33.0}, "draft_call_ms": {"d": 2.0}}
+    costs["verify_bare_ms"] = {"1": 20.0, "5": 24.2}  # raw t(5)/t(1) 1.21: 36.3 ms a pass, what was timed
     manifest = {"run_id": "r", "auto": {"dtype": "bfloat16", "draft": "d", "loop_costs": {"bfloat16": costs}}}
     summary = {"task": "t", "speedup_geomean": 1.5, "auto_check_speedup": 1.6, "repeat_halves_ratio": 1.01}
     run = tmp_path / "runs" / "r"
@@ -334,6 +336,10 @@ def test_check_misses_reads_each_parts_timed_over_priced(tmp_path, capsys):
         and r["verify_per_step"] == pytest.approx(1.1)
     )
     assert r["draft_call"] == pytest.approx(1.0) and r["measured_over_check"] == pytest.approx(1.5 / 1.6)
+    assert r["verify_raw_per_step"] == pytest.approx(1.0)  # priced by the rounds' raw medians, it is on price
+    older = {k: v for k, v in costs.items() if k != "verify_bare_ms"}  # a run from before verify_bare_ms
+    manifest["auto"]["loop_costs"]["bfloat16"] = older
+    assert math.isnan(check_misses.run_misses(manifest, summary, [example(0.3, 0.0726)])["verify_raw_per_step"])
     assert "verify_per_step timed ÷ priced" in capsys.readouterr().out
 
 

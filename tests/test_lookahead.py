@@ -26,6 +26,7 @@ from specbench.decoding.drafts.lookahead import (
     add_branch,
     context_ngrams,
     jacobi_step,
+    most_nodes,
     pass_ngrams,
 )
 from specbench.decoding.drafts.tree_lookup import DEFAULT_NODES, build_trie, is_chain, walk_trie
@@ -37,6 +38,7 @@ from specbench.errors import SpecbenchError
 from specbench.evidence.controls import CONTROLS
 from specbench.evidence.exact_laws import memo
 from specbench.evidence.pair_step import EXACT_TOL, exact_pair_step_check, pair_step_checks
+from specbench.measure.run.calibrating import calibration_k_max
 from specbench.run_specs import parse_draft
 
 CPU = torch.device("cpu")
@@ -318,6 +320,21 @@ def test_the_trajectory_gets_its_own_nodes_beside_a_full_pool_trie():
     assert walk_trie(ids, parents, [1, 2, 30]) == [0, 1, 7]
     ids, parents = add_branch(pool_ids, pool_parents, [40, 41, 42], 2)  # cut where its allowance ends
     assert ids[7:] == [40, 41] and parents[7:] == [-1, 7]
+
+
+def test_a_run_calibrates_and_sizes_for_the_trajectorys_nodes_beside_a_full_trie():
+    """Three 3-token continuations of the newest token fill the pool's 7-node trie; the first trajectory (copies of
+    the newest token) shares none of it, so the proposal holds 7 + 3 nodes: most_nodes' bound, reached, and the
+    passes a run calibrates (1 + nodes). Control: the trie's budget alone (DEFAULT_NODES) is below it."""
+    prompt = [1, 10, 11, 12, 1, 20, 21, 22, 1, 30, 31, 32, 1]
+    draft = LookaheadDraft(VOCAB, CPU, jacobi=3)
+    draft.begin(prompt)
+    proposal = draft.propose(prompt, 4, GREEDY, None)
+    assert len(proposal.tokens) == most_nodes(4, 3) == 10 > DEFAULT_NODES
+    assert most_nodes(4) == DEFAULT_NODES and most_nodes(9, 3) == 12  # no trajectory; γ above the trie's budget
+    config = RunConfig("t", "lookahead:jacobi=3", "x", gamma=4, gamma_max=4)
+    assert calibration_k_max(config) == 1 + most_nodes(4, 3)
+    assert calibration_k_max(RunConfig("t", "lookahead", "x", gamma=4, gamma_max=4)) == 1 + DEFAULT_NODES
 
 
 # --- T > 0: verify's step law on the pair, with a lookahead proposer

@@ -153,6 +153,12 @@ class NgramPool:
         return out
 
 
+def most_nodes(gamma: int, jacobi: int = DEFAULT_JACOBI) -> int:
+    """The most nodes one proposal holds (pure): the pool's trie, at most max(DEFAULT_NODES, γ), then the Jacobi
+    trajectory's own, at most min(L, γ) (it is cut to γ); what a run sizes its calibrated passes and caches by."""
+    return max(DEFAULT_NODES, gamma) + min(jacobi, gamma)
+
+
 class LookaheadDraft(ModelFreeDraft):
     """Proposer: the n-gram pool's candidates for the newest token, as one trie (see the module docstring)."""
 

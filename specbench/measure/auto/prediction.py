@@ -48,15 +48,20 @@ class LoopCosts:
     lookup_ms: dict[str, float] = field(default_factory=dict)  # draft spec → prompt lookup's search per step
     overhead_ms: dict[str, float] = field(default_factory=dict)  # draft spec → per step, outside draft and verify
     verify_rounds: int = 0  # 0: verify priced from the calibration's burst; n: from n rounds beside the replay
+    # k → the rounds' median bare pass (ms) that verify_ms was read from ({}: the burst's, in the calibration): kept
+    # so that a finished run can be re-priced under another rule (bench/check_misses.py)
+    verify_bare_ms: dict[int, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d["verify_ms"] = {str(k): v for k, v in self.verify_ms.items()}
+        for key in ("verify_ms", "verify_bare_ms"):
+            d[key] = {str(k): v for k, v in d[key].items()}
         return d
 
     @staticmethod
     def from_dict(d: dict) -> LoopCosts:
-        return LoopCosts(**(d | {"verify_ms": {int(k): float(v) for k, v in d["verify_ms"].items()}}))
+        keyed = {key: {int(k): float(v) for k, v in d.get(key, {}).items()} for key in ("verify_ms", "verify_bare_ms")}
+        return LoopCosts(**(d | keyed))
 
 
 def verify_prices(step_ms: float, bare_ms: dict[int, float]) -> dict[int, float]:
@@ -93,7 +98,7 @@ def repriced(costs: LoopCosts, rounds: list[dict[int, float]]) -> LoopCosts:
         return costs
     ks = sorted(set.intersection(*(set(r) for r in rounds)))
     bare = {k: float(np.median([r[k] for r in rounds])) for k in ks}
-    return replace(costs, verify_ms=verify_prices(costs.step_ms, bare), verify_rounds=len(rounds))
+    return replace(costs, verify_ms=verify_prices(costs.step_ms, bare), verify_rounds=len(rounds), verify_bare_ms=bare)
 
 
 def example_shape(trace: Trace, draft: str, costs: LoopCosts, scale: float) -> tuple[float, float, float]:

@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from specbench.config import RunConfig
+from specbench.decoding.drafts import lookahead
 from specbench.decoding.drafts.tree_lookup import DEFAULT_NODES, build_trie, match_continuations, walk_trie
 from specbench.errors import SpecbenchError
 from specbench.measure.auto.calibration import Calibration
@@ -87,12 +88,15 @@ def applies(config: RunConfig) -> bool:
 
 
 def pass_nodes(config: RunConfig) -> int:
-    """The most nodes a tree-lookup run's pass feeds (its node budget; MAX_NODES when --gamma auto chooses it), or an
-    EAGLE head's tree (γ + top − 1); 0 for other drafts."""
+    """The most nodes a tree-lookup run's pass feeds (its node budget; MAX_NODES when --gamma auto chooses it), an
+    EAGLE head's tree (γ + top − 1) or lookahead's trie with its Jacobi trajectory; 0 for other drafts."""
     if applies(config):
         return MAX_NODES
     if config.draft.head_top > 1:  # an EAGLE head's tree: its other top first tokens beside its chain
         return config.draft_gamma + config.draft.head_top - 1
+    if config.draft.kind == "lookahead":
+        jacobi = int(dict(config.draft.options).get("jacobi", lookahead.DEFAULT_JACOBI))
+        return lookahead.most_nodes(config.draft_gamma, jacobi)
     return int(dict(config.draft.options).get("nodes", DEFAULT_NODES)) if config.draft.kind == "tree-lookup" else 0
 
 

@@ -112,7 +112,8 @@ avx512f, avx512_bf16, avx512_fp16, avx512_vnni, amx_tile, amx_bf16, amx_int8, an
 `policy_gamma`, `reasons`, `calibrations` per dtype, `draft_ms` per dtype and draft, `pilots` per draft
 (`alpha`, `steps`, `lookup_law`, `examples`) and `candidates` (every (draft, dtype, γ) with its predicted
 `speedup` and `ms_per_token`); with the replay pilot also `loop_costs` per dtype (with `verify_rounds`: 0 where
-the verify pass is priced from the calibration, n where from n rounds of bare passes beside the replay),
+the verify pass is priced from the calibration, n where from n rounds of bare passes beside the replay, and then
+`verify_bare_ms`, those rounds' median pass per k, so that a run can be re-priced later),
 `prediction` (the "predicted (held out)" number: `speedup`, `low`, `high`, `n_examples`, `n_pilot`,
 `sampling_log_sd`, `pricing_log_sd`), `check` (the "cost-model check (known acceptance)": the same keys, and
 `replay_s`, the seconds of the untimed decode and replay of the timed examples; runs from before issue 40 have
