@@ -8,6 +8,10 @@ was from what the loop paid; its log mean and sd over runs are what docs/benchma
   python bench/verify_price.py                        # the runs recorded in bench/data (20 idle make-run tasks)
   python bench/verify_price.py results/*-auto-*       # runs of your own (auto runs only)
   python bench/verify_price.py --extract DIR... --out bench/data/verify_price_runs_<date>.json
+  python bench/verify_price.py --rule line-t1 results/bench-coverage-epyc*/*/*   # another pricing rule, by task
+
+--rule: `line` is specbench's (prediction.verify_prices: a Theil–Sen line through k ≥ 2, over the lower of t(1) and
+the line at 1); `line-t1` the same line over t(1) always; `raw` the bare curve's own points over t(1), no line.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import math
 import statistics
 import sys
 from pathlib import Path
+
+from scipy import stats
 
 from specbench.measure.auto.prediction import verify_prices
 
@@ -42,8 +48,26 @@ def extract(folder: Path) -> dict:
     }
 
 
-def timed_over_priced(run: dict) -> float:
-    prices = verify_prices(run["step_ms"], {int(k): v for k, v in run["bare_ms"].items()})
+def line_over_t1(step_ms: float, bare_ms: dict[int, float]) -> dict[int, float]:
+    """verify_prices' line through the k ≥ 2 points, over the bare t(1) always (pure; falls back to it with fewer
+    than two such points)."""
+    rest = sorted(k for k in bare_ms if k >= 2)
+    if 1 not in bare_ms or len(rest) < 2:
+        return verify_prices(step_ms, bare_ms)
+    slope, intercept, _, _ = stats.theilslopes([bare_ms[k] for k in rest], rest)
+    return {k: step_ms * (1.0 if k == 1 else max(intercept + slope * k, bare_ms[1]) / bare_ms[1]) for k in bare_ms}
+
+
+def raw_curve(step_ms: float, bare_ms: dict[int, float]) -> dict[int, float]:
+    """The bare curve's own points over t(1), no line (pure)."""
+    return {k: step_ms * t / bare_ms[1] for k, t in bare_ms.items()}
+
+
+RULES = {"line": verify_prices, "line-t1": line_over_t1, "raw": raw_curve}
+
+
+def timed_over_priced(run: dict, rule: str = "line") -> float:
+    prices = RULES[rule](run["step_ms"], {int(k): v for k, v in run["bare_ms"].items()})
     priced_s = sum(prices[int(k)] * n for k, n in run["pass_counts"].items()) / 1e3
     return run["verify_s"] / priced_s
 
@@ -53,25 +77,46 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("folders", nargs="*", type=Path, help="auto run folders (default: the recorded runs)")
     ap.add_argument("--extract", action="store_true", help="write the folders' extracts to --out instead")
     ap.add_argument("--out", type=Path, default=DATA)
+    ap.add_argument("--rule", choices=sorted(RULES), default="line", help="how the bare curve prices a verify pass")
     args = ap.parse_args(argv)
     if args.extract:
         args.out.write_text(json.dumps([extract(f) for f in args.folders], indent=1) + "\n")
         print(f"wrote {len(args.folders)} runs to {args.out}")
         return 0
-    runs = [extract(f) for f in args.folders] if args.folders else json.loads(DATA.read_text())
+    folders = [f for f in args.folders if is_auto_run(f)]
+    for skipped in sorted(set(args.folders) - set(folders)):
+        print(f"skipped {skipped}: not an auto run folder (no manifest.json with auto calibrations)", file=sys.stderr)
+    runs = [extract(f) for f in folders] if args.folders else json.loads(DATA.read_text())
     if len(runs) < 2:
         print("need at least 2 auto runs", file=sys.stderr)
         return 2
-    logs = []
+    by_task: dict[str, list[float]] = {}
     for run in runs:
-        ratio = timed_over_priced(run)
-        logs.append(math.log(ratio))
+        ratio = timed_over_priced(run, args.rule)
+        by_task.setdefault(task_of(run["run"]), []).append(math.log(ratio))
         print(f"{run['run']:45s} timed verify ÷ priced {ratio:.3f}")
-    print(
-        f"n = {len(logs)} runs: log error mean {statistics.mean(logs):+.3f}, sd {statistics.stdev(logs):.3f}, "
-        f"largest miss {max(abs(math.exp(x) - 1) for x in logs):.0%}"
-    )
+    groups = by_task | ({"all": [x for v in by_task.values() for x in v]} if len(by_task) > 1 else {})
+    for task, logs in groups.items():
+        if len(logs) > 1:
+            print(
+                f"{task}: n = {len(logs)} runs, rule {args.rule}: log error mean {statistics.mean(logs):+.3f}, "
+                f"sd {statistics.stdev(logs):.3f}, largest miss {max(abs(math.exp(x) - 1) for x in logs):.0%}"
+            )
     return 0
+
+
+def is_auto_run(folder: Path) -> bool:
+    """Whether `folder` is a finished auto run with its calibrations and records (what extract reads)."""
+    manifest = folder / "manifest.json"
+    if not manifest.is_file() or not (folder / "examples.jsonl").is_file():
+        return False
+    return bool((json.loads(manifest.read_text()).get("auto") or {}).get("calibrations"))
+
+
+def task_of(run: str) -> str:
+    """The task of an auto run's folder name ("<parent>/<task>-auto-g…"; pure): what its runs are grouped by."""
+    name = run.rsplit("/", 1)[-1]
+    return name.split("-auto-", 1)[0] if "-auto-" in name else "runs"
 
 
 if __name__ == "__main__":

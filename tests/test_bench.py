@@ -73,6 +73,22 @@ def test_verify_price_bench_reads_a_run_folder_and_sees_a_costlier_verify(tmp_pa
         assert abs(got - factor) < 1e-9, (factor, got)
 
 
+def test_verify_price_rules_differ_only_where_t1_lies_above_the_line():
+    """A bare curve whose one-token pass sits 5 % above the line through k ≥ 2 (the aclsum shape on the EPYC): the
+    shipped rule prices against the line at 1, `line-t1` against t(1), `raw` reads the points. On a curve whose t(1)
+    is on the line (control) the three agree; folder names group runs by task."""
+    import verify_price
+
+    above = {1: 21.0, 2: 20.2, 3: 20.4, 4: 20.6, 5: 20.8}  # the line: 19.8 + 0.2 k, so 20.0 at 1
+    on = {k: 20.0 + 0.2 * k for k in range(1, 6)}
+    line, t1, raw = (verify_price.RULES[r](30.0, above) for r in ("line", "line-t1", "raw"))
+    assert line[5] == pytest.approx(30.0 * 20.8 / 20.0) and t1[5] == pytest.approx(30.0)  # t1: 20.8 < t(1), floored
+    assert raw[5] == pytest.approx(30.0 * 20.8 / 21.0) and line[1] == t1[1] == raw[1] == 30.0
+    for rule in ("line", "line-t1", "raw"):
+        assert verify_price.RULES[rule](30.0, on) == pytest.approx({k: 30.0 * on[k] / on[1] for k in on})
+    assert verify_price.task_of("x/ding-de-en-auto-gauto-t0-1a") == "ding-de-en" and verify_price.task_of("y") == "runs"
+
+
 def test_bench_auto_cross_fits_the_grids_best_cell_so_a_tie_reads_as_a_tie():
     """Twelve grid cells and the default job all equally fast (per-example log speedups with σ 0.15 noise, 40
     examples): the best cell on all examples is the luckiest, so the default job reads below it (winner's curse);
