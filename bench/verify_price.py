@@ -11,19 +11,20 @@ was from what the loop paid; its log mean and sd over runs are what docs/benchma
   python bench/verify_price.py --rule line-t1 results/bench-coverage-epyc*/*/*   # another pricing rule, by task
 
 --rule: `line` is specbench's (prediction.verify_prices: a Theil–Sen line through k ≥ 2, over the lower of t(1) and
-the line at 1); `line-t1` the same line over t(1) always; `raw` the bare curve's own points over t(1), no line.
+the line at 1, no pass priced below a plain step); `line-t1` the same line over t(1) always, max(line, t(1)) ÷ t(1);
+`raw` the bare curve's own points over t(1), no line. A run that kept its verify rounds' medians
+(loop_costs.<dtype>.verify_bare_ms) is priced from them, as its check was; older runs from the calibration burst.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import statistics
 import sys
 from pathlib import Path
-
-from scipy import stats
 
 from specbench.measure.auto.prediction import verify_prices
 
@@ -33,6 +34,7 @@ DATA = Path(__file__).parent / "data" / "verify_price_runs_2026-12-02.json"
 def extract(folder: Path) -> dict:
     """What the comparison needs from one auto run folder: the bare curve, the timed step, the verify passes."""
     auto = json.loads((folder / "manifest.json").read_text())["auto"]
+    rounds = ((auto.get("loop_costs") or {}).get(auto["dtype"]) or {}).get("verify_bare_ms")
     records = [json.loads(line) for line in (folder / "examples.jsonl").read_text().splitlines() if line.strip()]
     base, spec = [r["baseline"] for r in records], [r["speculative"] for r in records]
     counts: dict[str, int] = {}
@@ -41,29 +43,22 @@ def extract(folder: Path) -> dict:
             counts[str(k)] = counts.get(str(k), 0) + 1
     return {
         "run": f"{folder.parent.name}/{folder.name}",  # make runs reuse run ids: the parent tells them apart
-        "bare_ms": auto["calibrations"][auto["dtype"]]["target_ms"],
+        "bare_ms": rounds or auto["calibrations"][auto["dtype"]]["target_ms"],  # the rounds', else the burst's
+        "bare_from": "rounds" if rounds else "burst",
         "step_ms": 1e3 * sum(b["decode_s"] for b in base) / sum(b["n_tokens"] - 1 for b in base),
         "verify_s": sum(r["verify_s"] for r in spec),
         "pass_counts": counts,
     }
 
 
-def line_over_t1(step_ms: float, bare_ms: dict[int, float]) -> dict[int, float]:
-    """verify_prices' line through the k ≥ 2 points, over the bare t(1) always (pure; falls back to it with fewer
-    than two such points)."""
-    rest = sorted(k for k in bare_ms if k >= 2)
-    if 1 not in bare_ms or len(rest) < 2:
-        return verify_prices(step_ms, bare_ms)
-    slope, intercept, _, _ = stats.theilslopes([bare_ms[k] for k in rest], rest)
-    return {k: step_ms * (1.0 if k == 1 else max(intercept + slope * k, bare_ms[1]) / bare_ms[1]) for k in bare_ms}
-
-
 def raw_curve(step_ms: float, bare_ms: dict[int, float]) -> dict[int, float]:
-    """The bare curve's own points over t(1), no line (pure)."""
+    """The bare curve's own points over t(1), no line (pure); the shipped rule where t(1) is missing or not positive."""
+    if bare_ms.get(1, 0.0) <= 0:
+        return verify_prices(step_ms, bare_ms)
     return {k: step_ms * t / bare_ms[1] for k, t in bare_ms.items()}
 
 
-RULES = {"line": verify_prices, "line-t1": line_over_t1, "raw": raw_curve}
+RULES = {"line": verify_prices, "line-t1": functools.partial(verify_prices, over_first=True), "raw": raw_curve}
 
 
 def timed_over_priced(run: dict, rule: str = "line") -> float:

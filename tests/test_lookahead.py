@@ -332,6 +332,7 @@ def test_a_run_calibrates_and_sizes_for_the_trajectorys_nodes_beside_a_full_trie
     proposal = draft.propose(prompt, 4, GREEDY, None)
     assert len(proposal.tokens) == most_nodes(4, 3) == 10 > DEFAULT_NODES
     assert most_nodes(4) == DEFAULT_NODES and most_nodes(9, 3) == 12  # no trajectory; γ above the trie's budget
+    assert most_nodes(2, 5) == 3 * 2 + 2 and most_nodes(16) == 3 * 3  # G candidates of min(N − 1, γ); L cut to γ
     config = RunConfig("t", "lookahead:jacobi=3", "x", gamma=4, gamma_max=4)
     assert calibration_k_max(config) == 1 + most_nodes(4, 3)
     assert calibration_k_max(RunConfig("t", "lookahead", "x", gamma=4, gamma_max=4)) == 1 + DEFAULT_NODES

@@ -25,6 +25,7 @@ from specbench.decoding.drafts.tree_lookup import (
     build_trie,
     is_chain,
     match_continuations,
+    trie_proposal,
 )
 from specbench.decoding.sampling import processed_probs
 from specbench.decoding.speculative import decode_speculative
@@ -181,6 +182,39 @@ def run_tree_lookup(target, prompt, monkeypatch, backend="eager", **options):
     kw = dict(gamma=4, max_new_tokens=20, sampling=GREEDY, generator=None, eos_ids=frozenset())
     cm = CachedModel(target, backend=ForwardBackend(target, backend))
     return decode_speculative(cm, draft, prompt, **kw), steps, draft
+
+
+class WideTree(TreeLookupDraft):
+    """Seven sibling guesses after cur at every step: a depth-1 tree, never cut by the budget near the end."""
+
+    def propose(self, tokens, gamma, sampling, generator, min_confidence=0.0):
+        return trie_proposal(list(range(10, 17)), [-1] * 7, sampling, CPU, VOCAB)
+
+
+def test_a_static_cache_reserved_as_a_run_reserves_holds_a_wide_tree_at_the_budgets_end():
+    """Prompt + budget = 256 slots, one static cache's worth: steps near the end still feed 1 + 7 slots past the
+    example's own. Reserved as a run reserves (calibrating.run_capacity: the widest pass on top) it decodes, identical
+    to plain decoding; the control, a cache sized by the example's slots alone, overflows."""
+    from types import SimpleNamespace
+
+    from specbench.config import LoadSpec
+    from specbench.decoding.backend import ForwardBackend
+    from specbench.measure.run.calibrating import calibration_k_max, run_capacity
+
+    target, prompt = tiny_llama(0), [3 + i % 50 for i in range(236)]
+    kw = dict(max_new_tokens=20, sampling=GREEDY, generator=None, eos_ids=frozenset())
+    base = decode_autoregressive(CachedModel(target), prompt, **kw)
+    config = RunConfig("t", "tree-lookup:nodes=7", "x", gamma=4, gamma_max=4)
+    backend = ForwardBackend(target, "static")
+    backend.reserve(run_capacity(config, [SimpleNamespace(prompt_ids=prompt)], 20))
+    res = decode_speculative(CachedModel(target, backend=backend), WideTree(VOCAB, CPU), prompt, gamma=4, **kw)
+    assert res.token_ids == base.token_ids and max(res.pass_lengths) == 8
+    compiled = RunConfig(LoadSpec("t", backend="compiled"), "tree-lookup:nodes=7", "x", gamma=4, gamma_max=4)
+    held = [SimpleNamespace(prompt_ids=prompt)]
+    assert calibration_k_max(compiled) == 5 and run_capacity(compiled, held, 20) == 236 + 20 + 8  # γ + 1 calibrated
+    unreserved = CachedModel(target, backend=ForwardBackend(target, "static"))
+    with pytest.raises(SpecbenchError, match="overflowed"):
+        decode_speculative(unreserved, WideTree(VOCAB, CPU), prompt, gamma=4, **kw)
 
 
 @pytest.mark.parametrize("backend", ["eager", "static"])

@@ -153,10 +153,13 @@ class NgramPool:
         return out
 
 
-def most_nodes(gamma: int, jacobi: int = DEFAULT_JACOBI) -> int:
-    """The most nodes one proposal holds (pure): the pool's trie, at most max(DEFAULT_NODES, γ), then the Jacobi
-    trajectory's own, at most min(L, γ) (it is cut to γ); what a run sizes its calibrated passes and caches by."""
-    return max(DEFAULT_NODES, gamma) + min(jacobi, gamma)
+def most_nodes(
+    gamma: int, jacobi: int = DEFAULT_JACOBI, ngram: int = DEFAULT_NGRAM, branches: int = DEFAULT_BRANCHES
+) -> int:
+    """The most nodes one proposal holds (pure): the pool's trie, within its budget max(DEFAULT_NODES, γ) and within
+    the G candidates of at most min(N − 1, γ) tokens it merges, then the Jacobi trajectory's own, at most min(L, γ)
+    (it is cut to γ); what a run sizes its caches by (measure/run/calibrating.pass_room)."""
+    return min(max(DEFAULT_NODES, gamma), branches * min(ngram - 1, gamma)) + min(jacobi, gamma)
 
 
 class LookaheadDraft(ModelFreeDraft):

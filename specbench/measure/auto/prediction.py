@@ -64,7 +64,7 @@ class LoopCosts:
         return LoopCosts(**(d | keyed))
 
 
-def verify_prices(step_ms: float, bare_ms: dict[int, float]) -> dict[int, float]:
+def verify_prices(step_ms: float, bare_ms: dict[int, float], over_first: bool = False) -> dict[int, float]:
     """k → the loop's verify pass over k tokens (ms, pure): the loop's own plain step for k = 1; for k ≥ 2 the step
     times the bare curve's shape read from a Theil–Sen line through its k ≥ 2 points (scipy.stats.theilslopes) over
     t(1) (or the line at 1 where t(1) lies above it), never from single points, never falling.
@@ -75,7 +75,8 @@ def verify_prices(step_ms: float, bare_ms: dict[int, float]) -> dict[int, float]
     k = 2 because kernels change between one token and several: llama.cpp's Q4_1 pass over 2 tokens cost 1.8× its
     one-token step there, which a line through t(1) priced at 1.26× (that run's timed verify: 1.43× the line's price,
     0.94× this one's, re-priced from its records).
-    A curve with a knee past k = 2 (a GPU flat to some k, then rising) is priced above its flat part."""
+    A curve with a knee past k = 2 (a GPU flat to some k, then rising) is priced above its flat part.
+    `over_first`: the line over t(1) always (an alternative bench/verify_price.py compares; not what runs use)."""
     ks = sorted(k for k, t in bare_ms.items() if t > 0)
     if not ks or step_ms <= 0:
         return dict(bare_ms)
@@ -87,7 +88,8 @@ def verify_prices(step_ms: float, bare_ms: dict[int, float]) -> dict[int, float]
     if slope < 0:  # a pass over more tokens is not cheaper: a falling line is noise, read as flat at its median
         slope, intercept = 0.0, float(np.median(values))
     at_first = intercept + slope * first
-    base = min(bare_ms[first], at_first) if at_first > 0 else bare_ms[first]  # a steep line may cross 0 before k = 1
+    lower = at_first > 0 and not over_first  # a steep line may cross 0 before k = 1
+    base = min(bare_ms[first], at_first) if lower else bare_ms[first]
     return {k: step_ms if k == first else step_ms * max(intercept + slope * k, base) / base for k in ks}
 
 

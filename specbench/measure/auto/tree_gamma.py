@@ -88,16 +88,19 @@ def applies(config: RunConfig) -> bool:
 
 
 def pass_nodes(config: RunConfig) -> int:
-    """The most nodes a tree-lookup run's pass feeds (its node budget; MAX_NODES when --gamma auto chooses it), an
-    EAGLE head's tree (γ + top − 1) or lookahead's trie with its Jacobi trajectory; 0 for other drafts."""
+    """The most nodes a tree draft's pass feeds (pure): tree-lookup's or a suffix tree's node budget (their max(nodes,
+    γ) is completed by γ where this is used: calibrating.py); MAX_NODES when --gamma auto chooses a tree-lookup
+    budget; an EAGLE head's tree (γ + top − 1); lookahead's trie with its Jacobi trajectory; 0 for chains."""
     if applies(config):
         return MAX_NODES
     if config.draft.head_top > 1:  # an EAGLE head's tree: its other top first tokens beside its chain
         return config.draft_gamma + config.draft.head_top - 1
+    options = dict(config.draft.options)
     if config.draft.kind == "lookahead":
-        jacobi = int(dict(config.draft.options).get("jacobi", lookahead.DEFAULT_JACOBI))
-        return lookahead.most_nodes(config.draft_gamma, jacobi)
-    return int(dict(config.draft.options).get("nodes", DEFAULT_NODES)) if config.draft.kind == "tree-lookup" else 0
+        sizes = {k: int(v) for k, v in options.items() if k in ("jacobi", "ngram", "branches")}
+        return lookahead.most_nodes(config.draft_gamma, **sizes)
+    trees = config.draft.kind == "tree-lookup" or (config.draft.kind == "suffix" and config.draft.proposes_trees)
+    return int(options.get("nodes", DEFAULT_NODES)) if trees else 0
 
 
 def grid(max_depth: int, k_max: int) -> list[tuple[int, int]]:

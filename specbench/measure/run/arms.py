@@ -180,7 +180,7 @@ class Engines:
     def warm_up(self, prompt_ids: list[int], capacity: int = 0) -> None:
         """Run both engines once, unrecorded: first calls pay for allocations and kernel selection.
 
-        `capacity` (longest prompt + max_new_tokens of the run) sizes static caches once; under
+        `capacity` (calibrating.run_capacity: longest prompt, budget and widest pass) sizes static caches once; under
         the compiled backend every step shape is compiled here, before any timing.
         """
         for i, lm in enumerate(self.model_caches()):  # the target first, then a model draft

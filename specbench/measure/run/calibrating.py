@@ -4,12 +4,16 @@ planning.py, which decides the run and calls these."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from specbench.config import RunConfig
 from specbench.decoding.base import Proposer, model_caches
 from specbench.engines.session import Session
 from specbench.measure.auto.calibration import session_batch_curve
+
+if TYPE_CHECKING:
+    from specbench.measure.run.arms import Prepared
 
 
 def calibration_k_max(config: RunConfig) -> int:
@@ -21,6 +25,16 @@ def calibration_k_max(config: RunConfig) -> int:
     from specbench.measure.auto import tree_gamma
 
     return max(config.draft_gamma, config.gamma_max, tree_gamma.pass_nodes(config)) + 1  # a tree: 1 + its nodes
+
+
+def run_capacity(config: RunConfig, prepared: Iterable[Prepared], max_new: int) -> int:
+    """Cache slots a run reserves once (static caches): its longest prompt, its budget and its widest pass. A token
+    tree's node count is not cut by the budget near an output's end (only its depth is), so its 1 + nodes count even
+    where the compiled backend calibrates γ + 1 only."""
+    from specbench.measure.auto import tree_gamma
+
+    widest = max(calibration_k_max(config), 1 + tree_gamma.pass_nodes(config))
+    return max(len(p.prompt_ids) for p in prepared) + max_new + widest
 
 
 def prime_for_calibration(session: Session, proposer: Proposer, capacity: int, k_max: int) -> None:

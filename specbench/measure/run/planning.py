@@ -60,7 +60,7 @@ from specbench.measure.run.arms import (
     prompt_token_ids,
 )
 from specbench.measure.run.buckets import PROMPT_POOL, BucketChoice, choose_bucket, short_bucket_note
-from specbench.measure.run.calibrating import batch_calibration, calibration_k_max, prime_for_calibration
+from specbench.measure.run.calibrating import batch_calibration, calibration_k_max, prime_for_calibration, run_capacity
 from specbench.models import resolve_source
 from specbench.models.shipped import shipped_draft_dir
 from specbench.run_specs import DraftSpec, parse_draft
@@ -286,7 +286,7 @@ def choose_on_this_machine(
     pilot_prepared = prepare_examples(spec, pilot, first.target, max_new)
     drafts = available_drafts(config.load.target) if config.draft.auto else [config.draft]
     k_max = calibration_k_max(config)
-    capacity = max(len(p.prompt_ids) for p in prepared + pilot_prepared) + max_new + k_max
+    capacity = run_capacity(config, prepared + pilot_prepared, max_new)
 
     def calibrate_dtype(dtype: str, drafts: list[DraftSpec]):
         s = session_for(dtype)
@@ -417,7 +417,7 @@ def _prepare_run(config, results_dir, run_id, session, on_status, lock: contextl
         calibration = old["calibration"]
     else:
         k_max = calibration_k_max(run_config)
-        prime_for_calibration(session, proposer, max(len(p.prompt_ids) for p in prepared) + max_new + k_max, k_max)
+        prime_for_calibration(session, proposer, run_capacity(run_config, prepared, max_new), k_max)
         on_status(f"calibrating: target passes over 1..{k_max} tokens")
         # the session's curve is shared by every cell of a sweep: this run's draft goes on a copy
         curve = dataclasses.replace(

@@ -38,6 +38,7 @@ from specbench.measure.run.arms import (
     probe_target,
 )
 from specbench.measure.run.batch_runner import measure_batches
+from specbench.measure.run.calibrating import run_capacity
 from specbench.measure.run.load_runner import measure_load
 from specbench.measure.run.planning import RunPlan, prepare_run
 from specbench.measure.stats.metric_units import first_divergence
@@ -102,7 +103,7 @@ def _measure_locked(plan: RunPlan, on_start, on_example) -> RunOutcome:
         measure_load(plan, engines, records, on_example, memory)
         return RunOutcome(files, write_summary(files, config, plan.spec, records, plan.manifest, memory), len(todo))
     if todo:
-        engines.warm_up(todo[0].prompt_ids, max(len(p.prompt_ids) for p in plan.prepared) + plan.max_new_tokens)
+        engines.warm_up(todo[0].prompt_ids, run_capacity(config, plan.prepared, plan.max_new_tokens))
         ms = probe_target(plan.session, plan.prepared[0].prompt_ids)
         append_jsonl(probe_file, {"after": None, "ms": ms, **cpu_counters(threads)})
     for item in todo:
