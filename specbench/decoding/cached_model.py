@@ -148,6 +148,7 @@ class CachedModel:
         i + 1 at node i, each computed from the prefix, cur and its own ancestors only). All n+1 slots stay
         cached, in index order, until `keep_path`."""
         q = tree.size + 1
+        self.backend.check_room(self.length, q)  # before the mask, which a static cache's capacity sizes
         mask = tree.attention_mask(self.length, self.mask_length(q), self.device)
         return self.forward_masked(ids, mask, tree.position_ids(self.length, self.device))
 
