@@ -48,7 +48,7 @@ test-wheel: $(VENV)/.specbench-packages
 # B = 1 vs 8; sequence and prompt lengths; perplexity at T = 1; ≥ 20 examples per claim cell), then the report whose
 # claims table answers them: results/claims/report/. ~70 min on a 2-core CPU at one timed decode per engine and
 # example, timed end to end on an Intel Xeon (docs/claims.md, 2026-12-05); the timed sweeps now repeat A B B A
-# (CLAIMS_REPEATS=2), about 2 h, not yet timed.
+# (CLAIMS_REPEATS=2): about 1 h 46 min on the 2-core AMD EPYC (docs/claims.md, 2026-12-07).
 # Needs `specbench setup --target qwen2.5-coder-1.5b` and `--target qwen2.5-coder-0.5b` first (~7 min, once).
 # Options: make claims CLAIMS_DIR=<folder> SPECBENCH=<command> CLAIMS_BIT_EXACT=1 (adds a --bit-exact run for the
 # identity claim) CLAIMS_REPEATS=1 (no A B B A halves); docs/claims.md lists them.

@@ -19,7 +19,7 @@
 # whose 160 examples aclsum's 100 test abstracts cannot give, and for the samples): the second task doubled the
 # time without adding a verdict. About 65–70 min on a 2-core CPU with one timed decode per engine and example
 # (docs/claims.md has the timed run); the timed sweeps now repeat A B B A (CLAIMS_REPEATS=2), which roughly doubles
-# their share, about 2 h in all (not yet timed end to end); the script prints its own elapsed time.
+# their share: about 1 h 46 min in all on a 2-core AMD EPYC (2026-12-07); the script prints its own elapsed time.
 # Set-up first (once): make setup; specbench setup --target qwen2.5-coder-1.5b; specbench setup --target
 # qwen2.5-coder-0.5b.
 set -euo pipefail
