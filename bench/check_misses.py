@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 from scipy import stats
+from verify_price import raw_curve  # a sibling in bench/, on the path when run as a script
 
 PARTS = ("step", "verify", "verify_per_step", "verify_raw_per_step", "draft_call")
 
@@ -66,12 +67,10 @@ def run_misses(manifest: dict, summary: dict, examples: list[dict]) -> dict | No
 
 
 def raw_prices(costs: dict) -> dict[int, float]:
-    """k → the verify pass priced as the loop's plain step times the rounds' raw t(k) ÷ t(1), no line (pure): the
-    alternative that verify_prices smooths; {} for a run that kept no rounds (before verify_bare_ms)."""
+    """k → the verify pass priced by the rounds' raw curve (verify_price.raw_curve: the loop's plain step times
+    t(k) ÷ t(1), no line; pure); {} for a run that kept no rounds (before verify_bare_ms)."""
     bare = {int(k): v for k, v in (costs.get("verify_bare_ms") or {}).items()}
-    if 1 not in bare or bare[1] <= 0:
-        return {}
-    return {k: costs["step_ms"] * t / bare[1] for k, t in bare.items()}
+    return raw_curve(costs["step_ms"], bare) if bare else {}
 
 
 def priced_slope(verify: dict[int, float], step_ms: float) -> float:

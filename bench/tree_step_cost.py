@@ -15,24 +15,21 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import time
 
 import torch
-from scipy import stats
 
 from specbench.decoding.cached_model import CachedModel
 from specbench.measure.auto.calibration import pass_step
 from specbench.measure.machine.hardware import describe, hardware_identity
+from specbench.measure.stats.statistics import geometric_mean
 from specbench.models.loading import load_model
 
 
 def paired(ratios: list[float]) -> dict:
-    """Geometric mean of per-round ratios with its 95 % t interval on the logs (pure)."""
-    logs = [math.log(r) for r in ratios]
-    mean, n = statistics.mean(logs), len(logs)
-    half = stats.t.ppf(0.975, n - 1) * statistics.stdev(logs) / math.sqrt(n) if n > 1 else float("nan")
-    return {"ratio": math.exp(mean), "low": math.exp(mean - half), "high": math.exp(mean + half), "n": n}
+    """Geometric mean of per-round ratios with its 95 % t interval on the logs (pure; statistics.geometric_mean)."""
+    est = geometric_mean([math.log(r) for r in ratios], min_n=2)
+    return {"ratio": est.value, "low": est.low, "high": est.high, "n": est.n}
 
 
 def main(argv: list[str] | None = None) -> dict:

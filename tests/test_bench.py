@@ -7,6 +7,7 @@ import math
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers import CORPUS, save_tiny
 
@@ -87,6 +88,22 @@ def test_verify_price_rules_differ_only_where_t1_lies_above_the_line():
     for rule in ("line", "line-t1", "raw"):
         assert verify_price.RULES[rule](30.0, on) == pytest.approx({k: 30.0 * on[k] / on[1] for k in on})
     assert verify_price.task_of("x/ding-de-en-auto-gauto-t0-1a") == "ding-de-en" and verify_price.task_of("y") == "runs"
+
+
+def test_tree_step_costs_paired_ratio_is_the_geometric_mean_with_its_t_interval():
+    """bench/tree_step_cost.py's per-k figure: exp(mean log) of the rounds' ratios with Student's t on the logs, here
+    checked against the textbook formula; rounds all at 1.0 give the point at both ends (no spread, no interval)."""
+    import tree_step_cost
+    from scipy import stats
+
+    ratios = [1.02, 0.99, 1.05, 1.01, 0.97, 1.04]
+    logs = [math.log(r) for r in ratios]
+    mean, sd = sum(logs) / len(logs), float(np.std(logs, ddof=1))
+    half = stats.t.ppf(0.975, len(logs) - 1) * sd / math.sqrt(len(logs))
+    got = tree_step_cost.paired(ratios)
+    assert got["n"] == 6 and got["ratio"] == pytest.approx(math.exp(mean))
+    assert (got["low"], got["high"]) == pytest.approx((math.exp(mean - half), math.exp(mean + half)))
+    assert tree_step_cost.paired([1.0, 1.0])["low"] == tree_step_cost.paired([1.0, 1.0])["high"] == 1.0
 
 
 def test_bench_auto_cross_fits_the_grids_best_cell_so_a_tie_reads_as_a_tie():

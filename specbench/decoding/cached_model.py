@@ -148,24 +148,25 @@ class CachedModel:
         i + 1 at node i, each computed from the prefix, cur and its own ancestors only). All n+1 slots stay
         cached, in index order, until `keep_path`."""
         q = tree.size + 1
-        self.backend.check_room(self.length, q)  # before the mask, which a static cache's capacity sizes
         mask = tree.attention_mask(self.length, self.mask_length(q), self.device)
         return self.forward_masked(ids, mask, tree.position_ids(self.length, self.device))
 
     def mask_length(self, new: int) -> int:
-        """The key length a pass of `new` tokens attends over: cached + new, or a static cache's whole capacity."""
+        """The key length a pass of `new` tokens attends over: cached + new, or a static cache's whole capacity (a pass
+        that would overflow it fails here, in one line, before a mask of the wrong size is built)."""
+        self.backend.check_room(self.length, new)
         return self._cache.get_mask_sizes(new, 0)[0]  # type: ignore[attr-defined]  # set by start()
 
     @torch.inference_mode()
     def forward_masked(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """Feed ids [k] with a bool mask [1, 1, k, mask_length(k)] (True = attend) and position ids [1, k] → [k, V].
+        """Feed ids [k] with a bool mask [1, 1, k, mask_length(k)] (True = attend; mask_length checked the room) and
+        position ids [1, k] → [k, V].
 
         Decoder-only models only. Runs the model eagerly whatever the backend: a compiled backend would add a
         graph per tree shape, and a chain never comes here."""
         if self.is_seq2seq:
             raise SpecbenchError("token-tree proposals need a decoder-only target")
         t0 = self.timer.now() if self.timer else 0.0
-        self.backend.check_room(self.length, ids.shape[0])
         out = self.model(
             input_ids=ids.view(1, -1),
             attention_mask=additive_mask(mask, self.model.dtype),  # type: ignore[arg-type]  # torch: Module attrs are Tensor | Module

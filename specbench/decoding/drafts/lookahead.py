@@ -158,7 +158,7 @@ def most_nodes(
 ) -> int:
     """The most nodes one proposal holds (pure): the pool's trie, within its budget max(DEFAULT_NODES, γ) and within
     the G candidates of at most min(N − 1, γ) tokens it merges, then the Jacobi trajectory's own, at most min(L, γ)
-    (it is cut to γ); what a run sizes its caches by (measure/run/calibrating.pass_room)."""
+    (it is cut to γ); what a run sizes its caches by (measure/run/calibrating.widest_pass)."""
     return min(max(DEFAULT_NODES, gamma), branches * min(ngram - 1, gamma)) + min(jacobi, gamma)
 
 

@@ -16,25 +16,27 @@ if TYPE_CHECKING:
     from specbench.measure.run.arms import Prepared
 
 
-def calibration_k_max(config: RunConfig) -> int:
-    """Pass sizes to calibrate: up to gamma_max + 1 (the curve the report plots and auto/adaptive need), or a tree
-    draft's 1 + node budget (under --gamma auto the largest the tree choice prices);
-    under the compiled backend with a fixed γ only the γ + 1 shapes that are compiled anyway."""
-    if config.load.backend == "compiled" and config.gamma.fixed is not None:
-        return config.gamma.fixed + 1
+def widest_pass(config: RunConfig) -> int:
+    """The most tokens one target pass of the run feeds: γ_max + 1 (the curve the report plots and auto/adaptive
+    need), or a tree draft's 1 + node budget (under --gamma auto the largest the tree choice prices)."""
     from specbench.measure.auto import tree_gamma
 
     return max(config.draft_gamma, config.gamma_max, tree_gamma.pass_nodes(config)) + 1  # a tree: 1 + its nodes
 
 
+def calibration_k_max(config: RunConfig) -> int:
+    """Pass sizes to calibrate: up to widest_pass, but under the compiled backend with a fixed γ only the γ + 1 shapes
+    that are compiled anyway."""
+    if config.load.backend == "compiled" and config.gamma.fixed is not None:
+        return config.gamma.fixed + 1
+    return widest_pass(config)
+
+
 def run_capacity(config: RunConfig, prepared: Iterable[Prepared], max_new: int) -> int:
     """Cache slots a run reserves once (static caches): its longest prompt, its budget and its widest pass. A token
-    tree's node count is not cut by the budget near an output's end (only its depth is), so its 1 + nodes count even
-    where the compiled backend calibrates γ + 1 only."""
-    from specbench.measure.auto import tree_gamma
-
-    widest = max(calibration_k_max(config), 1 + tree_gamma.pass_nodes(config))
-    return max(len(p.prompt_ids) for p in prepared) + max_new + widest
+    tree's node count is not cut by the budget near an output's end (only its depth is), so its 1 + nodes count, under
+    the compiled backend too."""
+    return max(len(p.prompt_ids) for p in prepared) + max_new + widest_pass(config)
 
 
 def prime_for_calibration(session: Session, proposer: Proposer, capacity: int, k_max: int) -> None:
