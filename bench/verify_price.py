@@ -9,11 +9,18 @@ was from what the loop paid; its log mean and sd over runs are what docs/benchma
   python bench/verify_price.py results/*-auto-*       # runs of your own (auto runs only)
   python bench/verify_price.py --extract DIR... --out bench/data/verify_price_runs_<date>.json
   python bench/verify_price.py --rule line-t1 results/bench-coverage-epyc*/*/*   # another pricing rule, by task
+  python bench/verify_price.py --check --rule line-t1 results/bench-coverage-epyc-5/*/*   # measured ÷ check under it
 
 --rule: `line` is specbench's (prediction.verify_prices: a Theil–Sen line through k ≥ 2, over the lower of t(1) and
 the line at 1, no pass priced below a plain step); `line-t1` the same line over t(1) always, max(line, t(1)) ÷ t(1);
 `raw` the bare curve's own points over t(1), no line. A run that kept its verify rounds' medians
 (loop_costs.<dtype>.verify_bare_ms) is priced from them, as its check was; older runs from the calibration burst.
+
+--check: the run's whole cost-model check re-priced under --rule, and measured ÷ that check (the issue-40 goal reads
+it within ±5 %). Only the verify passes' prices change, so each timed example's priced speculative time moves by
+Σ (new − old price) over its own passes (scaled to its plain step); its per-example factor S ÷ (S + Δ) uses the
+timed speculative time S for the priced one (they differ by a few %, so the factor errs by ~0.1 %). Under the rule
+the run used the factor is exactly 1: the run's own check comes back (needs the rounds, verify_bare_ms).
 """
 
 from __future__ import annotations
@@ -67,13 +74,64 @@ def timed_over_priced(run: dict, rule: str = "line") -> float:
     return run["verify_s"] / priced_s
 
 
+def repriced_check(manifest: dict, summary: dict, examples: list[dict], rule: str) -> float | None:
+    """The run's cost-model check (summary auto_check_speedup) with its verify passes priced under `rule` from the
+    rounds the run kept (pure; the module docstring says how); None for a run without a check or rounds."""
+    auto = manifest.get("auto") or {}
+    costs = (auto.get("loop_costs") or {}).get(auto.get("dtype")) or {}
+    bare = {int(k): v for k, v in (costs.get("verify_bare_ms") or {}).items()}
+    check = summary.get("auto_check_speedup")
+    if not bare or not check:
+        return None
+    old = {int(k): v for k, v in costs["verify_ms"].items()}
+    new = RULES[rule](costs["step_ms"], bare)
+    logs = []
+    for e in examples:
+        base, spec = e["baseline"], e["speculative"]
+        ks = spec["pass_lengths"]
+        if not ks or base["n_tokens"] < 2:
+            logs.append(0.0)
+            continue
+        delta_ms = sum(new.get(k, new[max(new)]) - old.get(k, old[max(old)]) for k in ks)
+        delta_s = delta_ms / costs["step_ms"] * base["decode_s"] / (base["n_tokens"] - 1)
+        timed_s = spec["prefill_s"] + spec["decode_s"]
+        logs.append(math.log(timed_s / (timed_s + delta_s)))
+    return check * math.exp(statistics.mean(logs))
+
+
+def print_checks(folders: list[Path], rule: str) -> int:
+    """Per run measured ÷ check re-priced under `rule`, and per task how many lie within ±5 % (with the log mean)."""
+    by_task: dict[str, list[float]] = {}
+    for folder in folders:
+        read = json.loads((folder / "manifest.json").read_text()), json.loads((folder / "summary.json").read_text())
+        examples = [json.loads(x) for x in (folder / "examples.jsonl").read_text().splitlines() if x.strip()]
+        check = repriced_check(*read, examples, rule)
+        if check is None:
+            print(f"skipped {folder}: no cost-model check with kept verify rounds", file=sys.stderr)
+            continue
+        ratio = read[1]["speedup_geomean"] / check
+        by_task.setdefault(task_of(str(folder)), []).append(ratio)
+        print(f"{folder.parent.name}/{folder.name:45s} measured ÷ check ({rule}) {ratio:.3f}")
+    for task, ratios in sorted(by_task.items()):
+        within = sum(abs(r - 1) <= 0.05 for r in ratios)
+        mean = statistics.mean(math.log(r) for r in ratios)
+        print(
+            f"{task}: {within}/{len(ratios)} within ±5 %, log mean {mean:+.3f}, "
+            f"range {min(ratios):.3f}–{max(ratios):.3f}"
+        )
+    return 0 if by_task else 2
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("folders", nargs="*", type=Path, help="auto run folders (default: the recorded runs)")
     ap.add_argument("--extract", action="store_true", help="write the folders' extracts to --out instead")
     ap.add_argument("--out", type=Path, default=DATA)
     ap.add_argument("--rule", choices=sorted(RULES), default="line", help="how the bare curve prices a verify pass")
+    ap.add_argument("--check", action="store_true", help="measured ÷ the run's whole check, re-priced under --rule")
     args = ap.parse_args(argv)
+    if args.check:
+        return print_checks([f for f in args.folders if is_auto_run(f)], args.rule)
     if args.extract:
         args.out.write_text(json.dumps([extract(f) for f in args.folders], indent=1) + "\n")
         print(f"wrote {len(args.folders)} runs to {args.out}")

@@ -90,6 +90,40 @@ def test_verify_price_rules_differ_only_where_t1_lies_above_the_line():
     assert verify_price.task_of("x/ding-de-en-auto-gauto-t0-1a") == "ding-de-en" and verify_price.task_of("y") == "runs"
 
 
+def test_verify_price_recheck_gives_the_runs_own_check_back_under_its_rule_and_moves_with_the_price():
+    """`--check` re-prices a run's whole cost-model check from the rounds it kept: under the rule the run used
+    (its verify_ms) the check comes back exactly; under a rule that prices every pass over 1 token 10 % higher the
+    check falls by each example's own share of verify time (hand-computed here), and a run without rounds is None."""
+    import verify_price
+
+    bare = {1: 21.0, 2: 20.2, 3: 20.4, 4: 20.6, 5: 20.8}  # t(1) above the line: the rules differ
+    used = verify_price.RULES["raw"](30.0, bare)
+    costs = {"step_ms": 30.0, "verify_ms": {str(k): v for k, v in used.items()}, "verify_bare_ms": bare}
+    manifest = {"auto": {"dtype": "bfloat16", "loop_costs": {"bfloat16": costs}}}
+    summary = {"auto_check_speedup": 1.5, "speedup_geomean": 1.6}
+    examples = [
+        {
+            "baseline": {"decode_s": 0.6, "n_tokens": 21},
+            "speculative": {"pass_lengths": [5, 3, 1], "prefill_s": 0.1, "decode_s": 0.2},
+        },  # a 30 ms plain step: prices apply as they are
+        {
+            "baseline": {"decode_s": 1.2, "n_tokens": 21},
+            "speculative": {"pass_lengths": [], "prefill_s": 0.1, "decode_s": 0.5},
+        },  # no passes: no change
+    ]
+    assert verify_price.repriced_check(manifest, summary, examples, "raw") == pytest.approx(1.5)
+    verify_price.RULES["dearer"] = lambda step, b: {k: v * (1.1 if k > 1 else 1.0) for k, v in used.items()}
+    try:
+        got = verify_price.repriced_check(manifest, summary, examples, "dearer")
+    finally:
+        del verify_price.RULES["dearer"]
+    delta = 0.1 * (used[5] + used[3]) / 1e3  # seconds at a 30 ms step
+    assert got == pytest.approx(1.5 * math.sqrt(0.3 / (0.3 + delta)))
+    assert (
+        verify_price.repriced_check({"auto": {"dtype": "bfloat16", "loop_costs": {}}}, summary, examples, "raw") is None
+    )
+
+
 def test_tree_step_costs_paired_ratio_is_the_geometric_mean_with_its_t_interval():
     """bench/tree_step_cost.py's per-k figure: exp(mean log) of the rounds' ratios with Student's t on the logs, here
     checked against the textbook formula; rounds all at 1.0 give the point at both ends (no spread, no interval)."""
