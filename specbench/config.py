@@ -421,6 +421,11 @@ class RunConfig:
                 f"--draft-confidence must be in [0, 1) (got {self.draft_confidence}); 0 turns early stopping off"
             )
         draft = None if self.draft.auto else self.draft
+        if draft is not None and draft.recycles and self.gamma.policy == AUTO:
+            raise SpecbenchError(
+                f"--draft {draft.text} grows trees from earlier passes, which --gamma auto's pilot "
+                "does not replay; give --gamma <n>"
+            )
         if self.draft_confidence and draft is not None and draft.model_free:
             raise SpecbenchError(
                 f"--draft-confidence needs a model draft; {self.draft.text!r} has no confidence to check "

@@ -12,9 +12,11 @@ splitting the string itself, so the grammar below lives here only:
                                         copy from the context: the most recent match (specbench's
                                         default) or the leftmost (HF's); n-grams from max_ngram down
                                         to min_ngram (vLLM's prompt_lookup_max/min; default 3 and 1)
-  tree-lookup[:max_ngram=<n>,min_ngram=<n>,branches=<n>,nodes=<n>]
+  tree-lookup[:max_ngram=<n>,min_ngram=<n>,branches=<n>,nodes=<n>,recycle=<k>]
                                         every match's continuation as a branch of one token tree: up to
-                                        `branches` distinct ones (default 4), at most `nodes` nodes (default 7)
+                                        `branches` distinct ones (default 4), at most `nodes` nodes (default 7);
+                                        recycle=K fills the rest with the target's top-K successors from
+                                        earlier passes (token recycling; a fixed γ)
   suffix[:tree=0|1,nodes=<n>,max_depth=<n>,max_spec_factor=<x>,max_spec_offset=<x>,min_token_prob=<x>]
                                         suffix decoding (arctic-inference's suffix cache) over the prompt and
                                         the run's earlier outputs: a token tree (tree=1, default) or a chain
@@ -48,8 +50,8 @@ HYBRID_PREFIXES = ("lookup+", "hybrid:")  # `lookup+<model spec>` (canonical) or
 LOOKUP_RULES = ("recent", "hf")  # which earlier match prompt lookup copies from: the most recent, or HF's leftmost
 LOOKUP_OPTIONS = ("rule", "max_ngram", "min_ngram")
 LOOKUP_HELP = "rule=recent|hf, max_ngram=<n>, min_ngram=<n>"
-TREE_LOOKUP_OPTIONS = ("max_ngram", "min_ngram", "branches", "nodes")  # tree-lookup's (integers >= 1)
-TREE_LOOKUP_HELP = "max_ngram=<n>, min_ngram=<n>, branches=<n>, nodes=<n>"
+TREE_LOOKUP_OPTIONS = ("max_ngram", "min_ngram", "branches", "nodes", "recycle")  # tree-lookup's (integers >= 1)
+TREE_LOOKUP_HELP = "max_ngram=<n>, min_ngram=<n>, branches=<n>, nodes=<n>, recycle=<k>"
 # suffix's options (decoding/drafts/suffix.py): integers, then numbers >= 0; defaults are vLLM's suffix method's
 SUFFIX_INT_OPTIONS = ("tree", "nodes", "max_depth")
 SUFFIX_FLOAT_OPTIONS = ("max_spec_factor", "max_spec_offset", "min_token_prob")
@@ -103,9 +105,16 @@ class DraftSpec:
 
     @property
     def learns_outputs(self) -> bool:
-        """True for a draft that learns from the run's earlier outputs (suffix decoding's cache): it decodes one
-        example after another, so batches refuse it; the runner hands it each finished output and resets it per run."""
-        return self.kind == "suffix"
+        """True for a draft that learns from the run's earlier outputs (suffix decoding's cache, token recycling's
+        table): it decodes one example after another, so batches refuse it; the runner hands it each finished output
+        and resets it per run."""
+        return self.kind == "suffix" or self.recycles
+
+    @property
+    def recycles(self) -> bool:
+        """True for tree-lookup with recycle=K (decoding/drafts/recycle.py): its trees grow from the target's earlier
+        passes, which only the decode loop hands over (a pilot's replay does not)."""
+        return self.kind == "tree-lookup" and "recycle" in dict(self.options)
 
     @property
     def head_top(self) -> int:

@@ -166,7 +166,8 @@ class ObservesPasses(Protocol):
     def observe_pass(self, choices: torch.Tensor) -> None:
         """[n+1] int64 on the target's device: the target's argmax after cur and after each node of the proposal the
         draft last made (a chain or a tree, in its node order); a draft copies it to the host when it next proposes,
-        so that copy is draft time."""
+        so that copy is draft time. A draft with an `observe_top` attribute K > 1 (token recycling,
+        drafts/recycle.py) is handed each row's K likeliest ids instead, best first: [n+1, K]."""
 
 
 @runtime_checkable

@@ -61,10 +61,12 @@ class StepContext:
     res: DecodeResult  # counts and times, updated by each step
     stepwise: bool = False  # --bit-exact: every verify pass as one-token passes (stepwise.py)
     observes: bool = field(init=False)  # the draft learns from verify passes (lookahead): asked once, not every step
+    observe_top: int = field(init=False)  # how many of each row's likeliest ids it is handed (1: the argmax)
     reads_hidden: bool = field(init=False)  # the draft reads the target's hidden states (EAGLE): asked once
 
     def __post_init__(self) -> None:
         self.observes = isinstance(self.proposer, ObservesPasses)
+        self.observe_top = int(getattr(self.proposer, "observe_top", 1))
         self.reads_hidden = reads_hidden(self.proposer)
 
     def hand_hidden(self, rows: list[int] | int) -> None:
@@ -193,8 +195,8 @@ def draft_step(ctx: StepContext, tokens: list[int], g: int, unbounded: bool, pol
     else:
         logits = ctx.target.forward(ids, all_logits=True)[: g + 1]  # [g+1, V]
     drafted, verdict = judge_proposal(ctx, proposal, logits)
-    if ctx.observes:  # a draft that learns from verify passes (lookahead) sees the target's choices
-        ctx.proposer.observe_pass(logits.argmax(-1))  # type: ignore[attr-defined]  # ObservesPasses, checked once
+    if ctx.observes:  # a draft that learns from verify passes (lookahead, recycling) sees the target's choices
+        ctx.proposer.observe_pass(pass_choices(logits, ctx.observe_top))  # type: ignore[attr-defined]  # checked once
     n = verdict.n_accepted
     if ctx.reads_hidden:
         ctx.hand_hidden(n + 1)  # [cur, x_1..x_n]'s
@@ -205,6 +207,12 @@ def draft_step(ctx: StepContext, tokens: list[int], g: int, unbounded: bool, pol
     ctx.res.draft_s += tb - ta
     ctx.res.verify_s += tc - tb
     return drafted[:n] + [verdict.next_token]
+
+
+def pass_choices(logits: torch.Tensor, top: int) -> torch.Tensor:
+    """What an ObservesPasses draft is handed of a pass's rows: each row's argmax [n+1] (top 1), else its `top`
+    likeliest ids, best first [n+1, top]."""
+    return logits.argmax(-1) if top == 1 else logits.topk(top, dim=-1).indices
 
 
 def pass_ids(ctx: StepContext, cur: int, drafted: torch.Tensor) -> torch.Tensor:
@@ -262,7 +270,7 @@ def tree_step(
     logits = stepwise_tree(ctx.target, ids, tree) if ctx.stepwise else ctx.target.forward_tree(ids, tree)  # [n+1, V]
     drafted, verdict = judge_tree(ctx, proposal, tree, logits)
     if ctx.observes:
-        ctx.proposer.observe_pass(logits.argmax(-1))  # type: ignore[attr-defined]  # ObservesPasses, checked once
+        ctx.proposer.observe_pass(pass_choices(logits, ctx.observe_top))  # type: ignore[attr-defined]  # checked once
     path = verdict.path or []
     if ctx.reads_hidden:  # an EAGLE head's tree: the hidden states of cur and the accepted path, before the log grows
         ctx.hand_hidden(logged_rows(tree, path, ctx.stepwise))

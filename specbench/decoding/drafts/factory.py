@@ -15,6 +15,7 @@ from specbench.decoding.drafts.lookahead import DEFAULT_JACOBI, DEFAULT_NGRAM, D
 from specbench.decoding.drafts.model import ModelDraft
 from specbench.decoding.drafts.ngram import DEFAULT_BACKOFF, DEFAULT_K, make_frequency_draft
 from specbench.decoding.drafts.prompt_lookup import PromptLookupDraft
+from specbench.decoding.drafts.recycle import RecyclingTreeLookupDraft
 from specbench.decoding.drafts.tree_lookup import DEFAULT_BRANCHES, DEFAULT_NODES, TreeLookupDraft
 from specbench.errors import SpecbenchError, UsageError
 from specbench.models import PRESETS, LoadedModel, SplitPreset, load_model
@@ -55,7 +56,10 @@ def make_proposer(
     if parsed.kind == "tree-lookup":
         if target.is_seq2seq:  # a tree pass is a masked decoder-only pass (cached_model.forward_masked)
             raise SpecbenchError(f"--draft tree-lookup needs a decoder-only target; {target.name} is encoder-decoder")
-        return TreeLookupDraft(target.vocab_size, target.device, name=parsed.text, **dict(parsed.options))  # type: ignore[arg-type]  # parse_draft checked each option
+        options = dict(parsed.options)
+        if "recycle" in options:  # token recycling's branches in the rest of the budget (drafts/recycle.py)
+            return RecyclingTreeLookupDraft(target.vocab_size, target.device, name=parsed.text, **options)  # type: ignore[arg-type]  # parse_draft checked each option
+        return TreeLookupDraft(target.vocab_size, target.device, name=parsed.text, **options)  # type: ignore[arg-type]  # parse_draft checked each option
     if parsed.kind == "lookahead":
         if target.is_seq2seq:  # a tree pass is a masked decoder-only pass, as for tree-lookup
             raise SpecbenchError(f"--draft lookahead needs a decoder-only target; {target.name} is encoder-decoder")
@@ -148,7 +152,9 @@ def draft_rows() -> list[dict]:
             "kind": "model-free",
             "cost": "host-side n-gram search; one masked target pass over the tree",
             "description": "every matching suffix n-gram's continuation as a branch of one token tree "
-            "(shared prefixes merged, depth <= gamma), verified in one pass (decoder-only targets, batch 1)",
+            "(shared prefixes merged, depth <= gamma), verified in one pass (decoder-only targets, batch 1); "
+            "recycle=K fills the node budget's rest with the target's top-K successors of each token, read from "
+            "earlier verify passes (token recycling, a fixed gamma)",
         },
         {
             "name": f"suffix[:tree=1,nodes={DEFAULT_NODES}]",

@@ -1,0 +1,135 @@
+"""Token recycling as branches of tree-lookup's trie: `--draft tree-lookup:recycle=K`.
+
+Token Recycling (Luo et al., *Turning Trash into Treasure: Accelerating Inference of Large Language Models with Token
+Recycling*, 2024; on Spec-Bench's leaderboard) keeps, for every token, the target's top-K candidates for the token
+after it, read from the verify passes it has already paid for (every row of a pass is the target's law of the token
+after that row's input), and drafts a tree by following that table from the newest token. Here the table fills what
+the prompt-lookup trie leaves of the node budget:
+
+- **The table** (`successors`): token → the target's K likeliest next ids (logits' top-K, best first) from the
+  most recent row whose input was that token. After each verified proposal the batch-1 loop hands the draft the
+  top-K of every row of the pass (base.ObservesPasses with `observe_top` = K): row 0 is cur's, row i + 1 node i's,
+  rejected nodes included (their rows are the target's law after a context that holds the refuted token: still its
+  guess for what follows that token). As the paper's matrix, the table outlives an example, the way suffix decoding
+  keeps earlier outputs (base.LearnsOutputs): each decode starts from the table *committed* by the examples finished
+  before it, and the runner commits the table once an example's timed decodes are done (the table of the last decode
+  through this draft), so warm-ups, repeats and pilots teach it nothing and A B B A repeats start alike; every run
+  starts empty. A resumed run's table starts empty at the resume (stored outputs carry no logits to rebuild it from).
+  A context that does not extend the one absorbed (another branch: verify's enumerations) restarts from the
+  committed table. The prefill computes the last row only, so the prompt's tokens teach it nothing.
+- **The tree**: first tree-lookup's trie (every matching n-gram's continuation, tree_lookup.py), then recycled
+  branches until the budget max(nodes, γ) is spent (`grow`): a path of ranks (r1, r2, …) is the token
+  t1 = successors[newest][r1], t2 = successors[t1][r2], …, at most γ deep, cut where the table has no entry; paths
+  are taken best first under a fixed prior, the product of 2^−(r + 1) over the path's ranks, standing in for the
+  paper's static tree (tuned on a GPU for 80 nodes, where a CPU pass pays for every node past ~8).
+- **Exactness**: the proposal is a function of the context and of earlier passes' logits (no draw), so every node is
+  a point mass, as for tree-lookup and lookahead: the tree rule (accept.verify_tree_sampling) is exact at T = 0 and
+  T > 0. Only specbench's batch-1 loop hands passes over, so `--gamma auto`'s pilot, which rebuilds tries from the
+  context alone, cannot price the recycled branches: a recycle run takes a fixed γ. Costs no model forward; the host
+  copy of the top-K ids and the table's updates are timed as draft time, the top-K itself inside the verify pass.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import torch
+
+from specbench.config import SamplingConfig
+from specbench.decoding.base import Proposal
+from specbench.decoding.drafts.lookahead import add_branch
+from specbench.decoding.drafts.tree_lookup import TreeLookupDraft, build_trie, match_continuations, trie_proposal
+
+
+def grow(
+    ids: list[int], parents: list[int], successors: dict[int, list[int]], newest: int, depth: int, budget: int
+) -> tuple[list[int], list[int]]:
+    """A trie with recycled branches added (pure): best first under the prior Π 2^−(r + 1) over a path's ranks (ties:
+    the shallower path, then the lower ranks), each path the table's rank-r successor of the path above it from
+    `newest`, at most `depth` deep, until the trie holds `budget` nodes; a node already in the trie is followed
+    (tree_lookup's matches come first), a token without an entry ends its path."""
+    heap = [(-(2.0 ** -(r + 1)), 1, (r,), [tok]) for r, tok in enumerate(successors.get(newest, []))]
+    heapq.heapify(heap)
+    while heap and len(ids) < budget:
+        score, length, ranks, branch = heapq.heappop(heap)
+        ids, parents = add_branch(ids, parents, branch, budget - len(ids))
+        if length < depth:
+            for r, tok in enumerate(successors.get(branch[-1], [])):
+                heapq.heappush(heap, (score * 2.0 ** -(r + 1), length + 1, (*ranks, r), [*branch, tok]))
+    return ids, parents
+
+
+def pass_inputs(tokens: list[int], ids: list[int]) -> list[int]:
+    """The input token of every row of a verify pass over a proposal from context `tokens` (pure): cur (the newest
+    token), then the nodes in order."""
+    return [tokens[-1], *ids]
+
+
+class RecyclingTreeLookupDraft(TreeLookupDraft):
+    """tree-lookup's trie with the target's recycled top-K successors in the rest of the budget (module docstring)."""
+
+    def __init__(self, vocab_size: int, device: torch.device, *, recycle: int, **options):
+        super().__init__(vocab_size, device, **options)
+        if recycle < 1:
+            raise ValueError(f"recycle needs K >= 1 (got {recycle})")
+        self.observe_top = recycle  # base.ObservesPasses: the loop hands over each row's top-K ids
+        self.committed: dict[int, list[int]] = {}  # what finished examples taught (LearnsOutputs)
+        self.successors: dict[int, list[int]] = {}  # the working table: committed, then this decode's passes
+        self._decoded = False  # a decode through this draft since the last commit (what remember_output commits)
+        self._known: list[int] = []  # the context the table was absorbed along
+        self._last: list[int] | None = None  # the last proposal's row inputs (cur, nodes)
+        self._top: torch.Tensor | None = None  # [n+1, K] the target's top-K over that proposal's pass
+        self.recycled_nodes = 0  # nodes the table added since begin(): diagnostics and tests
+
+    def begin(self, prompt_ids: list[int], max_new_tokens: int = 0) -> None:
+        super().begin(prompt_ids, max_new_tokens)
+        self.successors, self._known, self._last, self._top = dict(self.committed), [], None, None
+        self.recycled_nodes = 0
+
+    def remember_output(self, token_ids: list[int]) -> None:
+        """base.LearnsOutputs: an example is done; its last decode's table is what later examples start from (a
+        resumed example, not decoded since, commits nothing)."""
+        if self._decoded:
+            self.committed, self._decoded = self.successors, False
+
+    def forget_outputs(self) -> None:
+        """base.LearnsOutputs: a run starts (and ends) with an empty table."""
+        self.committed, self.successors, self._decoded = {}, {}, False
+
+    def observe_pass(self, choices: torch.Tensor) -> None:
+        """base.ObservesPasses: [n+1, K] the target's top-K ids after cur and after each node of the last proposal."""
+        self._top = choices
+
+    def _absorb(self, tokens: list[int]) -> None:
+        known = len(self._known)
+        if len(tokens) < known or tokens[:known] != self._known:  # another branch: start afresh
+            self.successors, self._top, self._last = dict(self.committed), None, None
+        if self._top is not None and self._last is not None:
+            rows = self._top.reshape(len(self._last), -1).tolist() if self._top.numel() else []
+            if len(rows) == len(self._last):
+                for token, row in zip(self._last, rows):
+                    self.successors[token] = row
+        self._top = None
+        self._known = list(tokens)
+        self._decoded = True
+
+    def propose(
+        self,
+        tokens: list[int],
+        gamma: int,
+        sampling: SamplingConfig,
+        generator: torch.Generator | None,
+        min_confidence: float = 0.0,
+    ) -> Proposal:
+        self._absorb(tokens)
+        budget = max(self.nodes, gamma)
+        found = match_continuations(tokens, gamma, self.max_ngram, self.min_ngram, self.branches)
+        ids, parents = build_trie(found, budget)
+        if tokens and gamma >= 1:
+            matched = len(ids)
+            ids, parents = grow(ids, parents, self.successors, tokens[-1], gamma, budget)
+            self.recycled_nodes += len(ids) - matched
+        proposal = trie_proposal(ids, parents, sampling, self.device, self.vocab_size)
+        self._last = pass_inputs(tokens, ids) if tokens else None
+        self.tree_steps += proposal.parents is not None
+        return proposal
