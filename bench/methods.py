@@ -2,7 +2,8 @@
 
 Runs `specbench sweep` (the CLI, as bench/auto_vs_sweep.py does) once per method on the torch engine, greedy, on the
 spec-bench task (its 13 categories, --limit questions of each), ding-de-en and aclsum, in one dtype (bfloat16 by
-default) at one γ. Methods by default: prompt-lookup, tree-lookup, lookahead, bigram (the n-gram draft), the shipped
+default) at one γ. Methods by default: prompt-lookup, tree-lookup, tree-lookup with token recycling
+(`tree-lookup:recycle=4,nodes=15`), lookahead, bigram (the n-gram draft), the shipped
 distilled draft, lookup+distilled, and suffix where arctic-inference is installed (one line says it was skipped
 otherwise); an EAGLE head is `--method eagle:<folder>`.
 Each sweep is its own resumable folder under --results-dir (its id derived from its grid, as every sweep's), so a
@@ -34,7 +35,16 @@ import sys
 from pathlib import Path
 
 MODEL = "MODEL"  # stands for --draft in a --method (the default methods' distilled and lookup+distilled)
-METHODS = ("prompt-lookup", "tree-lookup", "lookahead", "bigram", MODEL, f"lookup+{MODEL}", "suffix")
+METHODS = (
+    "prompt-lookup",
+    "tree-lookup",
+    "tree-lookup:recycle=4,nodes=15",
+    "lookahead",
+    "bigram",
+    MODEL,
+    f"lookup+{MODEL}",
+    "suffix",
+)
 TASKS = "spec-bench,ding-de-en,aclsum"
 DTYPES = ("float32", "bfloat16", "float16")
 

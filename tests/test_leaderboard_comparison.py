@@ -42,6 +42,7 @@ def test_the_shipped_leaderboard_names_its_source_and_has_six_columns_per_method
         ("eagle:drafts/head", "EAGLE"),
         ("eagle3:drafts/head", None),  # the shipped snapshot has no EAGLE-3 row
         ("tree-lookup", None),
+        ("tree-lookup:recycle=4,nodes=15", "Recycling"),
         ("lookup+distilled", None),
         ("suffix", None),
         ("bigram", None),

@@ -151,7 +151,14 @@ def test_the_script_defaults_and_its_methods():
     args = bench_methods.parse_args([])
     assert (args.limit, args.dtype, args.gamma, args.max_new_tokens) == (2, "bfloat16", "4", "64")
     drafts, skipped = bench_methods.methods(args, suffix_missing=True)
-    assert drafts == ["prompt-lookup", "tree-lookup", "lookahead", "bigram", "distilled", "lookup+distilled"]
+    assert drafts == [
+        "prompt-lookup",
+        "tree-lookup",
+        "tree-lookup:recycle=4,nodes=15",
+        "lookahead",
+        "bigram",
+        "distilled",
+    ] + ["lookup+distilled"]
     assert len(skipped) == 1 and "suffix" in skipped[0] and "make setup-suffix" in skipped[0]
     assert bench_methods.methods(args, suffix_missing=False)[0][-1] == "suffix"
     sweep = bench_methods.sweep_args(args, "tree-lookup")

@@ -40,7 +40,8 @@ COLUMN_OF = {
 }
 # Spec-Bench's name for a draft's kind: prompt lookup is PLD, a separate draft model is SpS (speculative sampling with
 # a small draft: Vicuna-68M there, the distilled 7.6M-parameter draft or any model here), lookahead is Lookahead, an
-# EAGLE head is EAGLE (EAGLE-1's chain-and-tree head; specbench's head drafts a chain). Tree lookup, suffix decoding,
+# EAGLE head is EAGLE (EAGLE-1's chain-and-tree head; specbench's head drafts a chain), tree-lookup:recycle=K is
+# Recycling (Token Recycling; here its table fills what the prompt matches leave). Tree lookup, suffix decoding,
 # the frequency drafts, the hybrid and an EAGLE-3 head (no row in the shipped snapshot) have no row of their own.
 COUNTERPARTS = {"prompt-lookup": "PLD", "lookahead": "Lookahead", "model": "SpS", "eagle": "EAGLE"}
 
@@ -57,6 +58,8 @@ def counterpart(draft: str) -> str | None:
         spec = parse_draft(draft)
     except SpecbenchError:  # a malformed or foreign draft string in old results: no counterpart
         return None
+    if spec.recycles:  # tree-lookup:recycle=K is token recycling's table, after tree-lookup's prompt matches
+        return "Recycling"
     return COUNTERPARTS.get(spec.head_method or spec.kind)  # eagle3: the shipped snapshot has no EAGLE-3 row
 
 
