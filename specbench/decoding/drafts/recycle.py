@@ -48,7 +48,9 @@ def grow(
     the shallower path, then the lower ranks), each path the table's rank-r successor of the path above it from
     `newest`, at most `depth` deep, until the trie holds `budget` nodes; a node already in the trie is followed
     (tree_lookup's matches come first), a token without an entry ends its path."""
-    heap = [(-(2.0 ** -(r + 1)), 1, (r,), [tok]) for r, tok in enumerate(successors.get(newest, []))]
+    heap: list[tuple[float, int, tuple[int, ...], list[int]]] = [
+        (-(2.0 ** -(r + 1)), 1, (r,), [tok]) for r, tok in enumerate(successors.get(newest, []))
+    ]
     heapq.heapify(heap)
     while heap and len(ids) < budget:
         score, length, ranks, branch = heapq.heappop(heap)
