@@ -421,10 +421,10 @@ class RunConfig:
                 f"--draft-confidence must be in [0, 1) (got {self.draft_confidence}); 0 turns early stopping off"
             )
         draft = None if self.draft.auto else self.draft
-        if draft is not None and draft.recycles and self.gamma.policy == AUTO:
+        if draft is not None and draft.recycles and self.gamma.policy is not None:
             raise SpecbenchError(
-                f"--draft {draft.text} grows trees from earlier passes, which --gamma auto's pilot "
-                "does not replay; give --gamma <n>"
+                f"--draft {draft.text} grows trees from earlier passes, which --gamma {self.gamma}'s choice "
+                "does not see; give --gamma <n>"
             )
         if self.draft_confidence and draft is not None and draft.model_free:
             raise SpecbenchError(

@@ -25,7 +25,9 @@ the prompt-lookup trie leaves of the node budget:
 - **Exactness**: the proposal is a function of the context and of earlier passes' logits (no draw), so every node is
   a point mass, as for tree-lookup and lookahead: the tree rule (accept.verify_tree_sampling) is exact at T = 0 and
   T > 0. Only specbench's batch-1 loop hands passes over, so `--gamma auto`'s pilot, which rebuilds tries from the
-  context alone, cannot price the recycled branches: a recycle run takes a fixed γ. Costs no model forward; the host
+  context alone, cannot price the recycled branches: a recycle run takes a fixed γ. `verify`'s step laws run their own
+  steps and hand no passes (nor commit), so they see an empty table: tests/test_recycle.py checks the exact law of
+  trees grown from a (seeded) table instead. Costs no model forward; the host
   copy of the top-K ids and the table's updates are timed as draft time, the top-K itself inside the verify pass.
 """
 
@@ -74,7 +76,7 @@ class RecyclingTreeLookupDraft(TreeLookupDraft):
         super().__init__(vocab_size, device, **options)
         if recycle < 1:
             raise ValueError(f"recycle needs K >= 1 (got {recycle})")
-        self.observe_top = recycle  # base.ObservesPasses: the loop hands over each row's top-K ids
+        self.observe_top = min(recycle, vocab_size)  # base.ObservesPasses: the loop hands each row's top-K ids
         self.committed: dict[int, list[int]] = {}  # what finished examples taught (LearnsOutputs)
         self.successors: dict[int, list[int]] = {}  # the working table: committed, then this decode's passes
         self._decoded = False  # a decode through this draft since the last commit (what remember_output commits)
@@ -92,7 +94,7 @@ class RecyclingTreeLookupDraft(TreeLookupDraft):
         """base.LearnsOutputs: an example is done; its last decode's table is what later examples start from (a
         resumed example, not decoded since, commits nothing)."""
         if self._decoded:
-            self.committed, self._decoded = self.successors, False
+            self.committed, self._decoded = dict(self.successors), False
 
     def forget_outputs(self) -> None:
         """base.LearnsOutputs: a run starts (and ends) with an empty table."""
@@ -103,14 +105,16 @@ class RecyclingTreeLookupDraft(TreeLookupDraft):
         self._top = choices
 
     def _absorb(self, tokens: list[int]) -> None:
+        """Bring the table up to `tokens`: file the last pass's rows under their input tokens (a pass whose rows do
+        not pair with the last proposal's inputs is dropped, never filed one row off), or restart from the committed
+        table where `tokens` does not extend the context absorbed (another branch)."""
         known = len(self._known)
         if len(tokens) < known or tokens[:known] != self._known:  # another branch: start afresh
             self.successors, self._top, self._last = dict(self.committed), None, None
-        if self._top is not None and self._last is not None:
-            rows = self._top.reshape(len(self._last), -1).tolist() if self._top.numel() else []
-            if len(rows) == len(self._last):
-                for token, row in zip(self._last, rows):
-                    self.successors[token] = row
+        if self._top is not None and self._last is not None and self._top.shape[0] == len(self._last):
+            rows = self._top.reshape(len(self._last), -1).tolist()  # [n+1] (K = 1: the argmax) or [n+1, K]
+            for token, row in zip(self._last, rows):
+                self.successors[token] = row
         self._top = None
         self._known = list(tokens)
         self._decoded = True
