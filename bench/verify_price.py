@@ -89,9 +89,10 @@ def repriced_check(manifest: dict, summary: dict, examples: list[dict], rule: st
     for e in examples:
         base, spec = e["baseline"], e["speculative"]
         ks = spec["pass_lengths"]
-        if not ks or base["n_tokens"] < 2:
+        if not ks or base["n_tokens"] < 2:  # in the check's geometric mean too, and no verify price of its own moves
             logs.append(0.0)
             continue
+        # a pass longer than the curve is priced at its widest k under both rules, as the run's check priced it
         delta_ms = sum(new.get(k, new[max(new)]) - old.get(k, old[max(old)]) for k in ks)
         delta_s = delta_ms / costs["step_ms"] * base["decode_s"] / (base["n_tokens"] - 1)
         timed_s = spec["prefill_s"] + spec["decode_s"]

@@ -144,6 +144,24 @@ def test_recycled_nodes_are_accepted_and_a_table_under_the_wrong_keys_is_not(mon
     assert right >= 20 and wrong <= right / 4, (matches, right, wrong)  # measured: 37 and 0 over 40
 
 
+def test_sampled_runs_observe_passes_and_keep_consistent_counts():
+    """T = 1, top-k 3, through the loop: the table fills from the passes (recycled nodes proposed) and the counts
+    add up, with every expected acceptance a probability."""
+    target = tiny_llama(1)
+    recycled = 0
+    for seed in range(4):
+        draft = RecyclingTreeLookupDraft(VOCAB, CPU, recycle=3, **NO_MATCH)
+        gen = torch.Generator().manual_seed(seed)
+        kw = dict(gamma=4, max_new_tokens=24, sampling=SamplingConfig(temperature=1.0, top_k=3), eos_ids=frozenset())
+        prompt = torch.randint(3, VOCAB, (12,), generator=torch.Generator().manual_seed(seed)).tolist()
+        res = decode_speculative(CachedModel(target), draft, prompt, generator=gen, **kw)
+        assert len(res.token_ids) == 24 and res.trials == len(res.expected_accept)
+        assert all(0.0 <= e <= 1.0 + 1e-6 for e in res.expected_accept)
+        assert res.drafted == sum(res.draft_lengths) and res.accepted == sum(res.accept_lengths)
+        recycled += draft.recycled_nodes
+    assert recycled > 0
+
+
 def test_the_spec_parses_and_a_gamma_policy_is_refused_in_one_line():
     from types import SimpleNamespace
 
