@@ -34,6 +34,7 @@ import sys
 from pathlib import Path
 
 from specbench.measure.auto.prediction import verify_prices
+from specbench.measure.results.reader import read_run
 
 DATA = Path(__file__).parent / "data" / "verify_price_runs_2026-12-02.json"
 
@@ -104,13 +105,13 @@ def print_checks(folders: list[Path], rule: str) -> int:
     """Per run measured ÷ check re-priced under `rule`, and per task how many lie within ±5 % (with the log mean)."""
     by_task: dict[str, list[float]] = {}
     for folder in folders:
-        read = json.loads((folder / "manifest.json").read_text()), json.loads((folder / "summary.json").read_text())
-        examples = [json.loads(x) for x in (folder / "examples.jsonl").read_text().splitlines() if x.strip()]
-        check = repriced_check(*read, examples, rule)
+        run, why = read_run(folder)  # specbench's one reader: records checked against the summary
+        check = repriced_check(run.manifest, run.summary, run.records, rule) if run and run.summary else None
         if check is None:
-            print(f"skipped {folder}: no cost-model check with kept verify rounds", file=sys.stderr)
+            reasons = "; ".join(reason for _, reason in why) or "no cost-model check with kept verify rounds"
+            print(f"skipped {folder}: {reasons}", file=sys.stderr)
             continue
-        ratio = read[1]["speedup_geomean"] / check
+        ratio = run.summary["speedup_geomean"] / check
         by_task.setdefault(task_of(str(folder)), []).append(ratio)
         print(f"{folder.parent.name}/{folder.name:45s} measured ÷ check ({rule}) {ratio:.3f}")
     for task, ratios in sorted(by_task.items()):
@@ -120,7 +121,12 @@ def print_checks(folders: list[Path], rule: str) -> int:
             f"{task}: {within}/{len(ratios)} within ±5 %, log mean {mean:+.3f}, "
             f"range {min(ratios):.3f}–{max(ratios):.3f}"
         )
-    return 0 if by_task else 2
+    if not by_task:
+        print(
+            "no run to re-price: give auto run folders that kept their verify rounds (verify_bare_ms)", file=sys.stderr
+        )
+        return 2
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

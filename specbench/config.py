@@ -29,6 +29,7 @@ DEVICES = ("auto", "cpu", "cuda", "mps")
 DTYPES = ("float32", "bfloat16", "float16")
 # --draft auto, --dtype auto, --gamma auto: chosen on this machine by calibration + pilot (measure/auto/choose.py)
 AUTO = "auto"
+PILOTED_GAMMA = ("auto", "adaptive")  # the γ policies chosen before timing from a pilot's replay (measure/auto)
 BACKENDS = ("eager", "static", "compiled")  # see decoding/backend.py
 # per-row advance, or every row by the batch's minimum (decoding/batched/speculative.py)
 BATCH_POLICIES = ("ragged", "min")
@@ -421,10 +422,10 @@ class RunConfig:
                 f"--draft-confidence must be in [0, 1) (got {self.draft_confidence}); 0 turns early stopping off"
             )
         draft = None if self.draft.auto else self.draft
-        if draft is not None and draft.recycles and self.gamma.policy is not None:
+        if draft is not None and draft.recycles and (self.gamma.policy in PILOTED_GAMMA or self.load.dtype == AUTO):
             raise SpecbenchError(
-                f"--draft {draft.text} grows trees from earlier passes, which --gamma {self.gamma}'s choice "
-                "does not see; give --gamma <n>"
+                f"--draft {draft.text} grows trees from earlier passes, which the pilot of --gamma auto/adaptive and "
+                "--dtype auto does not replay; give --gamma <n> and --dtype <name>"
             )
         if self.draft_confidence and draft is not None and draft.model_free:
             raise SpecbenchError(

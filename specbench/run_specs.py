@@ -16,7 +16,7 @@ splitting the string itself, so the grammar below lives here only:
                                         every match's continuation as a branch of one token tree: up to
                                         `branches` distinct ones (default 4), at most `nodes` nodes (default 7);
                                         recycle=K fills the rest with the target's top-K successors from
-                                        earlier passes (token recycling; a fixed γ)
+                                        earlier passes (token recycling; no pilot)
   suffix[:tree=0|1,nodes=<n>,max_depth=<n>,max_spec_factor=<x>,max_spec_offset=<x>,min_token_prob=<x>]
                                         suffix decoding (arctic-inference's suffix cache) over the prompt and
                                         the run's earlier outputs: a token tree (tree=1, default) or a chain

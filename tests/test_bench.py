@@ -124,6 +124,16 @@ def test_verify_price_recheck_gives_the_runs_own_check_back_under_its_rule_and_m
     )
 
 
+def test_verify_price_check_without_a_usable_run_says_so_in_one_line(tmp_path, capsys):
+    """`--check` on folders holding no auto run that kept its rounds: exit 2 and one line naming what to give."""
+    import verify_price
+
+    assert verify_price.main(["--check", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "no run to re-price: give auto run folders that kept their verify rounds (verify_bare_ms)"
+    )
+
+
 def test_tree_step_costs_paired_ratio_is_the_geometric_mean_with_its_t_interval():
     """bench/tree_step_cost.py's per-k figure: exp(mean log) of the rounds' ratios with Student's t on the logs, here
     checked against the textbook formula; rounds all at 1.0 give the point at both ends (no spread, no interval)."""

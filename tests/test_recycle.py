@@ -10,7 +10,7 @@ import torch
 from conftest import VOCAB, sharpen, tiny_llama
 
 import specbench.decoding.drafts.recycle as recycle
-from specbench.config import RunConfig, SamplingConfig
+from specbench.config import LoadSpec, RunConfig, SamplingConfig
 from specbench.decoding.autoregressive import decode_autoregressive
 from specbench.decoding.base import ObservesPasses
 from specbench.decoding.cached_model import CachedModel
@@ -162,7 +162,7 @@ def test_sampled_runs_observe_passes_and_keep_consistent_counts():
     assert recycled > 0
 
 
-def test_the_spec_parses_and_a_gamma_policy_is_refused_in_one_line():
+def test_the_spec_parses_and_a_piloted_choice_is_refused_in_one_line():
     from types import SimpleNamespace
 
     from specbench.decoding.drafts.factory import make_proposer
@@ -174,9 +174,13 @@ def test_the_spec_parses_and_a_gamma_policy_is_refused_in_one_line():
     assert isinstance(draft, RecyclingTreeLookupDraft) and draft.observe_top == 4 and draft.nodes == 15
     with pytest.raises(SpecbenchError, match="recycle must be an integer >= 1"):
         parse_draft("tree-lookup:recycle=0")
-    for policy in ("auto", "adaptive", "heuristic"):
-        with pytest.raises(SpecbenchError, match=f"which --gamma {policy}'s choice does not see; give --gamma <n>"):
+    refused = "which the pilot of --gamma auto/adaptive and --dtype auto does not replay; give --gamma <n>"
+    for policy in ("auto", "adaptive"):
+        with pytest.raises(SpecbenchError, match=refused):
             RunConfig("t", "tree-lookup:recycle=2", "x", gamma=policy).validate()
+    with pytest.raises(SpecbenchError, match=refused):
+        RunConfig(LoadSpec("t", dtype="auto"), "tree-lookup:recycle=2", "x", gamma=3).validate()
+    RunConfig("t", "tree-lookup:recycle=2", "x", gamma="heuristic").validate()  # no pilot: HF's per-step schedule
     RunConfig("t", "tree-lookup:recycle=2", "x", gamma=3).validate()
 
 

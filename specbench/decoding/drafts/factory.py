@@ -154,7 +154,7 @@ def draft_rows() -> list[dict]:
             "description": "every matching suffix n-gram's continuation as a branch of one token tree "
             "(shared prefixes merged, depth <= gamma), verified in one pass (decoder-only targets, batch 1); "
             "recycle=K fills the node budget's rest with the target's top-K successors of each token, read from "
-            "earlier verify passes (token recycling, a fixed gamma)",
+            "earlier verify passes (token recycling; no --gamma auto/adaptive or --dtype auto)",
         },
         {
             "name": f"suffix[:tree=1,nodes={DEFAULT_NODES}]",

@@ -24,11 +24,11 @@ the prompt-lookup trie leaves of the node budget:
   paper's static tree (tuned on a GPU for 80 nodes, where a CPU pass pays for every node past ~8).
 - **Exactness**: the proposal is a function of the context and of earlier passes' logits (no draw), so every node is
   a point mass, as for tree-lookup and lookahead: the tree rule (accept.verify_tree_sampling) is exact at T = 0 and
-  T > 0. Only specbench's batch-1 loop hands passes over, so `--gamma auto`'s pilot, which rebuilds tries from the
-  context alone, cannot price the recycled branches: a recycle run takes a fixed γ. `verify`'s step laws run their own
-  steps and hand no passes (nor commit), so they see an empty table: tests/test_recycle.py checks the exact law of
-  trees grown from a (seeded) table instead. Costs no model forward; the host
-  copy of the top-K ids and the table's updates are timed as draft time, the top-K itself inside the verify pass.
+  T > 0. Only specbench's batch-1 loop hands passes over, so the pilot of `--gamma auto`/`adaptive` and `--dtype
+  auto`, which rebuilds tries from the context alone, cannot price the recycled branches: config refuses them.
+  `verify`'s step laws run their own steps and hand no passes (nor commit), so they see an empty table:
+  tests/test_recycle.py checks the exact law of trees grown from a (seeded) table instead. Costs no model forward;
+  the host copy of the top-K ids and the table's updates are timed as draft time, the top-K inside the verify pass.
 """
 
 from __future__ import annotations
@@ -37,10 +37,8 @@ import heapq
 
 import torch
 
-from specbench.config import SamplingConfig
-from specbench.decoding.base import Proposal
 from specbench.decoding.drafts.lookahead import add_branch
-from specbench.decoding.drafts.tree_lookup import TreeLookupDraft, build_trie, match_continuations, trie_proposal
+from specbench.decoding.drafts.tree_lookup import TreeLookupDraft
 
 
 def grow(
@@ -79,8 +77,7 @@ class RecyclingTreeLookupDraft(TreeLookupDraft):
         self.observe_top = min(recycle, vocab_size)  # base.ObservesPasses: the loop hands each row's top-K ids
         self.committed: dict[int, list[int]] = {}  # what finished examples taught (LearnsOutputs)
         self.successors: dict[int, list[int]] = {}  # the working table: committed, then this decode's passes
-        self._decoded = False  # a decode through this draft since the last commit (what remember_output commits)
-        self._known: list[int] = []  # the context the table was absorbed along
+        self._known: list[int] = []  # the context the table was absorbed along ([]: nothing since begin or a commit)
         self._last: list[int] | None = None  # the last proposal's row inputs (cur, nodes)
         self._top: torch.Tensor | None = None  # [n+1, K] the target's top-K over that proposal's pass
         self.recycled_nodes = 0  # nodes the table added since begin(): diagnostics and tests
@@ -93,12 +90,12 @@ class RecyclingTreeLookupDraft(TreeLookupDraft):
     def remember_output(self, token_ids: list[int]) -> None:
         """base.LearnsOutputs: an example is done; its last decode's table is what later examples start from (a
         resumed example, not decoded since, commits nothing)."""
-        if self._decoded:
-            self.committed, self._decoded = dict(self.successors), False
+        if self._known:
+            self.committed, self._known = dict(self.successors), []
 
     def forget_outputs(self) -> None:
         """base.LearnsOutputs: a run starts (and ends) with an empty table."""
-        self.committed, self.successors, self._decoded = {}, {}, False
+        self.committed, self.successors, self._known = {}, {}, []
 
     def observe_pass(self, choices: torch.Tensor) -> None:
         """base.ObservesPasses: [n+1, K] the target's top-K ids after cur and after each node of the last proposal."""
@@ -110,32 +107,22 @@ class RecyclingTreeLookupDraft(TreeLookupDraft):
         table where `tokens` does not extend the context absorbed (another branch)."""
         known = len(self._known)
         if len(tokens) < known or tokens[:known] != self._known:  # another branch: start afresh
-            self.successors, self._top, self._last = dict(self.committed), None, None
+            self.successors, self._top, self._last, self._known, known = dict(self.committed), None, None, [], 0
         if self._top is not None and self._last is not None and self._top.shape[0] == len(self._last):
             rows = self._top.reshape(len(self._last), -1).tolist()  # [n+1] (K = 1: the argmax) or [n+1, K]
             for token, row in zip(self._last, rows):
                 self.successors[token] = row
         self._top = None
-        self._known = list(tokens)
-        self._decoded = True
+        self._known.extend(tokens[known:])
 
-    def propose(
-        self,
-        tokens: list[int],
-        gamma: int,
-        sampling: SamplingConfig,
-        generator: torch.Generator | None,
-        min_confidence: float = 0.0,
-    ) -> Proposal:
+    def trie(self, tokens: list[int], gamma: int) -> tuple[list[int], list[int]]:
+        """tree-lookup's trie, then recycled branches in the rest of its budget (`grow`); the pass's row inputs kept
+        for the rows the loop hands back."""
         self._absorb(tokens)
-        budget = max(self.nodes, gamma)
-        found = match_continuations(tokens, gamma, self.max_ngram, self.min_ngram, self.branches)
-        ids, parents = build_trie(found, budget)
+        ids, parents = super().trie(tokens, gamma)
         if tokens and gamma >= 1:
             matched = len(ids)
-            ids, parents = grow(ids, parents, self.successors, tokens[-1], gamma, budget)
+            ids, parents = grow(ids, parents, self.successors, tokens[-1], gamma, max(self.nodes, gamma))
             self.recycled_nodes += len(ids) - matched
-        proposal = trie_proposal(ids, parents, sampling, self.device, self.vocab_size)
         self._last = pass_inputs(tokens, ids) if tokens else None
-        self.tree_steps += proposal.parents is not None
-        return proposal
+        return ids, parents

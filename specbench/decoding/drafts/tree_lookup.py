@@ -150,11 +150,16 @@ class TreeLookupDraft(ModelFreeDraft):
         generator: torch.Generator | None,
         min_confidence: float = 0.0,
     ) -> Proposal:
-        found = match_continuations(tokens, gamma, self.max_ngram, self.min_ngram, self.branches)
-        ids, parents = build_trie(found, max(self.nodes, gamma))
+        ids, parents = self.trie(tokens, gamma)
         proposal = trie_proposal(ids, parents, sampling, self.device, self.vocab_size)
         self.tree_steps += proposal.parents is not None
         return proposal
+
+    def trie(self, tokens: list[int], gamma: int) -> tuple[list[int], list[int]]:
+        """The proposal's trie (node tokens, parents): the matches' continuations within max(nodes, γ) nodes; the
+        place a subclass adds nodes of its own (recycle.py)."""
+        found = match_continuations(tokens, gamma, self.max_ngram, self.min_ngram, self.branches)
+        return build_trie(found, max(self.nodes, gamma))
 
 
 def trie_proposal(

@@ -22,7 +22,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from specbench.config import AUTO, RunConfig
+from specbench.config import AUTO, PILOTED_GAMMA, RunConfig
 from specbench.decoding import theory
 from specbench.errors import SpecbenchError
 from specbench.measure.auto.calibration import Calibration
@@ -146,7 +146,7 @@ class AutoChoice:
 
 def needs_choice(config: RunConfig) -> bool:
     """Whether anything must be calibrated before this run (auto values or the adaptive policy)."""
-    return config.draft.auto or config.load.dtype == AUTO or config.gamma.policy in ("auto", "adaptive")
+    return config.draft.auto or config.load.dtype == AUTO or config.gamma.policy in PILOTED_GAMMA
 
 
 def pilot_from_results(
@@ -257,7 +257,7 @@ def explain(
             f"{', '.join(others[1:]) or 'none'}; × is the geometric mean of per-example speedups, "
             f"which can rank otherwise)"
         )
-    if config.gamma.policy in ("auto", "adaptive"):
+    if config.gamma.policy in PILOTED_GAMMA:
         same = sorted((r for r in ranked if r.dtype == best.dtype and r.draft == best.draft), key=lambda r: r.gamma)
         cal = calibrations[best.dtype]
         head = (
