@@ -15,14 +15,16 @@ precisely one run measures its own speedup, the floor under any per-run check.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
+import sys
 from pathlib import Path
 
 import numpy as np
 from scipy import stats
 from verify_price import raw_curve  # a sibling in bench/, on the path when run as a script
+
+from specbench.measure.results.reader import read_run
 
 PARTS = ("step", "verify", "verify_per_step", "verify_raw_per_step", "draft_call")
 
@@ -135,14 +137,15 @@ def spread_and_correlation(rows: list[dict], part: str) -> tuple[float, float, i
     return float(x.std(ddof=1)), float(np.corrcoef(x, y)[0, 1]), len(pairs)
 
 
-def read_run(folder: Path) -> dict | None:
-    try:
-        manifest = json.loads((folder / "manifest.json").read_text())
-        summary = json.loads((folder / "summary.json").read_text())
-        examples = [json.loads(x) for x in (folder / "examples.jsonl").read_text().splitlines() if x.strip()]
-    except (OSError, json.JSONDecodeError):
-        return None
-    return run_misses(manifest, summary, examples)
+def read_misses(folder: Path) -> dict | None:
+    """One run folder's row, read through specbench's checked reader (records checked against the manifest and the
+    summary); None, with the reason on stderr, when the folder holds no auto run it can price."""
+    run, why = read_run(folder)
+    row = run_misses(run.manifest, run.summary, run.records) if run and run.summary else None
+    if row is None:
+        reasons = "; ".join(reason for _, reason in why) or "not an auto run with its loop costs"
+        print(f"skipped {folder}: {reasons}", file=sys.stderr)
+    return row
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -150,7 +153,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("folders", nargs="+", type=Path, help="run folders, or folders holding run folders")
     args = p.parse_args(argv)
     runs = [d for f in args.folders for d in ([f] if (f / "manifest.json").exists() else sorted(f.iterdir()))]
-    rows = [r for d in runs if d.is_dir() and (r := read_run(d)) is not None]
+    rows = [r for d in runs if d.is_dir() and (r := read_misses(d)) is not None]
+    if not rows:
+        print("no run to read: give `--gamma auto` run folders (or folders holding them)", file=sys.stderr)
+        return rows
     print(
         "| run | measured ÷ check | halves | verify rounds | " + " | ".join(f"{x} timed ÷ priced" for x in PARTS) + " |"
     )

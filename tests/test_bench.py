@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import sys
 from pathlib import Path
 
@@ -385,8 +386,9 @@ def test_the_feature_probes_paired_test_reads_only_the_positions_where_the_heads
 
 
 def test_check_misses_reads_each_parts_timed_over_priced(tmp_path, capsys):
-    """bench/check_misses.py on fabricated run folders with known costs: the verify pass timed 10 % over its price and
-    the plain step on price gives verify ÷ step 1.10; a run that is not an auto replay run is skipped."""
+    """bench/check_misses.py's row on a run with known costs: the verify pass timed 10 % over its price and the plain
+    step on price gives verify ÷ step 1.10; folders that hold no auto run it can read (a fabricated folder the checked
+    reader refuses, an empty one) are skipped with their reason, and with nothing read it says so in one line."""
     import check_misses
 
     def example(step_s: float, verify_s: float) -> dict:
@@ -398,15 +400,7 @@ def test_check_misses_reads_each_parts_timed_over_priced(tmp_path, capsys):
     costs["verify_bare_ms"] = {"1": 20.0, "5": 24.2}  # raw t(5)/t(1) 1.21: 36.3 ms a pass, what was timed
     manifest = {"run_id": "r", "auto": {"dtype": "bfloat16", "draft": "d", "loop_costs": {"bfloat16": costs}}}
     summary = {"task": "t", "speedup_geomean": 1.5, "auto_check_speedup": 1.6, "repeat_halves_ratio": 1.01}
-    run = tmp_path / "runs" / "r"
-    run.mkdir(parents=True)
-    (run / "manifest.json").write_text(json.dumps(manifest))
-    (run / "summary.json").write_text(json.dumps(summary))
-    (run / "examples.jsonl").write_text("\n".join(json.dumps(example(0.3, 0.0726)) for _ in range(3)) + "\n")
-    (tmp_path / "runs" / "plain").mkdir()  # no files: skipped
-    rows = check_misses.main([str(tmp_path / "runs")])
-    assert len(rows) == 1
-    r = rows[0]
+    r = check_misses.run_misses(manifest, summary, [example(0.3, 0.0726)] * 3)
     assert (
         r["step"] == pytest.approx(1.0)
         and r["verify"] == pytest.approx(1.1)
@@ -417,7 +411,15 @@ def test_check_misses_reads_each_parts_timed_over_priced(tmp_path, capsys):
     older = {k: v for k, v in costs.items() if k != "verify_bare_ms"}  # a run from before verify_bare_ms
     manifest["auto"]["loop_costs"]["bfloat16"] = older
     assert math.isnan(check_misses.run_misses(manifest, summary, [example(0.3, 0.0726)])["verify_raw_per_step"])
-    assert "verify_per_step timed ÷ priced" in capsys.readouterr().out
+    assert check_misses.run_misses({"run_id": "plain"}, summary, [example(0.3, 0.0726)]) is None  # not an auto run
+    run = tmp_path / "runs" / "r"
+    run.mkdir(parents=True)
+    (run / "manifest.json").write_text(json.dumps(manifest))  # no run manifest's fields: the reader refuses it
+    (run / "summary.json").write_text(json.dumps(summary))
+    (tmp_path / "runs" / "plain").mkdir()  # no files
+    assert check_misses.main([str(tmp_path / "runs")]) == []
+    err = capsys.readouterr().err
+    assert f"skipped {run}:" in err and "no run to read: give `--gamma auto` run folders" in err
 
 
 def test_check_misses_fits_the_timed_verify_passes_line():
@@ -439,3 +441,30 @@ def test_check_misses_fits_the_timed_verify_passes_line():
     assert fit["level"] == pytest.approx(0.9) and fit["slope"] == pytest.approx(0.04)
     assert fit["context_slope_per_100"] == pytest.approx(-0.03) and fit["context_r"] == pytest.approx(-1.0)
     assert check_misses.priced_slope({1: 30.0, 2: 31.0, 5: 34.0}, 30.0) == pytest.approx(1 / 30)
+
+
+def test_rerun_spread_pools_identical_runs_and_prices_the_floor_under_a_per_run_check():
+    """bench/rerun_spread.py: the spread of identical reruns' log speedups (reruns with another auto choice kept
+    apart), pooled over tasks with its chi-square interval, and the share a check with no error would leave outside
+    ±5 %: about 32 % at s_m = ln 1.05 (one sd), about 0 at s_m = 0.01 (the control: a quiet machine)."""
+    import rerun_spread
+
+    def rows(task, measured, choice="d γ 4 bfloat16"):
+        return [
+            {"task": task, "rerun": i, "choice": choice, "measured": m, "check": 1.5, "halves": 1.0}
+            for i, m in enumerate(measured)
+        ]
+
+    wide = [1.5 * math.exp(x * math.log(1.05)) for x in (-1.5, -0.5, 0.5, 1.5)]  # sd of the logs: 1.29 ln 1.05
+    s = rerun_spread.spread(rows("a", wide) + rows("a", [9.0], choice="other γ 2 float32"))
+    assert s["n"] == 4 and s["other_choice"] == 1
+    assert s["s_m"] == pytest.approx(statistics.stdev(math.log(m) for m in wide))
+    assert s["s_e"] == pytest.approx(s["s_m"])  # the check is one number: log(measured ÷ check) spreads alike
+    one_sd = {"n": 5, "s_m": math.log(1.05)}
+    pooled = rerun_spread.floor([one_sd, one_sd])
+    assert pooled["df"] == 8 and pooled["s_m"] == pytest.approx(math.log(1.05))
+    assert pooled["outside"] == pytest.approx(0.3173, abs=1e-3)
+    assert pooled["s_m_ci95"][0] < pooled["s_m"] < pooled["s_m_ci95"][1]
+    quiet = rerun_spread.floor([{"n": 5, "s_m": 0.01}])
+    assert quiet["outside"] < 1e-5
+    assert rerun_spread.floor([{"n": 1, "s_m": float("nan")}]) == {"df": 0}

@@ -65,6 +65,29 @@ def test_resume_after_a_truncated_line(models_dir, task_file, tmp_path):
     assert sorted(r["example_id"] for r in rows) == sorted({r["example_id"] for r in rows}) and len(rows) == 3
 
 
+def test_a_resumed_recycling_run_takes_back_its_table_or_says_it_cannot(models_dir, task_file, tmp_path):
+    """A recycling run keeps its committed table after every example (learnt.json, with the examples it follows); a
+    resume whose records match the file runs without a word, one whose records do not says so in one line and still
+    finishes."""
+    recycle = ("--draft", "tree-lookup:recycle=2", "--gamma", "2", "--run-id", "r")
+    args = [*run_args(models_dir, task_file, tmp_path, "--json")]
+    args[args.index("--draft") : args.index("--draft") + 2] = []
+    first = invoke(*args, *recycle)
+    assert first.exit_code == 0, first.output
+    run_dir = tmp_path / "res" / "r"
+    kept = json.loads((run_dir / "learnt.json").read_text())
+    ids = [json.loads(x)["example_id"] for x in (run_dir / "examples.jsonl").read_text().splitlines()]
+    assert kept["examples"] == ids and len(ids) == 3 and kept["state"]["table"]
+    lines = (run_dir / "examples.jsonl").read_text().splitlines()
+    (run_dir / "examples.jsonl").write_text("\n".join(lines[:2]) + "\n")  # killed after two examples...
+    (run_dir / "learnt.json").write_text(json.dumps({**kept, "examples": ids[:2]}))  # ...with their table kept
+    resumed = invoke(*args, *recycle)
+    assert resumed.exit_code == 0 and "learnt.json" not in resumed.output, resumed.output
+    (run_dir / "examples.jsonl").write_text(lines[0] + "\n")  # the table now follows three examples, one resumed
+    again = invoke(*args, *recycle)
+    assert again.exit_code == 0 and "kept after other examples than the 1 resumed" in again.output, again.output
+
+
 def test_a_run_folder_in_use_refuses_a_second_process(models_dir, task_file, tmp_path):
     """The same command started twice must not append to one examples.jsonl twice: the second one
     stops with one line naming the folder and the ways out, and the first one's records are intact."""

@@ -212,3 +212,48 @@ def test_verify_exact_step_law_with_the_table_in_use():
     assert sum(d.recycled_nodes for d in made) >= 2 * len(made) and sum(d.tree_steps for d in made) > 0  # in use
     moved = check.detail["controls_moved_law_by"]
     assert moved["always-accept"] > 100 * EXACT_TOL, moved
+
+
+def test_verify_teaches_a_learning_draft_the_same_table_every_time():
+    """`specbench verify` hands its checks a taught draft (evidence/verification.taught): greedy decodes through the
+    loop fill the table from their passes and each output is remembered (committed), so the checks' proposals hold
+    recycled nodes; two proposers taught alike hold the same table (the checks compare laws across proposers); a draft
+    that learns nothing is handed back as it was."""
+    from specbench.evidence.verification import taught
+
+    target = CachedModel(tiny_llama(1))
+    prompts = [torch.randint(3, VOCAB, (12,), generator=torch.Generator().manual_seed(s)).tolist() for s in (5, 6)]
+    kw = dict(target=target, prompts=prompts, eos_ids=frozenset(), max_new_tokens=16)
+    first = taught(RecyclingTreeLookupDraft(VOCAB, CPU, recycle=3, **NO_MATCH), **kw)
+    again = taught(RecyclingTreeLookupDraft(VOCAB, CPU, recycle=3, **NO_MATCH), **kw)
+    assert first.committed and first.committed == again.committed
+    untaught = RecyclingTreeLookupDraft(VOCAB, CPU, recycle=3, **NO_MATCH)
+    checked = [40, 41, 50, 51, next(iter(first.committed))]  # ends in a token the table knows
+    for draft in (first, untaught):
+        draft.begin(checked)
+        draft.propose(checked, 3, SamplingConfig(temperature=1.0, top_k=3), None)
+    assert first.recycled_nodes > 0 and untaught.recycled_nodes == 0
+
+
+def test_the_committed_table_is_kept_beside_the_records_and_a_resume_takes_it_back(tmp_path):
+    """runner.keep_learnt writes the committed table with the examples it follows; resume_learnt gives it to a fresh
+    draft only for exactly those examples (a file kept after other examples, or a table for another K, leaves the draft
+    empty and says why in one sentence); drafts that keep nothing write nothing."""
+    from specbench.measure.run.runner import LEARNT_FILE, keep_learnt, resume_learnt
+
+    draft = RecyclingTreeLookupDraft(VOCAB, CPU, recycle=2, **NO_MATCH)
+    draft.committed = {12: [40, 41], 40: [7, 8]}
+    keep_learnt(tmp_path, draft, ["a", "b"])
+    fresh = RecyclingTreeLookupDraft(VOCAB, CPU, recycle=2, **NO_MATCH)
+    assert resume_learnt(tmp_path, fresh, ["a", "b"]) is None and fresh.committed == draft.committed
+    fresh.begin([3, 12])
+    assert fresh.successors == draft.committed  # the first decode after the resume starts from it
+    other = RecyclingTreeLookupDraft(VOCAB, CPU, recycle=2, **NO_MATCH)
+    said = resume_learnt(tmp_path, other, ["a"])
+    assert "kept after other examples than the 1 resumed" in said and other.committed == {}
+    wider = RecyclingTreeLookupDraft(VOCAB, CPU, recycle=3, **NO_MATCH)
+    assert "not a recycling table for K = 3" in resume_learnt(tmp_path, wider, ["a", "b"]) and wider.committed == {}
+    (tmp_path / LEARNT_FILE).unlink()
+    assert "no learnt.json" in resume_learnt(tmp_path, other, ["a", "b"])
+    keep_learnt(tmp_path, TreeLookupDraft(VOCAB, CPU), ["a"])
+    assert not (tmp_path / LEARNT_FILE).exists() and resume_learnt(tmp_path, TreeLookupDraft(VOCAB, CPU), ["a"]) is None

@@ -203,4 +203,11 @@ def print_checks(request, outcome) -> None:
                 + (" (bit-exact mode: every pass a one-token step)" if c.detail.get("mode") == "bit-exact" else ""),
                 highlight=False,
             )
+    if outcome.taught:
+        out.print(
+            f"{request.draft} learns from earlier outputs: before the checks it decoded {outcome.taught} of the task's "
+            f"prompts greedily (every verify pass handed over, each output remembered), so the checks test its "
+            f"proposals with what it learnt, fixed (the checks hand it no passes)",
+            highlight=False,
+        )
     out.print(f"checks: {outcome.json_path}")

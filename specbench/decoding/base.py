@@ -157,6 +157,20 @@ def forget_outputs(proposer: Proposer) -> None:
 
 
 @runtime_checkable
+class KeepsLearnt(Protocol):
+    """The optional hooks of a learning draft whose state the remembered outputs cannot rebuild (token recycling's
+    table, filled from verify passes' logits, which no record keeps): the runner writes the state after every
+    example (results/record_writing.keep_learnt) and a resumed run restores it, so a resume drafts as an
+    uninterrupted run would."""
+
+    def learnt(self) -> dict:
+        """What finished examples taught it (the committed state), as a JSON object."""
+
+    def restore_learnt(self, state: dict) -> None:
+        """Take back a state `learnt()` gave (raises ValueError on one of the wrong shape)."""
+
+
+@runtime_checkable
 class ObservesPasses(Protocol):
     """The optional hook of a draft that learns from the target's verify passes (lookahead decoding's guesses,
     drafts/lookahead.py). After each verified proposal, the batch-1 loop (speculative.py) hands it the target's greedy

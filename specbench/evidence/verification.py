@@ -33,6 +33,9 @@ from pathlib import Path
 import torch
 
 from specbench.config import LoadSpec, RunConfig, SamplingConfig, check_results_dir
+from specbench.decoding.base import LearnsOutputs, Proposer, remember_output
+from specbench.decoding.cached_model import as_cached
+from specbench.decoding.speculative import decode_speculative
 from specbench.engines import DEFAULT_ENGINE, check_config, engine_spec, runtime, verify_engines
 from specbench.errors import SpecbenchError
 from specbench.evidence.bit_exact_identity import bit_exact_checks
@@ -52,6 +55,8 @@ from specbench.tasks.examples import select_examples
 from specbench.tasks.specs import load_task
 
 CHECKS_SCHEMA_VERSION = 1
+TEACH_GAMMA = 4  # the greedy decodes that teach a learning draft before the checks (`taught`): γ and their length
+TEACH_TOKENS = 32
 
 
 def run_checks(
@@ -265,6 +270,7 @@ class VerifyRequest:
 class VerifyOutcome:
     checks: list[CheckResult]  # in the order run_checks ran them
     json_path: Path  # checks.json (checks.jsonl beside it)
+    taught: int = 0  # prompts a learning draft decoded (and remembered) before the checks (`taught`); 0: none
 
     @property
     def passed(self) -> bool:
@@ -280,7 +286,7 @@ def verify_pair(
     out_dir = Path(check_results_dir(str(results_dir))) / request.folder_name()
     check_writable(out_dir)
     on_status("loading task and models")
-    session, proposer_factory, prompts, task_name = load_pair(request)
+    session, proposer_factory, prompts, task_name, taught_prompts = load_pair(request)
     target = session.target
     spec = engine_spec(request.engine)
 
@@ -336,10 +342,11 @@ def verify_pair(
             "alternative_tv": request.alt_tv,
             "engine": request.engine,
             **({"bit_exact": True} if request.bit_exact else {}),
+            **({"taught_prompts": taught_prompts} if taught_prompts else {}),
             **({"engine_info": info} if (info := session.engine_info()) else {}),
         },
     )
-    return VerifyOutcome(checks, json_path)
+    return VerifyOutcome(checks, json_path, taught_prompts)
 
 
 def check_writable(out_dir: Path) -> None:
@@ -350,12 +357,56 @@ def check_writable(out_dir: Path) -> None:
 
 
 def load_pair(request: VerifyRequest):
-    """(the engine's session, fresh-proposer factory, prompt token ids, task name); the draft is loaded
-    once here so that a bad draft fails before any check runs."""
+    """(the engine's session, fresh-proposer factory, prompt token ids, task name, how many prompts teach the draft);
+    the draft is loaded once here so that a bad draft fails before any check runs. A draft that learns from a run's
+    earlier outputs comes out of the factory taught (`taught`), so the checks test what it proposes once it has learnt
+    something."""
     session = runtime(request.engine).open_session(request.load)
     spec = load_task(request.task)
     prepared = prepare_examples(spec, select_examples(spec, request.limit, request.seed), session.target, 16)
     corpus = [p.prompt_ids for p in prepared]
     draft = request.draft_spec
-    session.proposer(draft, corpus)
-    return session, lambda: session.proposer(draft, corpus), corpus, spec.name
+    first = session.proposer(draft, corpus)
+    if not isinstance(first, LearnsOutputs) or not engine_spec(request.engine).capabilities.exactness_replay:
+        return session, lambda: session.proposer(draft, corpus), corpus, spec.name, 0
+    lessons = corpus[1:] or corpus  # the prompts after the checks' first, as a run's earlier examples
+    lesson = functools.partial(
+        taught,
+        target=as_cached(session.target.model),
+        prompts=lessons,
+        eos_ids=session.target.eos_ids,
+        decoder_start_id=session.target.decoder_start_id,
+    )
+    return session, lambda: lesson(session.proposer(draft, corpus)), corpus, spec.name, len(lessons)
+
+
+def taught(
+    proposer: Proposer,
+    *,
+    target,
+    prompts: Sequence[Sequence[int]],
+    eos_ids: frozenset[int],
+    decoder_start_id: int | None = None,
+    gamma: int = TEACH_GAMMA,
+    max_new_tokens: int = TEACH_TOKENS,
+) -> Proposer:
+    """A draft that learns from earlier outputs (base.LearnsOutputs: suffix decoding's cache, token recycling's table),
+    after a greedy decode of each of `prompts` through the batch-1 loop (which hands it every verify pass), each
+    output then remembered as the runner remembers a finished example's. Untaught, the law checks would run with an
+    empty cache or table and test only the rest of the draft. The decodes are greedy and deterministic, so every
+    proposer the factory makes has learnt the same state, and the checks (which hand no passes and remember
+    nothing) see that state fixed: its proposals are then a function of the context, as the exact laws need."""
+    for prompt in prompts:
+        out = decode_speculative(
+            target,
+            proposer,
+            list(prompt),
+            gamma=gamma,
+            max_new_tokens=max_new_tokens,
+            sampling=SamplingConfig(),
+            generator=None,
+            eos_ids=eos_ids,
+            decoder_start_id=decoder_start_id,
+        )
+        remember_output(proposer, out.token_ids)
+    return proposer

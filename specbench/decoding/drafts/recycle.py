@@ -14,7 +14,9 @@ the prompt-lookup trie leaves of the node budget:
   keeps earlier outputs (base.LearnsOutputs): each decode starts from the table *committed* by the examples finished
   before it, and the runner commits the table once an example's timed decodes are done (the table of the last decode
   through this draft), so warm-ups, repeats and pilots teach it nothing and A B B A repeats start alike; every run
-  starts empty. A resumed run's table starts empty at the resume (stored outputs carry no logits to rebuild it from).
+  starts empty. The committed table is written beside the records after every example (base.KeepsLearnt: the run
+  folder's learnt.json), so a resumed run starts from the table its finished examples left (stored outputs carry no
+  logits to rebuild it from).
   A context that does not extend the one absorbed (another branch: verify's enumerations) restarts from the
   committed table. The prefill computes the last row only, so the prompt's tokens teach it nothing.
 - **The tree**: first tree-lookup's trie (every matching n-gram's continuation, tree_lookup.py), then recycled
@@ -26,9 +28,11 @@ the prompt-lookup trie leaves of the node budget:
   a point mass, as for tree-lookup and lookahead: the tree rule (accept.verify_tree_sampling) is exact at T = 0 and
   T > 0. Only specbench's batch-1 loop hands passes over, so the pilot of `--gamma auto`/`adaptive` and `--dtype
   auto`, which rebuilds tries from the context alone, cannot price the recycled branches: config refuses them.
-  `verify`'s step laws run their own steps and hand no passes (nor commit), so they see an empty table:
-  tests/test_recycle.py checks the exact law of trees grown from a (seeded) table instead. Costs no model forward;
-  the host copy of the top-K ids and the table's updates are timed as draft time, the top-K inside the verify pass.
+  `verify`'s step laws run their own steps and hand no passes (nor commit), so `verify` first teaches the draft
+  (evidence/verification.taught: greedy decodes of other prompts through the loop, each committed) and its laws test
+  trees grown from that fixed table; tests/test_recycle.py checks the exact law of trees grown from a seeded table.
+  Costs no model forward; the host copy of the top-K ids and the table's updates are timed as draft time, the top-K
+  inside the verify pass.
 """
 
 from __future__ import annotations
@@ -96,6 +100,21 @@ class RecyclingTreeLookupDraft(TreeLookupDraft):
     def forget_outputs(self) -> None:
         """base.LearnsOutputs: a run starts (and ends) with an empty table."""
         self.committed, self.successors, self._known = {}, {}, []
+
+    def learnt(self) -> dict:
+        """base.KeepsLearnt: the committed table ({token: its K successors}; JSON keys are strings)."""
+        return {"recycle": self.observe_top, "table": {str(t): ids for t, ids in self.committed.items()}}
+
+    def restore_learnt(self, state: dict) -> None:
+        """base.KeepsLearnt: the committed table a run kept, for a resumed run (K must be this draft's)."""
+        table = state.get("table") if state.get("recycle") == self.observe_top else None
+        if not isinstance(table, dict) or not all(
+            isinstance(ids, list) and all(isinstance(i, int) and 0 <= i < self.vocab_size for i in ids)
+            for ids in table.values()
+        ):
+            raise ValueError(f"not a recycling table for K = {self.observe_top}")
+        self.committed = {int(t): list(ids) for t, ids in table.items()}
+        self.successors, self._known = dict(self.committed), []
 
     def observe_pass(self, choices: torch.Tensor) -> None:
         """base.ObservesPasses: [n+1, K] the target's top-K ids after cur and after each node of the last proposal."""

@@ -83,6 +83,8 @@ results/
     summary.json              one Summary, rewritten atomically after every example
     noise_probes.jsonl        the timing-noise probes (measure/machine/noise.py)
     load_batches.jsonl        a load run (--concurrency) only: one LoadBatch per arm and repeat
+    learnt.json               a draft whose learnt state no record keeps (token recycling's table) only: that state
+                              after the finished examples, rewritten atomically after each, taken back on resume
     baseline_probes.jsonl     cells of sweeps from before per-cell baselines: the shared one re-timed
     .lock                     held while a process measures into the folder
   <sweep-id>/                 one `specbench sweep` (id: a hash of the grid, or --sweep-id)

@@ -10,6 +10,8 @@ the load run's (--concurrency) in load_runner.py.
 from __future__ import annotations
 
 import functools
+import json
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -19,11 +21,12 @@ import torch
 from specbench.config import (
     RunConfig,
 )
-from specbench.decoding.base import DecodeResult, Proposer, forget_outputs, remember_output
+from specbench.decoding.base import DecodeResult, KeepsLearnt, Proposer, forget_outputs, remember_output
 from specbench.engines.session import Session
-from specbench.files import append_jsonl
+from specbench.files import append_jsonl, atomic_write_text
 from specbench.measure.machine.memory import peak_memory, reset_peak_memory
 from specbench.measure.machine.noise import cpu_counters
+from specbench.measure.results.bounded_reads import read_json_object
 from specbench.measure.results.record_writing import append_record, repair_jsonl, run_lock
 from specbench.measure.results.records import read_examples
 from specbench.measure.results.run_folder import write_summary
@@ -90,6 +93,8 @@ def _measure_locked(plan: RunPlan, on_start, on_example) -> RunOutcome:
     forget_outputs(plan.proposer)  # a draft that learns from earlier outputs starts each run from nothing,
     for stored in records:  # then from the resumed examples' outputs, in the order they ran
         remember_example(plan.proposer, stored)
+    if lost := resume_learnt(files.root, plan.proposer, [r["example_id"] for r in records]):
+        warnings.warn(lost, stacklevel=1)  # one line (CLI)
     engines = Engines(plan.session, config, plan.proposer, plan.choice)
     probe_file = files.root / "noise_probes.jsonl"
     threads = plan.session.compute_threads()  # what each probe row's contention counters are read against
@@ -170,10 +175,38 @@ def _measure_locked(plan: RunPlan, on_start, on_example) -> RunOutcome:
         append_jsonl(probe_file, {"after": item.example.id, "ms": ms, **cpu_counters(threads)})
         records.append(asdict(record))
         remember_example(plan.proposer, records[-1])  # after its timed decodes: later examples may copy from it
+        keep_learnt(files.root, plan.proposer, [r["example_id"] for r in records])
         write_summary(files, config, plan.spec, records, plan.manifest, memory)
         on_example(records[-1])
     summary = write_summary(files, config, plan.spec, records, plan.manifest, memory)
     return RunOutcome(files, summary, len(todo))
+
+
+LEARNT_FILE = "learnt.json"  # a learning draft's state after the finished examples (decoding/base.KeepsLearnt)
+
+
+def keep_learnt(root: Path, proposer: Proposer, example_ids: list[str]) -> None:
+    """Write what a draft that keeps learnt state knows after `example_ids` (atomic: a kill leaves the last whole
+    state); nothing for any other draft."""
+    if isinstance(proposer, KeepsLearnt):
+        atomic_write_text(root / LEARNT_FILE, json.dumps({"examples": example_ids, "state": proposer.learnt()}))
+
+
+def resume_learnt(root: Path, proposer: Proposer, example_ids: list[str]) -> str | None:
+    """Give a resumed run's draft the state it kept after exactly `example_ids` (the records resumed, in order); a
+    sentence saying why it resumes without it (a missing, unreadable or mismatched file), else None."""
+    if not example_ids or not isinstance(proposer, KeepsLearnt):
+        return None
+    doc, problem = read_json_object(root / LEARNT_FILE, LEARNT_FILE)
+    if doc is not None and doc.get("examples") != example_ids:
+        problem = f"{root / LEARNT_FILE}: kept after other examples than the {len(example_ids)} resumed"
+    if doc is not None and problem is None:
+        try:
+            proposer.restore_learnt(doc.get("state") or {})
+            return None
+        except ValueError as exc:
+            problem = f"{root / LEARNT_FILE}: {exc}"
+    return f"{problem}; the draft resumes without what the finished examples taught it, so it drafts less for a while"
 
 
 def remember_example(proposer: Proposer, record: dict) -> None:
