@@ -141,10 +141,15 @@ def read_misses(folder: Path) -> dict | None:
     """One run folder's row, read through specbench's checked reader (records checked against the manifest and the
     summary); None, with the reason on stderr, when the folder holds no auto run it can price."""
     run, why = read_run(folder)
-    row = run_misses(run.manifest, run.summary, run.records) if run and run.summary else None
-    if row is None:
-        reasons = "; ".join(reason for _, reason in why) or "not an auto run with its loop costs"
+    if run is None or run.summary is None:
+        reasons = "; ".join(reason for _, reason in why) or "no summary.json"
         print(f"skipped {folder}: {reasons}", file=sys.stderr)
+        return None
+    row = run_misses(run.manifest, run.summary, run.records)
+    if row is None:
+        print(f"skipped {folder}: not an auto run with its loop costs and cost-model check", file=sys.stderr)
+    elif why:
+        print(f"{folder}: read without {len(why)} unusable records ({why[0][1]})", file=sys.stderr)
     return row
 
 
@@ -184,4 +189,4 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(0 if main() else 2)  # nothing read: a usage error, as verify_price.py --check

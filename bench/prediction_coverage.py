@@ -44,6 +44,11 @@ def run_one(task: str, seed: int, job: list[str], out: Path) -> dict:
     return json.loads(proc.stdout)
 
 
+def choice_of(summary: dict) -> str:
+    """What the auto run chose, as one label (pure): draft, γ, dtype."""
+    return f"{summary.get('draft')} γ {summary.get('gamma')} {summary.get('dtype')}"
+
+
 def coverage_row(task: str, seed: int, summary: dict) -> dict:
     """One run's line of the table (pure): the two numbers, the measurement, covered (None when the run has no
     held-out interval or no measurement) and whether the check is within CHECK_TOLERANCE."""
@@ -56,7 +61,7 @@ def coverage_row(task: str, seed: int, summary: dict) -> dict:
         "task": task,
         "seed": seed,
         "run_id": summary.get("run_id"),
-        "choice": f"{summary.get('draft')} γ {summary.get('gamma')} {summary.get('dtype')}",
+        "choice": choice_of(summary),
         "predicted": summary.get("auto_predicted_speedup"),
         "interval": [low, high],
         "n_pilot": summary.get("auto_predicted_n_pilot"),

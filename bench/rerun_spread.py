@@ -5,8 +5,9 @@ measures. A measured speedup carries its run's own timing noise: rerun the same 
 moves. This bench reruns one auto job R times per task with the same seed (the same examples, the same pilot), each
 into its own folder, and reports per task the spread of log(measured speedup) across the reruns (s_m), the spread of
 log(measured ÷ check) (s_e), and, pooled over the tasks, what s_m alone implies: a check with no error at all would
-still leave a share 2·Φ(−ln 1.05 ⁄ s_m) of runs outside ±5 % (normal logs), given with the 95 % chi-square interval
-of s_m. Reruns whose auto choice differs (the pilot timed the candidates differently) are reported and kept apart.
+still leave a share Φ(ln 0.95 ⁄ s_m) + Φ(−ln 1.05 ⁄ s_m) of runs outside ±5 % (normal logs), given with the 95 %
+chi-square interval of s_m. Reruns whose auto choice differs (the pilot timed the candidates differently) are
+reported and kept apart.
 
 Usage: python bench/rerun_spread.py [--tasks aclsum,ding-de-en] [--runs 4] [--seed 95] [--out results/bench-rerun]
        python bench/rerun_spread.py --read results/bench-rerun/<stamp>   (the folders of an earlier call)
@@ -21,9 +22,10 @@ import math
 import shlex
 import statistics
 import time
+from collections import Counter
 from pathlib import Path
 
-from prediction_coverage import CHECK_TOLERANCE, DEFAULT_JOB, KEY, run_one  # a sibling in bench/
+from prediction_coverage import CHECK_TOLERANCE, DEFAULT_JOB, KEY, choice_of, run_one  # a sibling in bench/
 
 from specbench.measure.results.reader import read_run
 
@@ -33,7 +35,7 @@ def rerun_row(task: str, rerun: int, summary: dict) -> dict:
     return {
         "task": task,
         "rerun": rerun,
-        "choice": f"{summary.get('draft')} γ {summary.get('gamma')} {summary.get('dtype')}",
+        "choice": choice_of(summary),
         "measured": summary.get(KEY),
         "check": summary.get("auto_check_speedup"),
         "halves": summary.get("repeat_halves_ratio"),
@@ -41,15 +43,17 @@ def rerun_row(task: str, rerun: int, summary: dict) -> dict:
 
 
 def spread(rows: list[dict]) -> dict:
-    """Over one task's reruns of its most common choice (pure): n, s_m = sd of log measured, s_e = sd of log
-    (measured ÷ check), and the runs left out for another choice."""
-    choices = [r["choice"] for r in rows]
-    common = max(set(choices), key=choices.count)
-    same = [r for r in rows if r["choice"] == common and r["measured"] and r["check"]]
+    """Over one task's reruns that measured a speedup and printed a check, those of its most common choice (pure): n,
+    s_m = sd of log measured, s_e = sd of log (measured ÷ check), and how many made another choice."""
+    usable = [r for r in rows if r["measured"] and r["check"]]
+    if not usable:
+        return {"choice": None, "n": 0, "s_m": float("nan"), "s_e": float("nan"), "other_choice": 0}
+    common = Counter(r["choice"] for r in usable).most_common(1)[0][0]  # a tie: the first rerun's choice
+    same = [r for r in usable if r["choice"] == common]
     logs = [math.log(r["measured"]) for r in same]
     errs = [math.log(r["measured"] / r["check"]) for r in same]
     sd = statistics.stdev if len(same) > 1 else (lambda _x: float("nan"))
-    return {"choice": common, "n": len(same), "s_m": sd(logs), "s_e": sd(errs), "other_choice": len(rows) - len(same)}
+    return {"choice": common, "n": len(same), "s_m": sd(logs), "s_e": sd(errs), "other_choice": len(usable) - len(same)}
 
 
 def floor(spreads: list[dict]) -> dict:
@@ -65,10 +69,10 @@ def floor(spreads: list[dict]) -> dict:
     pooled = math.sqrt(sum((s["n"] - 1) * s["s_m"] ** 2 for s in usable) / df)
     low = pooled * math.sqrt(df / stats.chi2.ppf(0.975, df))
     high = pooled * math.sqrt(df / stats.chi2.ppf(0.025, df))
-    edge = math.log(1 + CHECK_TOLERANCE)
+    low_edge, high_edge = math.log(1 - CHECK_TOLERANCE), math.log(1 + CHECK_TOLERANCE)  # ±5 % of measured ÷ check
 
     def outside(s: float) -> float:
-        return float(2 * stats.norm.sf(edge / s)) if s > 0 else 0.0
+        return float(stats.norm.cdf(low_edge / s) + stats.norm.sf(high_edge / s)) if s > 0 else 0.0
 
     return {
         "df": df,
@@ -92,13 +96,14 @@ def summaries(folder: Path) -> list[tuple[str, int, dict]]:
 
 
 def report(rows: list[dict]) -> dict:
+    nan = float("nan")
     print("| task | rerun | choice | measured | cost-model check | measured ÷ check | A B B A halves |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         ratio = r["measured"] / r["check"] if r["measured"] and r["check"] else None
         print(
-            f"| {r['task']} | {r['rerun']} | {r['choice']} | {r['measured']:.3f} | {r['check'] or float('nan'):.3f} | "
-            f"{ratio or float('nan'):.3f} | {r['halves'] or float('nan'):.3f} |"
+            f"| {r['task']} | {r['rerun']} | {r['choice']} | {r['measured'] or nan:.3f} | {r['check'] or nan:.3f} | "
+            f"{ratio or nan:.3f} | {r['halves'] or nan:.3f} |"
         )
     by_task = {t: spread([r for r in rows if r["task"] == t]) for t in dict.fromkeys(r["task"] for r in rows)}
     for task, s in by_task.items():

@@ -65,26 +65,41 @@ def test_resume_after_a_truncated_line(models_dir, task_file, tmp_path):
     assert sorted(r["example_id"] for r in rows) == sorted({r["example_id"] for r in rows}) and len(rows) == 3
 
 
-def test_a_resumed_recycling_run_takes_back_its_table_or_says_it_cannot(models_dir, task_file, tmp_path):
-    """A recycling run keeps its committed table after every example (learnt.json, with the examples it follows); a
-    resume whose records match the file runs without a word, one whose records do not says so in one line and still
-    finishes."""
-    recycle = ("--draft", "tree-lookup:recycle=2", "--gamma", "2", "--run-id", "r")
+def test_a_killed_recycling_run_resumes_with_the_table_an_unbroken_run_has(
+    models_dir, task_file, tmp_path, monkeypatch
+):
+    """A recycling run keeps its committed table after every example (learnt.json, with the examples it follows). Killed
+    after its second example and resumed, it ends with the very table an unbroken run of the same command ends with
+    (greedy, CPU: the decodes repeat exactly); a resume whose records the file does not follow says so in one line and
+    still finishes."""
+    import specbench.measure.run.runner as runner
+
     args = [*run_args(models_dir, task_file, tmp_path, "--json")]
-    args[args.index("--draft") : args.index("--draft") + 2] = []
-    first = invoke(*args, *recycle)
-    assert first.exit_code == 0, first.output
-    run_dir = tmp_path / "res" / "r"
-    kept = json.loads((run_dir / "learnt.json").read_text())
-    ids = [json.loads(x)["example_id"] for x in (run_dir / "examples.jsonl").read_text().splitlines()]
-    assert kept["examples"] == ids and len(ids) == 3 and kept["state"]["table"]
-    lines = (run_dir / "examples.jsonl").read_text().splitlines()
-    (run_dir / "examples.jsonl").write_text("\n".join(lines[:2]) + "\n")  # killed after two examples...
-    (run_dir / "learnt.json").write_text(json.dumps({**kept, "examples": ids[:2]}))  # ...with their table kept
-    resumed = invoke(*args, *recycle)
+    args[args.index("--draft") : args.index("--draft") + 2] = ["--draft", "tree-lookup:recycle=2", "--gamma", "2"]
+    whole = invoke(*args, "--run-id", "whole")
+    assert whole.exit_code == 0, whole.output
+    kept = json.loads((tmp_path / "res" / "whole" / "learnt.json").read_text())
+    assert len(kept["examples"]) == 3 and kept["state"]["table"]
+    probe, calls = runner.probe_target, []
+
+    def killed_after_two(*a, **k):  # the probes: after the warm-up, then after each example's record and table
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return probe(*a, **k)
+
+    monkeypatch.setattr(runner, "probe_target", killed_after_two)
+    cut = invoke(*args, "--run-id", "cut")
+    assert cut.exit_code in (1, 130), cut.output  # Ctrl-C: aborted (click) or interrupted (typer)
+    run_dir = tmp_path / "res" / "cut"
+    assert len(json.loads((run_dir / "learnt.json").read_text())["examples"]) == 2
+    monkeypatch.setattr(runner, "probe_target", probe)
+    resumed = invoke(*args, "--run-id", "cut")
     assert resumed.exit_code == 0 and "learnt.json" not in resumed.output, resumed.output
+    assert json.loads((run_dir / "learnt.json").read_text()) == kept
+    lines = (run_dir / "examples.jsonl").read_text().splitlines()
     (run_dir / "examples.jsonl").write_text(lines[0] + "\n")  # the table now follows three examples, one resumed
-    again = invoke(*args, *recycle)
+    again = invoke(*args, "--run-id", "cut")
     assert again.exit_code == 0 and "kept after other examples than the 1 resumed" in again.output, again.output
 
 
@@ -301,6 +316,24 @@ def test_verify_writes_checks_and_passes_on_an_exact_pair(models_dir, task_file,
     assert all({"statistic", "p_value", "n", "threshold", "power", "verdict"} <= set(c) for c in checks["checks"])
     assert {"control/always-accept/step", "control/verified-one-late/step"} <= {c["name"] for c in checks["checks"]}
     assert all(c["verdict"] != "fail" for c in checks["checks"])
+
+
+def test_verify_teaches_a_learning_draft_on_examples_it_does_not_check(models_dir, task_file, tmp_path):
+    """verify --draft tree-lookup:recycle=2 on a 3-example task with --limit 2: the one example past the checked ones
+    teaches the draft first (checks.json's taught_prompts, the printed line); a draft that learns nothing is not taught
+    (no key, no line)."""
+    common = ["verify", "--target", models_dir["target"], "--task", task_file, "--limit", "2", "--temperature", "0"]
+    common += ["--step-samples", "2000", "--control-samples", "0", "--device", "cpu"]
+    taught = invoke(*common, "--draft", "tree-lookup:recycle=2", "--results-dir", str(tmp_path / "a"))
+    assert taught.exit_code == 0, taught.output
+    assert "learns from earlier outputs: before the checks it decoded 1 other examples" in " ".join(
+        taught.output.split()
+    )
+    checks = json.loads(next((tmp_path / "a").rglob("checks.json")).read_text())
+    assert checks["taught_prompts"] == 1 and checks["passed"]
+    plain = invoke(*common, "--draft", "tree-lookup", "--results-dir", str(tmp_path / "b"))
+    assert plain.exit_code == 0 and "learns from earlier outputs" not in plain.output, plain.output
+    assert "taught_prompts" not in json.loads(next((tmp_path / "b").rglob("checks.json")).read_text())
 
 
 def test_verify_bad_gamma_is_a_one_line_error(models_dir, task_file, tmp_path):

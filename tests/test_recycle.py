@@ -5,6 +5,8 @@ tiny Llama (one-pass and --bit-exact), the spec's refusals, and verify's exact s
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from conftest import VOCAB, sharpen, tiny_llama
@@ -214,25 +216,28 @@ def test_verify_exact_step_law_with_the_table_in_use():
     assert moved["always-accept"] > 100 * EXACT_TOL, moved
 
 
-def test_verify_teaches_a_learning_draft_the_same_table_every_time():
-    """`specbench verify` hands its checks a taught draft (evidence/verification.taught): greedy decodes through the
-    loop fill the table from their passes and each output is remembered (committed), so the checks' proposals hold
-    recycled nodes; two proposers taught alike hold the same table (the checks compare laws across proposers); a draft
-    that learns nothing is handed back as it was."""
-    from specbench.evidence.verification import taught
+def test_verify_teaches_a_learning_draft_once_and_gives_every_proposer_the_same_lessons():
+    """`specbench verify` teaches a learning draft (evidence/verification.teach): greedy decodes through the loop fill
+    the table from their passes and each output is remembered (committed), so the checks' proposals hold recycled
+    nodes; every fresh proposer the checks use is given the kept table (`retaught`), the same state by construction;
+    a draft that learns nothing is handed back as it was (the control: no recycled node without lessons)."""
+    from specbench.evidence.verification import retaught, teach
 
     target = CachedModel(tiny_llama(1))
     prompts = [torch.randint(3, VOCAB, (12,), generator=torch.Generator().manual_seed(s)).tolist() for s in (5, 6)]
-    kw = dict(target=target, prompts=prompts, eos_ids=frozenset(), max_new_tokens=16)
-    first = taught(RecyclingTreeLookupDraft(VOCAB, CPU, recycle=3, **NO_MATCH), **kw)
-    again = taught(RecyclingTreeLookupDraft(VOCAB, CPU, recycle=3, **NO_MATCH), **kw)
-    assert first.committed and first.committed == again.committed
+    first = RecyclingTreeLookupDraft(VOCAB, CPU, recycle=3, **NO_MATCH)
+    outputs = teach(first, target, prompts, frozenset())
+    assert [len(o) for o in outputs] == [32, 32] and first.committed
+    fresh = retaught(RecyclingTreeLookupDraft(VOCAB, CPU, recycle=3, **NO_MATCH), outputs, first.learnt())
+    assert fresh.committed == first.committed
+    plain = TreeLookupDraft(VOCAB, CPU)
+    assert retaught(plain, outputs, None) is plain
     untaught = RecyclingTreeLookupDraft(VOCAB, CPU, recycle=3, **NO_MATCH)
     checked = [40, 41, 50, 51, next(iter(first.committed))]  # ends in a token the table knows
-    for draft in (first, untaught):
+    for draft in (fresh, untaught):
         draft.begin(checked)
         draft.propose(checked, 3, SamplingConfig(temperature=1.0, top_k=3), None)
-    assert first.recycled_nodes > 0 and untaught.recycled_nodes == 0
+    assert fresh.recycled_nodes > 0 and untaught.recycled_nodes == 0
 
 
 def test_the_committed_table_is_kept_beside_the_records_and_a_resume_takes_it_back(tmp_path):
@@ -253,6 +258,11 @@ def test_the_committed_table_is_kept_beside_the_records_and_a_resume_takes_it_ba
     assert "kept after other examples than the 1 resumed" in said and other.committed == {}
     wider = RecyclingTreeLookupDraft(VOCAB, CPU, recycle=3, **NO_MATCH)
     assert "not a recycling table for K = 3" in resume_learnt(tmp_path, wider, ["a", "b"]) and wider.committed == {}
+    (tmp_path / LEARNT_FILE).write_text(json.dumps({"examples": ["a", "b"], "state": ["not", "a", "table"]}))
+    assert "its state is not a JSON object" in resume_learnt(tmp_path, other, ["a", "b"])
+    outside = {"recycle": 2, "table": {str(VOCAB + 5): [1, 2]}}  # a key past the vocabulary
+    (tmp_path / LEARNT_FILE).write_text(json.dumps({"examples": ["a", "b"], "state": outside}))
+    assert "not a recycling table for K = 2" in resume_learnt(tmp_path, other, ["a", "b"]) and other.committed == {}
     (tmp_path / LEARNT_FILE).unlink()
     assert "no learnt.json" in resume_learnt(tmp_path, other, ["a", "b"])
     keep_learnt(tmp_path, TreeLookupDraft(VOCAB, CPU), ["a"])

@@ -205,9 +205,9 @@ def print_checks(request, outcome) -> None:
             )
     if outcome.taught:
         out.print(
-            f"{request.draft} learns from earlier outputs: before the checks it decoded {outcome.taught} of the task's "
-            f"prompts greedily (every verify pass handed over, each output remembered), so the checks test its "
-            f"proposals with what it learnt, fixed (the checks hand it no passes)",
+            f"{request.draft} learns from earlier outputs: before the checks it decoded {outcome.taught} other "
+            f"examples of the task greedily (every verify pass handed over, each output remembered), so the checks "
+            f"test its proposals with what it learnt, fixed (the checks hand it no passes)",
             highlight=False,
         )
     out.print(f"checks: {outcome.json_path}")

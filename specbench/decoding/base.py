@@ -160,7 +160,7 @@ def forget_outputs(proposer: Proposer) -> None:
 class KeepsLearnt(Protocol):
     """The optional hooks of a learning draft whose state the remembered outputs cannot rebuild (token recycling's
     table, filled from verify passes' logits, which no record keeps): the runner writes the state after every
-    example (results/record_writing.keep_learnt) and a resumed run restores it, so a resume drafts as an
+    example (measure/run/runner.keep_learnt) and a resumed run restores it, so a resume drafts as an
     uninterrupted run would."""
 
     def learnt(self) -> dict:

@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 from specbench.config import LoadSpec, RunConfig, SamplingConfig, check_results_dir
-from specbench.decoding.base import LearnsOutputs, Proposer, remember_output
+from specbench.decoding.base import KeepsLearnt, LearnsOutputs, Proposer, remember_output
 from specbench.decoding.cached_model import as_cached
 from specbench.decoding.speculative import decode_speculative
 from specbench.engines import DEFAULT_ENGINE, check_config, engine_spec, runtime, verify_engines
@@ -55,7 +55,8 @@ from specbench.tasks.examples import select_examples
 from specbench.tasks.specs import load_task
 
 CHECKS_SCHEMA_VERSION = 1
-TEACH_GAMMA = 4  # the greedy decodes that teach a learning draft before the checks (`taught`): γ and their length
+TEACH_PROMPTS = 3  # examples past the checked ones whose greedy decodes teach a learning draft (`teach`)
+TEACH_GAMMA = 4  # those decodes' γ and length
 TEACH_TOKENS = 32
 
 
@@ -357,56 +358,64 @@ def check_writable(out_dir: Path) -> None:
 
 
 def load_pair(request: VerifyRequest):
-    """(the engine's session, fresh-proposer factory, prompt token ids, task name, how many prompts teach the draft);
+    """(the engine's session, fresh-proposer factory, prompt token ids, task name, how many prompts taught the draft);
     the draft is loaded once here so that a bad draft fails before any check runs. A draft that learns from a run's
-    earlier outputs comes out of the factory taught (`taught`), so the checks test what it proposes once it has learnt
-    something."""
+    earlier outputs is taught here too, on examples the checks do not use (`teach`), and every proposer the factory
+    makes is given the same lessons (`retaught`), so the checks test what it proposes once it has learnt something."""
     session = runtime(request.engine).open_session(request.load)
     spec = load_task(request.task)
-    prepared = prepare_examples(spec, select_examples(spec, request.limit, request.seed), session.target, 16)
-    corpus = [p.prompt_ids for p in prepared]
+    checked = select_examples(spec, request.limit, request.seed)
+    corpus = [p.prompt_ids for p in prepare_examples(spec, checked, session.target, 16)]
     draft = request.draft_spec
     first = session.proposer(draft, corpus)
     if not isinstance(first, LearnsOutputs) or not engine_spec(request.engine).capabilities.exactness_replay:
         return session, lambda: session.proposer(draft, corpus), corpus, spec.name, 0
-    lessons = corpus[1:] or corpus  # the prompts after the checks' first, as a run's earlier examples
-    lesson = functools.partial(
-        taught,
-        target=as_cached(session.target.model),
-        prompts=lessons,
-        eos_ids=session.target.eos_ids,
-        decoder_start_id=session.target.decoder_start_id,
-    )
-    return session, lambda: lesson(session.proposer(draft, corpus)), corpus, spec.name, len(lessons)
+    ids = {e.id for e in checked}
+    others = [e for e in select_examples(spec, request.limit + TEACH_PROMPTS, request.seed) if e.id not in ids]
+    lessons = [p.prompt_ids for p in prepare_examples(spec, others[:TEACH_PROMPTS], session.target, 16)]
+    target = session.target
+    outputs = teach(first, as_cached(target.model), lessons, target.eos_ids, target.decoder_start_id)
+    state = first.learnt() if isinstance(first, KeepsLearnt) else None
+    return session, lambda: retaught(session.proposer(draft, corpus), outputs, state), corpus, spec.name, len(lessons)
 
 
-def taught(
+def teach(
     proposer: Proposer,
-    *,
     target,
     prompts: Sequence[Sequence[int]],
     eos_ids: frozenset[int],
     decoder_start_id: int | None = None,
-    gamma: int = TEACH_GAMMA,
-    max_new_tokens: int = TEACH_TOKENS,
-) -> Proposer:
-    """A draft that learns from earlier outputs (base.LearnsOutputs: suffix decoding's cache, token recycling's table),
-    after a greedy decode of each of `prompts` through the batch-1 loop (which hands it every verify pass), each
-    output then remembered as the runner remembers a finished example's. Untaught, the law checks would run with an
-    empty cache or table and test only the rest of the draft. The decodes are greedy and deterministic, so every
-    proposer the factory makes has learnt the same state, and the checks (which hand no passes and remember
-    nothing) see that state fixed: its proposals are then a function of the context, as the exact laws need."""
+) -> list[list[int]]:
+    """Teach a draft that learns from earlier outputs (base.LearnsOutputs: suffix decoding's cache, token recycling's
+    table) as a run would: a greedy decode of each of `prompts` through the batch-1 loop (which hands it every verify
+    pass), each output then remembered as the runner remembers a finished example's → the outputs. Untaught, the law
+    checks would run with an empty cache or table and test only the rest of the draft."""
+    outputs = []
     for prompt in prompts:
         out = decode_speculative(
             target,
             proposer,
             list(prompt),
-            gamma=gamma,
-            max_new_tokens=max_new_tokens,
+            gamma=TEACH_GAMMA,
+            max_new_tokens=TEACH_TOKENS,
             sampling=SamplingConfig(),
             generator=None,
             eos_ids=eos_ids,
             decoder_start_id=decoder_start_id,
         )
         remember_output(proposer, out.token_ids)
+        outputs.append(list(out.token_ids))
+    return outputs
+
+
+def retaught(proposer: Proposer, outputs: list[list[int]], state: dict | None) -> Proposer:
+    """A fresh draft given what `teach` taught another: the kept state where the outputs alone cannot rebuild it
+    (base.KeepsLearnt: recycling's table, read from passes' logits), else the outputs remembered again (suffix's
+    cache). Every proposer the checks use then holds the same state, and the checks (which hand no passes and remember
+    nothing) keep it fixed: its proposals are a function of the context, as the exact laws need."""
+    if state is not None and isinstance(proposer, KeepsLearnt):
+        proposer.restore_learnt(state)
+        return proposer
+    for token_ids in outputs:
+        remember_output(proposer, token_ids)
     return proposer

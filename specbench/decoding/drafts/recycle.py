@@ -29,10 +29,10 @@ the prompt-lookup trie leaves of the node budget:
   T > 0. Only specbench's batch-1 loop hands passes over, so the pilot of `--gamma auto`/`adaptive` and `--dtype
   auto`, which rebuilds tries from the context alone, cannot price the recycled branches: config refuses them.
   `verify`'s step laws run their own steps and hand no passes (nor commit), so `verify` first teaches the draft
-  (evidence/verification.taught: greedy decodes of other prompts through the loop, each committed) and its laws test
-  trees grown from that fixed table; tests/test_recycle.py checks the exact law of trees grown from a seeded table.
-  Costs no model forward; the host copy of the top-K ids and the table's updates are timed as draft time, the top-K
-  inside the verify pass.
+  (evidence/verification.teach: greedy decodes through the loop of task examples the checks do not use, each
+  committed) and its laws test trees grown from that fixed table; tests/test_recycle.py checks the exact law of trees
+  grown from a seeded table. Costs no model forward; the host copy of the top-K ids and the table's updates are timed
+  as draft time, the top-K inside the verify pass.
 """
 
 from __future__ import annotations
@@ -63,6 +63,13 @@ def grow(
             for r, tok in enumerate(successors.get(branch[-1], [])):
                 heapq.heappush(heap, (score * 2.0 ** -(r + 1), length + 1, (*ranks, r), [*branch, tok]))
     return ids, parents
+
+
+def known_id(value: object, vocab_size: int) -> bool:
+    """Whether a kept table's key (a JSON string) or entry is a token id of this vocabulary (pure)."""
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    return type(value) is int and 0 <= value < vocab_size
 
 
 def pass_inputs(tokens: list[int], ids: list[int]) -> list[int]:
@@ -107,10 +114,10 @@ class RecyclingTreeLookupDraft(TreeLookupDraft):
 
     def restore_learnt(self, state: dict) -> None:
         """base.KeepsLearnt: the committed table a run kept, for a resumed run (K must be this draft's)."""
-        table = state.get("table") if state.get("recycle") == self.observe_top else None
+        table = state.get("table") if isinstance(state, dict) and state.get("recycle") == self.observe_top else None
         if not isinstance(table, dict) or not all(
-            isinstance(ids, list) and all(isinstance(i, int) and 0 <= i < self.vocab_size for i in ids)
-            for ids in table.values()
+            known_id(t, self.vocab_size) and isinstance(ids, list) and all(known_id(i, self.vocab_size) for i in ids)
+            for t, ids in table.items()
         ):
             raise ValueError(f"not a recycling table for K = {self.observe_top}")
         self.committed = {int(t): list(ids) for t, ids in table.items()}

@@ -49,6 +49,8 @@ from specbench.measure.stats.nll import example_nll
 from specbench.measure.stats.numerics import explain_bit_exact, explain_example
 from specbench.measure.stats.own_logits import explain_greedy
 
+LEARNT_FILE = "learnt.json"  # a learning draft's state after the finished examples (decoding/base.KeepsLearnt)
+
 
 @dataclass
 class RunOutcome:
@@ -171,18 +173,15 @@ def _measure_locked(plan: RunPlan, on_start, on_example) -> RunOutcome:
             turns=log.records(target.tokenizer),
         )
         append_record(files.examples, record)
-        ms = probe_target(plan.session, item.prompt_ids)
-        append_jsonl(probe_file, {"after": item.example.id, "ms": ms, **cpu_counters(threads)})
         records.append(asdict(record))
         remember_example(plan.proposer, records[-1])  # after its timed decodes: later examples may copy from it
-        keep_learnt(files.root, plan.proposer, [r["example_id"] for r in records])
+        keep_learnt(files.root, plan.proposer, [r["example_id"] for r in records])  # right after its record
+        ms = probe_target(plan.session, item.prompt_ids)
+        append_jsonl(probe_file, {"after": item.example.id, "ms": ms, **cpu_counters(threads)})
         write_summary(files, config, plan.spec, records, plan.manifest, memory)
         on_example(records[-1])
     summary = write_summary(files, config, plan.spec, records, plan.manifest, memory)
     return RunOutcome(files, summary, len(todo))
-
-
-LEARNT_FILE = "learnt.json"  # a learning draft's state after the finished examples (decoding/base.KeepsLearnt)
 
 
 def keep_learnt(root: Path, proposer: Proposer, example_ids: list[str]) -> None:
@@ -200,9 +199,11 @@ def resume_learnt(root: Path, proposer: Proposer, example_ids: list[str]) -> str
     doc, problem = read_json_object(root / LEARNT_FILE, LEARNT_FILE)
     if doc is not None and doc.get("examples") != example_ids:
         problem = f"{root / LEARNT_FILE}: kept after other examples than the {len(example_ids)} resumed"
+    elif doc is not None and not isinstance(doc.get("state"), dict):
+        problem = f"{root / LEARNT_FILE}: its state is not a JSON object"
     if doc is not None and problem is None:
         try:
-            proposer.restore_learnt(doc.get("state") or {})
+            proposer.restore_learnt(doc["state"])
             return None
         except ValueError as exc:
             problem = f"{root / LEARNT_FILE}: {exc}"
