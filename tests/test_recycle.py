@@ -267,3 +267,22 @@ def test_the_committed_table_is_kept_beside_the_records_and_a_resume_takes_it_ba
     assert "no learnt.json" in resume_learnt(tmp_path, other, ["a", "b"])
     keep_learnt(tmp_path, TreeLookupDraft(VOCAB, CPU), ["a"])
     assert not (tmp_path / LEARNT_FILE).exists() and resume_learnt(tmp_path, TreeLookupDraft(VOCAB, CPU), ["a"]) is None
+
+
+def test_the_prefill_row_is_filed_under_the_prompts_last_token():
+    """The loop hands the draft the prefill's last row too (observes_prefill): after a decode the table holds the
+    target's top-K after the prompt under the prompt's last token, so the next example whose prompt ends alike (a chat
+    template) can recycle at its first step; without that row (the control: a draft that does not ask for it) the
+    prompt's last token has no entry."""
+    model = tiny_llama(1)
+    prompt = torch.randint(3, VOCAB, (12,), generator=torch.Generator().manual_seed(9)).tolist()
+    with torch.inference_mode():
+        want = model(input_ids=torch.tensor([prompt])).logits[0, -1].topk(3).indices.tolist()
+    kw = dict(gamma=3, max_new_tokens=6, sampling=GREEDY, generator=None, eos_ids=frozenset())
+    draft = RecyclingTreeLookupDraft(VOCAB, CPU, recycle=3, **NO_MATCH)
+    decode_speculative(CachedModel(model), draft, prompt, **kw)
+    assert draft.successors[prompt[-1]] == want
+    deaf = RecyclingTreeLookupDraft(VOCAB, CPU, recycle=3, **NO_MATCH)
+    deaf.observes_prefill = False
+    out = decode_speculative(CachedModel(model), deaf, prompt, **kw).token_ids
+    assert prompt[-1] not in out and prompt[-1] not in deaf.successors  # no pass row follows it

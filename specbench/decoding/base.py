@@ -181,7 +181,9 @@ class ObservesPasses(Protocol):
         """[n+1] int64 on the target's device: the target's argmax after cur and after each node of the proposal the
         draft last made (a chain or a tree, in its node order); a draft copies it to the host when it next proposes,
         so that copy is draft time. A draft with an `observe_top` attribute K > 1 (token recycling,
-        drafts/recycle.py) is handed each row's K likeliest ids instead, best first: [n+1, K]."""
+        drafts/recycle.py) is handed each row's K likeliest ids instead, best first: [n+1, K]. A draft whose
+        `observes_prefill` is True is also handed the prefill's last row ([1] or [1, K], the law after the prompt's last
+        token), after begin() and before its first proposal."""
 
 
 @runtime_checkable

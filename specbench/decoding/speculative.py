@@ -158,6 +158,8 @@ def prefill_both(
     target.start(encoder_ids, capacity=len(tokens) + max_new_tokens)
     proposer.begin(prompt_ids, max_new_tokens)
     logits = target.forward(torch.tensor(tokens, device=target.device))  # [V]
+    if isinstance(proposer, ObservesPasses) and getattr(proposer, "observes_prefill", False):  # token recycling
+        proposer.observe_pass(pass_choices(logits[None], int(getattr(proposer, "observe_top", 1))))
     return tokens + [int(next_token(logits, sampling, generator))]
 
 

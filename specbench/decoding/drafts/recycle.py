@@ -8,7 +8,9 @@ the prompt-lookup trie leaves of the node budget:
 
 - **The table** (`successors`): token → the target's K likeliest next ids (logits' top-K, best first) from the
   most recent row whose input was that token. After each verified proposal the batch-1 loop hands the draft the
-  top-K of every row of the pass (base.ObservesPasses with `observe_top` = K): row 0 is cur's, row i + 1 node i's,
+  top-K of every row of the pass (base.ObservesPasses with `observe_top` = K), and after the prefill its last row
+  (`observes_prefill`: the successors of the prompt's last token, for a chat template the same token every example,
+  so the first step of an example can draw on the examples before it): row 0 is cur's, row i + 1 node i's,
   rejected nodes included (their rows are the target's law after a context that holds the refuted token: still its
   guess for what follows that token). As the paper's matrix, the table outlives an example, the way suffix decoding
   keeps earlier outputs (base.LearnsOutputs): each decode starts from the table *committed* by the examples finished
@@ -18,7 +20,7 @@ the prompt-lookup trie leaves of the node budget:
   folder's learnt.json), so a resumed run starts from the table its finished examples left (stored outputs carry no
   logits to rebuild it from).
   A context that does not extend the one absorbed (another branch: verify's enumerations) restarts from the
-  committed table. The prefill computes the last row only, so the prompt's tokens teach it nothing.
+  committed table. The prefill computes the last row only, so the prompt's other tokens teach it nothing.
 - **The tree**: first tree-lookup's trie (every matching n-gram's continuation, tree_lookup.py), then recycled
   branches until the budget max(nodes, γ) is spent (`grow`): a path of ranks (r1, r2, …) is the token
   t1 = successors[newest][r1], t2 = successors[t1][r2], …, at most γ deep, cut where the table has no entry; paths
@@ -86,6 +88,7 @@ class RecyclingTreeLookupDraft(TreeLookupDraft):
         if recycle < 1:
             raise ValueError(f"recycle needs K >= 1 (got {recycle})")
         self.observe_top = min(recycle, vocab_size)  # base.ObservesPasses: the loop hands each row's top-K ids
+        self.observes_prefill = True  # ... and the prefill's last row, filed under the prompt's last token
         self.committed: dict[int, list[int]] = {}  # what finished examples taught (LearnsOutputs)
         self.successors: dict[int, list[int]] = {}  # the working table: committed, then this decode's passes
         self._known: list[int] = []  # the context the table was absorbed along ([]: nothing since begin or a commit)
@@ -95,7 +98,8 @@ class RecyclingTreeLookupDraft(TreeLookupDraft):
 
     def begin(self, prompt_ids: list[int], max_new_tokens: int = 0) -> None:
         super().begin(prompt_ids, max_new_tokens)
-        self.successors, self._known, self._last, self._top = dict(self.committed), [], None, None
+        self.successors, self._known, self._top = dict(self.committed), [], None
+        self._last = prompt_ids[-1:] or None  # the prefill's last row, if the loop hands it, follows the prompt's end
         self.recycled_nodes = 0
 
     def remember_output(self, token_ids: list[int]) -> None:
