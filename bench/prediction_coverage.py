@@ -27,6 +27,7 @@ from pathlib import Path
 
 KEY = "speedup_geomean"  # the primary measure, which both numbers predict (docs/metrics.md)
 CHECK_TOLERANCE = 0.05  # the cost-model check's goal: measured ÷ check within 1 ± this
+OUT = "results/bench-coverage"
 ROWS_FILE = "rows.jsonl"  # one line per finished run, appended as each ends
 DEFAULT_JOB = "--draft auto --dtype auto --gamma auto --limit 20 --repeats 2"  # make run's (Makefile DEFAULT_JOB)
 
@@ -185,13 +186,19 @@ def finished_rows(path: Path, job: str) -> list[dict]:
     return rows
 
 
-def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", default="ding-de-en,aclsum")
-    parser.add_argument("--runs", type=int, default=10, help="fresh auto runs per task, each on its own example set")
-    parser.add_argument("--first-seed", type=int, default=1, help="run i uses --seed first-seed + i")
+def runs_parser(doc: str, tasks: str, runs: int, runs_help: str, out: str) -> argparse.ArgumentParser:
+    """The options every bench that repeats auto runs takes: --tasks, --runs, --job, --out."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--tasks", default=tasks)
+    parser.add_argument("--runs", type=int, default=runs, help=runs_help)
     parser.add_argument("--job", default=DEFAULT_JOB, help="the run's flags (not --task, --seed, --results-dir)")
-    parser.add_argument("--out", default="results/bench-coverage")
+    parser.add_argument("--out", default=out)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = runs_parser(__doc__, "ding-de-en,aclsum", 10, "fresh auto runs per task, each on its own example set", OUT)
+    parser.add_argument("--first-seed", type=int, default=1, help="run i uses --seed first-seed + i")
     parser.add_argument("--resume", help="a folder of an interrupted run: its finished runs are kept, not rerun")
     args = parser.parse_args(argv)
     if args.runs < 1:

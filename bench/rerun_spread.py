@@ -16,7 +16,6 @@ The runs time things: use an idle machine.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import shlex
@@ -25,7 +24,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from prediction_coverage import CHECK_TOLERANCE, DEFAULT_JOB, KEY, choice_of, run_one  # a sibling in bench/
+from prediction_coverage import CHECK_TOLERANCE, KEY, choice_of, run_one, runs_parser  # a sibling in bench/
 
 from specbench.measure.results.reader import read_run
 
@@ -124,12 +123,8 @@ def report(rows: list[dict]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", default="aclsum,ding-de-en")
-    parser.add_argument("--runs", type=int, default=4, help="identical reruns per task")
+    parser = runs_parser(__doc__, "aclsum,ding-de-en", 4, "identical reruns per task", "results/bench-rerun")
     parser.add_argument("--seed", type=int, default=95, help="every rerun's --seed (the same examples each time)")
-    parser.add_argument("--job", default=DEFAULT_JOB, help="the run's flags (not --task, --seed, --results-dir)")
-    parser.add_argument("--out", default="results/bench-rerun")
     parser.add_argument("--read", help="a folder of an earlier call: report its runs, run nothing")
     args = parser.parse_args(argv)
     if args.runs < 2:

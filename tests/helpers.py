@@ -129,6 +129,18 @@ class FakeSession(TorchSession):
         return self.drafts[str(spec)]  # a draft spec or its text
 
 
+def auto_run_args(tmp_path: Path, examples: int, limit: int, max_new: int, gamma_max: int) -> list[str]:
+    """`specbench run --gamma auto` on a tiny target/draft pair saved under tmp_path and a task of `examples` CORPUS
+    prompts (each its own reference), results under tmp_path/r, --json: the arguments."""
+    target, draft = save_tiny(tmp_path / "t", 0), save_tiny(tmp_path / "d", 1)
+    task = tmp_path / "task.jsonl"
+    prompts = [f"{CORPUS[i % len(CORPUS)]} {i}" for i in range(examples)]
+    task.write_text("".join(json.dumps({"prompt": p, "reference": p}) + "\n" for p in prompts))
+    args = ["run", "--target", target, "--draft", draft, "--task", str(task), "--limit", str(limit)]
+    args += ["--max-new-tokens", str(max_new), "--device", "cpu", "--gamma", "auto", "--gamma-max", str(gamma_max)]
+    return args + ["--results-dir", str(tmp_path / "r"), "--json"]
+
+
 def write_prompts(tmp_path: Path) -> str:
     """A JSONL task of PROMPTS with ids ex0…; its path."""
     path = tmp_path / "prompts.jsonl"

@@ -281,17 +281,13 @@ def test_run_auto_at_t0_predicts_before_timing_and_reports_the_ratio(tmp_path):
     # carry both with measured ÷ each and the untimed replay's seconds
     import json
 
-    from helpers import CORPUS, save_tiny
+    from helpers import auto_run_args
     from typer.testing import CliRunner
 
     from specbench.cli import app
 
-    target, draft = save_tiny(tmp_path / "t", 0), save_tiny(tmp_path / "d", 1)
-    task = tmp_path / "task.jsonl"
-    prompts = [f"{CORPUS[i % len(CORPUS)]} {i}" for i in range(14)]
-    task.write_text("".join(json.dumps({"prompt": p, "reference": p}) + "\n" for p in prompts))
-    args = ["run", "--target", target, "--draft", draft, "--task", str(task), "--limit", "3", "--max-new-tokens", "12"]
-    args += ["--device", "cpu", "--gamma", "auto", "--gamma-max", "3", "--results-dir", str(tmp_path / "r"), "--json"]
+    args = auto_run_args(tmp_path, examples=14, limit=3, max_new=12, gamma_max=3)
+    draft = args[args.index("--draft") + 1]
     result = CliRunner().invoke(app, args + ["--auto-control"])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import CORPUS, save_tiny
+from helpers import CORPUS, auto_run_args, save_tiny
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
@@ -430,12 +430,7 @@ def test_check_misses_reads_a_real_auto_run_through_the_checked_reader(tmp_path)
 
     from specbench.cli import app
 
-    target, draft = save_tiny(tmp_path / "t", 0), save_tiny(tmp_path / "d", 1)
-    task = tmp_path / "task.jsonl"
-    prompts = [f"{CORPUS[i % len(CORPUS)]} {i}" for i in range(8)]
-    task.write_text("".join(json.dumps({"prompt": p, "reference": p}) + "\n" for p in prompts))
-    args = ["run", "--target", target, "--draft", draft, "--task", str(task), "--limit", "2", "--max-new-tokens", "8"]
-    args += ["--device", "cpu", "--gamma", "auto", "--gamma-max", "2", "--results-dir", str(tmp_path / "r"), "--json"]
+    args = auto_run_args(tmp_path, examples=8, limit=2, max_new=8, gamma_max=2)
     result = CliRunner().invoke(app, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
