@@ -259,7 +259,7 @@ def test_the_committed_table_is_kept_beside_the_records_and_a_resume_takes_it_ba
     wider = RecyclingTreeLookupDraft(VOCAB, CPU, recycle=3, **NO_MATCH)
     assert "not a recycling table for K = 3" in resume_learnt(tmp_path, wider, ["a", "b"]) and wider.committed == {}
     (tmp_path / LEARNT_FILE).write_text(json.dumps({"examples": ["a", "b"], "state": ["not", "a", "table"]}))
-    assert "its state is not a JSON object" in resume_learnt(tmp_path, other, ["a", "b"])
+    assert "not a recycling table for K = 2" in resume_learnt(tmp_path, other, ["a", "b"])
     outside = {"recycle": 2, "table": {str(VOCAB + 5): [1, 2]}}  # a key past the vocabulary
     (tmp_path / LEARNT_FILE).write_text(json.dumps({"examples": ["a", "b"], "state": outside}))
     assert "not a recycling table for K = 2" in resume_learnt(tmp_path, other, ["a", "b"]) and other.committed == {}

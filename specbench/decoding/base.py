@@ -166,8 +166,8 @@ class KeepsLearnt(Protocol):
     def learnt(self) -> dict:
         """What finished examples taught it (the committed state), as a JSON object."""
 
-    def restore_learnt(self, state: dict) -> None:
-        """Take back a state `learnt()` gave (raises ValueError on one of the wrong shape)."""
+    def restore_learnt(self, state: object) -> None:
+        """Take back a state `learnt()` gave (raises ValueError on anything else: a file is not trusted)."""
 
 
 @runtime_checkable

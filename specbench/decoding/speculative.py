@@ -66,7 +66,7 @@ class StepContext:
 
     def __post_init__(self) -> None:
         self.observes = isinstance(self.proposer, ObservesPasses)
-        self.observe_top = int(getattr(self.proposer, "observe_top", 1))
+        self.observe_top = handed_top(self.proposer)
         self.reads_hidden = reads_hidden(self.proposer)
 
     def hand_hidden(self, rows: list[int] | int) -> None:
@@ -159,7 +159,7 @@ def prefill_both(
     proposer.begin(prompt_ids, max_new_tokens)
     logits = target.forward(torch.tensor(tokens, device=target.device))  # [V]
     if isinstance(proposer, ObservesPasses) and getattr(proposer, "observes_prefill", False):  # token recycling
-        proposer.observe_pass(pass_choices(logits[None], int(getattr(proposer, "observe_top", 1))))
+        proposer.observe_pass(pass_choices(logits[None], handed_top(proposer)))
     return tokens + [int(next_token(logits, sampling, generator))]
 
 
@@ -209,6 +209,11 @@ def draft_step(ctx: StepContext, tokens: list[int], g: int, unbounded: bool, pol
     ctx.res.draft_s += tb - ta
     ctx.res.verify_s += tc - tb
     return drafted[:n] + [verdict.next_token]
+
+
+def handed_top(proposer: Proposer) -> int:
+    """How many of each row's likeliest ids an ObservesPasses draft is handed: its `observe_top`, else 1 (argmax)."""
+    return int(getattr(proposer, "observe_top", 1))
 
 
 def pass_choices(logits: torch.Tensor, top: int) -> torch.Tensor:

@@ -116,7 +116,7 @@ class RecyclingTreeLookupDraft(TreeLookupDraft):
         """base.KeepsLearnt: the committed table ({token: its K successors}; JSON keys are strings)."""
         return {"recycle": self.observe_top, "table": {str(t): ids for t, ids in self.committed.items()}}
 
-    def restore_learnt(self, state: dict) -> None:
+    def restore_learnt(self, state: object) -> None:
         """base.KeepsLearnt: the committed table a run kept, for a resumed run (K must be this draft's)."""
         table = state.get("table") if isinstance(state, dict) and state.get("recycle") == self.observe_top else None
         if not isinstance(table, dict) or not all(

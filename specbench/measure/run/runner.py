@@ -199,11 +199,9 @@ def resume_learnt(root: Path, proposer: Proposer, example_ids: list[str]) -> str
     doc, problem = read_json_object(root / LEARNT_FILE, LEARNT_FILE)
     if doc is not None and doc.get("examples") != example_ids:
         problem = f"{root / LEARNT_FILE}: kept after other examples than the {len(example_ids)} resumed"
-    elif doc is not None and not isinstance(doc.get("state"), dict):
-        problem = f"{root / LEARNT_FILE}: its state is not a JSON object"
-    if doc is not None and problem is None:
+    elif doc is not None:
         try:
-            proposer.restore_learnt(doc["state"])
+            proposer.restore_learnt(doc.get("state"))
             return None
         except ValueError as exc:
             problem = f"{root / LEARNT_FILE}: {exc}"
